@@ -1,0 +1,1 @@
+"""Framewise's composition root: GUI entry point, CLI, logging."""

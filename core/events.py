@@ -1,0 +1,104 @@
+"""Events the engine emits while it loads, encodes and answers.
+
+Events are frozen dataclasses of plain data (numbers and strings, no tensors) so the GUI can
+pass them across threads and the CLI can print them as JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Union
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Long work advancing: ``stage`` is e.g. ``"load"``, ``"capture"``, ``"decode"``, ``"encode"``."""
+
+    stage: str
+    current: int
+    total: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Token:
+    """A piece of streamed answer text."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class ChunkStats:
+    """One pass of the vision encoder: a graph replay or an eager forward.
+
+    ``budget`` is the captured graph's token budget (``None`` for eager); ``padding_fraction``
+    is the share of the budget's rows that held no real patch.
+    """
+
+    chunk_index: int
+    items: int
+    frames: int
+    patches: int
+    budget: int | None
+    padding_fraction: float
+    encode_ms: float
+    ms_per_frame: float
+    graph_hit: bool
+    fallback_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class EncodeDone:
+    """A clip was decoded, preprocessed and encoded; follow-up questions reuse its features."""
+
+    clip_name: str
+    frames: int
+    patches: int
+    timestamps: tuple[float, ...]
+    decode_ms: float
+    preprocess_ms: float
+    encode_ms: float
+    ms_per_frame: float
+    graph_hits: int
+    graph_misses: int
+    chunks: tuple[ChunkStats, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class AnswerStats:
+    """What one question cost."""
+
+    frames: int
+    patches: int
+    preprocess_ms: float
+    encode_ms: float
+    ms_per_frame: float
+    time_to_first_token_ms: float
+    new_tokens: int
+    tokens_per_second: float
+    cancelled: bool
+    gpu_memory_mb: float | None = None
+
+
+@dataclass(frozen=True)
+class Done:
+    """An answer is complete (or was cancelled; ``stats.cancelled`` says which)."""
+
+    text: str
+    stats: AnswerStats
+
+
+@dataclass(frozen=True)
+class Failed:
+    """Work failed; ``kind`` is the error's class name, ``message`` is for a person."""
+
+    kind: str
+    message: str
+
+
+Event = Union[Progress, Token, ChunkStats, EncodeDone, Done, Failed]
+EventSink = Callable[[Event], None]
+
+
+def ignore_events(event: Event) -> None:
+    """An :data:`EventSink` that drops everything."""

@@ -1,0 +1,236 @@
+"""Framewise's settings: one validated object shared by the GUI, the CLI and the engine.
+
+Settings are frozen dataclasses grouped in sections. ``AppSettings.validate()`` raises a
+:class:`~core.errors.SettingsError` naming the offending field (``section.name``) with a message
+that says what to change. ``to_dict``/``from_dict`` give a plain JSON-able form for persistence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from core.errors import SettingsError
+
+ATTENTION_BACKENDS = ("auto", "varlen", "flash_attn", "sdpa_masked", "eager")
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+DEMO_MODEL = "demo"
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """Which checkpoint to run, and where.
+
+    ``source`` is ``"demo"`` (the bundled demo model), a local folder, or a Hugging Face repo id
+    found in the local cache.
+    """
+
+    source: str = DEMO_MODEL
+    device: str = "auto"
+    dtype: str = "auto"
+
+    def validate(self) -> None:
+        if not self.source.strip():
+            raise SettingsError("model.source", "name a model: 'demo', a checkpoint folder or a cached repo id")
+        _require_choice("model.device", self.device, DEVICES)
+        _require_choice("model.dtype", self.dtype, DTYPES)
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How frames are taken from a clip and how large they may be.
+
+    ``max_pixels`` bounds the whole sampled clip (frames x height x width), as Qwen3-VL's own
+    preprocessing does, so longer clips get smaller frames.
+    """
+
+    fps: float = 2.0
+    min_frames: int = 4
+    max_frames: int = 32
+    max_pixels: int = 32 * 256 * 256
+    min_pixels_per_frame: int = 64 * 64
+
+    def validate(self) -> None:
+        if not (0.05 <= self.fps <= 60):
+            raise SettingsError("sampling.fps", "use a sampling rate between 0.05 and 60 frames per second")
+        if self.min_frames < 2 or self.min_frames % 2:
+            raise SettingsError("sampling.min_frames", "use an even number of at least 2 (frames are encoded in pairs)")
+        if self.max_frames < self.min_frames or self.max_frames % 2:
+            raise SettingsError(
+                "sampling.max_frames", f"use an even number of at least min frames ({self.min_frames})"
+            )
+        if self.max_frames > 768:
+            raise SettingsError("sampling.max_frames", "Qwen3-VL takes at most 768 frames; lower max frames")
+        if self.min_pixels_per_frame < 32 * 32:
+            raise SettingsError("sampling.min_pixels_per_frame", "use at least 1024 pixels (one 32x32 block)")
+        if self.max_pixels < self.min_frames * self.min_pixels_per_frame:
+            raise SettingsError(
+                "sampling.max_pixels",
+                f"raise max pixels to at least {self.min_frames * self.min_pixels_per_frame} "
+                "(min frames x min pixels per frame)",
+            )
+
+
+@dataclass(frozen=True)
+class EncoderSettings:
+    """How the vision encoder runs: CUDA-graph token budgets, batch limits, attention backend.
+
+    A token budget is the number of patch rows one captured graph processes. Budgets are either
+    the explicit list ``budgets`` or a geometric series from ``min_budget`` to ``max_budget``
+    with ratio ``budget_ratio`` (the max always included). ``max_frames_per_batch`` counts
+    attention sequences: an image is one, a video is one per frame pair.
+    """
+
+    use_graphs: bool = True
+    attention_backend: str = "auto"
+    budgets: tuple[int, ...] = ()
+    min_budget: int = 256
+    max_budget: int = 16384
+    budget_ratio: float = 1.25
+    max_items_per_batch: int = 8
+    max_frames_per_batch: int = 64
+
+    def token_budgets(self) -> tuple[int, ...]:
+        """The budgets graphs are captured for, ascending; each a multiple of 4."""
+        if self.budgets:
+            return tuple(sorted(set(self.budgets)))
+        return geometric_budgets(self.min_budget, self.max_budget, self.budget_ratio)
+
+    def validate(self) -> None:
+        _require_choice("encoder.attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        if self.budgets:
+            for budget in self.budgets:
+                if budget <= 0 or budget % 4:
+                    raise SettingsError(
+                        "encoder.budgets", f"{budget} is not a positive multiple of 4 (the 2x2 patch merge)"
+                    )
+        else:
+            if self.min_budget <= 0 or self.min_budget % 4:
+                raise SettingsError("encoder.min_budget", "use a positive multiple of 4 (the 2x2 patch merge)")
+            if self.max_budget < self.min_budget or self.max_budget % 4:
+                raise SettingsError(
+                    "encoder.max_budget", f"use a multiple of 4 that is at least min budget ({self.min_budget})"
+                )
+            if not (1.01 <= self.budget_ratio <= 4.0):
+                raise SettingsError("encoder.budget_ratio", "use a spacing ratio between 1.01 and 4")
+        budgets = self.token_budgets()
+        if len(budgets) > 64:
+            raise SettingsError(
+                "encoder.budget_ratio", f"{len(budgets)} graphs is too many; raise the ratio or narrow the range"
+            )
+        if self.max_items_per_batch < 1:
+            raise SettingsError("encoder.max_items_per_batch", "use at least 1")
+        if self.max_items_per_batch > budgets[0]:
+            raise SettingsError(
+                "encoder.max_items_per_batch",
+                f"must not exceed the smallest budget ({budgets[0]}); lower it or raise the smallest budget",
+            )
+        if self.max_frames_per_batch < self.max_items_per_batch:
+            raise SettingsError(
+                "encoder.max_frames_per_batch",
+                f"must be at least max items per batch ({self.max_items_per_batch})",
+            )
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How answers are generated. Temperature 0 means greedy decoding."""
+
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+
+    def validate(self) -> None:
+        if not (1 <= self.max_new_tokens <= 8192):
+            raise SettingsError("generation.max_new_tokens", "use between 1 and 8192 tokens")
+        if not (0.0 <= self.temperature <= 2.0):
+            raise SettingsError("generation.temperature", "use a temperature between 0 (greedy) and 2")
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    """All of Framewise's settings."""
+
+    model: ModelSettings = field(default_factory=ModelSettings)
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    encoder: EncoderSettings = field(default_factory=EncoderSettings)
+    generation: GenerationSettings = field(default_factory=GenerationSettings)
+
+    def validate(self) -> AppSettings:
+        """Raise :class:`SettingsError` for the first invalid field; return ``self`` when valid."""
+        for section in (self.model, self.sampling, self.encoder, self.generation):
+            section.validate()
+        return self
+
+    def replace(self, section: str, **changes: Any) -> AppSettings:
+        """A copy with fields of one section changed, e.g. ``replace("encoder", use_graphs=False)``."""
+        current = getattr(self, section)
+        return dataclasses.replace(self, **{section: dataclasses.replace(current, **changes)})
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return {
+            name: {key: (list(value) if isinstance(value, tuple) else value) for key, value in section.items()}
+            for name, section in dataclasses.asdict(self).items()
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AppSettings:
+        """Build settings from :meth:`to_dict`'s form; unknown keys are ignored, missing ones default.
+
+        Raises :class:`SettingsError` when a value has the wrong type.
+        """
+        sections = {}
+        for section_field in dataclasses.fields(cls):
+            section_type = section_field.default_factory  # type: ignore[misc]
+            values = data.get(section_field.name) or {}
+            sections[section_field.name] = _section_from_dict(section_field.name, section_type, values)
+        return cls(**sections)
+
+
+def geometric_budgets(min_budget: int, max_budget: int, ratio: float) -> tuple[int, ...]:
+    """Token budgets from ``min_budget`` to ``max_budget`` spaced by ``ratio``, rounded up to 4s.
+
+    >>> geometric_budgets(256, 1024, 2.0)
+    (256, 512, 1024)
+    """
+    budgets = []
+    value = float(min_budget)
+    while value < max_budget:
+        budgets.append(min(max_budget, 4 * math.ceil(value / 4)))
+        value *= ratio
+    budgets.append(max_budget)
+    return tuple(sorted(set(budgets)))
+
+
+def _require_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise SettingsError(name, f"{value!r} is not one of {', '.join(choices)}")
+
+
+def _section_from_dict(section_name: str, section_type: type, values: dict[str, Any]) -> Any:
+    defaults = section_type()
+    kwargs = {}
+    for item in dataclasses.fields(section_type):
+        if item.name not in values:
+            continue
+        default = getattr(defaults, item.name)
+        kwargs[item.name] = _coerce(f"{section_name}.{item.name}", values[item.name], default)
+    return section_type(**kwargs)
+
+
+def _coerce(name: str, value: Any, default: Any) -> Any:
+    """Convert a stored value to the type of the field's default, or raise SettingsError."""
+    try:
+        if isinstance(default, bool):
+            if isinstance(value, str):
+                return value.strip().lower() in ("1", "true", "yes", "on")
+            return bool(value)
+        if isinstance(default, tuple):
+            if isinstance(value, str):
+                value = [part for part in value.replace(",", " ").split() if part]
+            return tuple(int(part) for part in value)
+        return type(default)(value)
+    except (TypeError, ValueError) as error:
+        raise SettingsError(name, f"{value!r} is not a valid {type(default).__name__}") from error

@@ -1,0 +1,1 @@
+"""Framewise's Qt widgets and the worker object. Never imports torch."""
