@@ -1,6 +1,6 @@
 """Events the engine emits while it loads, encodes and answers.
 
-Events are frozen dataclasses of plain data (numbers and strings, no tensors) so the GUI can
+Events are frozen dataclasses of plain data (numbers, strings, small numpy images; no tensors) so the GUI can
 pass them across threads and the CLI can print them as JSON.
 """
 
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Union
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,22 @@ class ChunkStats:
     ms_per_frame: float
     graph_hit: bool
     fallback_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ClipSampled:
+    """A clip was opened and its frames sampled; ``thumbnails`` are small RGB previews, one per frame.
+
+    ``thumbnails``: uint8 arrays of shape (h, w, 3); ``timestamps`` are seconds from the clip's start.
+    """
+
+    clip_name: str
+    path: str
+    timestamps: tuple[float, ...]
+    thumbnails: tuple[np.ndarray, ...]
+    width: int
+    height: int
+    duration_s: float
 
 
 @dataclass(frozen=True)
@@ -96,7 +114,24 @@ class Failed:
     message: str
 
 
-Event = Union[Progress, Token, ChunkStats, EncodeDone, Done, Failed]
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the engine runs on, for ``framewise info``, the About box and the window's banners."""
+
+    device: str
+    dtype: str
+    model_name: str
+    model_label: str | None
+    encoder_name: str
+    graphs_enabled: bool
+    graphs_reason: str
+    attention_backends: tuple[str, ...]
+    graph_budgets: tuple[int, ...] = ()
+    capture_seconds: float | None = None
+    graph_memory_mb: float | None = None
+
+
+Event = Union[Progress, Token, ChunkStats, ClipSampled, EncodeDone, Done, Failed, EngineInfo]
 EventSink = Callable[[Event], None]
 
 

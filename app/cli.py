@@ -1,0 +1,175 @@
+"""``framewise``: ask about a clip from a terminal, or show what Framewise runs on.
+
+    framewise ask CLIP "QUESTION" [--json] [settings flags]
+    framewise info [--json]
+
+The answer streams to stdout, followed by the stats; ``--json`` prints one JSON object instead.
+Progress goes to stderr. Exit status: 0 on success, 2 for a problem with the input (a bad clip,
+model or setting, said on stderr), 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import Any, Sequence, TextIO
+
+from core.errors import FramewiseError
+from core.events import AnswerStats, Done, EncodeDone, EngineInfo, Event, Progress, Token
+from core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, AppSettings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = _settings_from_args(args).validate()
+        if args.command == "info":
+            return _info(settings, args.json)
+        return _ask(settings, args.clip, args.question, args.json)
+    except FramewiseError as error:
+        print(f"framewise: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("framewise: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="framewise", description="Ask Qwen3-VL questions about video clips.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    ask = commands.add_parser("ask", help="answer a question about a clip")
+    ask.add_argument("clip", help="path of a video file")
+    ask.add_argument("question", help="the question, in quotes")
+    info = commands.add_parser("info", help="show the device, attention backends and model in use")
+    for command in (ask, info):
+        _add_settings_flags(command)
+        command.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
+def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    defaults = AppSettings()
+    parser.add_argument("--model", default=defaults.model.source, help="'demo', a checkpoint folder, or a cached repo id")
+    parser.add_argument("--device", choices=DEVICES, default=defaults.model.device)
+    parser.add_argument("--dtype", choices=DTYPES, default=defaults.model.dtype)
+    parser.add_argument("--attention", choices=ATTENTION_BACKENDS, default=defaults.encoder.attention_backend)
+    parser.add_argument("--no-graphs", action="store_true", help="run the vision encoder eagerly")
+    parser.add_argument("--fps", type=float, default=defaults.sampling.fps, help="frames sampled per second")
+    parser.add_argument("--max-frames", type=int, default=defaults.sampling.max_frames)
+    parser.add_argument("--max-pixels", type=int, default=defaults.sampling.max_pixels, help="pixel budget of the whole clip")
+    parser.add_argument("--max-new-tokens", type=int, default=defaults.generation.max_new_tokens)
+    parser.add_argument("--temperature", type=float, default=defaults.generation.temperature)
+
+
+def _settings_from_args(args: argparse.Namespace) -> AppSettings:
+    return (
+        AppSettings()
+        .replace("model", source=args.model, device=args.device, dtype=args.dtype)
+        .replace("encoder", attention_backend=args.attention, use_graphs=not args.no_graphs)
+        .replace("sampling", fps=args.fps, max_frames=args.max_frames, max_pixels=args.max_pixels)
+        .replace("generation", max_new_tokens=args.max_new_tokens, temperature=args.temperature)
+    )
+
+
+def _load_engine(settings: AppSettings, sink: Any) -> Any:
+    from core.engine import Engine  # imported late so `--help` stays instant
+
+    engine = Engine(settings, sink=sink)
+    engine.load()
+    return engine
+
+
+def _info(settings: AppSettings, as_json: bool) -> int:
+    engine = _load_engine(settings, _ProgressPrinter(sys.stderr, quiet=as_json))
+    info = engine.info()
+    if as_json:
+        print(json.dumps(dataclasses.asdict(info)))
+    else:
+        print(format_info(info))
+    return 0
+
+
+def _ask(settings: AppSettings, clip: str, question: str, as_json: bool) -> int:
+    printer = _ProgressPrinter(sys.stderr, quiet=as_json)
+    engine = _load_engine(settings, printer)
+    info = engine.info()
+    encoded = engine.open_clip(clip)
+    if info.model_label and not as_json:
+        print(f"[{info.model_label}]", flush=True)
+    printer.stream_tokens = not as_json
+    done = engine.ask(question)
+    if as_json:
+        print(json.dumps(_result_json(info, encoded, done)))
+    else:
+        print()
+        print(format_stats(done.stats, encoded))
+    return 0
+
+
+class _ProgressPrinter:
+    """An event sink for the terminal: progress on stderr, answer tokens on stdout."""
+
+    def __init__(self, stream: TextIO, quiet: bool) -> None:
+        self.stream = stream
+        self.quiet = quiet
+        self.stream_tokens = False
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, Token) and self.stream_tokens:
+            sys.stdout.write(event.text)
+            sys.stdout.flush()
+        elif isinstance(event, Progress) and not self.quiet:
+            print(f"[{event.stage}] {event.message}", file=self.stream, flush=True)
+
+
+def format_info(info: EngineInfo) -> str:
+    """``framewise info``'s text: one ``name: value`` line per fact."""
+    encoder = "CUDA graphs" if info.graphs_enabled else f"eager ({info.graphs_reason})"
+    lines = [
+        f"model:              {info.model_name}" + (f"  [{info.model_label}]" if info.model_label else ""),
+        f"device:             {info.device}",
+        f"dtype:              {info.dtype}",
+        f"vision encoder:     {encoder}",
+        f"attention backends: {', '.join(info.attention_backends)}",
+    ]
+    if info.graphs_enabled:
+        lines.append(f"graph budgets:      {', '.join(map(str, info.graph_budgets))}")
+        lines.append(f"capture:            {info.capture_seconds:.1f} s, {info.graph_memory_mb:.0f} MiB")
+    return "\n".join(lines)
+
+
+def format_stats(stats: AnswerStats, encoded: EncodeDone) -> str:
+    """The stats printed after an answer."""
+    return (
+        f"--\nframes {stats.frames}, patches {stats.patches}, "
+        f"decode {encoded.decode_ms:.0f} ms, preprocess {stats.preprocess_ms:.0f} ms, "
+        f"encode {stats.encode_ms:.1f} ms ({stats.ms_per_frame:.2f} ms/frame, "
+        f"graph hits {encoded.graph_hits}, misses {encoded.graph_misses})\n"
+        f"first token {stats.time_to_first_token_ms:.0f} ms, {stats.new_tokens} tokens, "
+        f"{stats.tokens_per_second:.1f} tokens/s" + (", cancelled" if stats.cancelled else "")
+    )
+
+
+def _result_json(info: EngineInfo, encoded: EncodeDone, done: Done) -> dict[str, Any]:
+    return {
+        "answer": done.text,
+        "model": info.model_name,
+        "model_label": info.model_label,
+        "device": info.device,
+        "encoder": info.encoder_name,
+        "clip": {
+            "name": encoded.clip_name,
+            "frames": encoded.frames,
+            "timestamps": list(encoded.timestamps),
+            "decode_ms": encoded.decode_ms,
+            "graph_hits": encoded.graph_hits,
+            "graph_misses": encoded.graph_misses,
+        },
+        "stats": dataclasses.asdict(done.stats),
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())
