@@ -1,0 +1,81 @@
+"""Settings: validation messages name the field and say what to change; round-trips keep values."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.errors import SettingsError
+from core.settings import AppSettings, EncoderSettings, geometric_budgets
+
+
+def test_defaults_are_valid_and_budgets_are_finer_than_powers_of_two() -> None:
+    settings = AppSettings().validate()
+    budgets = settings.encoder.token_budgets()
+    assert budgets[0] == settings.encoder.min_budget and budgets[-1] == settings.encoder.max_budget
+    assert all(b % 4 == 0 for b in budgets)
+    ratios = [later / earlier for earlier, later in zip(budgets, budgets[1:])]
+    assert max(ratios) < 2.0
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "ratio"), [(256, 16384, 1.25), (100, 1000, 1.5), (4, 4, 2.0), (256, 16000, 3.9)]
+)
+def test_geometric_budgets_cover_the_range_ascending(low: int, high: int, ratio: float) -> None:
+    budgets = geometric_budgets(low, high, ratio)
+    assert list(budgets) == sorted(set(budgets))
+    assert budgets[-1] == high and budgets[0] >= low
+    assert all(later / earlier <= ratio + 0.05 for earlier, later in zip(budgets, budgets[1:]) if earlier >= 64)
+
+
+@pytest.mark.parametrize(
+    ("section", "changes", "field", "hint"),
+    [
+        ("encoder", {"attention_backend": "magic"}, "encoder.attention_backend", "varlen"),
+        ("encoder", {"budgets": (256, 1000, 1001)}, "encoder.budgets", "multiple of 4"),
+        ("encoder", {"max_items_per_batch": 512}, "encoder.max_items_per_batch", "smallest budget"),
+        ("encoder", {"max_frames_per_batch": 2}, "encoder.max_frames_per_batch", "max items per batch"),
+        ("encoder", {"min_budget": 1024, "max_budget": 512}, "encoder.max_budget", "at least min budget"),
+        ("encoder", {"budget_ratio": 1.0}, "encoder.budget_ratio", "between"),
+        ("encoder", {"budget_ratio": 1.011, "min_budget": 4}, "encoder.budget_ratio", "too many"),
+        ("sampling", {"max_frames": 7}, "sampling.max_frames", "even"),
+        ("sampling", {"max_frames": 800}, "sampling.max_frames", "768"),
+        ("sampling", {"fps": 0}, "sampling.fps", "between"),
+        ("sampling", {"max_pixels": 1000}, "sampling.max_pixels", "raise max pixels"),
+        ("model", {"device": "tpu"}, "model.device", "cuda"),
+        ("model", {"source": "  "}, "model.source", "demo"),
+        ("generation", {"max_new_tokens": 0}, "generation.max_new_tokens", "between"),
+        ("generation", {"temperature": -1.0}, "generation.temperature", "greedy"),
+    ],
+)
+def test_invalid_settings_name_the_field_and_the_fix(section: str, changes: dict, field: str, hint: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        AppSettings().replace(section, **changes).validate()
+    assert raised.value.field == field
+    assert hint in raised.value.message
+
+
+def test_explicit_budgets_win_over_the_range() -> None:
+    encoder = EncoderSettings(budgets=(1024, 256, 256, 4096), max_items_per_batch=4)
+    assert encoder.token_budgets() == (256, 1024, 4096)
+
+
+def test_round_trip_through_dict_keeps_every_value() -> None:
+    settings = (
+        AppSettings()
+        .replace("encoder", budgets=(256, 512), use_graphs=False, attention_backend="sdpa_masked")
+        .replace("sampling", fps=1.5, max_frames=16)
+        .replace("model", source="/models/qwen", dtype="bfloat16")
+    )
+    assert AppSettings.from_dict(settings.to_dict()) == settings
+
+
+def test_from_dict_ignores_unknown_keys_and_fills_missing_ones() -> None:
+    settings = AppSettings.from_dict({"encoder": {"use_graphs": "false", "unknown": 1}, "extra": {}})
+    assert settings.encoder.use_graphs is False
+    assert settings.sampling == AppSettings().sampling
+
+
+def test_from_dict_rejects_wrong_types_with_the_field_name() -> None:
+    with pytest.raises(SettingsError) as raised:
+        AppSettings.from_dict({"sampling": {"max_frames": "many"}})
+    assert raised.value.field == "sampling.max_frames"
