@@ -1,0 +1,329 @@
+"""Synthetic shape clips with ground truth, for training and evaluating the demo model.
+
+A :class:`Scene` is a plain canvas with one to four shapes (square, circle, triangle) of distinct
+colors. Each shape moves in a straight line (left, right, up, down) or stays still, and may
+appear after the start or disappear before the end. Everything about a scene follows from one
+integer seed, so a seed range is a data split.
+
+A scene is rendered at any time (``render_frame``), as a whole source clip (``render_clip``, for
+writing sample videos) or at the frames the application would sample (``sample_scene``). The
+questions (``questions_for``) are answered from what was sampled: a shape counts as visible in a
+frame pair when it is drawn in either frame of the pair, which is what the model sees.
+
+Rendering is numpy and OpenCV; nothing here needs PyAV.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import cv2
+import numpy as np
+
+from core.processing import VideoInputs, VisionGeometry, preprocess_video, resize_frames, video_frame_size
+from core.settings import SamplingSettings
+from core.video import sample_count, sample_times
+
+ShapeKind = Literal["square", "circle", "triangle"]
+QuestionKind = Literal["color", "motion", "count", "first", "appear"]
+
+SHAPES: tuple[ShapeKind, ...] = ("square", "circle", "triangle")
+COLORS: dict[str, tuple[int, int, int]] = {
+    "red": (220, 30, 30),
+    "green": (30, 170, 60),
+    "blue": (40, 80, 230),
+    "yellow": (245, 215, 30),
+    "purple": (150, 50, 200),
+    "orange": (250, 130, 20),
+}
+BACKGROUNDS: tuple[tuple[int, int, int], ...] = ((0, 0, 0), (40, 40, 40), (128, 128, 128), (205, 205, 205), (255, 255, 255))
+DIRECTIONS = ("left", "right", "up", "down", "still")
+QUESTION_KINDS: tuple[QuestionKind, ...] = ("color", "motion", "count", "first", "appear")
+NO_MOTION_ANSWER = "it does not move"
+
+TRAIN_SEEDS = range(0, 10_000_000)
+HELD_OUT_SEEDS = range(10_000_000, 11_000_000)
+
+_ASPECTS = ((1, 1), (4, 3), (3, 4), (16, 9), (9, 16), (3, 2), (2, 3))
+_SOURCE_FPS = (8.0, 10.0, 12.0, 15.0, 24.0, 25.0, 30.0)
+_UNIT_VECTORS = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1), "still": (0, 0)}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One shape: ``center`` (x, y) in pixels when it appears, ``velocity`` in pixels per second.
+
+    ``size`` is the side of the square (the diameter of the circle, the side of the triangle's
+    bounding box). The shape is drawn for ``appear_s <= t < disappear_s``.
+    """
+
+    kind: ShapeKind
+    color: str
+    size: int
+    center: tuple[float, float]
+    velocity: tuple[float, float]
+    appear_s: float
+    disappear_s: float
+
+    @property
+    def direction(self) -> str:
+        vx, vy = self.velocity
+        if vx == 0 and vy == 0:
+            return "still"
+        if abs(vx) >= abs(vy):
+            return "right" if vx > 0 else "left"
+        return "down" if vy > 0 else "up"
+
+    @property
+    def name(self) -> str:
+        return f"the {self.color} {self.kind}"
+
+    def visible(self, t: float) -> bool:
+        return self.appear_s <= t < self.disappear_s
+
+    def center_at(self, t: float) -> tuple[float, float]:
+        elapsed = t - self.appear_s
+        return (self.center[0] + self.velocity[0] * elapsed, self.center[1] + self.velocity[1] * elapsed)
+
+
+@dataclass(frozen=True)
+class Scene:
+    """A clip's content: canvas, source frame rate and duration, background and shapes."""
+
+    seed: int
+    width: int
+    height: int
+    fps: float
+    frame_count: int
+    background: tuple[int, int, int]
+    noise_std: float
+    shapes: tuple[Shape, ...]
+
+    @property
+    def duration_s(self) -> float:
+        return self.frame_count / self.fps
+
+    def frame_times(self) -> np.ndarray:
+        """(frame_count,) presentation time of every source frame in seconds."""
+        return np.arange(self.frame_count) / self.fps
+
+
+@dataclass(frozen=True)
+class SampledScene:
+    """A scene as the application samples it.
+
+    ``frames``: (T, H, W, 3) uint8 RGB at the source canvas size, ``timestamps``: (T,) seconds,
+    ``pair_timestamps``: the time of each frame pair (mean of its two frames), as the prompt's
+    markers show it; ``visible``: (T, shapes) which shape is drawn in which frame.
+    """
+
+    scene: Scene
+    frames: np.ndarray
+    timestamps: tuple[float, ...]
+    pair_timestamps: tuple[float, ...]
+    visible: np.ndarray
+
+
+@dataclass(frozen=True)
+class Question:
+    kind: QuestionKind
+    text: str
+    answer: str
+
+
+def make_scene(seed: int) -> Scene:
+    """The scene for ``seed``; the same seed always gives the same scene."""
+    rng = np.random.default_rng(seed)
+    aspect_w, aspect_h = _ASPECTS[rng.integers(len(_ASPECTS))]
+    short_side = int(rng.integers(96, 225))
+    scale = short_side / min(aspect_w, aspect_h)
+    width, height = int(round(aspect_w * scale)), int(round(aspect_h * scale))
+    fps = float(_SOURCE_FPS[rng.integers(len(_SOURCE_FPS))])
+    duration = float(rng.uniform(2.0, 8.0))
+    frame_count = max(2, int(round(duration * fps)))
+    duration = frame_count / fps
+    background = BACKGROUNDS[rng.integers(len(BACKGROUNDS))]
+    noise_std = float(rng.choice([0.0, 0.0, 2.0, 4.0]))
+    count = int(rng.integers(1, 5))
+    shapes = _place_shapes(rng, count, width, height, duration)
+    return Scene(seed, width, height, fps, frame_count, background, noise_std, shapes)
+
+
+def _place_shapes(rng: np.random.Generator, count: int, width: int, height: int, duration: float) -> tuple[Shape, ...]:
+    """Shapes with distinct colors whose paths stay inside the canvas and do not overlap while visible."""
+    colors = rng.permutation(list(COLORS))[:count]
+    shapes: list[Shape] = []
+    for color in colors:
+        for _ in range(50):
+            candidate = _random_shape(rng, str(color), width, height, duration)
+            if all(not _overlap(candidate, other, duration) for other in shapes):
+                shapes.append(candidate)
+                break
+    return tuple(shapes)
+
+
+def _random_shape(rng: np.random.Generator, color: str, width: int, height: int, duration: float) -> Shape:
+    short_side = min(width, height)
+    size = max(20, int(round(short_side * rng.uniform(0.18, 0.3))))
+    kind = SHAPES[rng.integers(len(SHAPES))]
+    direction = DIRECTIONS[rng.integers(len(DIRECTIONS))]
+    appear, disappear = 0.0, math.inf
+    if duration >= 3.0 and rng.random() < 0.5:
+        appear = float(rng.uniform(0.8, duration - 1.8))
+    if rng.random() < 0.25 and duration - appear >= 3.5:
+        disappear = float(rng.uniform(appear + 2.0, duration - 0.6))
+    ux, uy = _UNIT_VECTORS[direction]
+    half = size / 2 + 2
+    # Travel a clear distance while visible (about half the free room or more) without leaving the canvas.
+    room_x, room_y = width - 2 * half, height - 2 * half
+    room = room_x if ux else room_y
+    travel = float(rng.uniform(0.45, 0.9)) * room if direction != "still" else 0.0
+    speed = travel / (min(disappear, duration) - appear)
+    start_x = _start_along(rng, ux, half, room_x, travel)
+    start_y = _start_along(rng, uy, half, room_y, travel)
+    return Shape(kind, color, size, (start_x, start_y), (ux * speed, uy * speed), appear, disappear)
+
+
+def _start_along(rng: np.random.Generator, unit: int, half: float, room: float, travel: float) -> float:
+    """Start coordinate on one axis so that ``travel`` pixels along ``unit`` stay within the canvas."""
+    if unit > 0:
+        return half + float(rng.uniform(0, room - travel))
+    if unit < 0:
+        return half + travel + float(rng.uniform(0, room - travel))
+    return half + float(rng.uniform(0, room))
+
+
+def _overlap(a: Shape, b: Shape, duration: float) -> bool:
+    """Whether two shapes come within touching distance at any time both are visible."""
+    gap = (a.size + b.size) / 2 + 4
+    for t in np.linspace(0.0, duration, 41):
+        if a.visible(t) and b.visible(t):
+            (ax, ay), (bx, by) = a.center_at(t), b.center_at(t)
+            if abs(ax - bx) < gap and abs(ay - by) < gap:
+                return True
+    return False
+
+
+def render_frame(scene: Scene, t: float) -> np.ndarray:
+    """(H, W, 3) uint8 RGB picture of the scene at time ``t`` seconds."""
+    frame = np.empty((scene.height, scene.width, 3), np.uint8)
+    frame[:] = scene.background
+    for shape in scene.shapes:
+        if shape.visible(t):
+            _draw(frame, shape, shape.center_at(t))
+    if scene.noise_std > 0:
+        noise_rng = np.random.default_rng([scene.seed, int(round(t * 1000))])
+        noise = noise_rng.standard_normal(frame.shape, dtype=np.float32) * scene.noise_std
+        frame = np.clip(frame + noise, 0, 255).astype(np.uint8)
+    return frame
+
+
+def _draw(frame: np.ndarray, shape: Shape, center: tuple[float, float]) -> None:
+    shift = 4  # sub-pixel positions: coordinates are in 1/16 pixel
+    one = 1 << shift
+    cx, cy = center
+    half = shape.size / 2
+    color = COLORS[shape.color]
+    if shape.kind == "circle":
+        cv2.circle(frame, (round(cx * one), round(cy * one)), round(half * one), color, -1, cv2.LINE_AA, shift)
+        return
+    if shape.kind == "square":
+        corners = [(cx - half, cy - half), (cx + half, cy - half), (cx + half, cy + half), (cx - half, cy + half)]
+    else:
+        corners = [(cx, cy - half), (cx + half, cy + half), (cx - half, cy + half)]
+    points = np.array([[round(x * one), round(y * one)] for x, y in corners], np.int32)
+    cv2.fillPoly(frame, [points], color, cv2.LINE_AA, shift)
+
+
+def render_clip(scene: Scene) -> np.ndarray:
+    """(frame_count, H, W, 3) uint8: every source frame, for writing the scene as a video file."""
+    return np.stack([render_frame(scene, float(t)) for t in scene.frame_times()])
+
+
+def sample_scene(scene: Scene, sampling: SamplingSettings = SamplingSettings()) -> SampledScene:
+    """Render the frames the application samples from the scene's clip (``core.video``'s rule:
+    ``sample_count`` target times, each taking the source frame on screen at that time)."""
+    count = sample_count(scene.duration_s, sampling, scene.frame_count)
+    indices = [min(scene.frame_count - 1, math.floor(t * scene.fps + 1e-6)) for t in sample_times(scene.duration_s, count)]
+    times = scene.frame_times()[indices]
+    frames = np.stack([render_frame(scene, float(t)) for t in times])
+    visible = np.array([[shape.visible(float(t)) for shape in scene.shapes] for t in times], bool).reshape(
+        len(times), len(scene.shapes)
+    )
+    pairs = tuple(float(times[i] + times[i + 1]) / 2 for i in range(0, len(times), 2))
+    return SampledScene(scene, frames, tuple(float(t) for t in times), pairs, visible)
+
+
+def video_inputs(sampled: SampledScene, sampling: SamplingSettings, geometry: VisionGeometry) -> VideoInputs:
+    """The vision input the application builds from these frames: resized to the Qwen3-VL size for
+    the clip, then patchified (``core.processing``)."""
+    frames = sampled.frames
+    size = video_frame_size(len(frames), frames.shape[1], frames.shape[2], sampling, geometry=geometry)
+    return preprocess_video(resize_frames(frames, size), sampled.timestamps, geometry)
+
+
+def marker_seconds(seconds: float) -> float:
+    """The time as the prompt's ``<t.t seconds>`` marker prints it."""
+    return float(f"{seconds:.1f}")
+
+
+def about_seconds(marker: float) -> str:
+    """Canonical answer for a time read off a marker: the nearest whole second (halves round up)."""
+    whole = math.floor(marker + 0.5)
+    return f"about {whole} second" if whole == 1 else f"about {whole} seconds"
+
+
+def questions_for(sampled: SampledScene) -> list[Question]:
+    """Every question with an unambiguous answer in what was sampled, in :data:`QUESTION_KINDS` order.
+
+    Questions name a shape by its kind, so they are asked only about a kind that occurs once.
+    """
+    scene = sampled.scene
+    pair_visible = sampled.visible.reshape(-1, 2, len(scene.shapes)).any(axis=1)
+    seen = pair_visible.any(axis=0)
+    shapes = [shape for shape, shown in zip(scene.shapes, seen) if shown]
+    first_pair = {shape: int(np.argmax(pair_visible[:, i])) for i, shape in enumerate(scene.shapes) if seen[i]}
+    unique = [shape for shape in shapes if sum(other.kind == shape.kind for other in shapes) == 1]
+    questions: list[Question] = []
+    for shape in unique:
+        questions.append(Question("color", f"What color is the {shape.kind}?", shape.color))
+    for shape in unique:
+        visible_pairs = int(pair_visible[:, scene.shapes.index(shape)].sum())
+        if visible_pairs >= 2:
+            answer = NO_MOTION_ANSWER if shape.direction == "still" else shape.direction
+            questions.append(Question("motion", f"Which way does the {shape.kind} move?", answer))
+    if shapes:
+        questions.append(Question("count", "How many shapes are there?", str(len(shapes))))
+    if len(shapes) >= 2:
+        earliest = min(first_pair.values())
+        leaders = [shape for shape in shapes if first_pair[shape] == earliest]
+        if len(leaders) == 1:
+            questions.append(Question("first", "What appears first?", leaders[0].name))
+    for shape in unique:
+        pair = first_pair[shape]
+        if pair > 0:
+            marker = marker_seconds(sampled.pair_timestamps[pair])
+            questions.append(Question("appear", f"When does the {shape.kind} appear?", about_seconds(marker)))
+    return questions
+
+
+def answer_words() -> list[str]:
+    """Every word a question or an answer can use, for the demo tokenizer's vocabulary."""
+    words = {"what", "color", "is", "the", "which", "way", "does", "move", "how", "many", "shapes", "are",
+             "there", "appears", "first", "when", "appear", "about", "second", "seconds", "it", "not", "?"}
+    words.update(SHAPES)
+    words.update(COLORS)
+    words.update(d for d in DIRECTIONS if d != "still")
+    words.update(NO_MOTION_ANSWER.split())
+    words.update(str(d) for d in range(10))
+    return sorted(words)
+
+
+def pick_question(questions: Sequence[Question], rng: np.random.Generator) -> Question:
+    """One question, with every available kind equally likely."""
+    kinds = sorted({q.kind for q in questions}, key=QUESTION_KINDS.index)
+    kind = kinds[rng.integers(len(kinds))]
+    of_kind = [q for q in questions if q.kind == kind]
+    return of_kind[rng.integers(len(of_kind))]
