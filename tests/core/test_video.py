@@ -1,0 +1,360 @@
+"""core.video on clips written in the test: sampling by time, rotation, resizing, the OpenCV
+fallback, and a typed, actionable error for every kind of bad input, never a hang."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from core import video
+from core.errors import (
+    CancelledError,
+    ClipNotFoundError,
+    ClipTooLargeError,
+    DecodeTimeoutError,
+    EmptyClipError,
+    NoVideoStreamError,
+    UnreadableClipError,
+)
+from core.processing import video_frame_size
+from core.settings import SamplingSettings
+from core.video import probe_clip, sample_clip, sample_count, sample_times
+from training.clip_writer import write_audio_only, write_clip
+
+SAMPLE_CLIPS = Path(__file__).resolve().parents[2] / "assets" / "clips"
+GRAY_START, GRAY_STEP = 10, 6
+
+
+def index_frame(index: int, height: int = 48, width: int = 64) -> np.ndarray:
+    """A flat gray frame whose brightness encodes ``index`` (0..39)."""
+    return np.full((height, width, 3), GRAY_START + GRAY_STEP * index, np.uint8)
+
+
+def frame_index(frame: np.ndarray) -> int:
+    return round((float(frame.mean()) - GRAY_START) / GRAY_STEP)
+
+
+def indices(frames: np.ndarray) -> list[int]:
+    return [frame_index(frame) for frame in frames]
+
+
+def on_screen(source_times: list[float], target: float) -> int:
+    """Index of the frame shown at ``target``: the last one whose time is at or before it."""
+    return max(sum(1 for t in source_times if t <= target + 1e-9) - 1, 0)
+
+
+def header_only_clip(path: Path, width: int, height: int) -> Path:
+    """A fragmented MP4 that declares a video stream of this size but holds no frames."""
+    with av.open(str(path), "w", options={"movflags": "frag_keyframe+empty_moov"}) as container:
+        stream = container.add_stream("libx264", rate=10)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        container.start_encoding()
+    return path
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("clips")
+    counted = write_clip(folder / "counted.mp4", [index_frame(i) for i in range(40)], fps=10)
+    raw = counted.read_bytes()
+    (folder / "random.mp4").write_bytes(np.random.default_rng(0).integers(0, 256, 20_000, np.uint8).tobytes())
+    (folder / "truncated.mp4").write_bytes(raw[: len(raw) // 2])
+    return {
+        "counted": counted,
+        "short": write_clip(folder / "short.mp4", [index_frame(i) for i in range(3)], fps=10),
+        "audio": write_audio_only(folder / "audio.m4a", 0.5),
+        "empty": header_only_clip(folder / "empty.mp4", 64, 48),
+        "huge": header_only_clip(folder / "huge.mp4", 10_000, 10_000),
+        "wide": header_only_clip(folder / "wide.mp4", 9_000, 16),
+        "random": folder / "random.mp4",
+        "truncated": folder / "truncated.mp4",
+    }
+
+
+SAMPLING = SamplingSettings(fps=2.0, min_frames=4, max_frames=32)
+
+
+# --- how many frames, and when ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("duration_s", "fps", "min_frames", "max_frames", "frame_count", "expected"),
+    [
+        (4.0, 2.0, 4, 32, None, 8),  # duration x fps
+        (4.0, 0.5, 4, 32, None, 4),  # raised to min_frames
+        (4.0, 10.0, 4, 16, None, 16),  # lowered to max_frames
+        (4.0, 1.25, 4, 32, None, 6),  # 5 rounded up to even
+        (4.0, 2.0, 4, 32, 5, 6),  # no more than the clip's frames (rounded up to even)
+        (0.3, 2.0, 4, 32, 3, 4),  # but never fewer than min_frames
+        (0.0, 2.0, 4, 32, 1, 4),  # a single still frame
+    ],
+)
+def test_sample_count_clamps_to_an_even_count_in_range(duration_s, fps, min_frames, max_frames, frame_count, expected):
+    sampling = SamplingSettings(fps=fps, min_frames=min_frames, max_frames=max_frames)
+    assert sample_count(duration_s, sampling, frame_count) == expected
+
+
+def test_sample_times_are_the_middles_of_equal_slices():
+    assert sample_times(4.0, 8) == pytest.approx([0.25, 0.75, 1.25, 1.75, 2.25, 2.75, 3.25, 3.75])
+
+
+def test_uniform_sampling_takes_the_frame_on_screen_at_each_target_time(clips):
+    sampled = sample_clip(clips["counted"], SAMPLING)
+
+    assert sampled.reader == "pyav"
+    assert len(sampled.frames) == 8 == len(sampled.timestamps)
+    expected = [on_screen([i / 10 for i in range(40)], t) for t in sample_times(4.0, 8)]
+    assert expected == [2, 7, 12, 17, 22, 27, 32, 37]
+    assert indices(sampled.frames) == expected
+    assert sampled.timestamps == pytest.approx([i / 10 for i in expected])
+    assert sampled.frames.dtype == np.uint8 and sampled.frames.shape[-1] == 3
+
+
+@pytest.mark.parametrize(("fps", "min_frames", "max_frames", "expected"), [(0.5, 4, 32, 4), (5.0, 4, 12, 12), (1.25, 4, 32, 6)])
+def test_sampling_settings_set_the_frame_count(clips, fps, min_frames, max_frames, expected):
+    sampling = SamplingSettings(fps=fps, min_frames=min_frames, max_frames=max_frames)
+    sampled = sample_clip(clips["counted"], sampling)
+
+    assert len(sampled.frames) == expected
+    assert np.all(np.diff(sampled.timestamps) > 0)
+    assert indices(sampled.frames) == [round(t * 10) for t in sampled.timestamps]
+
+
+def test_a_clip_with_fewer_frames_than_min_frames_repeats_them_evenly(clips):
+    sampled = sample_clip(clips["short"], SAMPLING)
+
+    assert len(sampled.frames) == 4
+    assert sorted(set(indices(sampled.frames))) == [0, 1, 2]
+    assert indices(sampled.frames) == [round(t * 10) for t in sampled.timestamps]
+    assert np.all(np.diff(sampled.timestamps) >= 0)
+
+
+def test_variable_frame_rate_is_sampled_by_time_not_by_frame_index(tmp_path):
+    times = [0.0, 0.1, 0.2, 1.5, 1.6, 3.0, 3.05, 3.9, 3.95, 4.0]
+    path = write_clip(tmp_path / "vfr.mp4", [index_frame(i) for i in range(len(times))], fps=10, timestamps=times)
+
+    sampled = sample_clip(path, SAMPLING)
+
+    assert sampled.info.duration_s == pytest.approx(4.1, abs=0.06)
+    targets = sample_times(sampled.info.duration_s, len(sampled.frames))
+    expected = [on_screen(times, t) for t in targets]
+    by_index = np.linspace(0, len(times) - 1, len(targets)).round().astype(int).tolist()
+    assert expected != by_index  # the clip really tells time-based from index-based sampling
+    assert indices(sampled.frames) == expected
+    assert sampled.timestamps == pytest.approx([times[i] for i in expected], abs=1e-3)
+
+
+# --- size and orientation ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("height", "width"), [(240, 320), (96, 480), (64, 40)])
+def test_frames_come_out_at_the_qwen3_vl_target_size(tmp_path, height, width):
+    sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=32, max_pixels=4 * 128 * 128)
+    path = write_clip(tmp_path / "sized.mp4", [index_frame(i, height, width) for i in range(10)], fps=5)
+
+    sampled = sample_clip(path, sampling)
+
+    assert (sampled.info.width, sampled.info.height) == (width, height)
+    target = video_frame_size(len(sampled.frames), height, width, sampling)
+    assert sampled.frames.shape == (4, *target, 3)
+    assert indices(sampled.frames) == [round(t * 5) for t in sampled.timestamps]
+
+
+def quadrant_picture(height: int = 32, width: int = 64) -> np.ndarray:
+    """Red top-left quadrant, green top-right, blue bottom-left, yellow bottom-right."""
+    image = np.zeros((height, width, 3), np.uint8)
+    h, w = height // 2, width // 2
+    image[:h, :w], image[:h, w:] = (255, 0, 0), (0, 255, 0)
+    image[h:, :w], image[h:, w:] = (0, 0, 255), (255, 255, 0)
+    return image
+
+
+def quadrant_colors(image: np.ndarray) -> np.ndarray:
+    """Mean colour of each quadrant, (2, 2, 3), rounded to 0/255."""
+    h, w = image.shape[0] // 2, image.shape[1] // 2
+    blocks = image[: 2 * h, : 2 * w].reshape(2, h, 2, w, 3).mean(axis=(1, 3))
+    return np.where(blocks > 127, 255, 0)
+
+
+@pytest.mark.parametrize("rotation", [90, 180, 270])
+def test_rotation_metadata_gives_upright_frames_and_displayed_size(tmp_path, rotation):
+    picture = quadrant_picture()
+    path = write_clip(tmp_path / "rotated.mp4", [picture] * 6, fps=6, rotation_degrees=rotation)
+
+    sampled = sample_clip(path, SAMPLING)
+
+    displayed = np.rot90(picture, k=rotation // 90)  # counter-clockwise, as a player shows it
+    assert sampled.info.rotation_degrees == rotation
+    assert (sampled.info.height, sampled.info.width) == displayed.shape[:2]
+    assert sampled.frames.shape[1:3] == video_frame_size(4, *displayed.shape[:2], SAMPLING)
+    np.testing.assert_array_equal(quadrant_colors(sampled.frames[0]), quadrant_colors(displayed))
+
+
+def test_probe_reads_the_header_and_counts_frames_without_sampling(clips):
+    info = probe_clip(clips["counted"])
+
+    assert (info.width, info.height, info.frame_count, info.rotation_degrees) == (64, 48, 40, 0)
+    assert info.duration_s == pytest.approx(4.0)
+    assert info.fps == pytest.approx(10.0)
+    assert info.codec == "h264"
+
+
+def test_sample_clips_in_assets_are_as_described():
+    infos = {path.name: probe_clip(path) for path in sorted(SAMPLE_CLIPS.glob("*.mp4"))}
+
+    assert set(infos) == {"red_square_moves_right.mp4", "two_shapes_wide.mp4", "rotated_phone.mp4"}
+    assert (infos["two_shapes_wide.mp4"].width, infos["two_shapes_wide.mp4"].height) == (480, 200)
+    phone = infos["rotated_phone.mp4"]
+    assert (phone.rotation_degrees, phone.width, phone.height) == (90, 180, 320)
+    assert all(path.stat().st_size < 300_000 for path in SAMPLE_CLIPS.glob("*.mp4"))
+
+
+# --- OpenCV fallback ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pyav_fails(monkeypatch):
+    def fail(path, sampling, guard):
+        raise video._ReaderFailed("PyAV: forced to fail by the test")
+
+    monkeypatch.setattr(video, "_read_with_pyav", fail)
+
+
+def test_opencv_reads_the_clip_when_pyav_cannot(clips, pyav_fails):
+    sampled = sample_clip(clips["counted"], SAMPLING)
+
+    assert sampled.reader == "opencv"
+    assert indices(sampled.frames) == [2, 7, 12, 17, 22, 27, 32, 37]
+    assert sampled.timestamps == pytest.approx([0.2, 0.7, 1.2, 1.7, 2.2, 2.7, 3.2, 3.7], abs=1e-3)
+    assert sampled.frames.shape == (8, *video_frame_size(8, 48, 64, SAMPLING), 3)
+    assert probe_clip(clips["counted"]).frame_count == 40
+
+
+def test_opencv_fallback_also_turns_rotated_clips_upright(tmp_path, pyav_fails):
+    picture = quadrant_picture()
+    path = write_clip(tmp_path / "rotated.mp4", [picture] * 6, fps=6, rotation_degrees=90)
+
+    sampled = sample_clip(path, SAMPLING)
+
+    displayed = np.rot90(picture)
+    assert sampled.reader == "opencv"
+    assert (sampled.info.rotation_degrees, sampled.info.height, sampled.info.width) == (90, 64, 32)
+    np.testing.assert_array_equal(quadrant_colors(sampled.frames[0]), quadrant_colors(displayed))
+
+
+# --- bad input ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("clip", "error", "words"),
+    [
+        ("random", UnreadableClipError, "not a video Framewise can read"),
+        ("truncated", UnreadableClipError, "truncated or damaged"),
+        ("audio", NoVideoStreamError, "holds audio only"),
+        ("empty", EmptyClipError, "no frames"),
+        ("huge", ClipTooLargeError, "10000x10000"),  # 100 megapixels
+        ("wide", ClipTooLargeError, "9000x16"),  # one side over 8192
+    ],
+)
+def test_bad_files_raise_a_typed_error_that_says_what_to_do(clips, clip, error, words):
+    for call in (lambda: sample_clip(clips[clip], SAMPLING), lambda: probe_clip(clips[clip])):
+        with pytest.raises(error) as raised:
+            call()
+        message = str(raised.value)
+        assert clips[clip].name in message and words in message
+
+
+def test_resolution_is_checked_from_the_header_before_any_decoding(clips, monkeypatch):
+    def no_decoding(*args):
+        raise AssertionError("decoded a clip whose header is too large")
+
+    monkeypatch.setattr(video, "_pyav_frames", no_decoding)
+    monkeypatch.setattr(video, "_scan_packets", no_decoding)
+    with pytest.raises(ClipTooLargeError):
+        sample_clip(clips["huge"], SAMPLING)
+
+
+def test_missing_paths_and_folders_raise_clip_not_found(tmp_path):
+    with pytest.raises(ClipNotFoundError, match="No file at .*nowhere.mp4"):
+        sample_clip(tmp_path / "nowhere.mp4", SAMPLING)
+    with pytest.raises(ClipNotFoundError, match="is a folder"):
+        probe_clip(tmp_path)
+
+
+# --- bounded in time, cancellable --------------------------------------------------------------------
+
+
+@pytest.fixture
+def slow_decoder(monkeypatch):
+    """Decoding that takes 0.2 s per frame (8 s for the counted clip) but checks the deadline."""
+    real_frames = video._pyav_frames
+
+    def slow_frames(container, stream, guard):
+        for frame in real_frames(container, stream, guard):
+            time.sleep(0.2)
+            guard.check()
+            yield frame
+
+    monkeypatch.setattr(video, "_pyav_frames", slow_frames)
+
+
+def decode_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name.startswith("framewise-decode")]
+
+
+def test_a_slow_decode_times_out_quickly_and_its_worker_stops(clips, slow_decoder):
+    started = time.monotonic()
+    with pytest.raises(DecodeTimeoutError, match="longer than 0.5 s"):
+        sample_clip(clips["counted"], SAMPLING, timeout_s=0.5)
+    assert time.monotonic() - started < 1.5
+
+    deadline = time.monotonic() + 2.0
+    while decode_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not decode_threads()
+
+
+def test_a_decoder_stuck_in_a_call_cannot_hang_the_caller(clips, monkeypatch):
+    monkeypatch.setattr(video, "_scan_packets", lambda *args: time.sleep(3))  # ignores the deadline
+
+    started = time.monotonic()
+    with pytest.raises(DecodeTimeoutError):
+        probe_clip(clips["counted"], timeout_s=0.3)
+    assert time.monotonic() - started < 1.0
+
+
+def test_cancel_during_decoding_raises_promptly_on_the_callers_thread(clips, slow_decoder):
+    asked_from = []
+
+    def should_cancel() -> bool:
+        asked_from.append(threading.current_thread())
+        return len(asked_from) > 5
+
+    started = time.monotonic()
+    with pytest.raises(CancelledError, match="counted.mp4 was cancelled"):
+        sample_clip(clips["counted"], SAMPLING, should_cancel=should_cancel)
+    assert time.monotonic() - started < 1.0
+    assert set(asked_from) == {threading.current_thread()}
+
+
+def test_cancel_before_reading_reads_nothing(clips, monkeypatch):
+    monkeypatch.setattr(video, "_read", lambda *args: pytest.fail("read a clip after cancel"))
+    with pytest.raises(CancelledError, match="cancelled"):
+        sample_clip(clips["counted"], SAMPLING, should_cancel=lambda: True)
+
+
+# --- the clip writer's own checks ----------------------------------------------------------------------
+
+
+def test_clip_writer_refuses_frames_it_cannot_encode_faithfully(tmp_path):
+    with pytest.raises(ValueError, match="even"):
+        write_clip(tmp_path / "odd.mp4", [np.zeros((47, 64, 3), np.uint8)], fps=10)
+    with pytest.raises(ValueError, match="increase"):
+        write_clip(tmp_path / "back.mp4", [index_frame(0), index_frame(1)], fps=10, timestamps=[0.5, 0.2])
+    with pytest.raises(ValueError, match="like the first"):
+        write_clip(tmp_path / "mixed.mp4", [index_frame(0), index_frame(1, 32, 32)], fps=10)
