@@ -459,7 +459,7 @@ def _expand_placeholders(
             f"The chat template placed {found_videos} clip(s) and {found_images} image(s) where "
             f"{int(video is not None)} and {len(images)} were given; use a Qwen3-VL chat template."
         )
-    replacements = iter(_image_pads(tokens, item, merge_area) for item in images)
+    replacements = iter(tokens.image_pad * (item.patches // merge_area) for item in images)
 
     def expand(match: re.Match[str]) -> str:
         if match.group() == tokens.image_pad:
@@ -480,6 +480,3 @@ def _video_blocks(tokens: _VisionTokens, video: VideoInputs | None, merge_area: 
         f"<{seconds:.1f} seconds>{tokens.vision_start}{pads}{tokens.vision_end}" for seconds in video.pair_timestamps
     )
 
-
-def _image_pads(tokens: _VisionTokens, item: VisionItem, merge_area: int) -> str:
-    return tokens.image_pad * (item.patches // merge_area)

@@ -324,7 +324,8 @@ def video_inputs(pairs: int = 3, height: int = 64, width: int = 96):
 
 
 def image_item(height: int = 64, width: int = 64):
-    return preprocess_image(random_frames(1, height, width)[0], GEOMETRY, min_pixels=32 * 32, max_pixels=height * width)
+    image = random_frames(1, height, width)[0]
+    return preprocess_image(image, GEOMETRY, min_pixels=32 * 32, max_pixels=height * width)
 
 
 def ids_of(tokenizer, token: str) -> int:
@@ -341,7 +342,8 @@ def test_video_prompt_expansion(tokenizer):
 
     # One marker per pair, at the pair's mean time, each opening its own block of h*w/4 pads;
     # the template's own vision start/end stay around the whole clip.
-    blocks = re.findall(r"<(\d+\.\d) seconds><\|vision_start\|>((?:<\|video_pad\|>)+)<\|vision_end\|>", inputs.prompt_text)
+    block = r"<(\d+\.\d) seconds><\|vision_start\|>((?:<\|video_pad\|>)+)<\|vision_end\|>"
+    blocks = re.findall(block, inputs.prompt_text)
     assert [seconds for seconds, _ in blocks] == ["0.1", "0.6", "1.1"]
     assert [pads.count("<|video_pad|>") for _, pads in blocks] == [6, 6, 6]
     assert "<|vision_start|><0.1 seconds><|vision_start|>" in inputs.prompt_text

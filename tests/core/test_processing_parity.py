@@ -88,7 +88,9 @@ CASES = {
     # name: (frames, height, width, fps, frame indices step, images, history)
     "downscaled clip": (8, 180, 320, 29.97, 15, [], []),
     "odd frame count, scaled up": (5, 24, 40, 25.0, 12, [], []),
-    "clip, two images, history": (6, 120, 90, 30.0, 20, [(70, 50), (300, 500)], [("What is it?", "A wave."), ("Colour?", "Blue.")]),
+    "clip, two images, history": (
+        6, 120, 90, 30.0, 20, [(70, 50), (300, 500)], [("What is it?", "A wave."), ("Colour?", "Blue.")]
+    ),
 }
 
 
@@ -164,7 +166,7 @@ def test_image_sizes_match_transformers():
 @pytest.mark.parametrize("size", [(64, 96), (256, 320), (50, 70)])
 def test_resize_matches_torchvision(size):
     frames = np.random.default_rng(1).integers(0, 256, size=(3, 120, 150, 3), dtype=np.uint8)
-    expected = tvF.resize(
-        torch.from_numpy(frames).permute(0, 3, 1, 2), list(size), interpolation=InterpolationMode.BICUBIC, antialias=True
-    ).permute(0, 2, 3, 1)
+    channels_first = torch.from_numpy(frames).permute(0, 3, 1, 2)
+    expected = tvF.resize(channels_first, list(size), interpolation=InterpolationMode.BICUBIC, antialias=True)
+    expected = expected.permute(0, 2, 3, 1)
     assert torch.equal(torch.from_numpy(resize_frames(frames, size)), expected)
