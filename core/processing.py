@@ -479,4 +479,3 @@ def _video_blocks(tokens: _VisionTokens, video: VideoInputs | None, merge_area: 
     return "".join(
         f"<{seconds:.1f} seconds>{tokens.vision_start}{pads}{tokens.vision_end}" for seconds in video.pair_timestamps
     )
-
