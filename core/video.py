@@ -15,6 +15,9 @@ sampled:
 * **Duration and frame count** come from one demux pass over the packets (no decoding), so a
   missing or wrong duration or frame count in the container header does not matter; the header
   is used only for streams whose packets carry no timestamps.
+* **Long clips.** That pass also lists the keyframes. When the next frame needed lies beyond the
+  current group of pictures, the reader seeks to the keyframe before it (containers with an
+  index), so sparse sampling of a long clip decodes only the groups it takes frames from.
 * **Rotation.** A display-matrix rotation (phones) is applied, so frames come out upright and
   :class:`ClipInfo`'s width and height are as displayed. Flips in the matrix are ignored.
 * **Size.** Each chosen frame is scaled while decoding to ``core.processing.video_frame_size``, so
@@ -29,6 +32,7 @@ Bad input raises the typed errors of :mod:`core.errors`, with a message that say
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 import time
@@ -273,6 +277,7 @@ def _oriented_rgb(rgb: np.ndarray, rotation_degrees: int) -> np.ndarray:
 
 
 def _target_size(count: int, height: int, width: int, sampling: SamplingSettings) -> tuple[int, int]:
+    # Imported here: core.processing needs torch, and probing a clip must not.
     from core.processing import video_frame_size
 
     return video_frame_size(count, height, width, sampling)
@@ -293,6 +298,10 @@ class _FramePicker:
     @property
     def done(self) -> bool:
         return len(self.frames) == len(self.targets)
+
+    @property
+    def next_target(self) -> float | None:
+        return None if self.done else self.targets[len(self.frames)]
 
     def offer(self, time_s: float, frame: Any) -> None:
         """Take the next decoded frame. Targets before the first frame get the first frame."""
@@ -326,6 +335,7 @@ class _PacketScan:
     packets: int
     start_pts: int | None
     duration_s: float | None
+    keyframes: tuple[int, ...] = ()  # presentation timestamps of the keyframes, ascending
 
 
 def _open_pyav(path: Path, guard: _Guard) -> Any:
@@ -363,13 +373,14 @@ def _video_stream(container: Any, path: Path) -> Any:
 def _scan_packets(container: Any, stream: Any, guard: _Guard) -> _PacketScan:
     """One pass over the stream's packets without decoding: count them and find the time span.
 
-    The clip ends one frame after the last presentation time: that packet's duration, or the
-    mean frame interval when packets carry no durations. (Packet durations are decoding-order
-    gaps with B-frames, so ``pts + duration`` of other packets can overshoot the end.)
+    The last frame is taken to last as long as the one before it: packet durations cannot be
+    trusted for this, as with B-frames they are gaps in decoding order.
     """
     import av
 
-    packets, first_pts, last_pts, last_duration = 0, None, None, 0
+    packets, first_pts, last_duration = 0, None, 0
+    last_two: list[int] = []  # the two largest presentation timestamps
+    keyframes = []
     try:
         for packet in container.demux(stream):
             guard.check()
@@ -379,16 +390,20 @@ def _scan_packets(container: Any, stream: Any, guard: _Guard) -> _PacketScan:
             if packet.pts is None:
                 continue
             first_pts = packet.pts if first_pts is None else min(first_pts, packet.pts)
-            if last_pts is None or packet.pts > last_pts:
-                last_pts, last_duration = packet.pts, packet.duration or 0
+            if packet.is_keyframe:
+                keyframes.append(packet.pts)
+            last_two = sorted([*last_two, packet.pts])[-2:]
+            last_duration = packet.duration or 0
     except av.error.FFmpegError:
         pass  # a damaged tail: keep what was read; decoding reports it if nothing is usable
-    if first_pts is None or last_pts is None or stream.time_base is None:
+    if first_pts is None or stream.time_base is None:
         return _PacketScan(packets=packets, start_pts=None, duration_s=None)
-    if not last_duration and packets > 1:
-        last_duration = (last_pts - first_pts) / (packets - 1)
-    duration = (last_pts + last_duration - first_pts) * stream.time_base
-    return _PacketScan(packets=packets, start_pts=first_pts, duration_s=float(duration))
+    if len(last_two) == 2:
+        last_duration = last_two[1] - last_two[0]
+    duration = (last_two[-1] + last_duration - first_pts) * stream.time_base
+    return _PacketScan(
+        packets=packets, start_pts=first_pts, duration_s=float(duration), keyframes=tuple(sorted(keyframes))
+    )
 
 
 def _header_duration_s(container: Any, stream: Any) -> float | None:
@@ -406,9 +421,13 @@ def _average_fps(stream: Any, frame_count: int | None, duration_s: float) -> flo
     return float(rate) if rate else 0.0
 
 
-def _pyav_frames(container: Any, stream: Any, guard: _Guard) -> Iterator[Any]:
+def _pyav_frames(
+    container: Any, stream: Any, guard: _Guard, seek_from: Callable[[int], int | None] = lambda pts: None
+) -> Iterator[Any]:
     """Decoded frames in presentation order; packets that fail to decode are skipped.
 
+    At each keyframe packet, ``seek_from(its pts)`` may return the pts of a later keyframe:
+    the demuxer jumps there, skipping groups of pictures that hold no frame the caller needs.
     Raises :class:`_ReaderFailed` when not one frame decoded (the caller knows there are packets).
     """
     import av
@@ -418,6 +437,11 @@ def _pyav_frames(container: Any, stream: Any, guard: _Guard) -> Iterator[Any]:
     try:
         for packet in container.demux(stream):
             guard.check()
+            if packet.is_keyframe and packet.pts is not None:
+                position = seek_from(packet.pts)
+                if position is not None:
+                    container.seek(position, stream=stream, backward=True)
+                    continue
             try:
                 frames = stream.decode(packet)
             except av.error.FFmpegError as error:
@@ -453,7 +477,25 @@ def _read_with_pyav(
     with _open_pyav(path, guard) as container:
         stream = container.streams[stream_index]
         stream.thread_type = "AUTO"
-        frames = _pyav_frames(container, stream, guard)
+        time_base = stream.time_base or Fraction(1, 1)
+        can_seek = len(stream.index_entries) > 0 and bool(scan.keyframes)
+        picker: _FramePicker | None = None
+        last_sought = -math.inf
+
+        def seek_from(keyframe_pts: int) -> int | None:
+            """The keyframe to jump to when the next target's frame lies beyond this keyframe's
+            group of pictures; never the same one twice, so a seek that lands short cannot loop."""
+            nonlocal last_sought
+            if not can_seek or picker is None or picker.next_target is None:
+                return None
+            target_pts = start_pts + picker.next_target / time_base
+            wanted = scan.keyframes[max(bisect.bisect_right(scan.keyframes, target_pts) - 1, 0)]
+            if wanted <= max(keyframe_pts, last_sought):
+                return None
+            last_sought = wanted
+            return wanted
+
+        frames = _pyav_frames(container, stream, guard, seek_from)
         first = next(frames)
         _check_resolution(path, first.width, first.height)
         rotation = _normalized_rotation(first.rotation)
@@ -480,7 +522,6 @@ def _read_with_pyav(
             return _oriented_rgb(rgb.to_ndarray(), rotation)
 
         picker = _FramePicker(sample_times(duration_s, count), convert)
-        time_base = stream.time_base or Fraction(1, 1)
         last_time = 0.0
         for frame in _chain_first(first, frames):
             if frame.pts is not None:

@@ -24,6 +24,7 @@ def write_clip(
     timestamps: Sequence[float] | None = None,
     codec: str = "libx264",
     crf: int = 23,
+    keyframe_interval: int | None = None,
 ) -> Path:
     """Encode ``frames`` (each uint8 (H, W, 3) RGB, H and W even) into a video file at ``path``.
 
@@ -31,7 +32,8 @@ def write_clip(
     with ``timestamps`` (seconds, strictly increasing, one per frame) the clip has a variable
     frame rate and each frame is shown from its own timestamp. ``rotation_degrees`` is stored as
     display-matrix metadata: players rotate the picture that many degrees counter-clockwise.
-    ``crf`` is the quality for libx264 (lower is better and larger). Returns the path.
+    ``crf`` is the quality for libx264 (lower is better and larger); ``keyframe_interval`` the
+    largest number of frames between keyframes (the encoder's default when None). Returns the path.
     """
     path = Path(path)
     if rotation_degrees % 90:
@@ -46,6 +48,8 @@ def write_clip(
     with av.open(str(path), "w") as container:
         stream = container.add_stream(codec, rate=rate)
         stream.codec_context.thread_count = 1
+        if keyframe_interval is not None:
+            stream.codec_context.gop_size = keyframe_interval
         if codec == "libx264":
             stream.options = {"crf": str(crf), "preset": "medium"}
         for index, image in enumerate(frames):

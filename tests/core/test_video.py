@@ -3,6 +3,8 @@ fallback, and a typed, actionable error for every kind of bad input, never a han
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -27,16 +29,21 @@ from core.video import probe_clip, sample_clip, sample_count, sample_times
 from training.clip_writer import write_audio_only, write_clip
 
 SAMPLE_CLIPS = Path(__file__).resolve().parents[2] / "assets" / "clips"
-GRAY_START, GRAY_STEP = 10, 6
+GRAY_START, GRAY_STEP, GRAY_LEVELS = 10, 6, 40
 
 
 def index_frame(index: int, height: int = 48, width: int = 64) -> np.ndarray:
-    """A flat gray frame whose brightness encodes ``index`` (0..39)."""
-    return np.full((height, width, 3), GRAY_START + GRAY_STEP * index, np.uint8)
+    """A gray frame whose left half's brightness encodes ``index % 40``, the right half's ``index // 40``."""
+    frame = np.empty((height, width, 3), np.uint8)
+    frame[:, : width // 2] = GRAY_START + GRAY_STEP * (index % GRAY_LEVELS)
+    frame[:, width // 2 :] = GRAY_START + GRAY_STEP * (index // GRAY_LEVELS)
+    return frame
 
 
 def frame_index(frame: np.ndarray) -> int:
-    return round((float(frame.mean()) - GRAY_START) / GRAY_STEP)
+    width = frame.shape[1]
+    low, high = (float(part.mean()) for part in (frame[:, : width // 3], frame[:, -(width // 3) :]))
+    return round((low - GRAY_START) / GRAY_STEP) + GRAY_LEVELS * round((high - GRAY_START) / GRAY_STEP)
 
 
 def indices(frames: np.ndarray) -> list[int]:
@@ -140,13 +147,31 @@ def test_variable_frame_rate_is_sampled_by_time_not_by_frame_index(tmp_path):
 
     sampled = sample_clip(path, SAMPLING)
 
-    assert sampled.info.duration_s == pytest.approx(4.1, abs=0.06)
+    assert sampled.info.duration_s == pytest.approx(4.05)  # the last frame lasts as long as the one before
     targets = sample_times(sampled.info.duration_s, len(sampled.frames))
     expected = [on_screen(times, t) for t in targets]
     by_index = np.linspace(0, len(times) - 1, len(targets)).round().astype(int).tolist()
     assert expected != by_index  # the clip really tells time-based from index-based sampling
     assert indices(sampled.frames) == expected
     assert sampled.timestamps == pytest.approx([times[i] for i in expected], abs=1e-3)
+
+
+def test_sparse_targets_skip_whole_groups_of_pictures(tmp_path, monkeypatch):
+    path = write_clip(tmp_path / "long.mp4", [index_frame(i) for i in range(300)], fps=10, keyframe_interval=10)
+    real_frames = video._pyav_frames
+    decoded = []
+
+    def counted_frames(*args):
+        for frame in real_frames(*args):
+            decoded.append(frame.pts)
+            yield frame
+
+    monkeypatch.setattr(video, "_pyav_frames", counted_frames)
+    sampled = sample_clip(path, SamplingSettings(fps=0.2, min_frames=4, max_frames=6))
+
+    expected = [on_screen([i / 10 for i in range(300)], t) for t in sample_times(30.0, 6)]
+    assert indices(sampled.frames) == expected == [25, 75, 125, 175, 225, 275]
+    assert len(decoded) < 100  # decoding straight through would take 276 frames
 
 
 # --- size and orientation ----------------------------------------------------------------------------
@@ -294,8 +319,8 @@ def slow_decoder(monkeypatch):
     """Decoding that takes 0.2 s per frame (8 s for the counted clip) but checks the deadline."""
     real_frames = video._pyav_frames
 
-    def slow_frames(container, stream, guard):
-        for frame in real_frames(container, stream, guard):
+    def slow_frames(container, stream, guard, *args):
+        for frame in real_frames(container, stream, guard, *args):
             time.sleep(0.2)
             guard.check()
             yield frame
@@ -358,3 +383,13 @@ def test_clip_writer_refuses_frames_it_cannot_encode_faithfully(tmp_path):
         write_clip(tmp_path / "back.mp4", [index_frame(0), index_frame(1)], fps=10, timestamps=[0.5, 0.2])
     with pytest.raises(ValueError, match="like the first"):
         write_clip(tmp_path / "mixed.mp4", [index_frame(0), index_frame(1, 32, 32)], fps=10)
+
+
+def test_reading_clips_does_not_import_torch():
+    """The UI may probe clips; core.video must stay free of torch until frames are resized."""
+    code = "import sys, core.video; core.video.probe_clip(sys.argv[1]); assert 'torch' not in sys.modules"
+    probe = subprocess.run(
+        [sys.executable, "-c", code, str(SAMPLE_CLIPS / "rotated_phone.mp4")],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
+    )
+    assert probe.returncode == 0, probe.stderr
