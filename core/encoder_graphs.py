@@ -147,6 +147,11 @@ class GraphVisionEncoder:
     def graph_memory_mb(self) -> float | None:
         return self.report.graph_memory_bytes / 2**20 if self.report else None
 
+    def static_outputs(self, budget: int) -> tuple[torch.Tensor, ...]:
+        """The whole output buffers of one budget's graph (merged tokens, then deepstack), padding rows included."""
+        graph = self._graphs[budget]
+        return (graph.embeds, *graph.deepstack) if graph.embeds is not None else ()
+
     def stats(self) -> EncoderStats:
         """A snapshot of the cumulative counters and the per-frame latency distribution."""
         samples = sorted(self._ms_per_frame)
