@@ -233,8 +233,10 @@ def _existing_file(path: str | Path) -> Path:
     clip_path = Path(path).expanduser()
     if clip_path.is_dir():
         raise ClipNotFoundError(f"{clip_path} is a folder, not a video file. Choose a clip (an .mp4, say) inside it.")
-    if not clip_path.is_file():
+    if not clip_path.exists():
         raise ClipNotFoundError(f"No file at {clip_path}. Check the path, or choose the clip again.")
+    if not clip_path.is_file():
+        raise ClipNotFoundError(f"{clip_path} is not a regular file (a pipe or device, say). Choose a video file.")
     return clip_path
 
 

@@ -3,6 +3,7 @@ fallback, and a typed, actionable error for every kind of bad input, never a han
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -309,6 +310,10 @@ def test_missing_paths_and_folders_raise_clip_not_found(tmp_path):
         sample_clip(tmp_path / "nowhere.mp4", SAMPLING)
     with pytest.raises(ClipNotFoundError, match="is a folder"):
         probe_clip(tmp_path)
+    fifo = tmp_path / "pipe.mp4"
+    os.mkfifo(fifo)  # opening it for reading would block forever
+    with pytest.raises(ClipNotFoundError, match="not a regular file"):
+        sample_clip(fifo, SAMPLING)
 
 
 # --- bounded in time, cancellable --------------------------------------------------------------------
