@@ -1,0 +1,312 @@
+"""Loading Qwen3-VL checkpoints: the bundled demo model, a local folder, or a cached repo id.
+
+Nothing here touches the network: a repo id is looked up in the local Hugging Face cache only.
+Only safetensors weights and the classes shipped with transformers are used (no remote code).
+A folder that is missing, incomplete or of another architecture gives a
+:class:`~core.errors.ModelLoadError` that says what is wrong and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from transformers import (
+    AutoTokenizer,
+    PreTrainedTokenizerBase,
+    Qwen3VLForConditionalGeneration,
+    Qwen3VLMoeForConditionalGeneration,
+)
+from transformers.utils import logging as transformers_logging
+
+from core.demo_model import MODEL_INFO_FILE
+from core.errors import ModelLoadError, SettingsError
+from core.events import Progress
+from core.processing import VisionGeometry
+from core.settings import DEMO_MODEL, ModelSettings
+
+DEMO_MODEL_DIR = Path(__file__).resolve().parent.parent / "assets" / "demo_model"
+
+MODEL_CLASSES: dict[str, type[Qwen3VLForConditionalGeneration] | type[Qwen3VLMoeForConditionalGeneration]] = {
+    "qwen3_vl": Qwen3VLForConditionalGeneration,
+    "qwen3_vl_moe": Qwen3VLMoeForConditionalGeneration,
+}
+PICKLE_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+LOAD_STEPS = 4
+
+ProgressCallback = Callable[[Progress], None]
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready to answer: weights on ``device`` in ``dtype``, in eval mode.
+
+    ``label`` is shown next to the model's answers when set: it comes from the folder's
+    ``framewise.json`` (the demo model's says its weights are random). ``geometry`` is the
+    vision tower's patch geometry, for preprocessing; ``path`` the checkpoint folder.
+    """
+
+    model: Qwen3VLForConditionalGeneration | Qwen3VLMoeForConditionalGeneration
+    tokenizer: PreTrainedTokenizerBase
+    name: str
+    is_demo: bool
+    label: str | None
+    device: torch.device
+    dtype: torch.dtype
+    geometry: VisionGeometry
+    path: Path
+
+
+def load_model(settings: ModelSettings, progress: ProgressCallback | None = None) -> LoadedModel:
+    """Load the checkpoint ``settings.source`` names onto the chosen device and dtype.
+
+    Emits ``Progress(stage="load")`` before each step (config, weights, tokenizer, device) and
+    once when done. Raises ModelLoadError for a source that cannot be loaded, SettingsError for
+    a device or dtype this machine lacks.
+    """
+    report = progress or (lambda event: None)
+    device = pick_device(settings.device)
+    dtype = pick_dtype(settings.dtype, device)
+    name = _display_name(settings.source)
+
+    report(Progress("load", 0, LOAD_STEPS, f"Reading the configuration of {name}"))
+    path = resolve_model_source(settings.source)
+    model_type = check_checkpoint(path)
+    label = read_model_info(path).get("label")
+
+    report(Progress("load", 1, LOAD_STEPS, f"Loading the weights of {name}"))
+    model = _load_weights(path, model_type, dtype)
+
+    report(Progress("load", 2, LOAD_STEPS, "Loading the tokenizer"))
+    tokenizer = _load_tokenizer(path)
+
+    report(Progress("load", 3, LOAD_STEPS, f"Moving the model to {device.type}"))
+    try:
+        model = model.to(device).eval()
+    except torch.OutOfMemoryError as error:
+        raise ModelLoadError(
+            f"{name} does not fit in the memory of {device}; choose a smaller model, the CPU, or a smaller dtype."
+        ) from error
+
+    report(Progress("load", LOAD_STEPS, LOAD_STEPS, f"Loaded {name}"))
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        name=name,
+        is_demo=path == DEMO_MODEL_DIR,
+        label=label,
+        device=device,
+        dtype=dtype,
+        geometry=VisionGeometry.from_vision_config(model.config.vision_config),
+        path=path,
+    )
+
+
+def resolve_model_source(source: str) -> Path:
+    """The folder a model source points to.
+
+    ``"demo"`` is the bundled demo model; an existing folder is itself; anything else is a
+    Hugging Face repo id looked up in the local cache (``HF_HUB_CACHE`` / ``HF_HOME``, read now),
+    never downloaded. Raises ModelLoadError when there is no such folder or cached repo.
+    """
+    source = source.strip()
+    if source == DEMO_MODEL:
+        if not DEMO_MODEL_DIR.is_dir():
+            raise ModelLoadError(
+                f"The bundled demo model is missing from {DEMO_MODEL_DIR}; "
+                "recreate it with `python scripts/make_demo_model.py` or reinstall Framewise."
+            )
+        return DEMO_MODEL_DIR
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    if path.exists():
+        raise ModelLoadError(f"{source} is a file; choose the checkpoint folder that holds config.json.")
+    if _looks_like_path(source):
+        raise ModelLoadError(f"The model folder {source} does not exist; check the path.")
+    return _cached_snapshot(source)
+
+
+def _looks_like_path(source: str) -> bool:
+    return (
+        os.path.isabs(source)
+        or source.startswith(("~", "."))
+        or "\\" in source
+        or source.count("/") > 1
+    )
+
+
+def _cached_snapshot(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    cache_dir = hub_cache_dir()
+    try:
+        return Path(snapshot_download(repo_id, cache_dir=cache_dir, local_files_only=True))
+    except HFValidationError as error:
+        raise ModelLoadError(
+            f"{repo_id} is neither an existing folder nor a Hugging Face repo id (like Qwen/Qwen3-VL-2B-Instruct); "
+            "check the spelling."
+        ) from error
+    except (LocalEntryNotFoundError, FileNotFoundError) as error:
+        raise ModelLoadError(
+            f"{repo_id} is not a folder and is not in the local Hugging Face cache ({cache_dir}). "
+            f"Framewise never downloads: run `hf download {repo_id}` on a machine with network access "
+            "(and copy the cache here), or choose the checkpoint folder."
+        ) from error
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face hub cache folder, from the environment as it is now."""
+    if cache := os.environ.get("HF_HUB_CACHE"):
+        return Path(cache).expanduser()
+    if home := os.environ.get("HF_HOME"):
+        return Path(home).expanduser() / "hub"
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def check_checkpoint(path: Path) -> str:
+    """Check that ``path`` holds a complete Qwen3-VL checkpoint; return its ``model_type``.
+
+    Checks, in order: config.json readable, model_type qwen3_vl or qwen3_vl_moe, safetensors
+    weights present (pickle weights are refused), every shard of the safetensors index present,
+    tokenizer files present. Raises ModelLoadError saying which check failed.
+    """
+    model_type = _read_model_type(path)
+    _check_weights(path)
+    _check_tokenizer_files(path)
+    return model_type
+
+
+def _read_model_type(path: Path) -> str:
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ModelLoadError(f"{path} has no config.json, so it is not a model checkpoint folder (or it is incomplete).")
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ModelLoadError(f"{config_file} cannot be read as JSON ({error}); the download may be damaged.") from error
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if model_type not in MODEL_CLASSES:
+        expected = " or ".join(MODEL_CLASSES)
+        raise ModelLoadError(
+            f"{path} holds a {model_type or 'model of unknown type'!s} checkpoint; Framewise runs Qwen3-VL "
+            f"(model_type {expected}). Choose a Qwen3-VL checkpoint such as Qwen/Qwen3-VL-2B-Instruct."
+        )
+    return model_type
+
+
+def _check_weights(path: Path) -> None:
+    index_file = path / SAFETENSORS_INDEX
+    if index_file.is_file():
+        try:
+            shards = set(json.loads(index_file.read_text(encoding="utf-8"))["weight_map"].values())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, AttributeError) as error:
+            raise ModelLoadError(f"{index_file} cannot be read ({error}); the download may be damaged.") from error
+        missing = sorted(shard for shard in shards if not (path / shard).is_file())
+        if missing:
+            raise ModelLoadError(
+                f"{path} is incomplete: {len(missing)} of {len(shards)} weight shards are missing "
+                f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}). Finish or repeat the download."
+            )
+        return
+    if any(path.glob("*.safetensors")):
+        return
+    pickled = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_WEIGHT_SUFFIXES)
+    if pickled:
+        raise ModelLoadError(
+            f"{path} has weights only in pickle format ({', '.join(pickled[:3])}); Framewise loads only "
+            ".safetensors weights, since pickle files can run code. Download the safetensors version of the model."
+        )
+    raise ModelLoadError(f"{path} has no weights (*.safetensors); finish or repeat the download.")
+
+
+def _check_tokenizer_files(path: Path) -> None:
+    has_fast = (path / "tokenizer.json").is_file()
+    has_bpe_files = (path / "vocab.json").is_file() and (path / "merges.txt").is_file()
+    if not (has_fast or has_bpe_files):
+        raise ModelLoadError(
+            f"{path} has no tokenizer (tokenizer.json, or vocab.json and merges.txt); finish or repeat the download."
+        )
+
+
+def read_model_info(path: Path) -> dict[str, Any]:
+    """Framewise's own notes on a model folder (``framewise.json``: label, description), or {}."""
+    info_file = path / MODEL_INFO_FILE
+    if not info_file.is_file():
+        return {}
+    try:
+        info = json.loads(info_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ModelLoadError(f"{info_file} cannot be read as JSON ({error}).") from error
+    return info if isinstance(info, dict) else {}
+
+
+def _load_weights(
+    path: Path, model_type: str, dtype: torch.dtype
+) -> Qwen3VLForConditionalGeneration | Qwen3VLMoeForConditionalGeneration:
+    model_class = MODEL_CLASSES[model_type]
+    bars_enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()  # progress goes through our own events
+    try:
+        return model_class.from_pretrained(
+            path,
+            dtype=dtype,
+            local_files_only=True,
+            use_safetensors=True,
+            attn_implementation="sdpa",
+        )
+    except (OSError, ValueError, RuntimeError, KeyError, TypeError) as error:
+        raise ModelLoadError(f"The weights in {path} could not be loaded: {error}") from error
+    finally:
+        if bars_enabled:
+            transformers_logging.enable_progress_bar()
+
+
+def _load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    except (OSError, ValueError, RuntimeError, KeyError, TypeError) as error:
+        raise ModelLoadError(f"The tokenizer in {path} could not be loaded: {error}") from error
+
+
+def _display_name(source: str) -> str:
+    source = source.strip()
+    if source == DEMO_MODEL:
+        return "demo"
+    path = Path(source).expanduser()
+    if path.is_dir() or _looks_like_path(source):
+        return path.resolve().name or source
+    return source
+
+
+def pick_device(name: str) -> torch.device:
+    """``"auto"``: CUDA when available, else the CPU. Asking for CUDA without it is a SettingsError."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SettingsError("model.device", "CUDA is not available on this machine; choose auto or cpu.")
+    if name not in ("cpu", "cuda"):
+        raise SettingsError("model.device", f"unknown device {name!r}; choose auto, cpu or cuda.")
+    return torch.device(name)
+
+
+def pick_dtype(name: str, device: torch.device) -> torch.dtype:
+    """``"auto"``: bfloat16 on a GPU that supports it, else float32. A named dtype is used as is,
+    except bfloat16 on a GPU without it (a SettingsError)."""
+    supports_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    if name == "auto":
+        return torch.bfloat16 if supports_bf16 else torch.float32
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if name not in dtypes:
+        raise SettingsError("model.dtype", f"unknown dtype {name!r}; choose auto, float32, bfloat16 or float16.")
+    if name == "bfloat16" and device.type == "cuda" and not supports_bf16:
+        raise SettingsError("model.dtype", "this GPU has no bfloat16; choose float16, float32 or auto.")
+    return dtypes[name]
