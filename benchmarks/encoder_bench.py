@@ -7,11 +7,12 @@ count. Modes:
 
 - ``eager``: transformers' own forward with stock ``sdpa`` attention (``EagerVisionEncoder``);
 - ``graphs``: ``GraphVisionEncoder`` with the default encoder settings (the app's default);
+- ``graphs_fine``: the same with budgets spaced by ``--fine-ratio`` (1.1) instead of the default;
 - ``exact``: a graph captured for exactly the workload's shape: the padding-free floor.
 
 Writes ``encoder_bench.json`` and ``encoder_bench.md`` under ``--out`` and prints the table.
 
-    python3 benchmarks/encoder_bench.py --out results/ [--towers 8B,2B] [--runs 100] [--stream 200]
+    python3 benchmarks/encoder_bench.py --out results/ [--towers 8B,2B] [--runs 100] [--stream 200] [--probe]
 """
 
 from __future__ import annotations
@@ -121,36 +122,39 @@ def relative_error(got, expected) -> float:
     )
 
 
-def bench_workload(visual, graphs: GraphVisionEncoder, spec, runs: int, warmup: int) -> dict:
+def bench_workload(visual, encoders: dict[str, GraphVisionEncoder], spec, runs: int, warmup: int) -> dict:
+    """Eager, every graph encoder in ``encoders`` and an exact-shape graph on one workload."""
     modality, frames, height, width = spec
     item = make_item(modality, frames, height, width, torch.Generator(device="cuda").manual_seed(0))
     requests = [[item]] * (warmup + runs)
     with stock_attention(visual):
         eager_times, eager_out = time_requests(EagerVisionEncoder(visual), requests, warmup)
-    graph_times, graph_out = time_requests(graphs, requests, warmup)
-    t, h, w = item.grid_thw
+    t, _, _ = item.grid_thw
     exact_settings = EncoderSettings(budgets=(item.patches,), max_items_per_batch=1, max_frames_per_batch=t)
     exact = GraphVisionEncoder(visual, exact_settings)
     exact_times, _ = time_requests(exact, requests, warmup)
     exact.clear()
-    chunk = graph_out[-1].chunks[0]
     result = {
         "patches": item.patches,
         "frames": item.frames,
-        "budget": chunk.budget,
-        "padding_fraction": chunk.padding_fraction,
         "eager": summary(eager_times, item.frames),
-        "graphs": summary(graph_times, item.frames),
         "exact": summary(exact_times, item.frames),
-        "graph_gpu_ms": sum(c.encode_ms for c in graph_out[-1].chunks),
-        "bf16_rel_err_vs_eager": relative_error(graph_out[-1].items[0], eager_out[-1].items[0]),
-        "nan_in_output_buffer": any(
-            not torch.isfinite(buffer).all().item() for buffer in graphs.static_outputs(chunk.budget)
-        ),
     }
-    result["speedup_vs_eager"] = result["eager"]["mean_ms"] / result["graphs"]["mean_ms"]
-    result["padding_overhead_vs_exact"] = result["graphs"]["mean_ms"] / result["exact"]["mean_ms"] - 1
-    result["p99_over_mean"] = result["graphs"]["p99_ms"] / result["graphs"]["mean_ms"] - 1
+    for mode, encoder in encoders.items():
+        times, outputs = time_requests(encoder, requests, warmup)
+        chunk = outputs[-1].chunks[0]
+        result[mode] = summary(times, item.frames) | {
+            "budget": chunk.budget,
+            "padding_fraction": chunk.padding_fraction,
+            "gpu_ms": sum(c.encode_ms for c in outputs[-1].chunks),
+            "speedup_vs_eager": result["eager"]["mean_ms"] / (sum(times) / len(times)),
+            "padding_overhead_vs_exact": (sum(times) / len(times)) / result["exact"]["mean_ms"] - 1,
+            "p99_over_mean": percentile(sorted(times), 99) / (sum(times) / len(times)) - 1,
+            "bf16_rel_err_vs_eager": relative_error(outputs[-1].items[0], eager_out[-1].items[0]),
+            "nan_in_output_buffer": any(
+                not torch.isfinite(buffer).all().item() for buffer in encoder.static_outputs(chunk.budget)
+            ),
+        }
     return result
 
 
@@ -170,62 +174,69 @@ def random_stream(count: int, seed: int) -> list[tuple[str, int, int, int]]:
     return stream
 
 
-def bench_stream(visual, graphs: GraphVisionEncoder, count: int, warmup: int) -> dict:
+def bench_stream(visual, encoders: dict[str, GraphVisionEncoder], count: int, warmup: int) -> dict:
     specs = random_stream(count + warmup, seed=1)
     generator = torch.Generator(device="cuda").manual_seed(1)
     requests = [[make_item(*spec, generator)] for spec in specs]
     frames = [request[0].frames for request in requests[warmup:]]
-    with stock_attention(visual):
-        eager_times, _ = time_requests(EagerVisionEncoder(visual), requests, warmup)
-    before = graphs.stats()
-    graph_times, graph_out = time_requests(graphs, requests, warmup)
-    after = graphs.stats()
-    replayed = after.items_replayed - before.items_replayed
-    eager_items = after.items_eager - before.items_eager
-    chunks = [chunk for output in graph_out for chunk in output.chunks]
 
     def per_frame(times):
         ordered = sorted(t / f for t, f in zip(times, frames))
         return {"mean": sum(ordered) / len(ordered), "p50": percentile(ordered, 50), "p99": percentile(ordered, 99)}
 
+    with stock_attention(visual):
+        eager_times, _ = time_requests(EagerVisionEncoder(visual), requests, warmup)
     result = {
         "requests": count,
         "frames_total": sum(frames),
-        "eager": summary(eager_times, 1),
-        "graphs": summary(graph_times, 1),
-        "eager_ms_per_frame": per_frame(eager_times),
-        "graphs_ms_per_frame": per_frame(graph_times),
-        "hit_rate": replayed / (replayed + eager_items),
-        "mean_padding_fraction": sum(c.padding_fraction for c in chunks) / len(chunks),
-        "passes": len(chunks),
+        "eager": summary(eager_times, 1) | {"ms_per_frame": per_frame(eager_times)},
     }
-    result["speedup_vs_eager"] = result["eager"]["mean_ms"] / result["graphs"]["mean_ms"]
+    for mode, encoder in encoders.items():
+        before = encoder.stats()
+        times, outputs = time_requests(encoder, requests, warmup)
+        after = encoder.stats()
+        replayed = after.items_replayed - before.items_replayed
+        eager_items = after.items_eager - before.items_eager
+        chunks = [chunk for output in outputs for chunk in output.chunks]
+        result[mode] = summary(times, 1) | {
+            "ms_per_frame": per_frame(times),
+            "hit_rate": replayed / (replayed + eager_items),
+            "mean_padding_fraction": sum(c.padding_fraction for c in chunks) / len(chunks),
+            "passes": len(chunks),
+            "speedup_vs_eager": result["eager"]["mean_ms"] / (sum(times) / len(times)),
+        }
     return result
 
 
-def bench_tower(name: str, runs: int, warmup: int, stream: int) -> dict:
+def bench_tower(name: str, runs: int, warmup: int, stream: int, fine_ratio: float) -> dict:
     visual = build_tower(name)
     torch.cuda.synchronize()
-    graphs = GraphVisionEncoder(visual, EncoderSettings())
-    report = graphs.report
-    result = {
-        "tower": name,
-        "capture_seconds": report.seconds,
-        "graph_memory_mib": report.graph_memory_bytes / 2**20,
-        "budgets": list(report.budgets),
-        "attention_backend": report.attention_backend,
-        "workloads": {},
+    encoders = {
+        "graphs": GraphVisionEncoder(visual, EncoderSettings()),
+        "graphs_fine": GraphVisionEncoder(visual, EncoderSettings(budget_ratio=fine_ratio)),
     }
+    result = {"tower": name, "capture": {}, "workloads": {}}
+    for mode, encoder in encoders.items():
+        report = encoder.report
+        result["capture"][mode] = {
+            "budget_ratio": encoder.settings.budget_ratio,
+            "graphs": len(report.budgets),
+            "budgets": list(report.budgets),
+            "seconds": report.seconds,
+            "graph_memory_mib": report.graph_memory_bytes / 2**20,
+            "attention_backend": report.attention_backend,
+        }
     for workload, spec in WORKLOADS.items():
-        result["workloads"][workload] = bench_workload(visual, graphs, spec, runs, warmup)
+        result["workloads"][workload] = bench_workload(visual, encoders, spec, runs, warmup)
         print(f"{name} {workload}: {json.dumps(result['workloads'][workload])}", flush=True)
     if stream:
-        result["stream"] = bench_stream(visual, graphs, stream, warmup)
+        result["stream"] = bench_stream(visual, encoders, stream, warmup)
         print(f"{name} stream: {json.dumps(result['stream'])}", flush=True)
-    stats = graphs.stats()
-    result["metadata_cache"] = {"hits": stats.metadata_hits, "misses": stats.metadata_misses}
-    graphs.clear()
-    del visual, graphs
+    for mode, encoder in encoders.items():
+        stats = encoder.stats()
+        result["capture"][mode]["metadata_cache"] = {"hits": stats.metadata_hits, "misses": stats.metadata_misses}
+        encoder.clear()
+    del visual, encoders
     torch.cuda.empty_cache()
     return result
 
@@ -263,41 +274,58 @@ def attention_probe(budgets=(1024, 8192, 16384), frame=784, slots=(66, 10), repe
 def markdown(results: dict) -> str:
     lines = [
         f"Device: {results['device']}; torch {results['torch']}, transformers {results['transformers']}; "
-        f"{results['date']}; runs per mode {results['runs']} after {results['warmup']} warm-up.",
+        f"{results['date']}; {results['runs']} timed runs per mode after {results['warmup']} warm-up; "
+        "host milliseconds per request, device synchronized around each.",
         "",
     ]
     for tower in results["towers"]:
+        capture = tower["capture"]
+        lines += [f"### Qwen3-VL-{tower['tower']} tower (random weights, bf16)", ""]
+        for mode, c in capture.items():
+            lines.append(
+                f"- `{mode}`: budget ratio {c['budget_ratio']}, {c['graphs']} graphs ({c['budgets'][0]}..{c['budgets'][-1]} "
+                f"patches, {c['attention_backend']} attention) captured in {c['seconds']:.1f} s, holding "
+                f"{c['graph_memory_mib']:.0f} MiB; metadata cache {c['metadata_cache']['hits']} hits / "
+                f"{c['metadata_cache']['misses']} misses."
+            )
         lines += [
-            f"### Qwen3-VL-{tower['tower']} tower (random weights, bf16, {tower['attention_backend']} attention)",
             "",
-            f"Capture: {len(tower['budgets'])} graphs ({tower['budgets'][0]}..{tower['budgets'][-1]} patches) "
-            f"in {tower['capture_seconds']:.1f} s, {tower['graph_memory_mib']:.0f} MiB.",
-            "",
-            "| workload | patches | budget | eager mean / p50 / p99 ms | graphs mean / p50 / p99 ms | exact-shape graph "
-            "mean ms | speedup | padding overhead | graphs ms/frame mean / p99 | bf16 rel err |",
+            "| workload | patches | mode | budget | mean / p50 / p99 ms | ms per frame mean / p99 | speedup vs eager "
+            "| overhead vs exact shape | p99 over mean | bf16 rel err vs eager |",
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for workload, row in tower["workloads"].items():
-            e, g, x = row["eager"], row["graphs"], row["exact"]
-            lines.append(
-                f"| {workload} | {row['patches']} | {row['budget']} | {e['mean_ms']:.2f} / {e['p50_ms']:.2f} / "
-                f"{e['p99_ms']:.2f} | {g['mean_ms']:.2f} / {g['p50_ms']:.2f} / {g['p99_ms']:.2f} | {x['mean_ms']:.2f} | "
-                f"{row['speedup_vs_eager']:.2f}x | {100 * row['padding_overhead_vs_exact']:+.1f} % | "
-                f"{g['mean_ms_per_frame']:.3f} / {g['p99_ms_per_frame']:.3f} | {row['bf16_rel_err_vs_eager']:.1e} |"
-            )
+            for mode in ("eager", *capture, "exact"):
+                m = row[mode]
+                graph_mode = mode in capture
+                lines.append(
+                    f"| {workload} | {row['patches']} | {mode} | {m['budget'] if graph_mode else '-'} | "
+                    f"{m['mean_ms']:.2f} / {m['p50_ms']:.2f} / {m['p99_ms']:.2f} | "
+                    f"{m['mean_ms_per_frame']:.3f} / {m['p99_ms_per_frame']:.3f} | "
+                    + (f"{m['speedup_vs_eager']:.2f}x | {100 * m['padding_overhead_vs_exact']:+.1f} % | "
+                       f"{100 * m['p99_over_mean']:+.1f} % | {m['bf16_rel_err_vs_eager']:.1e} |" if graph_mode
+                       else "- | - | - | - |")
+                )
         if "stream" in tower:
             s = tower["stream"]
             lines += [
                 "",
-                f"Stream of {s['requests']} random requests ({s['frames_total']} frames): "
-                f"eager {s['eager']['mean_ms']:.2f} / {s['eager']['p50_ms']:.2f} / {s['eager']['p99_ms']:.2f} ms "
-                f"(mean / p50 / p99 per request), graphs {s['graphs']['mean_ms']:.2f} / {s['graphs']['p50_ms']:.2f} / "
-                f"{s['graphs']['p99_ms']:.2f} ms, speedup {s['speedup_vs_eager']:.2f}x; per frame eager "
-                f"{s['eager_ms_per_frame']['mean']:.3f} / {s['eager_ms_per_frame']['p99']:.3f} ms, graphs "
-                f"{s['graphs_ms_per_frame']['mean']:.3f} / {s['graphs_ms_per_frame']['p99']:.3f} ms (mean / p99); "
-                f"hit rate {100 * s['hit_rate']:.0f} %, mean padding {100 * s['mean_padding_fraction']:.1f} % "
-                f"over {s['passes']} passes.",
+                f"Stream of {s['requests']} random requests, one item each ({s['frames_total']} frames):",
+                "",
+                "| mode | mean / p50 / p99 ms per request | ms per frame mean / p50 / p99 | speedup | hit rate "
+                "| mean padding | passes |",
+                "|---|---|---|---|---|---|---|",
             ]
+            for mode in ("eager", *capture):
+                m = s[mode]
+                f = m["ms_per_frame"]
+                extra = (f"{m['speedup_vs_eager']:.2f}x | {100 * m['hit_rate']:.0f} % | "
+                         f"{100 * m['mean_padding_fraction']:.1f} % | {m['passes']} |" if mode in capture
+                         else "- | - | - | - |")
+                lines.append(
+                    f"| {mode} | {m['mean_ms']:.2f} / {m['p50_ms']:.2f} / {m['p99_ms']:.2f} | "
+                    f"{f['mean']:.3f} / {f['p50']:.3f} / {f['p99']:.3f} | " + extra
+                )
         lines.append("")
     if results.get("attention_probe"):
         lines += ["### varlen attention alone (16 heads x 72, bf16)", "",
@@ -315,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--stream", type=int, default=200, help="random requests per tower (0: none)")
+    parser.add_argument("--fine-ratio", type=float, default=1.1, help="budget ratio of the graphs_fine mode")
     parser.add_argument("--probe", action="store_true", help="also time varlen attention alone")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
@@ -336,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe:
         results["attention_probe"] = attention_probe()
     for name in args.towers.split(","):
-        results["towers"].append(bench_tower(name.strip(), args.runs, args.warmup, args.stream))
+        results["towers"].append(bench_tower(name.strip(), args.runs, args.warmup, args.stream, args.fine_ratio))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "encoder_bench.json").write_text(json.dumps(results, indent=2))
     table = markdown(results)

@@ -1,8 +1,9 @@
 """The vision encoder through CUDA graphs: captured once per token budget, replayed per request.
 
-At construction one graph is captured per budget (largest first, into one shared memory pool),
-each with static input buffers (patch rows, interpolation taps, rotary positions, cu_seqlens)
-and the outputs the capture produced. A request is planned into batches
+At construction one graph is captured per budget (largest first, into one shared memory pool).
+Every graph reads the leading rows of one set of static input buffers (patch rows,
+interpolation taps, rotary positions, cu_seqlens) and copies its outputs into one set of
+static output buffers, all sized for the largest budget. A request is planned into batches
 (:mod:`core.encoder_planning`), each batch's metadata comes from a cache
 (:mod:`core.vision_metadata`), and each batch is copied in (tails zeroed), replayed and sliced
 back per item, deepstack features included. Only what no graph can hold runs eagerly, with the
@@ -73,7 +74,11 @@ class EncoderStats:
 
 @dataclass
 class _BudgetGraph:
-    """One budget's static buffers, its captured outputs and its graph (``None`` when run directly)."""
+    """One budget's graph and its views of the shared static buffers (leading ``budget`` rows).
+
+    Every graph reads its inputs from, and copies its outputs into, the same buffers sized for
+    the largest budget, so a budget costs no buffer memory of its own.
+    """
 
     budget: int
     pixels: torch.Tensor  # (budget, patch_dim) model dtype
@@ -81,8 +86,8 @@ class _BudgetGraph:
     interp_weights: torch.Tensor  # (budget, 4) float32
     position_ids: torch.Tensor  # (budget, 2) int64
     cu_seqlens: torch.Tensor  # (max_sequences + 2,) int32
-    embeds: torch.Tensor | None = None  # (budget / merge_unit, out_hidden)
-    deepstack: tuple[torch.Tensor, ...] = ()
+    embeds: torch.Tensor  # (budget / merge_unit, out_hidden)
+    deepstack: tuple[torch.Tensor, ...]  # one (budget / merge_unit, out_hidden) per deepstack layer
     graph: torch.cuda.CUDAGraph | None = None
 
 
@@ -150,7 +155,7 @@ class GraphVisionEncoder:
     def static_outputs(self, budget: int) -> tuple[torch.Tensor, ...]:
         """The whole output buffers of one budget's graph (merged tokens, then deepstack), padding rows included."""
         graph = self._graphs[budget]
-        return (graph.embeds, *graph.deepstack) if graph.embeds is not None else ()
+        return (graph.embeds, *graph.deepstack)
 
     def stats(self) -> EncoderStats:
         """A snapshot of the cumulative counters and the per-frame latency distribution."""
@@ -183,9 +188,10 @@ class GraphVisionEncoder:
         pool = torch.cuda.graph_pool_handle() if not self.direct else None
         try:
             with torch.inference_mode():
+                buffers = self._allocate()
                 for done, budget in enumerate(budgets):
                     self._report_progress(done, len(budgets), f"Capturing encoder graph for {budget} patches")
-                    self._graphs[budget] = self._capture_budget(budget, pool)
+                    self._graphs[budget] = self._capture_budget(buffers, budget, pool)
         except (RuntimeError, torch.OutOfMemoryError) as error:
             self.clear()
             raise EncoderError(f"Capturing the encoder graphs failed ({error}); lower the max budget "
@@ -265,19 +271,38 @@ class GraphVisionEncoder:
         if self._progress is not None:
             self._progress(Progress(stage="capture", current=current, total=total, message=message))
 
-    def _allocate(self, budget: int) -> _BudgetGraph:
-        device = self.device
+    def _allocate(self) -> dict[str, torch.Tensor]:
+        """The shared static buffers, sized for the largest budget."""
+        rows, device, config = self.limits.max_budget, self.device, self.visual.config
+        tokens = rows // self._merge_unit
+        return {
+            "pixels": torch.zeros(rows, self._patch_dim, device=device, dtype=self.dtype),
+            "interp_indices": torch.zeros(rows, 4, device=device, dtype=torch.int64),
+            "interp_weights": torch.zeros(rows, 4, device=device, dtype=torch.float32),
+            "position_ids": torch.zeros(rows, 2, device=device, dtype=torch.int64),
+            "cu_seqlens": torch.zeros(self.limits.max_sequences + 2, device=device, dtype=torch.int32),
+            "embeds": torch.zeros(tokens, config.out_hidden_size, device=device, dtype=self.dtype),
+            "deepstack": torch.zeros(
+                len(config.deepstack_visual_indexes), tokens, config.out_hidden_size, device=device, dtype=self.dtype
+            ),
+        }
+
+    def _views(self, buffers: dict[str, torch.Tensor], budget: int) -> _BudgetGraph:
+        tokens = budget // self._merge_unit
         return _BudgetGraph(
             budget=budget,
-            pixels=torch.zeros(budget, self._patch_dim, device=device, dtype=self.dtype),
-            interp_indices=torch.zeros(budget, 4, device=device, dtype=torch.int64),
-            interp_weights=torch.zeros(budget, 4, device=device, dtype=torch.float32),
-            position_ids=torch.zeros(budget, 2, device=device, dtype=torch.int64),
-            cu_seqlens=torch.full((self.limits.max_sequences + 2,), budget, device=device, dtype=torch.int32),
+            pixels=buffers["pixels"][:budget],
+            interp_indices=buffers["interp_indices"][:budget],
+            interp_weights=buffers["interp_weights"][:budget],
+            position_ids=buffers["position_ids"][:budget],
+            cu_seqlens=buffers["cu_seqlens"],
+            embeds=buffers["embeds"][:tokens],
+            deepstack=tuple(layer[:tokens] for layer in buffers["deepstack"]),
         )
 
-    def _forward(self, graph: _BudgetGraph) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-        """The tower on the static buffers. ``max_seqlen`` bounds one sequence: at most the budget."""
+    def _run(self, graph: _BudgetGraph) -> None:
+        """The tower on one budget's buffers, outputs copied into them. ``max_seqlen`` is the budget:
+        it bounds every sequence, the trailing padding one included."""
         output = self.visual(
             graph.pixels,
             grid_thw=None,
@@ -288,10 +313,13 @@ class GraphVisionEncoder:
             max_seqlen=graph.budget,
             return_dict=True,
         )
-        return output.pooler_output, tuple(output.deepstack_features)
+        graph.embeds.copy_(output.pooler_output)
+        for buffer, layer in zip(graph.deepstack, output.deepstack_features, strict=True):
+            buffer.copy_(layer)
 
-    def _capture_budget(self, budget: int, pool: object) -> _BudgetGraph:
-        graph = self._allocate(budget)
+    def _capture_budget(self, buffers: dict[str, torch.Tensor], budget: int, pool: object) -> _BudgetGraph:
+        graph = self._views(buffers, budget)
+        graph.cu_seqlens.fill_(budget)
         graph.cu_seqlens[0] = 0
         graph.pixels.normal_()
         if self.direct:
@@ -299,11 +327,11 @@ class GraphVisionEncoder:
         side_stream = torch.cuda.Stream(self.device)
         side_stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side_stream):
-            self._forward(graph)  # warm-up: kernels loaded, library handles and workspaces created
+            self._run(graph)  # warm-up: kernels loaded, library handles and workspaces created
         torch.cuda.current_stream(self.device).wait_stream(side_stream)
         graph.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph.graph, pool=pool, capture_error_mode="thread_local"):
-            graph.embeds, graph.deepstack = self._forward(graph)
+            self._run(graph)
         return graph
 
     def _replay(self, batch: Batch, items: Sequence[VisionItem]):
@@ -327,7 +355,7 @@ class GraphVisionEncoder:
             graph.position_ids.copy_(metadata.position_ids, non_blocking=True)
             graph.cu_seqlens.copy_(metadata.cu_seqlens, non_blocking=True)
             if graph.graph is None:
-                graph.embeds, graph.deepstack = self._forward(graph)
+                self._run(graph)
             else:
                 graph.graph.replay()
             tokens = batch.patches // self._merge_unit

@@ -42,9 +42,9 @@ SCENARIOS = {
 }
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def exact_float32():
-    """fp32 means fp32: no TF32 in the patch-embedding convolution or the matmuls."""
+    """fp32 means fp32: no TF32 in the patch-embedding convolution or the matmuls, from capture on."""
     saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     yield
