@@ -38,9 +38,9 @@ SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END, VISION_START, VISION_END, VISION_
 MODEL_INFO_FILE = "framewise.json"
 DEMO_SEED = 20250101
 
-# Words a person asks about simple clips with, and every word of the synthetic-clip questions
-# and answers (training/synthetic.py); each becomes one token in four spellings (word, " word",
-# "Word", " Word").
+# Words a person asks about simple clips with, every word of the synthetic-clip questions and
+# answers (training/synthetic.py), the chat roles and the digits; each becomes one token in four
+# spellings (word, " word", "Word", " Word").
 DEMO_WORDS: tuple[str, ...] = tuple(sorted(set("""
     a about after all an and any appear appeared appears are around as at background before
     big black blue both brown by can circle circles clip color colors colour count describe
@@ -52,6 +52,7 @@ DEMO_WORDS: tuple[str, ...] = tuple(sorted(set("""
     things this three time to top triangle triangles two up video way what when where which
     white who why with yellow yes you zero
     user assistant system
+    0 1 2 3 4 5 6 7 8 9
 """.split())))
 
 # Pre-tokenization: a word with its leading space, one digit (with its leading space), a run of

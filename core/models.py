@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+from safetensors import SafetensorError
 from transformers import (
     AutoTokenizer,
     PreTrainedTokenizerBase,
@@ -263,8 +264,10 @@ def _load_weights(
             use_safetensors=True,
             attn_implementation="sdpa",
         )
-    except (OSError, ValueError, RuntimeError, KeyError, TypeError) as error:
-        raise ModelLoadError(f"The weights in {path} could not be loaded: {error}") from error
+    except (OSError, ValueError, RuntimeError, KeyError, TypeError, SafetensorError) as error:
+        raise ModelLoadError(
+            f"The weights in {path} could not be loaded ({error}); the download may be damaged or incomplete."
+        ) from error
     finally:
         if bars_enabled:
             transformers_logging.enable_progress_bar()
