@@ -1,0 +1,419 @@
+"""The question-answering engine: a clip and a question in, a streamed answer out.
+
+:class:`Engine` is a plain object with a blocking API. It reports what it does through an
+:data:`~core.events.EventSink`; the CLI runs it on the main thread, the GUI on a worker thread.
+Only :meth:`Engine.cancel` may be called from another thread.
+
+A clip is encoded once, when it is opened; every question about it reuses the vision features.
+They reach the language model through the one seam transformers offers: the model's
+``get_video_features`` / ``get_image_features`` are replaced on the instance by
+:class:`FeatureInjector`, which hands back the features the :class:`~core.encoder.VisionEncoder`
+computed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import cv2
+import numpy as np
+import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
+from transformers.generation.streamers import BaseStreamer
+from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
+
+from core.encoder import EncodedItem, VisionEncoder, VisionItem
+from core.encoder_graphs import available_attention_backends, make_vision_encoder
+from core.errors import CancelledError, FramewiseError
+from core.events import (
+    AnswerStats,
+    ClipSampled,
+    Done,
+    EncodeDone,
+    EngineInfo,
+    EventSink,
+    Progress,
+    Token,
+    ignore_events,
+)
+from core.models import LoadedModel, load_model
+from core.processing import VideoInputs, build_chat_inputs, preprocess_video
+from core.settings import AppSettings
+from core.video import SampledClip, sample_clip
+
+THUMBNAIL_HEIGHT = 96
+
+
+@dataclass(frozen=True)
+class EncodedClip:
+    """A clip sampled, preprocessed and encoded: everything a question about it needs."""
+
+    sampled: SampledClip
+    video: VideoInputs
+    features: EncodedItem
+    summary: EncodeDone
+
+
+class FeatureInjector:
+    """Serves precomputed vision features to a Qwen3-VL model in place of its own vision pass.
+
+    Installed on ``model.model`` (the ``Qwen3VLModel``), whose ``forward`` calls
+    ``get_video_features`` / ``get_image_features`` when pixel values are passed. Set
+    :attr:`video` before generating; a call with nothing set is a bug and raises.
+    """
+
+    def __init__(self) -> None:
+        self.video: list[EncodedItem] = []
+        self.images: list[EncodedItem] = []
+
+    def install(self, model: torch.nn.Module) -> None:
+        model.model.get_video_features = self._video_features
+        model.model.get_image_features = self._image_features
+
+    def _video_features(self, pixel_values_videos: Any, video_grid_thw: Any = None, **_: Any) -> Any:
+        return _as_model_output(self.video, "video")
+
+    def _image_features(self, pixel_values: Any, image_grid_thw: Any = None, **_: Any) -> Any:
+        return _as_model_output(self.images, "image")
+
+
+def _as_model_output(items: Sequence[EncodedItem], modality: str) -> BaseModelOutputWithDeepstackFeatures:
+    """Per-item features in the form ``Qwen3VLModel.get_*_features`` returns.
+
+    ``pooler_output`` is a tuple of (tokens_i, hidden) tensors, ``deepstack_features`` a list of
+    (sum tokens_i, hidden) tensors, one per deepstack layer.
+    """
+    if not items:
+        raise RuntimeError(f"the language model asked for {modality} features but none were encoded")
+    layers = len(items[0].deepstack)
+    deepstack = [torch.cat([item.deepstack[layer] for item in items]) for layer in range(layers)]
+    return BaseModelOutputWithDeepstackFeatures(
+        pooler_output=tuple(item.embeds for item in items), deepstack_features=deepstack
+    )
+
+
+class _CancelCriterion(StoppingCriteria):
+    """Stops generation at the next token once the cancel flag is set."""
+
+    def __init__(self, flag: threading.Event) -> None:
+        self.flag = flag
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
+        return torch.full((input_ids.shape[0],), self.flag.is_set(), dtype=torch.bool, device=input_ids.device)
+
+
+class _TokenStreamer(BaseStreamer):
+    """Turns generated token ids into :class:`Token` events of decoded text.
+
+    The whole answer is re-decoded each step and only the new suffix is sent, so tokens that
+    split a multi-byte character are held back until the character is complete.
+    """
+
+    def __init__(self, tokenizer: Any, sink: EventSink) -> None:
+        self.tokenizer = tokenizer
+        self.sink = sink
+        self.token_ids: list[int] = []
+        self.text = ""
+        self.first_token_time: float | None = None
+        self._prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:  # generate() first passes the prompt itself
+            self._prompt_seen = True
+            return
+        if self.first_token_time is None:
+            self.first_token_time = time.perf_counter()
+        self.token_ids.extend(value.reshape(-1).tolist())
+        text = self.tokenizer.decode(self.token_ids, skip_special_tokens=True)
+        if text.endswith("\ufffd"):
+            return
+        if len(text) > len(self.text):
+            self.sink(Token(text[len(self.text):]))
+        self.text = text
+
+    def end(self) -> None:
+        text = self.tokenizer.decode(self.token_ids, skip_special_tokens=True)
+        if len(text) > len(self.text):
+            self.sink(Token(text[len(self.text):]))
+        self.text = text
+
+
+class Engine:
+    """Loads a Qwen3-VL model, encodes clips once, answers questions about them as a stream.
+
+    Usage::
+
+        engine = Engine(settings, sink=print)
+        engine.load()
+        engine.open_clip("clip.mp4")
+        engine.ask("What color is the square?")
+    """
+
+    def __init__(self, settings: AppSettings | None = None, sink: EventSink = ignore_events) -> None:
+        self.settings = (settings or AppSettings()).validate()
+        self.sink = sink
+        self.loaded: LoadedModel | None = None
+        self.encoder: VisionEncoder | None = None
+        self.clip: EncodedClip | None = None
+        self.history: list[tuple[str, str]] = []
+        self._cancel = threading.Event()
+        self._injector = FeatureInjector()
+        self._graphs_reason = ""
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def load(self) -> EngineInfo:
+        """Load the model named by the settings and build its vision encoder (capturing graphs on CUDA)."""
+        self._cancel.clear()
+        self.loaded = load_model(self.settings.model, progress=self.sink)
+        self._injector.install(self.loaded.model)
+        self._build_encoder()
+        info = self.info()
+        self.sink(info)
+        return info
+
+    def apply_settings(self, settings: AppSettings) -> EngineInfo | None:
+        """Switch to new settings, redoing only what they change.
+
+        A new model reloads everything and re-encodes the open clip; new encoder settings
+        re-capture the graphs; new sampling settings re-sample and re-encode the open clip.
+        Returns the new :class:`EngineInfo` when the model or encoder changed.
+        """
+        settings.validate()
+        old, self.settings = self.settings, settings
+        if self.loaded is None:
+            return None
+        clip_path = self.clip.sampled.info.path if self.clip else None
+        info = None
+        if settings.model != old.model:
+            self._release_model()
+            info = self.load()
+        elif settings.encoder != old.encoder:
+            self._build_encoder()
+            info = self.info()
+            self.sink(info)
+        if clip_path and (settings.model != old.model or settings.sampling != old.sampling):
+            self.open_clip(clip_path)
+        return info
+
+    def info(self) -> EngineInfo:
+        """What the engine runs on now."""
+        loaded = self._require_model()
+        encoder = self.encoder
+        return EngineInfo(
+            device=_device_description(loaded.device),
+            dtype=str(loaded.dtype).removeprefix("torch."),
+            model_name=loaded.name,
+            model_label=loaded.label,
+            encoder_name=encoder.name if encoder else "none",
+            graphs_enabled=encoder is not None and encoder.name != "eager",
+            graphs_reason=self._graphs_reason,
+            attention_backends=tuple(available_attention_backends()),
+            graph_budgets=tuple(getattr(encoder, "budgets", ())),
+            capture_seconds=getattr(encoder, "capture_seconds", None),
+            graph_memory_mb=getattr(encoder, "graph_memory_mb", None),
+        )
+
+    def cancel(self) -> None:
+        """Ask the running work to stop at its next checkpoint. Safe to call from any thread."""
+        self._cancel.set()
+
+    def new_conversation(self) -> None:
+        """Forget earlier questions and answers; the open clip stays encoded."""
+        self.history.clear()
+
+    # ----------------------------------------------------------------- clips
+
+    def open_clip(self, path: str | Path) -> EncodeDone:
+        """Sample, preprocess and encode a clip; later questions are about it.
+
+        Emits Progress (decode, encode), ClipSampled, one ChunkStats per encoder pass and
+        EncodeDone. A failure leaves the previously open clip and the conversation as they were.
+        """
+        loaded = self._require_model()
+        self._cancel.clear()
+        name = Path(path).name
+        self.sink(Progress("decode", 0, 1, f"Reading {name}"))
+        started = time.perf_counter()
+        sampled = sample_clip(path, self.settings.sampling, should_cancel=self._cancel.is_set)
+        decode_ms = (time.perf_counter() - started) * 1e3
+        self.sink(_clip_sampled_event(sampled))
+
+        started = time.perf_counter()
+        video = preprocess_video(sampled.frames, sampled.timestamps, loaded.geometry)
+        preprocess_ms = (time.perf_counter() - started) * 1e3
+        self._raise_if_cancelled()
+
+        self.sink(Progress("encode", 0, 1, f"Encoding {len(sampled.timestamps)} frames"))
+        output = self._require_encoder().encode([video.item])
+        for chunk in output.chunks:
+            self.sink(chunk)
+        encode_ms = sum(chunk.encode_ms for chunk in output.chunks)
+        frames = len(sampled.timestamps)
+        summary = EncodeDone(
+            clip_name=name,
+            frames=frames,
+            patches=video.item.patches,
+            timestamps=tuple(sampled.timestamps),
+            decode_ms=decode_ms,
+            preprocess_ms=preprocess_ms,
+            encode_ms=encode_ms,
+            ms_per_frame=encode_ms / max(1, frames),
+            graph_hits=sum(1 for chunk in output.chunks if chunk.graph_hit),
+            graph_misses=sum(1 for chunk in output.chunks if not chunk.graph_hit),
+            chunks=tuple(output.chunks),
+        )
+        self.clip = EncodedClip(sampled=sampled, video=video, features=output.items[0], summary=summary)
+        self.history.clear()
+        self.sink(Progress("encode", 1, 1, f"{name} is ready"))
+        self.sink(summary)
+        return summary
+
+    def close_clip(self) -> None:
+        """Drop the open clip and the conversation about it."""
+        self.clip = None
+        self.history.clear()
+
+    # ----------------------------------------------------------------- questions
+
+    def ask(self, question: str) -> Done:
+        """Answer ``question`` about the open clip (or as plain text with none), streaming Token events.
+
+        A cancelled answer ends early with ``stats.cancelled`` set and is not kept in the
+        conversation; a completed one is, so follow-up questions see it.
+        """
+        loaded = self._require_model()
+        question = question.strip()
+        if not question:
+            raise FramewiseError("Type a question first.")
+        self._cancel.clear()
+        started = time.perf_counter()
+        inputs = build_chat_inputs(
+            loaded.tokenizer,
+            question,
+            video=self.clip.video if self.clip else None,
+            history=self.history,
+            geometry=loaded.geometry,
+        )
+        self._injector.video = [self.clip.features] if self.clip else []
+        streamer = _TokenStreamer(loaded.tokenizer, self.sink)
+        generated = self._generate(inputs, streamer)
+        finished = time.perf_counter()
+
+        cancelled = self._cancel.is_set()
+        text = streamer.text.strip()
+        if not cancelled:
+            self.history.append((question, text))
+        done = Done(text=text, stats=self._answer_stats(started, finished, streamer, generated, cancelled))
+        self.sink(done)
+        return done
+
+    def _generate(self, inputs: Any, streamer: _TokenStreamer) -> int:
+        """Run ``generate`` with the injected features; returns the number of new tokens."""
+        loaded = self._require_model()
+        device = loaded.device
+        generation = self.settings.generation
+        kwargs: dict[str, Any] = dict(
+            input_ids=inputs.input_ids.to(device),
+            attention_mask=inputs.attention_mask.to(device),
+            mm_token_type_ids=inputs.mm_token_type_ids.to(device),
+            max_new_tokens=generation.max_new_tokens,
+            streamer=streamer,
+            stopping_criteria=StoppingCriteriaList([_CancelCriterion(self._cancel)]),
+            pad_token_id=loaded.tokenizer.pad_token_id or loaded.tokenizer.eos_token_id,
+        )
+        if generation.temperature > 0:
+            kwargs.update(do_sample=True, temperature=generation.temperature, top_k=0, top_p=1.0)
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
+        if self.clip is not None:
+            # The injector supplies the features; the pixel tensor only has to be present.
+            kwargs.update(
+                pixel_values_videos=torch.empty(0, device=device),
+                video_grid_thw=torch.tensor([self.clip.video.item.grid_thw], device=device),
+            )
+        with torch.inference_mode():
+            output = loaded.model.generate(**kwargs)
+        return int(output.shape[1] - inputs.input_ids.shape[1])
+
+    def _answer_stats(
+        self, started: float, finished: float, streamer: _TokenStreamer, new_tokens: int, cancelled: bool
+    ) -> AnswerStats:
+        loaded = self._require_model()
+        first = streamer.first_token_time or finished
+        decode_seconds = finished - first
+        summary = self.clip.summary if self.clip else None
+        gpu_memory_mb = None
+        if loaded.device.type == "cuda":
+            gpu_memory_mb = torch.cuda.max_memory_allocated(loaded.device) / 2**20
+        return AnswerStats(
+            frames=summary.frames if summary else 0,
+            patches=summary.patches if summary else 0,
+            preprocess_ms=summary.preprocess_ms if summary else 0.0,
+            encode_ms=summary.encode_ms if summary else 0.0,
+            ms_per_frame=summary.ms_per_frame if summary else 0.0,
+            time_to_first_token_ms=(first - started) * 1e3,
+            new_tokens=new_tokens,
+            tokens_per_second=(new_tokens - 1) / decode_seconds if new_tokens > 1 and decode_seconds > 0 else 0.0,
+            cancelled=cancelled,
+            gpu_memory_mb=gpu_memory_mb,
+        )
+
+    # ----------------------------------------------------------------- helpers
+
+    def _build_encoder(self) -> None:
+        loaded = self._require_model()
+        self.encoder = None
+        self.encoder, self._graphs_reason = make_vision_encoder(
+            loaded.model.model.visual, self.settings.encoder, loaded.device, progress=self.sink
+        )
+
+    def _release_model(self) -> None:
+        self.encoder = None
+        self.loaded = None
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def _require_model(self) -> LoadedModel:
+        if self.loaded is None:
+            raise FramewiseError("The model is not loaded yet; wait for loading to finish.")
+        return self.loaded
+
+    def _require_encoder(self) -> VisionEncoder:
+        if self.encoder is None:
+            raise FramewiseError("The vision encoder is not ready; wait for loading to finish.")
+        return self.encoder
+
+    def _raise_if_cancelled(self) -> None:
+        if self._cancel.is_set():
+            raise CancelledError("Cancelled.")
+
+
+def _clip_sampled_event(sampled: SampledClip) -> ClipSampled:
+    info = sampled.info
+    return ClipSampled(
+        clip_name=Path(info.path).name,
+        path=str(info.path),
+        timestamps=tuple(sampled.timestamps),
+        thumbnails=tuple(thumbnail(frame) for frame in sampled.frames),
+        width=info.width,
+        height=info.height,
+        duration_s=info.duration_s,
+    )
+
+
+def thumbnail(frame: np.ndarray, height: int = THUMBNAIL_HEIGHT) -> np.ndarray:
+    """A copy of ``frame`` (H, W, 3) uint8 scaled to ``height`` rows, aspect kept."""
+    rows, cols = frame.shape[:2]
+    width = max(1, round(cols * height / rows))
+    return np.ascontiguousarray(cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA))
+
+
+def _device_description(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return device.type

@@ -1,0 +1,201 @@
+"""The engine on the demo model, on the CPU: encode once, stream answers, cancel, keep state on errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.engine import Engine
+from core.errors import ClipError, FramewiseError
+from core.events import ChunkStats, ClipSampled, Done, EncodeDone, EngineInfo, Event, Token
+from core.settings import AppSettings
+from tests.conftest import SAMPLE_CLIPS
+
+FAST = AppSettings().replace("model", device="cpu").replace("sampling", max_frames=4).replace(
+    "generation", max_new_tokens=6
+)
+
+
+class Recorder:
+    """An event sink that keeps every event."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+
+    def of(self, kind: type) -> list:
+        return [event for event in self.events if isinstance(event, kind)]
+
+
+@pytest.fixture(scope="module")
+def clip() -> Path:
+    clips = sorted(SAMPLE_CLIPS.glob("*.mp4"))
+    assert clips, "assets/clips holds the sample clips; run scripts/make_sample_clips.py"
+    return clips[0]
+
+
+@pytest.fixture(scope="module")
+def loaded_engine() -> tuple[Engine, Recorder]:
+    recorder = Recorder()
+    engine = Engine(FAST, sink=recorder)
+    engine.load()
+    return engine, recorder
+
+
+@pytest.fixture()
+def engine(loaded_engine: tuple[Engine, Recorder], clip: Path) -> tuple[Engine, Recorder]:
+    engine, recorder = loaded_engine
+    engine.apply_settings(FAST)
+    engine.open_clip(clip)
+    recorder.events.clear()
+    return engine, recorder
+
+
+def test_load_reports_eager_on_the_cpu_and_the_demo_label(loaded_engine: tuple[Engine, Recorder]) -> None:
+    info = loaded_engine[0].info()
+    assert info.device == "cpu" and not info.graphs_enabled
+    assert "CPU" in info.graphs_reason
+    assert info.model_label and info.model_label.startswith("Demo model")
+
+
+def test_open_clip_reports_frames_chunks_and_summary(loaded_engine: tuple[Engine, Recorder], clip: Path) -> None:
+    engine, recorder = loaded_engine
+    recorder.events.clear()
+    summary = engine.open_clip(clip)
+    sampled = recorder.of(ClipSampled)
+    assert len(sampled) == 1 and len(sampled[0].thumbnails) == len(sampled[0].timestamps) == 4
+    assert list(sampled[0].timestamps) == sorted(sampled[0].timestamps)
+    assert sampled[0].thumbnails[0].dtype.name == "uint8" and sampled[0].thumbnails[0].shape[2] == 3
+    chunks = recorder.of(ChunkStats)
+    assert chunks and sum(chunk.frames for chunk in chunks) == 4
+    assert recorder.of(EncodeDone) == [summary]
+    assert summary.frames == 4 and summary.patches == engine.clip.video.item.patches
+    assert summary.graph_misses == len(chunks)  # eager on the CPU
+
+
+def test_answer_streams_tokens_that_add_up_to_the_answer(engine: tuple[Engine, Recorder]) -> None:
+    engine_, recorder = engine
+    done = engine_.ask("What color is the square?")
+    tokens = recorder.of(Token)
+    assert tokens, "the answer was not streamed"
+    assert "".join(token.text for token in tokens).strip() == done.text
+    assert recorder.events[-1] == done
+    assert 0 < done.stats.new_tokens <= FAST.generation.max_new_tokens
+    assert done.stats.time_to_first_token_ms > 0 and done.stats.frames == 4
+    assert not done.stats.cancelled
+
+
+def test_follow_up_questions_reuse_the_features_and_keep_the_conversation(engine: tuple[Engine, Recorder]) -> None:
+    engine_, _ = engine
+    calls = []
+    real_encode = engine_.encoder.encode
+    engine_.encoder.encode = lambda items: calls.append(items) or real_encode(items)  # type: ignore[method-assign]
+    try:
+        first = engine_.ask("What color is the square?")
+        second = engine_.ask("And which way does it move?")
+    finally:
+        del engine_.encoder.encode
+    assert calls == []
+    assert engine_.history == [("What color is the square?", first.text), ("And which way does it move?", second.text)]
+
+
+def test_injected_features_give_the_same_answer_as_the_models_own_vision_pass(
+    engine: tuple[Engine, Recorder],
+) -> None:
+    """The seam must be invisible: generate() with the model's own vision tower agrees token for token."""
+    engine_, _ = engine
+    ours = engine_.ask("How many shapes are there?").text
+
+    from core.processing import build_chat_inputs
+
+    loaded = engine_.loaded
+    item = engine_.clip.video.item
+    inputs = build_chat_inputs(loaded.tokenizer, "How many shapes are there?", video=engine_.clip.video)
+    model = loaded.model
+    injected = model.model.get_video_features, model.model.get_image_features
+    del model.model.get_video_features, model.model.get_image_features  # back to the class's own methods
+    try:
+        with torch.inference_mode():
+            output = model.generate(
+                input_ids=inputs.input_ids,
+                attention_mask=inputs.attention_mask,
+                mm_token_type_ids=inputs.mm_token_type_ids,
+                pixel_values_videos=item.pixel_values,
+                video_grid_thw=torch.tensor([item.grid_thw]),
+                max_new_tokens=FAST.generation.max_new_tokens,
+                do_sample=False,
+            )
+    finally:
+        model.model.get_video_features, model.model.get_image_features = injected
+    theirs = loaded.tokenizer.decode(output[0, inputs.input_ids.shape[1]:], skip_special_tokens=True).strip()
+    assert ours == theirs
+
+
+def test_cancel_from_another_thread_stops_within_half_a_second(engine: tuple[Engine, Recorder]) -> None:
+    engine_, recorder = engine
+    engine_.apply_settings(FAST.replace("generation", max_new_tokens=4000))
+    engine_.history.clear()
+    first_token = threading.Event()
+    recorder_call = engine_.sink
+
+    def sink(event: Event) -> None:
+        recorder_call(event)
+        if isinstance(event, Token):
+            first_token.set()
+
+    engine_.sink = sink
+    result: list[Done] = []
+    worker = threading.Thread(target=lambda: result.append(engine_.ask("Describe the clip.")))
+    worker.start()
+    try:
+        assert first_token.wait(60)
+        asked = time.perf_counter()
+        engine_.cancel()
+        worker.join(5)
+        stopped_after = time.perf_counter() - asked
+    finally:
+        engine_.sink = recorder_call
+    assert not worker.is_alive()
+    assert stopped_after < 0.5
+    assert result[0].stats.cancelled and result[0].stats.new_tokens < 4000
+    assert engine_.history == []  # a cancelled answer is not part of the conversation
+
+
+def test_a_bad_clip_keeps_the_open_clip_and_the_conversation(
+    engine: tuple[Engine, Recorder], tmp_path: Path
+) -> None:
+    engine_, _ = engine
+    engine_.ask("What color is the square?")
+    before_clip, before_history = engine_.clip, list(engine_.history)
+    junk = tmp_path / "junk.mp4"
+    junk.write_bytes(b"\x00not a video" * 100)
+    with pytest.raises(ClipError):
+        engine_.open_clip(junk)
+    assert engine_.clip is before_clip and engine_.history == before_history
+    assert engine_.ask("Which way does it move?").text is not None
+
+
+def test_an_empty_question_is_refused(engine: tuple[Engine, Recorder]) -> None:
+    with pytest.raises(FramewiseError, match="question"):
+        engine[0].ask("   ")
+
+
+def test_new_sampling_settings_re_encode_the_open_clip(engine: tuple[Engine, Recorder]) -> None:
+    engine_, recorder = engine
+    engine_.apply_settings(FAST.replace("sampling", max_frames=6, fps=30.0))
+    assert engine_.clip.summary.frames == 6
+    assert recorder.of(EncodeDone)[-1].frames == 6
+
+
+def test_new_encoder_settings_rebuild_the_encoder_and_report_it(engine: tuple[Engine, Recorder]) -> None:
+    engine_, recorder = engine
+    before = engine_.encoder
+    info = engine_.apply_settings(FAST.replace("encoder", use_graphs=False))
+    assert engine_.encoder is not before
+    assert isinstance(info, EngineInfo) and recorder.of(EngineInfo)[-1] == info
