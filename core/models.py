@@ -189,7 +189,9 @@ def check_checkpoint(path: Path) -> str:
 def _read_model_type(path: Path) -> str:
     config_file = path / "config.json"
     if not config_file.is_file():
-        raise ModelLoadError(f"{path} has no config.json, so it is not a model checkpoint folder (or it is incomplete).")
+        raise ModelLoadError(
+            f"{path} has no config.json, so it is not a model checkpoint folder (or it is incomplete)."
+        )
     try:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:

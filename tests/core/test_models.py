@@ -110,7 +110,8 @@ def test_demo_generation_stops_at_im_end(demo: LoadedModel) -> None:
     im_end = demo.tokenizer.convert_tokens_to_ids("<|im_end|>")
     eos = generation.eos_token_id if isinstance(generation.eos_token_id, list) else [generation.eos_token_id]
     assert eos[0] == im_end == demo.tokenizer.eos_token_id
-    assert generation.pad_token_id == demo.tokenizer.pad_token_id == demo.tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    endoftext = demo.tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    assert generation.pad_token_id == demo.tokenizer.pad_token_id == endoftext
 
 
 @pytest.mark.parametrize(
@@ -206,7 +207,9 @@ def test_demo_model_generates_from_a_small_video(demo: LoadedModel) -> None:
 
 
 def test_same_seed_gives_identical_weights_and_another_seed_does_not(tokenizer) -> None:
-    config = build_demo_config(len(tokenizer), special_token_ids(tokenizer), depth=2, deepstack_visual_indexes=(0, 1), text_layers=2)
+    config = build_demo_config(
+        len(tokenizer), special_token_ids(tokenizer), depth=2, deepstack_visual_indexes=(0, 1), text_layers=2
+    )
     first = init_demo_model(config, seed=7).state_dict()
     second = init_demo_model(config, seed=7).state_dict()
     other = init_demo_model(config, seed=8).state_dict()
@@ -216,7 +219,9 @@ def test_same_seed_gives_identical_weights_and_another_seed_does_not(tokenizer) 
 
 
 def test_building_leaves_the_global_random_state_alone(tokenizer) -> None:
-    config = build_demo_config(len(tokenizer), special_token_ids(tokenizer), depth=1, deepstack_visual_indexes=(0,), text_layers=1)
+    config = build_demo_config(
+        len(tokenizer), special_token_ids(tokenizer), depth=1, deepstack_visual_indexes=(0,), text_layers=1
+    )
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
@@ -236,7 +241,8 @@ def test_shipped_demo_model_is_what_the_script_makes() -> None:
     if not info.get("made_by", "").startswith("python scripts/make_demo_model.py"):
         pytest.skip("the shipped demo model was not made by scripts/make_demo_model.py (trained weights)")
     tokenizer = build_demo_tokenizer(DEMO_WORDS)
-    assert json.loads((DEMO_MODEL_DIR / "tokenizer.json").read_text()) == json.loads(tokenizer.backend_tokenizer.to_str())
+    shipped_tokenizer = json.loads((DEMO_MODEL_DIR / "tokenizer.json").read_text(encoding="utf-8"))
+    assert shipped_tokenizer == json.loads(tokenizer.backend_tokenizer.to_str())
     config = build_demo_config(len(tokenizer), special_token_ids(tokenizer))
     shipped_config = json.loads((DEMO_MODEL_DIR / "config.json").read_text())
     assert shipped_config["text_config"]["vocab_size"] == config.text_config.vocab_size
