@@ -3,7 +3,7 @@
 Random weights at the real Qwen3-VL tower sizes, bf16, pixel rows already on the GPU (the
 encoder alone is measured). Every request is timed on the host around ``encode()`` with the
 device synchronized before and after, so planning, metadata, copies and the slicing of outputs
-count. Modes:
+count; the modes take turns request by request. Modes:
 
 - ``eager``: transformers' own forward with stock ``sdpa`` attention (``EagerVisionEncoder``);
 - ``graphs``: ``GraphVisionEncoder`` with the default encoder settings (the app's default);
@@ -12,7 +12,7 @@ count. Modes:
 
 Writes ``encoder_bench.json`` and ``encoder_bench.md`` under ``--out`` and prints the table.
 
-    python3 benchmarks/encoder_bench.py --out results/ [--towers 8B,2B] [--runs 100] [--stream 200] [--probe]
+    python3 benchmarks/encoder_bench.py --out results/ [--towers 8B,2B] [--runs 100] [--stream 200]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import platform
 import random
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -85,20 +85,27 @@ def stock_attention(visual: torch.nn.Module):
         visual.config._attn_implementation = saved
 
 
-def time_requests(encoder, requests, warmup: int) -> tuple[list[float], list]:
-    """Host milliseconds of each ``encode`` (device synchronized around it), after ``warmup`` untimed calls."""
-    for items in requests[:warmup]:
-        encoder.encode(items)
-    times, outputs = [], []
-    with torch.inference_mode():
-        for items in requests[warmup:]:
-            torch.cuda.synchronize()
-            started = time.perf_counter()
-            output = encoder.encode(items)
-            torch.cuda.synchronize()
-            times.append((time.perf_counter() - started) * 1e3)
-            outputs.append(output)
-    return times, outputs
+def time_modes(visual, encoders: dict, requests: list, warmup: int) -> dict[str, dict]:
+    """Host milliseconds of every ``encode`` (device synchronized around it), per mode.
+
+    Modes take turns request by request, so drift in the machine's speed hits them alike; the
+    first ``warmup`` requests are not timed. ``eager`` runs with transformers' stock attention.
+    Keeps each mode's times, the chunk stats of every request and the last output.
+    """
+    runs = {mode: {"times": [], "chunks": [], "last": None} for mode in encoders}
+    for index, items in enumerate(requests):
+        for mode, encoder in encoders.items():
+            with stock_attention(visual) if mode == "eager" else nullcontext():
+                torch.cuda.synchronize()
+                started = time.perf_counter()
+                output = encoder.encode(items)
+                torch.cuda.synchronize()
+                elapsed = (time.perf_counter() - started) * 1e3
+            if index >= warmup:
+                runs[mode]["times"].append(elapsed)
+                runs[mode]["chunks"].append(output.chunks)
+                runs[mode]["last"] = output
+    return runs
 
 
 def summary(times: list[float], frames: int) -> dict:
@@ -123,36 +130,33 @@ def relative_error(got, expected) -> float:
 
 
 def bench_workload(visual, encoders: dict[str, GraphVisionEncoder], spec, runs: int, warmup: int) -> dict:
-    """Eager, every graph encoder in ``encoders`` and an exact-shape graph on one workload."""
+    """Eager, every graph encoder in ``encoders`` and an exact-shape graph on one workload, interleaved."""
     modality, frames, height, width = spec
     item = make_item(modality, frames, height, width, torch.Generator(device="cuda").manual_seed(0))
-    requests = [[item]] * (warmup + runs)
-    with stock_attention(visual):
-        eager_times, eager_out = time_requests(EagerVisionEncoder(visual), requests, warmup)
     t, _, _ = item.grid_thw
     exact_settings = EncoderSettings(budgets=(item.patches,), max_items_per_batch=1, max_frames_per_batch=t)
     exact = GraphVisionEncoder(visual, exact_settings)
-    exact_times, _ = time_requests(exact, requests, warmup)
+    modes = {"eager": EagerVisionEncoder(visual), **encoders, "exact": exact}
+    measured = time_modes(visual, modes, [[item]] * (warmup + runs), warmup)
     exact.clear()
-    result = {
-        "patches": item.patches,
-        "frames": item.frames,
-        "eager": summary(eager_times, item.frames),
-        "exact": summary(exact_times, item.frames),
-    }
-    for mode, encoder in encoders.items():
-        times, outputs = time_requests(encoder, requests, warmup)
-        chunk = outputs[-1].chunks[0]
-        result[mode] = summary(times, item.frames) | {
+    mean = {mode: sum(m["times"]) / len(m["times"]) for mode, m in measured.items()}
+    eager_item = measured["eager"]["last"].items[0]
+    result = {"patches": item.patches, "frames": item.frames}
+    for mode, m in measured.items():
+        result[mode] = summary(m["times"], item.frames)
+        if mode not in encoders:
+            continue
+        chunk = m["last"].chunks[0]
+        result[mode] |= {
             "budget": chunk.budget,
             "padding_fraction": chunk.padding_fraction,
-            "gpu_ms": sum(c.encode_ms for c in outputs[-1].chunks),
-            "speedup_vs_eager": result["eager"]["mean_ms"] / (sum(times) / len(times)),
-            "padding_overhead_vs_exact": (sum(times) / len(times)) / result["exact"]["mean_ms"] - 1,
-            "p99_over_mean": percentile(sorted(times), 99) / (sum(times) / len(times)) - 1,
-            "bf16_rel_err_vs_eager": relative_error(outputs[-1].items[0], eager_out[-1].items[0]),
+            "gpu_ms": sum(c.encode_ms for c in m["last"].chunks),
+            "speedup_vs_eager": mean["eager"] / mean[mode],
+            "padding_overhead_vs_exact": mean[mode] / mean["exact"] - 1,
+            "p99_over_mean": percentile(sorted(m["times"]), 99) / mean[mode] - 1,
+            "bf16_rel_err_vs_eager": relative_error(m["last"].items[0], eager_item),
             "nan_in_output_buffer": any(
-                not torch.isfinite(buffer).all().item() for buffer in encoder.static_outputs(chunk.budget)
+                not torch.isfinite(buffer).all().item() for buffer in encoders[mode].static_outputs(chunk.budget)
             ),
         }
     return result
@@ -184,26 +188,23 @@ def bench_stream(visual, encoders: dict[str, GraphVisionEncoder], count: int, wa
         ordered = sorted(t / f for t, f in zip(times, frames))
         return {"mean": sum(ordered) / len(ordered), "p50": percentile(ordered, 50), "p99": percentile(ordered, 99)}
 
-    with stock_attention(visual):
-        eager_times, _ = time_requests(EagerVisionEncoder(visual), requests, warmup)
-    result = {
-        "requests": count,
-        "frames_total": sum(frames),
-        "eager": summary(eager_times, 1) | {"ms_per_frame": per_frame(eager_times)},
-    }
-    for mode, encoder in encoders.items():
-        before = encoder.stats()
-        times, outputs = time_requests(encoder, requests, warmup)
-        after = encoder.stats()
-        replayed = after.items_replayed - before.items_replayed
-        eager_items = after.items_eager - before.items_eager
-        chunks = [chunk for output in outputs for chunk in output.chunks]
-        result[mode] = summary(times, 1) | {
-            "ms_per_frame": per_frame(times),
+    before = {mode: encoder.stats() for mode, encoder in encoders.items()}
+    measured = time_modes(visual, {"eager": EagerVisionEncoder(visual), **encoders}, requests, warmup)
+    eager_mean = sum(measured["eager"]["times"]) / count
+    result = {"requests": count, "frames_total": sum(frames)}
+    for mode, m in measured.items():
+        result[mode] = summary(m["times"], 1) | {"ms_per_frame": per_frame(m["times"])}
+        if mode not in encoders:
+            continue
+        after = encoders[mode].stats()
+        replayed = after.items_replayed - before[mode].items_replayed
+        eager_items = after.items_eager - before[mode].items_eager
+        chunks = [chunk for request_chunks in m["chunks"] for chunk in request_chunks]
+        result[mode] |= {
             "hit_rate": replayed / (replayed + eager_items),
             "mean_padding_fraction": sum(c.padding_fraction for c in chunks) / len(chunks),
             "passes": len(chunks),
-            "speedup_vs_eager": result["eager"]["mean_ms"] / (sum(times) / len(times)),
+            "speedup_vs_eager": eager_mean / (sum(m["times"]) / count),
         }
     return result
 
@@ -239,36 +240,6 @@ def bench_tower(name: str, runs: int, warmup: int, stream: int, fine_ratio: floa
     del visual, encoders
     torch.cuda.empty_cache()
     return result
-
-
-def attention_probe(budgets=(1024, 8192, 16384), frame=784, slots=(66, 10), repeats=50) -> list[dict]:
-    """How the baked ``max_seqlen`` and the cu_seqlens slot count cost in the varlen kernel (8B heads)."""
-    from torch.nn.attention.varlen import varlen_attn
-
-    rows_out = []
-    for budget in budgets:
-        real = (min(budget, 8 * frame) // frame) * frame
-        q, k, v = (torch.randn(budget, 16, 72, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        for slot_count in slots:
-            boundaries = list(range(0, real + 1, frame)) + [budget]
-            if len(boundaries) > slot_count:
-                continue
-            cu = torch.tensor(boundaries + [budget] * (slot_count - len(boundaries)), device="cuda", dtype=torch.int32)
-            for max_seqlen in (budget, max(frame, budget - real)):
-                for _ in range(3):
-                    varlen_attn(q, k, v, cu, cu, max_seqlen, max_seqlen)
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(repeats):
-                    varlen_attn(q, k, v, cu, cu, max_seqlen, max_seqlen)
-                end.record()
-                end.synchronize()
-                rows_out.append({
-                    "budget": budget, "real_rows": real, "slots": slot_count, "max_seqlen": max_seqlen,
-                    "us_per_call": start.elapsed_time(end) / repeats * 1e3,
-                })
-                print("probe", rows_out[-1], flush=True)
-    return rows_out
 
 
 def markdown(results: dict) -> str:
@@ -327,12 +298,6 @@ def markdown(results: dict) -> str:
                     f"{f['mean']:.3f} / {f['p50']:.3f} / {f['p99']:.3f} | " + extra
                 )
         lines.append("")
-    if results.get("attention_probe"):
-        lines += ["### varlen attention alone (16 heads x 72, bf16)", "",
-                  "| budget | real rows | cu_seqlens slots | max_seqlen | us per call |", "|---|---|---|---|---|"]
-        for row in results["attention_probe"]:
-            lines.append(f"| {row['budget']} | {row['real_rows']} | {row['slots']} | {row['max_seqlen']} | "
-                         f"{row['us_per_call']:.1f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -344,7 +309,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--stream", type=int, default=200, help="random requests per tower (0: none)")
     parser.add_argument("--fine-ratio", type=float, default=1.1, help="budget ratio of the graphs_fine mode")
-    parser.add_argument("--probe", action="store_true", help="also time varlen attention alone")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("The encoder benchmark needs a CUDA GPU.", file=sys.stderr)
@@ -362,8 +326,6 @@ def main(argv: list[str] | None = None) -> int:
         "default_settings": dataclasses.asdict(EncoderSettings()),
         "towers": [],
     }
-    if args.probe:
-        results["attention_probe"] = attention_probe()
     for name in args.towers.split(","):
         results["towers"].append(bench_tower(name.strip(), args.runs, args.warmup, args.stream, args.fine_ratio))
     args.out.mkdir(parents=True, exist_ok=True)
