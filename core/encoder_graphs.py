@@ -192,10 +192,12 @@ class GraphVisionEncoder:
                 for done, budget in enumerate(budgets):
                     self._report_progress(done, len(budgets), f"Capturing encoder graph for {budget} patches")
                     self._graphs[budget] = self._capture_budget(buffers, budget, pool)
-        except (RuntimeError, torch.OutOfMemoryError) as error:
+        except RuntimeError as error:  # out of memory included
             self.clear()
-            raise EncoderError(f"Capturing the encoder graphs failed ({error}); lower the max budget "
-                               "or turn CUDA graphs off in the encoder settings.") from error
+            raise EncoderError(
+                f"Capturing the encoder graphs failed ({error}); lower the max budget "
+                "or turn CUDA graphs off in the encoder settings."
+            ) from error
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         memory_after = _memory_reserved(self.device)
