@@ -254,7 +254,8 @@ def markdown(results: dict) -> str:
         lines += [f"### Qwen3-VL-{tower['tower']} tower (random weights, bf16)", ""]
         for mode, c in capture.items():
             lines.append(
-                f"- `{mode}`: budget ratio {c['budget_ratio']}, {c['graphs']} graphs ({c['budgets'][0]}..{c['budgets'][-1]} "
+                f"- `{mode}`: budget ratio {c['budget_ratio']}, {c['graphs']} graphs "
+                f"({c['budgets'][0]}..{c['budgets'][-1]} "
                 f"patches, {c['attention_backend']} attention) captured in {c['seconds']:.1f} s, holding "
                 f"{c['graph_memory_mib']:.0f} MiB; metadata cache {c['metadata_cache']['hits']} hits / "
                 f"{c['metadata_cache']['misses']} misses."

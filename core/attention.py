@@ -145,7 +145,9 @@ def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype) ->
     if requested == "auto":
         return flash_kinds[0] if flash_kinds and dtype in HALF_DTYPES else "sdpa_masked"
     if requested not in REGISTERED_NAMES:
-        raise EncoderError(f"Attention backend {requested!r} does not run inside CUDA graphs; choose varlen or sdpa_masked.")
+        raise EncoderError(
+            f"Attention backend {requested!r} does not run inside CUDA graphs; choose varlen or sdpa_masked."
+        )
     if requested not in available:
         raise EncoderError(
             f"Attention backend {requested!r} is not available here (available: {', '.join(available)}); "

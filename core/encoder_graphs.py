@@ -384,7 +384,8 @@ class GraphVisionEncoder:
         row = 0
         for piece in batch.pieces:
             tokens = piece.patches // self._merge_unit
-            parts[piece.item].append((embeds[row : row + tokens], tuple(layer[row : row + tokens] for layer in deepstack)))
+            rows = slice(row, row + tokens)
+            parts[piece.item].append((embeds[rows], tuple(layer[rows] for layer in deepstack)))
             row += tokens
 
     def _chunk_stats(self, index: int, batch: Batch, timer: StageTimer, items: Sequence[VisionItem]) -> ChunkStats:
@@ -421,7 +422,8 @@ def make_vision_encoder(
     if device.type != "cuda":
         return EagerVisionEncoder(visual), "CUDA not available: the encoder runs eager on the CPU"
     if settings.attention_backend == "eager":
-        return EagerVisionEncoder(visual), "attention backend 'eager' cannot run inside CUDA graphs: the encoder runs eager"
+        reason = "attention backend 'eager' cannot run inside CUDA graphs: the encoder runs eager"
+        return EagerVisionEncoder(visual), reason
     try:
         encoder = GraphVisionEncoder(visual, settings, progress=progress)
     except FramewiseError as error:
