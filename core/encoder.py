@@ -108,7 +108,6 @@ class EagerVisionEncoder:
 
     def __init__(self, visual: torch.nn.Module) -> None:
         self.visual = visual
-        self._passes = 0
 
     @torch.inference_mode()
     def encode(self, items: Sequence[VisionItem]) -> EncoderOutput:
@@ -123,7 +122,7 @@ class EagerVisionEncoder:
         encode_ms = timer.elapsed_ms()
         frames = sum(item.frames for item in items)
         chunk = ChunkStats(
-            chunk_index=self._passes,
+            chunk_index=0,
             items=len(items),
             frames=frames,
             patches=sum(item.patches for item in items),
@@ -134,7 +133,6 @@ class EagerVisionEncoder:
             graph_hit=False,
             fallback_reason="graphs off",
         )
-        self._passes += 1
         return EncoderOutput(items=split_per_item(output.pooler_output, output.deepstack_features, items), chunks=[chunk])
 
 

@@ -33,6 +33,8 @@ class Token:
 class ChunkStats:
     """One pass of the vision encoder: a graph replay or an eager forward.
 
+    ``chunk_index`` numbers the passes of one request from 0.
+
     ``budget`` is the captured graph's token budget (``None`` for eager); ``padding_fraction``
     is the share of the budget's rows that held no real patch.
     """

@@ -89,7 +89,7 @@ class EncoderSettings:
     budgets: tuple[int, ...] = ()
     min_budget: int = 256
     max_budget: int = 16384
-    budget_ratio: float = 1.25
+    budget_ratio: float = 1.1
     max_items_per_batch: int = 8
     max_frames_per_batch: int = 64
 
