@@ -1,0 +1,49 @@
+"""The engine on CUDA: graphs by default, every chunk a graph hit, same answers as the eager encoder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.engine import Engine
+from core.settings import AppSettings
+from tests.conftest import SAMPLE_CLIPS
+
+pytestmark = pytest.mark.gpu
+
+CUDA_FP32 = (
+    AppSettings()
+    .replace("model", device="cuda", dtype="float32")
+    .replace("encoder", min_budget=256, max_budget=4096)
+    .replace("generation", max_new_tokens=12)
+)
+QUESTIONS = ("What color is the square?", "How many shapes are there?", "Which way does the square move?")
+
+
+@pytest.fixture(scope="module")
+def clips() -> list[Path]:
+    return sorted(SAMPLE_CLIPS.glob("*.mp4"))
+
+
+def answers(settings: AppSettings, clips: list[Path]) -> tuple[Engine, list[str]]:
+    engine = Engine(settings)
+    engine.load()
+    texts = []
+    for clip in clips:
+        engine.open_clip(clip)
+        texts += [engine.ask(question).text for question in QUESTIONS]
+        engine.new_conversation()
+    return engine, texts
+
+
+def test_graphs_are_the_default_on_cuda_and_answer_like_eager(clips: list[Path]) -> None:
+    graphs, graph_answers = answers(CUDA_FP32, clips)
+    info = graphs.info()
+    assert info.graphs_enabled and info.encoder_name != "eager" and info.device.startswith("cuda")
+    assert info.graph_budgets and info.graph_budgets[-1] == 4096
+    summary = graphs.clip.summary
+    assert summary.graph_hits >= 1 and summary.graph_misses == 0
+
+    _, eager_answers = answers(CUDA_FP32.replace("encoder", use_graphs=False), clips)
+    assert graph_answers == eager_answers
