@@ -15,9 +15,10 @@ Rendering is numpy and OpenCV; nothing here needs PyAV.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import cv2
 import numpy as np
@@ -46,7 +47,9 @@ NO_MOTION_ANSWER = "it does not move"
 TRAIN_SEEDS = range(0, 10_000_000)
 HELD_OUT_SEEDS = range(10_000_000, 11_000_000)
 
-_ASPECTS = ((1, 1), (4, 3), (3, 4), (16, 9), (9, 16), (3, 2), (2, 3))
+_ASPECTS = ((1, 1), (4, 3), (3, 4), (16, 9), (9, 16), (3, 2), (2, 3), (12, 5), (5, 12))
+_LONG_SIDE_MAX = 480
+_NOISE_MARGIN = 61
 _SOURCE_FPS = (8.0, 10.0, 12.0, 15.0, 24.0, 25.0, 30.0)
 _UNIT_VECTORS = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1), "still": (0, 0)}
 
@@ -137,7 +140,8 @@ def make_scene(seed: int) -> Scene:
     """The scene for ``seed``; the same seed always gives the same scene."""
     rng = np.random.default_rng(seed)
     aspect_w, aspect_h = _ASPECTS[rng.integers(len(_ASPECTS))]
-    short_side = int(rng.integers(96, 225))
+    longest_short_side = min(256, _LONG_SIDE_MAX * min(aspect_w, aspect_h) // max(aspect_w, aspect_h))
+    short_side = int(rng.integers(96, longest_short_side + 1))
     scale = short_side / min(aspect_w, aspect_h)
     width, height = int(round(aspect_w * scale)), int(round(aspect_h * scale))
     fps = float(_SOURCE_FPS[rng.integers(len(_SOURCE_FPS))])
@@ -214,10 +218,19 @@ def render_frame(scene: Scene, t: float) -> np.ndarray:
         if shape.visible(t):
             _draw(frame, shape, shape.center_at(t))
     if scene.noise_std > 0:
-        noise_rng = np.random.default_rng([scene.seed, int(round(t * 1000))])
-        noise = noise_rng.standard_normal(frame.shape, dtype=np.float32) * scene.noise_std
+        # Sensor-like noise: a window of the scene's noise field that moves with every frame.
+        field = _noise_field(scene.seed, scene.height, scene.width, scene.noise_std)
+        offset = round(t * scene.fps) % _NOISE_MARGIN
+        noise = field[:, offset : offset + scene.width]
         frame = np.clip(frame + noise, 0, 255).astype(np.uint8)
     return frame
+
+
+@functools.lru_cache(maxsize=32)
+def _noise_field(seed: int, height: int, width: int, std: float) -> np.ndarray:
+    """(height, width + margin, 3) int16 Gaussian noise, fixed per scene."""
+    rng = np.random.default_rng([seed, 2])
+    return np.round(rng.standard_normal((height, width + _NOISE_MARGIN, 3), dtype=np.float32) * std).astype(np.int16)
 
 
 def _draw(frame: np.ndarray, shape: Shape, center: tuple[float, float]) -> None:
@@ -310,20 +323,11 @@ def questions_for(sampled: SampledScene) -> list[Question]:
 
 
 def answer_words() -> list[str]:
-    """Every word a question or an answer can use, for the demo tokenizer's vocabulary."""
-    words = {"what", "color", "is", "the", "which", "way", "does", "move", "how", "many", "shapes", "are",
-             "there", "appears", "first", "when", "appear", "about", "second", "seconds", "it", "not", "?"}
-    words.update(SHAPES)
-    words.update(COLORS)
-    words.update(d for d in DIRECTIONS if d != "still")
-    words.update(NO_MOTION_ANSWER.split())
-    words.update(str(d) for d in range(10))
-    return sorted(words)
-
-
-def pick_question(questions: Sequence[Question], rng: np.random.Generator) -> Question:
-    """One question, with every available kind equally likely."""
-    kinds = sorted({q.kind for q in questions}, key=QUESTION_KINDS.index)
-    kind = kinds[rng.integers(len(kinds))]
-    of_kind = [q for q in questions if q.kind == kind]
-    return of_kind[rng.integers(len(of_kind))]
+    """Every word a question or an answer uses (digits and punctuation aside), for the tokenizer."""
+    texts = [
+        "what color is the which way does move how many shapes are there appears first when appear",
+        "about second seconds the",
+        NO_MOTION_ANSWER,
+        " ".join((*SHAPES, *COLORS, *DIRECTIONS)),
+    ]
+    return sorted({word for text in texts for word in text.split()} - {"still"})
