@@ -1,0 +1,99 @@
+"""``framewise-studio`` / ``python -m app``: the desktop window.
+
+The composition root: it creates the ``QApplication``, the settings store, the engine's worker
+thread (with ``core.engine.Engine``) and the main window, shows the window at once and only
+then starts loading the model on the worker thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from PySide6.QtCore import QTimer
+from PySide6.QtGui import QIcon
+from PySide6.QtWidgets import QApplication
+
+from core import __version__
+from core.events import EventSink, Progress
+from core.settings import AppSettings
+from ui.main_window import MainWindow
+from ui.services import AppServices
+from ui.settings_store import SettingsStore
+from ui.worker import EngineHost, EngineLike
+
+ICON_DIR = Path(__file__).resolve().parents[1] / "assets" / "icons"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Open the window (optionally on ``CLIP``) and run until it is closed; returns the exit status."""
+    args, qt_args = _parser().parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
+    app.setApplicationName("Framewise")
+    app.setOrganizationName("Framewise")
+    app.setApplicationDisplayName("Framewise")
+    app.setApplicationVersion(__version__)
+    app.setDesktopFileName("framewise-studio")
+    app.setWindowIcon(_app_icon())
+
+    store = SettingsStore(args.settings_file)
+    settings = store.load_settings()
+    host = EngineHost(create_engine, settings)
+    window = MainWindow(host, store, app_services(), settings)
+    app.aboutToQuit.connect(window.shutdown)
+    _quit_on_interrupt(app)
+    window.show()
+    window.start()
+    if args.clip:
+        window.open_clip(args.clip)
+    return app.exec()
+
+
+def create_engine(settings: AppSettings, sink: EventSink) -> EngineLike:
+    """Build the real engine. Runs on the worker thread, so importing torch never blocks the window."""
+    sink(Progress("load", 0, 0, "Starting PyTorch"))
+    from core.engine import Engine
+
+    return Engine(settings, sink=sink)
+
+
+def app_services() -> AppServices:
+    """About-box versions and the log file, from ``app.diagnostics`` and ``app.logs``."""
+    from app.diagnostics import collect_versions
+    from app.logs import log_file_path
+
+    return AppServices(collect_versions=collect_versions, log_file_path=log_file_path)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="framewise-studio", description="Ask Qwen3-VL questions about video clips.")
+    parser.add_argument("clip", nargs="?", help="a video clip to open at start")
+    parser.add_argument(
+        "--settings-file", metavar="INI", help="keep settings in this ini file instead of the user's settings store"
+    )
+    return parser
+
+
+def _app_icon() -> QIcon:
+    icon = QIcon()
+    scalable = ICON_DIR / "framewise.svg"
+    if scalable.exists():
+        icon.addFile(str(scalable))
+    for png in sorted(ICON_DIR.glob("framewise-*.png")):
+        icon.addFile(str(png))
+    return icon
+
+
+def _quit_on_interrupt(app: QApplication) -> None:
+    """Let Ctrl+C in the terminal close the window cleanly (Python only sees signals between Qt events)."""
+    signal.signal(signal.SIGINT, lambda *_: app.quit())
+    timer = QTimer(app)
+    timer.timeout.connect(lambda: None)
+    timer.start(250)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""A stand-in for ``core.engine.Engine`` with the same API: frames from the clip (OpenCV), canned answers."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from core.errors import CancelledError, ClipNotFoundError, ModelLoadError, UnreadableClipError
+from core.events import (
+    AnswerStats,
+    ChunkStats,
+    ClipSampled,
+    Done,
+    EncodeDone,
+    EngineInfo,
+    EventSink,
+    Progress,
+    Token,
+)
+from core.settings import AppSettings
+
+DEMO_LABEL = "Demo model — random weights"
+
+
+class FakeEngine:
+    """``core.engine.Engine``'s API without a model: frames come from the clip (OpenCV), answers are canned.
+
+    Class attributes let a test slow answers down, make them run to ``max_new_tokens`` (``endless``),
+    hold ``load`` until ``load_gate`` is set, or make a call fail.
+    """
+
+    token_delay_s = 0.005
+    answer_words = ("The", " red", " square", " moves", " to", " the", " right", ".")
+    endless = False
+    load_gate: threading.Event | None = None
+    fail_ask_with: Exception | None = None
+    fail_load_for_source: str | None = None
+
+    def __init__(self, settings: AppSettings, sink: EventSink) -> None:
+        self.settings = settings
+        self.sink = sink
+        self.history: list[tuple[str, str]] = []
+        self.clip_name: str | None = None
+        self.calls: list[tuple[str, float]] = []
+        self._cancel = threading.Event()
+
+    def load(self) -> None:
+        self._cancel.clear()
+        if self.load_gate is not None:
+            self.load_gate.wait(10)
+        if self.settings.model.source == self.fail_load_for_source:
+            raise ModelLoadError(f"{self.settings.model.source} is not a Qwen3-VL checkpoint folder")
+        self.sink(Progress("load", 1, 2, "Reading the weights"))
+        self.sink(Progress("load", 2, 2, "Weights loaded"))
+
+    def apply_settings(self, settings: AppSettings) -> None:
+        self.settings = settings.validate()
+        for index, budget in enumerate(settings.encoder.token_budgets()[:3], start=1):
+            self.sink(Progress("capture", index, 3, f"Captured the graph for budget {budget}"))
+
+    def info(self) -> EngineInfo:
+        return EngineInfo(
+            device="cpu",
+            dtype="float32",
+            model_name="framewise-demo",
+            model_label=DEMO_LABEL,
+            encoder_name="eager",
+            graphs_enabled=False,
+            graphs_reason="no CUDA device: the encoder runs eager on the CPU",
+            attention_backends=("eager", "sdpa_masked"),
+        )
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def new_conversation(self) -> None:
+        self.history.clear()
+
+    def open_clip(self, path: str) -> EncodeDone:
+        self._cancel.clear()
+        self.calls.append(("open_clip", time.perf_counter()))
+        if not Path(path).is_file():
+            raise ClipNotFoundError(f"{path} does not exist")
+        frames, timestamps, duration = _sample_with_opencv(path, self.settings.sampling.fps, self.settings.sampling.max_frames)
+        name = Path(path).name
+        self.sink(ClipSampled(name, path, timestamps, tuple(frames), frames[0].shape[1], frames[0].shape[0], duration))
+        chunks = []
+        for index in range(0, len(frames), 4):
+            if self._cancel.is_set():
+                raise CancelledError("Cancelled.")
+            count = min(4, len(frames) - index)
+            chunk = ChunkStats(index // 4, 1, count, count * 64, None, 0.0, 2.0 * count, 2.0 + index / 10, False, "no CUDA")
+            chunks.append(chunk)
+            self.sink(chunk)
+        self.history.clear()
+        self.clip_name = name
+        done = EncodeDone(name, len(frames), len(frames) * 64, timestamps, 5.0, 1.0, 9.0, 2.2, 0, len(chunks), tuple(chunks))
+        self.sink(done)
+        return done
+
+    def ask(self, question: str) -> Done:
+        self._cancel.clear()
+        self.calls.append(("ask", time.perf_counter()))
+        if self.fail_ask_with is not None:
+            raise self.fail_ask_with
+        text = ""
+        count = 0
+        limit = self.settings.generation.max_new_tokens
+        if not self.endless:
+            limit = min(limit, len(self.answer_words))
+        for count in range(1, limit + 1):
+            if self._cancel.is_set():
+                break
+            piece = self.answer_words[(count - 1) % len(self.answer_words)]
+            text += piece
+            self.sink(Token(piece))
+            time.sleep(self.token_delay_s)
+        cancelled = self._cancel.is_set()
+        if not cancelled:
+            self.history.append((question, text))
+        stats = AnswerStats(len(self.history), 0, 1.0, 9.0, 2.2, 12.0, count, 150.0, cancelled)
+        done = Done(text.strip(), stats)
+        self.sink(done)
+        return done
+
+
+def _sample_with_opencv(path: str, fps: float, max_frames: int) -> tuple[list[np.ndarray], tuple[float, ...], float]:
+    capture = cv2.VideoCapture(path)
+    try:
+        clip_fps = capture.get(cv2.CAP_PROP_FPS) or 0.0
+        frames, times = [], []
+        index = 0
+        while True:
+            ok, frame = capture.read()
+            if not ok:
+                break
+            if clip_fps and index % max(1, round(clip_fps / fps)) == 0 and len(frames) < max_frames:
+                frames.append(np.ascontiguousarray(frame[:, :, ::-1]))
+                times.append(index / clip_fps)
+            index += 1
+    finally:
+        capture.release()
+    if not frames:
+        raise UnreadableClipError(f"{Path(path).name} is not a video file any reader understands")
+    return frames, tuple(times), index / clip_fps

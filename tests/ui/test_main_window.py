@@ -1,0 +1,380 @@
+"""The window on a fake engine (same API as core.engine.Engine): fast checks of every interaction."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication
+from PySide6.QtWidgets import QApplication, QDialogButtonBox
+
+from core.settings import AppSettings
+from tests.ui.fake_engine import DEMO_LABEL, FakeEngine
+from ui.frames import format_timestamp
+from ui.main_window import MainWindow
+from ui.settings_store import SettingsStore
+
+LOAD_TIMEOUT_MS = 10_000
+
+
+def drop_file(target, path: Path) -> None:
+    """Drag ``path`` over ``target`` (any widget of the window) and drop it, as a file manager would."""
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path))])
+    center = target.rect().center()
+    enter = QDragEnterEvent(QPointF(center), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(target, enter)
+    assert enter.isAccepted(), "the window refused the dragged file"
+    drop = QDropEvent(QPointF(center), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(target, drop)
+
+
+def wait_ready(qtbot, window: MainWindow) -> None:
+    qtbot.waitUntil(lambda: window.info is not None and window._operation is None, timeout=LOAD_TIMEOUT_MS)
+
+
+def open_and_wait(qtbot, window: MainWindow, path: Path) -> None:
+    drop_file(window.preview.view, path)
+    qtbot.waitUntil(lambda: window.clip is not None and window.clip.path == str(path) and window._opening_path is None, timeout=LOAD_TIMEOUT_MS)
+
+
+def ask_and_wait(qtbot, window: MainWindow, question: str) -> None:
+    window.chat.question_edit.setPlainText(question)
+    qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.conversation.turns and window.conversation.current is None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.chat.send_button.isEnabled(), timeout=LOAD_TIMEOUT_MS)
+
+
+def test_dropped_clip_fills_the_strip_with_sampled_timestamps(qtbot, make_window, sample_clip):
+    window = make_window()
+    sampled = []
+    window.host.event.connect(lambda event: sampled.append(event) if type(event).__name__ == "ClipSampled" else None)
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+
+    timestamps = sampled[-1].timestamps
+    assert len(timestamps) >= 4
+    assert window.frame_strip.timestamp_texts() == [format_timestamp(t) for t in timestamps]
+    assert window.frame_strip.timestamp_texts()[:2] == ["0:00.0", "0:00.5"]
+    assert window.preview.slider.maximum() == len(timestamps) - 1
+    assert sample_clip.name in window.clip_title.text()
+    assert window.store.recent_files()[0] == str(sample_clip.resolve())
+
+
+def test_preview_plays_seeks_and_follows_the_strip(qtbot, make_window, sample_clip):
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+
+    window.frame_strip.setCurrentRow(3)
+    assert window.preview.current_index == 3
+    window.preview.seek(1)
+    assert window.frame_strip.currentRow() == 1
+    window.preview.play()
+    assert window.preview.is_playing
+    qtbot.waitUntil(lambda: window.preview.current_index >= 2, timeout=3000)
+    window.preview.pause()
+    assert not window.preview.is_playing
+
+
+def test_answer_streams_then_metrics_update(qtbot, make_window, sample_clip):
+    window = make_window()
+    events = []
+    window.host.event.connect(lambda event: events.append(type(event).__name__))
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    assert len(window.encoder_panel.plot.points) >= 2
+    assert window.encoder_panel.chunk_table.rowCount() == len(window.encoder_panel.plot.points)
+
+    ask_and_wait(qtbot, window, "Where does the square go?")
+
+    assert "Token" in events and "Done" in events
+    assert events.index("Token") < events.index("Done")
+    turn = window.conversation.turns[-1]
+    assert turn.status == "done"
+    assert turn.answer == "The red square moves to the right."
+    card = window.chat.answer_cards()[-1]
+    assert card.text() == turn.answer
+    assert DEMO_LABEL in card.header.text()
+    assert "tokens/s" in card.footer.text()
+    assert "misses" in window.encoder_panel.hits_text()
+    assert window.encoder_panel.first_token_value.text() == "12 ms"
+    assert "tokens/s" in window.encoder_panel.speed_value.text()
+
+
+def test_follow_up_questions_keep_the_conversation(qtbot, make_window, sample_clip):
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    ask_and_wait(qtbot, window, "What moves?")
+    ask_and_wait(qtbot, window, "And then?")
+
+    assert [turn.question for turn in window.conversation.turns] == ["What moves?", "And then?"]
+    assert window.conversation.turns[-1].stats.frames == 2  # the fake counts the history it kept
+    assert len(window.chat.answer_cards()) == 2
+
+
+def test_shift_enter_adds_a_line_and_enter_sends(qtbot, make_window):
+    window = make_window()
+    wait_ready(qtbot, window)
+    edit = window.chat.question_edit
+    edit.setPlainText("first line")
+    edit.moveCursor(edit.textCursor().MoveOperation.End)
+    qtbot.keyClick(edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    assert edit.toPlainText() == "first line\n"
+    assert not window.conversation.turns
+    qtbot.keyClick(edit, Qt.Key.Key_Return)
+    assert [turn.question for turn in window.conversation.turns] == ["first line"]
+
+
+def test_stop_ends_the_answer_within_half_a_second(qtbot, make_window, sample_clip):
+    FakeEngine.token_delay_s = 0.05
+    FakeEngine.endless = True
+    window = make_window(settings=AppSettings().replace("generation", max_new_tokens=2000))
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    window.chat.question_edit.setPlainText("Describe every frame")
+    window.chat.submit()
+    qtbot.waitUntil(lambda: window.conversation.turns[-1].status == "streaming", timeout=LOAD_TIMEOUT_MS)
+
+    started = time.perf_counter()
+    qtbot.mouseClick(window.chat.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.conversation.current is None, timeout=2000)
+    elapsed = time.perf_counter() - started
+
+    assert elapsed < 0.5
+    turn = window.conversation.turns[-1]
+    assert turn.status == "stopped" and turn.stats.cancelled
+    assert "Stopped" in window.chat.answer_cards()[-1].footer.text()
+    qtbot.waitUntil(lambda: window.chat.send_button.isEnabled(), timeout=2000)
+
+
+def test_escape_and_ctrl_return_shortcuts(qtbot, make_window, sample_clip):
+    FakeEngine.token_delay_s = 0.05
+    FakeEngine.endless = True
+    window = make_window(settings=AppSettings().replace("generation", max_new_tokens=2000))
+    wait_ready(qtbot, window)
+    triggered = []
+    window.ask_action.triggered.connect(lambda: triggered.append("ask"))
+    window.stop_action.triggered.connect(lambda: triggered.append("stop"))
+    window.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is window)
+    window.chat.question_edit.setFocus()
+    window.chat.question_edit.setPlainText("Keep talking")
+    qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: bool(window.conversation.turns) and window.conversation.turns[-1].status == "streaming", timeout=LOAD_TIMEOUT_MS)
+    qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: window.conversation.current is None, timeout=2000)
+    assert window.conversation.turns[-1].status == "stopped"
+    assert triggered == ["ask", "stop"]
+
+
+def test_corrupt_clip_shows_an_error_and_keeps_everything(qtbot, make_window, sample_clip, corrupt_clip, tmp_path):
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    ask_and_wait(qtbot, window, "What moves?")
+
+    drop_file(window.chat, corrupt_clip)
+    qtbot.waitUntil(lambda: window.error_banner.isVisible(), timeout=LOAD_TIMEOUT_MS)
+    assert "corrupt.mp4" in window.error_banner.text()
+    assert "not a video file" in window.error_banner.text()
+    assert window.clip.path == str(sample_clip)
+    assert sample_clip.name in window.clip_title.text()
+    assert len(window.conversation.turns) == 1 and len(window.chat.answer_cards()) == 1
+    assert str(corrupt_clip.resolve()) not in window.store.recent_files()
+
+    ask_and_wait(qtbot, window, "And now?")
+    assert len(window.conversation.turns) == 2 and window.conversation.turns[-1].status == "done"
+
+    second = tmp_path / "again.mp4"
+    second.write_bytes(sample_clip.read_bytes())
+    open_and_wait(qtbot, window, second)
+    assert not window.error_banner.isVisible()
+    assert window.conversation.clip_name == "again.mp4" and not window.conversation.turns
+
+
+def test_unexpected_error_is_shown_inline_and_the_app_keeps_running(qtbot, make_window, sample_clip):
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    FakeEngine.fail_ask_with = RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    ask_and_wait(qtbot, window, "What moves?")
+
+    turn = window.conversation.turns[-1]
+    assert turn.status == "failed" and "Out of memory" in turn.error
+    assert "Out of memory" in window.chat.answer_cards()[-1].text()
+    FakeEngine.fail_ask_with = None
+    ask_and_wait(qtbot, window, "What moves now?")
+    assert window.conversation.turns[-1].status == "done" and len(window.conversation.turns) == 2
+
+
+def test_banners_say_cpu_eager_and_demo_model(qtbot, make_window):
+    window = make_window()
+    wait_ready(qtbot, window)
+    assert window.cpu_banner.isVisible()
+    assert "eager on the CPU" in window.cpu_banner.text()
+    assert window.demo_banner.isVisible()
+    assert "demo model" in window.demo_banner.text() and "Settings ▸ Model" in window.demo_banner.text()
+    window.demo_banner.action_button.click()
+    dialog = window._settings_dialog
+    assert dialog.isVisible() and dialog.tabs.tabText(dialog.tabs.currentIndex()) == "Model"
+    dialog.reject()
+
+
+def test_model_load_failure_is_shown_and_fixed_by_applying_settings(qtbot, make_window):
+    FakeEngine.fail_load_for_source = "/no/such/model"
+    window = make_window(settings=AppSettings().replace("model", source="/no/such/model"))
+    qtbot.waitUntil(lambda: window.error_banner.isVisible(), timeout=LOAD_TIMEOUT_MS)
+    assert "Could not load the model" in window.error_banner.text()
+    window.apply_settings(AppSettings())
+    qtbot.waitUntil(lambda: window.info is not None, timeout=LOAD_TIMEOUT_MS)
+    assert not window.error_banner.isVisible()
+
+
+def test_invalid_setting_is_refused_next_to_its_field(qtbot, make_window, store):
+    window = make_window()
+    dialog = window.open_settings(None)
+    dialog.field_widget("sampling.max_frames").setValue(7)
+    dialog.buttons.button(QDialogButtonBox.StandardButton.Apply).click()
+
+    assert "even number" in dialog.error_text("sampling.max_frames")
+    assert dialog.tabs.tabText(dialog.tabs.currentIndex()) == "Sampling"
+    assert window.settings.sampling.max_frames == 32
+    assert store.load_settings() == AppSettings()
+
+    dialog.field_widget("sampling.max_frames").setValue(8)
+    dialog.field_widget("encoder.max_items_per_batch").setValue(5000)
+    dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
+    assert dialog.error_text("sampling.max_frames") == ""
+    assert "smallest budget" in dialog.error_text("encoder.max_items_per_batch")
+    assert dialog.isVisible()
+
+
+def test_empty_model_folder_is_refused(qtbot, make_window):
+    window = make_window()
+    dialog = window.open_settings("model")
+    dialog.folder_radio.setChecked(True)
+    dialog.folder_edit.setText("")
+    assert not dialog.apply()
+    assert "name a model" in dialog.error_text("model.source")
+
+
+def test_settings_survive_a_restart_and_reach_the_engine(qtbot, make_window, store, tmp_path):
+    engines: list[FakeEngine] = []
+
+    def factory(settings, sink):
+        engines.append(FakeEngine(settings, sink))
+        return engines[-1]
+
+    window = make_window(factory)
+    wait_ready(qtbot, window)
+    progress = []
+    window.host.event.connect(lambda event: progress.append(event) if type(event).__name__ == "Progress" else None)
+    dialog = window.open_settings(None)
+    dialog.field_widget("sampling.fps").setValue(1.5)
+    dialog.field_widget("generation.max_new_tokens").setValue(64)
+    dialog.budget_mode.setCurrentIndex(1)
+    dialog.field_widget("encoder.budgets").setText("256, 1024")
+    dialog.field_widget("encoder.attention_backend").setCurrentText("sdpa_masked")
+    dialog.repo_radio.setChecked(True)
+    dialog.repo_edit.setText("Qwen/Qwen3-VL-2B-Instruct")
+    dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
+    assert not dialog.isVisible()
+
+    expected = (
+        AppSettings()
+        .replace("sampling", fps=1.5)
+        .replace("generation", max_new_tokens=64)
+        .replace("encoder", budgets=(256, 1024), attention_backend="sdpa_masked")
+        .replace("model", source="Qwen/Qwen3-VL-2B-Instruct")
+    )
+    assert window.settings == expected
+    qtbot.waitUntil(lambda: engines[-1].settings == expected, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: any(event.stage == "capture" for event in progress), timeout=LOAD_TIMEOUT_MS)
+    window.close()
+
+    reopened = make_window(window_store=SettingsStore(store.location))
+    assert reopened.settings == expected
+    dialog = reopened.open_settings(None)
+    assert dialog.field_widget("sampling.fps").value() == 1.5
+    assert dialog.field_widget("encoder.budgets").text() == "256, 1024"
+    assert dialog.repo_radio.isChecked() and dialog.repo_edit.text() == "Qwen/Qwen3-VL-2B-Instruct"
+    assert AppSettings.from_dict(dialog.values()) == expected
+
+
+def test_export_markdown_and_json_name_the_clip_settings_and_model(qtbot, make_window, sample_clip, tmp_path):
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    ask_and_wait(qtbot, window, "Where does the square go?")
+
+    window.export_conversation(tmp_path / "talk.md")
+    markdown = (tmp_path / "talk.md").read_text(encoding="utf-8")
+    assert sample_clip.name in markdown
+    assert DEMO_LABEL in markdown
+    assert "Where does the square go?" in markdown and "The red square moves to the right." in markdown
+    assert '"max_new_tokens": 128' in markdown
+
+    window.export_conversation(tmp_path / "talk.json")
+    data = json.loads((tmp_path / "talk.json").read_text(encoding="utf-8"))
+    assert data["clip"]["name"] == sample_clip.name
+    assert data["settings"] == window.settings.to_dict()
+    assert data["turns"][0]["model_label"] == DEMO_LABEL
+    assert data["turns"][0]["answer"] == "The red square moves to the right."
+    assert data["turns"][0]["stats"]["new_tokens"] == 8
+
+
+def test_copy_answer_puts_it_on_the_clipboard(qtbot, make_window, sample_clip):
+    window = make_window()
+    wait_ready(qtbot, window)
+    ask_and_wait(qtbot, window, "Anything?")
+    card = window.chat.answer_cards()[-1]
+    assert card.copy_button.isEnabled()
+    QGuiApplication.clipboard().clear()
+    card.copy_button.click()
+    assert QGuiApplication.clipboard().text() == "The red square moves to the right."
+
+
+def test_help_menu_shows_the_log_and_versions(qtbot, make_window):
+    window = make_window()
+    wait_ready(qtbot, window)
+    log_dialog = window.show_log()
+    assert "framewise started" in log_dialog.text.toPlainText()
+    log_dialog.close()
+    about = window.show_about()
+    assert about.versions["torch"] == "2.13.0 (CPU)"
+    assert DEMO_LABEL in about.versions["Model"]
+    assert "transformers: 5.17.0" in about.versions_text()
+    about.close()
+
+
+def test_window_starts_at_the_default_size_and_shuts_down_cleanly(qtbot, make_window):
+    window = make_window()
+    assert (window.width(), window.height()) == (1280, 800)
+    wait_ready(qtbot, window)
+    window.close()
+    assert window.host.thread.isFinished()
+
+
+def test_stop_drops_work_still_waiting_in_the_queue(qtbot, make_window, sample_clip):
+    engines: list[FakeEngine] = []
+
+    def factory(settings, sink):
+        engines.append(FakeEngine(settings, sink))
+        return engines[-1]
+
+    FakeEngine.load_gate = threading.Event()
+    window = make_window(factory)
+    window.host.ask("queued behind the model load")
+    window.host.open_clip(str(sample_clip))
+    window.host.cancel()
+    FakeEngine.load_gate.set()
+    wait_ready(qtbot, window)
+    window.host.ask("asked after Stop")
+    qtbot.waitUntil(lambda: len(engines[0].calls) == 1, timeout=LOAD_TIMEOUT_MS)
+    assert engines[0].calls[0][0] == "ask"

@@ -1,0 +1,288 @@
+"""The chat: the transcript of questions and streamed answers, and the question box.
+
+Enter sends (Shift+Enter adds a line); Stop cancels the answer being written. Each answer is
+headed by the model that wrote it, including the demo model's label, and can be copied with its
+button or its context menu.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication, QKeyEvent, QPalette
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QPlainTextEdit,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QStyle,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ui.conversation import Turn, format_answer_stats
+
+_STREAM_FLUSH_MS = 30
+
+
+class QuestionEdit(QPlainTextEdit):
+    """A question box where Enter submits and Shift+Enter starts a new line."""
+
+    submitted = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setTabChangesFocus(True)
+        self.setPlaceholderText("Ask about the clip…  (Enter sends, Shift+Enter adds a line)")
+        line = self.fontMetrics().lineSpacing()
+        self.setFixedHeight(round(line * 3.4 + 2 * self.frameWidth() + self.document().documentMargin() * 2))
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt override
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            if event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+                self.insertPlainText("\n")
+            else:
+                self.submitted.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class MessageCard(QFrame):
+    """One message: a header (who wrote it), the text, and for answers a stats line and Copy."""
+
+    def __init__(self, role: str, header: str, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.role = role
+        self.setObjectName(f"{role}Card")
+        self.setAutoFillBackground(True)
+        self.setBackgroundRole(QPalette.ColorRole.AlternateBase if role == "question" else QPalette.ColorRole.Base)
+        self.setFrameShape(QFrame.Shape.StyledPanel if role != "question" else QFrame.Shape.NoFrame)
+        self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.customContextMenuRequested.connect(self._show_context_menu)
+
+        line = self.fontMetrics().height()
+        self.header = QLabel(header)
+        header_font = self.header.font()
+        header_font.setBold(True)
+        self.header.setFont(header_font)
+        self.body = QLabel(text)
+        self.body.setTextFormat(Qt.TextFormat.PlainText)
+        self.body.setWordWrap(True)
+        self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.body.setContextMenuPolicy(Qt.ContextMenuPolicy.NoContextMenu)
+        self.body.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Minimum)
+        self.footer = QLabel()
+        self.footer.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        self.footer.setWordWrap(True)
+        self.footer.hide()
+        self.copy_button = QToolButton()
+        self.copy_button.setText("Copy")
+        self.copy_button.setToolTip("Copy this answer")
+        self.copy_button.setAutoRaise(True)
+        self.copy_button.clicked.connect(self.copy_text)
+        self.copy_button.setEnabled(False)
+
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(self.header, 1)
+        top.addWidget(self.copy_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(round(line * 0.7), round(line * 0.45), round(line * 0.7), round(line * 0.55))
+        layout.setSpacing(round(line * 0.25))
+        layout.addLayout(top)
+        layout.addWidget(self.body)
+        layout.addWidget(self.footer)
+        self.copy_button.setVisible(role == "answer")
+
+    def text(self) -> str:
+        return self.body.text()
+
+    def set_text(self, text: str) -> None:
+        self.body.setText(text)
+
+    def set_footer(self, text: str) -> None:
+        self.footer.setText(text)
+        self.footer.setVisible(bool(text))
+
+    def copy_text(self) -> None:
+        QGuiApplication.clipboard().setText(self.body.text())
+
+    def _show_context_menu(self, position) -> None:
+        menu = QMenu(self)
+        selected = self.body.selectedText()
+        if selected:
+            menu.addAction("Copy selection", lambda: QGuiApplication.clipboard().setText(selected))
+        noun = {"answer": "answer", "question": "question"}.get(self.role, "message")
+        menu.addAction(f"Copy {noun}", self.copy_text)
+        menu.exec(self.mapToGlobal(position))
+
+
+class ChatPanel(QWidget):
+    """Transcript plus question box. ``ask_requested(question)`` and ``stop_requested()`` go to the window."""
+
+    ask_requested = Signal(str)
+    stop_requested = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._answer_card: MessageCard | None = None
+        self._pending_text = ""
+        self._flush_timer = QTimer(self)
+        self._flush_timer.setInterval(_STREAM_FLUSH_MS)
+        self._flush_timer.timeout.connect(self._flush)
+        line = self.fontMetrics().height()
+
+        self._messages = QWidget()
+        self._messages.setBackgroundRole(QPalette.ColorRole.Window)
+        self._messages_layout = QVBoxLayout(self._messages)
+        self._messages_layout.setContentsMargins(round(line * 0.5), round(line * 0.5), round(line * 0.5), round(line * 0.5))
+        self._messages_layout.setSpacing(round(line * 0.6))
+        self._messages_layout.addStretch(1)
+        self.scroll = QScrollArea()
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll.setWidget(self._messages)
+        self.scroll.verticalScrollBar().rangeChanged.connect(self._keep_at_bottom)
+        self._follow_bottom = True
+        self.scroll.verticalScrollBar().valueChanged.connect(self._remember_position)
+
+        self.empty_hint = QLabel("Open a clip, then ask a question about it.\nFollow-up questions keep the conversation.")
+        self.empty_hint.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_hint.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        self.empty_hint.setWordWrap(True)
+        self._messages_layout.insertWidget(0, self.empty_hint)
+
+        self.question_edit = QuestionEdit()
+        self.question_edit.submitted.connect(self.submit)
+        self.send_button = QPushButton("Ask")
+        self.send_button.setToolTip("Ask the question (Enter or Ctrl+Return)")
+        self.send_button.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_ArrowForward))
+        self.send_button.setDefault(True)
+        self.send_button.clicked.connect(self.submit)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Stop the answer (Esc)")
+        self.stop_button.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_MediaStop))
+        self.stop_button.clicked.connect(self.stop_requested)
+        self.stop_button.setEnabled(False)
+
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addStretch(1)
+        composer = QHBoxLayout()
+        composer.addWidget(self.question_edit, 1)
+        composer.addLayout(buttons)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.scroll, 1)
+        layout.addLayout(composer)
+
+    def cards(self) -> list[MessageCard]:
+        return [
+            self._messages_layout.itemAt(index).widget()
+            for index in range(self._messages_layout.count())
+            if isinstance(self._messages_layout.itemAt(index).widget(), MessageCard)
+        ]
+
+    def answer_cards(self) -> list[MessageCard]:
+        return [card for card in self.cards() if card.role == "answer"]
+
+    def submit(self) -> None:
+        question = self.question_edit.toPlainText().strip()
+        if question and self.send_button.isEnabled():
+            self.ask_requested.emit(question)
+
+    def set_answering(self, answering: bool) -> None:
+        self.send_button.setEnabled(not answering)
+        self.stop_button.setEnabled(answering)
+
+    def clear(self) -> None:
+        self._flush_timer.stop()
+        self._pending_text = ""
+        self._answer_card = None
+        for card in self.cards():
+            self._messages_layout.removeWidget(card)
+            card.deleteLater()
+        self.empty_hint.show()
+
+    def add_notice(self, text: str) -> MessageCard:
+        """A line in the transcript that is not part of the conversation (the clip in use, say)."""
+        card = MessageCard("notice", "", text, self._messages)
+        card.header.hide()
+        card.setFrameShape(QFrame.Shape.NoFrame)
+        card.setAutoFillBackground(False)
+        card.body.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        card.body.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._append(card)
+        return card
+
+    def start_turn(self, turn: Turn, waiting_text: str) -> None:
+        """Show ``turn``'s question and an empty answer that tokens will stream into."""
+        self.question_edit.clear()
+        self._append(MessageCard("question", "You", turn.question, self._messages))
+        self._answer_card = MessageCard("answer", answer_header(turn), parent=self._messages)
+        self._answer_card.set_footer(waiting_text)
+        self._append(self._answer_card)
+        self._follow_bottom = True
+
+    def append_token(self, text: str) -> None:
+        """Add streamed text to the answer being written; the screen catches up every few ms."""
+        if self._answer_card is None:
+            return
+        self._pending_text += text
+        if not self._flush_timer.isActive():
+            self._flush_timer.start()
+
+    def finish_turn(self, turn: Turn) -> None:
+        """Replace the streamed text with the final answer (or the error) and show its stats."""
+        self._flush_timer.stop()
+        self._pending_text = ""
+        card = self._answer_card
+        if card is None:
+            return
+        card.header.setText(answer_header(turn))
+        card.set_text(turn.answer)
+        if turn.status == "failed":
+            card.set_text((turn.answer + "\n\n" if turn.answer else "") + f"⚠ {turn.error}")
+        footer = []
+        if turn.status == "stopped":
+            footer.append("Stopped")
+        if turn.stats is not None:
+            footer.append(format_answer_stats(turn.stats))
+        card.set_footer(" · ".join(footer))
+        card.copy_button.setEnabled(bool(turn.answer))
+        self._answer_card = None
+
+    def set_waiting_text(self, text: str) -> None:
+        if self._answer_card is not None and not self._answer_card.text():
+            self._answer_card.set_footer(text)
+
+    def _flush(self) -> None:
+        card = self._answer_card
+        if card is None or not self._pending_text:
+            self._flush_timer.stop()
+            return
+        card.set_footer("")
+        card.set_text(card.text() + self._pending_text)
+        self._pending_text = ""
+
+    def _append(self, card: MessageCard) -> None:
+        self.empty_hint.hide()
+        self._messages_layout.insertWidget(self._messages_layout.count() - 1, card)
+
+    def _remember_position(self, value: int) -> None:
+        bar = self.scroll.verticalScrollBar()
+        self._follow_bottom = value >= bar.maximum() - self.fontMetrics().height()
+
+    def _keep_at_bottom(self, _minimum: int, maximum: int) -> None:
+        if self._follow_bottom:
+            self.scroll.verticalScrollBar().setValue(maximum)
+
+
+def answer_header(turn: Turn) -> str:
+    """Who wrote an answer: the model, and its label when it has one (the demo model does)."""
+    return f"{turn.model_name} · {turn.model_label}" if turn.model_label else turn.model_name

@@ -1,0 +1,125 @@
+"""The conversation shown in the chat, and its export as Markdown or JSON.
+
+Plain Python (no Qt): the window records questions and answers here and the exports are built
+from it, so they carry the clip's name, the settings used and each answer's model label.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from core.events import AnswerStats
+from core.settings import AppSettings
+
+TurnStatus = Literal["waiting", "streaming", "done", "stopped", "failed"]
+EXPORT_FORMAT = "framewise-conversation/1"
+
+
+@dataclass
+class Turn:
+    """One question and its answer (possibly still streaming, stopped or failed)."""
+
+    question: str
+    model_name: str
+    model_label: str | None
+    asked_at: str = field(default_factory=lambda: _now())
+    answer: str = ""
+    status: TurnStatus = "waiting"
+    error: str | None = None
+    stats: AnswerStats | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "answer": self.answer,
+            "status": self.status,
+            "error": self.error,
+            "model": self.model_name,
+            "model_label": self.model_label,
+            "asked_at": self.asked_at,
+            "stats": dataclasses.asdict(self.stats) if self.stats else None,
+        }
+
+
+@dataclass
+class Conversation:
+    """The questions asked about one clip, in order."""
+
+    clip_name: str | None = None
+    clip_path: str | None = None
+    turns: list[Turn] = field(default_factory=list)
+
+    @property
+    def current(self) -> Turn | None:
+        """The last turn while it is still waiting or streaming."""
+        if self.turns and self.turns[-1].status in ("waiting", "streaming"):
+            return self.turns[-1]
+        return None
+
+    def to_json(self, settings: AppSettings) -> dict[str, Any]:
+        """The conversation, the clip and the settings as one JSON-able dict."""
+        return {
+            "format": EXPORT_FORMAT,
+            "exported_at": _now(),
+            "clip": {"name": self.clip_name, "path": self.clip_path},
+            "settings": settings.to_dict(),
+            "turns": [turn.to_json() for turn in self.turns],
+        }
+
+    def to_markdown(self, settings: AppSettings) -> str:
+        """A readable transcript: clip, models, each question and answer with its stats, then the settings."""
+        title = self.clip_name or "no clip"
+        lines = [f"# Framewise conversation — {title}", ""]
+        if self.clip_name:
+            lines.append(f"- Clip: `{self.clip_name}`" + (f" ({self.clip_path})" if self.clip_path else ""))
+        else:
+            lines.append("- Clip: none")
+        for model in _models_used(self.turns):
+            lines.append(f"- Model: {model}")
+        lines.append(f"- Exported: {_now()}")
+        for number, turn in enumerate(self.turns, start=1):
+            lines += ["", f"## Question {number}", "", turn.question, ""]
+            lines.append(f"**Answer** — {_model_text(turn.model_name, turn.model_label)}")
+            lines.append("")
+            if turn.answer:
+                lines.append(turn.answer)
+                lines.append("")
+            if turn.status == "failed":
+                lines += [f"> Error: {turn.error}", ""]
+            elif turn.status == "stopped":
+                lines += ["_(stopped)_", ""]
+            if turn.stats:
+                lines += [f"_{format_answer_stats(turn.stats)}_", ""]
+        lines += ["", "## Settings", "", "```json", json.dumps(settings.to_dict(), indent=2, sort_keys=True), "```", ""]
+        return "\n".join(lines)
+
+
+def format_answer_stats(stats: AnswerStats) -> str:
+    """One line: tokens, speed, time to first token, and GPU memory when known."""
+    parts = [
+        f"{stats.new_tokens} tokens",
+        f"{stats.tokens_per_second:.1f} tokens/s",
+        f"first token {stats.time_to_first_token_ms:.0f} ms",
+    ]
+    if stats.gpu_memory_mb is not None:
+        parts.append(f"GPU memory {stats.gpu_memory_mb:.0f} MiB")
+    return " · ".join(parts)
+
+
+def _model_text(model_name: str, model_label: str | None) -> str:
+    return f"{model_name} ({model_label})" if model_label else model_name
+
+
+def _models_used(turns: list[Turn]) -> list[str]:
+    seen: dict[str, None] = {}
+    for turn in turns:
+        seen.setdefault(_model_text(turn.model_name, turn.model_label))
+    return list(seen)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,102 @@
+"""Help ▸ About and Help ▸ Show log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtGui import QDesktopServices, QFontDatabase, QGuiApplication, QTextCursor
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+LOG_TAIL_BYTES = 512 * 1024
+
+
+class AboutDialog(QDialog):
+    """What Framewise is, and the versions it runs with (from ``AppServices.collect_versions``)."""
+
+    def __init__(self, versions: dict[str, str], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("About Framewise")
+        self.versions = dict(versions)
+        title = QLabel("Framewise")
+        font = title.font()
+        font.setPointSizeF(font.pointSizeF() * 1.6)
+        font.setBold(True)
+        title.setFont(font)
+        blurb = QLabel(
+            "Ask questions about video clips. Qwen3-VL answers, with its vision encoder run through "
+            "CUDA graphs when a GPU is present."
+        )
+        blurb.setWordWrap(True)
+        form = QFormLayout()
+        for name, value in self.versions.items():
+            label = QLabel(value)
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            label.setWordWrap(True)
+            form.addRow(f"{name}:", label)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        copy = buttons.addButton("Copy versions", QDialogButtonBox.ButtonRole.ActionRole)
+        copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.versions_text()))
+        buttons.rejected.connect(self.reject)
+        buttons.accepted.connect(self.accept)
+        layout = QVBoxLayout(self)
+        layout.addWidget(title)
+        layout.addWidget(blurb)
+        layout.addLayout(form)
+        layout.addWidget(buttons)
+        self.setMinimumWidth(self.fontMetrics().height() * 28)
+
+    def versions_text(self) -> str:
+        return "\n".join(f"{name}: {value}" for name, value in self.versions.items())
+
+
+class LogDialog(QDialog):
+    """The end of Framewise's log file, with Refresh and a button to open it in the system's viewer."""
+
+    def __init__(self, path: Path, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.path = Path(path)
+        self.setWindowTitle("Framewise log")
+        self.location = QLabel(str(self.path))
+        self.location.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.text = QPlainTextEdit()
+        self.text.setReadOnly(True)
+        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        refresh = buttons.addButton("Refresh", QDialogButtonBox.ButtonRole.ActionRole)
+        refresh.clicked.connect(self.reload)
+        self.open_button: QPushButton = buttons.addButton("Open Log Folder", QDialogButtonBox.ButtonRole.ActionRole)
+        self.open_button.clicked.connect(
+            lambda: QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.path.parent)))
+        )
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.location)
+        layout.addWidget(self.text, 1)
+        layout.addWidget(buttons)
+        line = self.fontMetrics().height()
+        self.resize(line * 60, line * 32)
+        self.reload()
+
+    def reload(self) -> None:
+        """Show the last ``LOG_TAIL_BYTES`` of the log and scroll to its end."""
+        try:
+            with self.path.open("rb") as handle:
+                handle.seek(0, 2)
+                size = handle.tell()
+                handle.seek(max(0, size - LOG_TAIL_BYTES))
+                content = handle.read().decode("utf-8", errors="replace")
+        except OSError as error:
+            content = f"No log to show yet ({error.strerror or error})."
+        self.text.setPlainText(content)
+        self.text.moveCursor(QTextCursor.MoveOperation.End)

@@ -1,0 +1,613 @@
+"""Framewise's main window: the clip (preview and sampled frames), the live encoder view, and the chat.
+
+The window never calls the engine: it sends requests to :class:`~ui.worker.EngineHost` and
+redraws from the events that come back (``_on_event``). Which request an event belongs to is
+known from ``operation_started``/``operation_finished``, because the worker runs one at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence, QPalette
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QMenu,
+    QProgressBar,
+    QSplitter,
+    QStyle,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.events import ChunkStats, ClipSampled, Done, EncodeDone, EngineInfo, Failed, Progress, Token
+from core.settings import AppSettings
+from ui.banners import Banner
+from ui.chat import ChatPanel
+from ui.conversation import Conversation, Turn
+from ui.dialogs import AboutDialog, LogDialog
+from ui.frames import ClipPreview, FrameStrip, format_timestamp
+from ui.metrics import EncoderPanel
+from ui.services import AppServices
+from ui.settings_dialog import SettingsDialog
+from ui.settings_store import SettingsStore
+from ui.worker import EngineHost
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SIZE = (1280, 800)
+VIDEO_FILTER = "Video clips (*.mp4 *.mov *.mkv *.webm *.avi *.m4v *.mpg *.mpeg *.wmv *.gif);;All files (*)"
+_STAGE_NAMES = {
+    "load": "Loading the model",
+    "capture": "Capturing CUDA graphs",
+    "decode": "Decoding",
+    "sample": "Sampling frames",
+    "preprocess": "Preprocessing",
+    "encode": "Encoding",
+}
+
+
+class MainWindow(QMainWindow):
+    """The window. ``host`` runs the engine; ``store`` keeps settings and recent files; ``services``
+    gives the About versions and the log path."""
+
+    def __init__(self, host: EngineHost, store: SettingsStore, services: AppServices, settings: AppSettings) -> None:
+        super().__init__()
+        self.host = host
+        self.store = store
+        self.services = services
+        self.settings = settings
+        self.info: EngineInfo | None = None
+        self.conversation = Conversation()
+        self.clip: ClipSampled | None = None
+        self._incoming_clip: ClipSampled | None = None
+        self._opening_path: str | None = None
+        self._operation: str | None = None
+        self._settings_dialog: SettingsDialog | None = None
+        self._shut_down = False
+
+        self.setWindowTitle("Framewise")
+        self.setAcceptDrops(True)
+        self._build_widgets()
+        self._build_menus()
+        self._build_status_bar()
+        self._restore_geometry()
+
+        host.event.connect(self._on_event)
+        host.operation_started.connect(self._on_operation_started)
+        host.operation_finished.connect(self._on_operation_finished)
+        if store.load_problem:
+            self.show_error(store.load_problem)
+
+    # -- layout -----------------------------------------------------------------------------
+
+    def _build_widgets(self) -> None:
+        line = self.fontMetrics().height()
+        self.demo_banner = Banner(
+            "Answers come from a small <b>demo model with random weights</b>: they show how Framewise works, "
+            "not what is in the clip. For real answers open <b>Settings ▸ Model</b> and choose a Qwen3-VL "
+            "checkpoint folder, or the repo id of one in your Hugging Face cache.",
+            action_text="Choose a Model…",
+            action=lambda: self.open_settings("model"),
+        )
+        self.cpu_banner = Banner("", icon=QStyle.StandardPixmap.SP_ComputerIcon)
+        self.error_banner = Banner(
+            "",
+            icon=QStyle.StandardPixmap.SP_MessageBoxWarning,
+            action_text="Settings…",
+            action=lambda: self.open_settings(None),
+        )
+        for banner in (self.demo_banner, self.cpu_banner, self.error_banner):
+            banner.hide()
+
+        self.clip_title = QLabel("No clip")
+        self.clip_title.setTextFormat(Qt.TextFormat.PlainText)
+        self.preview = ClipPreview()
+        self.frame_strip = FrameStrip()
+        self.preview.frame_changed.connect(self.frame_strip.select_frame)
+        self.frame_strip.frame_selected.connect(self.preview.seek)
+        clip_box = _section("Clip", self.clip_title, self.preview, self.frame_strip)
+
+        self.encoder_panel = EncoderPanel()
+        self.encoder_title = QLabel("")
+        encoder_box = _section("Encoder", self.encoder_title, self.encoder_panel)
+
+        self.chat = ChatPanel()
+        self.chat.question_edit.setAcceptDrops(False)
+        self.chat.ask_requested.connect(self.ask)
+        self.chat.stop_requested.connect(self.stop)
+        self.chat_title = QLabel("")
+        chat_box = _section("Conversation", self.chat_title, self.chat)
+
+        self.left_splitter = QSplitter(Qt.Orientation.Vertical)
+        self.left_splitter.addWidget(clip_box)
+        self.left_splitter.addWidget(encoder_box)
+        self.left_splitter.setStretchFactor(0, 5)
+        self.left_splitter.setStretchFactor(1, 4)
+        self.left_splitter.setChildrenCollapsible(False)
+        self.main_splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.main_splitter.addWidget(self.left_splitter)
+        self.main_splitter.addWidget(chat_box)
+        self.main_splitter.setStretchFactor(0, 11)
+        self.main_splitter.setStretchFactor(1, 9)
+        self.main_splitter.setChildrenCollapsible(False)
+
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        margin = round(line * 0.6)
+        layout.setContentsMargins(margin, margin, margin, round(line * 0.3))
+        layout.setSpacing(round(line * 0.5))
+        for banner in (self.error_banner, self.demo_banner, self.cpu_banner):
+            layout.addWidget(banner)
+        layout.addWidget(self.main_splitter, 1)
+        self.setCentralWidget(central)
+        self.main_splitter.setSizes([11 * DEFAULT_SIZE[0] // 20, 9 * DEFAULT_SIZE[0] // 20])
+        self.left_splitter.setSizes([5 * DEFAULT_SIZE[1] // 9, 4 * DEFAULT_SIZE[1] // 9])
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self.open_action = _action(self, "&Open Clip…", QKeySequence.StandardKey.Open, self.choose_clip)
+        file_menu.addAction(self.open_action)
+        self.recent_menu = file_menu.addMenu("Open &Recent")
+        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
+        file_menu.addSeparator()
+        self.export_action = _action(self, "&Export Conversation…", "Ctrl+Shift+E", self.choose_export_path)
+        file_menu.addAction(self.export_action)
+        file_menu.addSeparator()
+        file_menu.addAction(_action(self, "&Quit", "Ctrl+Q", self.close))
+
+        edit_menu = self.menuBar().addMenu("&Edit")
+        self.copy_answer_action = _action(self, "&Copy Last Answer", "Ctrl+Shift+C", self.copy_last_answer)
+        edit_menu.addAction(self.copy_answer_action)
+        edit_menu.addSeparator()
+        self.settings_action = _action(self, "&Settings…", "Ctrl+,", lambda: self.open_settings(None))
+        self.settings_action.setMenuRole(QAction.MenuRole.PreferencesRole)
+        edit_menu.addAction(self.settings_action)
+
+        chat_menu = self.menuBar().addMenu("&Conversation")
+        self.ask_action = _action(self, "&Ask", "Ctrl+Return", self.chat.submit)
+        self.stop_action = _action(self, "S&top", "Esc", self.stop)
+        self.new_conversation_action = _action(self, "&New Conversation", QKeySequence.StandardKey.New, self.new_conversation)
+        for action in (self.ask_action, self.stop_action, self.new_conversation_action):
+            chat_menu.addAction(action)
+
+        help_menu = self.menuBar().addMenu("&Help")
+        self.show_log_action = _action(self, "Show &Log", None, self.show_log)
+        self.about_action = _action(self, "&About Framewise", None, self.show_about)
+        self.about_action.setMenuRole(QAction.MenuRole.AboutRole)
+        help_menu.addAction(self.show_log_action)
+        help_menu.addAction(self.about_action)
+
+    def _build_status_bar(self) -> None:
+        self.status_label = QLabel("Starting…")
+        self.status_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.progress_bar = QProgressBar()
+        self.progress_bar.setMaximumWidth(self.fontMetrics().height() * 14)
+        self.progress_bar.setTextVisible(False)
+        self.progress_bar.hide()
+        self.engine_label = QLabel("")
+        self.engine_label.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        status = self.statusBar()
+        status.setSizeGripEnabled(False)
+        status.addWidget(self.status_label, 1)
+        status.addPermanentWidget(self.progress_bar)
+        status.addPermanentWidget(self.engine_label)
+
+    def _restore_geometry(self) -> None:
+        geometry = self.store.window_geometry()
+        if geometry is None or not self.restoreGeometry(geometry):
+            self.resize(*DEFAULT_SIZE)
+
+    # -- start and stop ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Ask the worker to load the model; progress and banners follow as events arrive."""
+        self.set_status("Loading the model…")
+        self.host.load()
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
+        self.shutdown()
+        event.accept()
+
+    def shutdown(self) -> None:
+        """Save the window's geometry, cancel engine work and stop the worker thread (idempotent)."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        self.store.save_window_geometry(self.saveGeometry())
+        self.preview.pause()
+        self.set_status("Stopping…")
+        self.host.shutdown()
+
+    # -- clips ------------------------------------------------------------------------------
+
+    def choose_clip(self) -> None:
+        recent = self.store.recent_files()
+        start = str(Path(recent[0]).parent) if recent else str(Path.home())
+        path, _ = QFileDialog.getOpenFileName(self, "Open a video clip", start, VIDEO_FILTER)
+        if path:
+            self.open_clip(path)
+
+    def open_clip(self, path: str) -> None:
+        """Decode, sample and encode ``path`` on the worker; the conversation restarts once it is encoded."""
+        self._opening_path = path
+        self.set_status(f"Opening {Path(path).name}…")
+        self.host.open_clip(path)
+        self._update_actions()
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
+        if _local_files(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event) -> None:  # noqa: N802 - Qt override
+        if _local_files(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt override
+        files = _local_files(event.mimeData())
+        if not files:
+            event.ignore()
+            return
+        event.acceptProposedAction()
+        self.open_clip(files[0])
+
+    def _fill_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        files = self.store.recent_files()
+        for path in files:
+            action = self.recent_menu.addAction(Path(path).name, lambda checked=False, path=path: self.open_clip(path))
+            action.setToolTip(path)
+            action.setStatusTip(path)
+        if not files:
+            self.recent_menu.addAction("No recent clips").setEnabled(False)
+            return
+        self.recent_menu.addSeparator()
+        self.recent_menu.addAction("Clear Recent", self.store.clear_recent_files)
+
+    def _show_clip(self, clip: ClipSampled | None) -> None:
+        self.preview.set_clip(clip)
+        self.frame_strip.set_clip(clip)
+        if clip is None:
+            self.clip_title.setText("No clip")
+            self.setWindowTitle("Framewise")
+            return
+        self.clip_title.setText(
+            f"{clip.clip_name} · {clip.width}×{clip.height} · {format_timestamp(clip.duration_s)} · "
+            f"{len(clip.timestamps)} frames sampled"
+        )
+        self.clip_title.setToolTip(clip.path)
+        self.setWindowTitle(f"{clip.clip_name} — Framewise")
+
+    # -- questions --------------------------------------------------------------------------
+
+    def ask(self, question: str) -> None:
+        """Send ``question`` (a follow-up when the conversation has turns) and stream its answer."""
+        if self.conversation.current is not None or not self.chat.send_button.isEnabled():
+            return
+        info = self.info
+        turn = Turn(
+            question=question,
+            model_name=info.model_name if info else self.settings.model.source,
+            model_label=info.model_label if info else None,
+        )
+        self.conversation.turns.append(turn)
+        self.chat.start_turn(turn, "Thinking…")
+        self.chat.set_answering(True)
+        self.host.ask(question)
+        self._update_actions()
+
+    def stop(self) -> None:
+        """Cancel the answer being written or the clip being encoded (``engine.cancel`` is thread-safe)."""
+        if self._operation in ("ask", "open_clip") or self.conversation.current is not None:
+            self.set_status("Stopping…")
+            self.host.cancel()
+
+    def new_conversation(self) -> None:
+        if self.conversation.current is not None:
+            return
+        self.conversation = Conversation(self.conversation.clip_name, self.conversation.clip_path)
+        self.chat.clear()
+        if self.clip is not None:
+            self.chat.add_notice(f"Asking about {self.clip.clip_name}")
+        self.host.new_conversation()
+        self._update_actions()
+
+    def copy_last_answer(self) -> None:
+        cards = self.chat.answer_cards()
+        if cards:
+            cards[-1].copy_text()
+
+    # -- export -----------------------------------------------------------------------------
+
+    def choose_export_path(self) -> None:
+        if not self.conversation.turns:
+            self.set_status("Nothing to export yet: ask a question first.")
+            return
+        name = f"{Path(self.conversation.clip_name or 'framewise').stem}-conversation.md"
+        folder = Path(self.conversation.clip_path).parent if self.conversation.clip_path else Path.home()
+        path, selected = QFileDialog.getSaveFileName(
+            self, "Export the conversation", str(folder / name), "Markdown (*.md);;JSON (*.json)"
+        )
+        if not path:
+            return
+        if not Path(path).suffix:
+            path += ".json" if selected.startswith("JSON") else ".md"
+        self.export_conversation(Path(path))
+
+    def export_conversation(self, path: Path) -> None:
+        """Write the conversation to ``path``: JSON for ``.json``, Markdown otherwise."""
+        if path.suffix.lower() == ".json":
+            text = json.dumps(self.conversation.to_json(self.settings), indent=2, ensure_ascii=False)
+        else:
+            text = self.conversation.to_markdown(self.settings)
+        try:
+            path.write_text(text + "\n", encoding="utf-8")
+        except OSError as error:
+            self.show_error(f"Could not write {path}: {error.strerror or error}")
+            return
+        self.set_status(f"Exported the conversation to {path}")
+
+    # -- settings ---------------------------------------------------------------------------
+
+    def open_settings(self, section: str | None) -> SettingsDialog:
+        """Show the settings dialog (on ``section``'s tab when given) filled with the applied settings."""
+        if self._settings_dialog is None:
+            self._settings_dialog = SettingsDialog(self.settings, self)
+            self._settings_dialog.settings_applied.connect(self.apply_settings)
+        else:
+            self._settings_dialog.set_settings(self.settings)
+        if section:
+            self._settings_dialog.show_section(section)
+        self._settings_dialog.open()
+        return self._settings_dialog
+
+    def apply_settings(self, settings: AppSettings) -> None:
+        """Keep valid ``settings`` across runs and send them to the engine (it re-captures or reloads)."""
+        self.store.save_settings(settings)
+        if settings == self.settings:
+            return
+        self.settings = settings
+        self.set_status("Applying the settings…")
+        self.host.apply_settings(settings)
+
+    # -- help -------------------------------------------------------------------------------
+
+    def show_log(self) -> LogDialog:
+        dialog = LogDialog(self.services.log_file_path(), self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.show()
+        return dialog
+
+    def show_about(self) -> AboutDialog:
+        try:
+            versions = dict(self.services.collect_versions())
+        except Exception as error:  # noqa: BLE001 - About must open even if a probe fails
+            log.exception("collecting versions failed")
+            versions = {"Versions": f"could not be collected ({error})"}
+        if self.info is not None:
+            versions.setdefault("Model", _model_text(self.info))
+            versions.setdefault("Vision encoder", _encoder_text(self.info))
+        dialog = AboutDialog(versions, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.open()
+        return dialog
+
+    # -- events from the worker -------------------------------------------------------------
+
+    def _on_operation_started(self, name: str) -> None:
+        self._operation = name
+        self._update_actions()
+
+    def _on_operation_finished(self, name: str, ok: bool) -> None:
+        self._operation = None
+        self.progress_bar.hide()
+        if name == "open_clip":
+            self._finish_open(ok)
+        elif name == "ask":
+            turn = self.conversation.current
+            if turn is not None:  # dropped before it started (Stop pressed while it waited)
+                turn.status = "stopped"
+                self.chat.finish_turn(turn)
+            self.chat.set_answering(False)
+        elif name in ("load", "apply_settings") and ok:
+            self.set_status(f"Ready: {_model_text(self.info)}" if self.info else "Ready")
+        self._update_actions()
+
+    def _on_event(self, event: object) -> None:
+        if isinstance(event, Token):
+            self._on_token(event)
+        elif isinstance(event, Progress):
+            self._on_progress(event)
+        elif isinstance(event, ChunkStats):
+            if event.chunk_index == 0:
+                self.encoder_panel.start_clip(self._encode_label())
+            self.encoder_panel.add_chunk(event)
+        elif isinstance(event, ClipSampled):
+            self._incoming_clip = event
+            self._show_clip(event)
+        elif isinstance(event, EncodeDone):
+            self.encoder_panel.set_encode_done(event)
+            self.set_status(
+                f"{event.clip_name}: {event.frames} frames encoded in {event.encode_ms:.0f} ms "
+                f"({event.ms_per_frame:.2f} ms per frame). Ask away."
+            )
+        elif isinstance(event, Done):
+            self._on_done(event)
+        elif isinstance(event, Failed):
+            self._on_failed(event)
+        elif isinstance(event, EngineInfo):
+            self._on_engine_info(event)
+
+    def _on_token(self, token: Token) -> None:
+        turn = self.conversation.current
+        if turn is None:
+            return
+        turn.status = "streaming"
+        turn.answer += token.text
+        self.chat.append_token(token.text)
+
+    def _on_done(self, done: Done) -> None:
+        self.encoder_panel.set_answer_stats(done.stats)
+        turn = self.conversation.current
+        if turn is None:
+            return
+        turn.answer = done.text
+        turn.stats = done.stats
+        turn.status = "stopped" if done.stats.cancelled else "done"
+        self.chat.finish_turn(turn)
+        self.set_status("Stopped." if done.stats.cancelled else "Answered.")
+
+    def _on_failed(self, failed: Failed) -> None:
+        cancelled = failed.kind == "CancelledError"
+        if self._operation == "ask" and self.conversation.current is not None:
+            turn = self.conversation.current
+            turn.status = "stopped" if cancelled else "failed"
+            turn.error = None if cancelled else failed.message
+            self.chat.finish_turn(turn)
+            self.set_status("Stopped." if cancelled else f"The question failed: {failed.message}")
+            return
+        if cancelled:
+            self.set_status("Cancelled.")
+            return
+        what = {
+            "open_clip": f"Could not open {Path(self._opening_path or '').name}",
+            "load": "Could not load the model",
+            "apply_settings": "Could not apply the settings",
+        }.get(self._operation or "", "Something went wrong")
+        self.show_error(f"{what}: {failed.message}")
+
+    def _on_progress(self, progress: Progress) -> None:
+        stage = _STAGE_NAMES.get(progress.stage, progress.stage.capitalize())
+        if progress.total > 0:
+            self.progress_bar.setRange(0, progress.total)
+            self.progress_bar.setValue(progress.current)
+            count = f" ({progress.current}/{progress.total})"
+        else:
+            self.progress_bar.setRange(0, 0)
+            count = ""
+        self.progress_bar.show()
+        self.set_status(f"{stage}{count}: {progress.message}" if progress.message else f"{stage}{count}…")
+
+    def _on_engine_info(self, info: EngineInfo) -> None:
+        self.info = info
+        self.engine_label.setText(f"{_model_text(info)} · {info.device} · {_encoder_text(info)}")
+        self.encoder_panel.set_engine_info(info)
+        self.encoder_title.setText(_encoder_text(info))
+        self.chat_title.setText(_model_text(info))
+        self.demo_banner.setVisible(bool(info.model_label))
+        if info.graphs_enabled:
+            self.cpu_banner.hide()
+        else:
+            if info.device.startswith("cpu"):
+                text = (
+                    "<b>No GPU in use: the vision encoder runs eager on the CPU</b>, without CUDA graphs, "
+                    f"so encoding is much slower than on a GPU. ({info.graphs_reason})"
+                )
+            else:
+                text = f"<b>CUDA graphs are off: the vision encoder runs eager.</b> ({info.graphs_reason})"
+            self.cpu_banner.set_text(text)
+            self.cpu_banner.show()
+        if self.error_banner.isVisible() and self._operation in ("load", "apply_settings"):
+            self.error_banner.hide()
+
+    def _finish_open(self, ok: bool) -> None:
+        path = self._opening_path
+        self._opening_path = None
+        incoming, self._incoming_clip = self._incoming_clip, None
+        if not ok:
+            self._show_clip(self.clip)  # the engine keeps the previous clip; so does the window
+            return
+        self.error_banner.hide()
+        if path:
+            self.store.add_recent_file(str(Path(path).resolve()))
+        if incoming is not None:
+            self.clip = incoming
+        name = self.clip.clip_name if self.clip else Path(path or "").name
+        self.conversation = Conversation(name, path)
+        self.chat.clear()
+        self.chat.add_notice(f"Asking about {name}")
+
+    def _encode_label(self) -> str:
+        if self._operation == "open_clip":
+            if self._incoming_clip is not None:
+                return self._incoming_clip.clip_name
+            return Path(self._opening_path or "").name
+        return f"question {len(self.conversation.turns)}"
+
+    # -- small helpers ----------------------------------------------------------------------
+
+    def set_status(self, text: str) -> None:
+        self.status_label.setText(text)
+
+    def show_error(self, text: str) -> None:
+        """Show ``text`` in the error banner (it stays until dismissed or the next success) and the status bar."""
+        log.warning("%s", text)
+        self.error_banner.set_text(text)
+        self.error_banner.label.setTextFormat(Qt.TextFormat.PlainText)
+        self.error_banner.show()
+        self.set_status(text)
+
+    def _update_actions(self) -> None:
+        busy_engine = self._operation in ("load", "apply_settings", "open_clip") or self._opening_path is not None
+        answering = self.conversation.current is not None
+        self.chat.send_button.setEnabled(not busy_engine and not answering)
+        self.chat.send_button.setToolTip(
+            "Wait for the clip to finish encoding" if busy_engine else "Ask the question (Enter or Ctrl+Return)"
+        )
+        self.stop_action.setEnabled(answering or self._operation == "open_clip")
+        self.export_action.setEnabled(bool(self.conversation.turns))
+        self.new_conversation_action.setEnabled(not answering)
+
+
+def _section(title: str, subtitle: QLabel, *widgets: QWidget) -> QWidget:
+    """A titled area: bold title, a dimmer subtitle on the same line, then the widgets."""
+    box = QWidget()
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(0, 0, 0, 0)
+    header = QHBoxLayout()
+    heading = QLabel(title)
+    font = heading.font()
+    font.setBold(True)
+    font.setPointSizeF(font.pointSizeF() * 1.1)
+    heading.setFont(font)
+    subtitle.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+    subtitle.setWordWrap(False)
+    header.addWidget(heading)
+    header.addSpacing(heading.fontMetrics().height() // 2)
+    header.addWidget(subtitle, 1)
+    layout.addLayout(header)
+    for widget in widgets:
+        layout.addWidget(widget, 1 if not isinstance(widget, FrameStrip) else 0)
+    return box
+
+
+def _action(window: QMainWindow, text: str, shortcut, slot) -> QAction:
+    action = QAction(text, window)
+    if shortcut is not None:
+        action.setShortcut(QKeySequence(shortcut))
+        action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+    action.triggered.connect(lambda checked=False: slot())
+    window.addAction(action)
+    return action
+
+
+def _local_files(mime) -> list[str]:
+    return [url.toLocalFile() for url in mime.urls() if url.isLocalFile()] if mime.hasUrls() else []
+
+
+def _model_text(info: EngineInfo) -> str:
+    return f"{info.model_name} ({info.model_label})" if info.model_label else info.model_name
+
+
+def _encoder_text(info: EngineInfo) -> str:
+    if info.graphs_enabled:
+        return f"{info.encoder_name}, CUDA graphs"
+    return f"{info.encoder_name}, eager"

@@ -1,0 +1,402 @@
+"""The settings dialog: every field of ``core.settings.AppSettings``, validated by core.
+
+Apply and OK build an ``AppSettings`` from the fields and call its ``validate()``; a
+``SettingsError`` is shown next to the field it names (``SettingsError.field``) and nothing is
+applied. Valid settings are announced with ``settings_applied``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import (
+    QAbstractSpinBox,
+    QButtonGroup,
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QRadioButton,
+    QSpinBox,
+    QStyle,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from core.errors import SettingsError
+from core.settings import ATTENTION_BACKENDS, DEMO_MODEL, DEVICES, DTYPES, AppSettings
+
+SECTIONS = ("model", "sampling", "encoder", "generation")
+_SECTION_TITLES = {"model": "Model", "sampling": "Sampling", "encoder": "Encoder", "generation": "Generation"}
+_INT_MAX = 2**31 - 1
+
+
+class FieldError(QWidget):
+    """A warning icon and message shown under a field; hidden while the field is fine."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        size = self.fontMetrics().height()
+        self.icon = QLabel()
+        self.icon.setPixmap(self.style().standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning).pixmap(size, size))
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        font = self.label.font()
+        font.setBold(True)
+        self.label.setFont(font)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.icon, 0, Qt.AlignmentFlag.AlignTop)
+        layout.addWidget(self.label, 1)
+        self.hide()
+
+    def show_message(self, message: str) -> None:
+        self.label.setText(message)
+        self.show()
+
+    def clear(self) -> None:
+        self.label.clear()
+        self.hide()
+
+
+class SettingsDialog(QDialog):
+    """Edit Framewise's settings; ``settings_applied(AppSettings)`` fires for valid ones only."""
+
+    settings_applied = Signal(object)
+
+    def __init__(self, settings: AppSettings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Framewise Settings")
+        self._fields: dict[str, QWidget] = {}
+        self._errors: dict[str, FieldError] = {}
+        self._field_tabs: dict[str, int] = {}
+        self.tabs = QTabWidget()
+        self._build_model_tab()
+        self._build_sampling_tab()
+        self._build_encoder_tab()
+        self._build_generation_tab()
+        self.general_error = FieldError()
+
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok
+            | QDialogButtonBox.StandardButton.Apply
+            | QDialogButtonBox.StandardButton.Cancel
+            | QDialogButtonBox.StandardButton.RestoreDefaults
+        )
+        buttons.accepted.connect(self._accept_if_valid)
+        buttons.rejected.connect(self.reject)
+        buttons.button(QDialogButtonBox.StandardButton.Apply).clicked.connect(self.apply)
+        buttons.button(QDialogButtonBox.StandardButton.RestoreDefaults).clicked.connect(
+            lambda: self.set_settings(AppSettings())
+        )
+        buttons.button(QDialogButtonBox.StandardButton.Apply).setToolTip(
+            "Apply now: the engine re-captures its graphs or reloads the model if needed"
+        )
+        self.buttons = buttons
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.tabs, 1)
+        layout.addWidget(self.general_error)
+        layout.addWidget(buttons)
+        self.set_settings(settings)
+        line = self.fontMetrics().height()
+        self.resize(line * 36, line * 30)
+
+    # -- building ---------------------------------------------------------------------------
+
+    def _add_tab(self, section: str) -> QFormLayout:
+        page = QWidget()
+        form = QFormLayout(page)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.ExpandingFieldsGrow)
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.DontWrapRows)
+        self.tabs.addTab(page, _SECTION_TITLES[section])
+        return form
+
+    def _add_field(self, form: QFormLayout, name: str, label: str, widget: QWidget, help_text: str = "") -> None:
+        """Add a row holding ``widget`` above its (hidden) error; ``name`` is the settings field."""
+        error = FieldError()
+        cell = QWidget()
+        column = QVBoxLayout(cell)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(2)
+        column.addWidget(widget)
+        if help_text:
+            hint = QLabel(help_text)
+            hint.setWordWrap(True)
+            hint.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+            column.addWidget(hint)
+        column.addWidget(error)
+        form.addRow(label, cell)
+        self._fields[name] = widget
+        self._errors[name] = error
+        self._field_tabs[name] = self.tabs.count() - 1
+
+    def _build_model_tab(self) -> None:
+        form = self._add_tab("model")
+        self.demo_radio = QRadioButton("Bundled demo model (small, random weights: for trying Framewise out)")
+        self.folder_radio = QRadioButton("Checkpoint folder:")
+        self.repo_radio = QRadioButton("Hugging Face repo id, already in the local cache:")
+        self.source_group = QButtonGroup(self)
+        for button in (self.demo_radio, self.folder_radio, self.repo_radio):
+            self.source_group.addButton(button)
+        self.folder_edit = QLineEdit()
+        self.folder_edit.setPlaceholderText("a folder with config.json and *.safetensors of a Qwen3-VL model")
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._choose_folder)
+        self.repo_edit = QLineEdit()
+        self.repo_edit.setPlaceholderText("e.g. Qwen/Qwen3-VL-2B-Instruct")
+        source = QWidget()
+        column = QVBoxLayout(source)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.demo_radio)
+        column.addWidget(self.folder_radio)
+        folder_row = QHBoxLayout()
+        folder_row.addWidget(self.folder_edit, 1)
+        folder_row.addWidget(browse)
+        column.addLayout(folder_row)
+        column.addWidget(self.repo_radio)
+        column.addWidget(self.repo_edit)
+        self.folder_edit.textEdited.connect(lambda: self.folder_radio.setChecked(True))
+        self.repo_edit.textEdited.connect(lambda: self.repo_radio.setChecked(True))
+        self._add_field(form, "model.source", "Model", source)
+        self._add_field(form, "model.device", "Device", _combo(DEVICES))
+        self._add_field(form, "model.dtype", "Data type", _combo(DTYPES))
+
+    def _build_sampling_tab(self) -> None:
+        form = self._add_tab("sampling")
+        self._add_field(form, "sampling.fps", "Frames per second", _double_spin(0.0, 1000.0, 2, 0.5))
+        self._add_field(form, "sampling.min_frames", "Min frames", _spin(0, 100_000, 2))
+        self._add_field(form, "sampling.max_frames", "Max frames", _spin(0, 100_000, 2))
+        self._add_field(
+            form,
+            "sampling.max_pixels",
+            "Max pixels",
+            _spin(0, _INT_MAX, 65536),
+            "For the whole sampled clip (frames × height × width): longer clips get smaller frames.",
+        )
+
+    def _build_encoder_tab(self) -> None:
+        form = self._add_tab("encoder")
+        self._add_field(
+            form,
+            "encoder.use_graphs",
+            "CUDA graphs",
+            QCheckBox("Capture the vision encoder as CUDA graphs (GPU only)"),
+        )
+        self._add_field(form, "encoder.attention_backend", "Attention backend", _combo(ATTENTION_BACKENDS))
+        self.budget_mode = QComboBox()
+        self.budget_mode.addItems(["Geometric series (min, max, ratio)", "Explicit list"])
+        self.budget_mode.currentIndexChanged.connect(self._update_budget_mode)
+        form.addRow("Token budgets", self.budget_mode)
+        self._add_field(form, "encoder.budgets", "Budget list", QLineEdit(), "Comma-separated multiples of 4, e.g. 256, 1024, 4096")
+        self._add_field(form, "encoder.min_budget", "Min budget", _spin(0, _INT_MAX, 4))
+        self._add_field(form, "encoder.max_budget", "Max budget", _spin(0, _INT_MAX, 4))
+        self._add_field(form, "encoder.budget_ratio", "Budget ratio", _double_spin(0.0, 100.0, 3, 0.05))
+        self.budget_preview = QLabel()
+        self.budget_preview.setWordWrap(True)
+        self.budget_preview.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        form.addRow("", self.budget_preview)
+        self._add_field(form, "encoder.max_items_per_batch", "Max items per batch", _spin(0, _INT_MAX, 1))
+        self._add_field(
+            form,
+            "encoder.max_frames_per_batch",
+            "Max frames per batch",
+            _spin(0, _INT_MAX, 1),
+            "Attention sequences per graph replay: one per image, one per frame pair of a video.",
+        )
+        for name in ("encoder.min_budget", "encoder.max_budget", "encoder.budget_ratio"):
+            self._fields[name].valueChanged.connect(self._update_budget_preview)
+        self._fields["encoder.budgets"].textChanged.connect(self._update_budget_preview)
+
+    def _build_generation_tab(self) -> None:
+        form = self._add_tab("generation")
+        self._add_field(form, "generation.max_new_tokens", "Max new tokens", _spin(0, 1_000_000, 16))
+        self._add_field(
+            form, "generation.temperature", "Temperature", _double_spin(0.0, 100.0, 2, 0.1), "0 picks the likeliest token (greedy)."
+        )
+
+    # -- values -----------------------------------------------------------------------------
+
+    def set_settings(self, settings: AppSettings) -> None:
+        """Fill every field from ``settings`` and clear the errors."""
+        self.clear_errors()
+        self._base_values = settings.to_dict()
+        source = settings.model.source
+        if source == DEMO_MODEL:
+            self.demo_radio.setChecked(True)
+        elif _looks_like_folder(source):
+            self.folder_radio.setChecked(True)
+            self.folder_edit.setText(source)
+        else:
+            self.repo_radio.setChecked(True)
+            self.repo_edit.setText(source)
+        for section, values in settings.to_dict().items():
+            for key, value in values.items():
+                widget = self._fields.get(f"{section}.{key}")
+                if widget is None or f"{section}.{key}" == "model.source":
+                    continue
+                _set_value(widget, value)
+        self.budget_mode.setCurrentIndex(1 if settings.encoder.budgets else 0)
+        self._update_budget_mode()
+
+    def values(self) -> dict[str, dict[str, Any]]:
+        """The fields in ``AppSettings.to_dict()``'s form (not yet validated).
+
+        Fields the dialog has no widget for keep the value of the settings it was filled with.
+        """
+        # Fields without a widget (min pixels per frame) keep the value the dialog was filled with.
+        data = {section: dict(values) for section, values in self._base_values.items()}
+        for name, widget in self._fields.items():
+            section, key = name.split(".")
+            data[section][key] = _get_value(widget)
+        data["model"]["source"] = self.model_source()
+        if self.budget_mode.currentIndex() == 0:
+            data["encoder"]["budgets"] = []
+        return data
+
+    def model_source(self) -> str:
+        if self.demo_radio.isChecked():
+            return DEMO_MODEL
+        if self.folder_radio.isChecked():
+            return self.folder_edit.text().strip()
+        return self.repo_edit.text().strip()
+
+    def validated_settings(self) -> AppSettings | None:
+        """The settings in the fields if core accepts them; otherwise show the error and return ``None``."""
+        self.clear_errors()
+        try:
+            return AppSettings.from_dict(self.values()).validate()
+        except SettingsError as error:
+            self.show_error(error)
+            return None
+
+    def apply(self) -> bool:
+        settings = self.validated_settings()
+        if settings is None:
+            return False
+        self.settings_applied.emit(settings)
+        return True
+
+    def show_error(self, error: SettingsError) -> None:
+        """Show ``error.message`` under the field it names, on its tab, and focus that field."""
+        target = self._errors.get(error.field)
+        if target is None:
+            self.general_error.show_message(f"{error.field}: {error.message}")
+            return
+        self.tabs.setCurrentIndex(self._field_tabs[error.field])
+        target.show_message(error.message)
+        self._fields[error.field].setFocus()
+
+    def error_text(self, field: str) -> str:
+        """The error shown next to ``field`` ("" when none)."""
+        error = self._errors.get(field)
+        return error.label.text() if error is not None and not error.isHidden() else ""
+
+    def field_widget(self, field: str) -> QWidget:
+        return self._fields[field]
+
+    def clear_errors(self) -> None:
+        for error in self._errors.values():
+            error.clear()
+        self.general_error.clear()
+
+    def show_section(self, section: str) -> None:
+        self.tabs.setCurrentIndex(SECTIONS.index(section))
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _accept_if_valid(self) -> None:
+        if self.apply():
+            self.accept()
+
+    def _choose_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Choose a Qwen3-VL checkpoint folder", self.folder_edit.text())
+        if folder:
+            self.folder_edit.setText(folder)
+            self.folder_radio.setChecked(True)
+
+    def _update_budget_mode(self) -> None:
+        explicit = self.budget_mode.currentIndex() == 1
+        self._fields["encoder.budgets"].setEnabled(explicit)
+        for name in ("encoder.min_budget", "encoder.max_budget", "encoder.budget_ratio"):
+            self._fields[name].setEnabled(not explicit)
+        self._update_budget_preview()
+
+    def _update_budget_preview(self) -> None:
+        try:
+            encoder = AppSettings.from_dict(self.values()).encoder
+            # Validate the budget fields alone (batch limits of 1 always fit) before expanding the series.
+            encoder = dataclasses.replace(encoder, max_items_per_batch=1, max_frames_per_batch=1)
+            encoder.validate()
+            budgets = encoder.token_budgets()
+        except SettingsError:
+            self.budget_preview.setText("")
+            return
+        shown = ", ".join(map(str, budgets)) if len(budgets) <= 8 else (
+            ", ".join(map(str, budgets[:4])) + ", …, " + ", ".join(map(str, budgets[-2:]))
+        )
+        self.budget_preview.setText(f"{len(budgets)} graphs: {shown}")
+
+
+def _looks_like_folder(source: str) -> bool:
+    path = Path(source).expanduser()
+    return path.is_absolute() or source.startswith((".", "~")) or path.is_dir()
+
+
+def _combo(choices: tuple[str, ...]) -> QComboBox:
+    combo = QComboBox()
+    combo.addItems(list(choices))
+    return combo
+
+
+def _spin(minimum: int, maximum: int, step: int) -> QSpinBox:
+    spin = QSpinBox()
+    spin.setRange(minimum, maximum)
+    spin.setSingleStep(step)
+    spin.setGroupSeparatorShown(True)
+    spin.setCorrectionMode(QAbstractSpinBox.CorrectionMode.CorrectToNearestValue)
+    return spin
+
+
+def _double_spin(minimum: float, maximum: float, decimals: int, step: float) -> QDoubleSpinBox:
+    spin = QDoubleSpinBox()
+    spin.setRange(minimum, maximum)
+    spin.setDecimals(decimals)
+    spin.setSingleStep(step)
+    return spin
+
+
+def _set_value(widget: QWidget, value: Any) -> None:
+    if isinstance(widget, QCheckBox):
+        widget.setChecked(bool(value))
+    elif isinstance(widget, QComboBox):
+        widget.setCurrentText(str(value))
+    elif isinstance(widget, QSpinBox):
+        widget.setValue(int(value))
+    elif isinstance(widget, QDoubleSpinBox):
+        widget.setValue(float(value))
+    elif isinstance(widget, QLineEdit):
+        widget.setText(", ".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value))
+
+
+def _get_value(widget: QWidget) -> Any:
+    if isinstance(widget, QCheckBox):
+        return widget.isChecked()
+    if isinstance(widget, QComboBox):
+        return widget.currentText()
+    if isinstance(widget, (QSpinBox, QDoubleSpinBox)):
+        return widget.value()
+    if isinstance(widget, QLineEdit):
+        return widget.text()
+    return None

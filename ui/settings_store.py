@@ -1,0 +1,95 @@
+"""Settings and recent files kept across runs with ``QSettings``.
+
+The settings are stored as one JSON value (``AppSettings.to_dict()``) so that the GUI and the
+CLI agree on field names. By default the store is the platform's native one for organization
+and application "Framewise"; tests point it at an ini file instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QSettings
+
+from core.errors import SettingsError
+from core.settings import AppSettings
+
+log = logging.getLogger(__name__)
+
+ORGANIZATION = "Framewise"
+APPLICATION = "Framewise"
+MAX_RECENT_FILES = 10
+
+_SETTINGS_KEY = "engine/settings_json"
+_RECENT_KEY = "files/recent_json"
+_GEOMETRY_KEY = "window/geometry"
+
+
+class SettingsStore:
+    """Reads and writes Framewise's persistent state.
+
+    ``ini_path`` selects an ini file (tests, portable installs); ``None`` uses the native store.
+    """
+
+    def __init__(self, ini_path: str | Path | None = None) -> None:
+        if ini_path is None:
+            self._qsettings = QSettings(ORGANIZATION, APPLICATION)
+        else:
+            self._qsettings = QSettings(str(ini_path), QSettings.Format.IniFormat)
+        self.load_problem: str | None = None
+
+    @property
+    def location(self) -> str:
+        return self._qsettings.fileName()
+
+    def load_settings(self) -> AppSettings:
+        """The saved settings, or the defaults when none are saved or they are no longer valid.
+
+        When saved settings are rejected, ``load_problem`` says why (the window shows it).
+        """
+        self.load_problem = None
+        raw = self._qsettings.value(_SETTINGS_KEY)
+        if not raw:
+            return AppSettings()
+        try:
+            return AppSettings.from_dict(json.loads(str(raw))).validate()
+        except (ValueError, TypeError, AttributeError) as error:
+            self.load_problem = f"Saved settings could not be read ({error}); using the defaults."
+        except SettingsError as error:
+            self.load_problem = f"Saved setting {error.field} is invalid ({error.message}); using the defaults."
+        log.warning("%s", self.load_problem)
+        return AppSettings()
+
+    def save_settings(self, settings: AppSettings) -> None:
+        self._qsettings.setValue(_SETTINGS_KEY, json.dumps(settings.to_dict(), sort_keys=True))
+        self._qsettings.sync()
+
+    def recent_files(self) -> list[str]:
+        raw = self._qsettings.value(_RECENT_KEY)
+        try:
+            files = json.loads(str(raw)) if raw else []
+        except ValueError:
+            return []
+        return [str(path) for path in files if isinstance(path, str)][:MAX_RECENT_FILES]
+
+    def add_recent_file(self, path: str) -> list[str]:
+        """Put ``path`` first in the recent files and return the new list."""
+        files = [path] + [existing for existing in self.recent_files() if existing != path]
+        files = files[:MAX_RECENT_FILES]
+        self._qsettings.setValue(_RECENT_KEY, json.dumps(files))
+        self._qsettings.sync()
+        return files
+
+    def clear_recent_files(self) -> None:
+        self._qsettings.remove(_RECENT_KEY)
+        self._qsettings.sync()
+
+    def window_geometry(self) -> QByteArray | None:
+        value = self._qsettings.value(_GEOMETRY_KEY)
+        return value if isinstance(value, QByteArray) and not value.isEmpty() else None
+
+    def save_window_geometry(self, geometry: QByteArray) -> None:
+        self._qsettings.setValue(_GEOMETRY_KEY, geometry)
+        self._qsettings.sync()
