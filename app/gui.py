@@ -8,6 +8,7 @@ then starts loading the model on the worker thread.
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ from PySide6.QtCore import QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
+from app.diagnostics import collect_versions
+from app.logs import log_file_path, setup_logging
 from core import __version__
 from core.events import EventSink, Progress
 from core.settings import AppSettings
@@ -25,12 +28,16 @@ from ui.services import AppServices
 from ui.settings_store import SettingsStore
 from ui.worker import EngineHost, EngineLike
 
+log = logging.getLogger(__name__)
+
 ICON_DIR = Path(__file__).resolve().parents[1] / "assets" / "icons"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Open the window (optionally on ``CLIP``) and run until it is closed; returns the exit status."""
     args, qt_args = _parser().parse_known_args(sys.argv[1:] if argv is None else list(argv))
+    setup_logging()
+    log.info("Framewise %s starting", __version__)
     app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
     app.setApplicationName("Framewise")
     app.setOrganizationName("Framewise")
@@ -62,9 +69,6 @@ def create_engine(settings: AppSettings, sink: EventSink) -> EngineLike:
 
 def app_services() -> AppServices:
     """About-box versions and the log file, from ``app.diagnostics`` and ``app.logs``."""
-    from app.diagnostics import collect_versions
-    from app.logs import log_file_path
-
     return AppServices(collect_versions=collect_versions, log_file_path=log_file_path)
 
 

@@ -497,6 +497,7 @@ class MainWindow(QMainWindow):
         self.set_status(f"{stage}{count}: {progress.message}" if progress.message else f"{stage}{count}…")
 
     def _on_engine_info(self, info: EngineInfo) -> None:
+        log.info("engine ready: %s on %s, %s", _model_text(info), info.device, _encoder_text(info))
         self.info = info
         self.engine_label.setText(f"{_model_text(info)} · {info.device} · {_encoder_text(info)}")
         self.encoder_panel.set_engine_info(info)

@@ -1,0 +1,125 @@
+"""The window on the real engine with the demo model, on the CPU (small clips and answers to stay fast)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+
+from core.events import ChunkStats, Done, Token
+from core.settings import AppSettings
+from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, drop_file, open_and_wait, wait_ready
+from ui.frames import format_timestamp
+
+FAST = (
+    AppSettings()
+    .replace("model", device="cpu")
+    .replace("sampling", max_frames=4)
+    .replace("generation", max_new_tokens=6)
+)
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def real_engine(settings, sink):
+    from core.engine import Engine
+
+    return Engine(settings, sink=sink)
+
+
+def test_drop_ask_and_watch_the_encoder_with_the_demo_model(qtbot, make_window, sample_clip):
+    window = make_window(real_engine, FAST)
+    events = []
+    window.host.event.connect(events.append)
+    wait_ready(qtbot, window)
+    assert window.info.model_label and window.demo_banner.isVisible()
+    assert "eager on the CPU" in window.cpu_banner.text()
+
+    open_and_wait(qtbot, window, sample_clip)
+    sampled = next(event for event in events if type(event).__name__ == "ClipSampled")
+    assert len(sampled.timestamps) == 4
+    assert window.frame_strip.timestamp_texts() == [format_timestamp(t) for t in sampled.timestamps]
+    chunks = [event for event in events if isinstance(event, ChunkStats)]
+    assert chunks and len(window.encoder_panel.plot.points) == len(chunks)
+    assert f"{len(chunks)} misses" in window.encoder_panel.hits_text()
+
+    ask_and_wait(qtbot, window, "What moves in the clip?")
+    kinds = [type(event) for event in events]
+    assert Token in kinds and kinds.index(Token) < kinds.index(Done)
+    done = next(event for event in events if isinstance(event, Done))
+    turn = window.conversation.turns[-1]
+    assert turn.status == "done" and turn.answer == done.text
+    assert turn.stats.new_tokens == done.stats.new_tokens > 0
+    assert window.info.model_label in window.chat.answer_cards()[-1].header.text()
+    assert window.encoder_panel.first_token_value.text().endswith(" ms")
+    assert "tokens/s" in window.encoder_panel.speed_value.text()
+
+    ask_and_wait(qtbot, window, "And after that?")
+    assert [t.status for t in window.conversation.turns] == ["done", "done"]
+
+
+def test_stop_cancels_a_long_demo_answer_within_half_a_second(qtbot, make_window, sample_clip):
+    window = make_window(real_engine, FAST.replace("generation", max_new_tokens=4000))
+    tokens = []
+    window.host.event.connect(lambda event: tokens.append(event) if isinstance(event, Token) else None)
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    window.chat.question_edit.setPlainText("Describe the clip in detail")
+    window.chat.submit()
+    qtbot.waitUntil(lambda: len(tokens) >= 3, timeout=LOAD_TIMEOUT_MS * 3)
+    assert window.conversation.current is not None, "the demo answer ended before Stop could be tested"
+
+    started = time.perf_counter()
+    qtbot.mouseClick(window.chat.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.conversation.current is None, timeout=3000)
+    elapsed = time.perf_counter() - started
+
+    assert elapsed < 0.5, f"Stop took {elapsed:.2f} s"
+    turn = window.conversation.turns[-1]
+    assert turn.status == "stopped" and turn.stats.cancelled and turn.stats.new_tokens < 4000
+
+
+def test_corrupt_clip_keeps_the_conversation_and_the_next_clip_loads(qtbot, make_window, sample_clip, corrupt_clip):
+    window = make_window(real_engine, FAST)
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    ask_and_wait(qtbot, window, "What moves?")
+
+    drop_file(window.frame_strip, corrupt_clip)
+    qtbot.waitUntil(lambda: window.error_banner.isVisible(), timeout=LOAD_TIMEOUT_MS)
+    assert "corrupt.mp4" in window.error_banner.text()
+    assert len(window.conversation.turns) == 1 and window.clip.path == str(sample_clip)
+    ask_and_wait(qtbot, window, "Still there?")
+    assert window.conversation.turns[-1].status == "done"
+
+    other = sorted(sample_clip.parent.glob("*.mp4"))[-1]
+    open_and_wait(qtbot, window, other)
+    assert window.conversation.clip_name == other.name and not window.error_banner.isVisible()
+
+
+def test_python_dash_m_app_opens_the_window_and_loads_the_demo_model(tmp_path):
+    """The README's run command: the window starts, the model loads, Ctrl+C closes it cleanly."""
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", FRAMEWISE_LOG_DIR=str(tmp_path / "logs"))
+    settings_file = tmp_path / "framewise.ini"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "--settings-file", str(settings_file)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    log_file = tmp_path / "logs" / "framewise.log"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "engine ready" not in (log_file.read_text() if log_file.exists() else ""):
+        assert process.poll() is None, process.communicate()[0]
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    log = log_file.read_text()
+    assert "engine ready" in log and "demo" in log, output + log
+    assert process.returncode == 0, output
