@@ -75,6 +75,7 @@ class MessageCard(QFrame):
         self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.body.setContextMenuPolicy(Qt.ContextMenuPolicy.NoContextMenu)
         self.body.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Minimum)
+        self.body.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
         self.footer = QLabel()
         self.footer.setForegroundRole(QPalette.ColorRole.PlaceholderText)
         self.footer.setWordWrap(True)
@@ -96,13 +97,15 @@ class MessageCard(QFrame):
         layout.addLayout(top)
         layout.addWidget(self.body)
         layout.addWidget(self.footer)
-        self.copy_button.setVisible(role == "answer")
+        self.copy_button.setVisible(role == "answer")  # only once parented: a parentless widget shown is a window
+        self.body.setVisible(bool(text))
 
     def text(self) -> str:
         return self.body.text()
 
     def set_text(self, text: str) -> None:
         self.body.setText(text)
+        self.body.setVisible(bool(text))
 
     def set_footer(self, text: str) -> None:
         self.footer.setText(text)
@@ -249,6 +252,8 @@ class ChatPanel(QWidget):
         if turn.status == "failed":
             card.set_text((turn.answer + "\n\n" if turn.answer else "") + f"⚠ {turn.error}")
         footer = []
+        if turn.status == "done" and not turn.answer:
+            footer.append("The model wrote no text (only spaces or special tokens)")
         if turn.status == "stopped":
             footer.append("Stopped")
         if turn.stats is not None:

@@ -72,7 +72,7 @@ class FrameView(QWidget):
     def paintEvent(self, event) -> None:  # noqa: N802 - Qt override
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform)
-        painter.fillRect(self.rect(), self.palette().color(QPalette.ColorRole.Base))
+        painter.fillRect(self.rect(), self.palette().color(QPalette.ColorRole.Dark if self._image else QPalette.ColorRole.Base))
         if self._image is None or self._image.isNull():
             painter.setPen(self.palette().color(QPalette.ColorRole.PlaceholderText))
             painter.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap, self._placeholder)
@@ -256,4 +256,4 @@ class FrameStrip(QListWidget):
     def _strip_height(self) -> int:
         line = self.fontMetrics().height()
         scrollbar = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent)
-        return self.iconSize().height() + line + 4 * self.spacing() + scrollbar + 2 * self.frameWidth() + line // 2
+        return self.iconSize().height() + line + 3 * self.spacing() + scrollbar + 2 * self.frameWidth()

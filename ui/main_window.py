@@ -7,6 +7,7 @@ known from ``operation_started``/``operation_finished``, because the worker runs
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 from pathlib import Path
@@ -90,9 +91,7 @@ class MainWindow(QMainWindow):
     def _build_widgets(self) -> None:
         line = self.fontMetrics().height()
         self.demo_banner = Banner(
-            "Answers come from a small <b>demo model with random weights</b>: they show how Framewise works, "
-            "not what is in the clip. For real answers open <b>Settings ▸ Model</b> and choose a Qwen3-VL "
-            "checkpoint folder, or the repo id of one in your Hugging Face cache.",
+            "",
             action_text="Choose a Model…",
             action=lambda: self.open_settings("model"),
         )
@@ -128,8 +127,8 @@ class MainWindow(QMainWindow):
         self.left_splitter = QSplitter(Qt.Orientation.Vertical)
         self.left_splitter.addWidget(clip_box)
         self.left_splitter.addWidget(encoder_box)
-        self.left_splitter.setStretchFactor(0, 5)
-        self.left_splitter.setStretchFactor(1, 4)
+        self.left_splitter.setStretchFactor(0, 1)
+        self.left_splitter.setStretchFactor(1, 1)
         self.left_splitter.setChildrenCollapsible(False)
         self.main_splitter = QSplitter(Qt.Orientation.Horizontal)
         self.main_splitter.addWidget(self.left_splitter)
@@ -148,7 +147,7 @@ class MainWindow(QMainWindow):
         layout.addWidget(self.main_splitter, 1)
         self.setCentralWidget(central)
         self.main_splitter.setSizes([11 * DEFAULT_SIZE[0] // 20, 9 * DEFAULT_SIZE[0] // 20])
-        self.left_splitter.setSizes([5 * DEFAULT_SIZE[1] // 9, 4 * DEFAULT_SIZE[1] // 9])
+        self.left_splitter.setSizes([DEFAULT_SIZE[1] // 2, DEFAULT_SIZE[1] // 2])
 
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
@@ -503,6 +502,11 @@ class MainWindow(QMainWindow):
         self.encoder_panel.set_engine_info(info)
         self.encoder_title.setText(_encoder_text(info))
         self.chat_title.setText(_model_text(info))
+        self.demo_banner.set_text(
+            f"Answers come from a small demo model (<b>{html.escape(info.model_label or '')}</b>), bundled so that "
+            "Framewise runs anywhere without a download. To ask a real Qwen3-VL, open <b>Settings ▸ Model</b> and "
+            "choose a checkpoint folder, or the repo id of one in your Hugging Face cache."
+        )
         self.demo_banner.setVisible(bool(info.model_label))
         if info.graphs_enabled:
             self.cpu_banner.hide()
@@ -510,11 +514,12 @@ class MainWindow(QMainWindow):
             if info.device.startswith("cpu"):
                 text = (
                     "<b>No GPU in use: the vision encoder runs eager on the CPU</b>, without CUDA graphs, "
-                    f"so encoding is much slower than on a GPU. ({info.graphs_reason})"
+                    "so encoding is much slower than on a GPU."
                 )
             else:
-                text = f"<b>CUDA graphs are off: the vision encoder runs eager.</b> ({info.graphs_reason})"
+                text = f"<b>No CUDA graphs:</b> {html.escape(info.graphs_reason)}."
             self.cpu_banner.set_text(text)
+            self.cpu_banner.setToolTip(info.graphs_reason)
             self.cpu_banner.show()
         if self.error_banner.isVisible() and self._operation in ("load", "apply_settings"):
             self.error_banner.hide()
@@ -609,6 +614,4 @@ def _model_text(info: EngineInfo) -> str:
 
 
 def _encoder_text(info: EngineInfo) -> str:
-    if info.graphs_enabled:
-        return f"{info.encoder_name}, CUDA graphs"
-    return f"{info.encoder_name}, eager"
+    return info.encoder_name if info.graphs_enabled else "eager (no CUDA graphs)"

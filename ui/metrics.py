@@ -30,7 +30,7 @@ HIT_COLOR = QColor(47, 128, 237)
 MISS_COLOR = QColor(235, 131, 23)
 
 MAX_PLOTTED_CHUNKS = 500
-_CHUNK_COLUMNS = ("Chunk", "Frames", "Patches", "Budget", "Padding", "ms/frame", "Path")
+_CHUNK_COLUMNS = ("Chunk", "Frames", "Patches", "Budget", "Padding", "ms/frame", "Ran as")
 
 
 @dataclass(frozen=True)
@@ -85,18 +85,20 @@ class LatencyPlot(QWidget):
     def _plot_area(self) -> QRectF:
         metrics = QFontMetrics(self.font())
         left = metrics.horizontalAdvance("0000.0") + metrics.height()
-        top = metrics.height() * 1.6
+        top = metrics.height() * 2.0
         bottom = metrics.height() * 1.8
         right = metrics.height() * 0.8
         return QRectF(left, top, max(1.0, self.width() - left - right), max(1.0, self.height() - top - bottom))
 
-    def _y_max(self) -> float:
-        peak = max((point.stats.ms_per_frame for point in self._points), default=1.0)
-        return nice_ceiling(peak * 1.1)
+    def _y_axis(self) -> tuple[float, float]:
+        """(top, step) of the y axis: about four round steps above the highest point."""
+        peak = max((point.stats.ms_per_frame for point in self._points), default=1.0) * 1.1
+        step = nice_ceiling(peak / 4)
+        return step * max(1, math.ceil(peak / step)), step
 
     def _point_position(self, index: int, area: QRectF, y_max: float) -> QPointF:
-        count = len(self._points)
-        x = area.center().x() if count == 1 else area.left() + area.width() * index / (count - 1)
+        """Each pass gets an equal slot along x (centred in it); y is its ms per frame."""
+        x = area.left() + area.width() * (index + 0.5) / len(self._points)
         y = area.bottom() - area.height() * min(1.0, self._points[index].stats.ms_per_frame / y_max)
         return QPointF(x, y)
 
@@ -107,20 +109,20 @@ class LatencyPlot(QWidget):
         painter.fillRect(self.rect(), palette.color(QPalette.ColorRole.Base))
         area = self._plot_area()
         metrics = QFontMetrics(self.font())
-        text_color = palette.color(QPalette.ColorRole.Text)
         grid_color = palette.color(QPalette.ColorRole.Mid)
         grid_color.setAlpha(110)
 
-        painter.setPen(text_color)
+        painter.setPen(palette.color(QPalette.ColorRole.PlaceholderText))
         painter.drawText(
-            QRectF(area.left(), 0, area.width(), area.top()),
+            QRectF(0, 0, area.left() + area.width() / 2, area.top()),
             Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-            "Encode latency (ms per frame, per chunk)",
+            "ms per frame",
         )
         self._draw_legend(painter, area, metrics)
 
-        y_max = self._y_max()
-        for tick in nice_ticks(y_max):
+        y_max, step = self._y_axis()
+        for index in range(round(y_max / step) + 1):
+            tick = index * step
             y = area.bottom() - area.height() * tick / y_max
             painter.setPen(QPen(grid_color, 1))
             painter.drawLine(QPointF(area.left(), y), QPointF(area.right(), y))
@@ -154,21 +156,25 @@ class LatencyPlot(QWidget):
             x -= metrics.height()
 
     def _draw_runs(self, painter: QPainter, area: QRectF, y_max: float, metrics: QFontMetrics) -> None:
+        """A dashed line where each encode starts, with the clip's name under the axis up to the next one."""
         separator = self.palette().color(QPalette.ColorRole.PlaceholderText)
         painter.setBrush(Qt.BrushStyle.NoBrush)
-        previous_run = None
-        for index, point in enumerate(self._points):
-            if point.run == previous_run:
-                continue
-            previous_run = point.run
-            x = self._point_position(index, area, y_max).x()
+        slot = area.width() / len(self._points)
+        starts = [index for index, point in enumerate(self._points) if index == 0 or point.run != self._points[index - 1].run]
+        for number, index in enumerate(starts):
+            end = starts[number + 1] if number + 1 < len(starts) else len(self._points)
+            left = area.left() + slot * index
             painter.setPen(QPen(separator, 1, Qt.PenStyle.DashLine))
-            painter.drawLine(QPointF(x, area.top()), QPointF(x, area.bottom()))
-            label = metrics.elidedText(self._run_labels[point.run], Qt.TextElideMode.ElideMiddle, round(area.width() / 3))
+            if index:
+                painter.drawLine(QPointF(left, area.top()), QPointF(left, area.bottom()))
+            width = slot * (end - index)
+            label = metrics.elidedText(
+                self._run_labels[self._points[index].run], Qt.TextElideMode.ElideMiddle, round(width - 4)
+            )
             painter.setPen(separator)
             painter.drawText(
-                QRectF(x + 3, area.bottom() + 2, area.right() - x, metrics.height() * 1.6),
-                Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+                QRectF(left + 2, area.bottom() + 2, width - 4, metrics.height() * 1.6),
+                Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignVCenter,
                 label,
             )
 
@@ -196,7 +202,7 @@ class LatencyPlot(QWidget):
         if not self._points:
             return
         area = self._plot_area()
-        y_max = self._y_max()
+        y_max, _ = self._y_axis()
         position = event.position()
         index = min(
             range(len(self._points)),
@@ -230,22 +236,29 @@ class EncoderPanel(QWidget):
         header = self.chunk_table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setStretchLastSection(True)
-        self.chunk_table.verticalHeader().setDefaultSectionSize(round(self.fontMetrics().height() * 1.5))
-        self.chunk_table.setToolTip("Each pass of the vision encoder for the last clip: the token budget it used and the share that was padding")
+        row_height = round(self.fontMetrics().height() * 1.5)
+        self.chunk_table.verticalHeader().setDefaultSectionSize(row_height)
+        self.chunk_table.setMinimumHeight(row_height * 3)
+        self.chunk_table.setToolTip(
+            "Each pass of the vision encoder for the last clip: the token budget it used and the share that was padding"
+        )
 
         self.encoder_value = QLabel("–")
         self.hits_value = QLabel("–")
         self.clip_value = QLabel("–")
+        self.timing_value = QLabel("–")
         self.first_token_value = QLabel("–")
         self.speed_value = QLabel("–")
         self.memory_value = QLabel("–")
         stats = QGridLayout()
+        stats.setContentsMargins(0, 0, 0, 0)
         stats.setHorizontalSpacing(self.fontMetrics().height())
         stats.setVerticalSpacing(max(2, self.fontMetrics().height() // 4))
         rows = (
             ("Encoder", self.encoder_value),
             ("Graph hits", self.hits_value),
             ("Last clip", self.clip_value),
+            ("Clip timing", self.timing_value),
             ("First token", self.first_token_value),
             ("Speed", self.speed_value),
             ("GPU memory", self.memory_value),
@@ -256,26 +269,29 @@ class EncoderPanel(QWidget):
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             value.setWordWrap(True)
             stats.addWidget(caption, row, 0, Qt.AlignmentFlag.AlignTop)
-            stats.addWidget(value, row, 1)
+            stats.addWidget(value, row, 1, Qt.AlignmentFlag.AlignTop)
         stats.setColumnStretch(1, 1)
+        stats.setRowStretch(len(rows), 1)
 
         layout = QGridLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.plot, 0, 0, 2, 1)
+        layout.setHorizontalSpacing(self.fontMetrics().height())
+        layout.addWidget(self.plot, 0, 0)
         layout.addLayout(stats, 0, 1)
-        layout.addWidget(self.chunk_table, 1, 1)
+        layout.addWidget(self.chunk_table, 1, 0, 1, 2)
         layout.setColumnStretch(0, 3)
         layout.setColumnStretch(1, 2)
+        layout.setRowStretch(0, 3)
         layout.setRowStretch(1, 1)
 
     def set_engine_info(self, info: EngineInfo) -> None:
         self._graphs_enabled = info.graphs_enabled
         if info.graphs_enabled:
             budgets = info.graph_budgets
-            span = f"{len(budgets)} graphs, budgets {budgets[0]}–{budgets[-1]}" if budgets else "graphs"
-            self.encoder_value.setText(f"{info.encoder_name} ({span}) on {info.device}")
+            span = f", {len(budgets)} graphs (budgets {budgets[0]}–{budgets[-1]})" if budgets else ""
+            self.encoder_value.setText(f"{info.encoder_name}{span} on {info.device}")
         else:
-            self.encoder_value.setText(f"{info.encoder_name}, eager on {info.device}")
+            self.encoder_value.setText(f"eager on {info.device}")
         self.encoder_value.setToolTip(info.graphs_reason)
         self._update_hits()
 
@@ -313,10 +329,10 @@ class EncoderPanel(QWidget):
         self._update_hits()
 
     def set_encode_done(self, done: EncodeDone) -> None:
-        self.clip_value.setText(
-            f"{done.frames} frames, {done.patches} patches; decode {done.decode_ms:.0f} ms, "
-            f"preprocess {done.preprocess_ms:.0f} ms, encode {done.encode_ms:.1f} ms "
-            f"({done.ms_per_frame:.2f} ms/frame)"
+        self.clip_value.setText(f"{done.frames} frames, {done.patches:,} patches")
+        self.timing_value.setText(
+            f"decode {done.decode_ms:.0f} ms, preprocess {done.preprocess_ms:.0f} ms, "
+            f"encode {done.encode_ms:.1f} ms ({done.ms_per_frame:.2f} ms/frame)"
         )
 
     def set_answer_stats(self, stats: AnswerStats) -> None:
@@ -332,11 +348,12 @@ class EncoderPanel(QWidget):
 
     def _update_hits(self) -> None:
         total = self.hits + self.misses
-        text = f"{self.hits} hits, {self.misses} misses"
-        if total:
-            text += f" ({self.hits / total:.0%} hit rate)"
         if self._graphs_enabled is False:
-            text += " — graphs off"
+            text = f"none: graphs are off ({total} eager passes)"
+        else:
+            text = f"{self.hits} hits, {self.misses} misses"
+            if total:
+                text += f" ({self.hits / total:.0%})"
         self.hits_value.setText(text)
 
 
@@ -366,14 +383,7 @@ def nice_ceiling(value: float) -> float:
     return 10.0 ** (exponent + 1)
 
 
-def nice_ticks(maximum: float, count: int = 4) -> list[float]:
-    """``count + 1`` evenly spaced ticks from 0 to ``maximum``."""
-    return [maximum * index / count for index in range(count + 1)]
-
-
 def format_tick(value: float) -> str:
     if value == 0:
         return "0"
-    if value >= 10:
-        return f"{value:.0f}"
-    return f"{value:.2g}" if value < 1 else f"{value:.1f}".rstrip("0").rstrip(".")
+    return f"{value:.6g}"

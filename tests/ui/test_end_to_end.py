@@ -45,7 +45,7 @@ def test_drop_ask_and_watch_the_encoder_with_the_demo_model(qtbot, make_window, 
     assert window.frame_strip.timestamp_texts() == [format_timestamp(t) for t in sampled.timestamps]
     chunks = [event for event in events if isinstance(event, ChunkStats)]
     assert chunks and len(window.encoder_panel.plot.points) == len(chunks)
-    assert f"{len(chunks)} misses" in window.encoder_panel.hits_text()
+    assert f"({len(chunks)} eager passes)" in window.encoder_panel.hits_text()
 
     ask_and_wait(qtbot, window, "What moves in the clip?")
     kinds = [type(event) for event in events]

@@ -101,7 +101,7 @@ def test_answer_streams_then_metrics_update(qtbot, make_window, sample_clip):
     assert card.text() == turn.answer
     assert DEMO_LABEL in card.header.text()
     assert "tokens/s" in card.footer.text()
-    assert "misses" in window.encoder_panel.hits_text()
+    assert "(2 eager passes)" in window.encoder_panel.hits_text()
     assert window.encoder_panel.first_token_value.text() == "12 ms"
     assert "tokens/s" in window.encoder_panel.speed_value.text()
 

@@ -1,0 +1,127 @@
+"""Render docs/screenshot.png: the window after the demo model answered questions about a sample clip.
+
+The sample clips are opened one after another (so the encoder plot shows each), then the questions
+are asked about the last one.
+
+    python scripts/render_screenshot.py [--clip CLIP ...] [--question QUESTION ...] [--output docs/screenshot.png]
+
+Runs offscreen (no display needed), with a throw-away settings file and log folder, on the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+CLIPS = REPO_ROOT / "assets" / "clips"
+DEFAULT_CLIPS = (CLIPS / "two_shapes_wide.mp4", CLIPS / "rotated_phone.mp4", CLIPS / "red_square_moves_right.mp4")
+DEFAULT_QUESTIONS = ("What color is the square?", "Which way does the square move?")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    scratch = Path(tempfile.mkdtemp(prefix="framewise-screenshot-"))
+    os.environ["FRAMEWISE_LOG_DIR"] = str(scratch / "logs")
+
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QApplication
+
+    from app.gui import app_services, create_engine
+    from core.settings import AppSettings
+    from ui.main_window import DEFAULT_SIZE, MainWindow
+    from ui.settings_store import SettingsStore
+    from ui.worker import EngineHost
+
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    if args.scheme != "system":
+        app.styleHints().setColorScheme(Qt.ColorScheme.Dark if args.scheme == "dark" else Qt.ColorScheme.Light)
+        if args.scheme == "dark" and app.styleHints().colorScheme() != Qt.ColorScheme.Dark:
+            app.setPalette(_inverted(app.palette()))  # platforms without a dark theme (offscreen): simulate one
+    app.setApplicationName("Framewise")
+    app.setOrganizationName("Framewise")
+    settings = (
+        AppSettings()
+        .replace("model", device="cpu")
+        .replace("sampling", max_frames=args.max_frames)
+        .replace("generation", max_new_tokens=args.max_new_tokens)
+    )
+    window = MainWindow(EngineHost(create_engine, settings), SettingsStore(scratch / "framewise.ini"), app_services(), settings)
+    window.resize(*DEFAULT_SIZE)
+    window.show()
+    window.start()
+    try:
+        _wait(app, lambda: window.info is not None and window._operation is None, 180, "the model to load")
+        for clip in args.clip or DEFAULT_CLIPS:
+            window.open_clip(str(clip))
+            _wait(app, lambda: window._opening_path is None and window._operation is None, 120, f"{clip.name} to be encoded")
+        if window.clip is None:
+            raise SystemExit("no clip could be opened")
+        for question in args.question or DEFAULT_QUESTIONS:
+            window.chat.question_edit.setPlainText(question)
+            window.chat.submit()
+            _wait(app, lambda: window.conversation.current is None and window._operation is None, 300, "the answer")
+        window.preview.seek(len(window.clip.timestamps) // 2)
+        window.frame_strip.setFocus()
+        _wait(app, lambda: True, 0.5, "")
+        image = window.grab().toImage()
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        if not image.save(str(args.output)):
+            raise SystemExit(f"could not write {args.output}")
+        print(f"wrote {args.output} ({image.width()}x{image.height()})")
+    finally:
+        window.shutdown()
+    return 0
+
+
+def _wait(app, condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Run the event loop until ``condition()`` holds (or, for an empty ``what``, for ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        app.processEvents()
+        if what and condition():
+            return
+        time.sleep(0.01)
+    if what:
+        raise SystemExit(f"gave up waiting for {what} after {timeout_s:.0f} s")
+
+
+def _inverted(palette):
+    """``palette`` with every colour's lightness flipped: a stand-in for a system dark scheme."""
+    from PySide6.QtGui import QColor, QPalette
+
+    dark = QPalette(palette)
+    for group in (QPalette.ColorGroup.Active, QPalette.ColorGroup.Inactive, QPalette.ColorGroup.Disabled):
+        for role in QPalette.ColorRole:
+            if role == QPalette.ColorRole.NColorRoles:
+                continue
+            hue, saturation, lightness, alpha = palette.color(group, role).getHslF()
+            if role not in (QPalette.ColorRole.Highlight, QPalette.ColorRole.Link, QPalette.ColorRole.LinkVisited):
+                lightness = 1.0 - lightness
+            dark.setColor(group, role, QColor.fromHslF(max(hue, 0.0), saturation, lightness, alpha))
+    return dark
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--clip", type=Path, action="append", help="a clip to open (repeat: each is encoded, questions go to the last)"
+    )
+    parser.add_argument("--question", action="append", help="a question to ask (repeat for follow-ups)")
+    parser.add_argument("--output", type=Path, default=REPO_ROOT / "docs" / "screenshot.png")
+    parser.add_argument("--scheme", choices=("system", "light", "dark"), default="system", help="colour scheme to render in")
+    parser.add_argument("--max-frames", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=40)
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""The window's parts on their own: encoder view, frame strip, settings store, conversation export."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from PySide6.QtGui import QColor
+
+from core.events import AnswerStats, ChunkStats, ClipSampled, EncodeDone, EngineInfo
+from core.settings import AppSettings
+from ui.conversation import Conversation, Turn
+from ui.frames import FrameStrip, format_timestamp, image_from_array
+from ui.metrics import HIT_COLOR, MISS_COLOR, EncoderPanel, nice_ceiling
+from ui.settings_store import MAX_RECENT_FILES, SettingsStore
+
+GPU_INFO = EngineInfo(
+    device="cuda (NVIDIA H200)",
+    dtype="bfloat16",
+    model_name="Qwen3-VL-8B-Instruct",
+    model_label=None,
+    encoder_name="cuda-graphs (varlen)",
+    graphs_enabled=True,
+    graphs_reason="12 CUDA graphs captured",
+    attention_backends=("varlen", "sdpa_masked", "eager"),
+    graph_budgets=(256, 512, 1024),
+)
+
+
+def chunk(index: int, hit: bool, ms_per_frame: float, budget: int | None = 1024) -> ChunkStats:
+    return ChunkStats(index, 1, 8, 900, budget, 0.12, ms_per_frame * 8, ms_per_frame, hit, None if hit else "larger than every budget")
+
+
+def test_encoder_panel_counts_hits_and_shows_budgets_and_padding(qtbot):
+    panel = EncoderPanel()
+    qtbot.addWidget(panel)
+    panel.set_engine_info(GPU_INFO)
+    panel.start_clip("a.mp4")
+    for index, hit in enumerate((True, True, False)):
+        panel.add_chunk(chunk(index, hit, 2.0 + index))
+    assert panel.hits_text() == "2 hits, 1 misses (67%)"
+    assert "3 graphs (budgets 256–1024)" in panel.encoder_value.text()
+    row = [panel.chunk_table.item(1, column).text() for column in range(panel.chunk_table.columnCount())]
+    assert row == ["1", "8", "900", "1024", "12%", "3.00", "graph"]
+    assert panel.chunk_table.item(2, 6).text() == "eager: larger than every budget"
+
+    panel.start_clip("b.mp4")
+    panel.add_chunk(chunk(0, True, 1.5))
+    assert panel.chunk_table.rowCount() == 1, "the table shows the last clip's chunks"
+    assert [point.run for point in panel.plot.points] == [0, 0, 0, 1], "the plot keeps every clip"
+    assert panel.hits_text() == "3 hits, 1 misses (75%)"
+
+
+def test_latency_plot_paints_points_in_their_colours(qtbot):
+    panel = EncoderPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 400)
+    panel.set_engine_info(GPU_INFO)
+    panel.start_clip("a.mp4")
+    panel.add_chunk(chunk(0, True, 4.0))
+    panel.add_chunk(chunk(1, False, 8.0))
+    image = panel.plot.grab().toImage()
+    colours = {image.pixelColor(x, y).rgb() for x in range(0, image.width(), 2) for y in range(0, image.height(), 2)}
+    assert QColor(HIT_COLOR).rgb() in colours and QColor(MISS_COLOR).rgb() in colours
+
+
+def test_answer_stats_and_clip_timing_are_shown(qtbot):
+    panel = EncoderPanel()
+    qtbot.addWidget(panel)
+    panel.set_encode_done(EncodeDone("a.mp4", 16, 4096, (0.0, 0.5), 40.0, 12.0, 30.0, 1.875, 1, 0))
+    panel.set_answer_stats(AnswerStats(16, 4096, 12.0, 30.0, 1.875, 85.4, 20, 42.0, False, 1536.0))
+    assert panel.clip_value.text() == "16 frames, 4,096 patches"
+    assert "1.88 ms/frame" in panel.timing_value.text()
+    assert panel.first_token_value.text() == "85 ms"
+    assert panel.speed_value.text() == "42.0 tokens/s (20 tokens)"
+    assert panel.memory_value.text() == "1,536 MiB"
+
+
+@pytest.mark.parametrize(("value", "expected"), [(0.0, 1.0), (0.3, 0.5), (7.2, 10.0), (11.0, 20.0), (24.0, 25.0), (101.0, 200.0)])
+def test_nice_ceiling(value, expected):
+    assert nice_ceiling(value) == pytest.approx(expected)
+
+
+def test_format_timestamp():
+    assert [format_timestamp(t) for t in (0.0, 0.55, 75.25, 3723.0)] == ["0:00.0", "0:00.6", "1:15.2", "1:02:03.0"]
+
+
+def test_frame_strip_shows_one_captioned_thumbnail_per_frame(qtbot):
+    strip = FrameStrip()
+    qtbot.addWidget(strip)
+    frames = tuple(np.full((96, 128, 3), value, np.uint8) for value in (10, 120, 250))
+    strip.set_clip(ClipSampled("c.mp4", "/tmp/c.mp4", (0.0, 0.5, 1.0), frames, 1280, 960, 1.2))
+    assert strip.timestamp_texts() == ["0:00.0", "0:00.5", "0:01.0"]
+    assert image_from_array(frames[1]).pixelColor(5, 5).red() == 120
+    with pytest.raises(ValueError):
+        image_from_array(np.zeros((4, 4), np.uint8))
+
+
+def test_settings_store_round_trip_and_bad_saved_settings(tmp_path):
+    store = SettingsStore(tmp_path / "s.ini")
+    assert store.load_settings() == AppSettings()
+    settings = AppSettings().replace("encoder", budgets=(256, 512), use_graphs=False)
+    store.save_settings(settings)
+    assert SettingsStore(tmp_path / "s.ini").load_settings() == settings
+
+    broken = AppSettings().replace("sampling", max_frames=3)
+    store.save_settings(broken)
+    reread = SettingsStore(tmp_path / "s.ini")
+    assert reread.load_settings() == AppSettings()
+    assert "sampling.max_frames" in reread.load_problem
+
+
+def test_recent_files_newest_first_without_duplicates(tmp_path):
+    store = SettingsStore(tmp_path / "s.ini")
+    for index in range(MAX_RECENT_FILES + 3):
+        store.add_recent_file(f"/clips/{index}.mp4")
+    store.add_recent_file("/clips/5.mp4")
+    files = SettingsStore(tmp_path / "s.ini").recent_files()
+    assert files[0] == "/clips/5.mp4" and len(files) == MAX_RECENT_FILES and files.count("/clips/5.mp4") == 1
+
+
+def test_exports_label_demo_answers_and_mark_failures():
+    conversation = Conversation("clip.mp4", "/clips/clip.mp4")
+    conversation.turns.append(
+        Turn("What colour?", "demo", "Demo model — random weights", answer="Red.", status="done",
+             stats=AnswerStats(8, 1280, 1.0, 2.0, 0.25, 30.0, 3, 40.0, False))
+    )
+    conversation.turns.append(Turn("And now?", "demo", "Demo model — random weights", status="failed", error="Out of memory."))
+    markdown = conversation.to_markdown(AppSettings())
+    assert "# Framewise conversation — clip.mp4" in markdown
+    assert "**Answer** — demo (Demo model — random weights)" in markdown
+    assert "> Error: Out of memory." in markdown
+    data = json.loads(json.dumps(conversation.to_json(AppSettings())))
+    assert [turn["status"] for turn in data["turns"]] == ["done", "failed"]
+    assert data["turns"][0]["stats"]["tokens_per_second"] == 40.0
+    assert AppSettings.from_dict(data["settings"]) == AppSettings()
