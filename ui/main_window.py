@@ -409,8 +409,11 @@ class MainWindow(QMainWindow):
         self._operation = None
         self.progress_bar.hide()
         if name == "open_clip":
-            self._finish_open(ok)
-        elif name == "ask":
+            self._finish_clip(ok, self._opening_path)
+            self._opening_path = None
+        elif self._incoming_clip is not None:  # new sampling or model settings made the engine re-open the clip
+            self._finish_clip(ok, None)
+        if name == "ask":
             turn = self.conversation.current
             if turn is not None:  # dropped before it started (Stop pressed while it waited)
                 turn.status = "stopped"
@@ -524,28 +527,33 @@ class MainWindow(QMainWindow):
         if self.error_banner.isVisible() and self._operation in ("load", "apply_settings"):
             self.error_banner.hide()
 
-    def _finish_open(self, ok: bool) -> None:
-        path = self._opening_path
-        self._opening_path = None
+    def _finish_clip(self, ok: bool, opened_path: str | None) -> None:
+        """A request that sampled a clip ended: keep the new clip and start its conversation, or restore the old one.
+
+        ``opened_path`` is the path a person opened (``None`` when new settings re-opened the clip).
+        """
         incoming, self._incoming_clip = self._incoming_clip, None
         if not ok:
             self._show_clip(self.clip)  # the engine keeps the previous clip; so does the window
             return
-        self.error_banner.hide()
-        if path:
-            self.store.add_recent_file(str(Path(path).resolve()))
-        if incoming is not None:
-            self.clip = incoming
-        name = self.clip.clip_name if self.clip else Path(path or "").name
-        self.conversation = Conversation(name, path)
+        if opened_path:
+            self.error_banner.hide()
+            self.store.add_recent_file(str(Path(opened_path).resolve()))
+        if incoming is None:
+            return
+        self.clip = incoming
+        self.conversation = Conversation(incoming.clip_name, incoming.path)
         self.chat.clear()
-        self.chat.add_notice(f"Asking about {name}")
+        if opened_path:
+            self.chat.add_notice(f"Asking about {incoming.clip_name}")
+        else:
+            self.chat.add_notice(f"The new settings re-sampled {incoming.clip_name}; the conversation starts afresh")
 
     def _encode_label(self) -> str:
-        if self._operation == "open_clip":
-            if self._incoming_clip is not None:
-                return self._incoming_clip.clip_name
-            return Path(self._opening_path or "").name
+        if self._incoming_clip is not None:
+            return self._incoming_clip.clip_name
+        if self._opening_path is not None:
+            return Path(self._opening_path).name
         return f"question {len(self.conversation.turns)}"
 
     # -- small helpers ----------------------------------------------------------------------

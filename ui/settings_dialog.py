@@ -23,11 +23,14 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QPushButton,
     QRadioButton,
+    QScrollArea,
+    QSizePolicy,
     QSpinBox,
     QStyle,
     QTabWidget,
@@ -111,7 +114,7 @@ class SettingsDialog(QDialog):
         layout.addWidget(buttons)
         self.set_settings(settings)
         line = self.fontMetrics().height()
-        self.resize(line * 36, line * 30)
+        self.resize(line * 40, line * 38)
 
     # -- building ---------------------------------------------------------------------------
 
@@ -120,17 +123,25 @@ class SettingsDialog(QDialog):
         form = QFormLayout(page)
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.ExpandingFieldsGrow)
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.DontWrapRows)
-        self.tabs.addTab(page, _SECTION_TITLES[section])
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setWidget(page)
+        self.tabs.addTab(scroll, _SECTION_TITLES[section])
         return form
 
     def _add_field(self, form: QFormLayout, name: str, label: str, widget: QWidget, help_text: str = "") -> None:
         """Add a row holding ``widget`` above its (hidden) error; ``name`` is the settings field."""
         error = FieldError()
         cell = QWidget()
+        cell.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
         column = QVBoxLayout(cell)
         column.setContentsMargins(0, 0, 0, 0)
         column.setSpacing(2)
-        column.addWidget(widget)
+        if isinstance(widget, (QLineEdit, QCheckBox)) or type(widget) is QWidget:
+            column.addWidget(widget)
+        else:
+            column.addWidget(widget, 0, Qt.AlignmentFlag.AlignLeft)
         if help_text:
             hint = QLabel(help_text)
             hint.setWordWrap(True)
@@ -144,7 +155,7 @@ class SettingsDialog(QDialog):
 
     def _build_model_tab(self) -> None:
         form = self._add_tab("model")
-        self.demo_radio = QRadioButton("Bundled demo model (small, random weights: for trying Framewise out)")
+        self.demo_radio = QRadioButton("The bundled demo model (tiny: runs anywhere, for trying Framewise out)")
         self.folder_radio = QRadioButton("Checkpoint folder:")
         self.repo_radio = QRadioButton("Hugging Face repo id, already in the local cache:")
         self.source_group = QButtonGroup(self)

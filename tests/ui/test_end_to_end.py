@@ -123,3 +123,32 @@ def test_python_dash_m_app_opens_the_window_and_loads_the_demo_model(tmp_path):
     log = log_file.read_text()
     assert "engine ready" in log and "demo" in log, output + log
     assert process.returncode == 0, output
+
+
+def test_new_sampling_settings_re_sample_the_open_clip(qtbot, make_window, sample_clip):
+    window = make_window(real_engine, FAST)
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    ask_and_wait(qtbot, window, "What moves?")
+
+    window.apply_settings(FAST.replace("sampling", max_frames=6))
+    qtbot.waitUntil(lambda: len(window.frame_strip.timestamp_texts()) == 6 and window._operation is None, timeout=LOAD_TIMEOUT_MS)
+    assert window.clip.path == str(sample_clip) and len(window.clip.timestamps) == 6
+    assert not window.conversation.turns, "the engine forgets the conversation when it re-samples; so does the window"
+    ask_and_wait(qtbot, window, "What moves now?")
+    assert window.conversation.turns[-1].status == "done"
+
+
+def test_closing_the_window_mid_answer_stops_the_engine_thread(qtbot, make_window, sample_clip):
+    window = make_window(real_engine, FAST.replace("generation", max_new_tokens=4000))
+    tokens = []
+    window.host.event.connect(lambda event: tokens.append(event) if isinstance(event, Token) else None)
+    wait_ready(qtbot, window)
+    window.chat.question_edit.setPlainText("Tell me everything")
+    window.chat.submit()
+    qtbot.waitUntil(lambda: len(tokens) >= 2, timeout=LOAD_TIMEOUT_MS * 3)
+
+    started = time.perf_counter()
+    window.close()
+    assert window.host.thread.isFinished()
+    assert time.perf_counter() - started < 2.0
