@@ -262,10 +262,6 @@ class ChatPanel(QWidget):
         card.copy_button.setEnabled(bool(turn.answer))
         self._answer_card = None
 
-    def set_waiting_text(self, text: str) -> None:
-        if self._answer_card is not None and not self._answer_card.text():
-            self._answer_card.set_footer(text)
-
     def _flush(self) -> None:
         card = self._answer_card
         if card is None or not self._pending_text:

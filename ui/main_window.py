@@ -327,9 +327,6 @@ class MainWindow(QMainWindow):
     # -- export -----------------------------------------------------------------------------
 
     def choose_export_path(self) -> None:
-        if not self.conversation.turns:
-            self.set_status("Nothing to export yet: ask a question first.")
-            return
         name = f"{Path(self.conversation.clip_name or 'framewise').stem}-conversation.md"
         folder = Path(self.conversation.clip_path).parent if self.conversation.clip_path else Path.home()
         path, selected = QFileDialog.getSaveFileName(

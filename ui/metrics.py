@@ -73,11 +73,6 @@ class LatencyPlot(QWidget):
         del self._points[:-MAX_PLOTTED_CHUNKS]
         self.update()
 
-    def clear(self) -> None:
-        self._points.clear()
-        self._run_labels.clear()
-        self.update()
-
     def sizeHint(self) -> QSize:
         line = self.fontMetrics().height()
         return QSize(line * 28, line * 12)

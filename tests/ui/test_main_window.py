@@ -33,6 +33,12 @@ def drop_file(target, path: Path) -> None:
     QApplication.sendEvent(target, drop)
 
 
+def activate(qtbot, window: MainWindow) -> None:
+    """Make ``window`` the active window, as window-wide shortcuts need."""
+    window.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is window)
+
+
 def wait_ready(qtbot, window: MainWindow) -> None:
     qtbot.waitUntil(lambda: window.info is not None and window._operation is None, timeout=LOAD_TIMEOUT_MS)
 
@@ -161,8 +167,7 @@ def test_escape_and_ctrl_return_shortcuts(qtbot, make_window, sample_clip):
     triggered = []
     window.ask_action.triggered.connect(lambda: triggered.append("ask"))
     window.stop_action.triggered.connect(lambda: triggered.append("stop"))
-    window.activateWindow()
-    qtbot.waitUntil(lambda: QApplication.activeWindow() is window)
+    activate(qtbot, window)
     window.chat.question_edit.setFocus()
     window.chat.question_edit.setPlainText("Keep talking")
     qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
@@ -378,3 +383,38 @@ def test_stop_drops_work_still_waiting_in_the_queue(qtbot, make_window, sample_c
     window.host.ask("asked after Stop")
     qtbot.waitUntil(lambda: len(engines[0].calls) == 1, timeout=LOAD_TIMEOUT_MS)
     assert engines[0].calls[0][0] == "ask"
+
+
+def test_keyboard_shortcuts_open_settings_open_export_and_quit(qtbot, make_window, sample_clip, monkeypatch, tmp_path):
+    window = make_window()
+    wait_ready(qtbot, window)
+    activate(qtbot, window)
+
+    qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_Comma, Qt.KeyboardModifier.ControlModifier)
+    assert window._settings_dialog is not None and window._settings_dialog.isVisible()
+    window._settings_dialog.reject()
+    activate(qtbot, window)
+
+    assert not window.export_action.isEnabled(), "nothing to export before a question"
+    monkeypatch.setattr("ui.main_window.QFileDialog.getOpenFileName", lambda *args, **kwargs: (str(sample_clip), ""))
+    qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_O, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: window.clip is not None and window.clip.path == str(sample_clip), timeout=LOAD_TIMEOUT_MS)
+    ask_and_wait(qtbot, window, "What moves?")
+
+    activate(qtbot, window)
+    target = tmp_path / "exported"
+    monkeypatch.setattr("ui.main_window.QFileDialog.getSaveFileName", lambda *args, **kwargs: (str(target), "JSON (*.json)"))
+    qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+    assert json.loads(target.with_suffix(".json").read_text(encoding="utf-8"))["clip"]["name"] == sample_clip.name
+
+    qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
+    assert not window.isVisible() and window.host.thread.isFinished()
+
+
+def test_dragging_text_instead_of_a_file_is_refused(qtbot, make_window):
+    window = make_window()
+    mime = QMimeData()
+    mime.setText("not a file")
+    enter = QDragEnterEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(window, enter)
+    assert not enter.isAccepted()
