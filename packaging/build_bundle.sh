@@ -10,7 +10,6 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
 PYTHON="${PYTHON:-$repo/.venv/bin/python}"
-PYINSTALLER_REQUIREMENT="pyinstaller>=6.20"
 
 smoke=1
 for argument in "$@"; do
@@ -21,8 +20,10 @@ for argument in "$@"; do
 done
 
 if ! "$PYTHON" -c "import PyInstaller" 2>/dev/null; then
-    echo "Installing $PYINSTALLER_REQUIREMENT into $("$PYTHON" -c 'import sys; print(sys.prefix)')"
-    "$PYTHON" -m pip install --quiet "$PYINSTALLER_REQUIREMENT"
+    # The version range is pyproject.toml's `bundle` extra, pinned by constraints.txt like every dependency.
+    requirements=$("$PYTHON" -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["bundle"])')
+    echo "Installing $requirements into $("$PYTHON" -c 'import sys; print(sys.prefix)')"
+    "$PYTHON" -m pip install --quiet -c constraints.txt $requirements
 fi
 
 start=$(date +%s)
