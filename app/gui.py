@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -21,7 +22,7 @@ from PySide6.QtWidgets import QApplication
 from app.diagnostics import collect_versions
 from app.logs import log_file_path, setup_logging
 from core import __version__
-from core.events import EventSink, Progress
+from core.events import EventSink, Failed, Progress
 from core.settings import AppSettings
 from ui.main_window import MainWindow
 from ui.services import AppServices
@@ -31,6 +32,7 @@ from ui.worker import EngineHost, EngineLike
 log = logging.getLogger(__name__)
 
 ICON_DIR = Path(__file__).resolve().parents[1] / "assets" / "icons"
+DESKTOP_FILE_NAME = "io.github.framewise.Framewise"  # packaging/<this>.desktop; Wayland's app_id must match
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -43,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     app.setOrganizationName("Framewise")
     app.setApplicationDisplayName("Framewise")
     app.setApplicationVersion(__version__)
-    app.setDesktopFileName("framewise-studio")
+    app.setDesktopFileName(DESKTOP_FILE_NAME)
     app.setWindowIcon(_app_icon())
 
     store = SettingsStore(args.settings_file)
@@ -52,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     window = MainWindow(host, store, app_services(), settings)
     app.aboutToQuit.connect(window.shutdown)
     _quit_on_interrupt(app)
+    if args.quit_after_load or os.environ.get("FRAMEWISE_SMOKE") == "1":
+        _quit_when_loaded(app, host)
     window.show()
     window.start()
     if args.clip:
@@ -78,7 +82,30 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--settings-file", metavar="INI", help="keep settings in this ini file instead of the user's settings store"
     )
+    parser.add_argument(
+        "--quit-after-load",
+        action="store_true",
+        help="smoke test: print 'ready' and exit 0 once the model has loaded (exit 1 if it fails); also FRAMEWISE_SMOKE=1",
+    )
     return parser
+
+
+def _quit_when_loaded(app: QApplication, host: EngineHost) -> None:
+    """Print ``ready`` and exit 0 when the model has loaded; print the error and exit 1 when it fails."""
+    failures: list[str] = []
+    host.event.connect(lambda event: failures.append(event.message) if isinstance(event, Failed) else None)
+
+    def finished(operation: str, ok: bool) -> None:
+        if operation != "load":
+            return
+        if ok:
+            print("ready", flush=True)
+            app.exit(0)
+        else:
+            print(f"framewise-studio: {failures[-1] if failures else 'the model did not load'}", file=sys.stderr, flush=True)
+            app.exit(1)
+
+    host.operation_finished.connect(finished)
 
 
 def _app_icon() -> QIcon:

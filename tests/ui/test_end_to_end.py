@@ -15,6 +15,7 @@ from core.events import ChunkStats, Done, Token
 from core.settings import AppSettings
 from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, drop_file, open_and_wait, wait_ready
 from ui.frames import format_timestamp
+from ui.settings_store import SettingsStore
 
 FAST = (
     AppSettings()
@@ -101,12 +102,44 @@ def test_corrupt_clip_keeps_the_conversation_and_the_next_clip_loads(qtbot, make
     assert window.conversation.clip_name == other.name and not window.error_banner.isVisible()
 
 
-def test_python_dash_m_app_opens_the_window_and_loads_the_demo_model(tmp_path):
-    """The README's run command: the window starts, the model loads, Ctrl+C closes it cleanly."""
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", FRAMEWISE_LOG_DIR=str(tmp_path / "logs"))
+def run_app(
+    tmp_path: Path, *args: str, settings: AppSettings | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m app`` offscreen with a throw-away settings file and log folder."""
     settings_file = tmp_path / "framewise.ini"
+    if settings is not None:
+        SettingsStore(settings_file).save_settings(settings)
+    return subprocess.run(
+        [sys.executable, "-m", "app", "--settings-file", str(settings_file), *args],
+        cwd=REPO_ROOT,
+        env=dict(os.environ, QT_QPA_PLATFORM="offscreen", FRAMEWISE_LOG_DIR=str(tmp_path / "logs"), **(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def test_python_dash_m_app_opens_the_window_and_loads_the_demo_model(tmp_path):
+    """The README's run command: the window starts and the model loads (``--quit-after-load`` then exits)."""
+    result = run_app(tmp_path, "--quit-after-load")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["ready"]
+    log = (tmp_path / "logs" / "framewise.log").read_text(encoding="utf-8")
+    assert "engine ready" in log and "demo" in log
+
+
+def test_smoke_run_reports_a_model_that_does_not_load(tmp_path):
+    bad_model = AppSettings().replace("model", source=str(tmp_path / "no-model"))
+    result = run_app(tmp_path, settings=bad_model, env={"FRAMEWISE_SMOKE": "1"})
+    assert result.returncode == 1
+    assert "ready" not in result.stdout
+    assert "no-model" in result.stderr
+
+
+def test_ctrl_c_in_the_terminal_closes_the_window_cleanly(tmp_path):
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", FRAMEWISE_LOG_DIR=str(tmp_path / "logs"))
     process = subprocess.Popen(
-        [sys.executable, "-m", "app", "--settings-file", str(settings_file)],
+        [sys.executable, "-m", "app", "--settings-file", str(tmp_path / "framewise.ini")],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -120,8 +153,6 @@ def test_python_dash_m_app_opens_the_window_and_loads_the_demo_model(tmp_path):
         time.sleep(0.2)
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=60)
-    log = log_file.read_text()
-    assert "engine ready" in log and "demo" in log, output + log
     assert process.returncode == 0, output
 
 
