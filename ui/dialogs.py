@@ -7,9 +7,11 @@ from pathlib import Path
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QFontDatabase, QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (
+    QApplication,
     QDialog,
     QDialogButtonBox,
     QFormLayout,
+    QHBoxLayout,
     QLabel,
     QPlainTextEdit,
     QPushButton,
@@ -48,8 +50,16 @@ class AboutDialog(QDialog):
         copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.versions_text()))
         buttons.rejected.connect(self.reject)
         buttons.accepted.connect(self.accept)
+        heading = QHBoxLayout()
+        icon = QApplication.windowIcon()
+        if not icon.isNull():
+            size = round(title.fontMetrics().height() * 2)
+            picture = QLabel()
+            picture.setPixmap(icon.pixmap(size, size))
+            heading.addWidget(picture)
+        heading.addWidget(title, 1)
         layout = QVBoxLayout(self)
-        layout.addWidget(title)
+        layout.addLayout(heading)
         layout.addWidget(blurb)
         layout.addLayout(form)
         layout.addWidget(buttons)
