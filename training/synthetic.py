@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import cv2
 import numpy as np
@@ -170,7 +170,7 @@ def _place_shapes(rng: np.random.Generator, count: int, width: int, height: int,
 
 def _random_shape(rng: np.random.Generator, color: str, width: int, height: int, duration: float) -> Shape:
     short_side = min(width, height)
-    size = max(20, int(round(short_side * rng.uniform(0.18, 0.3))))
+    size = max(28, int(round(short_side * rng.uniform(0.2, 0.34))))
     kind = SHAPES[rng.integers(len(SHAPES))]
     direction = DIRECTIONS[rng.integers(len(DIRECTIONS))]
     appear, disappear = 0.0, math.inf
@@ -180,10 +180,10 @@ def _random_shape(rng: np.random.Generator, color: str, width: int, height: int,
         disappear = float(rng.uniform(appear + 2.0, duration - 0.6))
     ux, uy = _UNIT_VECTORS[direction]
     half = size / 2 + 2
-    # Travel a clear distance while visible (about half the free room or more) without leaving the canvas.
+    # Travel a clear distance while visible (half the free room or more) without leaving the canvas.
     room_x, room_y = width - 2 * half, height - 2 * half
     room = room_x if ux else room_y
-    travel = float(rng.uniform(0.45, 0.9)) * room if direction != "still" else 0.0
+    travel = float(rng.uniform(0.5, 0.95)) * room if direction != "still" else 0.0
     speed = travel / (min(disappear, duration) - appear)
     start_x = _start_along(rng, ux, half, room_x, travel)
     start_y = _start_along(rng, uy, half, room_y, travel)
@@ -216,7 +216,7 @@ def render_frame(scene: Scene, t: float) -> np.ndarray:
     frame[:] = scene.background
     for shape in scene.shapes:
         if shape.visible(t):
-            _draw(frame, shape, shape.center_at(t))
+            _draw(frame, shape, shape.center_at(t), COLORS[shape.color], cv2.LINE_AA)
     if scene.noise_std > 0:
         # Sensor-like noise: a window of the scene's noise field that moves with every frame.
         field = _noise_field(scene.seed, scene.height, scene.width, scene.noise_std)
@@ -233,21 +233,30 @@ def _noise_field(seed: int, height: int, width: int, std: float) -> np.ndarray:
     return np.round(rng.standard_normal((height, width + _NOISE_MARGIN, 3), dtype=np.float32) * std).astype(np.int16)
 
 
-def _draw(frame: np.ndarray, shape: Shape, center: tuple[float, float]) -> None:
+def render_labels(scene: Scene, t: float) -> np.ndarray:
+    """(H, W) uint8 map of which shape covers each pixel at time ``t``: its index in
+    ``scene.shapes`` plus one, 0 for the background (edges not anti-aliased)."""
+    labels = np.zeros((scene.height, scene.width), np.uint8)
+    for index, shape in enumerate(scene.shapes):
+        if shape.visible(t):
+            _draw(labels, shape, shape.center_at(t), index + 1, cv2.LINE_8)
+    return labels
+
+
+def _draw(image: np.ndarray, shape: Shape, center: tuple[float, float], color: Any, line_type: int) -> None:
     shift = 4  # sub-pixel positions: coordinates are in 1/16 pixel
     one = 1 << shift
     cx, cy = center
     half = shape.size / 2
-    color = COLORS[shape.color]
     if shape.kind == "circle":
-        cv2.circle(frame, (round(cx * one), round(cy * one)), round(half * one), color, -1, cv2.LINE_AA, shift)
+        cv2.circle(image, (round(cx * one), round(cy * one)), round(half * one), color, -1, line_type, shift)
         return
     if shape.kind == "square":
         corners = [(cx - half, cy - half), (cx + half, cy - half), (cx + half, cy + half), (cx - half, cy + half)]
     else:
         corners = [(cx, cy - half), (cx + half, cy + half), (cx - half, cy + half)]
     points = np.array([[round(x * one), round(y * one)] for x, y in corners], np.int32)
-    cv2.fillPoly(frame, [points], color, cv2.LINE_AA, shift)
+    cv2.fillPoly(image, [points], color, line_type, shift)
 
 
 def render_clip(scene: Scene) -> np.ndarray:

@@ -5,22 +5,30 @@
 Every example is built the way the application builds its inputs: a scene from
 :mod:`training.synthetic`, the frames ``core.video`` would sample at the default sampling
 settings, resized to the Qwen3-VL size for the clip, patchified by
-``core.processing.preprocess_video`` and prompted by ``build_chat_inputs``; the answer and
-``<|im_end|>`` follow, and only they carry loss. Examples are rendered by DataLoader workers
-(seed ``i`` gives example ``i``, so the data do not depend on the number of workers); the
-patchify runs on the training device.
+``core.processing.preprocess_video`` and prompted by ``build_chat_inputs``. An example is a
+conversation about one clip that asks its questions in a random order, as a person asks
+follow-ups; each answer and its ``<|im_end|>`` carry the language-model loss, the prompt none.
 
-The output folder is a demo-model folder (safetensors weights, config, tokenizer,
-``framewise.json``), written again every ``--save-every-s`` seconds, so an interrupted run still
-leaves a usable model.
+Two things make the few minutes of training go further:
+
+- The vision tower also learns from a dense signal: a linear probe on every merged vision
+  token predicts the kind, color and motion of the shape under it (or background), read from
+  the renderer's label maps. The probe is dropped when the model is saved.
+- The data workers compute everything that depends only on the example (rendering, prompt,
+  multimodal rotary positions, the tower's attention boundaries and position-table taps), so
+  the training loop issues only the model's own work. The tower runs once per batch and its
+  features reach the language model through the engine's ``FeatureInjector``, as in the
+  application.
+
+Seed ``i`` gives example ``i``, so the data do not depend on the number of workers. The output
+folder is a demo-model folder (safetensors weights, config, tokenizer, ``framewise.json``),
+written again every ``--save-every-s`` seconds, so an interrupted run still leaves a usable model.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
-import json
 import math
 import os
 import random
@@ -30,8 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+import cv2
 import numpy as np
 import torch
+import torch.nn.functional as F
 import transformers
 from torch.utils.data import DataLoader, Dataset
 from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
@@ -47,14 +57,30 @@ from core.demo_model import (
     save_demo_model,
     special_token_ids,
 )
-from core.encoder import VisionItem
+from core.encoder import EncodedItem, VisionItem
+from core.engine import FeatureInjector
 from core.processing import VideoInputs, VisionGeometry, build_chat_inputs, preprocess_video, resize_frames, video_frame_size
 from core.settings import SamplingSettings
-from training.synthetic import TRAIN_SEEDS, answer_words, make_scene, questions_for, sample_scene
+from core.vision_metadata import MetadataCache, TowerGeometry
+from training.synthetic import (
+    COLORS,
+    DIRECTIONS,
+    SHAPES,
+    TRAIN_SEEDS,
+    SampledScene,
+    answer_words,
+    make_scene,
+    questions_for,
+    render_labels,
+    sample_scene,
+)
 
 DEMO_LABEL = "Demo model — trained on synthetic shape clips"
 IGNORE_INDEX = -100
 MAX_TURNS = 6
+# Classes the probe predicts per vision token: shape kind, color, motion; class 0 is background.
+PROBE_CLASSES = (len(SHAPES) + 1, len(COLORS) + 1, len(DIRECTIONS) + 1)
+MIN_COVERAGE = 0.2  # a shape labels a token when it covers this share of the token's pixels
 
 
 @dataclass(frozen=True)
@@ -76,11 +102,12 @@ class ModelDims:
 
 @dataclass(frozen=True)
 class Example:
-    """One training example.
+    """One training conversation.
 
     ``frames``: (T, h, w, 3) uint8 at the Qwen3-VL size; ``input_ids``/``labels``/
-    ``mm_token_type_ids``: (L,) prompt then answer, labels ``IGNORE_INDEX`` on the prompt;
-    ``position_ids``: (3, L) the multimodal rotary positions the model would compute.
+    ``mm_token_type_ids``: (L,), labels ``IGNORE_INDEX`` except on the answers;
+    ``position_ids``: (3, L) the multimodal rotary positions the model would compute;
+    ``token_labels``: (tokens, 3) probe classes of each merged vision token.
     """
 
     frames: torch.Tensor
@@ -90,12 +117,14 @@ class Example:
     labels: torch.Tensor
     mm_token_type_ids: torch.Tensor
     position_ids: torch.Tensor
+    token_labels: torch.Tensor
 
 
 @dataclass(frozen=True)
 class Batch:
     """Examples padded on the right to one length L: ids, labels, mask and token types are (B, L),
-    ``position_ids`` (3, B, L)."""
+    ``position_ids`` (3, B, L); ``vision`` holds the tower's precomputed forward arguments for
+    all the clips; ``token_labels`` (all tokens, 3)."""
 
     frames: list[torch.Tensor]
     timestamps: list[tuple[float, ...]]
@@ -105,6 +134,8 @@ class Batch:
     attention_mask: torch.Tensor
     mm_token_type_ids: torch.Tensor
     position_ids: torch.Tensor
+    token_labels: torch.Tensor
+    vision: dict[str, Any]
 
     def pin_memory(self) -> Batch:
         """The batch in page-locked memory (the DataLoader calls this with ``pin_memory=True``)."""
@@ -113,7 +144,8 @@ class Batch:
             for f in dataclasses.fields(self)
             if isinstance(getattr(self, f.name), torch.Tensor)
         }
-        return dataclasses.replace(self, frames=[frames.pin_memory() for frames in self.frames], **pinned)
+        vision = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in self.vision.items()}
+        return dataclasses.replace(self, frames=[f.pin_memory() for f in self.frames], vision=vision, **pinned)
 
 
 class RopeIndex:
@@ -126,7 +158,9 @@ class RopeIndex:
     def __init__(self, config: Qwen3VLConfig) -> None:
         self.config = config
 
-    def __call__(self, input_ids: torch.Tensor, mm_token_type_ids: torch.Tensor, grid_thw: tuple[int, int, int]) -> torch.Tensor:
+    def __call__(
+        self, input_ids: torch.Tensor, mm_token_type_ids: torch.Tensor, grid_thw: tuple[int, int, int]
+    ) -> torch.Tensor:
         """(3, L) positions of one unpadded sequence of (L,) ids."""
         positions, _ = self.get_rope_index(
             input_ids[None], mm_token_type_ids=mm_token_type_ids[None], video_grid_thw=torch.tensor([grid_thw])
@@ -149,18 +183,47 @@ def answer_ids(tokenizer: Any, answer: str) -> list[int]:
 
 
 def answer_starts(input_ids: Sequence[int], tokenizer: Any) -> list[int]:
-    """Positions right after each ``<|im_start|>assistant\n``: where the assistant's turns begin."""
+    """Positions right after each ``<|im_start|>assistant\\n``: where the assistant's turns begin."""
     opening = [tokenizer.convert_tokens_to_ids(IM_START), *tokenizer.encode("assistant\n", add_special_tokens=False)]
     width = len(opening)
     return [i + width for i in range(len(input_ids) - width + 1) if list(input_ids[i : i + width]) == opening]
+
+
+def token_labels(sampled: SampledScene, size: tuple[int, int], geometry: VisionGeometry) -> torch.Tensor:
+    """(tokens, 3) int64 probe classes (kind, color, motion; 0 background) of each merged vision
+    token, in the tower's output order (frame pair, then 32x32 blocks in raster order) for frames
+    resized to ``size`` (h, w). A token takes the shape covering most of its pixels in the pair,
+    if that covers at least :data:`MIN_COVERAGE` of them."""
+    scene = sampled.scene
+    height, width = size
+    maps = np.stack([
+        cv2.resize(render_labels(scene, t), (width, height), interpolation=cv2.INTER_NEAREST)
+        for t in sampled.timestamps
+    ])
+    pair = geometry.temporal_patch_size
+    if pad := -len(maps) % pair:
+        maps = np.concatenate([maps, maps[-1:].repeat(pad, axis=0)])
+    block = geometry.factor
+    blocks = maps.reshape(len(maps) // pair, pair, height // block, block, width // block, block)
+    coverage = np.stack(
+        [(blocks == index + 1).mean(axis=(1, 3, 5)) for index in range(len(scene.shapes))], axis=-1
+    ).reshape(-1, len(scene.shapes))
+    owner = np.where(coverage.max(axis=1) >= MIN_COVERAGE, coverage.argmax(axis=1) + 1, 0)
+    classes = np.zeros((len(scene.shapes) + 1, 3), np.int64)
+    for index, shape in enumerate(scene.shapes):
+        classes[index + 1] = (
+            SHAPES.index(shape.kind) + 1,
+            list(COLORS).index(shape.color) + 1,
+            DIRECTIONS.index(shape.direction) + 1,
+        )
+    return torch.from_numpy(classes[owner])
 
 
 def make_example(
     seed: int, tokenizer: Any, sampling: SamplingSettings, geometry: VisionGeometry, rope_index: RopeIndex
 ) -> Example:
     """The example for ``seed``: a conversation about the clip asking its questions in a random
-    order (at most :data:`MAX_TURNS`), as a person asks follow-ups in the application. The first
-    turn is a question with no history, as evaluated; every answer carries loss."""
+    order (at most :data:`MAX_TURNS`). The first turn is a question with no history, as evaluated."""
     sampled = sample_scene(make_scene(seed), sampling)
     questions = questions_for(sampled)
     order = np.random.default_rng([seed, 1]).permutation(len(questions))[:MAX_TURNS]
@@ -190,18 +253,22 @@ def make_example(
         labels=labels,
         mm_token_type_ids=token_types,
         position_ids=rope_index(input_ids, token_types, grid),
+        token_labels=token_labels(sampled, size, geometry),
     )
 
 
 class ShapeQuestions(Dataset):
-    """Map-style dataset: index ``i`` is the example of seed ``seeds[i]``."""
+    """Map-style dataset: index ``i`` is the example of seed ``seeds[i]``; :meth:`collate` batches."""
 
-    def __init__(
-        self, tokenizer: Any, config: Qwen3VLConfig, seeds: range, sampling: SamplingSettings
-    ) -> None:
+    def __init__(self, tokenizer: Any, config: Qwen3VLConfig, seeds: range, sampling: SamplingSettings) -> None:
         self.tokenizer, self.seeds, self.sampling = tokenizer, seeds, sampling
         self.geometry = VisionGeometry.from_vision_config(config.vision_config)
         self.rope_index = RopeIndex(config)
+        tower = TowerGeometry(
+            num_grid_per_side=math.isqrt(config.vision_config.num_position_embeddings),
+            merge_size=config.vision_config.spatial_merge_size,
+        )
+        self.metadata = MetadataCache(tower)
 
     def __len__(self) -> int:
         return len(self.seeds)
@@ -209,50 +276,80 @@ class ShapeQuestions(Dataset):
     def __getitem__(self, index: int) -> Example:
         return make_example(self.seeds[index], self.tokenizer, self.sampling, self.geometry, self.rope_index)
 
+    def collate(self, examples: Sequence[Example]) -> Batch:
+        length = max(len(e.input_ids) for e in examples)
 
-def collate(examples: Sequence[Example], pad_id: int) -> Batch:
-    length = max(len(e.input_ids) for e in examples)
+        def padded(rows: list[torch.Tensor], value: int) -> torch.Tensor:
+            out = torch.full((len(rows), length), value, dtype=torch.long)
+            for i, row in enumerate(rows):
+                out[i, : len(row)] = row
+            return out
 
-    def padded(rows: list[torch.Tensor], value: int) -> torch.Tensor:
-        out = torch.full((len(rows), length), value, dtype=torch.long)
-        for i, row in enumerate(rows):
-            out[i, : len(row)] = row
-        return out
-
-    ids = [e.input_ids for e in examples]
-    positions = torch.zeros(3, len(examples), length, dtype=torch.long)
-    for i, example in enumerate(examples):
-        positions[:, i, : example.position_ids.shape[1]] = example.position_ids
-    return Batch(
-        frames=[e.frames for e in examples],
-        timestamps=[e.timestamps for e in examples],
-        grids=[e.grid_thw for e in examples],
-        input_ids=padded(ids, pad_id),
-        labels=padded([e.labels for e in examples], IGNORE_INDEX),
-        attention_mask=padded([torch.ones_like(row) for row in ids], 0),
-        mm_token_type_ids=padded([e.mm_token_type_ids for e in examples], 0),
-        position_ids=positions,
-    )
+        ids = [e.input_ids for e in examples]
+        positions = torch.zeros(3, len(examples), length, dtype=torch.long)
+        for i, example in enumerate(examples):
+            positions[:, i, : example.position_ids.shape[1]] = example.position_ids
+        vision = self.metadata.batch([("video", e.grid_thw) for e in examples])
+        return Batch(
+            frames=[e.frames for e in examples],
+            timestamps=[e.timestamps for e in examples],
+            grids=[e.grid_thw for e in examples],
+            input_ids=padded(ids, self.tokenizer.pad_token_id),
+            labels=padded([e.labels for e in examples], IGNORE_INDEX),
+            attention_mask=padded([torch.ones_like(row) for row in ids], 0),
+            mm_token_type_ids=padded([e.mm_token_type_ids for e in examples], 0),
+            position_ids=positions,
+            token_labels=torch.cat([e.token_labels for e in examples]),
+            vision=vision.forward_kwargs(max_seqlen=vision.max_sequence_length),
+        )
 
 
-def model_inputs(batch: Batch, device: torch.device, geometry: VisionGeometry) -> dict[str, torch.Tensor]:
-    """Forward arguments for a batch: pixels patchified on ``device`` by the application's own function."""
+class TokenProbe(torch.nn.Module):
+    """Linear probe on the merged vision tokens: logits of :data:`PROBE_CLASSES`. Training only."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(hidden, sum(PROBE_CLASSES))
+
+    def loss(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy over the three class groups; ``tokens`` (N, hidden), ``labels`` (N, 3)."""
+        logits = torch.split(self.linear(tokens).float(), PROBE_CLASSES, dim=-1)
+        return sum(F.cross_entropy(group, labels[:, i]) for i, group in enumerate(logits)) / len(logits)
+
+
+def batch_losses(
+    model: Qwen3VLForConditionalGeneration,
+    probe: TokenProbe,
+    injector: FeatureInjector,
+    batch: Batch,
+    device: torch.device,
+    geometry: VisionGeometry,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(answer loss, probe loss) of a batch. Pixels are patchified on ``device`` by the
+    application's own function; the tower runs once on all clips with the precomputed metadata."""
     videos = [
         preprocess_video(frames.to(device, non_blocking=True), times, geometry)
         for frames, times in zip(batch.frames, batch.timestamps)
     ]
     for video, grid in zip(videos, batch.grids):
         assert video.item.grid_thw == grid, "the prompt was built for another grid"
-    return dict(
+    grid_thw = torch.tensor(batch.grids, device=device)
+    vision_kwargs = {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.vision.items()}
+    tower = model.model.visual(
+        torch.cat([video.item.pixel_values for video in videos]), grid_thw=grid_thw, return_dict=True, **vision_kwargs
+    )
+    injector.video = [EncodedItem(embeds=tower.pooler_output, deepstack=tuple(tower.deepstack_features))]
+    output = model(
         input_ids=batch.input_ids.to(device, non_blocking=True),
         attention_mask=batch.attention_mask.to(device, non_blocking=True),
         mm_token_type_ids=batch.mm_token_type_ids.to(device, non_blocking=True),
         position_ids=batch.position_ids.to(device, non_blocking=True),
         labels=batch.labels.to(device, non_blocking=True),
-        pixel_values_videos=torch.cat([video.item.pixel_values for video in videos]),
-        video_grid_thw=torch.tensor(batch.grids, device=device),
+        pixel_values_videos=torch.empty(0, device=device),
+        video_grid_thw=grid_thw,
         use_cache=False,
     )
+    return output.loss, probe.loss(tower.pooler_output, batch.token_labels.to(device, non_blocking=True))
 
 
 def build_model(tokenizer: Any, dims: ModelDims, seed: int) -> Qwen3VLForConditionalGeneration:
@@ -312,6 +409,14 @@ def use_varlen_vision_attention(model: Qwen3VLForConditionalGeneration, device: 
     return True
 
 
+def load_weights(model: Qwen3VLForConditionalGeneration, folder: Path) -> None:
+    """Copy the weights of an earlier demo model (same sizes and vocabulary) into ``model``."""
+    earlier = Qwen3VLForConditionalGeneration.from_pretrained(folder, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(earlier.state_dict(), strict=False)
+    if unexpected or [name for name in missing if name != "lm_head.weight"]:  # lm_head is tied to the embeddings
+        raise SystemExit(f"{folder} is not a demo model of these sizes: missing {missing}, unexpected {unexpected}")
+
+
 def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
     """Linear warm-up, then cosine decay to a tenth of the peak."""
     if step < warmup:
@@ -355,11 +460,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="without --steps: choose the step count that fits this many minutes, from the speed measured "
         "during warm-up (the log prints it, for reproducing with --steps)",
     )
-    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=96)
     parser.add_argument("--lr", type=float, default=1.5e-3)
     parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--probe-weight", type=float, default=0.5, help="weight of the vision-token probe loss")
     parser.add_argument("--workers", type=int, default=max(1, min(14, (os.cpu_count() or 2) - 2)))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--init", type=Path, default=None, help="continue from the weights of this model folder")
+    parser.add_argument("--first-seed", type=int, default=0, help="seed of the first training clip")
     parser.add_argument("--save-every-s", type=float, default=60.0)
     parser.add_argument("--log-every", type=int, default=50)
     args = parser.parse_args(argv)
@@ -373,29 +481,36 @@ def main(argv: Sequence[str] | None = None) -> None:
     transformers.utils.logging.disable_progress_bar()
     seed_everything(args.seed)
     device = torch.device(args.device)
-    sampling = SamplingSettings()
     tokenizer = build_demo_tokenizer(sorted(set(DEMO_WORDS) | set(answer_words())))
-    model = build_model(tokenizer, ModelDims(), args.seed).to(device)
+    model = build_model(tokenizer, ModelDims(), args.seed)
+    if args.init is not None:
+        load_weights(model, args.init)
+    model.to(device)
+    probe = TokenProbe(model.config.text_config.hidden_size).to(device)
+    injector = FeatureInjector()
+    injector.install(model)
     geometry = VisionGeometry.from_vision_config(model.config.vision_config)
     params = sum(p.numel() for p in model.parameters())
     print(f"model: {params / 1e6:.2f} M parameters ({params * 4 / 2**20:.1f} MiB in float32)", flush=True)
     varlen = use_varlen_vision_attention(model, device)
     print(f"vision attention: {'varlen' if varlen else 'sdpa per frame pair'}", flush=True)
 
-    dataset = ShapeQuestions(tokenizer, model.config, TRAIN_SEEDS, sampling)
+    seeds = TRAIN_SEEDS[args.first_seed :]
+    dataset = ShapeQuestions(tokenizer, model.config, seeds, SamplingSettings())
     loader = DataLoader(
         dataset,
         batch_size=args.batch,
         shuffle=False,  # consecutive seeds are unrelated scenes already
-        collate_fn=functools.partial(collate, pad_id=tokenizer.pad_token_id),
+        collate_fn=dataset.collate,
         num_workers=args.workers,
         pin_memory=device.type == "cuda",
         persistent_workers=args.workers > 0,
         prefetch_factor=4 if args.workers > 0 else None,
         worker_init_fn=_single_threaded,
     )
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
-    no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
+    trained = [*model.named_parameters(), *(("probe." + n, p) for n, p in probe.named_parameters())]
+    decay = [p for n, p in trained if p.dim() >= 2 and "embed" not in n]
+    no_decay = [p for n, p in trained if not (p.dim() >= 2 and "embed" not in n)]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
         lr=args.lr, betas=(0.9, 0.98), fused=device.type == "cuda",
@@ -406,8 +521,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     budget_s = args.minutes * 60 if args.minutes is not None else None
     started = time.perf_counter()
     last_save = started
-    timing_start: tuple[int, float] | None = None
-    running_loss = torch.zeros((), device=device)
+    timing_start = (0, started)
+    sums = torch.zeros(2, device=device)  # answer and probe losses since the last log line
     model.train()
     step = 0
     waiting_s = 0.0  # time spent waiting for the data workers since the last log line
@@ -419,30 +534,31 @@ def main(argv: Sequence[str] | None = None) -> None:
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, total, args.lr, args.warmup)
         with autocast:
-            loss = model(**model_inputs(batch, device, geometry)).loss
+            answer_loss, probe_loss = batch_losses(model, probe, injector, batch, device, geometry)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        (answer_loss + args.probe_weight * probe_loss).backward()
+        torch.nn.utils.clip_grad_norm_([p for _, p in trained], 1.0)
         optimizer.step()
-        running_loss += loss.detach()
+        sums += torch.stack([answer_loss.detach(), probe_loss.detach()])
         step += 1
 
         now = time.perf_counter()
         if budget_s is not None and args.steps is None:
-            if step == args.warmup // 4:
+            # Plan the run from the speed between half and the end of the warm-up (start-up excluded).
+            if step == args.warmup // 2:
                 timing_start = (step, now)
             elif step == args.warmup:
-                assert timing_start is not None
                 rate = (step - timing_start[0]) / (now - timing_start[1])
-                total = max(step + 1, int(step + 0.92 * rate * (budget_s - (now - started))))
+                total = max(step + 1, int(step + 0.95 * rate * (budget_s - (now - started))))
                 print(f"{rate:.1f} steps/s: training {total} steps (reproduce with --steps {total})", flush=True)
         if step % args.log_every == 0:
+            answer_mean, probe_mean = (sums / args.log_every).tolist()
             print(
-                f"step {step}/{total if total < 10**9 else '?'} loss {running_loss.item() / args.log_every:.4f} "
+                f"step {step}/{total if total < 10**9 else '?'} answer loss {answer_mean:.4f} probe loss {probe_mean:.4f} "
                 f"lr {optimizer.param_groups[0]['lr']:.2e} {now - started:.0f} s (waited {waiting_s:.1f} s for data)",
                 flush=True,
             )
-            running_loss.zero_()
+            sums.zero_()
             waiting_s = 0.0
         if now - last_save >= args.save_every_s:
             save(model, tokenizer, args.out, _state(args, step, total, now - started, varlen, params))
@@ -465,7 +581,10 @@ def _state(args: argparse.Namespace, step: int, total: int, seconds: float, varl
         "batch": args.batch,
         "lr": args.lr,
         "warmup": args.warmup,
+        "probe_weight": args.probe_weight,
         "seed": args.seed,
+        "first_seed": args.first_seed,
+        "init": str(args.init) if args.init else None,
         "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
         "vision_attention": "varlen" if varlen else "sdpa",
         "parameters": params,

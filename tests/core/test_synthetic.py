@@ -20,6 +20,7 @@ from training.synthetic import (
     make_scene,
     questions_for,
     render_clip,
+    render_labels,
     sample_scene,
     video_inputs,
 )
@@ -163,3 +164,18 @@ def test_whole_clip_render_matches_sampled_frames() -> None:
     sampled = sample_scene(scene)
     for frame, t in zip(sampled.frames, sampled.timestamps):
         assert np.array_equal(frame, clip[round(t * scene.fps)])
+
+
+@pytest.mark.parametrize("seed", range(300, 310))
+def test_label_maps_cover_each_shapes_pixels(seed: int) -> None:
+    scene = clean(make_scene(seed))
+    sampled = sample_scene(scene)
+    for frame, t in zip(sampled.frames, sampled.timestamps):
+        labels = render_labels(scene, t)
+        for index, shape in enumerate(scene.shapes):
+            labelled, painted = labels == index + 1, color_mask(frame, shape.color)
+            assert labelled.any() == shape.visible(t)
+            if labelled.any():
+                # Only the anti-aliased rim of the painted shape may fall outside its label.
+                assert (painted & labelled).sum() >= 0.9 * painted.sum()
+                assert (painted & labelled).sum() >= 0.7 * labelled.sum()
