@@ -59,16 +59,16 @@ def main(argv: list[str] | None = None) -> int:
     window.show()
     window.start()
     try:
-        _wait(app, lambda: window.info is not None and window._operation is None, 180, "the model to load")
+        _wait(app, lambda: window.info is not None and window.operation is None, 180, "the model to load")
         for clip in args.clip or DEFAULT_CLIPS:
             window.open_clip(str(clip))
-            _wait(app, lambda: window._opening_path is None and window._operation is None, 120, f"{clip.name} to be encoded")
+            _wait(app, lambda: not window.opening_clip and window.operation is None, 120, f"{clip.name} to be encoded")
         if window.clip is None:
             raise SystemExit("no clip could be opened")
         for question in args.question or DEFAULT_QUESTIONS:
             window.chat.question_edit.setPlainText(question)
             window.chat.submit()
-            _wait(app, lambda: window.conversation.current is None and window._operation is None, 300, "the answer")
+            _wait(app, lambda: window.conversation.current is None and window.operation is None, 300, "the answer")
         window.preview.seek(len(window.clip.timestamps) // 2)
         window.frame_strip.setFocus()
         _wait(app, lambda: True, 0.5, "")

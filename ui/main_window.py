@@ -86,6 +86,21 @@ class MainWindow(QMainWindow):
         if store.load_problem:
             self.show_error(store.load_problem)
 
+    @property
+    def operation(self) -> str | None:
+        """The engine request running now (``"load"``, ``"open_clip"``, ``"ask"``, ...), or ``None`` when idle."""
+        return self._operation
+
+    @property
+    def settings_dialog(self) -> SettingsDialog | None:
+        """The settings dialog once it has been opened."""
+        return self._settings_dialog
+
+    @property
+    def opening_clip(self) -> bool:
+        """True from asking to open a clip until the engine has encoded it (or failed to)."""
+        return self._opening_path is not None
+
     # -- layout -----------------------------------------------------------------------------
 
     def _build_widgets(self) -> None:

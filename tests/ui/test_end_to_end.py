@@ -163,7 +163,7 @@ def test_new_sampling_settings_re_sample_the_open_clip(qtbot, make_window, sampl
     ask_and_wait(qtbot, window, "What moves?")
 
     window.apply_settings(FAST.replace("sampling", max_frames=6))
-    qtbot.waitUntil(lambda: len(window.frame_strip.timestamp_texts()) == 6 and window._operation is None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: len(window.frame_strip.timestamp_texts()) == 6 and window.operation is None, timeout=LOAD_TIMEOUT_MS)
     assert window.clip.path == str(sample_clip) and len(window.clip.timestamps) == 6
     assert not window.conversation.turns, "the engine forgets the conversation when it re-samples; so does the window"
     ask_and_wait(qtbot, window, "What moves now?")

@@ -40,12 +40,12 @@ def activate(qtbot, window: MainWindow) -> None:
 
 
 def wait_ready(qtbot, window: MainWindow) -> None:
-    qtbot.waitUntil(lambda: window.info is not None and window._operation is None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.info is not None and window.operation is None, timeout=LOAD_TIMEOUT_MS)
 
 
 def open_and_wait(qtbot, window: MainWindow, path: Path) -> None:
     drop_file(window.preview.view, path)
-    qtbot.waitUntil(lambda: window.clip is not None and window.clip.path == str(path) and window._opening_path is None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.clip is not None and window.clip.path == str(path) and not window.opening_clip, timeout=LOAD_TIMEOUT_MS)
 
 
 def ask_and_wait(qtbot, window: MainWindow, question: str) -> None:
@@ -226,7 +226,7 @@ def test_banners_say_cpu_eager_and_demo_model(qtbot, make_window):
     assert window.demo_banner.isVisible()
     assert "demo model" in window.demo_banner.text() and "Settings ▸ Model" in window.demo_banner.text()
     window.demo_banner.action_button.click()
-    dialog = window._settings_dialog
+    dialog = window.settings_dialog
     assert dialog.isVisible() and dialog.tabs.tabText(dialog.tabs.currentIndex()) == "Model"
     dialog.reject()
 
@@ -391,8 +391,8 @@ def test_keyboard_shortcuts_open_settings_open_export_and_quit(qtbot, make_windo
     activate(qtbot, window)
 
     qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_Comma, Qt.KeyboardModifier.ControlModifier)
-    assert window._settings_dialog is not None and window._settings_dialog.isVisible()
-    window._settings_dialog.reject()
+    assert window.settings_dialog is not None and window.settings_dialog.isVisible()
+    window.settings_dialog.reject()
     activate(qtbot, window)
 
     assert not window.export_action.isEnabled(), "nothing to export before a question"
