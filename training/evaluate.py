@@ -150,7 +150,8 @@ def print_report(report: Report) -> None:
     for kind, row in report.per_kind.items():
         print(f"{kind:<10}{row['asked']:>7}{row['correct']:>9}{row['accuracy']:>10.1%}")
     total = sum(int(row["asked"]) for row in report.per_kind.values())
-    print(f"{'overall':<10}{total:>7}{sum(int(r['correct']) for r in report.per_kind.values()):>9}{report.overall:>10.1%}")
+    correct = sum(int(row["correct"]) for row in report.per_kind.values())
+    print(f"{'overall':<10}{total:>7}{correct:>9}{report.overall:>10.1%}")
     print(f"{report.clips} clips in {report.seconds:.1f} s")
 
 

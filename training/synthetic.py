@@ -39,7 +39,9 @@ COLORS: dict[str, tuple[int, int, int]] = {
     "purple": (150, 50, 200),
     "orange": (250, 130, 20),
 }
-BACKGROUNDS: tuple[tuple[int, int, int], ...] = ((0, 0, 0), (40, 40, 40), (128, 128, 128), (205, 205, 205), (255, 255, 255))
+BACKGROUNDS: tuple[tuple[int, int, int], ...] = (
+    (0, 0, 0), (40, 40, 40), (128, 128, 128), (205, 205, 205), (255, 255, 255)
+)
 DIRECTIONS = ("left", "right", "up", "down", "still")
 QUESTION_KINDS: tuple[QuestionKind, ...] = ("color", "motion", "count", "first", "appear")
 NO_MOTION_ANSWER = "it does not move"
@@ -268,7 +270,8 @@ def sample_scene(scene: Scene, sampling: SamplingSettings = SamplingSettings()) 
     """Render the frames the application samples from the scene's clip (``core.video``'s rule:
     ``sample_count`` target times, each taking the source frame on screen at that time)."""
     count = sample_count(scene.duration_s, sampling, scene.frame_count)
-    indices = [min(scene.frame_count - 1, math.floor(t * scene.fps + 1e-6)) for t in sample_times(scene.duration_s, count)]
+    targets = sample_times(scene.duration_s, count)
+    indices = [min(scene.frame_count - 1, math.floor(t * scene.fps + 1e-6)) for t in targets]
     times = scene.frame_times()[indices]
     frames = np.stack([render_frame(scene, float(t)) for t in times])
     visible = np.array([[shape.visible(float(t)) for shape in scene.shapes] for t in times], bool).reshape(

@@ -59,7 +59,14 @@ from core.demo_model import (
 )
 from core.encoder import EncodedItem, VisionItem
 from core.engine import FeatureInjector
-from core.processing import VideoInputs, VisionGeometry, build_chat_inputs, preprocess_video, resize_frames, video_frame_size
+from core.processing import (
+    VideoInputs,
+    VisionGeometry,
+    build_chat_inputs,
+    preprocess_video,
+    resize_frames,
+    video_frame_size,
+)
 from core.settings import SamplingSettings
 from core.vision_metadata import MetadataCache, TowerGeometry
 from training.synthetic import (
@@ -334,7 +341,9 @@ def batch_losses(
     for video, grid in zip(videos, batch.grids):
         assert video.item.grid_thw == grid, "the prompt was built for another grid"
     grid_thw = torch.tensor(batch.grids, device=device)
-    vision_kwargs = {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.vision.items()}
+    vision_kwargs = {
+        k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.vision.items()
+    }
     tower = model.model.visual(
         torch.cat([video.item.pixel_values for video in videos]), grid_thw=grid_thw, return_dict=True, **vision_kwargs
     )
@@ -554,7 +563,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         if step % args.log_every == 0:
             answer_mean, probe_mean = (sums / args.log_every).tolist()
             print(
-                f"step {step}/{total if total < 10**9 else '?'} answer loss {answer_mean:.4f} probe loss {probe_mean:.4f} "
+                f"step {step}/{total if total < 10**9 else '?'} "
+                f"answer loss {answer_mean:.4f} probe loss {probe_mean:.4f} "
                 f"lr {optimizer.param_groups[0]['lr']:.2e} {now - started:.0f} s (waited {waiting_s:.1f} s for data)",
                 flush=True,
             )
@@ -573,7 +583,9 @@ def _single_threaded(worker_id: int) -> None:
     torch.set_num_threads(1)
 
 
-def _state(args: argparse.Namespace, step: int, total: int, seconds: float, varlen: bool, params: int) -> dict[str, Any]:
+def _state(
+    args: argparse.Namespace, step: int, total: int, seconds: float, varlen: bool, params: int
+) -> dict[str, Any]:
     return {
         "steps_done": step,
         "steps_planned": total,

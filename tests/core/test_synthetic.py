@@ -122,7 +122,7 @@ def test_count_first_and_appear_time_follow_the_frames(seed: int) -> None:
     pairs = sampled.frames.reshape(-1, 2, *sampled.frames.shape[1:])
     first_pair = {}
     for color in COLORS:
-        shown = [i for i, pair in enumerate(pairs) if color_mask(pair[0], color).any() or color_mask(pair[1], color).any()]
+        shown = [i for i, pair in enumerate(pairs) if any(color_mask(frame, color).any() for frame in pair)]
         if shown:
             first_pair[color] = shown[0]
     for question in questions_for(sampled):
@@ -153,7 +153,8 @@ def test_sampling_follows_the_application_and_its_settings() -> None:
     assert inputs.pair_timestamps == default.pair_timestamps
     t, h, w = inputs.item.grid_thw
     assert t == len(default.timestamps) // 2 and h % 2 == 0 and w % 2 == 0
-    resized = preprocess_video(np.zeros((len(default.timestamps), h * 16, w * 16, 3), np.uint8), default.timestamps, geometry)
+    blank = np.zeros((len(default.timestamps), h * 16, w * 16, 3), np.uint8)
+    resized = preprocess_video(blank, default.timestamps, geometry)
     assert resized.pair_timestamps == default.pair_timestamps
 
 
