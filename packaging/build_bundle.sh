@@ -35,6 +35,6 @@ if [[ $smoke == 1 ]]; then
     echo "Smoke test: starting the bundle offscreen with an empty environment"
     home="$(mktemp -d)"
     trap 'rm -rf "$home"' EXIT
-    env -i HOME="$home" QT_QPA_PLATFORM=offscreen FRAMEWISE_SMOKE=1 \
+    env -i HOME="$home" LANG=C.UTF-8 QT_QPA_PLATFORM=offscreen FRAMEWISE_SMOKE=1 \
         timeout 300 "$repo/dist/framewise/framewise-studio" --quit-after-load
 fi

@@ -33,7 +33,7 @@ def program() -> Path:
 
 def run_bundle(program: Path, home: Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the bundle as a fresh login would: no PATH, PYTHONPATH or virtual environment, no display."""
-    env = {"HOME": str(home), "QT_QPA_PLATFORM": "offscreen", **(extra_env or {})}
+    env = {"HOME": str(home), "LANG": "C.UTF-8", "QT_QPA_PLATFORM": "offscreen", **(extra_env or {})}
     return subprocess.run(
         [str(program), "--quit-after-load"],
         cwd=home,
