@@ -23,5 +23,8 @@ test: setup
 gpu-test: setup
 	$(PY) -m pytest -m gpu tests/gpu
 
+bundle: setup
+	packaging/build_bundle.sh
+
 clean:
 	rm -rf $(VENV) build dist
