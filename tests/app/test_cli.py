@@ -90,3 +90,10 @@ def test_the_installed_module_runs_as_a_program() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("model:")
+
+
+def test_the_demo_model_names_the_color_of_the_square_in_the_sample_clip() -> None:
+    clip = SAMPLE_CLIPS / "red_square_moves_right.mp4"
+    result = framewise("ask", str(clip), "What color is the square?", "--json", "--device", "cpu")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["answer"] == "red"
