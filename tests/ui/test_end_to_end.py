@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import Qt
 
 from core.events import ChunkStats, Done, Token
@@ -63,8 +64,19 @@ def test_drop_ask_and_watch_the_encoder_with_the_demo_model(qtbot, make_window, 
     assert [t.status for t in window.conversation.turns] == ["done", "done"]
 
 
-def test_stop_cancels_a_long_demo_answer_within_half_a_second(qtbot, make_window, sample_clip):
-    window = make_window(real_engine, FAST.replace("generation", max_new_tokens=4000))
+@pytest.fixture(scope="module")
+def untrained_model(tmp_path_factory) -> Path:
+    """The demo architecture with random weights: it never writes an end token, so its answers run long."""
+    folder = tmp_path_factory.mktemp("untrained") / "model"
+    subprocess.run(
+        [sys.executable, "scripts/make_demo_model.py", "--out", str(folder)], cwd=REPO_ROOT, check=True, capture_output=True, timeout=240
+    )
+    return folder
+
+
+def test_stop_cancels_a_long_answer_within_half_a_second(qtbot, make_window, sample_clip, untrained_model):
+    settings = FAST.replace("model", source=str(untrained_model)).replace("generation", max_new_tokens=4000)
+    window = make_window(real_engine, settings)
     tokens = []
     window.host.event.connect(lambda event: tokens.append(event) if isinstance(event, Token) else None)
     wait_ready(qtbot, window)
@@ -72,7 +84,7 @@ def test_stop_cancels_a_long_demo_answer_within_half_a_second(qtbot, make_window
     window.chat.question_edit.setPlainText("Describe the clip in detail")
     window.chat.submit()
     qtbot.waitUntil(lambda: len(tokens) >= 3, timeout=LOAD_TIMEOUT_MS * 3)
-    assert window.conversation.current is not None, "the demo answer ended before Stop could be tested"
+    assert window.conversation.current is not None, "the answer ended before Stop could be tested"
 
     started = time.perf_counter()
     qtbot.mouseClick(window.chat.stop_button, Qt.MouseButton.LeftButton)
@@ -170,8 +182,8 @@ def test_new_sampling_settings_re_sample_the_open_clip(qtbot, make_window, sampl
     assert window.conversation.turns[-1].status == "done"
 
 
-def test_closing_the_window_mid_answer_stops_the_engine_thread(qtbot, make_window, sample_clip):
-    window = make_window(real_engine, FAST.replace("generation", max_new_tokens=4000))
+def test_closing_the_window_mid_answer_stops_the_engine_thread(qtbot, make_window, untrained_model):
+    window = make_window(real_engine, FAST.replace("model", source=str(untrained_model)).replace("generation", max_new_tokens=4000))
     tokens = []
     window.host.event.connect(lambda event: tokens.append(event) if isinstance(event, Token) else None)
     wait_ready(qtbot, window)
