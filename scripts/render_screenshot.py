@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 CLIPS = REPO_ROOT / "assets" / "clips"
 DEFAULT_CLIPS = (CLIPS / "two_shapes_wide.mp4", CLIPS / "rotated_phone.mp4", CLIPS / "red_square_moves_right.mp4")
-DEFAULT_QUESTIONS = ("What color is the square?", "Which way does the square move?")
+DEFAULT_QUESTIONS = ("What color is the square?", "Which way does the square move?", "How many shapes are there?")
 
 
 def main(argv: list[str] | None = None) -> int:
