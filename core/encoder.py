@@ -102,12 +102,16 @@ class StageTimer:
 
 
 class EagerVisionEncoder:
-    """Runs the tower's stock forward on all items at once; the reference for every other encoder."""
+    """Runs the tower's stock forward on all items at once; the reference for every other encoder.
+
+    ``reason`` says, in a few words, why no graph ran; it is recorded on every chunk.
+    """
 
     name = "eager"
 
-    def __init__(self, visual: torch.nn.Module) -> None:
+    def __init__(self, visual: torch.nn.Module, reason: str = "graphs off") -> None:
         self.visual = visual
+        self.reason = reason
 
     @torch.inference_mode()
     def encode(self, items: Sequence[VisionItem]) -> EncoderOutput:
@@ -131,7 +135,7 @@ class EagerVisionEncoder:
             encode_ms=encode_ms,
             ms_per_frame=encode_ms / frames,
             graph_hit=False,
-            fallback_reason="graphs off",
+            fallback_reason=self.reason,
         )
         return EncoderOutput(items=split_per_item(output.pooler_output, output.deepstack_features, items), chunks=[chunk])
 

@@ -420,14 +420,14 @@ def make_vision_encoder(
     if not settings.use_graphs:
         return EagerVisionEncoder(visual), "CUDA graphs are off in the encoder settings: the encoder runs eager"
     if device.type != "cuda":
-        return EagerVisionEncoder(visual), "CUDA not available: the encoder runs eager on the CPU"
+        return EagerVisionEncoder(visual, "no CUDA"), "CUDA not available: the encoder runs eager on the CPU"
     if settings.attention_backend == "eager":
         reason = "attention backend 'eager' cannot run inside CUDA graphs: the encoder runs eager"
-        return EagerVisionEncoder(visual), reason
+        return EagerVisionEncoder(visual, "eager attention"), reason
     try:
         encoder = GraphVisionEncoder(visual, settings, progress=progress)
     except FramewiseError as error:
-        return EagerVisionEncoder(visual), f"CUDA graphs unavailable ({error}): the encoder runs eager"
+        return EagerVisionEncoder(visual, "capture failed"), f"CUDA graphs unavailable ({error}): the encoder runs eager"
     report = encoder.report
     assert report is not None
     return encoder, (

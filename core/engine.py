@@ -45,7 +45,7 @@ from core.processing import VideoInputs, build_chat_inputs, preprocess_video
 from core.settings import AppSettings
 from core.video import SampledClip, sample_clip
 
-THUMBNAIL_HEIGHT = 96
+THUMBNAIL_HEIGHT = 256
 
 
 @dataclass(frozen=True)
@@ -407,8 +407,9 @@ def _clip_sampled_event(sampled: SampledClip) -> ClipSampled:
 
 
 def thumbnail(frame: np.ndarray, height: int = THUMBNAIL_HEIGHT) -> np.ndarray:
-    """A copy of ``frame`` (H, W, 3) uint8 scaled to ``height`` rows, aspect kept."""
+    """A copy of ``frame`` (H, W, 3) uint8 with at most ``height`` rows (never enlarged), aspect kept."""
     rows, cols = frame.shape[:2]
+    height = min(height, rows)
     width = max(1, round(cols * height / rows))
     return np.ascontiguousarray(cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA))
 

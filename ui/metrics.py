@@ -344,7 +344,7 @@ class EncoderPanel(QWidget):
     def _update_hits(self) -> None:
         total = self.hits + self.misses
         if self._graphs_enabled is False:
-            text = f"none: graphs are off ({total} eager passes)"
+            text = f"none: eager encoder ({total} eager passes)"
         else:
             text = f"{self.hits} hits, {self.misses} misses"
             if total:
