@@ -43,16 +43,19 @@ from core.events import (
 from core.models import LoadedModel, load_model
 from core.processing import VideoInputs, build_chat_inputs, preprocess_video
 from core.settings import AppSettings
-from core.video import SampledClip, sample_clip
+from core.video import sample_clip
 
 THUMBNAIL_HEIGHT = 256
 
 
 @dataclass(frozen=True)
 class EncodedClip:
-    """A clip sampled, preprocessed and encoded: everything a question about it needs."""
+    """A clip sampled, preprocessed and encoded: everything a question about it needs.
 
-    sampled: SampledClip
+    ``path`` is the file it was read from (``None`` for frames given directly).
+    """
+
+    path: Path | None
     video: VideoInputs
     features: EncodedItem
     summary: EncodeDone
@@ -187,7 +190,7 @@ class Engine:
         old, self.settings = self.settings, settings
         if self.loaded is None:
             return None
-        clip_path = self.clip.sampled.info.path if self.clip else None
+        clip_path = self.clip.path if self.clip else None
         info = None
         if settings.model != old.model:
             self._release_model()
@@ -234,40 +237,76 @@ class Engine:
         Emits Progress (decode, encode), ClipSampled, one ChunkStats per encoder pass and
         EncodeDone. A failure leaves the previously open clip and the conversation as they were.
         """
-        loaded = self._require_model()
+        self._require_model()
         self._cancel.clear()
-        name = Path(path).name
-        self.sink(Progress("decode", 0, 1, f"Reading {name}"))
+        path = Path(path)
+        self.sink(Progress("decode", 0, 1, f"Reading {path.name}"))
         started = time.perf_counter()
         sampled = sample_clip(path, self.settings.sampling, should_cancel=self._cancel.is_set)
         decode_ms = (time.perf_counter() - started) * 1e3
-        self.sink(_clip_sampled_event(sampled))
+        info = sampled.info
+        return self._encode_frames(
+            sampled.frames, sampled.timestamps, path.name, path, decode_ms, (info.width, info.height, info.duration_s)
+        )
 
+    def open_frames(self, frames: np.ndarray, timestamps: Sequence[float], name: str) -> EncodeDone:
+        """Encode frames sampled elsewhere, as :meth:`open_clip` does after decoding.
+
+        ``frames``: (T, H, W, 3) uint8 RGB, already at a Qwen3-VL size (sides multiples of 32);
+        ``timestamps``: T seconds. Settings changes cannot re-sample such a clip.
+        """
+        self._require_model()
+        self._cancel.clear()
+        rows, cols = frames.shape[1:3]
+        return self._encode_frames(frames, timestamps, name, None, 0.0, (cols, rows, float(timestamps[-1])))
+
+    def _encode_frames(
+        self,
+        frames: np.ndarray,
+        timestamps: Sequence[float],
+        name: str,
+        path: Path | None,
+        decode_ms: float,
+        size_and_duration: tuple[int, int, float],
+    ) -> EncodeDone:
+        """Preprocess and encode sampled frames (T, H, W, 3) uint8 and make them the open clip."""
+        loaded = self._require_model()
+        width, height, duration_s = size_and_duration
+        self.sink(
+            ClipSampled(
+                clip_name=name,
+                path=str(path or ""),
+                timestamps=tuple(timestamps),
+                thumbnails=tuple(thumbnail(frame) for frame in frames),
+                width=width,
+                height=height,
+                duration_s=duration_s,
+            )
+        )
         started = time.perf_counter()
-        video = preprocess_video(sampled.frames, sampled.timestamps, loaded.geometry)
+        video = preprocess_video(frames, timestamps, loaded.geometry)
         preprocess_ms = (time.perf_counter() - started) * 1e3
         self._raise_if_cancelled()
 
-        self.sink(Progress("encode", 0, 1, f"Encoding {len(sampled.timestamps)} frames"))
+        self.sink(Progress("encode", 0, 1, f"Encoding {len(timestamps)} frames"))
         output = self._require_encoder().encode([video.item])
         for chunk in output.chunks:
             self.sink(chunk)
         encode_ms = sum(chunk.encode_ms for chunk in output.chunks)
-        frames = len(sampled.timestamps)
         summary = EncodeDone(
             clip_name=name,
-            frames=frames,
+            frames=len(timestamps),
             patches=video.item.patches,
-            timestamps=tuple(sampled.timestamps),
+            timestamps=tuple(timestamps),
             decode_ms=decode_ms,
             preprocess_ms=preprocess_ms,
             encode_ms=encode_ms,
-            ms_per_frame=encode_ms / max(1, frames),
+            ms_per_frame=encode_ms / max(1, len(timestamps)),
             graph_hits=sum(1 for chunk in output.chunks if chunk.graph_hit),
             graph_misses=sum(1 for chunk in output.chunks if not chunk.graph_hit),
             chunks=tuple(output.chunks),
         )
-        self.clip = EncodedClip(sampled=sampled, video=video, features=output.items[0], summary=summary)
+        self.clip = EncodedClip(path=path, video=video, features=output.items[0], summary=summary)
         self.history.clear()
         self.sink(Progress("encode", 1, 1, f"{name} is ready"))
         self.sink(summary)
@@ -391,19 +430,6 @@ class Engine:
     def _raise_if_cancelled(self) -> None:
         if self._cancel.is_set():
             raise CancelledError("Cancelled.")
-
-
-def _clip_sampled_event(sampled: SampledClip) -> ClipSampled:
-    info = sampled.info
-    return ClipSampled(
-        clip_name=Path(info.path).name,
-        path=str(info.path),
-        timestamps=tuple(sampled.timestamps),
-        thumbnails=tuple(thumbnail(frame) for frame in sampled.frames),
-        width=info.width,
-        height=info.height,
-        duration_s=info.duration_s,
-    )
 
 
 def thumbnail(frame: np.ndarray, height: int = THUMBNAIL_HEIGHT) -> np.ndarray:

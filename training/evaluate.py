@@ -3,10 +3,10 @@
     python -m training.evaluate [--model PATH] [--n 200] [--device cpu|cuda] [--graphs] [--json PATH]
 
 Clips come from :data:`training.synthetic.HELD_OUT_SEEDS` (never used in training). Each clip is
-sampled as ``core.video`` samples a file, resized and patchified by ``core.processing``, encoded
-once by the encoder the engine would use (``core.encoder_graphs.make_vision_encoder``: CUDA
-graphs with ``--graphs`` on a GPU, else eager), and every question the clip allows is asked with
-``build_chat_inputs`` and greedy ``generate`` using those features, as ``core.engine`` does.
+sampled as ``core.video`` samples a file and resized to its Qwen3-VL size, then handed to the
+application's :class:`~core.engine.Engine` (``open_frames``), which encodes it once (CUDA graphs
+with ``--graphs`` on a GPU, else eager); every question the clip allows is asked on its own,
+greedily.
 Prints the accuracy per question kind and overall, then one JSON object.
 """
 
@@ -21,14 +21,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-import torch
-
-from core.encoder import VisionEncoder
-from core.encoder_graphs import make_vision_encoder
-from core.engine import FeatureInjector
-from core.models import LoadedModel, load_model
-from core.processing import build_chat_inputs
-from core.settings import EncoderSettings, ModelSettings, SamplingSettings
+from core.engine import Engine
+from core.processing import VisionGeometry, resize_frames, video_frame_size
+from core.settings import AppSettings, EncoderSettings, GenerationSettings, ModelSettings, SamplingSettings
 from training.synthetic import HELD_OUT_SEEDS, QUESTION_KINDS, make_scene, questions_for, sample_scene, video_inputs
 
 MAX_NEW_TOKENS = 8
@@ -72,44 +67,31 @@ def normalize(text: str) -> str:
 
 
 class Answerer:
-    """A loaded model, its vision encoder, and the engine's way of asking about encoded features."""
+    """The application's engine, asked one question at a time about each held-out clip."""
 
     def __init__(self, model: ModelSettings, encoder: EncoderSettings) -> None:
-        self.loaded: LoadedModel = load_model(model)
-        self.encoder: VisionEncoder
-        self.encoder, self.encoder_reason = make_vision_encoder(
-            self.loaded.model.model.visual, encoder, self.loaded.device
+        settings = AppSettings(
+            model=model, encoder=encoder, generation=GenerationSettings(max_new_tokens=MAX_NEW_TOKENS)
         )
-        self.injector = FeatureInjector()
-        self.injector.install(self.loaded.model)
+        self.engine = Engine(settings)
+        self.info = self.engine.load()
 
-    @torch.inference_mode()
     def answer_all(self, seed: int, sampling: SamplingSettings) -> list[Answer]:
-        """Encode the held-out clip of ``seed`` once and answer each of its questions."""
+        """Encode the held-out clip of ``seed`` once and answer each of its questions on its own."""
         sampled = sample_scene(make_scene(seed), sampling)
-        video = video_inputs(sampled, sampling, self.loaded.geometry)
-        self.injector.video = self.encoder.encode([video.item]).items
-        device = self.loaded.device
-        tokenizer = self.loaded.tokenizer
+        frames = sampled.frames
+        size = video_frame_size(len(frames), frames.shape[1], frames.shape[2], sampling, geometry=self.geometry)
+        self.engine.open_frames(resize_frames(frames, size), sampled.timestamps, f"held-out clip {seed}")
         answers = []
         for question in questions_for(sampled):
-            inputs = build_chat_inputs(tokenizer, question.text, video=video, geometry=self.loaded.geometry)
-            output = self.loaded.model.generate(
-                input_ids=inputs.input_ids.to(device),
-                attention_mask=inputs.attention_mask.to(device),
-                mm_token_type_ids=inputs.mm_token_type_ids.to(device),
-                pixel_values_videos=torch.empty(0, device=device),
-                video_grid_thw=torch.tensor([video.item.grid_thw], device=device),
-                max_new_tokens=MAX_NEW_TOKENS,
-                do_sample=False,
-                temperature=None,
-                top_k=None,
-                top_p=None,
-                pad_token_id=tokenizer.pad_token_id or tokenizer.eos_token_id,
-            )
-            text = tokenizer.decode(output[0, inputs.input_ids.shape[1] :], skip_special_tokens=True)
-            answers.append(Answer(seed, question.kind, question.text, question.answer, text.strip()))
+            self.engine.new_conversation()
+            text = self.engine.ask(question.text).text
+            answers.append(Answer(seed, question.kind, question.text, question.answer, text))
         return answers
+
+    @property
+    def geometry(self) -> VisionGeometry:
+        return self.engine.loaded.geometry
 
 
 def evaluate(
@@ -132,10 +114,10 @@ def evaluate(
         if asked[kind]
     }
     return Report(
-        model=answerer.loaded.name,
-        device=str(answerer.loaded.device),
-        dtype=str(answerer.loaded.dtype).removeprefix("torch."),
-        encoder=answerer.encoder_reason,
+        model=answerer.info.model_name,
+        device=answerer.info.device,
+        dtype=answerer.info.dtype,
+        encoder=answerer.info.graphs_reason,
         clips=clips,
         seconds=round(seconds, 2),
         per_kind=per_kind,

@@ -6,6 +6,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -199,3 +200,18 @@ def test_new_encoder_settings_rebuild_the_encoder_and_report_it(engine: tuple[En
     info = engine_.apply_settings(FAST.replace("encoder", use_graphs=False))
     assert engine_.encoder is not before
     assert isinstance(info, EngineInfo) and recorder.of(EngineInfo)[-1] == info
+
+
+def test_frames_sampled_elsewhere_open_like_a_clip(loaded_engine: tuple[Engine, Recorder]) -> None:
+    engine, recorder = loaded_engine
+    engine.apply_settings(FAST)
+    recorder.events.clear()
+    frames = np.zeros((4, 64, 96, 3), np.uint8)
+    frames[:, 16:48, 32:64] = (255, 0, 0)
+    summary = engine.open_frames(frames, (0.25, 0.75, 1.25, 1.75), "red block")
+    (sampled,) = recorder.of(ClipSampled)
+    assert (sampled.clip_name, sampled.width, sampled.height, sampled.path) == ("red block", 96, 64, "")
+    assert summary.frames == 4 and summary.patches == 2 * 4 * 6 and summary.decode_ms == 0.0
+    assert engine.ask("What color is the square?").text
+    engine.apply_settings(FAST.replace("sampling", max_frames=6))  # nothing to re-sample: the clip stays
+    assert engine.clip.summary is summary
