@@ -238,8 +238,10 @@ class EncoderPanel(QWidget):
             "Each pass of the vision encoder for the last clip: the token budget it used and the share that was padding"
         )
 
+        self._ms_per_frame: list[float] = []
         self.encoder_value = QLabel("–")
         self.hits_value = QLabel("–")
+        self.latency_value = QLabel("–")
         self.clip_value = QLabel("–")
         self.timing_value = QLabel("–")
         self.first_token_value = QLabel("–")
@@ -252,6 +254,7 @@ class EncoderPanel(QWidget):
         rows = (
             ("Encoder", self.encoder_value),
             ("Graph hits", self.hits_value),
+            ("Per frame", self.latency_value),
             ("Last clip", self.clip_value),
             ("Clip timing", self.timing_value),
             ("First token", self.first_token_value),
@@ -302,6 +305,8 @@ class EncoderPanel(QWidget):
         else:
             self.misses += 1
         self.plot.add_chunk(stats)
+        self._ms_per_frame.append(stats.ms_per_frame)
+        self.latency_value.setText(latency_summary(self._ms_per_frame))
         row = self.chunk_table.rowCount()
         self.chunk_table.insertRow(row)
         path = "graph" if stats.graph_hit else f"eager: {stats.fallback_reason}" if stats.fallback_reason else "eager"
@@ -350,6 +355,18 @@ class EncoderPanel(QWidget):
             if total:
                 text += f" ({self.hits / total:.0%})"
         self.hits_value.setText(text)
+
+
+def latency_summary(ms_per_frame: list[float]) -> str:
+    """Median and 99th percentile (nearest rank) of the encode time per frame of every chunk so far."""
+    ordered = sorted(ms_per_frame)
+    if not ordered:
+        return "–"
+
+    def nearest_rank(q: float) -> float:
+        return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+    return f"p50 {nearest_rank(0.5):.2f} ms, p99 {nearest_rank(0.99):.2f} ms ({len(ordered)} chunks this run)"
 
 
 def describe_chunk(stats: ChunkStats, run_label: str) -> str:

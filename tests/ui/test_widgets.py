@@ -50,6 +50,7 @@ def test_encoder_panel_counts_hits_and_shows_budgets_and_padding(qtbot):
     assert panel.chunk_table.rowCount() == 1, "the table shows the last clip's chunks"
     assert [point.run for point in panel.plot.points] == [0, 0, 0, 1], "the plot keeps every clip"
     assert panel.hits_text() == "3 hits, 1 misses (75%)"
+    assert panel.latency_value.text() == "p50 2.00 ms, p99 4.00 ms (4 chunks this run)", "across clips"
 
 
 def test_latency_plot_paints_points_in_their_colours(qtbot):
