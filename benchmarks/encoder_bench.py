@@ -24,7 +24,7 @@ import platform
 import random
 import sys
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig  # noqa: E402
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel  # noqa: E402
 
+from core.attention import stock_attention  # noqa: E402
 from core.encoder import EagerVisionEncoder, VisionItem  # noqa: E402
 from core.encoder_graphs import GraphVisionEncoder, percentile  # noqa: E402
 from core.settings import EncoderSettings  # noqa: E402
@@ -73,16 +74,6 @@ def make_item(modality: str, frames: int, height: int, width: int, generator: to
     grid = (t, height // PATCH, width // PATCH)
     pixels = torch.randn(t * grid[1] * grid[2], 1536, generator=generator, device="cuda", dtype=torch.bfloat16)
     return VisionItem(pixel_values=pixels, grid_thw=grid, modality=modality)
-
-
-@contextmanager
-def stock_attention(visual: torch.nn.Module):
-    saved = visual.config._attn_implementation
-    visual.config._attn_implementation = "sdpa"
-    try:
-        yield
-    finally:
-        visual.config._attn_implementation = saved
 
 
 def time_modes(visual, encoders: dict, requests: list, warmup: int) -> dict[str, dict]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -159,3 +161,14 @@ def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype) ->
             "choose sdpa_masked or a half-precision dtype."
         )
     return requested
+
+
+@contextmanager
+def stock_attention(visual: torch.nn.Module) -> Iterator[None]:
+    """Run ``visual`` with transformers' own ``sdpa`` attention inside the block (the eager reference)."""
+    saved = visual.config._attn_implementation
+    visual.config._attn_implementation = "sdpa"
+    try:
+        yield
+    finally:
+        visual.config._attn_implementation = saved

@@ -26,7 +26,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
-from core.encoder import EncodedItem, VisionEncoder, VisionItem
+from core.encoder import EncodedItem, VisionEncoder
 from core.encoder_graphs import available_attention_backends, make_vision_encoder
 from core.errors import CancelledError, FramewiseError
 from core.events import (

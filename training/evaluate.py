@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from core.engine import Engine
 from core.processing import VisionGeometry, resize_frames, video_frame_size
 from core.settings import AppSettings, EncoderSettings, GenerationSettings, ModelSettings, SamplingSettings
-from training.synthetic import HELD_OUT_SEEDS, QUESTION_KINDS, make_scene, questions_for, sample_scene, video_inputs
+from training.synthetic import HELD_OUT_SEEDS, QUESTION_KINDS, make_scene, questions_for, sample_scene
 
 MAX_NEW_TOKENS = 8
 

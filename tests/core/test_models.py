@@ -17,7 +17,6 @@ from transformers import (
 
 from core.demo_model import (
     CHAT_TEMPLATE,
-    DEMO_SEED,
     DEMO_WORDS,
     MODEL_INFO_FILE,
     SPECIAL_TOKENS,

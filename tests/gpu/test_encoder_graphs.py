@@ -8,7 +8,6 @@ fp32); bf16 runs varlen. The reference is always transformers' own forward with 
 from __future__ import annotations
 
 import dataclasses
-from contextlib import contextmanager
 
 import pytest
 import torch
@@ -21,6 +20,7 @@ if not torch.cuda.is_available():  # pragma: no cover - the conftest marks these
 from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig  # noqa: E402
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel  # noqa: E402
 
+from core.attention import stock_attention  # noqa: E402
 from core.encoder import EagerVisionEncoder, VisionItem  # noqa: E402
 from core.encoder_graphs import GraphVisionEncoder, make_vision_encoder  # noqa: E402
 from core.settings import EncoderSettings  # noqa: E402
@@ -69,16 +69,6 @@ def encoder(request, tower_name):
     graph_encoder = GraphVisionEncoder(visual, dataclasses.replace(SETTINGS, attention_backend=backend))
     yield graph_encoder
     graph_encoder.clear()
-
-
-@contextmanager
-def stock_attention(visual: torch.nn.Module):
-    saved = visual.config._attn_implementation
-    visual.config._attn_implementation = "sdpa"
-    try:
-        yield
-    finally:
-        visual.config._attn_implementation = saved
 
 
 def make_items(spec, seed=0) -> list[VisionItem]:
