@@ -1,7 +1,7 @@
-"""``python -m app`` opens the window, like ``framewise-studio``."""
+"""``python -m framewise.app`` opens the window, like ``framewise-studio``."""
 
 import sys
 
-from app.gui import main
+from framewise.app.gui import main
 
 sys.exit(main())

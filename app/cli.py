@@ -16,9 +16,9 @@ import json
 import sys
 from typing import Any, Sequence, TextIO
 
-from core.errors import FramewiseError
-from core.events import AnswerStats, Done, EncodeDone, EngineInfo, Event, Progress, Token
-from core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, AppSettings
+from framewise.core.errors import FramewiseError
+from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo, Event, Progress, Token
+from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, AppSettings
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -74,7 +74,7 @@ def _settings_from_args(args: argparse.Namespace) -> AppSettings:
 
 
 def _load_engine(settings: AppSettings, sink: Any) -> Any:
-    from core.engine import Engine  # imported late so `--help` stays instant
+    from framewise.core.engine import Engine  # imported late so `--help` stays instant
 
     engine = Engine(settings, sink=sink)
     engine.load()

@@ -54,7 +54,7 @@ def _torch_details() -> tuple[str, str, str]:
 
 def collect_versions() -> dict[str, str]:
     """One string per key of VERSION_KEYS, in that order. Never raises for a missing library."""
-    from core import __version__ as framewise_version
+    from framewise import __version__ as framewise_version
 
     torch_version, cuda_version, gpus = _torch_details()
     return {

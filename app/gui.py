@@ -1,4 +1,4 @@
-"""``framewise-studio`` / ``python -m app``: the desktop window.
+"""``framewise-studio`` / ``python -m framewise.app``: the desktop window.
 
 The composition root: it creates the ``QApplication``, the settings store, the engine's worker
 thread (with ``core.engine.Engine``) and the main window, shows the window at once and only
@@ -19,19 +19,20 @@ from PySide6.QtCore import QTimer
 from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QApplication
 
-from app.diagnostics import collect_versions
-from app.logs import log_file_path, setup_logging
-from core import __version__
-from core.events import EventSink, Failed, Progress
-from core.settings import AppSettings
-from ui.main_window import MainWindow
-from ui.services import AppServices
-from ui.settings_store import SettingsStore
-from ui.worker import EngineHost, EngineLike
+from framewise.app.diagnostics import collect_versions
+from framewise.app.logs import log_file_path, setup_logging
+from framewise import __version__
+from framewise.core.events import EventSink, Failed, Progress
+from framewise.core.resources import asset_path
+from framewise.core.settings import AppSettings
+from framewise.ui.main_window import MainWindow
+from framewise.ui.services import AppServices
+from framewise.ui.settings_store import SettingsStore
+from framewise.ui.worker import EngineHost, EngineLike
 
 log = logging.getLogger(__name__)
 
-ICON_DIR = Path(__file__).resolve().parents[1] / "assets" / "icons"
+ICON_DIR = asset_path("icons")
 DESKTOP_FILE_NAME = "io.github.framewise.Framewise"  # packaging/<this>.desktop; Wayland's app_id must match
 
 
@@ -66,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def create_engine(settings: AppSettings, sink: EventSink) -> EngineLike:
     """Build the real engine. Runs on the worker thread, so importing torch never blocks the window."""
     sink(Progress("load", 0, 0, "Starting PyTorch"))
-    from core.engine import Engine
+    from framewise.core.engine import Engine
 
     return Engine(settings, sink=sink)
 

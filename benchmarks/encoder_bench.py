@@ -35,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig  # noqa: E402
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel  # noqa: E402
 
-from core.attention import stock_attention  # noqa: E402
-from core.encoder import EagerVisionEncoder, VisionItem  # noqa: E402
-from core.encoder_graphs import GraphVisionEncoder, percentile  # noqa: E402
-from core.settings import EncoderSettings  # noqa: E402
+from framewise.core.attention import stock_attention  # noqa: E402
+from framewise.core.encoder import EagerVisionEncoder, VisionItem  # noqa: E402
+from framewise.core.encoder_graphs import GraphVisionEncoder, percentile  # noqa: E402
+from framewise.core.settings import EncoderSettings  # noqa: E402
 
 # depth, hidden, heads, mlp, out_hidden, deepstack layers (DESIGN §4)
 TOWERS = {

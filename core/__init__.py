@@ -1,3 +1,1 @@
 """Framewise's core: everything that is not Qt. Importable and testable headless."""
-
-__version__ = "0.1.0"

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from core.errors import EncoderError
+from framewise.core.errors import EncoderError
 
 REGISTERED_NAMES = {
     "varlen": "framewise_flash_varlen",

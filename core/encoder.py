@@ -13,7 +13,7 @@ from typing import Literal, Protocol, Sequence
 
 import torch
 
-from core.events import ChunkStats
+from framewise.core.events import ChunkStats
 
 Modality = Literal["image", "video"]
 

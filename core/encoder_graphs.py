@@ -4,8 +4,8 @@ At construction one graph is captured per budget (largest first, into one shared
 Every graph reads the leading rows of one set of static input buffers (patch rows,
 interpolation taps, rotary positions, cu_seqlens) and copies its outputs into one set of
 static output buffers, all sized for the largest budget. A request is planned into batches
-(:mod:`core.encoder_planning`), each batch's metadata comes from a cache
-(:mod:`core.vision_metadata`), and each batch is copied in (tails zeroed), replayed and sliced
+(:mod:`framewise.core.encoder_planning`), each batch's metadata comes from a cache
+(:mod:`framewise.core.vision_metadata`), and each batch is copied in (tails zeroed), replayed and sliced
 back per item, deepstack features included. Only what no graph can hold runs eagerly, with the
 reason recorded. Every pass is timed with CUDA events and counted.
 """
@@ -19,13 +19,13 @@ from typing import Callable, Sequence
 
 import torch
 
-from core.attention import REGISTERED_NAMES, available_attention_backends, register_backends, resolve_backend
-from core.encoder import EagerVisionEncoder, EncodedItem, EncoderOutput, StageTimer, VisionEncoder, VisionItem
-from core.encoder_planning import Batch, BatchLimits, PlanItem, plan_batches
-from core.errors import EncoderError, FramewiseError
-from core.events import ChunkStats, Progress
-from core.settings import EncoderSettings
-from core.vision_metadata import MetadataCache, TowerGeometry
+from framewise.core.attention import REGISTERED_NAMES, available_attention_backends, register_backends, resolve_backend
+from framewise.core.encoder import EagerVisionEncoder, EncodedItem, EncoderOutput, StageTimer, VisionEncoder, VisionItem
+from framewise.core.encoder_planning import Batch, BatchLimits, PlanItem, plan_batches
+from framewise.core.errors import EncoderError, FramewiseError
+from framewise.core.events import ChunkStats, Progress
+from framewise.core.settings import EncoderSettings
+from framewise.core.vision_metadata import MetadataCache, TowerGeometry
 
 __all__ = [
     "CaptureReport",

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from core.errors import SettingsError
-from core.settings import EncoderSettings
+from framewise.core.errors import SettingsError
+from framewise.core.settings import EncoderSettings
 
 SUPPORTED_MODALITIES = ("image", "video")
 

@@ -1,13 +1,13 @@
 """The question-answering engine: a clip and a question in, a streamed answer out.
 
 :class:`Engine` is a plain object with a blocking API. It reports what it does through an
-:data:`~core.events.EventSink`; the CLI runs it on the main thread, the GUI on a worker thread.
+:data:`~framewise.core.events.EventSink`; the CLI runs it on the main thread, the GUI on a worker thread.
 Only :meth:`Engine.cancel` may be called from another thread.
 
 A clip is encoded once, when it is opened; every question about it reuses the vision features.
 They reach the language model through the one seam transformers offers: the model's
 ``get_video_features`` / ``get_image_features`` are replaced on the instance by
-:class:`FeatureInjector`, which hands back the features the :class:`~core.encoder.VisionEncoder`
+:class:`FeatureInjector`, which hands back the features the :class:`~framewise.core.encoder.VisionEncoder`
 computed.
 """
 
@@ -26,10 +26,10 @@ from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
-from core.encoder import EncodedItem, VisionEncoder
-from core.encoder_graphs import available_attention_backends, make_vision_encoder
-from core.errors import CancelledError, FramewiseError
-from core.events import (
+from framewise.core.encoder import EncodedItem, VisionEncoder
+from framewise.core.encoder_graphs import available_attention_backends, make_vision_encoder
+from framewise.core.errors import CancelledError, FramewiseError
+from framewise.core.events import (
     AnswerStats,
     ClipSampled,
     Done,
@@ -40,10 +40,10 @@ from core.events import (
     Token,
     ignore_events,
 )
-from core.models import LoadedModel, load_model
-from core.processing import VideoInputs, build_chat_inputs, preprocess_video
-from core.settings import AppSettings
-from core.video import sample_clip
+from framewise.core.models import LoadedModel, load_model
+from framewise.core.processing import VideoInputs, build_chat_inputs, preprocess_video
+from framewise.core.settings import AppSettings
+from framewise.core.video import sample_clip
 
 THUMBNAIL_HEIGHT = 256
 

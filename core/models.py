@@ -3,7 +3,7 @@
 Nothing here touches the network: a repo id is looked up in the local Hugging Face cache only.
 Only safetensors weights and the classes shipped with transformers are used (no remote code).
 A folder that is missing, incomplete or of another architecture gives a
-:class:`~core.errors.ModelLoadError` that says what is wrong and what to do.
+:class:`~framewise.core.errors.ModelLoadError` that says what is wrong and what to do.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from transformers import (
 )
 from transformers.utils import logging as transformers_logging
 
-from core.demo_model import MODEL_INFO_FILE
-from core.errors import ModelLoadError, SettingsError
-from core.events import Progress
-from core.processing import VisionGeometry
-from core.settings import DEMO_MODEL, ModelSettings
+from framewise.core.demo_model import MODEL_INFO_FILE
+from framewise.core.errors import ModelLoadError, SettingsError
+from framewise.core.events import Progress
+from framewise.core.processing import VisionGeometry
+from framewise.core.resources import asset_path
+from framewise.core.settings import DEMO_MODEL, ModelSettings
 
-DEMO_MODEL_DIR = Path(__file__).resolve().parent.parent / "assets" / "demo_model"
+DEMO_MODEL_DIR = asset_path("demo_model")
 
 MODEL_CLASSES: dict[str, type[Qwen3VLForConditionalGeneration] | type[Qwen3VLMoeForConditionalGeneration]] = {
     "qwen3_vl": Qwen3VLForConditionalGeneration,

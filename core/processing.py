@@ -26,9 +26,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from core.encoder import VisionItem
-from core.errors import ClipTooLargeError, FramewiseError, ModelLoadError
-from core.settings import SamplingSettings
+from framewise.core.encoder import VisionItem
+from framewise.core.errors import ClipTooLargeError, FramewiseError, ModelLoadError
+from framewise.core.settings import SamplingSettings
 
 MAX_ASPECT_RATIO = 200
 # Image bounds of the released Qwen3-VL checkpoints' image processor (256x256 to 4096x4096 pixels).

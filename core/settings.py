@@ -1,7 +1,7 @@
 """Framewise's settings: one validated object shared by the GUI, the CLI and the engine.
 
 Settings are frozen dataclasses grouped in sections. ``AppSettings.validate()`` raises a
-:class:`~core.errors.SettingsError` naming the offending field (``section.name``) with a message
+:class:`~framewise.core.errors.SettingsError` naming the offending field (``section.name``) with a message
 that says what to change. ``to_dict``/``from_dict`` give a plain JSON-able form for persistence.
 """
 
@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.errors import SettingsError
+from framewise.core.errors import SettingsError
 
 ATTENTION_BACKENDS = ("auto", "varlen", "flash_attn", "sdpa_masked", "eager")
 DEVICES = ("auto", "cpu", "cuda")

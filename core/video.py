@@ -27,7 +27,7 @@ sampled:
   (:class:`DecodeTimeoutError`) and polls ``should_cancel`` (:class:`CancelledError`), so a stuck
   decoder cannot hang it; the worker checks the same deadline per packet and stops soon after.
 
-Bad input raises the typed errors of :mod:`core.errors`, with a message that says what to do.
+Bad input raises the typed errors of :mod:`framewise.core.errors`, with a message that says what to do.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from core.errors import (
+from framewise.core.errors import (
     CancelledError,
     ClipNotFoundError,
     ClipTooLargeError,
@@ -53,7 +53,7 @@ from core.errors import (
     NoVideoStreamError,
     UnreadableClipError,
 )
-from core.settings import SamplingSettings
+from framewise.core.settings import SamplingSettings
 
 MAX_SIDE = 8192
 MAX_FRAME_PIXELS = 50_000_000
@@ -96,7 +96,7 @@ class SampledClip:
 def probe_clip(path: str | Path, *, timeout_s: float = PROBE_TIMEOUT_S) -> ClipInfo:
     """Open ``path`` and describe its video stream (decodes only the first frame).
 
-    Raises the :class:`~core.errors.ClipError` subclasses described in the module docstring.
+    Raises the :class:`~framewise.core.errors.ClipError` subclasses described in the module docstring.
     """
     clip_path = _existing_file(path)
     info, _, _ = _run_bounded(lambda guard: _read(clip_path, None, guard), clip_path, timeout_s, None)
@@ -113,8 +113,8 @@ def sample_clip(
     """Sample frames uniformly in time from ``path`` (see the module docstring for the rules).
 
     ``should_cancel`` is polled on the calling thread every few milliseconds; when it returns
-    True, :class:`~core.errors.CancelledError` is raised. Reading longer than ``timeout_s``
-    raises :class:`~core.errors.DecodeTimeoutError`.
+    True, :class:`~framewise.core.errors.CancelledError` is raised. Reading longer than ``timeout_s``
+    raises :class:`~framewise.core.errors.DecodeTimeoutError`.
     """
     clip_path = _existing_file(path)
     info, sampled, reader = _run_bounded(
@@ -280,7 +280,7 @@ def _oriented_rgb(rgb: np.ndarray, rotation_degrees: int) -> np.ndarray:
 
 def _target_size(count: int, height: int, width: int, sampling: SamplingSettings) -> tuple[int, int]:
     # Imported here: core.processing needs torch, and probing a clip must not.
-    from core.processing import video_frame_size
+    from framewise.core.processing import video_frame_size
 
     return video_frame_size(count, height, width, sampling)
 

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import torch
 
-from core.errors import EncoderError
+from framewise.core.errors import EncoderError
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from core.demo_model import (  # noqa: E402
+from framewise.core.demo_model import (  # noqa: E402
     DEMO_SEED,
     DEMO_WORDS,
     build_demo_config,

@@ -35,11 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QApplication
 
-    from app.gui import app_services, create_engine
-    from core.settings import AppSettings
-    from ui.main_window import DEFAULT_SIZE, MainWindow
-    from ui.settings_store import SettingsStore
-    from ui.worker import EngineHost
+    from framewise.app.gui import app_services, create_engine
+    from framewise.core.settings import AppSettings
+    from framewise.ui.main_window import DEFAULT_SIZE, MainWindow
+    from framewise.ui.settings_store import SettingsStore
+    from framewise.ui.worker import EngineHost
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
     if args.scheme != "system":

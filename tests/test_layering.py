@@ -8,7 +8,11 @@ from tests.conftest import REPO_ROOT
 
 
 def modules_of(package: str) -> list[str]:
-    modules = sorted(f"{package}.{path.stem}" for path in (REPO_ROOT / package).glob("*.py") if path.stem != "__main__")
+    modules = sorted(
+        f"framewise.{package}.{path.relative_to(REPO_ROOT / package).with_suffix('').as_posix().replace('/', '.')}"
+        for path in (REPO_ROOT / package).rglob("*.py")
+        if path.stem not in ("__main__", "__init__")
+    )
     assert len(modules) > 3, f"found no modules in {package}/"
     return modules
 
@@ -21,16 +25,24 @@ def imported_after(modules: list[str]) -> set[str]:
         env={"QT_QPA_PLATFORM": "offscreen", "PATH": "/usr/bin:/bin"},
     )
     assert result.returncode == 0, result.stderr
-    return {name.split(".")[0] for name in result.stdout.split()}
+    return {_layer(name) for name in result.stdout.split()}
+
+
+def _layer(module: str) -> str:
+    """``framewise.core.engine`` -> ``framewise.core``; ``torch.nn`` -> ``torch``."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "framewise" and len(parts) > 1 else parts[0]
 
 
 def test_ui_does_not_import_torch_or_transformers() -> None:
     loaded = imported_after(modules_of("ui"))
     assert "PySide6" in loaded  # the check itself works
     assert not loaded & {"torch", "transformers"}
+    assert not loaded & {"core", "ui", "app"}, "import the layers as framewise.core / framewise.ui / framewise.app"
 
 
 def test_core_does_not_import_qt_or_the_other_layers() -> None:
     loaded = imported_after(modules_of("core"))
     assert "torch" in loaded
-    assert not loaded & {"PySide6", "shiboken6", "ui", "app"}
+    assert not loaded & {"PySide6", "shiboken6", "framewise.ui", "framewise.app"}
+    assert not loaded & {"core", "ui", "app"}, "import the layers as framewise.core / framewise.ui / framewise.app"

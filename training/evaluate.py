@@ -4,7 +4,7 @@
 
 Clips come from :data:`training.synthetic.HELD_OUT_SEEDS` (never used in training). Each clip is
 sampled as ``core.video`` samples a file and resized to its Qwen3-VL size, then handed to the
-application's :class:`~core.engine.Engine` (``open_frames``), which encodes it once (CUDA graphs
+application's :class:`~framewise.core.engine.Engine` (``open_frames``), which encodes it once (CUDA graphs
 with ``--graphs`` on a GPU, else eager); every question the clip allows is asked on its own,
 greedily.
 Prints the accuracy per question kind and overall, then one JSON object.
@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from core.engine import Engine
-from core.processing import VisionGeometry, resize_frames, video_frame_size
-from core.settings import AppSettings, EncoderSettings, GenerationSettings, ModelSettings, SamplingSettings
+from framewise.core.engine import Engine
+from framewise.core.processing import VisionGeometry, resize_frames, video_frame_size
+from framewise.core.settings import AppSettings, EncoderSettings, GenerationSettings, ModelSettings, SamplingSettings
 from training.synthetic import HELD_OUT_SEEDS, QUESTION_KINDS, make_scene, questions_for, sample_scene
 
 MAX_NEW_TOKENS = 8

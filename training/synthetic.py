@@ -23,9 +23,9 @@ from typing import Any, Literal
 import cv2
 import numpy as np
 
-from core.processing import VideoInputs, VisionGeometry, preprocess_video, resize_frames, video_frame_size
-from core.settings import SamplingSettings
-from core.video import sample_count, sample_times
+from framewise.core.processing import VideoInputs, VisionGeometry, preprocess_video, resize_frames, video_frame_size
+from framewise.core.settings import SamplingSettings
+from framewise.core.video import sample_count, sample_times
 
 ShapeKind = Literal["square", "circle", "triangle"]
 QuestionKind = Literal["color", "motion", "count", "first", "appear"]

@@ -47,7 +47,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
 
-from core.demo_model import (
+from framewise.core.demo_model import (
     DEMO_WORDS,
     IM_END,
     IM_START,
@@ -57,9 +57,9 @@ from core.demo_model import (
     save_demo_model,
     special_token_ids,
 )
-from core.encoder import EncodedItem, VisionItem
-from core.engine import FeatureInjector
-from core.processing import (
+from framewise.core.encoder import EncodedItem, VisionItem
+from framewise.core.engine import FeatureInjector
+from framewise.core.processing import (
     VideoInputs,
     VisionGeometry,
     build_chat_inputs,
@@ -67,8 +67,8 @@ from core.processing import (
     resize_frames,
     video_frame_size,
 )
-from core.settings import SamplingSettings
-from core.vision_metadata import MetadataCache, TowerGeometry
+from framewise.core.settings import SamplingSettings
+from framewise.core.vision_metadata import MetadataCache, TowerGeometry
 from training.synthetic import (
     COLORS,
     DIRECTIONS,
@@ -389,7 +389,7 @@ def use_varlen_vision_attention(model: Qwen3VLForConditionalGeneration, device: 
     per frame pair) when this machine can, checked by a forward and backward pass against SDPA."""
     if device.type != "cuda":
         return False
-    from core.attention import REGISTERED_NAMES, register_backends
+    from framewise.core.attention import REGISTERED_NAMES, register_backends
 
     register_backends()
     visual = model.model.visual

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ui.conversation import Turn, format_answer_stats
+from framewise.ui.conversation import Turn, format_answer_stats
 
 _STREAM_FLUSH_MS = 30
 

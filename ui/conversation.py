@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from core.events import AnswerStats
-from core.settings import AppSettings
+from framewise.core.events import AnswerStats
+from framewise.core.settings import AppSettings
 
 TurnStatus = Literal["waiting", "streaming", "done", "stopped", "failed"]
 EXPORT_FORMAT = "framewise-conversation/1"

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.events import ClipSampled
+from framewise.core.events import ClipSampled
 
 _MIN_FRAME_INTERVAL_MS = 40
 

@@ -1,6 +1,6 @@
 """Framewise's main window: the clip (preview and sampled frames), the live encoder view, and the chat.
 
-The window never calls the engine: it sends requests to :class:`~ui.worker.EngineHost` and
+The window never calls the engine: it sends requests to :class:`~framewise.ui.worker.EngineHost` and
 redraws from the events that come back (``_on_event``). Which request an event belongs to is
 known from ``operation_started``/``operation_finished``, because the worker runs one at a time.
 """
@@ -26,18 +26,18 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.events import ChunkStats, ClipSampled, Done, EncodeDone, EngineInfo, Failed, Progress, Token
-from core.settings import AppSettings
-from ui.banners import Banner
-from ui.chat import ChatPanel
-from ui.conversation import Conversation, Turn
-from ui.dialogs import AboutDialog, LogDialog
-from ui.frames import ClipPreview, FrameStrip, format_timestamp
-from ui.metrics import EncoderPanel
-from ui.services import AppServices
-from ui.settings_dialog import SettingsDialog
-from ui.settings_store import SettingsStore
-from ui.worker import EngineHost
+from framewise.core.events import ChunkStats, ClipSampled, Done, EncodeDone, EngineInfo, Failed, Progress, Token
+from framewise.core.settings import AppSettings
+from framewise.ui.banners import Banner
+from framewise.ui.chat import ChatPanel
+from framewise.ui.conversation import Conversation, Turn
+from framewise.ui.dialogs import AboutDialog, LogDialog
+from framewise.ui.frames import ClipPreview, FrameStrip, format_timestamp
+from framewise.ui.metrics import EncoderPanel
+from framewise.ui.services import AppServices
+from framewise.ui.settings_dialog import SettingsDialog
+from framewise.ui.settings_store import SettingsStore
+from framewise.ui.worker import EngineHost
 
 log = logging.getLogger(__name__)
 

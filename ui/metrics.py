@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.events import AnswerStats, ChunkStats, EncodeDone, EngineInfo
+from framewise.core.events import AnswerStats, ChunkStats, EncodeDone, EngineInfo
 
 # Plot accents, chosen to read on both light and dark backgrounds.
 HIT_COLOR = QColor(47, 128, 237)

@@ -38,8 +38,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from core.errors import SettingsError
-from core.settings import ATTENTION_BACKENDS, DEMO_MODEL, DEVICES, DTYPES, AppSettings
+from framewise.core.errors import SettingsError
+from framewise.core.settings import ATTENTION_BACKENDS, DEMO_MODEL, DEVICES, DTYPES, AppSettings
 
 SECTIONS = ("model", "sampling", "encoder", "generation")
 _SECTION_TITLES = {"model": "Model", "sampling": "Sampling", "encoder": "Encoder", "generation": "Generation"}

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings
 
-from core.errors import SettingsError
-from core.settings import AppSettings
+from framewise.core.errors import SettingsError
+from framewise.core.settings import AppSettings
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from typing import Callable, Protocol
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from core.errors import CancelledError, FramewiseError
-from core.events import Done, EncodeDone, EngineInfo, EventSink, Failed
-from core.settings import AppSettings
+from framewise.core.errors import CancelledError, FramewiseError
+from framewise.core.events import Done, EncodeDone, EngineInfo, EventSink, Failed
+from framewise.core.settings import AppSettings
 
 log = logging.getLogger(__name__)
 

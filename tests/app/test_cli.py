@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
+from framewise.app.cli import main
 from tests.conftest import REPO_ROOT, SAMPLE_CLIPS
 
 FAST = ["--max-frames", "4", "--max-new-tokens", "8", "--device", "cpu"]
@@ -85,7 +85,7 @@ def test_info_says_the_encoder_runs_eager_on_the_cpu() -> None:
 
 def test_the_installed_module_runs_as_a_program() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "app.cli", "info", "--device", "cpu"],
+        [sys.executable, "-m", "framewise.app.cli", "info", "--device", "cpu"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=240,
     )
     assert result.returncode == 0, result.stderr

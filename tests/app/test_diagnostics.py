@@ -13,8 +13,8 @@ import torch
 import transformers
 from PySide6 import QtCore
 
-from app.diagnostics import VERSION_KEYS, collect_versions, format_versions
-from core import __version__
+from framewise.app.diagnostics import VERSION_KEYS, collect_versions, format_versions
+from framewise import __version__
 
 
 def test_every_key_is_present_in_order_with_a_value() -> None:

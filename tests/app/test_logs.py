@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from app import logs
+from framewise.app import logs
 from tests.conftest import REPO_ROOT
 
 
@@ -32,7 +32,7 @@ def log_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def test_override_folder_is_used_and_created(log_dir: Path) -> None:
     path = logs.setup_logging()
     assert path == logs.log_file_path() == log_dir / "framewise.log"
-    logging.getLogger("core.engine").info("hello from the engine")
+    logging.getLogger("framewise.core.engine").info("hello from the engine")
     assert "hello from the engine" in path.read_text(encoding="utf-8")
 
 

@@ -79,9 +79,9 @@ def test_launcher_and_metainfo_agree_on_id_entry_point_and_release() -> None:
     releases = [(r.get("version"), r.get("date")) for r in component.iter("release")]
     assert ("0.1.0", "2026-12-03") in releases
 
-    from core import __version__
+    from framewise import __version__
 
-    assert releases[0][0] == __version__, "the newest <release> in the metainfo must match core.__version__"
+    assert releases[0][0] == __version__, "the newest <release> in the metainfo must match framewise.__version__"
 
 
 @pytest.mark.parametrize("size", ICON_SIZES)

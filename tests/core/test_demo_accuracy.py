@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.models import DEMO_MODEL_DIR, read_model_info
-from core.settings import EncoderSettings, ModelSettings
+from framewise.core.models import DEMO_MODEL_DIR, read_model_info
+from framewise.core.settings import EncoderSettings, ModelSettings
 from training.evaluate import evaluate
 from training.train_demo import DEMO_LABEL
 

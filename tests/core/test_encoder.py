@@ -7,7 +7,7 @@ import torch
 from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
 
-from core.encoder import EagerVisionEncoder, VisionItem
+from framewise.core.encoder import EagerVisionEncoder, VisionItem
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.encoder_planning import BatchLimits, PlanItem, plan_batches
-from core.errors import SettingsError
-from core.settings import EncoderSettings
+from framewise.core.encoder_planning import BatchLimits, PlanItem, plan_batches
+from framewise.core.errors import SettingsError
+from framewise.core.settings import EncoderSettings
 
 def limits(budgets=(64, 128, 256, 512), max_items=4, max_sequences=8) -> BatchLimits:
     return BatchLimits(budgets=tuple(budgets), max_items=max_items, max_sequences=max_sequences)

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from core.engine import Engine
-from core.errors import ClipError, FramewiseError
-from core.events import ChunkStats, ClipSampled, Done, EncodeDone, EngineInfo, Event, Token
-from core.settings import AppSettings
+from framewise.core.engine import Engine
+from framewise.core.errors import ClipError, FramewiseError
+from framewise.core.events import ChunkStats, ClipSampled, Done, EncodeDone, EngineInfo, Event, Token
+from framewise.core.settings import AppSettings
 from tests.conftest import SAMPLE_CLIPS
 
 FAST = AppSettings().replace("model", device="cpu").replace("sampling", max_frames=4).replace(
@@ -113,7 +113,7 @@ def test_injected_features_give_the_same_answer_as_the_models_own_vision_pass(
     engine_, _ = engine
     ours = engine_.ask("How many shapes are there?").text
 
-    from core.processing import build_chat_inputs
+    from framewise.core.processing import build_chat_inputs
 
     loaded = engine_.loaded
     item = engine_.clip.video.item

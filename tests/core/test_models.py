@@ -15,7 +15,7 @@ from transformers import (
     Qwen3VLMoeForConditionalGeneration,
 )
 
-from core.demo_model import (
+from framewise.core.demo_model import (
     CHAT_TEMPLATE,
     DEMO_WORDS,
     MODEL_INFO_FILE,
@@ -26,10 +26,10 @@ from core.demo_model import (
     mrope_section,
     special_token_ids,
 )
-from core.encoder import VisionItem
-from core.errors import ModelLoadError, SettingsError
-from core.events import Progress
-from core.models import (
+from framewise.core.encoder import VisionItem
+from framewise.core.errors import ModelLoadError, SettingsError
+from framewise.core.events import Progress
+from framewise.core.models import (
     DEMO_MODEL_DIR,
     LoadedModel,
     load_model,
@@ -38,8 +38,8 @@ from core.models import (
     read_model_info,
     resolve_model_source,
 )
-from core.processing import VideoInputs, build_chat_inputs
-from core.settings import ModelSettings
+from framewise.core.processing import VideoInputs, build_chat_inputs
+from framewise.core.settings import ModelSettings
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 

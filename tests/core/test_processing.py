@@ -16,8 +16,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.errors import ClipTooLargeError, FramewiseError, ModelLoadError
-from core.processing import (
+from framewise.core.errors import ClipTooLargeError, FramewiseError, ModelLoadError
+from framewise.core.processing import (
     ChatInputs,
     VisionGeometry,
     build_chat_inputs,
@@ -29,7 +29,7 @@ from core.processing import (
     smart_resize,
     video_frame_size,
 )
-from core.settings import SamplingSettings
+from framewise.core.settings import SamplingSettings
 
 SPECIAL_TOKENS = (
     "<|endoftext|>",

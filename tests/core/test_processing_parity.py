@@ -26,7 +26,7 @@ from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor  #
 from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor  # noqa: E402
 from transformers.models.qwen3_vl.video_processing_qwen3_vl import smart_resize as hf_video_smart_resize  # noqa: E402
 
-from core.processing import (  # noqa: E402
+from framewise.core.processing import (  # noqa: E402
     IMAGE_MAX_PIXELS,
     IMAGE_MIN_PIXELS,
     VisionGeometry,
@@ -38,7 +38,7 @@ from core.processing import (  # noqa: E402
     smart_resize,
     video_frame_size,
 )
-from core.settings import SamplingSettings  # noqa: E402
+from framewise.core.settings import SamplingSettings  # noqa: E402
 
 if __package__:
     from .test_processing import CHAT_TEMPLATE, make_tokenizer

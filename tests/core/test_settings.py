@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.errors import SettingsError
-from core.settings import AppSettings, EncoderSettings, geometric_budgets
+from framewise.core.errors import SettingsError
+from framewise.core.settings import AppSettings, EncoderSettings, geometric_budgets
 
 
 def test_defaults_are_valid_and_budgets_are_finer_than_powers_of_two() -> None:

@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from core.processing import VisionGeometry, preprocess_video
-from core.settings import SamplingSettings
+from framewise.core.processing import VisionGeometry, preprocess_video
+from framewise.core.settings import SamplingSettings
 from training.synthetic import (
     COLORS,
     HELD_OUT_SEEDS,

@@ -14,8 +14,8 @@ import av
 import numpy as np
 import pytest
 
-from core import video
-from core.errors import (
+from framewise.core import video
+from framewise.core.errors import (
     CancelledError,
     ClipNotFoundError,
     ClipTooLargeError,
@@ -24,9 +24,9 @@ from core.errors import (
     NoVideoStreamError,
     UnreadableClipError,
 )
-from core.processing import video_frame_size
-from core.settings import SamplingSettings
-from core.video import probe_clip, sample_clip, sample_count, sample_times
+from framewise.core.processing import video_frame_size
+from framewise.core.settings import SamplingSettings
+from framewise.core.video import probe_clip, sample_clip, sample_count, sample_times
 from training.clip_writer import write_audio_only, write_clip
 
 SAMPLE_CLIPS = Path(__file__).resolve().parents[2] / "assets" / "clips"

@@ -15,12 +15,12 @@ from transformers.vision_utils import (
     get_vision_position_ids,
 )
 
-from core.attention import REGISTERED_NAMES, available_attention_backends, register_backends, resolve_backend
-from core.encoder import EagerVisionEncoder, VisionItem
-from core.encoder_graphs import GraphVisionEncoder, make_vision_encoder, percentile
-from core.errors import EncoderError
-from core.settings import EncoderSettings
-from core.vision_metadata import MetadataCache, TowerGeometry
+from framewise.core.attention import REGISTERED_NAMES, available_attention_backends, register_backends, resolve_backend
+from framewise.core.encoder import EagerVisionEncoder, VisionItem
+from framewise.core.encoder_graphs import GraphVisionEncoder, make_vision_encoder, percentile
+from framewise.core.errors import EncoderError
+from framewise.core.settings import EncoderSettings
+from framewise.core.vision_metadata import MetadataCache, TowerGeometry
 
 GRIDS = [(1, 2, 2), (1, 4, 6), (1, 8, 8), (3, 6, 4), (2, 10, 14), (1, 48, 48), (1, 64, 32), (4, 2, 30)]
 SETTINGS = EncoderSettings(budgets=(64, 128, 256), max_items_per_batch=4, max_frames_per_batch=8)

@@ -20,10 +20,10 @@ if not torch.cuda.is_available():  # pragma: no cover - the conftest marks these
 from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig  # noqa: E402
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel  # noqa: E402
 
-from core.attention import stock_attention  # noqa: E402
-from core.encoder import EagerVisionEncoder, VisionItem  # noqa: E402
-from core.encoder_graphs import GraphVisionEncoder, make_vision_encoder  # noqa: E402
-from core.settings import EncoderSettings  # noqa: E402
+from framewise.core.attention import stock_attention  # noqa: E402
+from framewise.core.encoder import EagerVisionEncoder, VisionItem  # noqa: E402
+from framewise.core.encoder_graphs import GraphVisionEncoder, make_vision_encoder  # noqa: E402
+from framewise.core.settings import EncoderSettings  # noqa: E402
 
 SETTINGS = EncoderSettings(budgets=(64, 256, 1024, 4096), max_items_per_batch=4, max_frames_per_batch=8)
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 3e-2}

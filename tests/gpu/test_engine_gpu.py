@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from core.engine import Engine
-from core.settings import AppSettings
+from framewise.core.engine import Engine
+from framewise.core.settings import AppSettings
 from tests.conftest import SAMPLE_CLIPS
 
 pytestmark = pytest.mark.gpu

@@ -9,12 +9,12 @@ import cv2
 import numpy as np
 import pytest
 
-from core.settings import AppSettings
+from framewise.core.settings import AppSettings
 from tests.ui.fake_engine import FakeEngine
-from ui.main_window import MainWindow
-from ui.services import AppServices
-from ui.settings_store import SettingsStore
-from ui.worker import EngineFactory, EngineHost
+from framewise.ui.main_window import MainWindow
+from framewise.ui.services import AppServices
+from framewise.ui.settings_store import SettingsStore
+from framewise.ui.worker import EngineFactory, EngineHost
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_CLIP = REPO_ROOT / "assets" / "clips" / "red_square_moves_right.mp4"

@@ -9,8 +9,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from core.errors import CancelledError, ClipNotFoundError, ModelLoadError, UnreadableClipError
-from core.events import (
+from framewise.core.errors import CancelledError, ClipNotFoundError, ModelLoadError, UnreadableClipError
+from framewise.core.events import (
     AnswerStats,
     ChunkStats,
     ClipSampled,
@@ -21,7 +21,7 @@ from core.events import (
     Progress,
     Token,
 )
-from core.settings import AppSettings
+from framewise.core.settings import AppSettings
 
 DEMO_LABEL = "Demo model — random weights"
 

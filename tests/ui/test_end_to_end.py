@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from core.events import ChunkStats, Done, Token
-from core.settings import AppSettings
+from framewise.core.events import ChunkStats, Done, Token
+from framewise.core.settings import AppSettings
 from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, drop_file, open_and_wait, wait_ready
-from ui.frames import format_timestamp
-from ui.settings_store import SettingsStore
+from framewise.ui.frames import format_timestamp
+from framewise.ui.settings_store import SettingsStore
 
 FAST = (
     AppSettings()
@@ -28,7 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def real_engine(settings, sink):
-    from core.engine import Engine
+    from framewise.core.engine import Engine
 
     return Engine(settings, sink=sink)
 
@@ -122,7 +122,7 @@ def run_app(
     if settings is not None:
         SettingsStore(settings_file).save_settings(settings)
     return subprocess.run(
-        [sys.executable, "-m", "app", "--settings-file", str(settings_file), *args],
+        [sys.executable, "-m", "framewise.app", "--settings-file", str(settings_file), *args],
         cwd=REPO_ROOT,
         env=dict(os.environ, QT_QPA_PLATFORM="offscreen", FRAMEWISE_LOG_DIR=str(tmp_path / "logs"), **(env or {})),
         capture_output=True,
@@ -151,7 +151,7 @@ def test_smoke_run_reports_a_model_that_does_not_load(tmp_path):
 def test_ctrl_c_in_the_terminal_closes_the_window_cleanly(tmp_path):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", FRAMEWISE_LOG_DIR=str(tmp_path / "logs"))
     process = subprocess.Popen(
-        [sys.executable, "-m", "app", "--settings-file", str(tmp_path / "framewise.ini")],
+        [sys.executable, "-m", "framewise.app", "--settings-file", str(tmp_path / "framewise.ini")],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ui.metrics import latency_summary
+from framewise.ui.metrics import latency_summary
 
 
 def test_no_chunks_yet_shows_a_dash() -> None:

@@ -11,11 +11,11 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
-from core.settings import AppSettings
+from framewise.core.settings import AppSettings
 from tests.ui.fake_engine import DEMO_LABEL, FakeEngine
-from ui.frames import format_timestamp
-from ui.main_window import MainWindow
-from ui.settings_store import SettingsStore
+from framewise.ui.frames import format_timestamp
+from framewise.ui.main_window import MainWindow
+from framewise.ui.settings_store import SettingsStore
 
 LOAD_TIMEOUT_MS = 10_000
 
@@ -395,14 +395,14 @@ def test_keyboard_shortcuts_open_settings_open_export_and_quit(qtbot, make_windo
     activate(qtbot, window)
 
     assert not window.export_action.isEnabled(), "nothing to export before a question"
-    monkeypatch.setattr("ui.main_window.QFileDialog.getOpenFileName", lambda *args, **kwargs: (str(sample_clip), ""))
+    monkeypatch.setattr("framewise.ui.main_window.QFileDialog.getOpenFileName", lambda *args, **kwargs: (str(sample_clip), ""))
     qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_O, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: window.clip is not None and window.clip.path == str(sample_clip), timeout=LOAD_TIMEOUT_MS)
     ask_and_wait(qtbot, window, "What moves?")
 
     activate(qtbot, window)
     target = tmp_path / "exported"
-    monkeypatch.setattr("ui.main_window.QFileDialog.getSaveFileName", lambda *args, **kwargs: (str(target), "JSON (*.json)"))
+    monkeypatch.setattr("framewise.ui.main_window.QFileDialog.getSaveFileName", lambda *args, **kwargs: (str(target), "JSON (*.json)"))
     qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
     assert json.loads(target.with_suffix(".json").read_text(encoding="utf-8"))["clip"]["name"] == sample_clip.name
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from PySide6.QtGui import QColor
 
-from core.events import AnswerStats, ChunkStats, ClipSampled, EncodeDone, EngineInfo
-from core.settings import AppSettings
-from ui.conversation import Conversation, Turn
-from ui.frames import FrameStrip, format_timestamp, image_from_array
-from ui.metrics import HIT_COLOR, MISS_COLOR, EncoderPanel, nice_ceiling
-from ui.settings_store import MAX_RECENT_FILES, SettingsStore
+from framewise.core.events import AnswerStats, ChunkStats, ClipSampled, EncodeDone, EngineInfo
+from framewise.core.settings import AppSettings
+from framewise.ui.conversation import Conversation, Turn
+from framewise.ui.frames import FrameStrip, format_timestamp, image_from_array
+from framewise.ui.metrics import HIT_COLOR, MISS_COLOR, EncoderPanel, nice_ceiling
+from framewise.ui.settings_store import MAX_RECENT_FILES, SettingsStore
 
 GPU_INFO = EngineInfo(
     device="cuda (NVIDIA H200)",

@@ -1,0 +1,1 @@
+"""Data files that ship with Framewise: the demo model, sample clips and icons (no code)."""
