@@ -4,7 +4,9 @@ Turns decoded frames into what the vision tower and the language model take:
 
 - frame sizes: :func:`smart_resize` (video, a pixel budget for the whole clip) and
   :func:`image_size` (still image), multiples of ``patch_size * merge_size`` (32);
-- :func:`resize_frames`: bicubic with antialiasing, as torchvision's tensor resize does it;
+- :func:`resize_frames`: bicubic with antialiasing, as torchvision's tensor resize does it; the one
+  resampler of sampled frames, used by the clip readers, training, evaluation and the parity test
+  (:func:`fit_video_frames` sizes and resizes a whole clip's frames at once);
 - :func:`patchify`: normalize and lay patches out in Qwen's order -> (N, 3*2*16*16) rows and a
   ``(t, h, w)`` grid, one temporal patch per frame pair;
 - :func:`build_chat_inputs`: the chat prompt, its placeholders expanded (one ``<t.t seconds>``
@@ -246,6 +248,18 @@ def resize_frames(frames: np.ndarray | torch.Tensor, size: tuple[int, int]) -> n
         resized = resized.clamp_(0, 255).round_().to(torch.uint8)
     resized = resized.permute(0, 2, 3, 1).contiguous()
     return resized.numpy() if isinstance(frames, np.ndarray) else resized
+
+
+def fit_video_frames(
+    frames: np.ndarray, sampling: SamplingSettings, *, geometry: VisionGeometry = VisionGeometry()
+) -> np.ndarray:
+    """Resize T sampled frames (T, H, W, 3) uint8 to their Qwen3-VL size (T, h, w, 3).
+
+    ``(h, w)`` is :func:`video_frame_size` for T frames of H x W; the pixels come from
+    :func:`resize_frames`, as the clip readers resize each frame they keep.
+    """
+    count, height, width = frames.shape[:3]
+    return resize_frames(frames, video_frame_size(count, height, width, sampling, geometry=geometry))
 
 
 def patchify(

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from framewise.core.engine import Engine
-from framewise.core.processing import VisionGeometry, resize_frames, video_frame_size
+from framewise.core.processing import VisionGeometry, fit_video_frames
 from framewise.core.settings import AppSettings, EncoderSettings, GenerationSettings, ModelSettings, SamplingSettings
 from training.synthetic import HELD_OUT_SEEDS, QUESTION_KINDS, make_scene, questions_for, sample_scene
 
@@ -79,9 +79,8 @@ class Answerer:
     def answer_all(self, seed: int, sampling: SamplingSettings) -> list[Answer]:
         """Encode the held-out clip of ``seed`` once and answer each of its questions on its own."""
         sampled = sample_scene(make_scene(seed), sampling)
-        frames = sampled.frames
-        size = video_frame_size(len(frames), frames.shape[1], frames.shape[2], sampling, geometry=self.geometry)
-        self.engine.open_frames(resize_frames(frames, size), sampled.timestamps, f"held-out clip {seed}")
+        frames = fit_video_frames(sampled.frames, sampling, geometry=self.geometry)
+        self.engine.open_frames(frames, sampled.timestamps, f"held-out clip {seed}")
         answers = []
         for question in questions_for(sampled):
             self.engine.new_conversation()

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import cv2
 import numpy as np
 
-from framewise.core.processing import VideoInputs, VisionGeometry, preprocess_video, resize_frames, video_frame_size
+from framewise.core.processing import VideoInputs, VisionGeometry, fit_video_frames, preprocess_video
 from framewise.core.settings import SamplingSettings
 from framewise.core.video import sample_count, sample_times
 
@@ -284,9 +284,8 @@ def sample_scene(scene: Scene, sampling: SamplingSettings = SamplingSettings()) 
 def video_inputs(sampled: SampledScene, sampling: SamplingSettings, geometry: VisionGeometry) -> VideoInputs:
     """The vision input the application builds from these frames: resized to the Qwen3-VL size for
     the clip, then patchified (``core.processing``)."""
-    frames = sampled.frames
-    size = video_frame_size(len(frames), frames.shape[1], frames.shape[2], sampling, geometry=geometry)
-    return preprocess_video(resize_frames(frames, size), sampled.timestamps, geometry)
+    frames = fit_video_frames(sampled.frames, sampling, geometry=geometry)
+    return preprocess_video(frames, sampled.timestamps, geometry)
 
 
 def marker_seconds(seconds: float) -> float:

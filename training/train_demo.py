@@ -63,9 +63,8 @@ from framewise.core.processing import (
     VideoInputs,
     VisionGeometry,
     build_chat_inputs,
+    fit_video_frames,
     preprocess_video,
-    resize_frames,
-    video_frame_size,
 )
 from framewise.core.settings import SamplingSettings
 from framewise.core.vision_metadata import MetadataCache, TowerGeometry
@@ -235,9 +234,7 @@ def make_example(
     questions = questions_for(sampled)
     order = np.random.default_rng([seed, 1]).permutation(len(questions))[:MAX_TURNS]
     turns = [questions[i] for i in order]
-    height, width = sampled.frames.shape[1:3]
-    size = video_frame_size(len(sampled.frames), height, width, sampling, geometry=geometry)
-    frames = resize_frames(sampled.frames, size)
+    frames = fit_video_frames(sampled.frames, sampling, geometry=geometry)
     video = prompt_video(frames, sampled.pair_timestamps, geometry)
     history = [(q.text, q.answer) for q in turns[:-1]]
     prompt = build_chat_inputs(tokenizer, turns[-1].text, video=video, history=history, geometry=geometry)

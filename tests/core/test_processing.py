@@ -21,6 +21,7 @@ from framewise.core.processing import (
     ChatInputs,
     VisionGeometry,
     build_chat_inputs,
+    fit_video_frames,
     image_size,
     patchify,
     preprocess_image,
@@ -217,6 +218,17 @@ def test_resize_matches_float_bicubic_on_smooth_content():
     )
     reference = reference.clamp(0, 255).round().permute(0, 2, 3, 1).numpy()
     assert np.abs(resize_frames(frames, (64, 96)).astype(float) - reference).max() <= 1
+
+
+def test_fit_video_frames_resizes_to_the_clip_size_frame_by_frame():
+    sampling = SamplingSettings(max_pixels=4 * 64 * 64, min_pixels_per_frame=32 * 32)
+    frames = random_frames(4, 90, 160)
+    fitted = fit_video_frames(frames, sampling)
+
+    size = video_frame_size(4, 90, 160, sampling)
+    assert fitted.shape == (4, *size, 3) and size != (90, 160)
+    for frame, fitted_frame in zip(frames, fitted):  # as the clip readers resize each kept frame
+        assert np.array_equal(resize_frames(frame[None], size)[0], fitted_frame)
 
 
 def test_resize_rejects_frames_that_are_not_uint8_rgb():
