@@ -62,3 +62,11 @@ class EncoderError(FramewiseError):
 
 class CancelledError(FramewiseError):
     """The work was cancelled by the user."""
+
+
+class ConversationStoreError(FramewiseError):
+    """The file that keeps past conversations cannot be opened, read or written."""
+
+
+class ExportError(FramewiseError):
+    """A conversation or a plot could not be written to the chosen file."""

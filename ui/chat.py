@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from framewise.ui.conversation import Turn, format_answer_stats
+from framewise.core.conversation import INTERRUPTED_TEXT, Turn, format_answer_stats
 
 _STREAM_FLUSH_MS = 30
 
@@ -256,6 +256,8 @@ class ChatPanel(QWidget):
             footer.append("The model wrote no text (only spaces or special tokens)")
         if turn.status == "stopped":
             footer.append("Stopped")
+        if turn.status == "interrupted":
+            footer.append(INTERRUPTED_TEXT)
         if turn.stats is not None:
             footer.append(format_answer_stats(turn.stats))
         card.set_footer(" · ".join(footer))

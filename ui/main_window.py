@@ -8,7 +8,6 @@ known from ``operation_started``/``operation_finished``, because the worker runs
 from __future__ import annotations
 
 import html
-import json
 import logging
 from pathlib import Path
 
@@ -26,11 +25,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from framewise.core.errors import ExportError
 from framewise.core.events import ChunkStats, ClipSampled, Done, EncodeDone, EngineInfo, Failed, Progress, Token
 from framewise.core.settings import AppSettings
 from framewise.ui.banners import Banner
 from framewise.ui.chat import ChatPanel
-from framewise.ui.conversation import Conversation, Turn
+from framewise.core.conversation import Conversation, Turn
 from framewise.ui.dialogs import AboutDialog, LogDialog
 from framewise.ui.frames import ClipPreview, FrameStrip, format_timestamp
 from framewise.ui.metrics import EncoderPanel
@@ -354,14 +354,10 @@ class MainWindow(QMainWindow):
 
     def export_conversation(self, path: Path) -> None:
         """Write the conversation to ``path``: JSON for ``.json``, Markdown otherwise."""
-        if path.suffix.lower() == ".json":
-            text = json.dumps(self.conversation.to_json(self.settings), indent=2, ensure_ascii=False)
-        else:
-            text = self.conversation.to_markdown(self.settings)
         try:
-            path.write_text(text + "\n", encoding="utf-8")
-        except OSError as error:
-            self.show_error(f"Could not write {path}: {error.strerror or error}")
+            self.conversation.export(path, self.settings)
+        except ExportError as error:
+            self.show_error(str(error))
             return
         self.set_status(f"Exported the conversation to {path}")
 

@@ -1,8 +1,6 @@
-"""The window's parts on their own: encoder view, frame strip, settings store, conversation export."""
+"""The window's parts on their own: encoder view, frame strip, settings store."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
@@ -10,7 +8,6 @@ from PySide6.QtGui import QColor
 
 from framewise.core.events import AnswerStats, ChunkStats, ClipSampled, EncodeDone, EngineInfo
 from framewise.core.settings import AppSettings
-from framewise.ui.conversation import Conversation, Turn
 from framewise.ui.frames import FrameStrip, format_timestamp, image_from_array
 from framewise.ui.metrics import HIT_COLOR, MISS_COLOR, EncoderPanel, nice_ceiling
 from framewise.ui.settings_store import MAX_RECENT_FILES, SettingsStore
@@ -121,18 +118,3 @@ def test_recent_files_newest_first_without_duplicates(tmp_path):
     assert files[0] == "/clips/5.mp4" and len(files) == MAX_RECENT_FILES and files.count("/clips/5.mp4") == 1
 
 
-def test_exports_label_demo_answers_and_mark_failures():
-    conversation = Conversation("clip.mp4", "/clips/clip.mp4")
-    conversation.turns.append(
-        Turn("What colour?", "demo", "Demo model — random weights", answer="Red.", status="done",
-             stats=AnswerStats(8, 1280, 1.0, 2.0, 0.25, 30.0, 3, 40.0, False))
-    )
-    conversation.turns.append(Turn("And now?", "demo", "Demo model — random weights", status="failed", error="Out of memory."))
-    markdown = conversation.to_markdown(AppSettings())
-    assert "# Framewise conversation — clip.mp4" in markdown
-    assert "**Answer** — demo (Demo model — random weights)" in markdown
-    assert "> Error: Out of memory." in markdown
-    data = json.loads(json.dumps(conversation.to_json(AppSettings())))
-    assert [turn["status"] for turn in data["turns"]] == ["done", "failed"]
-    assert data["turns"][0]["stats"]["tokens_per_second"] == 40.0
-    assert AppSettings.from_dict(data["settings"]) == AppSettings()

@@ -1,7 +1,8 @@
-"""The conversation shown in the chat, and its export as Markdown or JSON.
+"""A conversation about one clip, and its export as Markdown or JSON.
 
-Plain Python (no Qt): the window records questions and answers here and the exports are built
-from it, so they carry the clip's name, the settings used and each answer's model label.
+Plain data: the window records questions and answers here, :mod:`framewise.core.conversation_store`
+keeps them on disk, and the exports are built from it, so they carry the clip's name, the sampled
+timestamps, the settings used and each answer's model label.
 """
 
 from __future__ import annotations
@@ -10,13 +11,18 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Literal
 
+from framewise.core.errors import ExportError
 from framewise.core.events import AnswerStats
 from framewise.core.settings import AppSettings
+from framewise.core.wording import plural
 
-TurnStatus = Literal["waiting", "streaming", "done", "stopped", "failed"]
+TurnStatus = Literal["waiting", "streaming", "done", "stopped", "failed", "interrupted"]
+"""``interrupted``: Framewise ended (closed, crashed or killed) while the answer was being written."""
 EXPORT_FORMAT = "framewise-conversation/1"
+INTERRUPTED_TEXT = "Framewise closed before this answer was finished"
 
 
 @dataclass
@@ -52,6 +58,8 @@ class Conversation:
     clip_name: str | None = None
     clip_path: str | None = None
     turns: list[Turn] = field(default_factory=list)
+    timestamps: tuple[float, ...] = ()
+    """Seconds from the clip's start of the frames the model saw."""
 
     @property
     def current(self) -> Turn | None:
@@ -65,7 +73,7 @@ class Conversation:
         return {
             "format": EXPORT_FORMAT,
             "exported_at": _now(),
-            "clip": {"name": self.clip_name, "path": self.clip_path},
+            "clip": {"name": self.clip_name, "path": self.clip_path, "timestamps": list(self.timestamps)},
             "settings": settings.to_dict(),
             "turns": [turn.to_json() for turn in self.turns],
         }
@@ -76,6 +84,9 @@ class Conversation:
         lines = [f"# Framewise conversation — {title}", ""]
         if self.clip_name:
             lines.append(f"- Clip: `{self.clip_name}`" + (f" ({self.clip_path})" if self.clip_path else ""))
+            if self.timestamps:
+                seconds = ", ".join(f"{timestamp:.2f}" for timestamp in self.timestamps)
+                lines.append(f"- {plural(len(self.timestamps), 'frame')} sampled at (s): {seconds}")
         else:
             lines.append("- Clip: none")
         for model in _models_used(self.turns):
@@ -92,19 +103,34 @@ class Conversation:
                 lines += [f"> Error: {turn.error}", ""]
             elif turn.status == "stopped":
                 lines += ["_(stopped)_", ""]
+            elif turn.status == "interrupted":
+                lines += [f"_({INTERRUPTED_TEXT})_", ""]
             if turn.stats:
                 lines += [f"_{format_answer_stats(turn.stats)}_", ""]
         lines += ["", "## Settings", "", "```json", json.dumps(settings.to_dict(), indent=2, sort_keys=True), "```", ""]
         return "\n".join(lines)
 
 
+    def export_text(self, settings: AppSettings, suffix: str) -> str:
+        """The export for a file ending in ``suffix``: JSON for ``.json``, Markdown otherwise."""
+        if suffix.lower() == ".json":
+            return json.dumps(self.to_json(settings), indent=2, ensure_ascii=False)
+        return self.to_markdown(settings)
+
+    def export(self, path: Path, settings: AppSettings) -> None:
+        """Write the conversation to ``path`` (format from its suffix); :class:`ExportError` when it cannot."""
+        try:
+            path.write_text(self.export_text(settings, path.suffix) + "\n", encoding="utf-8")
+        except OSError as error:
+            raise ExportError(f"Could not write {path}: {error.strerror or error}. Choose another folder.") from error
+
+
 def format_answer_stats(stats: AnswerStats) -> str:
-    """One line: tokens, speed, time to first token, and GPU memory when known."""
-    parts = [
-        f"{stats.new_tokens} tokens",
-        f"{stats.tokens_per_second:.1f} tokens/s",
-        f"first token {stats.time_to_first_token_ms:.0f} ms",
-    ]
+    """One line: tokens, speed (from two tokens on), time to first token, and GPU memory when known."""
+    parts = [plural(stats.new_tokens, "token")]
+    if stats.new_tokens >= 2:  # the speed is measured after the first token, so one token has none
+        parts.append(f"{stats.tokens_per_second:.1f} tokens/s")
+    parts.append(f"first token {stats.time_to_first_token_ms:.0f} ms")
     if stats.gpu_memory_mb is not None:
         parts.append(f"GPU memory {stats.gpu_memory_mb:.0f} MiB")
     return " · ".join(parts)

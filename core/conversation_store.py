@@ -1,0 +1,299 @@
+"""Past conversations kept on disk, in one SQLite database in the user's data folder.
+
+    Linux    $XDG_DATA_HOME/framewise/conversations.sqlite3  (default ~/.local/share/framewise/...)
+    macOS    ~/Library/Application Support/Framewise/conversations.sqlite3
+    Windows  %APPDATA%\\Framewise\\conversations.sqlite3
+
+FRAMEWISE_DATA_DIR overrides the folder (tests, portable installs).
+
+Each conversation keeps its clip's path, the sampled timestamps, the settings it was asked under
+(``AppSettings.to_dict()`` as JSON), its created/updated times and its turns. Writes happen as the
+conversation goes: a question is committed when it is asked, its answer when it is done. The database
+runs in WAL mode, so a crash or a kill loses at most the answer being streamed; such a turn reads
+back as ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sqlite3
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from framewise.core.conversation import INTERRUPTED_TEXT, Conversation, Turn
+from framewise.core.errors import ConversationStoreError, SettingsError
+from framewise.core.events import AnswerStats
+from framewise.core.settings import AppSettings
+
+STORE_FILE_NAME = "conversations.sqlite3"
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id INTEGER PRIMARY KEY,
+    clip_name TEXT,
+    clip_path TEXT,
+    timestamps_json TEXT NOT NULL,
+    settings_json TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS turns (
+    id INTEGER PRIMARY KEY,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    question TEXT NOT NULL,
+    model_name TEXT NOT NULL,
+    model_label TEXT,
+    asked_at TEXT NOT NULL,
+    answer TEXT NOT NULL DEFAULT '',
+    status TEXT NOT NULL,
+    error TEXT,
+    stats_json TEXT
+);
+CREATE INDEX IF NOT EXISTS turns_by_conversation ON turns(conversation_id, id);
+CREATE INDEX IF NOT EXISTS conversations_by_clip ON conversations(clip_path, updated_at);
+"""
+
+
+def data_dir() -> Path:
+    """The folder that holds the conversation database (not created here)."""
+    override = os.environ.get("FRAMEWISE_DATA_DIR")
+    if override:
+        return Path(override).expanduser()
+    home = Path.home()
+    if sys.platform == "darwin":
+        return home / "Library" / "Application Support" / "Framewise"
+    if sys.platform == "win32":
+        app_data = os.environ.get("APPDATA")
+        return (Path(app_data) if app_data else home / "AppData" / "Roaming") / "Framewise"
+    data_home = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(data_home) if os.path.isabs(data_home) else home / ".local" / "share"
+    return base / "framewise"
+
+
+def default_store_path() -> Path:
+    return data_dir() / STORE_FILE_NAME
+
+
+@dataclass(frozen=True)
+class ConversationSummary:
+    """One line of the list of past conversations."""
+
+    id: int
+    clip_name: str | None
+    clip_path: str | None
+    created_at: str
+    updated_at: str
+    turn_count: int
+    first_question: str | None
+
+
+@dataclass(frozen=True)
+class StoredConversation:
+    """A conversation read back: its turns, and the settings and times it was kept with."""
+
+    id: int
+    conversation: Conversation
+    settings: AppSettings
+    created_at: str
+    updated_at: str
+    settings_problem: str | None = None
+    """Set when the kept settings no longer validate; ``settings`` are then the defaults."""
+
+
+class ConversationStore:
+    """Creates, lists, reads and deletes kept conversations. One connection; use it from one thread."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, isolation_level=None)
+            self._db.execute("PRAGMA foreign_keys = ON")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            # WAL with NORMAL syncs at checkpoints: a committed write survives the process dying
+            # (a crash or kill); only a power loss may take the last commits with it.
+            self._db.execute("PRAGMA synchronous = NORMAL")
+            self._migrate()
+        except (OSError, sqlite3.Error) as error:
+            raise ConversationStoreError(
+                f"Past conversations cannot be kept: {self.path} could not be opened ({error}). "
+                "Move or delete that file, or set FRAMEWISE_DATA_DIR to another folder."
+            ) from error
+
+    def close(self) -> None:
+        self._db.close()
+
+    def create(self, conversation: Conversation, settings: AppSettings) -> int:
+        """Keep a new, empty conversation about ``conversation``'s clip; returns its id."""
+        now = _now()
+        with self._write() as db:
+            cursor = db.execute(
+                "INSERT INTO conversations (clip_name, clip_path, timestamps_json, settings_json, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    conversation.clip_name,
+                    conversation.clip_path,
+                    json.dumps(list(conversation.timestamps)),
+                    json.dumps(settings.to_dict(), sort_keys=True),
+                    now,
+                    now,
+                ),
+            )
+        return int(cursor.lastrowid)
+
+    def add_question(self, conversation_id: int, turn: Turn) -> int:
+        """Keep ``turn``'s question (its answer still to come); returns the turn's id."""
+        with self._write() as db:
+            cursor = db.execute(
+                "INSERT INTO turns (conversation_id, question, model_name, model_label, asked_at, status)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (conversation_id, turn.question, turn.model_name, turn.model_label, turn.asked_at, turn.status),
+            )
+            self._touch(db, conversation_id)
+        return int(cursor.lastrowid)
+
+    def finish_turn(self, turn_id: int, turn: Turn) -> None:
+        """Keep ``turn``'s answer, status, error and stats (it has ended: done, stopped or failed)."""
+        stats = json.dumps(dataclasses.asdict(turn.stats)) if turn.stats else None
+        with self._write() as db:
+            row = db.execute("SELECT conversation_id FROM turns WHERE id = ?", (turn_id,)).fetchone()
+            if row is None:
+                raise ConversationStoreError(f"No kept question has id {turn_id}; it was deleted.")
+            db.execute(
+                "UPDATE turns SET answer = ?, status = ?, error = ?, stats_json = ? WHERE id = ?",
+                (turn.answer, turn.status, turn.error, stats, turn_id),
+            )
+            self._touch(db, row[0])
+
+    def list(self, clip_path: str | None = None) -> list[ConversationSummary]:
+        """Kept conversations with at least one question, the one asked most recently first; only ``clip_path``'s when given."""
+        query = (
+            "SELECT c.id, c.clip_name, c.clip_path, c.created_at, c.updated_at, COUNT(t.id),"
+            " (SELECT question FROM turns WHERE conversation_id = c.id ORDER BY id LIMIT 1)"
+            " FROM conversations c JOIN turns t ON t.conversation_id = c.id"
+        )
+        arguments: tuple[Any, ...] = ()
+        if clip_path is not None:
+            query += " WHERE c.clip_path = ?"
+            arguments = (clip_path,)
+        query += " GROUP BY c.id ORDER BY MAX(t.id) DESC"  # the latest question first (clock-independent)
+        rows = self._read(query, arguments)
+        return [ConversationSummary(*row) for row in rows]
+
+    def open(self, conversation_id: int) -> StoredConversation:
+        """Read one conversation back; a turn that never got its answer comes back ``interrupted``."""
+        rows = self._read(
+            "SELECT clip_name, clip_path, timestamps_json, settings_json, created_at, updated_at"
+            " FROM conversations WHERE id = ?",
+            (conversation_id,),
+        )
+        if not rows:
+            raise ConversationStoreError(f"No kept conversation has id {conversation_id}; it may have been deleted.")
+        clip_name, clip_path, timestamps_json, settings_json, created_at, updated_at = rows[0]
+        turns = [
+            _turn_from_row(row)
+            for row in self._read(
+                "SELECT question, model_name, model_label, asked_at, answer, status, error, stats_json"
+                " FROM turns WHERE conversation_id = ? ORDER BY id",
+                (conversation_id,),
+            )
+        ]
+        settings, problem = _settings_from_json(settings_json)
+        conversation = Conversation(clip_name, clip_path, turns, tuple(json.loads(timestamps_json)))
+        return StoredConversation(conversation_id, conversation, settings, created_at, updated_at, problem)
+
+    def delete(self, conversation_id: int) -> None:
+        """Forget a conversation and its turns (nothing happens when it is already gone)."""
+        with self._write() as db:
+            db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(f"it was written by a newer Framewise (schema {version})")
+        self._db.executescript(_SCHEMA)
+        self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _write(self) -> _Transaction:
+        return _Transaction(self._db, self.path)
+
+    def _read(self, query: str, arguments: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        try:
+            return self._db.execute(query, arguments).fetchall()
+        except sqlite3.Error as error:
+            raise _store_error(self.path, error) from error
+
+    @staticmethod
+    def _touch(db: sqlite3.Connection, conversation_id: int) -> None:
+        db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (_now(), conversation_id))
+
+
+class _Transaction:
+    """``with`` block around one write: BEGIN IMMEDIATE, then COMMIT, or ROLLBACK and a typed error."""
+
+    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
+        self._db = db
+        self._path = path
+
+    def __enter__(self) -> sqlite3.Connection:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as error:
+            raise _store_error(self._path, error) from error
+        return self._db
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: object) -> None:
+        if kind is None:
+            try:
+                self._db.execute("COMMIT")
+                return
+            except sqlite3.Error as commit_error:
+                self._db.execute("ROLLBACK")
+                raise _store_error(self._path, commit_error) from commit_error
+        self._db.execute("ROLLBACK")
+        if isinstance(error, sqlite3.Error):
+            raise _store_error(self._path, error) from error
+
+
+def _store_error(path: Path, error: sqlite3.Error) -> ConversationStoreError:
+    return ConversationStoreError(
+        f"The conversation could not be kept in {path} ({error}). Check the disk has room and the folder is writable."
+    )
+
+
+def _turn_from_row(row: tuple[Any, ...]) -> Turn:
+    question, model_name, model_label, asked_at, answer, status, error, stats_json = row
+    if status in ("waiting", "streaming"):  # the process ended before the answer was written
+        status, error = "interrupted", INTERRUPTED_TEXT
+    return Turn(question, model_name, model_label, asked_at, answer, status, error, _stats_from_json(stats_json))
+
+
+def _stats_from_json(text: str | None) -> AnswerStats | None:
+    """The kept stats, or ``None`` when there are none or they were kept by a version with other fields."""
+    if not text:
+        return None
+    known = {item.name for item in dataclasses.fields(AnswerStats)}
+    values = {key: value for key, value in json.loads(text).items() if key in known}
+    try:
+        return AnswerStats(**values)
+    except TypeError:  # a field this version requires was not kept
+        return None
+
+
+def _settings_from_json(text: str) -> tuple[AppSettings, str | None]:
+    try:
+        return AppSettings.from_dict(json.loads(text)).validate(), None
+    except SettingsError as error:
+        return AppSettings(), f"The settings kept with this conversation are no longer valid ({error}); showing the defaults."
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")

@@ -1,0 +1,58 @@
+"""A conversation's exports: Markdown for people, JSON that reads back; wording of answer stats."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from framewise.core.conversation import Conversation, Turn, format_answer_stats
+from framewise.core.errors import ExportError
+from framewise.core.events import AnswerStats
+from framewise.core.settings import AppSettings
+from framewise.core.wording import plural
+
+
+def _stats(new_tokens: int, tokens_per_second: float = 40.0, cancelled: bool = False) -> AnswerStats:
+    return AnswerStats(8, 1280, 1.0, 2.0, 0.25, 30.0, new_tokens, tokens_per_second, cancelled)
+
+
+def test_exports_label_demo_answers_and_mark_failures():
+    conversation = Conversation("clip.mp4", "/clips/clip.mp4", timestamps=(0.0, 0.5, 1.0))
+    conversation.turns.append(
+        Turn("What colour?", "demo", "Demo model — random weights", answer="Red.", status="done", stats=_stats(3))
+    )
+    conversation.turns.append(Turn("And now?", "demo", "Demo model — random weights", status="failed", error="Out of memory."))
+    conversation.turns.append(Turn("Then?", "demo", "Demo model — random weights", status="interrupted"))
+    markdown = conversation.to_markdown(AppSettings())
+    assert "# Framewise conversation — clip.mp4" in markdown
+    assert "**Answer** — demo (Demo model — random weights)" in markdown
+    assert "> Error: Out of memory." in markdown
+    assert "3 frames sampled at (s): 0.00, 0.50, 1.00" in markdown
+    assert "Framewise closed before this answer was finished" in markdown
+    data = json.loads(json.dumps(conversation.to_json(AppSettings())))
+    assert [turn["status"] for turn in data["turns"]] == ["done", "failed", "interrupted"]
+    assert data["turns"][0]["stats"]["tokens_per_second"] == 40.0
+    assert data["clip"]["timestamps"] == [0.0, 0.5, 1.0]
+    assert AppSettings.from_dict(data["settings"]) == AppSettings()
+
+
+def test_export_picks_the_format_from_the_suffix(tmp_path: Path):
+    conversation = Conversation("clip.mp4", "/clips/clip.mp4", [Turn("Q?", "demo", None, answer="A.", status="done")])
+    settings = AppSettings().replace("sampling", fps=1.0)
+    conversation.export(tmp_path / "c.JSON", settings)
+    conversation.export(tmp_path / "c.md", settings)
+    assert json.loads((tmp_path / "c.JSON").read_text(encoding="utf-8"))["settings"]["sampling"]["fps"] == 1.0
+    assert (tmp_path / "c.md").read_text(encoding="utf-8").startswith("# Framewise conversation")
+
+
+def test_export_to_an_unwritable_place_is_a_typed_error(tmp_path: Path):
+    with pytest.raises(ExportError, match="Choose another folder"):
+        Conversation().export(tmp_path / "missing" / "c.md", AppSettings())
+
+
+def test_answer_stats_words_count_right_and_skip_the_speed_of_one_token():
+    assert format_answer_stats(_stats(1, tokens_per_second=0.0)).startswith("1 token · first token")
+    assert format_answer_stats(_stats(2)).startswith("2 tokens · 40.0 tokens/s")
+    assert plural(1, "pass", "passes") == "1 pass" and plural(1200, "chunk") == "1,200 chunks" and plural(0, "frame") == "0 frames"

@@ -1,0 +1,172 @@
+"""Conversations kept in SQLite: written as they go, listed by clip and date, read back, deleted,
+and intact after the writing process is killed."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from framewise.core.conversation import Conversation, Turn
+from framewise.core.conversation_store import ConversationStore, data_dir, default_store_path
+from framewise.core.errors import ConversationStoreError
+from framewise.core.events import AnswerStats
+from framewise.core.settings import AppSettings
+from tests.conftest import REPO_ROOT
+
+STATS = AnswerStats(8, 1280, 1.0, 2.0, 0.25, 30.0, 3, 40.0, False, None)
+
+
+def _keep(store: ConversationStore, clip: str, questions: list[str], settings: AppSettings = AppSettings()) -> int:
+    conversation_id = store.create(Conversation(Path(clip).name, clip, timestamps=(0.0, 0.5)), settings)
+    for question in questions:
+        turn = Turn(question, "demo", "Demo model")
+        turn_id = store.add_question(conversation_id, turn)
+        turn.answer, turn.status, turn.stats = f"answer to {question}", "done", STATS
+        store.finish_turn(turn_id, turn)
+    return conversation_id
+
+
+def test_a_conversation_reads_back_as_it_was_written(tmp_path: Path):
+    settings = AppSettings().replace("sampling", fps=1.5, max_frames=16)
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    conversation_id = _keep(store, "/clips/a.mp4", ["What colour?", "Which way?"], settings)
+    stopped = Turn("And then?", "demo", "Demo model")
+    stopped_id = store.add_question(conversation_id, stopped)
+    stopped.answer, stopped.status = "It", "stopped"
+    store.finish_turn(stopped_id, stopped)
+    store.close()
+
+    stored = ConversationStore(tmp_path / "c.sqlite3").open(conversation_id)
+    assert stored.settings == settings and stored.settings_problem is None
+    assert stored.conversation.clip_path == "/clips/a.mp4" and stored.conversation.clip_name == "a.mp4"
+    assert stored.conversation.timestamps == (0.0, 0.5)
+    assert [turn.question for turn in stored.conversation.turns] == ["What colour?", "Which way?", "And then?"]
+    assert [turn.status for turn in stored.conversation.turns] == ["done", "done", "stopped"]
+    assert stored.conversation.turns[0].stats == STATS and stored.conversation.turns[2].stats is None
+    assert stored.conversation.turns[1].answer == "answer to Which way?"
+    assert stored.created_at <= stored.updated_at
+
+
+def test_list_by_clip_newest_first_and_without_empty_conversations(tmp_path: Path):
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    first = _keep(store, "/clips/a.mp4", ["one?"])
+    _keep(store, "/clips/b.mp4", ["two?", "three?"])
+    store.create(Conversation("a.mp4", "/clips/a.mp4"), AppSettings())  # never asked anything
+    latest = _keep(store, "/clips/a.mp4", ["four?"])
+    listed = store.list()
+    assert [item.first_question for item in listed] == ["four?", "two?", "one?"]
+    assert [item.turn_count for item in listed] == [1, 2, 1]
+    assert [item.id for item in store.list("/clips/a.mp4")] == [latest, first]
+    _keep_more = Turn("five?", "demo", None)
+    store.add_question(first, _keep_more)
+    assert store.list()[0].id == first  # asking again makes it the most recent
+
+
+def test_delete_forgets_the_conversation_and_its_turns(tmp_path: Path):
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    kept = _keep(store, "/clips/a.mp4", ["one?"])
+    gone = _keep(store, "/clips/a.mp4", ["two?", "three?"])
+    store.delete(gone)
+    store.delete(gone)
+    assert [item.id for item in store.list()] == [kept]
+    with pytest.raises(ConversationStoreError, match="may have been deleted"):
+        store.open(gone)
+    remaining = sqlite3.connect(tmp_path / "c.sqlite3").execute("SELECT COUNT(*) FROM turns").fetchone()[0]
+    assert remaining == 1
+
+
+def test_store_runs_in_wal_mode_and_rejects_a_file_that_is_not_a_database(tmp_path: Path):
+    ConversationStore(tmp_path / "c.sqlite3").close()
+    assert sqlite3.connect(tmp_path / "c.sqlite3").execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    bad = tmp_path / "bad.sqlite3"
+    bad.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(ConversationStoreError, match="Move or delete that file"):
+        ConversationStore(bad)
+
+
+def test_settings_kept_under_an_older_rule_read_back_as_defaults_with_the_reason(tmp_path: Path):
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    conversation_id = _keep(store, "/clips/a.mp4", ["one?"])
+    store._db.execute("UPDATE conversations SET settings_json = ?", ('{"sampling": {"max_frames": 3}}',))
+    stored = store.open(conversation_id)
+    assert stored.settings == AppSettings()
+    assert "sampling.max_frames" in stored.settings_problem
+
+
+def test_data_dir_follows_the_override_and_xdg(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("FRAMEWISE_DATA_DIR", str(tmp_path / "data"))
+    assert default_store_path() == tmp_path / "data" / "conversations.sqlite3"
+    monkeypatch.delenv("FRAMEWISE_DATA_DIR")
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert data_dir() == tmp_path / "xdg" / "framewise"
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys
+    from framewise.core.conversation import Conversation, Turn
+    from framewise.core.conversation_store import ConversationStore
+    from framewise.core.settings import AppSettings
+
+    store = ConversationStore(sys.argv[1])
+    conversation_id = store.create(Conversation("a.mp4", "/clips/a.mp4"), AppSettings())
+    number = 0
+    while True:
+        number += 1
+        turn = Turn(f"question {number}?", "demo", None)
+        turn_id = store.add_question(conversation_id, turn)
+        if number == int(sys.argv[2]):
+            print("streaming", number, flush=True)  # the answer is being written when the kill comes
+            sys.stdin.read()
+        turn.answer, turn.status = "x" * 2000, "done"
+        store.finish_turn(turn_id, turn)
+        if number % 50 == 0:
+            print("answered", number, flush=True)
+    """
+)
+
+
+def _start_writer(path: Path, stop_at: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(path), str(stop_at)],
+        cwd=REPO_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+
+
+def test_a_kill_while_an_answer_streams_loses_only_that_answer(tmp_path: Path):
+    path = tmp_path / "c.sqlite3"
+    writer = _start_writer(path, stop_at=4)
+    try:
+        assert writer.stdout.readline().split() == ["streaming", "4"]
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=30)
+    store = ConversationStore(path)
+    (summary,) = store.list()
+    turns = store.open(summary.id).conversation.turns
+    assert [turn.status for turn in turns] == ["done", "done", "done", "interrupted"]
+    assert turns[-1].question == "question 4?" and turns[-1].answer == ""
+
+
+def test_a_kill_in_the_middle_of_writes_leaves_a_consistent_database(tmp_path: Path):
+    path = tmp_path / "c.sqlite3"
+    writer = _start_writer(path, stop_at=0)  # never pauses: it writes until killed
+    try:
+        assert writer.stdout.readline().split() == ["answered", "50"]
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=30)
+    assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    store = ConversationStore(path)
+    turns = store.open(store.list()[0].id).conversation.turns
+    assert len(turns) >= 50
+    assert all(turn.status == "done" and len(turn.answer) == 2000 for turn in turns[:-1])
+    assert turns[-1].status in ("done", "interrupted")
+    assert [turn.question for turn in turns] == [f"question {number}?" for number in range(1, len(turns) + 1)]
