@@ -41,9 +41,9 @@ from framewise.core.events import (
     ignore_events,
 )
 from framewise.core.models import LoadedModel, load_model
-from framewise.core.processing import VideoInputs, build_chat_inputs, preprocess_video
+from framewise.core.processing import VideoInputs, build_chat_inputs, preprocess_video, video_frame_sizing
 from framewise.core.settings import AppSettings
-from framewise.core.video import sample_clip
+from framewise.core.video import ReadProgress, sample_clip
 
 THUMBNAIL_HEIGHT = 256
 
@@ -237,12 +237,19 @@ class Engine:
         Emits Progress (decode, encode), ClipSampled, one ChunkStats per encoder pass and
         EncodeDone. A failure leaves the previously open clip and the conversation as they were.
         """
-        self._require_model()
+        loaded = self._require_model()
         self._cancel.clear()
         path = Path(path)
         self.sink(Progress("decode", 0, 1, f"Reading {path.name}"))
         started = time.perf_counter()
-        sampled = sample_clip(path, self.settings.sampling, should_cancel=self._cancel.is_set)
+        sampling = self.settings.sampling
+        sampled = sample_clip(
+            path,
+            sampling,
+            video_frame_sizing(sampling, loaded.geometry),
+            should_cancel=self._cancel.is_set,
+            on_progress=lambda progress: self.sink(_decode_progress(path.name, progress)),
+        )
         decode_ms = (time.perf_counter() - started) * 1e3
         info = sampled.info
         return self._encode_frames(
@@ -438,6 +445,14 @@ def thumbnail(frame: np.ndarray, height: int = THUMBNAIL_HEIGHT) -> np.ndarray:
     height = min(height, rows)
     width = max(1, round(cols * height / rows))
     return np.ascontiguousarray(cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA))
+
+
+def _decode_progress(name: str, progress: ReadProgress) -> Progress:
+    """How far reading a clip has got, in whole seconds of video (of the total when known)."""
+    seconds, total = int(progress.seconds), int(progress.total_s or 0)
+    verb = "Measuring" if progress.stage == "scan" else "Reading"
+    of_total = f" of {total}" if total else ""
+    return Progress("decode", min(seconds, total) if total else seconds, total, f"{verb} {name}: {seconds}{of_total} s of video")
 
 
 def _device_description(device: torch.device) -> str:

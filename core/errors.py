@@ -19,6 +19,10 @@ class ClipNotFoundError(ClipError):
     """The path does not exist or is not a file."""
 
 
+class ClipAccessError(ClipError):
+    """The file, or a folder on its path, may not be read by this user (permissions)."""
+
+
 class UnreadableClipError(ClipError):
     """The file is not a media file any reader understands, or it is truncated or corrupt."""
 
@@ -36,7 +40,11 @@ class ClipTooLargeError(ClipError):
 
 
 class DecodeTimeoutError(ClipError):
-    """Decoding took longer than the allowed time."""
+    """Decoding stopped making progress within the allowed time."""
+
+
+class ReaderStuckError(ClipError):
+    """Earlier reads are still stuck inside the decoder, so no new one is started."""
 
 
 class ModelLoadError(FramewiseError):

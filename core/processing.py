@@ -6,7 +6,8 @@ Turns decoded frames into what the vision tower and the language model take:
   :func:`image_size` (still image), multiples of ``patch_size * merge_size`` (32);
 - :func:`resize_frames`: bicubic with antialiasing, as torchvision's tensor resize does it; the one
   resampler of sampled frames, used by the clip readers, training, evaluation and the parity test
-  (:func:`fit_video_frames` sizes and resizes a whole clip's frames at once);
+  (:func:`video_frame_sizing` hands it and the frame size to the readers; :func:`fit_video_frames`
+  sizes and resizes a whole clip's frames at once);
 - :func:`patchify`: normalize and lay patches out in Qwen's order -> (N, 3*2*16*16) rows and a
   ``(t, h, w)`` grid, one temporal patch per frame pair;
 - :func:`build_chat_inputs`: the chat prompt, its placeholders expanded (one ``<t.t seconds>``
@@ -31,6 +32,7 @@ import torch.nn.functional as F
 from framewise.core.encoder import VisionItem
 from framewise.core.errors import ClipTooLargeError, FramewiseError, ModelLoadError
 from framewise.core.settings import SamplingSettings
+from framewise.core.video import FrameSizing
 
 MAX_ASPECT_RATIO = 200
 # Image bounds of the released Qwen3-VL checkpoints' image processor (256x256 to 4096x4096 pixels).
@@ -248,6 +250,16 @@ def resize_frames(frames: np.ndarray | torch.Tensor, size: tuple[int, int]) -> n
         resized = resized.clamp_(0, 255).round_().to(torch.uint8)
     resized = resized.permute(0, 2, 3, 1).contiguous()
     return resized.numpy() if isinstance(frames, np.ndarray) else resized
+
+
+def video_frame_sizing(sampling: SamplingSettings, geometry: VisionGeometry = VisionGeometry()) -> FrameSizing:
+    """How the clip readers size sampled frames for Qwen3-VL: :func:`video_frame_size` under
+    ``sampling``'s pixel bounds, and :func:`resize_frames`."""
+
+    def size(count: int, height: int, width: int) -> tuple[int, int]:
+        return video_frame_size(count, height, width, sampling, geometry=geometry)
+
+    return FrameSizing(size=size, resize=resize_frames)
 
 
 def fit_video_frames(

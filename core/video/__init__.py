@@ -1,0 +1,117 @@
+"""Reading clips: probe a file and sample frames uniformly in time, ready for Qwen3-VL.
+
+PyAV is the reader (:mod:`.pyav_reader`); OpenCV is the fallback for files PyAV cannot open or
+decode (:mod:`.opencv_reader`). Both hand their frames to one sampling loop
+(:mod:`.sampling`), which builds the :class:`ClipInfo` and picks and sizes the frames:
+
+* **How many frames.** ``floor(duration x sampling.fps)``, clamped to ``[min_frames, max_frames]``
+  and rounded up to an even count (Qwen3-VL encodes frames in pairs). A clip with fewer frames
+  than that count keeps its own frame count (rounded up to even), but never fewer than
+  ``min_frames``: a clip with too few frames has frames repeated, evenly spread, so a still or a
+  two-frame clip becomes pairs of identical frames, the way Qwen3-VL encodes still images.
+* **Which frames.** Target times are the middles of equal slices of the clip; each target takes
+  the frame on screen at that time (the last frame whose presentation time is at or before it).
+  Presentation timestamps are used throughout, so variable frame rate comes out right, and the
+  returned timestamps are the chosen frames' own times in seconds from the clip's start.
+* **Size.** The caller's :class:`FrameSizing` gives the size for the clip and the resampler;
+  each chosen frame is resized as it is kept, so a long clip is never held at full resolution.
+  :mod:`framewise.core.processing` supplies both for Qwen3-VL (``video_frame_sizing``), so the
+  readers never import the model's code.
+* **Bounded** (:mod:`.bounded`): reading runs on a worker thread under a :class:`ReadBudget` that
+  follows the work (a time to start, then a time per second of video), reports
+  :class:`ReadProgress`, and stops on ``should_cancel`` within a few tens of milliseconds.
+
+Bad input raises the typed errors of :mod:`framewise.core.errors`, with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from framewise.core.errors import UnreadableClipError
+from framewise.core.settings import SamplingSettings
+from framewise.core.video.bounded import Guard, ReadBudget, ReadProgress, StuckRead, run_bounded, stuck_reads
+from framewise.core.video.clip import (
+    MAX_FRAME_PIXELS,
+    MAX_SIDE,
+    ClipInfo,
+    FrameSizing,
+    Reader,
+    ReaderFailed,
+    SampledClip,
+    existing_file,
+)
+from framewise.core.video.opencv_reader import OpenCVClip
+from framewise.core.video.pyav_reader import PyAVClip
+from framewise.core.video.sampling import read_clip, sample_count, sample_times
+
+__all__ = [
+    "MAX_FRAME_PIXELS",
+    "MAX_SIDE",
+    "ClipInfo",
+    "FrameSizing",
+    "ReadBudget",
+    "ReadProgress",
+    "Reader",
+    "SampledClip",
+    "StuckRead",
+    "probe_clip",
+    "sample_clip",
+    "sample_count",
+    "sample_times",
+    "stuck_reads",
+]
+
+
+def probe_clip(path: str | Path, *, budget: ReadBudget = ReadBudget()) -> ClipInfo:
+    """Open ``path`` and describe its video stream (decodes only the first frame).
+
+    Raises the :class:`~framewise.core.errors.ClipError` subclasses described in the module docstring.
+    """
+    clip_path = existing_file(path)
+    info, _, _ = run_bounded(lambda guard: read(clip_path, None, None, guard), clip_path, budget)
+    return info
+
+
+def sample_clip(
+    path: str | Path,
+    sampling: SamplingSettings,
+    sizing: FrameSizing,
+    *,
+    budget: ReadBudget = ReadBudget(),
+    should_cancel: Callable[[], bool] | None = None,
+    on_progress: Callable[[ReadProgress], None] | None = None,
+) -> SampledClip:
+    """Sample frames uniformly in time from ``path`` (see the module docstring for the rules).
+
+    ``should_cancel`` is polled and ``on_progress`` called on the calling thread every few
+    milliseconds; when ``should_cancel`` returns True, :class:`~framewise.core.errors.CancelledError`
+    is raised. A read that stops making progress within ``budget`` raises
+    :class:`~framewise.core.errors.DecodeTimeoutError`.
+    """
+    clip_path = existing_file(path)
+    info, sampled, reader = run_bounded(
+        lambda guard: read(clip_path, sampling, sizing, guard), clip_path, budget, should_cancel, on_progress
+    )
+    frames, timestamps = sampled
+    return SampledClip(frames=frames, timestamps=timestamps, info=info, reader=reader)
+
+
+def read(
+    path: Path, sampling: SamplingSettings | None, sizing: FrameSizing | None, guard: Guard
+) -> tuple[ClipInfo, tuple[np.ndarray, tuple[float, ...]] | None, Reader]:
+    """Probe (``sampling`` None) or sample ``path``: PyAV, then OpenCV if PyAV cannot read it."""
+    try:
+        return (*read_clip(path, PyAVClip(path, guard), sampling, sizing), "pyav")
+    except ReaderFailed as pyav_failure:
+        try:
+            return (*read_clip(path, OpenCVClip(path, guard), sampling, sizing), "opencv")
+        except ReaderFailed as opencv_failure:
+            raise UnreadableClipError(
+                f"{path.name} is not a video Framewise can read ({pyav_failure}; {opencv_failure}). "
+                "Check that it plays in a media player; if it is truncated or damaged, export or "
+                "re-encode it (MP4 with H.264 works everywhere)."
+            ) from pyav_failure

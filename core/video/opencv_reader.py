@@ -1,0 +1,104 @@
+"""The OpenCV reader, for files PyAV cannot open or decode.
+
+OpenCV applies rotation itself, gives timestamps through ``CAP_PROP_POS_MSEC``, and cannot count
+frames without decoding, so the duration comes from the header's frame count and rate. Its open
+and its reads are bounded by the budget (FFmpeg backend timeouts), and neither OpenCV nor its own
+FFmpeg prints to the console: Framewise reports what failed in its own words.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from framewise.core.video.bounded import Guard
+from framewise.core.video.clip import Reader, ReaderFailed, check_resolution, normalized_rotation
+from framewise.core.video.sampling import NextTarget
+
+
+def _quiet_cv2() -> Any:
+    """Import cv2 with its console logging off (unless the user asked for it)."""
+    os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # AV_LOG_QUIET; read when FFmpeg is first used
+    import cv2  # here: only clips PyAV cannot read need it
+
+    if "OPENCV_LOG_LEVEL" not in os.environ:
+        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
+    return cv2
+
+
+def open_capture(path: Path, guard: Guard) -> Any:
+    """``cv2.VideoCapture`` on the FFmpeg backend, with the budget as its open and read timeouts."""
+    cv2 = _quiet_cv2()
+    guard.check()
+    timeouts = [
+        cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, int(guard.seconds_left() * 1000),
+        cv2.CAP_PROP_READ_TIMEOUT_MSEC, int(guard.budget.per_video_second_s * 1000),
+    ]
+    capture = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG, timeouts)
+    guard.check()
+    if not capture.isOpened():
+        capture.release()
+        raise ReaderFailed("OpenCV could not open it either")
+    return capture
+
+
+class OpenCVClip:
+    """An opened clip as OpenCV reads it (see :class:`framewise.core.video.sampling.OpenedClip`)."""
+
+    reader: Reader = "opencv"
+
+    def __init__(self, path: Path, guard: Guard) -> None:
+        self.cv2 = _quiet_cv2()
+        self.guard = guard
+        self.capture = open_capture(path, guard)
+        try:
+            cv2, capture = self.cv2, self.capture
+            capture.set(cv2.CAP_PROP_ORIENTATION_AUTO, 1)
+            check_resolution(path, int(capture.get(cv2.CAP_PROP_FRAME_WIDTH)), int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT)))
+            self.fps = capture.get(cv2.CAP_PROP_FPS) or 0.0
+            self.frame_count = int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) or None
+            self.duration_s = self.frame_count / self.fps if self.frame_count and self.fps > 0 else 0.0
+            self.rotation = normalized_rotation(-capture.get(cv2.CAP_PROP_ORIENTATION_META))
+            self.codec = _fourcc(capture.get(cv2.CAP_PROP_FOURCC))
+        except BaseException:
+            self.capture.release()
+            raise
+
+    def orientation(self, frame: np.ndarray) -> tuple[int, int, int]:
+        height, width = frame.shape[:2]  # as displayed: OpenCV has rotated it already
+        return width, height, self.rotation
+
+    def upright_rgb(self, frame: np.ndarray) -> np.ndarray:
+        return self.cv2.cvtColor(frame, self.cv2.COLOR_BGR2RGB)
+
+    def frames(self, next_target: NextTarget) -> Iterator[tuple[float, np.ndarray]]:
+        """Every frame, timed from the first; the capture is released when the iteration ends."""
+        capture = self.capture
+        try:
+            self.guard.begin("decode", self.duration_s)
+            if not capture.grab():
+                raise ReaderFailed("OpenCV could not decode a frame either")
+            start_ms = capture.get(self.cv2.CAP_PROP_POS_MSEC)
+            yield 0.0, _retrieve(capture)
+            while capture.grab():
+                time_s = (capture.get(self.cv2.CAP_PROP_POS_MSEC) - start_ms) / 1000.0
+                self.guard.check(time_s)
+                yield time_s, _retrieve(capture)
+        finally:
+            capture.release()
+
+
+def _retrieve(capture: Any) -> np.ndarray:
+    ok, bgr = capture.retrieve()
+    if not ok or bgr is None:
+        raise ReaderFailed("OpenCV could not decode a frame")
+    return bgr
+
+
+def _fourcc(code: float) -> str:
+    value = int(code)
+    return "".join(chr((value >> shift) & 0xFF) for shift in (0, 8, 16, 24)).strip("\x00 ").lower() or "unknown"
