@@ -1,4 +1,5 @@
-"""Parity of core.processing with transformers' own Qwen3-VL processors on the same frames.
+"""Parity of core.processing with transformers' own Qwen3-VL processors on the same frames, and
+of the application's own path (a file read by core.video, resized by its resampler) with them.
 
 transformers' ``Qwen3VLVideoProcessor`` and ``Qwen2VLImageProcessor`` need torchvision and
 Pillow; where either is missing the whole file is skipped, saying so. The processors are built
@@ -31,19 +32,23 @@ from framewise.core.processing import (  # noqa: E402
     IMAGE_MIN_PIXELS,
     VisionGeometry,
     build_chat_inputs,
+    fit_video_frames,
     image_size,
     preprocess_image,
     preprocess_video,
     resize_frames,
     smart_resize,
-    video_frame_size,
+    video_frame_sizing,
 )
 from framewise.core.settings import SamplingSettings  # noqa: E402
+from framewise.core.video import sample_clip  # noqa: E402
 
 if __package__:
     from .test_processing import CHAT_TEMPLATE, make_tokenizer
+    from .test_video import write_lossless_clip
 else:
     from test_processing import CHAT_TEMPLATE, make_tokenizer
+    from test_video import write_lossless_clip
 
 GEOMETRY = VisionGeometry()
 PROCESSOR_SIZES = dict(patch_size=16, temporal_patch_size=2, merge_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3)
@@ -105,8 +110,7 @@ def test_matches_qwen3vl_processor(case):
     images = [natural_frames(1, h, w, seed=h)[0] for h, w in image_shapes]
     question = "Was passiert hier? 🎬"
 
-    size = video_frame_size(count, height, width, sampling)
-    video = preprocess_video(resize_frames(frames, size), timestamps, GEOMETRY)
+    video = preprocess_video(fit_video_frames(frames, sampling), timestamps, GEOMETRY)
     items = [preprocess_image(image, GEOMETRY, **IMAGE_BOUNDS) for image in images]
     ours = build_chat_inputs(tokenizer, question, video=video, images=items, history=history)
 
@@ -136,6 +140,37 @@ def test_matches_qwen3vl_processor(case):
         assert [list(item.grid_thw) for item in items] == theirs["image_grid_thw"].tolist()
         ours_pixels = torch.cat([item.pixel_values for item in items])
         torch.testing.assert_close(ours_pixels, theirs["pixel_values"], atol=1e-2, rtol=0)
+
+
+def test_the_applications_own_path_matches_qwen3vl_processor(tmp_path):
+    """A file through the application's reader and resampler (sample_clip with
+    video_frame_sizing), then patches and prompt, against transformers' processor on the frames
+    the file holds (stored losslessly, so both sides start from the same pixels)."""
+    tokenizer = make_tokenizer()
+    sampling = SamplingSettings(fps=2.0, max_pixels=8 * 96 * 160, min_pixels_per_frame=64 * 64, min_frames=2, max_frames=32)
+    frames = natural_frames(8, 180, 320, seed=8)
+    path = write_lossless_clip(tmp_path / "natural.mkv", frames, fps=2)
+
+    sampled = sample_clip(path, sampling, video_frame_sizing(sampling))
+    indices = [round(t * 2) for t in sampled.timestamps]
+    assert indices == list(range(8))  # each frame once, so both sides see the same frames
+    video = preprocess_video(sampled.frames, sampled.timestamps, GEOMETRY)
+    question = "What moves, and where to?"
+    ours = build_chat_inputs(tokenizer, question, video=video)
+
+    messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": question}]}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    theirs = hf_processor(tokenizer, len(indices), sampling)(
+        text=[text],
+        videos=[frames[indices]],
+        video_metadata=[{"total_num_frames": len(frames), "fps": 2.0, "frames_indices": indices}],
+        return_tensors="pt",
+    )
+
+    assert torch.equal(ours.input_ids, theirs["input_ids"])
+    assert torch.equal(ours.mm_token_type_ids, theirs["mm_token_type_ids"])
+    assert [list(video.item.grid_thw)] == theirs["video_grid_thw"].tolist()
+    torch.testing.assert_close(video.item.pixel_values, theirs["pixel_values_videos"], atol=1e-2, rtol=0)
 
 
 SIDES = [5, 31, 32, 33, 90, 240, 479, 720, 1081, 1920, 3000]

@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+from fractions import Fraction
+
 import av
 import numpy as np
 import pytest
@@ -25,7 +27,7 @@ from framewise.core.errors import (
     NoVideoStreamError,
     UnreadableClipError,
 )
-from framewise.core.processing import video_frame_size, video_frame_sizing
+from framewise.core.processing import fit_video_frames, video_frame_size, video_frame_sizing
 from framewise.core.settings import SamplingSettings
 from framewise.core.video import ReadBudget, SampledClip, probe_clip, pyav_reader, sample_count, sample_times
 from framewise.core.video.clip import ReaderFailed
@@ -64,6 +66,19 @@ def header_only_clip(path: Path, width: int, height: int) -> Path:
         stream = container.add_stream("libx264", rate=10)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         container.start_encoding()
+    return path
+
+
+def write_lossless_clip(path: Path, frames: np.ndarray, fps: int) -> Path:
+    """FFV1 in Matroska at a constant rate: decoding gives back exactly these (T, H, W, 3) RGB frames."""
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("ffv1", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = frames.shape[2], frames.shape[1], "bgr0"
+        for index, rgb in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24").reformat(format="bgr0")
+            frame.pts, frame.time_base = index, Fraction(1, fps)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
     return path
 
 
@@ -202,6 +217,37 @@ def test_frames_come_out_at_the_qwen3_vl_target_size(tmp_path, height, width):
     target = video_frame_size(len(sampled.frames), height, width, sampling)
     assert sampled.frames.shape == (4, *target, 3)
     assert indices(sampled.frames) == [round(t * 5) for t in sampled.timestamps]
+
+
+LOSSLESS_SAMPLING = SamplingSettings(
+    fps=2.0, min_frames=4, max_frames=32, max_pixels=8 * 64 * 96, min_pixels_per_frame=32 * 32
+)
+
+
+@pytest.fixture
+def lossless_clip(tmp_path) -> tuple[Path, np.ndarray]:
+    source = np.random.default_rng(3).integers(0, 256, size=(8, 90, 160, 3), dtype=np.uint8)
+    return write_lossless_clip(tmp_path / "lossless.mkv", source, fps=2), source
+
+
+def test_sampled_frames_are_resized_by_the_same_function_as_training(lossless_clip):
+    """The reader keeps each frame through the caller's resampler: the app's frames are exactly
+    fit_video_frames of the source frames, as training and evaluation make them."""
+    path, source = lossless_clip
+    sampled = sample(path, LOSSLESS_SAMPLING)
+
+    assert sampled.reader == "pyav"
+    assert sampled.timestamps == pytest.approx([i / 2 for i in range(8)])
+    assert sampled.frames.shape[1:3] != source.shape[1:3]  # resized, so the resampler matters
+    np.testing.assert_array_equal(sampled.frames, fit_video_frames(source, LOSSLESS_SAMPLING))
+
+
+def test_the_opencv_fallback_resizes_with_the_same_function(lossless_clip, pyav_fails):
+    path, source = lossless_clip
+    sampled = sample(path, LOSSLESS_SAMPLING)
+
+    assert sampled.reader == "opencv"
+    np.testing.assert_array_equal(sampled.frames, fit_video_frames(source, LOSSLESS_SAMPLING))
 
 
 def quadrant_picture(height: int = 32, width: int = 64) -> np.ndarray:
