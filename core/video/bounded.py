@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.02
 PROGRESS_EVERY_S = 0.5  # a read shorter than this reports no progress
-STOP_GRACE_S = 0.1  # how long a stopped worker may take to end before it counts as stuck
+STOP_GRACE_S = 0.25  # how long a stopped worker may take to end before it counts as stuck
 MAX_STUCK_READS = 4
 
 Stage = Literal["open", "scan", "decode"]

@@ -11,10 +11,12 @@ import pytest
 import torch
 
 from framewise.core.engine import Engine
-from framewise.core.errors import ClipError, FramewiseError
-from framewise.core.events import ChunkStats, ClipSampled, Done, EncodeDone, EngineInfo, Event, Token
+from framewise.core.errors import CancelledError, ClipError, FramewiseError
+from framewise.core.events import ChunkStats, ClipSampled, Done, EncodeDone, EngineInfo, Event, Progress, Token
 from framewise.core.settings import AppSettings
+from framewise.core.video import pyav_reader
 from tests.conftest import SAMPLE_CLIPS
+from training.clip_writer import write_clip
 
 FAST = AppSettings().replace("model", device="cpu").replace("sampling", max_frames=4).replace(
     "generation", max_new_tokens=6
@@ -215,3 +217,36 @@ def test_frames_sampled_elsewhere_open_like_a_clip(loaded_engine: tuple[Engine, 
     assert engine.ask("What color is the square?").text
     engine.apply_settings(FAST.replace("sampling", max_frames=6))  # nothing to re-sample: the clip stays
     assert engine.clip.summary is summary
+
+
+def test_cancel_reaches_a_clip_while_it_is_read_and_reading_shows_progress(
+    engine: tuple[Engine, Recorder], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine_, recorder = engine
+    open_before = engine_.clip
+    long_clip = write_clip(tmp_path / "long.ts", [np.full((48, 64, 3), i % 200, np.uint8) for i in range(300)], fps=5)
+    real_decoded = pyav_reader.PyAVClip._decoded
+
+    def slow_decoded(self, *args):  # 0.05 s per frame: reading the 60 s clip takes seconds
+        for decoded in real_decoded(self, *args):
+            time.sleep(0.05)
+            self.guard.check(decoded[0])
+            yield decoded
+
+    monkeypatch.setattr(pyav_reader.PyAVClip, "_decoded", slow_decoded)
+    cancelled_at: list[float] = []
+
+    def cancel_once_reading_has_progressed() -> None:
+        while not any(p.stage == "decode" and p.current > 0 for p in recorder.of(Progress)):
+            time.sleep(0.01)
+        cancelled_at.append(time.monotonic())
+        engine_.cancel()
+
+    threading.Thread(target=cancel_once_reading_has_progressed, daemon=True).start()
+    with pytest.raises(CancelledError):
+        engine_.open_clip(long_clip)
+
+    assert time.monotonic() - cancelled_at[0] < 0.5
+    reading = [p for p in recorder.of(Progress) if p.stage == "decode" and p.total]
+    assert reading and reading[-1].total == 60 and "long.ts" in reading[-1].message
+    assert engine_.clip is open_before  # the open clip stays

@@ -29,7 +29,15 @@ from framewise.core.errors import (
     ReaderStuckError,
 )
 from framewise.core.settings import SamplingSettings
-from framewise.core.video import ReadBudget, ReadProgress, probe_clip, pyav_reader, sample_times, stuck_reads
+from framewise.core.video import (
+    ReadBudget,
+    ReadProgress,
+    opencv_reader,
+    probe_clip,
+    pyav_reader,
+    sample_times,
+    stuck_reads,
+)
 from training.clip_writer import write_clip
 
 if __package__:
@@ -404,3 +412,19 @@ def test_the_opencv_open_and_reads_get_the_budget_as_timeouts(counted, pyav_fail
     assert path == str(counted) and backend == cv2.CAP_FFMPEG
     assert 0 < options[cv2.CAP_PROP_OPEN_TIMEOUT_MSEC] <= 7000
     assert options[cv2.CAP_PROP_READ_TIMEOUT_MSEC] == 3000
+
+
+def test_cancel_reaches_the_opencv_reader_within_half_a_second(counted, pyav_fails, monkeypatch):
+    real_frames = opencv_reader.OpenCVClip.frames
+
+    def slow_frames(self, next_target):  # 0.2 s per frame: 8 s for the clip
+        for decoded in real_frames(self, next_target):
+            time.sleep(0.2)
+            yield decoded
+
+    monkeypatch.setattr(opencv_reader.OpenCVClip, "frames", slow_frames)
+    started = time.monotonic()
+    with pytest.raises(CancelledError, match="counted.mp4 was cancelled"):
+        sample(counted, should_cancel=lambda: time.monotonic() - started > 0.5)
+    assert time.monotonic() - started < 1.0
+    wait_for_no_decode_threads(within_s=0.5)
