@@ -5,10 +5,10 @@
 Only :meth:`Engine.cancel` may be called from another thread.
 
 A clip is encoded once, when it is opened; every question about it reuses the vision features.
-They reach the language model through the one seam transformers offers: the model's
-``get_video_features`` / ``get_image_features`` are replaced on the instance by
-:class:`FeatureInjector`, which hands back the features the :class:`~framewise.core.encoder.VisionEncoder`
-computed.
+Answers are decoded by :class:`~framewise.core.decoding.Decoder` over a static KV cache allocated
+at load, with decode steps through CUDA graphs on a GPU; a follow-up question prefills only what
+the cache does not already hold. :class:`FeatureInjector` serves the same features to
+transformers' own ``generate()`` (the demo model's training uses it).
 """
 
 from __future__ import annotations
@@ -22,16 +22,17 @@ from typing import Any, Sequence
 import cv2
 import numpy as np
 import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
-from transformers.generation.streamers import BaseStreamer
 from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
+from framewise.core.decoding import Decoded, Decoder, Prompt, Qwen3VLLanguageModel, SamplingRule, context_for
 from framewise.core.encoder import EncodedItem, VisionEncoder
-from framewise.core.encoder_graphs import available_attention_backends, make_vision_encoder
+from framewise.core.encoder_graphs import available_attention_backends, make_vision_encoder, percentile
 from framewise.core.errors import CancelledError, FramewiseError
 from framewise.core.events import (
     AnswerStats,
     ClipSampled,
+    DecoderInfo,
+    DecoderStats,
     Done,
     EncodeDone,
     EngineInfo,
@@ -99,17 +100,7 @@ def _as_model_output(items: Sequence[EncodedItem], modality: str) -> BaseModelOu
     )
 
 
-class _CancelCriterion(StoppingCriteria):
-    """Stops generation at the next token once the cancel flag is set."""
-
-    def __init__(self, flag: threading.Event) -> None:
-        self.flag = flag
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: Any) -> torch.BoolTensor:
-        return torch.full((input_ids.shape[0],), self.flag.is_set(), dtype=torch.bool, device=input_ids.device)
-
-
-class _TokenStreamer(BaseStreamer):
+class _TokenStreamer:
     """Turns generated token ids into :class:`Token` events of decoded text.
 
     The whole answer is re-decoded each step and only the new suffix is sent, so tokens that
@@ -122,15 +113,12 @@ class _TokenStreamer(BaseStreamer):
         self.token_ids: list[int] = []
         self.text = ""
         self.first_token_time: float | None = None
-        self._prompt_seen = False
 
-    def put(self, value: torch.Tensor) -> None:
-        if not self._prompt_seen:  # generate() first passes the prompt itself
-            self._prompt_seen = True
-            return
+    def put(self, token_id: int) -> None:
+        """Take the next generated token."""
         if self.first_token_time is None:
             self.first_token_time = time.perf_counter()
-        self.token_ids.extend(value.reshape(-1).tolist())
+        self.token_ids.append(token_id)
         text = self.tokenizer.decode(self.token_ids, skip_special_tokens=True)
         if text.endswith("\ufffd"):
             return
@@ -161,20 +149,21 @@ class Engine:
         self.sink = sink
         self.loaded: LoadedModel | None = None
         self.encoder: VisionEncoder | None = None
+        self.decoder: Decoder | None = None
         self.clip: EncodedClip | None = None
         self.history: list[tuple[str, str]] = []
         self._cancel = threading.Event()
-        self._injector = FeatureInjector()
         self._graphs_reason = ""
 
     # ----------------------------------------------------------------- lifecycle
 
     def load(self) -> EngineInfo:
-        """Load the model named by the settings and build its vision encoder (capturing graphs on CUDA)."""
+        """Load the model named by the settings, build its vision encoder and its decoder (capturing
+        the encoder's graphs, then the decode step graphs, on CUDA)."""
         self._cancel.clear()
         self.loaded = load_model(self.settings.model, progress=self.sink)
-        self._injector.install(self.loaded.model)
         self._build_encoder()
+        self._build_decoder()
         info = self.info()
         self.sink(info)
         return info
@@ -183,8 +172,9 @@ class Engine:
         """Switch to new settings, redoing only what they change.
 
         A new model reloads everything and re-encodes the open clip; new encoder settings
-        re-capture the graphs; new sampling settings re-sample and re-encode the open clip.
-        Returns the new :class:`EngineInfo` when the model or encoder changed.
+        re-capture the graphs; new sampling settings re-sample and re-encode the open clip; a new
+        context length or decoding setting re-allocates the KV cache and re-captures the decode
+        graphs. Returns the new :class:`EngineInfo` when the model, encoder or decoder changed.
         """
         settings.validate()
         old, self.settings = self.settings, settings
@@ -195,10 +185,17 @@ class Engine:
         if settings.model != old.model:
             self._release_model()
             info = self.load()
-        elif settings.encoder != old.encoder:
-            self._build_encoder()
-            info = self.info()
-            self.sink(info)
+        else:
+            rebuilt = False
+            if settings.encoder != old.encoder:
+                self._build_encoder()
+                rebuilt = True
+            if _decoder_shape(settings) != _decoder_shape(old):
+                self._build_decoder()
+                rebuilt = True
+            if rebuilt:
+                info = self.info()
+                self.sink(info)
         if clip_path and (settings.model != old.model or settings.sampling != old.sampling):
             self.open_clip(clip_path)
         return info
@@ -219,6 +216,22 @@ class Engine:
             graph_budgets=tuple(getattr(encoder, "budgets", ())),
             capture_seconds=getattr(encoder, "capture_seconds", None),
             graph_memory_mb=getattr(encoder, "graph_memory_mb", None),
+            decoder=self._decoder_info(),
+        )
+
+    def _decoder_info(self) -> DecoderInfo | None:
+        decoder = self.decoder
+        if decoder is None:
+            return None
+        steps = decoder.steps
+        return DecoderInfo(
+            graphs_enabled=decoder.graphs_enabled,
+            graphs_reason=decoder.graphs_reason,
+            context_tokens=decoder.max_tokens,
+            buckets=steps.buckets,
+            kv_cache_mb=decoder.cache.nbytes / 2**20,
+            capture_seconds=steps.capture_seconds if decoder.graphs_enabled else None,
+            graph_memory_mb=steps.graph_memory_bytes / 2**20 if decoder.graphs_enabled else None,
         )
 
     def cancel(self) -> None:
@@ -226,7 +239,11 @@ class Engine:
         self._cancel.set()
 
     def new_conversation(self) -> None:
-        """Forget earlier questions and answers; the open clip stays encoded."""
+        """Forget earlier questions and answers; the open clip stays encoded.
+
+        The decoder keeps the KV entries of the prompt's part that does not depend on the
+        conversation (system text and clip); everything after it is prefilled anew.
+        """
         self.history.clear()
 
     # ----------------------------------------------------------------- clips
@@ -345,51 +362,44 @@ class Engine:
             history=self.history,
             geometry=loaded.geometry,
         )
-        self._injector.video = [self.clip.features] if self.clip else []
         streamer = _TokenStreamer(loaded.tokenizer, self.sink)
-        generated = self._generate(inputs, streamer)
+        decoded = self._decode(inputs, streamer)
+        streamer.end()
         finished = time.perf_counter()
 
-        cancelled = self._cancel.is_set()
+        cancelled = decoded.stop_reason == "cancelled"
         text = streamer.text.strip()
         if not cancelled:
             self.history.append((question, text))
-        done = Done(text=text, stats=self._answer_stats(started, finished, streamer, generated, cancelled))
+        done = Done(text=text, stats=self._answer_stats(started, finished, streamer, decoded))
         self.sink(done)
         return done
 
-    def _generate(self, inputs: Any, streamer: _TokenStreamer) -> int:
-        """Run ``generate`` with the injected features; returns the number of new tokens."""
+    def _decode(self, inputs: Any, streamer: _TokenStreamer) -> Decoded:
+        """Decode the answer to ``inputs`` with the open clip's features, streaming through ``streamer``."""
         loaded = self._require_model()
-        device = loaded.device
-        generation = self.settings.generation
-        kwargs: dict[str, Any] = dict(
-            input_ids=inputs.input_ids.to(device),
-            attention_mask=inputs.attention_mask.to(device),
-            mm_token_type_ids=inputs.mm_token_type_ids.to(device),
-            max_new_tokens=generation.max_new_tokens,
-            streamer=streamer,
-            stopping_criteria=StoppingCriteriaList([_CancelCriterion(self._cancel)]),
-            pad_token_id=loaded.tokenizer.pad_token_id or loaded.tokenizer.eos_token_id,
+        decoder = self._require_decoder()
+        clip = self.clip
+        prompt = Prompt(
+            input_ids=inputs.input_ids,
+            token_types=inputs.mm_token_type_ids,
+            video_grid_thw=clip.video.item.grid_thw if clip else None,
+            video=clip.features if clip else None,
+            owner=clip,
         )
-        if generation.temperature > 0:
-            kwargs.update(do_sample=True, temperature=generation.temperature, top_k=0, top_p=1.0)
-        else:
-            kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
-        if self.clip is not None:
-            # The injector supplies the features; the pixel tensor only has to be present.
-            kwargs.update(
-                pixel_values_videos=torch.empty(0, device=device),
-                video_grid_thw=torch.tensor([self.clip.video.item.grid_thw], device=device),
-            )
-        with torch.inference_mode():
-            output = loaded.model.generate(**kwargs)
-        return int(output.shape[1] - inputs.input_ids.shape[1])
+        generation = self.settings.generation
+        rule = SamplingRule(
+            max_new_tokens=generation.max_new_tokens,
+            temperature=generation.temperature,
+            eos_token_ids=_eos_token_ids(loaded),
+        )
+        return decoder.answer(prompt, rule, streamer.put, self._cancel.is_set)
 
     def _answer_stats(
-        self, started: float, finished: float, streamer: _TokenStreamer, new_tokens: int, cancelled: bool
+        self, started: float, finished: float, streamer: _TokenStreamer, decoded: Decoded
     ) -> AnswerStats:
         loaded = self._require_model()
+        new_tokens = len(decoded.token_ids)
         first = streamer.first_token_time or finished
         decode_seconds = finished - first
         summary = self.clip.summary if self.clip else None
@@ -405,8 +415,28 @@ class Engine:
             time_to_first_token_ms=(first - started) * 1e3,
             new_tokens=new_tokens,
             tokens_per_second=(new_tokens - 1) / decode_seconds if new_tokens > 1 and decode_seconds > 0 else 0.0,
-            cancelled=cancelled,
+            cancelled=decoded.stop_reason == "cancelled",
             gpu_memory_mb=gpu_memory_mb,
+            decoder=self._decoder_stats(decoded),
+        )
+
+    def _decoder_stats(self, decoded: Decoded) -> DecoderStats:
+        decoder = self._require_decoder()
+        steps = sorted(decoded.step_ms)
+        mean = sum(steps) / len(steps) if steps else None
+        return DecoderStats(
+            graphs_enabled=decoder.graphs_enabled,
+            graph_steps=decoded.graph_steps,
+            eager_steps=decoded.direct_steps,
+            prompt_tokens=decoded.prompt_tokens,
+            prefix_tokens_reused=decoded.prefix_tokens_reused,
+            prefill_tokens=decoded.prompt_tokens - decoded.prefix_tokens_reused,
+            prefill_ms=decoded.prefill_ms,
+            tokens_per_second=1e3 / mean if mean else 0.0,
+            ms_per_token_mean=mean,
+            ms_per_token_p99=percentile(steps, 99),
+            context_tokens=decoder.max_tokens,
+            stop_reason=decoded.stop_reason,
         )
 
     # ----------------------------------------------------------------- helpers
@@ -418,7 +448,26 @@ class Engine:
             loaded.model.model.visual, self.settings.encoder, loaded.device, progress=self.sink
         )
 
+    def _build_decoder(self) -> None:
+        """Allocate the KV cache for the settings' context and capture the decode step graphs."""
+        loaded = self._require_model()
+        if self.decoder is not None:
+            self.decoder.close()
+        self.decoder = None
+        language = Qwen3VLLanguageModel(loaded.model)
+        decoding = self.settings.decoding
+        self.decoder = Decoder(
+            language,
+            context_for(self.settings, language),
+            decoding.min_bucket,
+            use_graphs=decoding.use_graphs,
+            progress=self.sink,
+        )
+
     def _release_model(self) -> None:
+        if self.decoder is not None:
+            self.decoder.close()
+        self.decoder = None
         self.encoder = None
         self.loaded = None
         if torch.cuda.is_available():
@@ -428,6 +477,11 @@ class Engine:
         if self.loaded is None:
             raise FramewiseError("The model is not loaded yet; wait for loading to finish.")
         return self.loaded
+
+    def _require_decoder(self) -> Decoder:
+        if self.decoder is None:
+            raise FramewiseError("The decoder is not ready; wait for loading to finish.")
+        return self.decoder
 
     def _require_encoder(self) -> VisionEncoder:
         if self.encoder is None:
@@ -453,6 +507,19 @@ def _decode_progress(name: str, progress: ReadProgress) -> Progress:
     verb = "Measuring" if progress.stage == "scan" else "Reading"
     of_total = f" of {total}" if total else ""
     return Progress("decode", min(seconds, total) if total else seconds, total, f"{verb} {name}: {seconds}{of_total} s of video")
+
+
+def _decoder_shape(settings: AppSettings) -> tuple[Any, int]:
+    """The settings that decide the decoder's cache and graphs."""
+    return settings.decoding, settings.context_tokens()
+
+
+def _eos_token_ids(loaded: LoadedModel) -> frozenset[int]:
+    """The ids that end an answer, from the model's generation config (as ``generate()`` reads them)."""
+    eos = loaded.model.generation_config.eos_token_id
+    if eos is None:
+        eos = loaded.tokenizer.eos_token_id
+    return frozenset(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
 
 
 def _device_description(device: torch.device) -> str:

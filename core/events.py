@@ -85,6 +85,30 @@ class EncodeDone:
 
 
 @dataclass(frozen=True)
+class DecoderStats:
+    """How one answer was decoded.
+
+    ``graph_steps``/``eager_steps`` count decode steps that replayed a CUDA graph or ran eagerly
+    (the hits and misses); ``prefix_tokens_reused`` of the ``prompt_tokens`` were already in the
+    KV cache, so the prefill ran over the rest (``prefill_tokens``) in ``prefill_ms``.
+    ``ms_per_token_*`` are over the decode steps after the first token.
+    """
+
+    graphs_enabled: bool
+    graph_steps: int
+    eager_steps: int
+    prompt_tokens: int
+    prefix_tokens_reused: int
+    prefill_tokens: int
+    prefill_ms: float
+    tokens_per_second: float
+    ms_per_token_mean: float | None
+    ms_per_token_p99: float | None
+    context_tokens: int
+    stop_reason: str
+
+
+@dataclass(frozen=True)
 class AnswerStats:
     """What one question cost."""
 
@@ -98,6 +122,7 @@ class AnswerStats:
     tokens_per_second: float
     cancelled: bool
     gpu_memory_mb: float | None = None
+    decoder: DecoderStats | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +142,20 @@ class Failed:
 
 
 @dataclass(frozen=True)
+class DecoderInfo:
+    """The answer decoder: its KV cache's context length and memory, and whether decode steps run
+    through CUDA graphs (one per context-length bucket), with the reason when not."""
+
+    graphs_enabled: bool
+    graphs_reason: str
+    context_tokens: int
+    buckets: tuple[int, ...]
+    kv_cache_mb: float
+    capture_seconds: float | None = None
+    graph_memory_mb: float | None = None
+
+
+@dataclass(frozen=True)
 class EngineInfo:
     """What the engine runs on, for ``framewise info``, the About box and the window's banners."""
 
@@ -131,6 +170,7 @@ class EngineInfo:
     graph_budgets: tuple[int, ...] = ()
     capture_seconds: float | None = None
     graph_memory_mb: float | None = None
+    decoder: DecoderInfo | None = None
 
 
 Event = Union[Progress, Token, ChunkStats, ClipSampled, EncodeDone, Done, Failed, EngineInfo]

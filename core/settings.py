@@ -149,6 +149,54 @@ class GenerationSettings:
             raise SettingsError("generation.temperature", "use a temperature between 0 (greedy) and 2")
 
 
+# Context the decoder reserves for text around the clip: the chat template, the questions, and
+# per frame pair a "<t.t seconds>" marker with its vision start and end tokens.
+PROMPT_TEXT_TOKENS = 1024
+TOKENS_PER_FRAME_PAIR_MARKER = 10
+# Answers the automatic context holds: a first question and three follow-ups.
+ANSWERS_IN_CONTEXT = 4
+CONTEXT_ROUNDING = 256
+# Qwen3-VL turns a 32x32-pixel block of two frames into one video token.
+PIXELS_PER_VIDEO_TOKEN = 2 * 32 * 32
+
+
+@dataclass(frozen=True)
+class DecodingSettings:
+    """How answers are decoded: a static KV cache of ``max_context_tokens`` positions, allocated
+    at load, and one-token decode steps replayed through CUDA graphs (``use_graphs``), one per
+    context-length bucket from ``min_bucket`` up, doubling.
+
+    ``max_context_tokens`` 0 means automatic: the largest clip the sampling settings allow,
+    the prompt text, and ``ANSWERS_IN_CONTEXT`` answers of ``max_new_tokens``.
+    """
+
+    use_graphs: bool = True
+    max_context_tokens: int = 0
+    min_bucket: int = 256
+
+    def validate(self) -> None:
+        if self.max_context_tokens < 0:
+            raise SettingsError("decoding.max_context_tokens", "use 0 (automatic) or a positive number of tokens")
+        if self.min_bucket < 16 or self.min_bucket & (self.min_bucket - 1):
+            raise SettingsError("decoding.min_bucket", "use a power of two of at least 16")
+
+
+def clip_context_tokens(sampling: SamplingSettings) -> int:
+    """The most context one clip can take under ``sampling``: its video tokens and time markers."""
+    return sampling.max_pixels // PIXELS_PER_VIDEO_TOKEN + (sampling.max_frames // 2) * TOKENS_PER_FRAME_PAIR_MARKER
+
+
+def minimum_context_tokens(sampling: SamplingSettings, generation: GenerationSettings) -> int:
+    """The context one question about the largest clip needs: clip, prompt text and one answer."""
+    return clip_context_tokens(sampling) + PROMPT_TEXT_TOKENS + generation.max_new_tokens
+
+
+def automatic_context_tokens(sampling: SamplingSettings, generation: GenerationSettings) -> int:
+    """The default context: the largest clip, the prompt text and ``ANSWERS_IN_CONTEXT`` answers."""
+    tokens = clip_context_tokens(sampling) + PROMPT_TEXT_TOKENS + ANSWERS_IN_CONTEXT * generation.max_new_tokens
+    return CONTEXT_ROUNDING * math.ceil(tokens / CONTEXT_ROUNDING)
+
+
 @dataclass(frozen=True)
 class AppSettings:
     """All of Framewise's settings."""
@@ -157,12 +205,27 @@ class AppSettings:
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     encoder: EncoderSettings = field(default_factory=EncoderSettings)
     generation: GenerationSettings = field(default_factory=GenerationSettings)
+    decoding: DecodingSettings = field(default_factory=DecodingSettings)
 
     def validate(self) -> AppSettings:
         """Raise :class:`SettingsError` for the first invalid field; return ``self`` when valid."""
-        for section in (self.model, self.sampling, self.encoder, self.generation):
+        for section in (self.model, self.sampling, self.encoder, self.generation, self.decoding):
             section.validate()
+        needed = minimum_context_tokens(self.sampling, self.generation)
+        if 0 < self.decoding.max_context_tokens < needed:
+            raise SettingsError(
+                "decoding.max_context_tokens",
+                f"{self.decoding.max_context_tokens} tokens cannot hold one question about the largest clip the "
+                f"sampling settings allow ({needed} tokens with max new tokens {self.generation.max_new_tokens}); "
+                "raise it, use 0 (automatic), or lower sampling max pixels or max new tokens",
+            )
         return self
+
+    def context_tokens(self) -> int:
+        """The decoder's context length: the setting, or the automatic one when it is 0."""
+        if self.decoding.max_context_tokens:
+            return self.decoding.max_context_tokens
+        return automatic_context_tokens(self.sampling, self.generation)
 
     def replace(self, section: str, **changes: Any) -> AppSettings:
         """A copy with fields of one section changed, e.g. ``replace("encoder", use_graphs=False)``."""

@@ -1,0 +1,86 @@
+"""The attention function the decoder runs the language model with.
+
+Registered with transformers' ``AttentionInterface`` and switched on only around the decoder's
+own forward passes (:func:`decoder_attention`), so ``generate()`` and every other caller keep
+transformers' own. A single query token (a decode step) attends over the keys the
+:class:`~framewise.core.decoding.kv_cache.StaticKVCache` hands back, its bucket, under an
+additive mask; the grouped query heads share their key/value head without copying it. Longer
+queries (a prefill) go to transformers' ``sdpa``.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+DECODER_ATTENTION = "framewise_decoder"
+
+
+def decoder_attention_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention signature: ``query`` (1, heads, q, d), ``key``/``value``
+    (1, kv_heads, k, d), ``attention_mask`` additive, broadcastable to (1, 1, q, k), or ``None``
+    (causal). Returns ((1, q, heads, d), None)."""
+    if query.shape[2] != 1:
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
+    batch, heads, _, head_dim = query.shape
+    kv_heads = key.shape[1]
+    grouped = query.view(batch, kv_heads, heads // kv_heads, head_dim)
+    scale = scaling if scaling is not None else head_dim**-0.5
+    scores = torch.matmul(grouped, key.transpose(-1, -2)) * scale  # (1, kv_heads, groups, k)
+    if attention_mask is not None:
+        scores = scores + attention_mask.reshape(batch, 1, 1, -1)
+    probabilities = torch.softmax(scores.float(), dim=-1).to(value.dtype)
+    output = torch.matmul(probabilities, value)  # (1, kv_heads, groups, d)
+    return output.reshape(batch, heads, 1, head_dim).transpose(1, 2), None
+
+
+def register_decoder_attention() -> None:
+    """Make :data:`DECODER_ATTENTION` known to transformers (idempotent)."""
+    AttentionInterface.register(DECODER_ATTENTION, decoder_attention_forward)
+
+
+@contextmanager
+def decoder_attention(config: Any) -> Iterator[None]:
+    """Run the layers configured by ``config`` with :func:`decoder_attention_forward` inside the block."""
+    register_decoder_attention()
+    saved = config._attn_implementation
+    config._attn_implementation = DECODER_ATTENTION
+    try:
+        yield
+    finally:
+        config._attn_implementation = saved
+
+
+def step_mask(view_length: int, cache_position: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(1, 1, 1, view_length) additive mask of one query at ``cache_position`` (1,): 0 up to and
+    including it, the dtype's lowest value after. Built on the device, so a graph re-reads it."""
+    columns = torch.arange(view_length, device=cache_position.device)
+    visible = columns <= cache_position
+    mask = torch.where(visible, 0.0, torch.finfo(dtype).min).to(dtype)
+    return mask.view(1, 1, 1, view_length)
+
+
+def prefill_mask(start: int, count: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
+    """(1, 1, count, start + count) additive causal mask of ``count`` queries after ``start`` cached
+    positions; ``None`` (sdpa's own causal path, as transformers takes) when nothing is cached."""
+    if start == 0:
+        return None
+    rows = torch.arange(count, device=device)[:, None] + start
+    columns = torch.arange(start + count, device=device)[None, :]
+    mask = torch.where(columns <= rows, 0.0, torch.finfo(dtype).min).to(dtype)
+    return mask.view(1, 1, count, start + count)

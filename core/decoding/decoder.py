@@ -1,0 +1,268 @@
+"""Answers decoded over a static KV cache: prefill only what the cache does not hold, then one
+token per step through the step graphs (or the same step run directly).
+
+:class:`Decoder` owns the cache and the graphs for the life of a loaded model. Per question it
+finds the longest prefix of the new prompt the cache already holds for the same clip (the
+system text, the clip's video tokens and time markers, the turns so far), prefills the rest,
+and decodes until an end-of-answer token, ``max_new_tokens``, a stop request, or the end of the
+cache. The cache's record of which tokens it holds is updated only after a pass has written
+them, so a cancelled or failed answer leaves it consistent.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from framewise.core.decoding.kv_cache import StaticKVCache
+from framewise.core.decoding.qwen3_vl_language import Qwen3VLLanguageModel
+from framewise.core.decoding.step_graphs import ProgressCallback, StepGraphs, context_buckets
+from framewise.core.encoder import EncodedItem
+from framewise.core.errors import FramewiseError, SettingsError
+from framewise.core.processing import VIDEO_TOKEN
+from framewise.core.settings import AppSettings, minimum_context_tokens
+
+# Share of the free device memory the cache may take; the rest is left for activations.
+CACHE_MEMORY_SHARE = 0.8
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A prompt to answer: ``input_ids`` and ``token_types`` (1, n) int64 on the CPU, the clip's
+    ``video_grid_thw`` and encoded ``video`` (``None`` for a text-only prompt), and ``owner``,
+    the object that identifies the clip (cache entries are re-used only for the same owner)."""
+
+    input_ids: torch.Tensor
+    token_types: torch.Tensor
+    video_grid_thw: tuple[int, int, int] | None = None
+    video: EncodedItem | None = None
+    owner: Any = None
+
+
+@dataclass(frozen=True)
+class SamplingRule:
+    """How the next token is picked: greedy at temperature 0, else sampled from softmax(logits / T)."""
+
+    max_new_tokens: int
+    temperature: float = 0.0
+    eos_token_ids: frozenset[int] = frozenset()
+
+
+@dataclass
+class Decoded:
+    """What one answer produced and cost. ``step_ms`` holds the wall time of every decode step."""
+
+    token_ids: list[int] = field(default_factory=list)
+    prompt_tokens: int = 0
+    prefix_tokens_reused: int = 0
+    prefill_ms: float = 0.0
+    graph_steps: int = 0
+    direct_steps: int = 0
+    step_ms: list[float] = field(default_factory=list)
+    stop_reason: str = ""
+
+
+class Decoder:
+    """A static KV cache of ``max_tokens`` positions for ``language`` and its decode step graphs.
+
+    ``use_graphs`` asks for CUDA graphs; on a CPU, or when capture fails, steps run directly
+    and :attr:`graphs_reason` says why.
+    """
+
+    def __init__(
+        self,
+        language: Qwen3VLLanguageModel,
+        max_tokens: int,
+        min_bucket: int,
+        *,
+        use_graphs: bool,
+        progress: ProgressCallback | None = None,
+    ) -> None:
+        self.language = language
+        self.cache = StaticKVCache(
+            language.layers, language.kv_heads, language.head_dim, max_tokens, language.dtype, language.device
+        )
+        buckets = context_buckets(min(min_bucket, max_tokens), max_tokens)
+        self.graphs_reason = ""
+        self._rope_offset = 0
+        self.steps = self._build_steps(buckets, use_graphs, progress)
+        self.cache.forget()  # capture ran steps over the empty cache
+
+    @property
+    def graphs_enabled(self) -> bool:
+        return not self.steps.direct
+
+    @property
+    def max_tokens(self) -> int:
+        return self.cache.max_tokens
+
+    def forget(self) -> None:
+        """Drop the cached prefix (a new model state, or memory to give back)."""
+        self.cache.forget()
+
+    def close(self) -> None:
+        """Release the graphs; the decoder must not be used afterwards."""
+        self.steps.clear()
+        self.cache.forget()
+
+    def answer(
+        self,
+        prompt: Prompt,
+        rule: SamplingRule,
+        on_token: Callable[[int], None],
+        should_stop: Callable[[], bool],
+    ) -> Decoded:
+        """Decode an answer to ``prompt``, calling ``on_token`` with every new token id as it comes.
+
+        Raises FramewiseError when the prompt alone does not fit the cache.
+        """
+        ids = prompt.input_ids[0].tolist()
+        if len(ids) >= self.cache.max_tokens:
+            raise FramewiseError(
+                f"The conversation ({len(ids)} tokens) no longer fits the decoder's context of "
+                f"{self.cache.max_tokens} tokens; start a new conversation, or raise max context "
+                "(decoding.max_context_tokens) in the settings."
+            )
+        result = Decoded(prompt_tokens=len(ids))
+        with torch.inference_mode():
+            token = self._prefill(prompt, ids, result, rule)
+            result.token_ids.append(int(token))
+            on_token(result.token_ids[-1])
+            self._decode(token, len(ids), prompt, result, rule, on_token, should_stop)
+        return result
+
+    # ------------------------------------------------------------------ internals
+
+    def _build_steps(self, buckets: tuple[int, ...], use_graphs: bool, progress: ProgressCallback | None) -> StepGraphs:
+        device = self.language.device
+        if not use_graphs:
+            self.graphs_reason = "decode graphs are off in the decoding settings: steps run eagerly"
+        elif device.type != "cuda":
+            self.graphs_reason = "CUDA not available: decode steps run eagerly on the CPU"
+        else:
+            try:
+                with torch.inference_mode():
+                    steps = StepGraphs(self.language, self.cache, buckets, direct=False, progress=progress)
+            except (RuntimeError, ValueError, TypeError) as error:  # out of memory included
+                self.graphs_reason = f"capturing the decode graphs failed ({error}): steps run eagerly"
+                torch.cuda.empty_cache()
+            else:
+                self.graphs_reason = (
+                    f"{len(buckets)} decode graphs captured in {steps.capture_seconds:.1f} s, "
+                    f"holding {steps.graph_memory_bytes / 2**20:.0f} MiB"
+                )
+                return steps
+        return StepGraphs(self.language, self.cache, buckets, direct=True)
+
+    def _prefill(self, prompt: Prompt, ids: list[int], result: Decoded, rule: SamplingRule) -> torch.Tensor:
+        cache = self.cache
+        reused = cache.reusable_prefix(prompt.owner, ids)
+        cache.tokens = ids[:reused]
+        cache.owner = prompt.owner
+        started = time.perf_counter()
+        positions = self.language.positions(prompt.input_ids, prompt.token_types, prompt.video_grid_thw)
+        self._rope_offset = positions.rope_offset
+        video_rows_before = int((prompt.token_types[0, :reused] == VIDEO_TOKEN).sum())
+        logits = self.language.prefill(
+            cache,
+            reused,
+            prompt.input_ids[:, reused:],
+            prompt.token_types[:, reused:],
+            positions.rope[:, reused:],
+            prompt.video,
+            video_rows_before,
+        )
+        token = _pick(logits, rule.temperature)
+        token.item()  # waits for the pass
+        cache.tokens = list(ids)
+        result.prefix_tokens_reused = reused
+        result.prefill_ms = (time.perf_counter() - started) * 1e3
+        return token.view(1)
+
+    def _decode(
+        self,
+        token: torch.Tensor,
+        position: int,
+        prompt: Prompt,
+        result: Decoded,
+        rule: SamplingRule,
+        on_token: Callable[[int], None],
+        should_stop: Callable[[], bool],
+    ) -> None:
+        cache = self.cache
+        while True:
+            last = result.token_ids[-1]
+            if last in rule.eos_token_ids:
+                result.stop_reason = "end of answer"
+                return
+            if len(result.token_ids) >= rule.max_new_tokens:
+                result.stop_reason = "max new tokens"
+                return
+            if should_stop():
+                result.stop_reason = "cancelled"
+                return
+            if position >= cache.max_tokens:
+                result.stop_reason = "context full"
+                return
+            started = time.perf_counter()
+            logits, graph_hit = self.steps.run(token, position, position + self._rope_offset)
+            token = _pick(logits, rule.temperature)
+            token_id = int(token)  # waits for the step
+            cache.tokens.append(last)
+            result.step_ms.append((time.perf_counter() - started) * 1e3)
+            result.graph_steps += graph_hit
+            result.direct_steps += not graph_hit
+            result.token_ids.append(token_id)
+            position += 1
+            on_token(token_id)
+
+
+def _pick(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """The next token (1,) from ``logits`` (1, vocab) float32, as ``generate()`` picks it: argmax,
+    or a draw from softmax(logits / temperature)."""
+    if temperature > 0:
+        probabilities = torch.softmax(logits / temperature, dim=-1)
+        return torch.multinomial(probabilities, num_samples=1).view(1)
+    return logits.argmax(dim=-1)
+
+
+def context_for(settings: AppSettings, language: Qwen3VLLanguageModel) -> int:
+    """The decoder's context length for ``settings`` on ``language``'s device, checked against the
+    model's position limit and the free memory. An explicit setting that does not fit is a
+    SettingsError saying how far to lower it; the automatic length is capped at what fits."""
+    requested = settings.context_tokens()
+    explicit = settings.decoding.max_context_tokens > 0
+    per_token = StaticKVCache.bytes_needed(language.layers, language.kv_heads, language.head_dim, 1, language.dtype)
+    free = free_memory_bytes(language.device)
+    fits = min(language.max_positions, int(free * CACHE_MEMORY_SHARE // per_token))
+    if requested <= fits:
+        return requested
+    needed = minimum_context_tokens(settings.sampling, settings.generation)
+    if explicit or fits < needed:
+        raise SettingsError(
+            "decoding.max_context_tokens",
+            f"{requested} tokens need {requested * per_token / 2**30:.2f} GiB of KV cache, but "
+            f"{free / 2**30:.2f} GiB is free on {language.device.type} (the model takes at most "
+            f"{language.max_positions} positions); lower it to at most {fits}, or lower sampling max pixels "
+            "or max new tokens",
+        )
+    return fits
+
+
+def free_memory_bytes(device: torch.device) -> int:
+    """Memory free for the cache now: the GPU's free memory, or the machine's available memory."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")

@@ -1,0 +1,124 @@
+"""The one-token decode step, captured as one CUDA graph per context-length bucket.
+
+A bucket is the number of cache positions a step reads. Every graph reads the same three static
+input buffers (the token, its cache position and its rotary position), writes the token's keys
+and values into the cache at that position, attends over the bucket's leading positions only,
+and copies the logits into one static output buffer. Graphs are captured largest bucket first
+into one shared memory pool. ``direct`` runs the same step on the same buffers without a graph:
+the CPU's path, and the fallback when capture fails.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from typing import Callable
+
+import torch
+
+from framewise.core.decoding.kv_cache import StaticKVCache
+from framewise.core.decoding.qwen3_vl_language import Qwen3VLLanguageModel
+from framewise.core.events import Progress
+
+ProgressCallback = Callable[[Progress], None]
+
+
+def context_buckets(min_bucket: int, max_tokens: int) -> tuple[int, ...]:
+    """Bucket lengths from ``min_bucket`` doubling up to ``max_tokens``, which is always the last.
+
+    >>> context_buckets(256, 1400)
+    (256, 512, 1024, 1400)
+    """
+    buckets = []
+    length = min_bucket
+    while length < max_tokens:
+        buckets.append(length)
+        length *= 2
+    buckets.append(max_tokens)
+    return tuple(buckets)
+
+
+class StepGraphs:
+    """The decode step for each bucket of ``cache``, through CUDA graphs unless ``direct``."""
+
+    def __init__(
+        self,
+        language: Qwen3VLLanguageModel,
+        cache: StaticKVCache,
+        buckets: tuple[int, ...],
+        *,
+        direct: bool,
+        progress: ProgressCallback | None = None,
+    ) -> None:
+        self.language = language
+        self.cache = cache
+        self.buckets = buckets
+        self.direct = direct
+        device = cache.device
+        self.token = torch.zeros(1, 1, dtype=torch.long, device=device)
+        self.cache_position = torch.zeros(1, dtype=torch.long, device=device)
+        self.rope_position = torch.zeros(1, dtype=torch.long, device=device)
+        self.logits = torch.zeros(1, language.vocab_size, dtype=torch.float32, device=device)
+        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self._progress = progress
+        self.capture_seconds = 0.0
+        self.graph_memory_bytes = 0
+        if not direct:
+            self._capture_all()
+
+    def bucket_for(self, length: int) -> int:
+        """The smallest bucket that holds ``length`` positions (the caller keeps it within the cache)."""
+        return self.buckets[bisect.bisect_left(self.buckets, length)]
+
+    def run(self, token: torch.Tensor, position: int, rope_position: int) -> tuple[torch.Tensor, bool]:
+        """Decode ``token`` (1,) at cache ``position``; return the logits buffer (1, vocab) and
+        whether a graph ran. The buffer is overwritten by the next call."""
+        self.token.copy_(token.view(1, 1))
+        self.cache_position.fill_(position)
+        self.rope_position.fill_(rope_position)
+        bucket = self.bucket_for(position + 1)
+        graph = self._graphs.get(bucket)
+        if graph is None:
+            self._forward(bucket)
+        else:
+            graph.replay()
+        return self.logits, graph is not None
+
+    def clear(self) -> None:
+        """Drop every graph (their pool memory is released when the last reference goes)."""
+        self._graphs.clear()
+
+    def _forward(self, bucket: int) -> None:
+        self.cache.view_length = bucket
+        self.logits.copy_(self.language.step(self.cache, self.token, self.cache_position, self.rope_position))
+
+    def _capture_all(self) -> None:
+        device = self.cache.device
+        torch.cuda.synchronize(device)
+        memory_before = torch.cuda.memory_allocated(device)
+        started = time.perf_counter()
+        pool = torch.cuda.graph_pool_handle()
+        ordered = sorted(self.buckets, reverse=True)
+        for done, bucket in enumerate(ordered):
+            self._report(done, len(ordered), f"Capturing decode step graph for {bucket} positions")
+            self._graphs[bucket] = self._capture(bucket, pool)
+        torch.cuda.synchronize(device)
+        self.capture_seconds = time.perf_counter() - started
+        self.graph_memory_bytes = max(0, torch.cuda.memory_allocated(device) - memory_before)
+        self._report(len(ordered), len(ordered), f"Captured {len(ordered)} decode step graphs")
+
+    def _capture(self, bucket: int, pool: object) -> torch.cuda.CUDAGraph:
+        device = self.cache.device
+        side_stream = torch.cuda.Stream(device)
+        side_stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side_stream):
+            self._forward(bucket)  # warm-up: kernels chosen, workspaces allocated
+        torch.cuda.current_stream(device).wait_stream(side_stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+            self._forward(bucket)
+        return graph
+
+    def _report(self, current: int, total: int, message: str) -> None:
+        if self._progress is not None:
+            self._progress(Progress(stage="capture", current=current, total=total, message=message))
