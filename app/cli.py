@@ -61,6 +61,13 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-pixels", type=int, default=defaults.sampling.max_pixels, help="pixel budget of the whole clip")
     parser.add_argument("--max-new-tokens", type=int, default=defaults.generation.max_new_tokens)
     parser.add_argument("--temperature", type=float, default=defaults.generation.temperature)
+    parser.add_argument("--no-decode-graphs", action="store_true", help="run the answer's decode steps eagerly")
+    parser.add_argument(
+        "--max-context",
+        type=int,
+        default=defaults.decoding.max_context_tokens,
+        help="tokens the KV cache holds (0: what the clip budget and max new tokens need)",
+    )
 
 
 def _settings_from_args(args: argparse.Namespace) -> AppSettings:
@@ -70,6 +77,7 @@ def _settings_from_args(args: argparse.Namespace) -> AppSettings:
         .replace("encoder", attention_backend=args.attention, use_graphs=not args.no_graphs)
         .replace("sampling", fps=args.fps, max_frames=args.max_frames, max_pixels=args.max_pixels)
         .replace("generation", max_new_tokens=args.max_new_tokens, temperature=args.temperature)
+        .replace("decoding", use_graphs=not args.no_decode_graphs, max_context_tokens=args.max_context)
     )
 
 
@@ -137,6 +145,13 @@ def format_info(info: EngineInfo) -> str:
     if info.graphs_enabled:
         lines.append(f"graph budgets:      {', '.join(map(str, info.graph_budgets))}")
         lines.append(f"capture:            {info.capture_seconds:.1f} s, {info.graph_memory_mb:.0f} MiB")
+    if info.decoder is not None:
+        decoder = info.decoder
+        lines.append(f"decode graphs:      {'on' if decoder.graphs_enabled else 'off'} ({decoder.graphs_reason})")
+        lines.append(
+            f"KV cache:           {decoder.context_tokens} tokens, {decoder.kv_cache_mb:.0f} MiB, "
+            f"buckets {', '.join(map(str, decoder.buckets))}"
+        )
     return "\n".join(lines)
 
 
@@ -149,6 +164,7 @@ def format_stats(stats: AnswerStats, encoded: EncodeDone) -> str:
         f"graph hits {encoded.graph_hits}, misses {encoded.graph_misses})\n"
         f"first token {stats.time_to_first_token_ms:.0f} ms, {stats.new_tokens} tokens, "
         f"{stats.tokens_per_second:.1f} tokens/s" + (", cancelled" if stats.cancelled else "")
+        + (f"\ndecoder: {stats.decoder.summary()}" if stats.decoder else "")
     )
 
 

@@ -107,6 +107,15 @@ class DecoderStats:
     context_tokens: int
     stop_reason: str
 
+    def summary(self) -> str:
+        """One line for a person: graph hits and misses, the prefill, the reused prefix, the speed."""
+        return (
+            f"graph steps {self.graph_steps}, eager steps {self.eager_steps}, "
+            f"prefill {self.prefill_tokens} tokens in {self.prefill_ms:.0f} ms, "
+            f"{self.prefix_tokens_reused} of {self.prompt_tokens} prompt tokens reused, "
+            f"{self.tokens_per_second:.1f} tokens/s"
+        )
+
 
 @dataclass(frozen=True)
 class AnswerStats:

@@ -247,6 +247,7 @@ class EncoderPanel(QWidget):
         self.first_token_value = QLabel("–")
         self.speed_value = QLabel("–")
         self.memory_value = QLabel("–")
+        self.decoder_value = QLabel("–")
         stats = QGridLayout()
         stats.setContentsMargins(0, 0, 0, 0)
         stats.setHorizontalSpacing(self.fontMetrics().height())
@@ -260,6 +261,7 @@ class EncoderPanel(QWidget):
             ("First token", self.first_token_value),
             ("Speed", self.speed_value),
             ("GPU memory", self.memory_value),
+            ("Decoder", self.decoder_value),
         )
         for row, (name, value) in enumerate(rows):
             caption = QLabel(name)
@@ -291,6 +293,11 @@ class EncoderPanel(QWidget):
         else:
             self.encoder_value.setText(f"eager on {info.device}")
         self.encoder_value.setToolTip(info.graphs_reason)
+        if info.decoder is not None:
+            decoder = info.decoder
+            steps = f"{len(decoder.buckets)} decode graphs" if decoder.graphs_enabled else "eager decode steps"
+            self.decoder_value.setText(f"{steps}, KV cache of {decoder.context_tokens:,} tokens")
+            self.decoder_value.setToolTip(decoder.graphs_reason)
         self._update_hits()
 
     def start_clip(self, clip_name: str) -> None:
@@ -342,6 +349,8 @@ class EncoderPanel(QWidget):
             self.memory_value.setText("– (not on a GPU)")
         else:
             self.memory_value.setText(f"{stats.gpu_memory_mb:,.0f} MiB")
+        if stats.decoder is not None:
+            self.decoder_value.setText(stats.decoder.summary())
 
     def hits_text(self) -> str:
         return self.hits_value.text()

@@ -134,6 +134,31 @@ def test_the_engines_answer_is_generates_answer_with_the_models_own_vision_pass(
     assert ours == theirs
 
 
+def test_info_says_decode_steps_run_eagerly_on_the_cpu_and_why(loaded_engine: tuple[Engine, Recorder]) -> None:
+    decoder = loaded_engine[0].info().decoder
+    assert decoder is not None and not decoder.graphs_enabled and "CPU" in decoder.graphs_reason
+    assert decoder.context_tokens == FAST.context_tokens() and decoder.buckets[-1] == decoder.context_tokens
+    assert decoder.kv_cache_mb > 0
+
+
+def test_a_follow_up_prefills_only_its_new_tokens_and_says_so(engine: tuple[Engine, Recorder]) -> None:
+    engine_, _ = engine
+    first = engine_.ask("What color is the square?").stats.decoder
+    second = engine_.ask("And which way does it move?").stats.decoder
+    assert first.prefix_tokens_reused == 0 and first.prefill_tokens == first.prompt_tokens
+    assert second.prefix_tokens_reused > first.prompt_tokens > engine_.clip.video.item.patches // 4
+    assert second.prefill_tokens == second.prompt_tokens - second.prefix_tokens_reused < 32
+    for stats in (first, second):
+        assert stats.graph_steps == 0 and stats.eager_steps >= 0 and stats.stop_reason
+
+
+def test_a_new_clip_is_prefilled_from_the_start(engine: tuple[Engine, Recorder], clip: Path) -> None:
+    engine_, _ = engine
+    engine_.ask("What color is the square?")
+    engine_.open_clip(clip)  # the same file again: a new encoding, so nothing is reused
+    assert engine_.ask("What color is the square?").stats.decoder.prefix_tokens_reused == 0
+
+
 def test_cancel_from_another_thread_stops_within_half_a_second(engine: tuple[Engine, Recorder]) -> None:
     engine_, recorder = engine
     engine_.apply_settings(FAST.replace("generation", max_new_tokens=4000))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from PySide6.QtGui import QColor
 
-from framewise.core.events import AnswerStats, ChunkStats, ClipSampled, EncodeDone, EngineInfo
+from framewise.core.events import AnswerStats, ChunkStats, ClipSampled, DecoderInfo, DecoderStats, EncodeDone, EngineInfo
 from framewise.core.settings import AppSettings
 from framewise.ui.frames import FrameStrip, format_timestamp, image_from_array
 from framewise.ui.metrics import HIT_COLOR, MISS_COLOR, EncoderPanel, nice_ceiling
@@ -73,6 +75,20 @@ def test_answer_stats_and_clip_timing_are_shown(qtbot):
     assert panel.first_token_value.text() == "85 ms"
     assert panel.speed_value.text() == "42.0 tokens/s (20 tokens)"
     assert panel.memory_value.text() == "1,536 MiB"
+
+
+def test_the_decoder_line_shows_graph_steps_prefill_and_the_reused_prefix(qtbot):
+    panel = EncoderPanel()
+    qtbot.addWidget(panel)
+    decoder_info = DecoderInfo(True, "5 decode graphs captured", 2816, (256, 512, 1024, 2048, 2816), 396.0, 0.4, 12.0)
+    panel.set_engine_info(dataclasses.replace(GPU_INFO, decoder=decoder_info))
+    assert panel.decoder_value.text() == "5 decode graphs, KV cache of 2,816 tokens"
+    decoder = DecoderStats(True, 19, 0, 1310, 1290, 20, 14.2, 210.5, 4.75, 4.9, 2816, "end of answer")
+    stats = AnswerStats(16, 4096, 12.0, 30.0, 1.875, 16.0, 20, 198.0, False, 1536.0, decoder)
+    panel.set_answer_stats(stats)
+    line = panel.decoder_value.text()
+    assert "graph steps 19, eager steps 0" in line and "prefill 20 tokens in 14 ms" in line
+    assert "1290 of 1310 prompt tokens reused" in line and "210.5 tokens/s" in line
 
 
 @pytest.mark.parametrize(("value", "expected"), [(0.0, 1.0), (0.3, 0.5), (7.2, 10.0), (11.0, 20.0), (24.0, 25.0), (101.0, 200.0)])

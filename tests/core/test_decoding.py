@@ -1,0 +1,267 @@
+"""The decoder on the CPU: a static KV cache, steps per context bucket, follow-ups that prefill only
+their new tokens. Every answer is checked token for token against transformers' own generate()
+with the model's own vision pass over the whole conversation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+from framewise.core.decoding import Decoder, Prompt, Qwen3VLLanguageModel, SamplingRule, context_for
+from framewise.core.decoding import decoder as decoder_module
+from framewise.core.decoding.step_graphs import context_buckets
+from framewise.core.demo_model import build_demo_config, build_demo_tokenizer, init_demo_model, special_token_ids
+from framewise.core.encoder import EagerVisionEncoder, EncodedItem
+from framewise.core.errors import FramewiseError, SettingsError
+from framewise.core.processing import VideoInputs, VisionGeometry, build_chat_inputs, preprocess_video
+from framewise.core.settings import AppSettings, minimum_context_tokens
+
+NEW_TOKENS = 40
+
+
+@dataclass
+class Setup:
+    """An untrained demo-architecture model (its answers run to the token limit), its tokenizer,
+    two clips and their features."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    geometry: VisionGeometry
+    clips: list[VideoInputs]
+    features: list[EncodedItem]
+
+
+@pytest.fixture(scope="module")
+def setup() -> Setup:
+    tokenizer = build_demo_tokenizer()
+    config = build_demo_config(len(tokenizer), special_token_ids(tokenizer), depth=2, deepstack_visual_indexes=(0, 1))
+    model = init_demo_model(config, seed=3)
+    geometry = VisionGeometry.from_vision_config(config.vision_config)
+    rng = np.random.default_rng(0)
+    clips = [
+        preprocess_video(rng.integers(0, 256, (4, 64, 96, 3), dtype=np.uint8), [0.0, 0.5, 1.0, 1.5], geometry)
+        for _ in range(2)
+    ]
+    encoder = EagerVisionEncoder(model.model.visual)
+    with torch.inference_mode():
+        features = [encoder.encode([clip.item]).items[0] for clip in clips]
+    return Setup(model, tokenizer, geometry, clips, features)
+
+
+def make_decoder(setup: Setup, max_tokens: int = 512, min_bucket: int = 16) -> Decoder:
+    return Decoder(Qwen3VLLanguageModel(setup.model), max_tokens, min_bucket, use_graphs=True)
+
+
+def prompt_for(setup: Setup, question: str, history=(), clip: int = 0):
+    inputs = build_chat_inputs(
+        setup.tokenizer, question, video=setup.clips[clip], history=list(history), geometry=setup.geometry
+    )
+    prompt = Prompt(
+        inputs.input_ids, inputs.mm_token_type_ids, setup.clips[clip].item.grid_thw, setup.features[clip],
+        owner=setup.clips[clip],
+    )
+    return inputs, prompt
+
+
+def reference(setup: Setup, inputs, clip: int = 0, **options) -> list[int]:
+    """generate() with the model's own vision tower, over the whole prompt."""
+    item = setup.clips[clip].item
+    with torch.inference_mode():
+        output = setup.model.generate(
+            input_ids=inputs.input_ids,
+            attention_mask=inputs.attention_mask,
+            mm_token_type_ids=inputs.mm_token_type_ids,
+            pixel_values_videos=item.pixel_values,
+            video_grid_thw=torch.tensor([item.grid_thw]),
+            max_new_tokens=NEW_TOKENS,
+            **(options or {"do_sample": False}),
+        )
+    return output[0, inputs.input_ids.shape[1]:].tolist()
+
+
+def rule_for(setup: Setup, temperature: float = 0.0, max_new_tokens: int = NEW_TOKENS) -> SamplingRule:
+    return SamplingRule(max_new_tokens, temperature, frozenset(setup.model.generation_config.eos_token_id))
+
+
+def answer(decoder: Decoder, prompt: Prompt, rule: SamplingRule, stop_after: int | None = None):
+    streamed: list[int] = []
+    result = decoder.answer(
+        prompt, rule, streamed.append, lambda: stop_after is not None and len(streamed) >= stop_after
+    )
+    assert streamed == result.token_ids
+    return result
+
+
+def test_buckets_double_up_to_the_context() -> None:
+    assert context_buckets(256, 1400) == (256, 512, 1024, 1400)
+    assert context_buckets(16, 16) == (16,)
+    assert context_buckets(64, 256) == (64, 128, 256)
+
+
+def test_first_question_and_follow_ups_match_generate_token_for_token(setup: Setup) -> None:
+    decoder = make_decoder(setup)
+    rule = rule_for(setup)
+    history: list[tuple[str, str]] = []
+    for turn, question in enumerate(["What color is the square?", "Where does it go?", "And the circle?"]):
+        inputs, prompt = prompt_for(setup, question, history)
+        result = answer(decoder, prompt, rule)
+        assert result.token_ids == reference(setup, inputs), f"turn {turn}"
+        video_tokens = int((inputs.mm_token_type_ids == 2).sum())
+        if turn == 0:
+            assert result.prefix_tokens_reused == 0
+        else:  # the clip and the turns so far come from the cache; only the new turn is prefilled
+            assert result.prefix_tokens_reused >= previous_prompt_tokens > video_tokens
+        assert decoder.cache.tokens == prompt.input_ids[0].tolist() + result.token_ids[:-1]
+        assert result.graph_steps == 0 and result.direct_steps == len(result.token_ids) - 1  # no CUDA here
+        previous_prompt_tokens = result.prompt_tokens
+        history.append((question, setup.tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()))
+
+
+def test_steps_read_only_their_bucket_of_the_cache(setup: Setup) -> None:
+    decoder = make_decoder(setup, max_tokens=512, min_bucket=16)
+    read_lengths: list[int] = []
+    update = decoder.cache.update
+
+    def recording_update(key, value, layer_idx, *args, **kwargs):
+        keys, values = update(key, value, layer_idx, *args, **kwargs)
+        if layer_idx == 0 and key.shape[2] == 1:
+            read_lengths.append(keys.shape[2])
+        return keys, values
+
+    decoder.cache.update = recording_update  # type: ignore[method-assign]
+    inputs, prompt = prompt_for(setup, "What color is the square?")
+    result = answer(decoder, prompt, rule_for(setup))
+    first_position = result.prompt_tokens
+    expected = [decoder.steps.bucket_for(position + 1) for position in range(first_position, first_position + len(read_lengths))]
+    assert read_lengths == expected
+    assert len(set(read_lengths)) > 1 and max(read_lengths) < decoder.max_tokens  # crossed a bucket, never read it all
+
+
+def test_rotary_positions_carry_the_clips_offset_across_turns(setup: Setup) -> None:
+    """The follow-up's prefill, on top of cached entries, gives the logits of the model's own
+    forward over the whole conversation, whose 3-D positions it computes itself."""
+    decoder = make_decoder(setup)
+    rule = rule_for(setup)
+    inputs, prompt = prompt_for(setup, "What color is the square?")
+    first = answer(decoder, prompt, rule)
+    language = decoder.language
+    offset = language.positions(prompt.input_ids, prompt.token_types, prompt.video_grid_thw).rope_offset
+    assert offset < 0  # a clip's tokens take fewer rotary positions than cache positions
+
+    history = [("What color is the square?", setup.tokenizer.decode(first.token_ids, skip_special_tokens=True))]
+    inputs, prompt = prompt_for(setup, "Where does it go?", history)
+    ids = prompt.input_ids[0].tolist()
+    reused = decoder.cache.reusable_prefix(prompt.owner, ids)
+    assert reused > 0
+    positions = language.positions(prompt.input_ids, prompt.token_types, prompt.video_grid_thw)
+    with torch.inference_mode():
+        ours = language.prefill(
+            decoder.cache, reused, prompt.input_ids[:, reused:], prompt.token_types[:, reused:],
+            positions.rope[:, reused:], prompt.video, int((prompt.token_types[0, :reused] == 2).sum()),
+        )
+        item = setup.clips[0].item
+        theirs = setup.model(
+            input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
+            mm_token_type_ids=inputs.mm_token_type_ids, pixel_values_videos=item.pixel_values,
+            video_grid_thw=torch.tensor([item.grid_thw]),
+        ).logits[:, -1].float()
+        wrong = language.prefill(
+            decoder.cache, reused, prompt.input_ids[:, reused:], prompt.token_types[:, reused:],
+            positions.rope[:, reused:] - offset, prompt.video, int((prompt.token_types[0, :reused] == 2).sum()),
+        )
+    torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(wrong, theirs, rtol=1e-4, atol=1e-4)  # the offset matters
+
+
+def test_a_cancelled_answer_leaves_the_cache_consistent(setup: Setup) -> None:
+    decoder = make_decoder(setup)
+    rule = rule_for(setup)
+    _, prompt = prompt_for(setup, "Describe the clip.")
+    cancelled = answer(decoder, prompt, rule, stop_after=5)
+    assert cancelled.stop_reason == "cancelled" and len(cancelled.token_ids) == 5
+    # The cancelled answer is not part of the conversation: ask again as if it never came.
+    inputs, prompt = prompt_for(setup, "What color is the square?")
+    result = answer(decoder, prompt, rule)
+    assert result.token_ids == reference(setup, inputs)
+    assert 0 < result.prefix_tokens_reused < cancelled.prompt_tokens
+
+
+def test_a_new_clip_invalidates_the_prefix(setup: Setup) -> None:
+    decoder = make_decoder(setup)
+    rule = rule_for(setup)
+    answer(decoder, prompt_for(setup, "What color is the square?")[1], rule)
+    inputs, prompt = prompt_for(setup, "What color is the square?", clip=1)
+    result = answer(decoder, prompt, rule)
+    assert result.prefix_tokens_reused == 0
+    assert result.token_ids == reference(setup, inputs, clip=1)
+
+
+def test_a_new_conversation_keeps_only_the_clips_part(setup: Setup) -> None:
+    decoder = make_decoder(setup)
+    rule = rule_for(setup)
+    first = answer(decoder, prompt_for(setup, "What color is the square?")[1], rule)
+    history = [("What color is the square?", setup.tokenizer.decode(first.token_ids, skip_special_tokens=True))]
+    answer(decoder, prompt_for(setup, "Where does it go?", history)[1], rule)
+    inputs, prompt = prompt_for(setup, "How many shapes are there?")  # history cleared
+    result = answer(decoder, prompt, rule)
+    last_video = int(torch.nonzero(prompt.token_types[0] == 2).max())
+    assert last_video < result.prefix_tokens_reused < first.prompt_tokens
+    assert result.token_ids == reference(setup, inputs)
+
+
+def test_sampling_with_temperature_draws_as_generate_does(setup: Setup) -> None:
+    decoder = make_decoder(setup)
+    rule = rule_for(setup, temperature=0.9)
+    inputs, prompt = prompt_for(setup, "Describe the clip.")
+    torch.manual_seed(11)
+    ours = answer(decoder, prompt, rule).token_ids
+    torch.manual_seed(11)
+    theirs = reference(setup, inputs, do_sample=True, temperature=0.9, top_k=0, top_p=1.0)
+    assert ours == theirs
+    torch.manual_seed(12)
+    assert answer(decoder, prompt, rule).token_ids != ours
+    assert ours != answer(decoder, prompt, rule_for(setup)).token_ids  # not the greedy answer
+
+
+def test_a_prompt_longer_than_the_context_is_refused(setup: Setup) -> None:
+    decoder = make_decoder(setup, max_tokens=32)
+    with pytest.raises(FramewiseError, match="new conversation"):
+        decoder.answer(prompt_for(setup, "What color is the square?")[1], rule_for(setup), print, lambda: False)
+
+
+def test_an_answer_stops_when_the_context_is_full(setup: Setup) -> None:
+    _, prompt = prompt_for(setup, "Describe the clip.")
+    decoder = make_decoder(setup, max_tokens=prompt.input_ids.shape[1] + 8)
+    result = answer(decoder, prompt, rule_for(setup))
+    assert result.stop_reason == "context full" and len(decoder.cache.tokens) == decoder.max_tokens
+
+
+def test_a_context_too_short_for_one_question_is_a_settings_error() -> None:
+    settings = AppSettings()
+    needed = minimum_context_tokens(settings.sampling, settings.generation)
+    with pytest.raises(SettingsError) as raised:
+        settings.replace("decoding", max_context_tokens=needed - 1).validate()
+    assert raised.value.field == "decoding.max_context_tokens" and str(needed) in raised.value.message
+    assert settings.replace("decoding", max_context_tokens=needed).validate().context_tokens() == needed
+    assert settings.context_tokens() >= needed + 3 * settings.generation.max_new_tokens  # room for follow-ups
+
+
+def test_the_context_is_bounded_by_free_memory(setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
+    language = Qwen3VLLanguageModel(setup.model)
+    per_token = decoder_module.StaticKVCache.bytes_needed(
+        language.layers, language.kv_heads, language.head_dim, 1, language.dtype
+    )
+    automatic = AppSettings().context_tokens()
+    monkeypatch.setattr(decoder_module, "free_memory_bytes", lambda device: per_token * automatic * 10)
+    assert context_for(AppSettings(), language) == automatic
+    room = int(per_token * (automatic - 100) / decoder_module.CACHE_MEMORY_SHARE) + per_token
+    monkeypatch.setattr(decoder_module, "free_memory_bytes", lambda device: room)
+    assert minimum_context_tokens(AppSettings().sampling, AppSettings().generation) < context_for(
+        AppSettings(), language
+    ) < automatic  # the automatic length shrinks to what fits
+    explicit = AppSettings().replace("decoding", max_context_tokens=automatic)
+    with pytest.raises(SettingsError, match="lower it to at most"):
+        context_for(explicit, language)
