@@ -69,13 +69,14 @@ def prompt_for(setup: Setup, question: str, history=(), clip: int = 0):
 def reference(setup: Setup, inputs, clip: int = 0, **options) -> list[int]:
     """generate() with the model's own vision tower, over the whole prompt."""
     item = setup.clips[clip].item
+    device = next(setup.model.parameters()).device
     with torch.inference_mode():
         output = setup.model.generate(
-            input_ids=inputs.input_ids,
-            attention_mask=inputs.attention_mask,
-            mm_token_type_ids=inputs.mm_token_type_ids,
-            pixel_values_videos=item.pixel_values,
-            video_grid_thw=torch.tensor([item.grid_thw]),
+            input_ids=inputs.input_ids.to(device),
+            attention_mask=inputs.attention_mask.to(device),
+            mm_token_type_ids=inputs.mm_token_type_ids.to(device),
+            pixel_values_videos=item.pixel_values.to(device),
+            video_grid_thw=torch.tensor([item.grid_thw], device=device),
             max_new_tokens=NEW_TOKENS,
             **(options or {"do_sample": False}),
         )

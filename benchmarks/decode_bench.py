@@ -1,0 +1,471 @@
+"""Answer-decoding benchmark: transformers' generate() against Framewise's decoder, same run.
+
+Qwen3-VL language models at the released text sizes with random weights (built from
+``Qwen3VLConfig``; nothing is downloaded), a pre-encoded clip (random features of the right
+shape injected where the video pads are), a first question and follow-ups, ``--new-tokens``
+each, greedy. Every answer runs to ``--new-tokens`` (no end-of-answer token). Modes:
+
+- ``default``: ``generate()`` with its dynamic cache, the whole conversation prefilled per question
+  (what Framewise ran before it had a decoder);
+- ``static``: ``generate()`` with one ``StaticCache`` reused across questions, so transformers
+  compiles its decode step (the compile seconds are the first call's extra time);
+- ``framewise``: :class:`~framewise.core.decoding.Decoder`: static KV cache, decode steps through
+  CUDA graphs per context bucket, follow-ups prefill only their new tokens.
+
+Per mode: time to first token (first question; follow-ups' mean), per-token time after the first
+token (mean, p99) and its tokens/s, the ratio of the per-token time to the memory-bandwidth
+floor (the weights read once per token at the copy bandwidth measured in this run), capture
+seconds (``framewise``: the decode graphs, captured twice to show a second start), and device
+memory held by the cache and graphs. Every mode runs under its own time limit (``--mode-budget-s``):
+a mode whose first question does not finish in time is reported as skipped with the reason.
+
+    python3 benchmarks/decode_bench.py --out results/ [--sizes 2B,8B] [--modes default,static,framewise]
+    python3 benchmarks/decode_bench.py --sizes tiny --device cpu --dtype float32 --new-tokens 8   # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, StaticCache  # noqa: E402
+from transformers.generation.streamers import BaseStreamer  # noqa: E402
+
+from framewise.core.decoding import Decoder, Prompt, Qwen3VLLanguageModel, SamplingRule  # noqa: E402
+from framewise.core.encoder import EncodedItem  # noqa: E402
+from framewise.core.encoder_graphs import percentile  # noqa: E402
+from framewise.core.engine import FeatureInjector  # noqa: E402
+from framewise.core.processing import TEXT_TOKEN, VIDEO_TOKEN  # noqa: E402
+
+# hidden, intermediate, layers, heads, kv heads, head_dim, tied embeddings (released Qwen3-VL text models)
+TEXT_SIZES = {
+    "2B": (2048, 6144, 28, 16, 8, 128, True),
+    "8B": (4096, 12288, 36, 32, 8, 128, False),
+    "tiny": (128, 384, 2, 4, 2, 32, True),
+}
+VOCAB = 151936
+IMAGE_PAD, VIDEO_PAD, VISION_START, VISION_END = 151655, 151656, 151652, 151653
+QUESTION_TOKENS, MARKER_TOKENS, SYSTEM_TOKENS, TURN_TOKENS = 20, 6, 20, 5
+
+
+def build_model(size: str, device: torch.device, dtype: torch.dtype) -> Qwen3VLForConditionalGeneration:
+    """A Qwen3-VL model with the language model of ``size`` and random weights; the vision tower is
+    a minimal one (its features are injected, never computed)."""
+    hidden, intermediate, layers, heads, kv_heads, head_dim, tied = TEXT_SIZES[size]
+    config = Qwen3VLConfig(
+        text_config=dict(
+            hidden_size=hidden,
+            intermediate_size=intermediate,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            head_dim=head_dim,
+            vocab_size=VOCAB,
+            max_position_embeddings=262144,
+            rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [24, 20, 20],
+                             "mrope_interleaved": True} if head_dim == 128 else
+            {"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [6, 5, 5], "mrope_interleaved": True},
+            tie_word_embeddings=tied,
+        ),
+        vision_config=dict(depth=3, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=hidden,
+                           deepstack_visual_indexes=[0, 1, 2]),
+        image_token_id=IMAGE_PAD,
+        video_token_id=VIDEO_PAD,
+        vision_start_token_id=VISION_START,
+        vision_end_token_id=VISION_END,
+        tie_word_embeddings=tied,
+    )
+    config._attn_implementation = "sdpa"
+    with torch.device(device):
+        model = Qwen3VLForConditionalGeneration(config).to(dtype).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+@dataclasses.dataclass
+class Conversation:
+    """Token ids of a synthetic conversation about one clip: the first prompt, and per follow-up the
+    tokens appended after the previous answer."""
+
+    grid_thw: tuple[int, int, int]
+    first: list[int]
+    follow_ups: list[list[int]]
+
+    def prompt(self, answers: list[list[int]]) -> list[int]:
+        """The whole prompt of question ``len(answers)``, given the answers so far."""
+        ids = list(self.first)
+        for answer, follow_up in zip(answers, self.follow_ups):
+            ids += answer + follow_up
+        return ids
+
+
+def make_conversation(frames: int, height: int, width: int, follow_ups: int, seed: int = 0) -> Conversation:
+    """Random text ids around ``frames`` frames of ``height`` x ``width``, laid out as Framewise's
+    prompt is: per frame pair a time marker, vision start, video pads, vision end."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def text(count: int) -> list[int]:
+        return torch.randint(1000, 100000, (count,), generator=generator).tolist()
+
+    grid = (frames // 2, height // 16, width // 16)
+    pads = grid[1] * grid[2] // 4
+    first = text(SYSTEM_TOKENS)
+    for _ in range(grid[0]):
+        first += text(MARKER_TOKENS) + [VISION_START] + [VIDEO_PAD] * pads + [VISION_END]
+    first += text(QUESTION_TOKENS) + text(TURN_TOKENS)
+    return Conversation(grid, first, [text(TURN_TOKENS + QUESTION_TOKENS + TURN_TOKENS) for _ in range(follow_ups)])
+
+
+def random_features(tokens: int, hidden: int, device: torch.device, dtype: torch.dtype) -> EncodedItem:
+    """Features of the right shape: (tokens, hidden) merged tokens and three deepstack layers."""
+    def draw() -> torch.Tensor:
+        return (torch.randn(tokens, hidden, device=device) * 0.02).to(dtype)
+
+    return EncodedItem(embeds=draw(), deepstack=(draw(), draw(), draw()))
+
+
+class _Clock(BaseStreamer):
+    """Records when generate() hands over each new token (after a device sync)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+@dataclasses.dataclass
+class Answer:
+    token_ids: list[int]
+    ttft_ms: float
+    token_ms: list[float]
+
+
+def _answer_from_times(started: float, times: list[float], token_ids: list[int]) -> Answer:
+    return Answer(token_ids, (times[0] - started) * 1e3, [(b - a) * 1e3 for a, b in zip(times, times[1:])])
+
+
+class GenerateRunner:
+    """transformers' generate() over the whole conversation per question, features injected."""
+
+    def __init__(self, model, features: EncodedItem, grid: tuple[int, int, int], static_len: int | None) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        injector = FeatureInjector()
+        injector.install(model)
+        injector.video = [features]
+        self.grid = grid
+        self.cache = None
+        if static_len is not None:
+            self.cache = StaticCache(config=model.config.text_config, max_cache_len=static_len)
+
+    def ask(self, ids: list[int], new_tokens: int) -> Answer:
+        input_ids = torch.tensor([ids], device=self.device)
+        types = torch.full_like(input_ids, TEXT_TOKEN)
+        types[input_ids == VIDEO_PAD] = VIDEO_TOKEN
+        options: dict[str, Any] = {}
+        clock = _Clock()
+        _sync(self.device)
+        started = time.perf_counter()
+        with torch.inference_mode():
+            if self.cache is not None:
+                self.cache.reset()
+                options["past_key_values"] = self.cache
+            output = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                mm_token_type_ids=types,
+                pixel_values_videos=torch.empty(0, device=self.device),
+                video_grid_thw=torch.tensor([self.grid], device=self.device),
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                do_sample=False,
+                streamer=clock,
+                **options,
+            )
+        return _answer_from_times(started, clock.times, output[0, len(ids):].tolist())
+
+
+class FramewiseRunner:
+    """Framewise's decoder: the cache keeps the conversation, each question prefills what is new."""
+
+    def __init__(self, model, features: EncodedItem, grid, context: int, min_bucket: int) -> None:
+        self.language = Qwen3VLLanguageModel(model)
+        self.features = features
+        self.grid = grid
+        started = time.perf_counter()
+        self.decoder = Decoder(self.language, context, min_bucket, use_graphs=True)
+        self.first_start_s = time.perf_counter() - started
+        self.first_capture_s = self.decoder.steps.capture_seconds
+        self.decoder.close()
+        del self.decoder
+        gc.collect()
+        started = time.perf_counter()
+        self.decoder = Decoder(self.language, context, min_bucket, use_graphs=True)
+        self.second_start_s = time.perf_counter() - started
+
+    def ask(self, ids: list[int], new_tokens: int) -> Answer:
+        input_ids = torch.tensor([ids])
+        types = torch.full_like(input_ids, TEXT_TOKEN)
+        types[input_ids == VIDEO_PAD] = VIDEO_TOKEN
+        prompt = Prompt(input_ids, types, self.grid, self.features, owner=self.features)
+        times: list[float] = []
+        started = time.perf_counter()
+        result = self.decoder.answer(
+            prompt, SamplingRule(new_tokens), lambda token: times.append(time.perf_counter()), lambda: False
+        )
+        self.last = result
+        return _answer_from_times(started, times, result.token_ids)
+
+
+def run_conversation(runner, conversation: Conversation, new_tokens: int, deadline: float) -> list[Answer]:
+    answers: list[Answer] = []
+    for turn in range(len(conversation.follow_ups) + 1):
+        if time.perf_counter() > deadline:
+            break
+        answers.append(runner.ask(conversation.prompt([a.token_ids for a in answers]), new_tokens))
+    return answers
+
+
+def summarize(answers: list[Answer], weight_bytes: int, bandwidth: float, expected: int) -> dict[str, Any]:
+    token_ms = sorted(ms for answer in answers for ms in answer.token_ms)
+    mean = sum(token_ms) / len(token_ms) if token_ms else float("nan")
+    floor_ms = weight_bytes / bandwidth * 1e3
+    follow = [answer.ttft_ms for answer in answers[1:]]
+    return {
+        "questions": len(answers),
+        "questions_planned": expected,
+        "ttft_first_ms": answers[0].ttft_ms if answers else None,
+        "ttft_follow_up_ms": sum(follow) / len(follow) if follow else None,
+        "token_ms_mean": mean,
+        "token_ms_p99": percentile(token_ms, 99),
+        "tokens_per_s": 1e3 / mean if token_ms else None,
+        "floor_ratio": mean / floor_ms if token_ms else None,
+    }
+
+
+def copy_bandwidth(device: torch.device, megabytes: int = 1024) -> float:
+    """Bytes per second a device-to-device copy moves (read + write), best of 5."""
+    source = torch.empty(megabytes * 2**20, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    best = float("inf")
+    for _ in range(5):
+        _sync(device)
+        started = time.perf_counter()
+        target.copy_(source)
+        _sync(device)
+        best = min(best, time.perf_counter() - started)
+    return 2 * source.numel() / best
+
+
+def language_weight_bytes(model) -> int:
+    """Bytes a decode step reads: every decoder layer, the final norm and the output head."""
+    text = model.model.language_model
+    modules = [text.layers, text.norm, model.lm_head]
+    return sum(p.numel() * p.element_size() for module in modules for p in module.parameters())
+
+
+def bench_size(size: str, args, device, dtype, bandwidth: float) -> dict[str, Any]:
+    print(f"== {size}: building", flush=True)
+    started = time.perf_counter()
+    torch.manual_seed(0)
+    model = build_model(size, device, dtype)
+    conversation = make_conversation(args.frames, args.height, args.width, args.follow_ups)
+    video_tokens = conversation.first.count(VIDEO_PAD)
+    features = random_features(video_tokens, model.config.text_config.hidden_size, device, dtype)
+    context = len(conversation.prompt([[0] * args.new_tokens] * args.follow_ups)) + args.new_tokens + 64
+    weight_bytes = language_weight_bytes(model)
+    result: dict[str, Any] = {
+        "size": size, "build_s": time.perf_counter() - started, "prompt_tokens": len(conversation.first),
+        "video_tokens": video_tokens, "context": context, "weight_bytes": weight_bytes,
+        "floor_tokens_per_s": bandwidth / weight_bytes, "modes": {},
+    }
+    print(f"   built in {result['build_s']:.1f} s; prompt {len(conversation.first)} tokens, context {context}", flush=True)
+    reference: list[list[int]] | None = None
+    for mode in args.modes:
+        result["modes"][mode] = entry = {}
+        mode_started = time.perf_counter()
+        deadline = mode_started + args.mode_budget_s
+        try:
+            runner, warm = make_runner(mode, model, features, conversation, context, args)
+            warm_started = time.perf_counter()
+            warm(conversation.first)
+            entry["warm_up_s"] = time.perf_counter() - warm_started
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"its warm-up alone took {entry['warm_up_s']:.0f} s")
+            _reset_peak(device)
+            answers = run_conversation(runner, conversation, args.new_tokens, deadline)
+        except (RuntimeError, TimeoutError, ValueError, TypeError) as error:
+            entry["skipped"] = f"{type(error).__name__}: {str(error)[:300]}"
+            print(f"   {mode}: skipped ({entry['skipped']})", flush=True)
+            _free(device)
+            continue
+        entry.update(summarize(answers, weight_bytes, bandwidth, len(conversation.follow_ups) + 1))
+        entry["seconds"] = time.perf_counter() - mode_started
+        if mode == "framewise":
+            decoder = runner.decoder
+            entry.update(
+                capture_first_s=runner.first_capture_s, start_first_s=runner.first_start_s,
+                start_second_s=runner.second_start_s, capture_second_s=decoder.steps.capture_seconds,
+                graphs=decoder.graphs_enabled, graphs_reason=decoder.graphs_reason,
+                buckets=list(decoder.steps.buckets), cache_mb=decoder.cache.nbytes / 2**20,
+                graph_mb=decoder.steps.graph_memory_bytes / 2**20,
+                prefix_reused_last=runner.last.prefix_tokens_reused, prompt_last=runner.last.prompt_tokens,
+            )
+        if mode == "static":
+            entry["first_call_s"] = entry["warm_up_s"]  # the compile and one whole answer
+        ids = [answer.token_ids for answer in answers]
+        if reference is None:
+            reference = ids
+        else:  # bf16 kernels differ, so greedy answers may part ways; count the agreeing prefix
+            entry["tokens_agreeing_with_" + args.modes[0]] = [
+                _agreeing(a, b) for a, b in zip(ids, reference)
+            ]
+        print(f"   {mode}: {json.dumps(_rounded(entry))}", flush=True)
+        del runner
+        _free(device)
+    del model, features
+    _free(device)
+    return result
+
+
+def make_runner(mode: str, model, features, conversation: Conversation, context: int, args) -> tuple[Any, Callable]:
+    """The mode's runner and its warm-up (the static mode's warm-up is its compile)."""
+    if mode == "framewise":
+        runner = FramewiseRunner(model, features, conversation.grid_thw, context, args.min_bucket)
+        return runner, lambda ids: (runner.ask(ids, 4), runner.decoder.forget())
+    if mode in ("default", "static"):
+        runner = GenerateRunner(model, features, conversation.grid_thw, context if mode == "static" else None)
+        return runner, lambda ids: runner.ask(ids, args.warm_up_tokens if mode == "default" else args.new_tokens)
+    raise ValueError(f"unknown mode {mode}")
+
+
+def _agreeing(a: list[int], b: list[int]) -> int:
+    count = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        count += 1
+    return count
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, dict):
+        return {key: _rounded(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_rounded(item) for item in value]
+    return value
+
+
+def markdown(results: list[dict[str, Any]], header: dict[str, Any]) -> str:
+    lines = [
+        f"{header['device']}, torch {header['torch']}, transformers {header['transformers']}, {header['dtype']}, "
+        f"{header['date']}; copy bandwidth {header['bandwidth_gbs']:.0f} GB/s",
+        "",
+        "| size | mode | TTFT first (ms) | TTFT follow-ups (ms) | decode tok/s | per token mean / p99 (ms) | "
+        "p99/mean | x floor | capture (s) | cache + graphs (MiB) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for result in results:
+        for mode, entry in result["modes"].items():
+            if "skipped" in entry:
+                lines.append(f"| {result['size']} | {mode} | skipped: {entry['skipped']} |||||||||")
+                continue
+            capture = ""
+            memory = ""
+            if mode == "framewise":
+                capture = f"{entry['capture_first_s']:.2f} / {entry['capture_second_s']:.2f}"
+                memory = f"{entry['cache_mb']:.0f} + {entry['graph_mb']:.0f}"
+            elif mode == "static":
+                capture = f"first call {entry['first_call_s']:.0f} (compile)"
+            follow = entry["ttft_follow_up_ms"]
+            lines.append(
+                f"| {result['size']} | {mode} | {entry['ttft_first_ms']:.1f} | "
+                f"{'–' if follow is None else f'{follow:.1f}'} | {entry['tokens_per_s']:.1f} | "
+                f"{entry['token_ms_mean']:.2f} / {entry['token_ms_p99']:.2f} | "
+                f"{entry['token_ms_p99'] / entry['token_ms_mean']:.2f} | {entry['floor_ratio']:.2f} | {capture} | {memory} |"
+            )
+        lines.append(
+            f"| {result['size']} | floor | | | {result['floor_tokens_per_s']:.0f} | "
+            f"{result['weight_bytes'] / 2**30:.2f} GiB per token | | 1.00 | | |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("results"))
+    parser.add_argument("--sizes", default="2B,8B")
+    parser.add_argument("--modes", default="framewise,default,static")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32", "float16"))
+    parser.add_argument("--frames", type=int, default=16)
+    parser.add_argument("--height", type=int, default=448)
+    parser.add_argument("--width", type=int, default=448)
+    parser.add_argument("--follow-ups", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--warm-up-tokens", type=int, default=8)
+    parser.add_argument("--min-bucket", type=int, default=256)
+    parser.add_argument("--mode-budget-s", type=float, default=120.0, help="time limit of one mode at one size")
+    args = parser.parse_args(argv)
+    args.modes = [mode for mode in args.modes.split(",") if mode]
+    device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype)
+    bandwidth = copy_bandwidth(device)
+    import transformers
+
+    header = {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "torch": torch.__version__, "transformers": transformers.__version__, "dtype": args.dtype,
+        "bandwidth_gbs": bandwidth / 1e9, "command": " ".join(sys.argv),
+    }
+    results = [bench_size(size, args, device, dtype, bandwidth) for size in args.sizes.split(",")]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "decode_bench.json").write_text(json.dumps({"header": header, "results": _rounded(results)}, indent=1))
+    table = markdown(results, header)
+    (args.out / "decode_bench.md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""The decoder on CUDA: decode steps replay their bucket's graph, answers equal generate() with the
+model's own vision pass (float32), graphs equal the same steps run directly (bfloat16), and a
+failed capture falls back to direct steps with the reason."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+
+from framewise.core.decoding import Decoder, Qwen3VLLanguageModel
+from framewise.core.decoding import step_graphs
+from framewise.core.encoder import EagerVisionEncoder
+from framewise.core.engine import Engine
+from framewise.core.events import Progress
+from framewise.core.settings import AppSettings
+from tests.conftest import SAMPLE_CLIPS
+from tests.core.test_decoding import Setup, answer, prompt_for, reference, rule_for
+from tests.core.test_decoding import setup as cpu_setup  # noqa: F401 - the fixture, moved to CUDA below
+
+pytestmark = pytest.mark.gpu
+
+
+def on_cuda(setup: Setup, dtype: torch.dtype) -> Setup:
+    model = copy.deepcopy(setup.model).to("cuda", dtype)
+    encoder = EagerVisionEncoder(model.model.visual)
+    with torch.inference_mode():
+        features = [encoder.encode([clip.item]).items[0] for clip in setup.clips]
+    return dataclasses.replace(setup, model=model, features=features)
+
+
+@pytest.fixture()
+def cuda_fp32(cpu_setup: Setup) -> Setup:  # noqa: F811
+    return on_cuda(cpu_setup, torch.float32)
+
+
+@pytest.fixture()
+def cuda_bf16(cpu_setup: Setup) -> Setup:  # noqa: F811
+    return on_cuda(cpu_setup, torch.bfloat16)
+
+
+def test_graph_steps_answer_like_generate_on_first_question_and_follow_ups(cuda_fp32: Setup) -> None:
+    progress: list[Progress] = []
+    decoder = Decoder(Qwen3VLLanguageModel(cuda_fp32.model), 512, 16, use_graphs=True, progress=progress.append)
+    assert decoder.graphs_enabled, decoder.graphs_reason
+    assert [event.current for event in progress] == list(range(len(decoder.steps.buckets) + 1))
+    rule = rule_for(cuda_fp32)
+    history: list[tuple[str, str]] = []
+    for question in ("What color is the square?", "Where does it go?", "And the circle?"):
+        inputs, prompt = prompt_for(cuda_fp32, question, history)
+        result = answer(decoder, prompt, rule)
+        assert result.token_ids == reference(cuda_fp32, inputs)
+        assert result.graph_steps == len(result.token_ids) - 1 and result.direct_steps == 0
+        history.append((question, cuda_fp32.tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()))
+    assert result.prefix_tokens_reused > 0
+
+
+def test_graphs_replay_exactly_what_the_direct_steps_compute_in_bfloat16(cuda_bf16: Setup) -> None:
+    language = Qwen3VLLanguageModel(cuda_bf16.model)
+    graphs = Decoder(language, 512, 16, use_graphs=True)
+    direct = Decoder(language, 512, 16, use_graphs=False)
+    rule = rule_for(cuda_bf16)
+    history: list[tuple[str, str]] = []
+    for question in ("What color is the square?", "Where does it go?"):
+        _, prompt = prompt_for(cuda_bf16, question, history)
+        through_graphs = answer(graphs, prompt, rule)
+        directly = answer(direct, prompt, rule)
+        assert through_graphs.token_ids == directly.token_ids
+        assert through_graphs.graph_steps > 0 and directly.graph_steps == 0
+        text = cuda_bf16.tokenizer.decode(through_graphs.token_ids, skip_special_tokens=True).strip()
+        history.append((question, text))
+    for layer in range(language.layers):  # the caches hold the same entries
+        length = len(graphs.cache.tokens)
+        assert graphs.cache.tokens == direct.cache.tokens
+        assert torch.equal(graphs.cache.keys[layer][:, :, :length], direct.cache.keys[layer][:, :, :length])
+
+
+def test_a_failed_capture_falls_back_to_direct_steps_with_the_reason(
+    cuda_fp32: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail(self, bucket, pool):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(step_graphs.StepGraphs, "_capture", fail)
+    decoder = Decoder(Qwen3VLLanguageModel(cuda_fp32.model), 512, 16, use_graphs=True)
+    assert not decoder.graphs_enabled and "out of memory (simulated)" in decoder.graphs_reason
+    inputs, prompt = prompt_for(cuda_fp32, "What color is the square?")
+    result = answer(decoder, prompt, rule_for(cuda_fp32))
+    assert result.token_ids == reference(cuda_fp32, inputs) and result.graph_steps == 0
+
+
+def test_the_engine_decodes_through_graphs_and_reports_it() -> None:
+    settings = AppSettings().replace("model", device="cuda", dtype="float32").replace("generation", max_new_tokens=12)
+    engine = Engine(settings)
+    info = engine.load()
+    assert info.decoder.graphs_enabled and "captured" in info.decoder.graphs_reason
+    assert info.decoder.capture_seconds is not None and info.decoder.kv_cache_mb > 0
+    engine.open_clip(sorted(SAMPLE_CLIPS.glob("*.mp4"))[0])
+    first = engine.ask("What color is the square?").stats
+    second = engine.ask("How many shapes are there?").stats
+    for stats in (first, second):
+        assert stats.decoder.eager_steps == 0 and stats.decoder.graph_steps == stats.new_tokens - 1
+    assert second.decoder.prefix_tokens_reused >= first.decoder.prompt_tokens
