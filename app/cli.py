@@ -4,8 +4,10 @@
     framewise info [--json]
 
 The answer streams to stdout, followed by the stats; ``--json`` prints one JSON object instead.
-Progress goes to stderr. Exit status: 0 on success, 2 for a problem with the input (a bad clip,
-model or setting, said on stderr), 130 when interrupted.
+Progress goes to stderr. The clip and the question are checked before the model loads. Exit
+status: 0 on success, 2 for a problem with the input (a bad clip, model or setting, or too little
+memory for the settings; said on stderr), 1 for an unexpected error (its traceback goes to the
+log, whose path is printed), 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -16,28 +18,57 @@ import json
 import sys
 from typing import Any, Sequence, TextIO
 
-from framewise.core.errors import FramewiseError
+from framewise.app.logs import setup_logging
+from framewise.core.errors import EmptyQuestionError, SettingsError, describe_error
 from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo, Event, Progress, Token
 from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, AppSettings
+
+# The flag that sets each settings field, so messages name what a person can type.
+FLAGS = {
+    "model.source": "--model",
+    "model.device": "--device",
+    "model.dtype": "--dtype",
+    "encoder.attention_backend": "--attention",
+    "encoder.use_graphs": "--no-graphs",
+    "sampling.fps": "--fps",
+    "sampling.min_frames": "--min-frames",
+    "sampling.max_frames": "--max-frames",
+    "sampling.max_pixels": "--max-pixels",
+    "generation.max_new_tokens": "--max-new-tokens",
+    "generation.temperature": "--temperature",
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    setup_logging()
     try:
         settings = _settings_from_args(args).validate()
         if args.command == "info":
             return _info(settings, args.json)
         return _ask(settings, args.clip, args.question, args.json)
-    except FramewiseError as error:
-        print(f"framewise: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("framewise: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:  # noqa: BLE001 - every failure becomes a message, never a traceback
+        report = describe_error(error)
+        print(f"framewise: {_in_flag_words(error, report.message)}", file=sys.stderr)
+        return report.exit_code
+
+
+def _in_flag_words(error: BaseException, message: str) -> str:
+    """A settings error as the flag that sets the field (``--max-frames: ...``), other messages as they are."""
+    if isinstance(error, SettingsError) and error.field in FLAGS:
+        return f"{FLAGS[error.field]}: {error.message}"
+    return message
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="framewise", description="Ask Qwen3-VL questions about video clips.")
+    parser = argparse.ArgumentParser(
+        prog="framewise",
+        description="Ask Qwen3-VL questions about video clips.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     ask = commands.add_parser("ask", help="answer a question about a clip")
     ask.add_argument("clip", help="path of a video file")
@@ -46,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     for command in (ask, info):
         _add_settings_flags(command)
         command.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.epilog = "The flags of `framewise ask` (`framewise info` takes the same settings flags):\n\n" + ask.format_help()
     return parser
 
 
@@ -57,7 +89,12 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attention", choices=ATTENTION_BACKENDS, default=defaults.encoder.attention_backend)
     parser.add_argument("--no-graphs", action="store_true", help="run the vision encoder eagerly")
     parser.add_argument("--fps", type=float, default=defaults.sampling.fps, help="frames sampled per second")
-    parser.add_argument("--max-frames", type=int, default=defaults.sampling.max_frames)
+    parser.add_argument(
+        "--min-frames",
+        type=int,
+        help=f"fewest frames sampled (even; default {defaults.sampling.min_frames}, or --max-frames when lower)",
+    )
+    parser.add_argument("--max-frames", type=int, default=defaults.sampling.max_frames, help="most frames sampled (even)")
     parser.add_argument("--max-pixels", type=int, default=defaults.sampling.max_pixels, help="pixel budget of the whole clip")
     parser.add_argument("--max-new-tokens", type=int, default=defaults.generation.max_new_tokens)
     parser.add_argument("--temperature", type=float, default=defaults.generation.temperature)
@@ -71,11 +108,14 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings_from_args(args: argparse.Namespace) -> AppSettings:
+    defaults = AppSettings()
+    min_frames = args.min_frames
+    if min_frames is None:  # follow --max-frames down, so `--max-frames 2` needs no second flag
+        min_frames = max(2, min(defaults.sampling.min_frames, args.max_frames - args.max_frames % 2))
     return (
-        AppSettings()
-        .replace("model", source=args.model, device=args.device, dtype=args.dtype)
+        defaults.replace("model", source=args.model, device=args.device, dtype=args.dtype)
         .replace("encoder", attention_backend=args.attention, use_graphs=not args.no_graphs)
-        .replace("sampling", fps=args.fps, max_frames=args.max_frames, max_pixels=args.max_pixels)
+        .replace("sampling", fps=args.fps, min_frames=min_frames, max_frames=args.max_frames, max_pixels=args.max_pixels)
         .replace("generation", max_new_tokens=args.max_new_tokens, temperature=args.temperature)
         .replace("decoding", use_graphs=not args.no_decode_graphs, max_context_tokens=args.max_context)
     )
@@ -100,9 +140,16 @@ def _info(settings: AppSettings, as_json: bool) -> int:
 
 
 def _ask(settings: AppSettings, clip: str, question: str, as_json: bool) -> int:
+    if not question.strip():
+        raise EmptyQuestionError()
+    from framewise.core.video import probe_clip  # no torch: a bad path is found before the model loads
+
+    probe_clip(clip)
     printer = _ProgressPrinter(sys.stderr, quiet=as_json)
     engine = _load_engine(settings, printer)
     info = engine.info()
+    if not as_json:
+        _note_unused_settings(settings, info)
     encoded = engine.open_clip(clip)
     if info.model_label and not as_json:
         print(f"[{info.model_label}]", flush=True)
@@ -112,8 +159,20 @@ def _ask(settings: AppSettings, clip: str, question: str, as_json: bool) -> int:
         print(json.dumps(_result_json(info, encoded, done)))
     else:
         print()
-        print(format_stats(done.stats, encoded))
+        print(format_stats(done.stats, encoded, info))
     return 0
+
+
+def _note_unused_settings(settings: AppSettings, info: EngineInfo) -> None:
+    """Say on stderr when a flag was accepted but cannot change anything on this machine."""
+    backend = settings.encoder.attention_backend
+    if backend != "auto" and not info.graphs_enabled:
+        where = "on the CPU" if info.device == "cpu" else "without CUDA graphs"
+        print(
+            f"framewise: --attention {backend} has no effect {where}: the vision encoder runs eager, "
+            "with transformers' own attention",
+            file=sys.stderr,
+        )
 
 
 class _ProgressPrinter:
@@ -155,17 +214,24 @@ def format_info(info: EngineInfo) -> str:
     return "\n".join(lines)
 
 
-def format_stats(stats: AnswerStats, encoded: EncodeDone) -> str:
+def format_stats(stats: AnswerStats, encoded: EncodeDone, info: EngineInfo) -> str:
     """The stats printed after an answer."""
     return (
         f"--\nframes {stats.frames}, patches {stats.patches}, "
         f"decode {encoded.decode_ms:.0f} ms, preprocess {stats.preprocess_ms:.0f} ms, "
-        f"encode {stats.encode_ms:.1f} ms ({stats.ms_per_frame:.2f} ms/frame, "
-        f"graph hits {encoded.graph_hits}, misses {encoded.graph_misses})\n"
+        f"encode {stats.encode_ms:.1f} ms ({stats.ms_per_frame:.2f} ms/frame, {_graph_words(encoded, info)})\n"
         f"first token {stats.time_to_first_token_ms:.0f} ms, {stats.new_tokens} tokens, "
         f"{stats.tokens_per_second:.1f} tokens/s" + (", cancelled" if stats.cancelled else "")
         + (f"\ndecoder: {stats.decoder.summary()}" if stats.decoder else "")
     )
+
+
+def _graph_words(encoded: EncodeDone, info: EngineInfo) -> str:
+    if info.graphs_enabled:
+        return f"graph hits {encoded.graph_hits}, misses {encoded.graph_misses}"
+    if info.device == "cpu":
+        return "no CUDA graphs on this machine"
+    return f"eager: {info.graphs_reason}"
 
 
 def _result_json(info: EngineInfo, encoded: EncodeDone, done: Done) -> dict[str, Any]:

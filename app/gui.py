@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from PySide6.QtCore import QTimer
 from PySide6.QtGui import QIcon
@@ -41,6 +41,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, qt_args = _parser().parse_known_args(sys.argv[1:] if argv is None else list(argv))
     setup_logging()
     log.info("Framewise %s starting", __version__)
+    problem = None if QApplication.instance() else display_problem(os.environ, sys.platform)
+    if problem:
+        log.error("%s", problem)
+        print(f"framewise-studio: {problem}", file=sys.stderr)
+        return 2
     app = QApplication.instance() or QApplication([sys.argv[0], *qt_args])
     app.setApplicationName("Framewise")
     app.setOrganizationName("Framewise")
@@ -62,6 +67,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.clip:
         window.open_clip(args.clip)
     return app.exec()
+
+
+def display_problem(environ: Mapping[str, str], platform: str) -> str | None:
+    """Why the window cannot open here (no display server to show it on), or ``None``.
+
+    Qt's own message for this case on Linux is a misleading "xcb-cursor0 is needed" abort.
+    """
+    if not platform.startswith("linux"):
+        return None
+    qt_platform = environ.get("QT_QPA_PLATFORM", "")
+    if qt_platform and not qt_platform.startswith(("xcb", "wayland")):
+        return None  # offscreen, vnc, eglfs, ...: Qt needs no display server
+    if environ.get("DISPLAY") or environ.get("WAYLAND_DISPLAY"):
+        return None
+    return (
+        "there is no display to open the window on (neither DISPLAY nor WAYLAND_DISPLAY is set). Start it "
+        "from a desktop session, or run it without a visible window with QT_QPA_PLATFORM=offscreen "
+        "framewise-studio; the `framewise` command answers questions in a terminal."
+    )
 
 
 def create_engine(settings: AppSettings, sink: EventSink) -> EngineLike:

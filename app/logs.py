@@ -18,6 +18,8 @@ import threading
 from pathlib import Path
 from types import TracebackType
 
+from framewise.core.errors import set_log_file
+
 LOG_FILE_NAME = "framewise.log"
 MAX_BYTES = 1_000_000
 BACKUP_COUNT = 5
@@ -77,6 +79,7 @@ def setup_logging(
     root.setLevel(level)
     logging.captureWarnings(True)
     _log_uncaught_exceptions()
+    set_log_file(path)
     logger.info("logging to %s", path)
     return path
 

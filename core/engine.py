@@ -27,7 +27,7 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDe
 from framewise.core.decoding import Decoded, Decoder, Prompt, Qwen3VLLanguageModel, SamplingRule, context_for
 from framewise.core.encoder import EncodedItem, VisionEncoder
 from framewise.core.encoder_graphs import available_attention_backends, make_vision_encoder, percentile
-from framewise.core.errors import CancelledError, FramewiseError
+from framewise.core.errors import CancelledError, EmptyQuestionError, FramewiseError
 from framewise.core.events import (
     AnswerStats,
     ClipSampled,
@@ -352,7 +352,7 @@ class Engine:
         loaded = self._require_model()
         question = question.strip()
         if not question:
-            raise FramewiseError("Type a question first.")
+            raise EmptyQuestionError()
         self._cancel.clear()
         started = time.perf_counter()
         inputs = build_chat_inputs(

@@ -1,14 +1,33 @@
-"""Typed errors raised by Framewise's core.
+"""Typed errors raised by Framewise's core, and the one mapping from any exception to a message.
 
 Every error carries a message written for a person: what went wrong and what to do about it.
-The GUI and the CLI show ``str(error)`` as is.
+:func:`describe_error` turns any exception into an :class:`ErrorReport`; the CLI and the window
+both show its ``message`` as is. Errors Framewise raises on purpose keep their own message; running
+out of memory (torch's CUDA out-of-memory error, the CPU allocator's "can't allocate memory",
+Python's ``MemoryError``) says which settings to lower; anything else is a bug: its traceback goes
+to the log, and the person is told where that log is.
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_log_file: Path | None = None
+_OUT_OF_MEMORY_SIGNS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
 
 class FramewiseError(Exception):
-    """Base class of every error Framewise raises on purpose."""
+    """Base class of every error Framewise raises on purpose.
+
+    ``field`` names the setting (``section.name``) the error is about, when there is one, so that
+    a settings panel can show the message next to it.
+    """
+
+    field: str | None = None
 
 
 class ClipError(FramewiseError):
@@ -50,6 +69,8 @@ class ReaderStuckError(ClipError):
 class ModelLoadError(FramewiseError):
     """A model folder or repo id could not be loaded as a Qwen3-VL checkpoint."""
 
+    field = "model.source"
+
 
 class SettingsError(FramewiseError):
     """A setting, or a combination of settings, is invalid.
@@ -60,12 +81,19 @@ class SettingsError(FramewiseError):
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
-        self.field = field
+        self.field: str = field
         self.message = message
 
 
 class EncoderError(FramewiseError):
     """The vision encoder failed (for example while capturing CUDA graphs)."""
+
+
+class EmptyQuestionError(FramewiseError):
+    """The question is empty (or only white space)."""
+
+    def __init__(self) -> None:
+        super().__init__("Type a question first.")
 
 
 class CancelledError(FramewiseError):
@@ -78,3 +106,70 @@ class ConversationStoreError(FramewiseError):
 
 class ExportError(FramewiseError):
     """A conversation or a plot could not be written to the chosen file."""
+
+
+class OutOfMemoryError(FramewiseError):
+    """The work needed more memory (GPU or CPU) than the machine has."""
+
+
+class UnexpectedError(FramewiseError):
+    """An exception Framewise did not anticipate: a bug; the traceback is in the log."""
+
+
+@dataclass(frozen=True)
+class ErrorReport:
+    """What a person is told about a failure.
+
+    ``kind`` is the error's class name (``OutOfMemoryError`` / ``UnexpectedError`` for exceptions
+    Framewise did not raise itself), ``message`` is for a person, ``field`` the setting it is about
+    (or ``None``), ``exit_code`` what the CLI exits with: 2 for a problem with the input or the
+    settings, 1 for a bug.
+    """
+
+    kind: str
+    message: str
+    field: str | None = None
+    exit_code: int = 2
+
+
+def describe_error(error: BaseException) -> ErrorReport:
+    """The one mapping from an exception to what a person sees (CLI and window alike).
+
+    An unexpected exception is logged here with its traceback (the message points at the log);
+    it is never shown to the person.
+    """
+    if isinstance(error, FramewiseError):
+        return ErrorReport(type(error).__name__, str(error), error.field)
+    if is_out_of_memory(error):
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        log.warning("out of memory: %s", first_line)
+        return ErrorReport(
+            OutOfMemoryError.__name__,
+            "Out of memory. Lower Sampling ▸ max frames or max pixels (--max-frames, --max-pixels), the largest "
+            f"token budget, or the model's size, then try again. ({first_line[:200]})",
+        )
+    log.error("unexpected error", exc_info=(type(error), error, error.__traceback__))
+    where = log_file()
+    message = f"Unexpected error ({type(error).__name__}) — see the log at {where}" if where else (
+        f"Unexpected error ({type(error).__name__}): {error}"
+    )
+    return ErrorReport(UnexpectedError.__name__, message, None, exit_code=1)
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """True for torch's CUDA out-of-memory error, the CPU allocator's refusal, and ``MemoryError``."""
+    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
+        return True
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and any(sign in text for sign in _OUT_OF_MEMORY_SIGNS)
+
+
+def log_file() -> Path | None:
+    """The log file the application set up (:func:`set_log_file`), where the tracebacks go; ``None`` before."""
+    return _log_file
+
+
+def set_log_file(path: Path | None) -> None:
+    """Record where the application's log file is, for the messages :func:`describe_error` writes."""
+    global _log_file
+    _log_file = path

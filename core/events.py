@@ -144,10 +144,12 @@ class Done:
 
 @dataclass(frozen=True)
 class Failed:
-    """Work failed; ``kind`` is the error's class name, ``message`` is for a person."""
+    """Work failed; ``kind`` is the error's class name, ``message`` is for a person, ``field`` the
+    setting (``section.name``) the failure is about, when there is one."""
 
     kind: str
     message: str
+    field: str | None = None
 
 
 @dataclass(frozen=True)

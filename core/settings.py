@@ -18,6 +18,12 @@ ATTENTION_BACKENDS = ("auto", "varlen", "flash_attn", "sdpa_masked", "eager")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEMO_MODEL = "demo"
+# Qwen3-VL's own video preprocessing caps a whole clip at 24576 blocks of 32x32 pixels; more pixels
+# than that only cost memory (10^12 would allocate until the machine runs out).
+MAX_CLIP_PIXELS = 24576 * 32 * 32
+PATCH_PIXELS = 16 * 16
+# The most patch rows one clip can give, so the largest token budget ever worth capturing.
+MAX_BUDGET = MAX_CLIP_PIXELS // PATCH_PIXELS
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,11 @@ class SamplingSettings:
             raise SettingsError("sampling.max_frames", "Qwen3-VL takes at most 768 frames; lower max frames")
         if self.min_pixels_per_frame < 32 * 32:
             raise SettingsError("sampling.min_pixels_per_frame", "use at least 1024 pixels (one 32x32 block)")
+        if self.max_pixels > MAX_CLIP_PIXELS:
+            raise SettingsError(
+                "sampling.max_pixels",
+                f"use at most {MAX_CLIP_PIXELS:,} (Qwen3-VL's largest clip: 24,576 blocks of 32x32 pixels); lower max pixels",
+            )
         if self.max_pixels < self.min_frames * self.min_pixels_per_frame:
             raise SettingsError(
                 "sampling.max_pixels",
@@ -107,6 +118,8 @@ class EncoderSettings:
                     raise SettingsError(
                         "encoder.budgets", f"{budget} is not a positive multiple of 4 (the 2x2 patch merge)"
                     )
+                if budget > MAX_BUDGET:
+                    raise SettingsError("encoder.budgets", f"{budget} is above {_budget_bound()}")
         else:
             if self.min_budget <= 0 or self.min_budget % 4:
                 raise SettingsError("encoder.min_budget", "use a positive multiple of 4 (the 2x2 patch merge)")
@@ -114,6 +127,8 @@ class EncoderSettings:
                 raise SettingsError(
                     "encoder.max_budget", f"use a multiple of 4 that is at least min budget ({self.min_budget})"
                 )
+            if self.max_budget > MAX_BUDGET:
+                raise SettingsError("encoder.max_budget", f"lower it to at most {_budget_bound()}")
             if not (1.01 <= self.budget_ratio <= 4.0):
                 raise SettingsError("encoder.budget_ratio", "use a spacing ratio between 1.01 and 4")
         budgets = self.token_budgets()
@@ -265,6 +280,10 @@ def geometric_budgets(min_budget: int, max_budget: int, ratio: float) -> tuple[i
         value *= ratio
     budgets.append(max_budget)
     return tuple(sorted(set(budgets)))
+
+
+def _budget_bound() -> str:
+    return f"{MAX_BUDGET:,}, the patches of the largest clip Qwen3-VL takes (a larger graph is never used)"
 
 
 def _require_choice(name: str, value: str, choices: tuple[str, ...]) -> None:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The CLI and the window write their log here during tests, not into the user's log folder.
+os.environ.setdefault("FRAMEWISE_LOG_DIR", tempfile.mkdtemp(prefix="framewise-test-log-"))
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_CLIPS = REPO_ROOT / "assets" / "clips"

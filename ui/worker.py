@@ -18,7 +18,7 @@ from typing import Callable, Protocol
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from framewise.core.errors import CancelledError, FramewiseError
+from framewise.core.errors import CancelledError, FramewiseError, describe_error
 from framewise.core.events import Done, EncodeDone, EngineInfo, EventSink, Failed
 from framewise.core.settings import AppSettings
 
@@ -41,18 +41,9 @@ EngineFactory = Callable[[AppSettings, EventSink], EngineLike]
 
 
 def failure_from_exception(error: BaseException) -> Failed:
-    """Turn any exception raised by engine work into a :class:`Failed` event a person can act on."""
-    kind = type(error).__name__
-    if isinstance(error, FramewiseError):
-        return Failed(kind, str(error))
-    text = str(error)
-    if isinstance(error, MemoryError) or "out of memory" in text.lower():
-        return Failed(
-            "OutOfMemoryError",
-            "Out of memory. Lower Sampling ▸ max frames or max pixels, or the largest token budget, "
-            f"then try again. ({text.splitlines()[0] if text else kind})",
-        )
-    return Failed(kind, f"Unexpected error: {text or kind}. Details are in the log (Help ▸ Show log).")
+    """Turn any exception raised by engine work into a :class:`Failed` event (core's one mapping)."""
+    report = describe_error(error)
+    return Failed(report.kind, report.message, report.field)
 
 
 class EngineWorker(QObject):
@@ -159,7 +150,7 @@ class EngineWorker(QObject):
             log.warning("%s failed: %s", name, error)
             self.event.emit(failure_from_exception(error))
         except Exception as error:  # noqa: BLE001 - any failure must reach the window, not kill the thread
-            log.exception("%s failed unexpectedly", name)
+            log.warning("%s failed", name)  # describe_error logs the traceback
             self.event.emit(failure_from_exception(error))
         finally:
             self.operation_finished.emit(name, ok)

@@ -71,7 +71,7 @@ def test_ask_about_random_bytes_exits_2_with_a_message(tmp_path: Path) -> None:
 def test_invalid_setting_is_refused_before_loading() -> None:
     result = framewise("info", "--max-frames", "7")
     assert result.returncode == 2
-    assert "sampling.max_frames" in result.stderr
+    assert "--max-frames: use an even number" in result.stderr
 
 
 def test_info_says_the_encoder_runs_eager_on_the_cpu() -> None:
@@ -97,3 +97,117 @@ def test_the_demo_model_names_the_color_of_the_square_in_the_sample_clip() -> No
     result = framewise("ask", str(clip), "What color is the square?", "--json", "--device", "cpu")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["answer"] == "red"
+
+
+# -- failures: a message a person can act on, the right exit status, never a traceback -----------
+
+RED_SQUARE = SAMPLE_CLIPS / "red_square_moves_right.mp4"
+
+
+def assert_answers_afterwards() -> None:
+    """The next question about a good clip is answered (a failure left nothing broken behind)."""
+    result = framewise("ask", str(RED_SQUARE), "What color is the square?", *FAST)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("[Demo model")
+
+
+def test_an_unexpected_engine_error_names_the_log_and_keeps_the_traceback_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from framewise.core.engine import Engine
+
+    def broken_ask(self, question: str):
+        raise TypeError("cat(): argument 'tensors' (position 1) must be tuple of Tensors, not Tensor")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Engine, "ask", broken_ask)
+        result = framewise("ask", str(RED_SQUARE), "What color is the square?", *FAST)
+
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr + result.stdout
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("framewise: Unexpected error (TypeError) — see the log at ")
+    log_path = Path(message.split(" at ", 1)[1])
+    logged = log_path.read_text(encoding="utf-8")
+    assert "Traceback" in logged and "broken_ask" in logged and "must be tuple of Tensors" in logged
+    assert_answers_afterwards()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError("[enforce fail at alloc_cpu.cpp:118] DefaultCPUAllocator: can't allocate memory: you tried to allocate 12000000000000 bytes."),
+        MemoryError(),
+    ],
+)
+def test_running_out_of_memory_says_which_settings_to_lower(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    from framewise.core.engine import Engine
+
+    def exhausted(self, path):
+        raise error
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Engine, "open_clip", exhausted)
+        result = framewise("ask", str(RED_SQUARE), "What color is the square?", *FAST)
+    assert result.returncode == 2
+    assert "Out of memory" in result.stderr and "--max-pixels" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert_answers_afterwards()
+
+
+def test_max_pixels_without_bound_is_refused_before_loading() -> None:
+    result = framewise("ask", str(RED_SQUARE), "Anything?", "--max-pixels", str(10**12), *FAST)
+    assert result.returncode == 2
+    assert "--max-pixels: use at most 25,165,824" in result.stderr
+    assert "[load]" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_two_frames_are_enough_without_naming_a_flag_that_does_not_exist() -> None:
+    result = framewise("ask", str(RED_SQUARE), "What color is the square?", *FAST, "--max-frames", "2")
+    assert result.returncode == 0, result.stderr
+    assert "frames 2, patches" in result.stdout
+    odd = framewise("ask", str(RED_SQUARE), "Anything?", "--max-frames", "3")
+    assert odd.returncode == 2
+    assert "--max-frames: use an even number" in odd.stderr and "min_frames" not in odd.stderr
+
+
+def test_an_attention_backend_on_the_cpu_is_said_to_have_no_effect() -> None:
+    result = framewise("ask", str(RED_SQUARE), "What color is the square?", *FAST, "--attention", "varlen")
+    assert result.returncode == 0, result.stderr
+    assert "--attention varlen has no effect on the CPU" in result.stderr
+
+
+def test_cpu_stats_say_there_are_no_cuda_graphs_instead_of_counting_misses() -> None:
+    result = framewise("ask", str(RED_SQUARE), "What color is the square?", *FAST)
+    assert result.returncode == 0, result.stderr
+    assert "no CUDA graphs on this machine" in result.stdout
+    assert "graph hits" not in result.stdout and "misses" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("clip", "question", "expected"),
+    [
+        ("missing.mp4", "What is it?", "No file at"),
+        (str(RED_SQUARE), "   ", "Type a question first."),
+    ],
+)
+def test_the_clip_and_the_question_are_checked_before_the_model_loads(
+    tmp_path: Path, clip: str, question: str, expected: str
+) -> None:
+    path = clip if Path(clip).is_absolute() else str(tmp_path / clip)
+    result = framewise("ask", path, question, *FAST)
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert "[load]" not in result.stderr, "the model was loaded before the input was checked"
+    assert "Traceback" not in result.stderr
+    assert_answers_afterwards()
+
+
+def test_help_lists_the_settings_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    shown = capsys.readouterr().out
+    for flag in ("--model", "--device", "--dtype", "--attention", "--no-graphs", "--fps", "--max-frames",
+                 "--max-pixels", "--max-new-tokens", "--temperature", "--json"):
+        assert flag in shown, f"{flag} missing from framewise --help"

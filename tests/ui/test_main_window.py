@@ -217,6 +217,27 @@ def test_unexpected_error_is_shown_inline_and_the_app_keeps_running(qtbot, make_
     assert window.conversation.turns[-1].status == "done" and len(window.conversation.turns) == 2
 
 
+def test_a_bug_in_the_engine_is_named_with_the_log_path_and_no_traceback(
+    qtbot, make_window, sample_clip, tmp_path, monkeypatch
+):
+    from framewise.core import errors
+
+    monkeypatch.setattr(errors, "_log_file", tmp_path / "framewise.log")
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    FakeEngine.fail_ask_with = TypeError("cat(): argument 'tensors' (position 1) must be tuple of Tensors")
+    ask_and_wait(qtbot, window, "What moves?")
+
+    turn = window.conversation.turns[-1]
+    assert turn.status == "failed"
+    assert turn.error == f"Unexpected error (TypeError) — see the log at {tmp_path / 'framewise.log'}"
+    assert "Traceback" not in window.chat.answer_cards()[-1].text()
+    FakeEngine.fail_ask_with = None
+    ask_and_wait(qtbot, window, "What moves now?")
+    assert window.conversation.turns[-1].status == "done"
+
+
 def test_banners_say_cpu_eager_and_demo_model(qtbot, make_window):
     window = make_window()
     wait_ready(qtbot, window)
