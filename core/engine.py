@@ -506,7 +506,8 @@ def _decode_progress(name: str, progress: ReadProgress) -> Progress:
     seconds, total = int(progress.seconds), int(progress.total_s or 0)
     verb = "Measuring" if progress.stage == "scan" else "Reading"
     of_total = f" of {total}" if total else ""
-    return Progress("decode", min(seconds, total) if total else seconds, total, f"{verb} {name}: {seconds}{of_total} s of video")
+    current = min(seconds, total) if total else seconds
+    return Progress("decode", current, total, f"{verb} {name}: {seconds}{of_total} s of video")
 
 
 def _decoder_shape(settings: AppSettings) -> tuple[Any, int]:

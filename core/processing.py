@@ -270,8 +270,8 @@ def fit_video_frames(
     ``(h, w)`` is :func:`video_frame_size` for T frames of H x W; the pixels come from
     :func:`resize_frames`, as the clip readers resize each frame they keep.
     """
-    count, height, width = frames.shape[:3]
-    return resize_frames(frames, video_frame_size(count, height, width, sampling, geometry=geometry))
+    sizing = video_frame_sizing(sampling, geometry)
+    return sizing.resize(frames, sizing.size(*frames.shape[:3]))
 
 
 def patchify(

@@ -8,6 +8,7 @@ FFmpeg prints to the console: Framewise reports what failed in its own words.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,10 +21,11 @@ from framewise.core.video.clip import Reader, ReaderFailed, check_resolution, no
 from framewise.core.video.sampling import NextTarget
 
 
+@functools.cache
 def _quiet_cv2() -> Any:
-    """Import cv2 with its console logging off (unless the user asked for it)."""
+    """cv2, imported on first use with its console logging off (unless the user asked for it)."""
     os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")  # AV_LOG_QUIET; read when FFmpeg is first used
-    import cv2  # here: only clips PyAV cannot read need it
+    import cv2  # only clips PyAV cannot read need it
 
     if "OPENCV_LOG_LEVEL" not in os.environ:
         cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
