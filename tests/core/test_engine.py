@@ -16,6 +16,7 @@ from framewise.core.events import ChunkStats, ClipSampled, Done, EncodeDone, Eng
 from framewise.core.settings import AppSettings
 from framewise.core.video import pyav_reader
 from tests.conftest import SAMPLE_CLIPS
+from tests.core.test_video_robustness import write_audio_with_cover
 from training.clip_writer import write_clip
 
 FAST = AppSettings().replace("model", device="cpu").replace("sampling", max_frames=4).replace(
@@ -189,16 +190,25 @@ def test_cancel_from_another_thread_stops_within_half_a_second(engine: tuple[Eng
     assert engine_.history == []  # a cancelled answer is not part of the conversation
 
 
+def junk_bytes(folder: Path) -> Path:
+    junk = folder / "junk.mp4"
+    junk.write_bytes(b"\x00not a video" * 100)
+    return junk
+
+
+@pytest.mark.parametrize(
+    "bad_clip",
+    [junk_bytes, lambda folder: folder / ("x" * 300 + ".mp4"), lambda folder: write_audio_with_cover(folder / "song.m4a")],
+    ids=["junk bytes", "a name over 255 bytes", "audio with only a cover picture"],
+)
 def test_a_bad_clip_keeps_the_open_clip_and_the_conversation(
-    engine: tuple[Engine, Recorder], tmp_path: Path
+    engine: tuple[Engine, Recorder], tmp_path: Path, bad_clip
 ) -> None:
     engine_, _ = engine
     engine_.ask("What color is the square?")
     before_clip, before_history = engine_.clip, list(engine_.history)
-    junk = tmp_path / "junk.mp4"
-    junk.write_bytes(b"\x00not a video" * 100)
     with pytest.raises(ClipError):
-        engine_.open_clip(junk)
+        engine_.open_clip(bad_clip(tmp_path))
     assert engine_.clip is before_clip and engine_.history == before_history
     assert engine_.ask("Which way does it move?").text is not None
 
