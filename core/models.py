@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from safetensors import SafetensorError
+from jinja2 import TemplateError
+from safetensors import SafetensorError, safe_open
 from transformers import (
     AutoTokenizer,
     PreTrainedTokenizerBase,
@@ -27,7 +28,7 @@ from transformers.utils import logging as transformers_logging
 from framewise.core.demo_model import MODEL_INFO_FILE
 from framewise.core.errors import ModelLoadError, SettingsError
 from framewise.core.events import Progress
-from framewise.core.processing import VisionGeometry
+from framewise.core.processing import VisionGeometry, chat_messages
 from framewise.core.resources import asset_path
 from framewise.core.settings import DEMO_MODEL, ModelSettings
 
@@ -37,6 +38,7 @@ MODEL_CLASSES: dict[str, type[Qwen3VLForConditionalGeneration] | type[Qwen3VLMoe
     "qwen3_vl": Qwen3VLForConditionalGeneration,
     "qwen3_vl_moe": Qwen3VLMoeForConditionalGeneration,
 }
+FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
 PICKLE_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 LOAD_STEPS = 4
@@ -86,6 +88,7 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
 
     report(Progress("load", 2, LOAD_STEPS, "Loading the tokenizer"))
     tokenizer = _load_tokenizer(path)
+    check_chat_template(tokenizer, path)
 
     report(Progress("load", 3, LOAD_STEPS, f"Moving the model to {device.type}"))
     try:
@@ -179,10 +182,13 @@ def check_checkpoint(path: Path) -> str:
 
     Checks, in order: config.json readable, model_type qwen3_vl or qwen3_vl_moe, safetensors
     weights present (pickle weights are refused), every shard of the safetensors index present,
-    tokenizer files present. Raises ModelLoadError saying which check failed.
+    every tensor floating point, tokenizer files present. Raises ModelLoadError saying which check
+    failed. Loading then checks that every weight the architecture needs came with the right shape
+    (:func:`check_loaded_weights`) and that the chat template renders (:func:`check_chat_template`).
     """
     model_type = _read_model_type(path)
     _check_weights(path)
+    check_weight_dtypes(path)
     _check_tokenizer_files(path)
     return model_type
 
@@ -258,22 +264,96 @@ def _load_weights(
 ) -> Qwen3VLForConditionalGeneration | Qwen3VLMoeForConditionalGeneration:
     model_class = MODEL_CLASSES[model_type]
     bars_enabled = transformers_logging.is_progress_bar_enabled()
+    verbosity = transformers_logging.get_verbosity()
     transformers_logging.disable_progress_bar()  # progress goes through our own events
+    transformers_logging.set_verbosity_error()  # so does the load report: check_loaded_weights words it
     try:
-        return model_class.from_pretrained(
+        model, loading_info = model_class.from_pretrained(
             path,
             dtype=dtype,
             local_files_only=True,
             use_safetensors=True,
             attn_implementation="sdpa",
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,  # reported, with names, by check_loaded_weights
         )
     except (OSError, ValueError, RuntimeError, KeyError, TypeError, SafetensorError) as error:
         raise ModelLoadError(
             f"The weights in {path} could not be loaded ({error}); the download may be damaged or incomplete."
         ) from error
     finally:
+        transformers_logging.set_verbosity(verbosity)
         if bars_enabled:
             transformers_logging.enable_progress_bar()
+    check_loaded_weights(path, loading_info)
+    return model
+
+
+def check_loaded_weights(path: Path, loading_info: dict[str, Any]) -> None:
+    """Refuse a model some of whose weights the checkpoint did not supply (transformers would leave
+    them randomly initialised) or supplied with another shape; the message lists them.
+
+    ``loading_info`` is ``from_pretrained(..., output_loading_info=True)``'s report: its
+    ``missing_keys`` already leave out weights tied to others (the output embedding).
+    """
+    missing = sorted(loading_info.get("missing_keys") or ())
+    mismatched = sorted(str(entry[0] if isinstance(entry, (tuple, list)) else entry)
+                        for entry in loading_info.get("mismatched_keys") or ())
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} weights the architecture needs are missing ({_first_few(missing)})")
+    if mismatched:
+        problems.append(f"{len(mismatched)} weights have another shape than config.json gives them ({_first_few(mismatched)})")
+    if problems:
+        raise ModelLoadError(
+            f"{path} is incomplete: {'; '.join(problems)}. Finish or repeat the download, or choose the checkpoint "
+            "whose config.json matches its weights."
+        )
+
+
+def check_weight_dtypes(path: Path) -> None:
+    """Refuse safetensors files holding tensors that are not floating point (a quantized export, say):
+    Qwen3-VL's weights are all floats, and loading integers into them would give nonsense."""
+    wrong: list[str] = []
+    for weights in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(weights, framework="pt") as handle:
+                wrong += [f"{name} ({handle.get_slice(name).get_dtype()})" for name in handle.keys()
+                          if handle.get_slice(name).get_dtype() not in FLOAT_DTYPES]
+        except (OSError, SafetensorError) as error:
+            raise ModelLoadError(
+                f"The weights in {weights} could not be loaded ({error}); the download may be damaged or incomplete."
+            ) from error
+    if wrong:
+        raise ModelLoadError(
+            f"{path} holds {len(wrong)} tensors that are not floating point ({_first_few(wrong)}); Framewise loads "
+            "unquantized Qwen3-VL checkpoints (bfloat16, float16 or float32 weights)."
+        )
+
+
+def check_chat_template(tokenizer: PreTrainedTokenizerBase, path: Path) -> None:
+    """Render a question about a video with the tokenizer's chat template, as every question will be.
+
+    Raises ModelLoadError when the checkpoint has no template or it does not render.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelLoadError(
+            f"{path} has no chat template (chat_template.jinja, or chat_template in tokenizer_config.json), which "
+            "Framewise needs to write its prompts. Copy chat_template.jinja from the model's original repository."
+        )
+    try:
+        tokenizer.apply_chat_template(
+            chat_messages("What happens?", video=True, image_count=0, history=()),
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+    except (TemplateError, ValueError, TypeError, KeyError) as error:
+        raise ModelLoadError(f"The chat template in {path} does not render a question about a video: {error}") from error
+
+
+def _first_few(names: list[str], count: int = 5) -> str:
+    shown = ", ".join(names[:count])
+    return shown + (f", and {len(names) - count} more" if len(names) > count else "")
 
 
 def _load_tokenizer(path: Path) -> PreTrainedTokenizerBase:

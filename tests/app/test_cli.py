@@ -211,3 +211,27 @@ def test_help_lists_the_settings_flags(capsys: pytest.CaptureFixture[str]) -> No
     for flag in ("--model", "--device", "--dtype", "--attention", "--no-graphs", "--fps", "--max-frames",
                  "--max-pixels", "--max-new-tokens", "--temperature", "--json"):
         assert flag in shown, f"{flag} missing from framewise --help"
+
+
+@pytest.mark.parametrize(
+    ("break_checkpoint", "expected"),
+    [
+        ("one_tensor", "weights the architecture needs are missing"),
+        ("no_chat_template", "has no chat template"),
+    ],
+)
+def test_an_incomplete_checkpoint_is_refused_with_what_is_missing(
+    tmp_path: Path, break_checkpoint: str, expected: str
+) -> None:
+    from tests.core.test_models import _one_tensor_only, copy_demo
+
+    if break_checkpoint == "one_tensor":
+        folder = copy_demo(tmp_path / "checkpoint")
+        _one_tensor_only(folder)
+    else:
+        folder = copy_demo(tmp_path / "checkpoint", skip=("chat_template.jinja",))
+    result = framewise("ask", str(RED_SQUARE), "What color is the square?", *FAST, "--model", str(folder))
+    assert result.returncode == 2
+    assert expected in result.stderr and str(folder) in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert_answers_afterwards()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from transformers import (
     Qwen3VLForConditionalGeneration,
     Qwen3VLMoeConfig,
@@ -321,6 +321,52 @@ def _broken_config(folder: Path) -> None:
     ids=["no-config", "broken-config", "llama", "bin-only", "no-weights", "missing-shard", "no-tokenizer"],
 )
 def test_bad_folder_gives_a_clear_error(tmp_path: Path, break_folder, skip: tuple[str, ...], expected: str) -> None:
+    folder = copy_demo(tmp_path / "checkpoint", skip=skip)
+    if break_folder is not None:
+        break_folder(folder)
+    with pytest.raises(ModelLoadError, match=expected) as error:
+        load_model(ModelSettings(source=str(folder), device="cpu"))
+    assert str(folder) in str(error.value)
+
+
+def _one_tensor_only(folder: Path) -> None:
+    weights = load_file(folder / "model.safetensors")
+    name = sorted(weights)[0]
+    save_file({name: weights[name]}, folder / "model.safetensors")
+
+
+def _one_tensor_reshaped(folder: Path) -> None:
+    weights = load_file(folder / "model.safetensors")
+    name = next(name for name in sorted(weights) if name.endswith("q_proj.weight"))
+    weights[name] = weights[name][:-1].contiguous()
+    save_file(weights, folder / "model.safetensors")
+
+
+def _one_tensor_in_integers(folder: Path) -> None:
+    weights = load_file(folder / "model.safetensors")
+    name = sorted(weights)[0]
+    weights[name] = weights[name].to(torch.int8)
+    save_file(weights, folder / "model.safetensors")
+
+
+def _template_that_does_not_render(folder: Path) -> None:
+    (folder / "chat_template.jinja").write_text("{{ raise_exception('this template is broken') }}")
+
+
+@pytest.mark.parametrize(
+    ("break_folder", "skip", "expected"),
+    [
+        (_one_tensor_only, (), r"incomplete: \d+ weights the architecture needs are missing \(model\.[a-z_.0-9]+, "),
+        (_one_tensor_reshaped, (), r"q_proj\.weight"),
+        (_one_tensor_in_integers, (), r"1 tensors that are not floating point \(.* \(I8\)\)"),
+        (None, ("chat_template.jinja",), "has no chat template"),
+        (_template_that_does_not_render, (), "does not render a question about a video: this template is broken"),
+    ],
+    ids=["one-tensor-of-all", "wrong-shape", "integer-tensor", "no-chat-template", "broken-chat-template"],
+)
+def test_an_incomplete_checkpoint_is_refused_before_use(
+    tmp_path: Path, break_folder, skip: tuple[str, ...], expected: str
+) -> None:
     folder = copy_demo(tmp_path / "checkpoint", skip=skip)
     if break_folder is not None:
         break_folder(folder)
