@@ -16,8 +16,8 @@ Per mode: time to first token (first question; follow-ups' mean), per-token time
 token (mean, p99) and its tokens/s, the ratio of the per-token time to the memory-bandwidth
 floor (the weights read once per token at the copy bandwidth measured in this run), capture
 seconds (``framewise``: the decode graphs, captured twice to show a second start), and device
-memory held by the cache and graphs. Every mode runs under its own time limit (``--mode-budget-s``):
-a mode whose first question does not finish in time is reported as skipped with the reason.
+memory held by the cache and graphs. Every mode runs under its own time limit (``--mode-budgets``): no question starts after it, and
+a mode that would not fit the run's limit (``--total-budget-s``) is skipped with the reason.
 
     python3 benchmarks/decode_bench.py --out results/ [--sizes 2B,8B] [--modes default,static,framewise]
     python3 benchmarks/decode_bench.py --sizes tiny --device cpu --dtype float32 --new-tokens 8   # smoke test
@@ -285,7 +285,7 @@ def language_weight_bytes(model) -> int:
     return sum(p.numel() * p.element_size() for module in modules for p in module.parameters())
 
 
-def bench_size(size: str, args, device, dtype, bandwidth: float) -> dict[str, Any]:
+def bench_size(size: str, args, device, dtype, bandwidth: float, save: Callable[[dict], None]) -> dict[str, Any]:
     print(f"== {size}: building", flush=True)
     started = time.perf_counter()
     torch.manual_seed(0)
@@ -302,10 +302,17 @@ def bench_size(size: str, args, device, dtype, bandwidth: float) -> dict[str, An
     }
     print(f"   built in {result['build_s']:.1f} s; prompt {len(conversation.first)} tokens, context {context}", flush=True)
     reference: list[list[int]] | None = None
+    save(result)
     for mode in args.modes:
         result["modes"][mode] = entry = {}
         mode_started = time.perf_counter()
-        deadline = mode_started + args.mode_budget_s
+        budget = args.mode_budgets[mode]
+        deadline = mode_started + budget
+        left = args.run_deadline - mode_started
+        if left < budget:
+            entry["skipped"] = f"{left:.0f} s of the run's time limit left, under the mode's {budget:.0f} s"
+            print(f"   {mode}: skipped ({entry['skipped']})", flush=True)
+            continue
         try:
             runner, warm = make_runner(mode, model, features, conversation, context, args)
             warm_started = time.perf_counter()
@@ -315,7 +322,7 @@ def bench_size(size: str, args, device, dtype, bandwidth: float) -> dict[str, An
                 raise TimeoutError(f"its warm-up alone took {entry['warm_up_s']:.0f} s")
             _reset_peak(device)
             answers = run_conversation(runner, conversation, args.new_tokens, deadline)
-        except (RuntimeError, TimeoutError, ValueError, TypeError) as error:
+        except Exception as error:  # noqa: BLE001 - a mode that fails is reported, the others still run
             entry["skipped"] = f"{type(error).__name__}: {str(error)[:300]}"
             print(f"   {mode}: skipped ({entry['skipped']})", flush=True)
             _free(device)
@@ -342,6 +349,7 @@ def bench_size(size: str, args, device, dtype, bandwidth: float) -> dict[str, An
                 _agreeing(a, b) for a, b in zip(ids, reference)
             ]
         print(f"   {mode}: {json.dumps(_rounded(entry))}", flush=True)
+        save(result)
         del runner
         _free(device)
     del model, features
@@ -444,9 +452,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--warm-up-tokens", type=int, default=8)
     parser.add_argument("--min-bucket", type=int, default=256)
-    parser.add_argument("--mode-budget-s", type=float, default=120.0, help="time limit of one mode at one size")
+    parser.add_argument(
+        "--mode-budgets",
+        default="framewise=30,default=60,static=120",
+        help="seconds one mode may take at one size: no question starts after them",
+    )
+    parser.add_argument("--total-budget-s", type=float, default=3600.0, help="a mode that would end past it is skipped")
     args = parser.parse_args(argv)
     args.modes = [mode for mode in args.modes.split(",") if mode]
+    args.run_deadline = time.perf_counter() + args.total_budget_s
+    args.mode_budgets = {name: float(seconds) for name, seconds in (item.split("=") for item in args.mode_budgets.split(","))}
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
     bandwidth = copy_bandwidth(device)
@@ -458,9 +473,17 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__, "transformers": transformers.__version__, "dtype": args.dtype,
         "bandwidth_gbs": bandwidth / 1e9, "command": " ".join(sys.argv),
     }
-    results = [bench_size(size, args, device, dtype, bandwidth) for size in args.sizes.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "decode_bench.json").write_text(json.dumps({"header": header, "results": _rounded(results)}, indent=1))
+    results: list[dict[str, Any]] = []
+
+    def save(result: dict[str, Any]) -> None:
+        """Write what is measured so far, so a run stopped from outside still leaves its numbers."""
+        done = [item for item in results if item is not result] + [result]
+        (args.out / "decode_bench.json").write_text(json.dumps({"header": header, "results": _rounded(done)}, indent=1))
+
+    for size in args.sizes.split(","):
+        results.append(bench_size(size, args, device, dtype, bandwidth, save))
+    save(results[-1])
     table = markdown(results, header)
     (args.out / "decode_bench.md").write_text(table + "\n")
     print(table)

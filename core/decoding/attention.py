@@ -4,7 +4,8 @@ Registered with transformers' ``AttentionInterface`` and switched on only around
 own forward passes (:func:`decoder_attention`), so ``generate()`` and every other caller keep
 transformers' own. A single query token (a decode step) attends over the keys the
 :class:`~framewise.core.decoding.kv_cache.StaticKVCache` hands back, its bucket, under an
-additive mask; the grouped query heads share their key/value head without copying it. Longer
+additive mask, in one ``scaled_dot_product_attention`` call: the query heads that share a
+key/value head attend as that head's queries, so the keys are not copied per query head. Longer
 queries (a prefill) go to transformers' ``sdpa``.
 """
 
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 import torch
+import torch.nn.functional as F
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -39,13 +41,9 @@ def decoder_attention_forward(
         )
     batch, heads, _, head_dim = query.shape
     kv_heads = key.shape[1]
-    grouped = query.view(batch, kv_heads, heads // kv_heads, head_dim)
-    scale = scaling if scaling is not None else head_dim**-0.5
-    scores = torch.matmul(grouped, key.transpose(-1, -2)) * scale  # (1, kv_heads, groups, k)
-    if attention_mask is not None:
-        scores = scores + attention_mask.reshape(batch, 1, 1, -1)
-    probabilities = torch.softmax(scores.float(), dim=-1).to(value.dtype)
-    output = torch.matmul(probabilities, value)  # (1, kv_heads, groups, d)
+    # The query heads of one key/value head attend as that head's queries: no copies of the keys.
+    grouped = query.reshape(batch, kv_heads, heads // kv_heads, head_dim)
+    output = F.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
     return output.reshape(batch, heads, 1, head_dim).transpose(1, 2), None
 
 

@@ -11,6 +11,7 @@ them, so a cancelled or failed answer leaves it consistent.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from framewise.core.settings import AppSettings, minimum_context_tokens
 
 # Share of the free device memory the cache may take; the rest is left for activations.
 CACHE_MEMORY_SHARE = 0.8
+# Context lengths are rounded up to this many positions: attention kernels want aligned rows.
+CONTEXT_ALIGNMENT = 64
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,8 @@ class Decoded:
 
 
 class Decoder:
-    """A static KV cache of ``max_tokens`` positions for ``language`` and its decode step graphs.
+    """A static KV cache of ``max_tokens`` positions (rounded up to ``CONTEXT_ALIGNMENT``) for
+    ``language``, and its decode step graphs.
 
     ``use_graphs`` asks for CUDA graphs; on a CPU, or when capture fails, steps run directly
     and :attr:`graphs_reason` says why.
@@ -83,6 +87,7 @@ class Decoder:
         progress: ProgressCallback | None = None,
     ) -> None:
         self.language = language
+        max_tokens = CONTEXT_ALIGNMENT * math.ceil(max_tokens / CONTEXT_ALIGNMENT)
         self.cache = StaticKVCache(
             language.layers, language.kv_heads, language.head_dim, max_tokens, language.dtype, language.device
         )
@@ -239,6 +244,7 @@ def context_for(settings: AppSettings, language: Qwen3VLLanguageModel) -> int:
     per_token = StaticKVCache.bytes_needed(language.layers, language.kv_heads, language.head_dim, 1, language.dtype)
     free = free_memory_bytes(language.device)
     fits = min(language.max_positions, int(free * CACHE_MEMORY_SHARE // per_token))
+    fits -= fits % CONTEXT_ALIGNMENT
     if requested <= fits:
         return requested
     needed = minimum_context_tokens(settings.sampling, settings.generation)

@@ -6,16 +6,22 @@ layers), the 3-D rotary positions (the model's own ``get_rope_index`` over the w
 they agree with ``generate()``), and the offset that carries them on past the prompt: a token
 generated at cache position ``p`` has rotary position ``p + rope_offset`` on all three axes.
 
-The decoder layers, rotary embedding, norm and head are the model's own modules, called the way
+A prefill runs the model's own decoder layers, rotary embedding, norm and head, called the way
 ``Qwen3VLTextModel.forward`` calls them; only the cache and the attention function are Framewise's.
+A decode step (one token) runs the same weights in fewer kernels (:class:`_DenseLayer`): q, k and
+v in one matrix product, gate and up in another, the q and k norms and rotary applied to all heads
+at once, attention in one ``scaled_dot_product_attention`` call. Layers of another shape (the MoE
+model's experts) step through the model's own layers instead.
 """
 
 from __future__ import annotations
 
 import inspect
+import weakref
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from framewise.core.decoding.attention import decoder_attention, prefill_mask, step_mask
 from framewise.core.decoding.kv_cache import StaticKVCache
@@ -32,10 +38,40 @@ class PromptPositions:
     rope_offset: int
 
 
-class Qwen3VLLanguageModel:
-    """The language half of a ``Qwen3VLForConditionalGeneration`` (or its MoE sibling)."""
+@dataclass(frozen=True)
+class _DenseLayer:
+    """One dense decoder layer's weights laid out for a one-token step.
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    ``qkv`` ((heads + 2 kv_heads) * head_dim, hidden) and ``gate_up`` (2 intermediate, hidden)
+    are the q/k/v and gate/up projections stacked; the layer's own parameters are views into
+    them, so the layout costs no memory. ``qk_norm`` (heads + kv_heads, head_dim) repeats the
+    q norm's weight per query head, then the k norm's per key/value head.
+    """
+
+    input_norm: torch.Tensor
+    qkv: torch.Tensor
+    qk_norm: torch.Tensor
+    o: torch.Tensor
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+    eps: float
+    scaling: float
+
+
+# Stacked weights by the first projection they hold, with that projection's data pointer then:
+# a model whose parameters were moved since gets stacked anew.
+_STACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class Qwen3VLLanguageModel:
+    """The language half of a ``Qwen3VLForConditionalGeneration`` (or its MoE sibling).
+
+    ``fused_steps`` (default) lays dense layers out for few-kernel decode steps; ``False`` steps
+    through the model's own layers (the reference the fused step is tested against).
+    """
+
+    def __init__(self, model: torch.nn.Module, fused_steps: bool = True) -> None:
         self.model = model
         self.text = model.model.language_model
         self.config = model.config.text_config
@@ -45,6 +81,12 @@ class Qwen3VLLanguageModel:
         layer_parameters = inspect.signature(self.text.layers[0].forward).parameters
         # transformers renamed the layers' cache argument after 5.17.
         self._cache_keyword = "cache" if "cache" in layer_parameters else "past_key_values"
+        self._dense = _dense_layers(self.text, self.config) if fused_steps else None
+
+    @property
+    def fused_steps(self) -> bool:
+        """Whether decode steps run the few-kernel layout (dense layers) or the model's own layers."""
+        return self._dense is not None
 
     # ------------------------------------------------------------------ sizes
 
@@ -132,8 +174,46 @@ class Qwen3VLLanguageModel:
         rope = rope_position.view(1, 1, 1).expand(3, 1, 1)
         cache.write_positions = cache_position
         mask = step_mask(cache.view_length, cache_position, embeds.dtype)
-        hidden = self._layers(embeds, rope, cache, mask, None, [])
-        return self.model.lm_head(hidden[:, -1, :]).float()
+        if self._dense is None:
+            hidden = self._layers(embeds, rope, cache, mask, None, [])[:, -1, :]
+        else:
+            hidden = self._dense_step(embeds.view(1, -1), self.text.rotary_emb(embeds, rope), cache, mask)
+        return self.model.lm_head(hidden).float()
+
+    def _dense_step(
+        self,
+        hidden: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        cache: StaticKVCache,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """The decoder stack for one token ``hidden`` (1, hidden) through :class:`_DenseLayer`s,
+        the same arithmetic as the model's layers; returns the normed hidden state (1, hidden)."""
+        assert self._dense is not None
+        heads, kv_heads, head_dim = self.config.num_attention_heads, self.kv_heads, self.head_dim
+        half = head_dim // 2
+        cos, sin = (part.reshape(1, head_dim) for part in position_embeddings)
+        # rotate_half(x) * sin == roll(x, half) * sin with its first half negated
+        sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+        size = self.config.hidden_size
+        for index, layer in enumerate(self._dense):
+            normed = F.rms_norm(hidden, (size,), layer.input_norm, layer.eps)
+            qkv = F.linear(normed, layer.qkv)
+            qk = qkv[:, : (heads + kv_heads) * head_dim].view(heads + kv_heads, head_dim)
+            qk = F.rms_norm(qk, (head_dim,), None, layer.eps) * layer.qk_norm
+            qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), sin_signed)
+            key = qk[heads:].view(1, kv_heads, 1, head_dim)
+            value = qkv[:, (heads + kv_heads) * head_dim :].view(1, kv_heads, 1, head_dim)
+            keys, values = cache.update(key, value, index)
+            # The query heads of one key/value head attend as that head's queries: no copies.
+            query = qk[:heads].view(1, kv_heads, heads // kv_heads, head_dim)
+            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=layer.scaling)
+            hidden = hidden + F.linear(attended.reshape(1, heads * head_dim), layer.o)
+            normed = F.rms_norm(hidden, (size,), layer.post_norm, layer.eps)
+            gate, up = F.linear(normed, layer.gate_up).chunk(2, dim=-1)
+            hidden = hidden + F.linear(F.silu(gate) * up, layer.down)
+        norm = self.text.norm
+        return F.rms_norm(hidden, (size,), norm.weight, norm.variance_epsilon)
 
     def _layers(
         self,
@@ -160,3 +240,51 @@ class Qwen3VLLanguageModel:
                 if index < len(deepstack):
                     hidden = self.text._deepstack_process(hidden, video_mask, deepstack[index])
         return self.text.norm(hidden)
+
+
+def _dense_layers(text: torch.nn.Module, config) -> list[_DenseLayer] | None:
+    """The layers of ``text`` laid out for fused steps, or ``None`` when a layer is not the dense
+    Qwen3-VL layer (no bias, SiLU gated MLP)."""
+    if config.hidden_act != "silu" or getattr(config, "attention_bias", False):
+        return None
+    layers = []
+    for layer in text.layers:
+        attention, mlp = layer.self_attn, layer.mlp
+        if not all(hasattr(mlp, name) for name in ("gate_proj", "up_proj", "down_proj")):
+            return None
+        heads = attention.q_proj.out_features // attention.head_dim
+        kv_heads = attention.k_proj.out_features // attention.head_dim
+        qk_norm = torch.cat(
+            (attention.q_norm.weight.detach().expand(heads, -1), attention.k_norm.weight.detach().expand(kv_heads, -1))
+        )
+        layers.append(
+            _DenseLayer(
+                input_norm=layer.input_layernorm.weight.detach(),
+                qkv=_stacked(attention.q_proj, attention.k_proj, attention.v_proj),
+                qk_norm=qk_norm,
+                o=attention.o_proj.weight.detach(),
+                post_norm=layer.post_attention_layernorm.weight.detach(),
+                gate_up=_stacked(mlp.gate_proj, mlp.up_proj),
+                down=mlp.down_proj.weight.detach(),
+                eps=layer.input_layernorm.variance_epsilon,
+                scaling=attention.scaling,
+            )
+        )
+    return layers
+
+
+def _stacked(*linears: torch.nn.Linear) -> torch.Tensor:
+    """The weights of ``linears`` stacked by rows; their parameters become views into it, once."""
+    first = linears[0]
+    known = _STACKED.get(first)
+    if known is not None and known[1] == first.weight.data_ptr():
+        return known[0]
+    with torch.no_grad():
+        stacked = torch.cat([linear.weight for linear in linears])
+        row = 0
+        for linear in linears:
+            rows = linear.weight.shape[0]
+            linear.weight = torch.nn.Parameter(stacked[row : row + rows], requires_grad=linear.weight.requires_grad)
+            row += rows
+    _STACKED[first] = (stacked, first.weight.data_ptr())
+    return stacked

@@ -94,8 +94,7 @@ class StepGraphs:
 
     def _capture_all(self) -> None:
         device = self.cache.device
-        torch.cuda.synchronize(device)
-        memory_before = torch.cuda.memory_allocated(device)
+        memory_before = _memory_reserved(device)
         started = time.perf_counter()
         pool = torch.cuda.graph_pool_handle()
         ordered = sorted(self.buckets, reverse=True)
@@ -104,7 +103,7 @@ class StepGraphs:
             self._graphs[bucket] = self._capture(bucket, pool)
         torch.cuda.synchronize(device)
         self.capture_seconds = time.perf_counter() - started
-        self.graph_memory_bytes = max(0, torch.cuda.memory_allocated(device) - memory_before)
+        self.graph_memory_bytes = max(0, _memory_reserved(device) - memory_before)
         self._report(len(ordered), len(ordered), f"Captured {len(ordered)} decode step graphs")
 
     def _capture(self, bucket: int, pool: object) -> torch.cuda.CUDAGraph:
@@ -122,3 +121,10 @@ class StepGraphs:
     def _report(self, current: int, total: int, message: str) -> None:
         if self._progress is not None:
             self._progress(Progress(stage="capture", current=current, total=total, message=message))
+
+
+def _memory_reserved(device: torch.device) -> int:
+    """Device memory the caching allocator holds once its unused blocks are released."""
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    return torch.cuda.memory_reserved(device)

@@ -141,6 +141,33 @@ def test_steps_read_only_their_bucket_of_the_cache(setup: Setup) -> None:
     assert len(set(read_lengths)) > 1 and max(read_lengths) < decoder.max_tokens  # crossed a bucket, never read it all
 
 
+def test_the_fused_step_computes_what_the_models_own_layers_compute(setup: Setup) -> None:
+    fused = make_decoder(setup)
+    stock = Decoder(Qwen3VLLanguageModel(setup.model, fused_steps=False), 512, 16, use_graphs=True)
+    assert fused.language.fused_steps and not stock.language.fused_steps
+    _, prompt = prompt_for(setup, "What color is the square?")
+    rule = rule_for(setup, max_new_tokens=2)
+    for decoder in (fused, stock):
+        answer(decoder, prompt, rule)  # the same prompt and first token in both caches
+    position = len(fused.cache.tokens)
+    token = torch.tensor([fused.cache.tokens[-1]])
+    with torch.inference_mode():
+        ours = fused.steps.run(token, position, position - 7)[0].clone()
+        theirs = stock.steps.run(token, position, position - 7)[0].clone()
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    for layer in range(fused.language.layers):
+        torch.testing.assert_close(fused.cache.keys[layer][:, :, position], stock.cache.keys[layer][:, :, position])
+        torch.testing.assert_close(fused.cache.values[layer][:, :, position], stock.cache.values[layer][:, :, position])
+
+
+def test_fusing_shares_the_models_weights(setup: Setup) -> None:
+    attention = setup.model.model.language_model.layers[0].self_attn
+    Qwen3VLLanguageModel(setup.model)
+    stacked = Qwen3VLLanguageModel(setup.model)._dense[0].qkv  # a second decoder re-uses the layout
+    assert attention.q_proj.weight.data_ptr() == stacked.data_ptr()
+    assert attention.k_proj.weight.data_ptr() == stacked[attention.q_proj.out_features :].data_ptr()
+
+
 def test_rotary_positions_carry_the_clips_offset_across_turns(setup: Setup) -> None:
     """The follow-up's prefill, on top of cached entries, gives the logits of the model's own
     forward over the whole conversation, whose 3-D positions it computes itself."""
@@ -228,15 +255,17 @@ def test_sampling_with_temperature_draws_as_generate_does(setup: Setup) -> None:
 
 
 def test_a_prompt_longer_than_the_context_is_refused(setup: Setup) -> None:
-    decoder = make_decoder(setup, max_tokens=32)
+    decoder = make_decoder(setup, max_tokens=64)
+    _, prompt = prompt_for(setup, "What color is the square?", [("Where does it go? " * 10, "left " * 20)])
+    assert prompt.input_ids.shape[1] > decoder.max_tokens == 64
     with pytest.raises(FramewiseError, match="new conversation"):
-        decoder.answer(prompt_for(setup, "What color is the square?")[1], rule_for(setup), print, lambda: False)
+        decoder.answer(prompt, rule_for(setup), lambda token: None, lambda: False)
 
 
 def test_an_answer_stops_when_the_context_is_full(setup: Setup) -> None:
     _, prompt = prompt_for(setup, "Describe the clip.")
     decoder = make_decoder(setup, max_tokens=prompt.input_ids.shape[1] + 8)
-    result = answer(decoder, prompt, rule_for(setup))
+    result = answer(decoder, prompt, rule_for(setup, max_new_tokens=200))
     assert result.stop_reason == "context full" and len(decoder.cache.tokens) == decoder.max_tokens
 
 
