@@ -8,7 +8,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 NEWEST_VENV ?= .venv-newest
 NEWEST_PY := $(NEWEST_VENV)/bin/python
-NEWEST_TESTS ?= tests/core/test_engine.py tests/core/test_models.py tests/app/test_cli.py tests/ui
+NEWEST_TESTS ?= tests/core/test_engine.py tests/core/test_models.py tests/core/qwen3_vl tests/app/test_cli.py tests/ui
 
 .PHONY: setup run test test-newest gpu-test bundle clean
 

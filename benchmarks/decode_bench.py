@@ -44,10 +44,10 @@ from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, StaticC
 from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 from framewise.core.decoding import Decoder, Prompt, Qwen3VLLanguageModel, SamplingRule  # noqa: E402
-from framewise.core.encoder import EncodedItem  # noqa: E402
-from framewise.core.encoder_graphs import percentile  # noqa: E402
-from framewise.core.engine import FeatureInjector  # noqa: E402
+from framewise.core.encoding.defs import EncodedItem  # noqa: E402
+from framewise.core.encoding.manager import percentile  # noqa: E402
 from framewise.core.processing import TEXT_TOKEN, VIDEO_TOKEN  # noqa: E402
+from framewise.core.qwen3_vl.injection import FeatureInjector  # noqa: E402
 
 # hidden, intermediate, layers, heads, kv heads, head_dim, tied embeddings (released Qwen3-VL text models)
 TEXT_SIZES = {
@@ -171,9 +171,8 @@ class GenerateRunner:
     def __init__(self, model, features: EncodedItem, grid: tuple[int, int, int], static_len: int | None) -> None:
         self.model = model
         self.device = next(model.parameters()).device
-        injector = FeatureInjector()
-        injector.install(model)
-        injector.video = [features]
+        self.injector = FeatureInjector(model)
+        self.features = features
         self.grid = grid
         self.cache = None
         if static_len is not None:
@@ -187,7 +186,7 @@ class GenerateRunner:
         clock = _Clock()
         _sync(self.device)
         started = time.perf_counter()
-        with torch.inference_mode():
+        with torch.inference_mode(), self.injector.serving(video=[self.features]):
             if self.cache is not None:
                 self.cache.reset()
                 options["past_key_values"] = self.cache

@@ -35,9 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig  # noqa: E402
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel  # noqa: E402
 
-from framewise.core.attention import stock_attention  # noqa: E402
-from framewise.core.encoder import EagerVisionEncoder, VisionItem  # noqa: E402
-from framewise.core.encoder_graphs import GraphVisionEncoder, percentile  # noqa: E402
+from framewise.core.encoding.defs import VisionItem  # noqa: E402
+from framewise.core.encoding.manager import GraphVisionEncoder, percentile  # noqa: E402
+from framewise.core.encoding.seam import EagerVisionEncoder, item_frames  # noqa: E402
+from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
+from framewise.core.qwen3_vl.attention import stock_attention  # noqa: E402
 from framewise.core.settings import EncoderSettings  # noqa: E402
 
 # depth, hidden, heads, mlp, out_hidden, deepstack layers (DESIGN §4)
@@ -76,7 +78,7 @@ def make_item(modality: str, frames: int, height: int, width: int, generator: to
     return VisionItem(pixel_values=pixels, grid_thw=grid, modality=modality)
 
 
-def time_modes(visual, encoders: dict, requests: list, warmup: int) -> dict[str, dict]:
+def time_modes(adapter: Qwen3VLAdapter, encoders: dict, requests: list, warmup: int) -> dict[str, dict]:
     """Host milliseconds of every ``encode`` (device synchronized around it), per mode.
 
     Modes take turns request by request, so drift in the machine's speed hits them alike; the
@@ -86,7 +88,7 @@ def time_modes(visual, encoders: dict, requests: list, warmup: int) -> dict[str,
     runs = {mode: {"times": [], "chunks": [], "last": None} for mode in encoders}
     for index, items in enumerate(requests):
         for mode, encoder in encoders.items():
-            with stock_attention(visual) if mode == "eager" else nullcontext():
+            with stock_attention(adapter.visual) if mode == "eager" else nullcontext():
                 torch.cuda.synchronize()
                 started = time.perf_counter()
                 output = encoder.encode(items)
@@ -120,21 +122,24 @@ def relative_error(got, expected) -> float:
     )
 
 
-def bench_workload(visual, encoders: dict[str, GraphVisionEncoder], spec, runs: int, warmup: int) -> dict:
+def bench_workload(
+    adapter: Qwen3VLAdapter, encoders: dict[str, GraphVisionEncoder], spec, runs: int, warmup: int
+) -> dict:
     """Eager, every graph encoder in ``encoders`` and an exact-shape graph on one workload, interleaved."""
     modality, frames, height, width = spec
     item = make_item(modality, frames, height, width, torch.Generator(device="cuda").manual_seed(0))
     t, _, _ = item.grid_thw
     exact_settings = EncoderSettings(budgets=(item.patches,), max_items_per_batch=1, max_frames_per_batch=t)
-    exact = GraphVisionEncoder(visual, exact_settings)
-    modes = {"eager": EagerVisionEncoder(visual), **encoders, "exact": exact}
-    measured = time_modes(visual, modes, [[item]] * (warmup + runs), warmup)
+    exact = GraphVisionEncoder(adapter, exact_settings)
+    modes = {"eager": EagerVisionEncoder(adapter), **encoders, "exact": exact}
+    measured = time_modes(adapter, modes, [[item]] * (warmup + runs), warmup)
     exact.clear()
     mean = {mode: sum(m["times"]) / len(m["times"]) for mode, m in measured.items()}
     eager_item = measured["eager"]["last"].items[0]
-    result = {"patches": item.patches, "frames": item.frames}
+    frames = item_frames(adapter, item)
+    result = {"patches": item.patches, "frames": frames}
     for mode, m in measured.items():
-        result[mode] = summary(m["times"], item.frames)
+        result[mode] = summary(m["times"], frames)
         if mode not in encoders:
             continue
         chunk = m["last"].chunks[0]
@@ -169,18 +174,18 @@ def random_stream(count: int, seed: int) -> list[tuple[str, int, int, int]]:
     return stream
 
 
-def bench_stream(visual, encoders: dict[str, GraphVisionEncoder], count: int, warmup: int) -> dict:
+def bench_stream(adapter: Qwen3VLAdapter, encoders: dict[str, GraphVisionEncoder], count: int, warmup: int) -> dict:
     specs = random_stream(count + warmup, seed=1)
     generator = torch.Generator(device="cuda").manual_seed(1)
     requests = [[make_item(*spec, generator)] for spec in specs]
-    frames = [request[0].frames for request in requests[warmup:]]
+    frames = [item_frames(adapter, request[0]) for request in requests[warmup:]]
 
     def per_frame(times):
         ordered = sorted(t / f for t, f in zip(times, frames))
         return {"mean": sum(ordered) / len(ordered), "p50": percentile(ordered, 50), "p99": percentile(ordered, 99)}
 
     before = {mode: encoder.stats() for mode, encoder in encoders.items()}
-    measured = time_modes(visual, {"eager": EagerVisionEncoder(visual), **encoders}, requests, warmup)
+    measured = time_modes(adapter, {"eager": EagerVisionEncoder(adapter), **encoders}, requests, warmup)
     eager_mean = sum(measured["eager"]["times"]) / count
     result = {"requests": count, "frames_total": sum(frames)}
     for mode, m in measured.items():
@@ -201,11 +206,11 @@ def bench_stream(visual, encoders: dict[str, GraphVisionEncoder], count: int, wa
 
 
 def bench_tower(name: str, runs: int, warmup: int, stream: int, fine_ratio: float) -> dict:
-    visual = build_tower(name)
+    adapter = Qwen3VLAdapter(build_tower(name))  # one per tower: it owns the tower's attention switch
     torch.cuda.synchronize()
     encoders = {
-        "graphs": GraphVisionEncoder(visual, EncoderSettings()),
-        "graphs_fine": GraphVisionEncoder(visual, EncoderSettings(budget_ratio=fine_ratio)),
+        "graphs": GraphVisionEncoder(adapter, EncoderSettings()),
+        "graphs_fine": GraphVisionEncoder(adapter, EncoderSettings(budget_ratio=fine_ratio)),
     }
     result = {"tower": name, "capture": {}, "workloads": {}}
     for mode, encoder in encoders.items():
@@ -219,16 +224,16 @@ def bench_tower(name: str, runs: int, warmup: int, stream: int, fine_ratio: floa
             "attention_backend": report.attention_backend,
         }
     for workload, spec in WORKLOADS.items():
-        result["workloads"][workload] = bench_workload(visual, encoders, spec, runs, warmup)
+        result["workloads"][workload] = bench_workload(adapter, encoders, spec, runs, warmup)
         print(f"{name} {workload}: {json.dumps(result['workloads'][workload])}", flush=True)
     if stream:
-        result["stream"] = bench_stream(visual, encoders, stream, warmup)
+        result["stream"] = bench_stream(adapter, encoders, stream, warmup)
         print(f"{name} stream: {json.dumps(result['stream'])}", flush=True)
     for mode, encoder in encoders.items():
         stats = encoder.stats()
         result["capture"][mode]["metadata_cache"] = {"hits": stats.metadata_hits, "misses": stats.metadata_misses}
         encoder.clear()
-    del visual, encoders
+    del adapter, encoders
     torch.cuda.empty_cache()
     return result
 

@@ -7,8 +7,9 @@ Only :meth:`Engine.cancel` may be called from another thread.
 A clip is encoded once, when it is opened; every question about it reuses the vision features.
 Answers are decoded by :class:`~framewise.core.decoding.Decoder` over a static KV cache allocated
 at load, with decode steps through CUDA graphs on a GPU; a follow-up question prefills only what
-the cache does not already hold. :class:`FeatureInjector` serves the same features to
-transformers' own ``generate()`` (the demo model's training uses it).
+the cache does not already hold. The model loader hands the engine the model family's adapter,
+which the vision encoder is built on; the same adapter can inject the features into transformers'
+own ``generate()`` for one call (the demo model's training and the tests use it).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from typing import Any, Sequence
 import cv2
 import numpy as np
 import torch
-from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
 
 from framewise.core.decoding import Decoded, Decoder, Prompt, Qwen3VLLanguageModel, SamplingRule, context_for
-from framewise.core.encoder import EncodedItem, VisionEncoder
-from framewise.core.encoder_graphs import available_attention_backends, make_vision_encoder, percentile
+from framewise.core.encoding.defs import EncodedItem
+from framewise.core.encoding.manager import make_vision_encoder, percentile
+from framewise.core.encoding.seam import VisionEncoder
 from framewise.core.errors import CancelledError, EmptyQuestionError, FramewiseError
 from framewise.core.events import (
     AnswerStats,
@@ -60,44 +61,6 @@ class EncodedClip:
     video: VideoInputs
     features: EncodedItem
     summary: EncodeDone
-
-
-class FeatureInjector:
-    """Serves precomputed vision features to a Qwen3-VL model in place of its own vision pass.
-
-    Installed on ``model.model`` (the ``Qwen3VLModel``), whose ``forward`` calls
-    ``get_video_features`` / ``get_image_features`` when pixel values are passed. Set
-    :attr:`video` before generating; a call with nothing set is a bug and raises.
-    """
-
-    def __init__(self) -> None:
-        self.video: list[EncodedItem] = []
-        self.images: list[EncodedItem] = []
-
-    def install(self, model: torch.nn.Module) -> None:
-        model.model.get_video_features = self._video_features
-        model.model.get_image_features = self._image_features
-
-    def _video_features(self, pixel_values_videos: Any, video_grid_thw: Any = None, **_: Any) -> Any:
-        return _as_model_output(self.video, "video")
-
-    def _image_features(self, pixel_values: Any, image_grid_thw: Any = None, **_: Any) -> Any:
-        return _as_model_output(self.images, "image")
-
-
-def _as_model_output(items: Sequence[EncodedItem], modality: str) -> BaseModelOutputWithDeepstackFeatures:
-    """Per-item features in the form ``Qwen3VLModel.get_*_features`` returns.
-
-    ``pooler_output`` is a tuple of (tokens_i, hidden) tensors, ``deepstack_features`` a list of
-    (sum tokens_i, hidden) tensors, one per deepstack layer.
-    """
-    if not items:
-        raise RuntimeError(f"the language model asked for {modality} features but none were encoded")
-    layers = len(items[0].deepstack)
-    deepstack = [torch.cat([item.deepstack[layer] for item in items]) for layer in range(layers)]
-    return BaseModelOutputWithDeepstackFeatures(
-        pooler_output=tuple(item.embeds for item in items), deepstack_features=deepstack
-    )
 
 
 class _TokenStreamer:
@@ -204,18 +167,19 @@ class Engine:
         """What the engine runs on now."""
         loaded = self._require_model()
         encoder = self.encoder
+        report = encoder.report if encoder else None
         return EngineInfo(
             device=_device_description(loaded.device),
             dtype=str(loaded.dtype).removeprefix("torch."),
             model_name=loaded.name,
             model_label=loaded.label,
             encoder_name=encoder.name if encoder else "none",
-            graphs_enabled=encoder is not None and encoder.name != "eager",
+            graphs_enabled=encoder is not None and encoder.captured,
             graphs_reason=self._graphs_reason,
-            attention_backends=tuple(available_attention_backends()),
-            graph_budgets=tuple(getattr(encoder, "budgets", ())),
-            capture_seconds=getattr(encoder, "capture_seconds", None),
-            graph_memory_mb=getattr(encoder, "graph_memory_mb", None),
+            attention_backends=tuple(loaded.adapter.attention_backends()),
+            graph_budgets=encoder.budgets if encoder else (),
+            capture_seconds=report.seconds if report else None,
+            graph_memory_mb=report.graph_memory_bytes / 2**20 if report else None,
             decoder=self._decoder_info(),
         )
 
@@ -442,11 +406,17 @@ class Engine:
     # ----------------------------------------------------------------- helpers
 
     def _build_encoder(self) -> None:
+        """Replace the encoder: the old one gives back its graphs and the tower's attention first."""
         loaded = self._require_model()
-        self.encoder = None
+        self._drop_encoder()
         self.encoder, self._graphs_reason = make_vision_encoder(
-            loaded.model.model.visual, self.settings.encoder, loaded.device, progress=self.sink
+            loaded.adapter, self.settings.encoder, progress=self.sink
         )
+
+    def _drop_encoder(self) -> None:
+        if self.encoder is not None:
+            self.encoder.clear()
+        self.encoder = None
 
     def _build_decoder(self) -> None:
         """Allocate the KV cache for the settings' context and capture the decode step graphs."""
@@ -468,7 +438,7 @@ class Engine:
         if self.decoder is not None:
             self.decoder.close()
         self.decoder = None
-        self.encoder = None
+        self._drop_encoder()
         self.loaded = None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -96,6 +96,10 @@ class EmptyQuestionError(FramewiseError):
         super().__init__("Type a question first.")
 
 
+class FeatureInjectionError(FramewiseError):
+    """The installed transformers does not take precomputed vision features the way Framewise gives them."""
+
+
 class CancelledError(FramewiseError):
     """The work was cancelled by the user."""
 

@@ -28,7 +28,9 @@ from transformers.utils import logging as transformers_logging
 from framewise.core.demo_model import MODEL_INFO_FILE
 from framewise.core.errors import ModelLoadError, SettingsError
 from framewise.core.events import Progress
-from framewise.core.processing import VisionGeometry, chat_messages
+from framewise.core.processing import chat_messages
+from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
+from framewise.core.qwen3_vl.geometry import VisionGeometry
 from framewise.core.resources import asset_path
 from framewise.core.settings import DEMO_MODEL, ModelSettings
 
@@ -51,8 +53,9 @@ class LoadedModel:
     """A model ready to answer: weights on ``device`` in ``dtype``, in eval mode.
 
     ``label`` is shown next to the model's answers when set: it comes from the folder's
-    ``framewise.json`` (the demo model's says its weights are random). ``geometry`` is the
-    vision tower's patch geometry, for preprocessing; ``path`` the checkpoint folder.
+    ``framewise.json`` (the demo model's says its weights are random). ``adapter`` is the model
+    family's side of the encoder seam (graphs, eager forward, feature injection); ``geometry``
+    the vision tower's patch geometry, for preprocessing; ``path`` the checkpoint folder.
     """
 
     model: Qwen3VLForConditionalGeneration | Qwen3VLMoeForConditionalGeneration
@@ -62,6 +65,7 @@ class LoadedModel:
     label: str | None
     device: torch.device
     dtype: torch.dtype
+    adapter: Qwen3VLAdapter
     geometry: VisionGeometry
     path: Path
 
@@ -98,6 +102,7 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
             f"{name} does not fit in the memory of {device}; choose a smaller model, the CPU, or a smaller dtype."
         ) from error
 
+    adapter = Qwen3VLAdapter.for_model(model)
     report(Progress("load", LOAD_STEPS, LOAD_STEPS, f"Loaded {name}"))
     return LoadedModel(
         model=model,
@@ -107,7 +112,8 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
         label=label,
         device=device,
         dtype=dtype,
-        geometry=VisionGeometry.from_vision_config(model.config.vision_config),
+        adapter=adapter,
+        geometry=adapter.geometry,
         path=path,
     )
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +29,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from framewise.core.encoder import VisionItem
+from framewise.core.encoding.defs import VisionItem
 from framewise.core.errors import ClipTooLargeError, FramewiseError, ModelLoadError
+from framewise.core.qwen3_vl.geometry import VisionGeometry
 from framewise.core.settings import SamplingSettings
 from framewise.core.video import FrameSizing
 
@@ -46,46 +47,6 @@ VIDEO_PAD = "<|video_pad|>"
 
 # Values of mm_token_type_ids.
 TEXT_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN = 0, 1, 2
-
-
-@dataclass(frozen=True)
-class VisionGeometry:
-    """Patch geometry and pixel normalization of a Qwen3-VL vision tower."""
-
-    patch_size: int = 16
-    temporal_patch_size: int = 2
-    merge_size: int = 2
-    image_mean: tuple[float, float, float] = (0.5, 0.5, 0.5)
-    image_std: tuple[float, float, float] = (0.5, 0.5, 0.5)
-
-    @classmethod
-    def from_vision_config(cls, config: Any) -> VisionGeometry:
-        """Sizes from a Qwen3-VL vision config (object or dict); mean and std keep their defaults."""
-        if isinstance(config, Mapping):
-            read = config.get
-        else:
-            def read(name: str, default: int) -> int:
-                return getattr(config, name, default)
-        return cls(
-            patch_size=int(read("patch_size", cls.patch_size)),
-            temporal_patch_size=int(read("temporal_patch_size", cls.temporal_patch_size)),
-            merge_size=int(read("spatial_merge_size", cls.merge_size)),
-        )
-
-    @property
-    def factor(self) -> int:
-        """Frame sides are multiples of this: one merged 2x2 block of patches, in pixels."""
-        return self.patch_size * self.merge_size
-
-    @property
-    def patch_dim(self) -> int:
-        """Values in one patch row: channels x temporal patch x patch x patch."""
-        return 3 * self.temporal_patch_size * self.patch_size * self.patch_size
-
-    @property
-    def merge_area(self) -> int:
-        """Patches merged into one language-model token."""
-        return self.merge_size * self.merge_size
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ Two things make the few minutes of training go further:
 - The data workers compute everything that depends only on the example (rendering, prompt,
   multimodal rotary positions, the tower's attention boundaries and position-table taps), so
   the training loop issues only the model's own work. The tower runs once per batch and its
-  features reach the language model through the engine's ``FeatureInjector``, as in the
+  features reach the language model through the Qwen3-VL ``FeatureInjector``, as in the
   application.
 
 Seed ``i`` gives example ``i``, so the data do not depend on the number of workers. The output
@@ -57,8 +57,7 @@ from framewise.core.demo_model import (
     save_demo_model,
     special_token_ids,
 )
-from framewise.core.encoder import EncodedItem, VisionItem
-from framewise.core.engine import FeatureInjector
+from framewise.core.encoding.defs import EncodedItem, VisionItem
 from framewise.core.processing import (
     VideoInputs,
     VisionGeometry,
@@ -66,8 +65,9 @@ from framewise.core.processing import (
     fit_video_frames,
     preprocess_video,
 )
+from framewise.core.qwen3_vl.injection import FeatureInjector
+from framewise.core.qwen3_vl.metadata import MetadataCache
 from framewise.core.settings import SamplingSettings
-from framewise.core.vision_metadata import MetadataCache, TowerGeometry
 from training.synthetic import (
     COLORS,
     DIRECTIONS,
@@ -268,11 +268,7 @@ class ShapeQuestions(Dataset):
         self.tokenizer, self.seeds, self.sampling = tokenizer, seeds, sampling
         self.geometry = VisionGeometry.from_vision_config(config.vision_config)
         self.rope_index = RopeIndex(config)
-        tower = TowerGeometry(
-            num_grid_per_side=math.isqrt(config.vision_config.num_position_embeddings),
-            merge_size=config.vision_config.spatial_merge_size,
-        )
-        self.metadata = MetadataCache(tower)
+        self.metadata = MetadataCache(self.geometry)
 
     def __len__(self) -> int:
         return len(self.seeds)
@@ -344,17 +340,18 @@ def batch_losses(
     tower = model.model.visual(
         torch.cat([video.item.pixel_values for video in videos]), grid_thw=grid_thw, return_dict=True, **vision_kwargs
     )
-    injector.video = [EncodedItem(embeds=tower.pooler_output, deepstack=tuple(tower.deepstack_features))]
-    output = model(
-        input_ids=batch.input_ids.to(device, non_blocking=True),
-        attention_mask=batch.attention_mask.to(device, non_blocking=True),
-        mm_token_type_ids=batch.mm_token_type_ids.to(device, non_blocking=True),
-        position_ids=batch.position_ids.to(device, non_blocking=True),
-        labels=batch.labels.to(device, non_blocking=True),
-        pixel_values_videos=torch.empty(0, device=device),
-        video_grid_thw=grid_thw,
-        use_cache=False,
-    )
+    features = EncodedItem(embeds=tower.pooler_output, deepstack=tuple(tower.deepstack_features))
+    with injector.serving(video=[features]):
+        output = model(
+            input_ids=batch.input_ids.to(device, non_blocking=True),
+            attention_mask=batch.attention_mask.to(device, non_blocking=True),
+            mm_token_type_ids=batch.mm_token_type_ids.to(device, non_blocking=True),
+            position_ids=batch.position_ids.to(device, non_blocking=True),
+            labels=batch.labels.to(device, non_blocking=True),
+            pixel_values_videos=torch.empty(0, device=device),
+            video_grid_thw=grid_thw,
+            use_cache=False,
+        )
     return output.loss, probe.loss(tower.pooler_output, batch.token_labels.to(device, non_blocking=True))
 
 
@@ -386,7 +383,7 @@ def use_varlen_vision_attention(model: Qwen3VLForConditionalGeneration, device: 
     per frame pair) when this machine can, checked by a forward and backward pass against SDPA."""
     if device.type != "cuda":
         return False
-    from framewise.core.attention import REGISTERED_NAMES, register_backends
+    from framewise.core.qwen3_vl.attention import REGISTERED_NAMES, register_backends
 
     register_backends()
     visual = model.model.visual
@@ -493,8 +490,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         load_weights(model, args.init)
     model.to(device)
     probe = TokenProbe(model.config.text_config.hidden_size).to(device)
-    injector = FeatureInjector()
-    injector.install(model)
+    injector = FeatureInjector(model)
     geometry = VisionGeometry.from_vision_config(model.config.vision_config)
     params = sum(p.numel() for p in model.parameters())
     print(f"model: {params / 1e6:.2f} M parameters ({params * 4 / 2**20:.1f} MiB in float32)", flush=True)

@@ -22,7 +22,7 @@ import torch
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.decoding.qwen3_vl_language import Qwen3VLLanguageModel
 from framewise.core.decoding.step_graphs import ProgressCallback, StepGraphs, context_buckets
-from framewise.core.encoder import EncodedItem
+from framewise.core.encoding.defs import EncodedItem
 from framewise.core.errors import FramewiseError, SettingsError
 from framewise.core.processing import VIDEO_TOKEN
 from framewise.core.settings import AppSettings, minimum_context_tokens

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from framewise.core.decoding.attention import decoder_attention, prefill_mask, step_mask
 from framewise.core.decoding.kv_cache import StaticKVCache
-from framewise.core.encoder import EncodedItem
+from framewise.core.encoding.defs import EncodedItem
 from framewise.core.processing import VIDEO_TOKEN
 
 

@@ -14,9 +14,11 @@ from framewise.core.decoding import Decoder, Prompt, Qwen3VLLanguageModel, Sampl
 from framewise.core.decoding import decoder as decoder_module
 from framewise.core.decoding.step_graphs import context_buckets
 from framewise.core.demo_model import build_demo_config, build_demo_tokenizer, init_demo_model, special_token_ids
-from framewise.core.encoder import EagerVisionEncoder, EncodedItem
+from framewise.core.encoding.defs import EncodedItem
+from framewise.core.encoding.seam import EagerVisionEncoder
 from framewise.core.errors import FramewiseError, SettingsError
 from framewise.core.processing import VideoInputs, VisionGeometry, build_chat_inputs, preprocess_video
+from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
 from framewise.core.settings import AppSettings, minimum_context_tokens
 
 NEW_TOKENS = 40
@@ -45,7 +47,7 @@ def setup() -> Setup:
         preprocess_video(rng.integers(0, 256, (4, 64, 96, 3), dtype=np.uint8), [0.0, 0.5, 1.0, 1.5], geometry)
         for _ in range(2)
     ]
-    encoder = EagerVisionEncoder(model.model.visual)
+    encoder = EagerVisionEncoder(Qwen3VLAdapter(model.model.visual))
     with torch.inference_mode():
         features = [encoder.encode([clip.item]).items[0] for clip in clips]
     return Setup(model, tokenizer, geometry, clips, features)

@@ -10,9 +10,13 @@ import numpy as np
 import pytest
 import torch
 
+from framewise.core import engine as engine_module
+from framewise.core.encoding.manager import GraphVisionEncoder
+from framewise.core.encoding.seam import EagerVisionEncoder
 from framewise.core.engine import Engine
 from framewise.core.errors import CancelledError, ClipError, FramewiseError
 from framewise.core.events import ChunkStats, ClipSampled, Done, EncodeDone, EngineInfo, Event, Progress, Token
+from framewise.core.qwen3_vl.attention import REGISTERED_NAMES
 from framewise.core.settings import AppSettings
 from framewise.core.video import pyav_reader
 from tests.conftest import SAMPLE_CLIPS
@@ -231,6 +235,30 @@ def test_new_encoder_settings_rebuild_the_encoder_and_report_it(engine: tuple[En
     info = engine_.apply_settings(FAST.replace("encoder", use_graphs=False))
     assert engine_.encoder is not before
     assert isinstance(info, EngineInfo) and recorder.of(EngineInfo)[-1] == info
+
+
+def test_turning_graphs_off_gives_the_tower_back_its_stock_attention(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Graphs switch the tower to a graph-safe attention; the eager encoder after them runs transformers' own.
+
+    Graphs run ``direct`` here (same buffers and forward, no CUDA graph), so the switch happens on the CPU.
+    """
+
+    def direct_graphs(adapter, settings, progress=None):
+        if not settings.use_graphs:
+            return EagerVisionEncoder(adapter), "graphs off"
+        return GraphVisionEncoder(adapter, settings, direct=True), "direct graphs on the CPU"
+
+    monkeypatch.setattr(engine_module, "make_vision_encoder", direct_graphs)
+    settings = FAST.replace("encoder", budgets=(64, 256), max_items_per_batch=4, max_frames_per_batch=8)
+    engine = Engine(settings)
+    engine.load()
+    visual = engine.loaded.model.model.visual
+    assert visual.config._attn_implementation == REGISTERED_NAMES["sdpa_masked"]
+    engine.apply_settings(settings.replace("encoder", budgets=(64, 128)))  # graphs re-captured
+    assert visual.config._attn_implementation == REGISTERED_NAMES["sdpa_masked"]
+    engine.apply_settings(settings.replace("encoder", use_graphs=False))
+    assert engine.encoder.name == "eager"
+    assert visual.config._attn_implementation == "sdpa"
 
 
 def test_frames_sampled_elsewhere_open_like_a_clip(loaded_engine: tuple[Engine, Recorder]) -> None:

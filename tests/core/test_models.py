@@ -26,7 +26,7 @@ from framewise.core.demo_model import (
     mrope_section,
     special_token_ids,
 )
-from framewise.core.encoder import VisionItem
+from framewise.core.encoding.defs import VisionItem
 from framewise.core.errors import ModelLoadError, SettingsError
 from framewise.core.events import Progress
 from framewise.core.models import (

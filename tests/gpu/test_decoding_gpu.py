@@ -12,9 +12,10 @@ import torch
 
 from framewise.core.decoding import Decoder, Qwen3VLLanguageModel
 from framewise.core.decoding import step_graphs
-from framewise.core.encoder import EagerVisionEncoder
+from framewise.core.encoding.seam import EagerVisionEncoder
 from framewise.core.engine import Engine
 from framewise.core.events import Progress
+from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
 from framewise.core.settings import AppSettings
 from tests.conftest import SAMPLE_CLIPS
 from tests.core.test_decoding import Setup, answer, prompt_for, reference, rule_for
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.gpu
 
 def on_cuda(setup: Setup, dtype: torch.dtype) -> Setup:
     model = copy.deepcopy(setup.model).to("cuda", dtype)
-    encoder = EagerVisionEncoder(model.model.visual)
+    encoder = EagerVisionEncoder(Qwen3VLAdapter(model.model.visual))
     with torch.inference_mode():
         features = [encoder.encode([clip.item]).items[0] for clip in setup.clips]
     return dataclasses.replace(setup, model=model, features=features)

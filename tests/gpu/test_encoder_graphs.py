@@ -20,9 +20,11 @@ if not torch.cuda.is_available():  # pragma: no cover - the conftest marks these
 from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig  # noqa: E402
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel  # noqa: E402
 
-from framewise.core.attention import stock_attention  # noqa: E402
-from framewise.core.encoder import EagerVisionEncoder, VisionItem  # noqa: E402
-from framewise.core.encoder_graphs import GraphVisionEncoder, make_vision_encoder  # noqa: E402
+from framewise.core.encoding.defs import VisionItem  # noqa: E402
+from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_encoder  # noqa: E402
+from framewise.core.encoding.seam import EagerVisionEncoder  # noqa: E402
+from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
+from framewise.core.qwen3_vl.attention import stock_attention  # noqa: E402
 from framewise.core.settings import EncoderSettings  # noqa: E402
 
 SETTINGS = EncoderSettings(budgets=(64, 256, 1024, 4096), max_items_per_batch=4, max_frames_per_batch=8)
@@ -66,7 +68,7 @@ def encoder(request, tower_name):
         num_position_embeddings=2304, deepstack_visual_indexes=[0, 2],
     )
     visual = Qwen3VLVisionModel(config).eval().to(device="cuda", dtype=dtype)
-    graph_encoder = GraphVisionEncoder(visual, dataclasses.replace(SETTINGS, attention_backend=backend))
+    graph_encoder = GraphVisionEncoder(Qwen3VLAdapter(visual), dataclasses.replace(SETTINGS, attention_backend=backend))
     yield graph_encoder
     graph_encoder.clear()
 
@@ -80,9 +82,9 @@ def make_items(spec, seed=0) -> list[VisionItem]:
     return items
 
 
-def eager_reference(visual, items):
-    with stock_attention(visual), torch.inference_mode():
-        return EagerVisionEncoder(visual).encode(items)
+def eager_reference(adapter, items):
+    with stock_attention(adapter.visual), torch.inference_mode():
+        return EagerVisionEncoder(adapter).encode(items)
 
 
 def relative_error(got: torch.Tensor, expected: torch.Tensor) -> float:
@@ -107,7 +109,7 @@ def assert_matches(encoder: GraphVisionEncoder, got, expected) -> None:
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_graph_output_matches_eager(encoder, scenario):
     items = make_items(SCENARIOS[scenario], seed=len(scenario))
-    expected = eager_reference(encoder.visual, items)
+    expected = eager_reference(encoder.adapter, items)
     before = encoder.stats()
     got = encoder.encode(items)
     assert_matches(encoder, got, expected)
@@ -127,7 +129,7 @@ def test_long_video_is_split_and_stitched(encoder):
 
 def test_same_request_twice_reuses_buffers_and_cache(encoder):
     items = make_items(SCENARIOS["image and video"], seed=11)
-    expected = eager_reference(encoder.visual, items)
+    expected = eager_reference(encoder.adapter, items)
     first = encoder.encode(items)
     hits = encoder.stats().metadata_hits
     second = encoder.encode(items)
@@ -140,7 +142,7 @@ def test_same_request_twice_reuses_buffers_and_cache(encoder):
 
 def test_oversized_frame_runs_eager_and_counts_a_miss(encoder):
     items = make_items([("image", (1, 66, 64)), ("image", (1, 8, 8))], seed=5)  # 4224 patches > 4096
-    expected = eager_reference(encoder.visual, items)
+    expected = eager_reference(encoder.adapter, items)
     before = encoder.stats()
     got = encoder.encode(items)
     assert_matches(encoder, got, expected)
@@ -152,7 +154,7 @@ def test_oversized_frame_runs_eager_and_counts_a_miss(encoder):
 
 def test_request_after_clear_and_recapture(encoder):
     items = make_items(SCENARIOS["several images"], seed=3)
-    expected = eager_reference(encoder.visual, items)
+    expected = eager_reference(encoder.adapter, items)
     encoder.clear()
     assert not encoder.captured
     report = encoder.capture()
@@ -172,7 +174,7 @@ def test_stats_and_timing_are_recorded(encoder):
 def test_factory_captures_graphs_on_cuda(encoder):
     events = []
     graph_encoder, reason = make_vision_encoder(
-        encoder.visual, dataclasses.replace(encoder.settings, budgets=(64, 256)), torch.device("cuda"), events.append
+        encoder.adapter, dataclasses.replace(encoder.settings, budgets=(64, 256)), events.append
     )
     try:
         assert isinstance(graph_encoder, GraphVisionEncoder) and "2 CUDA graphs captured" in reason

@@ -1,10 +1,11 @@
 """Planning the vision encoder's passes: which items go through which captured graph.
 
-Pure Python (no torch), so it is cheap and can be tested exhaustively. The Qwen3-VL vision
-tower attends within one frame pair (one temporal patch) only, so an item can be cut between
-temporal patches without changing the result. A *piece* is a run of consecutive temporal
-patches of one item; a *batch* is one pass of the tower over some pieces, either a replay of
-the graph with the smallest budget that holds it, or an eager forward with a reason.
+Pure Python (no torch), so it is cheap and can be tested exhaustively. An item's rows are
+``grid_thw[0]`` slices of ``h * w`` patches, and the tower attends within one slice only (a
+frame pair, for Qwen3-VL), so an item can be cut between slices without changing the result. A
+*piece* is a run of consecutive slices of one item; a *batch* is one pass of the tower over some
+pieces, either a replay of the graph with the smallest budget that holds it, or an eager forward
+with a reason.
 """
 
 from __future__ import annotations

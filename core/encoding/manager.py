@@ -1,13 +1,15 @@
-"""The vision encoder through CUDA graphs: captured once per token budget, replayed per request.
+"""A vision encoder through CUDA graphs: captured once per token budget, replayed per request.
 
-At construction one graph is captured per budget (largest first, into one shared memory pool).
-Every graph reads the leading rows of one set of static input buffers (patch rows,
-interpolation taps, rotary positions, cu_seqlens) and copies its outputs into one set of
-static output buffers, all sized for the largest budget. A request is planned into batches
-(:mod:`framewise.core.encoder_planning`), each batch's metadata comes from a cache
-(:mod:`framewise.core.vision_metadata`), and each batch is copied in (tails zeroed), replayed and sliced
-back per item, deepstack features included. Only what no graph can hold runs eagerly, with the
-reason recorded. Every pass is timed with CUDA events and counted.
+The manager is model-agnostic, as vLLM's ``EncoderCudaGraphManager`` is: whatever a model's
+tower takes and returns it learns from the model family's adapter
+(:class:`~framewise.core.encoding.defs.SupportsEncoderGraphs`). At capture one graph is
+recorded per budget (largest first, into one shared memory pool). Every graph reads the leading
+rows of one set of static input buffers (the pixel rows, and the adapter's inputs) and copies its
+outputs into one set of static output buffers, all sized for the largest budget. A request is
+planned into batches (:mod:`framewise.core.encoding.planning`); each batch's inputs, from the
+adapter, are copied in (tails zeroed), the graph replayed and its outputs sliced back per item.
+Only what no graph can hold runs eagerly, with the reason recorded. Every pass is timed with
+CUDA events and counted.
 """
 
 from __future__ import annotations
@@ -15,39 +17,34 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import torch
 
-from framewise.core.attention import REGISTERED_NAMES, available_attention_backends, register_backends, resolve_backend
-from framewise.core.encoder import EagerVisionEncoder, EncodedItem, EncoderOutput, StageTimer, VisionEncoder, VisionItem
-from framewise.core.encoder_planning import Batch, BatchLimits, PlanItem, plan_batches
+from framewise.core.encoding.defs import (
+    CaptureReport,
+    EncodedItem,
+    EncoderOutput,
+    GraphBuffers,
+    SupportsEncoderGraphs,
+    VisionItem,
+)
+from framewise.core.encoding.planning import Batch, BatchLimits, PlanItem, plan_batches
+from framewise.core.encoding.seam import EagerVisionEncoder, StageTimer, VisionEncoder
 from framewise.core.errors import EncoderError, FramewiseError
 from framewise.core.events import ChunkStats, Progress
 from framewise.core.settings import EncoderSettings
-from framewise.core.vision_metadata import MetadataCache, TowerGeometry
 
 __all__ = [
-    "CaptureReport",
     "EncoderStats",
     "GraphVisionEncoder",
-    "available_attention_backends",
     "make_vision_encoder",
+    "percentile",
 ]
 
 ProgressCallback = Callable[[Progress], None]
 LATENCY_SAMPLES = 10_000
-
-
-@dataclass(frozen=True)
-class CaptureReport:
-    """What capturing cost: wall seconds and the device memory the graphs (and their buffers) hold."""
-
-    budgets: tuple[int, ...]
-    attention_backend: str
-    seconds: float
-    graph_memory_bytes: int
-    pool_reserved_bytes: int
+Outputs = tuple[torch.Tensor, ...]
 
 
 @dataclass(frozen=True)
@@ -74,35 +71,40 @@ class EncoderStats:
 
 @dataclass
 class _BudgetGraph:
-    """One budget's graph and its views of the shared static buffers (leading ``budget`` rows).
+    """One budget's graph and its views of the shared static buffers (leading rows).
 
     Every graph reads its inputs from, and copies its outputs into, the same buffers sized for
     the largest budget, so a budget costs no buffer memory of its own.
     """
 
     budget: int
-    pixels: torch.Tensor  # (budget, patch_dim) model dtype
-    interp_indices: torch.Tensor  # (budget, 4) int64
-    interp_weights: torch.Tensor  # (budget, 4) float32
-    position_ids: torch.Tensor  # (budget, 2) int64
-    cu_seqlens: torch.Tensor  # (max_sequences + 2,) int32
-    embeds: torch.Tensor  # (budget / merge_unit, out_hidden)
-    deepstack: tuple[torch.Tensor, ...]  # one (budget / merge_unit, out_hidden) per deepstack layer
+    pixels: torch.Tensor  # (budget, row_width) model dtype
+    inputs: dict[str, torch.Tensor]  # the adapter's inputs: leading budget rows, or whole
+    outputs: Outputs  # (output_rows(budget), hidden) each, merged tokens first
     graph: torch.cuda.CUDAGraph | None = None
 
 
-class GraphVisionEncoder:
-    """Qwen3-VL's vision tower replayed through one CUDA graph per token budget.
+@dataclass
+class _Buffers:
+    """The static buffers every graph shares, sized for the largest budget."""
 
-    ``visual`` is a transformers ``Qwen3VLVisionModel`` (any released size; the MoE models use
-    the same tower) already on its device and dtype. Graphs are captured at construction unless
-    ``capture=False``. ``direct=True`` runs the same buffers and forward without a graph, which
-    lets the whole path be tested on a CPU.
+    pixels: torch.Tensor
+    inputs: dict[str, torch.Tensor]
+    outputs: Outputs
+    per_budget: frozenset[str]
+
+
+class GraphVisionEncoder:
+    """A vision tower replayed through one CUDA graph per token budget.
+
+    ``adapter`` is the model family's side of the seam, its tower already on its device and
+    dtype. Graphs are captured at construction unless ``capture=False``. ``direct=True`` runs
+    the same buffers and forward without a graph, which lets the whole path be tested on a CPU.
     """
 
     def __init__(
         self,
-        visual: torch.nn.Module,
+        adapter: SupportsEncoderGraphs,
         settings: EncoderSettings,
         *,
         progress: ProgressCallback | None = None,
@@ -110,19 +112,13 @@ class GraphVisionEncoder:
         direct: bool = False,
     ) -> None:
         settings.validate()
-        parameter = next(visual.parameters())
-        self.visual = visual
-        self.device = parameter.device
-        self.dtype = parameter.dtype
+        self.adapter = adapter
+        self.device = adapter.device
+        self.dtype = adapter.dtype
         self.direct = direct
         if not direct and self.device.type != "cuda":
             raise EncoderError("CUDA graphs need the vision tower on a CUDA device; it is on the CPU.")
         self._progress = progress
-        self._geometry = TowerGeometry.from_visual(visual)
-        self._merge_unit = self._geometry.merge_size**2
-        self._patch_dim = _patch_dim(visual.config)
-        self._original_attention = visual.config._attn_implementation
-        self.metadata = MetadataCache(self._geometry)
         self._graphs: dict[int, _BudgetGraph] = {}
         self._configure(settings)
         self._reset_counters()
@@ -144,29 +140,21 @@ class GraphVisionEncoder:
     def captured(self) -> bool:
         return bool(self._graphs)
 
-    @property
-    def capture_seconds(self) -> float | None:
-        return self.report.seconds if self.report else None
-
-    @property
-    def graph_memory_mb(self) -> float | None:
-        return self.report.graph_memory_bytes / 2**20 if self.report else None
-
-    def static_outputs(self, budget: int) -> tuple[torch.Tensor, ...]:
-        """The whole output buffers of one budget's graph (merged tokens, then deepstack), padding rows included."""
-        graph = self._graphs[budget]
-        return (graph.embeds, *graph.deepstack)
+    def static_outputs(self, budget: int) -> Outputs:
+        """The whole output buffers of one budget's graph (merged tokens first), padding rows included."""
+        return self._graphs[budget].outputs
 
     def stats(self) -> EncoderStats:
         """A snapshot of the cumulative counters and the per-frame latency distribution."""
         samples = sorted(self._ms_per_frame)
+        hits, misses = self.adapter.metadata_counts()
         return EncoderStats(
             items_replayed=self._items_replayed,
             items_eager=self._items_eager,
             replays=self._replays,
             eager_passes=self._eager_passes,
-            metadata_hits=self.metadata.hits,
-            metadata_misses=self.metadata.misses,
+            metadata_hits=hits,
+            metadata_misses=misses,
             ms_per_frame_mean=sum(samples) / len(samples) if samples else None,
             ms_per_frame_p50=percentile(samples, 50),
             ms_per_frame_p99=percentile(samples, 99),
@@ -180,8 +168,7 @@ class GraphVisionEncoder:
         if self._graphs:
             assert self.report is not None
             return self.report
-        register_backends()
-        self.visual.config._attn_implementation = REGISTERED_NAMES[self.attention_backend]
+        self.adapter.use_attention(self.attention_backend)
         budgets = sorted(self.limits.budgets, reverse=True)
         memory_before = _memory_reserved(self.device)
         started = time.perf_counter()
@@ -200,13 +187,11 @@ class GraphVisionEncoder:
             ) from error
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        memory_after = _memory_reserved(self.device)
         self.report = CaptureReport(
             budgets=tuple(sorted(budgets)),
             attention_backend=self.attention_backend,
             seconds=time.perf_counter() - started,
-            graph_memory_bytes=max(0, memory_after - memory_before),
-            pool_reserved_bytes=memory_after,
+            graph_memory_bytes=max(0, _memory_reserved(self.device) - memory_before),
         )
         self._report_progress(len(budgets), len(budgets), f"Captured {len(budgets)} encoder graphs")
         return self.report
@@ -215,7 +200,7 @@ class GraphVisionEncoder:
         """Drop every graph and buffer and give their memory back; the tower's attention is restored."""
         self._graphs.clear()
         self.report = None
-        self.visual.config._attn_implementation = self._original_attention
+        self.adapter.restore_attention()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
@@ -239,18 +224,18 @@ class GraphVisionEncoder:
         if not self._graphs:
             raise EncoderError("The encoder graphs are not captured; capture them before encoding.")
         for item in items:
-            _check_item(item, self._patch_dim)
+            self.adapter.check_item(item)
         plan = plan_batches([PlanItem(item.modality, item.grid_thw) for item in items], self.limits)
-        parts: list[list[tuple[torch.Tensor, tuple[torch.Tensor, ...]]]] = [[] for _ in items]
+        parts: list[list[Outputs]] = [[] for _ in items]
         timed: list[tuple[Batch, StageTimer]] = []
         with torch.inference_mode():
             for batch in plan:
                 if batch.budget is None:
-                    timer, embeds, deepstack = self._run_eager(batch, items)
+                    timer, outputs = self._run_eager(batch, items)
                 else:
-                    timer, embeds, deepstack = self._replay(batch, items)
+                    timer, outputs = self._replay(batch, items)
                 timed.append((batch, timer))
-                self._slice_pieces(batch, embeds, deepstack, parts)
+                self._slice_pieces(batch, outputs, parts)
         chunks = [self._chunk_stats(index, batch, timer, items) for index, (batch, timer) in enumerate(timed)]
         return EncoderOutput(items=[_stitch(item_parts) for item_parts in parts], chunks=chunks)
 
@@ -259,7 +244,7 @@ class GraphVisionEncoder:
     def _configure(self, settings: EncoderSettings) -> None:
         self.settings = settings
         self.limits = BatchLimits.from_settings(settings)
-        self.attention_backend = resolve_backend(settings.attention_backend, self.device, self.dtype)
+        self.attention_backend = self.adapter.resolve_attention(settings.attention_backend)
 
     def _reset_counters(self) -> None:
         self._items_replayed = 0
@@ -273,56 +258,41 @@ class GraphVisionEncoder:
         if self._progress is not None:
             self._progress(Progress(stage="capture", current=current, total=total, message=message))
 
-    def _allocate(self) -> dict[str, torch.Tensor]:
-        """The shared static buffers, sized for the largest budget."""
-        rows, device, config = self.limits.max_budget, self.device, self.visual.config
-        tokens = rows // self._merge_unit
-        return {
-            "pixels": torch.zeros(rows, self._patch_dim, device=device, dtype=self.dtype),
-            "interp_indices": torch.zeros(rows, 4, device=device, dtype=torch.int64),
-            "interp_weights": torch.zeros(rows, 4, device=device, dtype=torch.float32),
-            "position_ids": torch.zeros(rows, 2, device=device, dtype=torch.int64),
-            "cu_seqlens": torch.zeros(self.limits.max_sequences + 2, device=device, dtype=torch.int32),
-            "embeds": torch.zeros(tokens, config.out_hidden_size, device=device, dtype=self.dtype),
-            "deepstack": torch.zeros(
-                len(config.deepstack_visual_indexes), tokens, config.out_hidden_size, device=device, dtype=self.dtype
-            ),
-        }
+    def _allocate(self) -> _Buffers:
+        """The shared static buffers, sized for the largest budget, as the adapter specifies them."""
+        rows = self.limits.max_budget
+        spec: GraphBuffers = self.adapter.graph_buffers(rows, self.limits.max_sequences)
+        return _Buffers(
+            pixels=torch.zeros(rows, spec.row_width, device=self.device, dtype=self.dtype),
+            inputs={
+                name: torch.zeros(buffer.shape, device=self.device, dtype=buffer.dtype)
+                for name, buffer in spec.inputs.items()
+            },
+            outputs=tuple(torch.zeros(out.shape, device=self.device, dtype=out.dtype) for out in spec.outputs),
+            per_budget=frozenset(name for name, buffer in spec.inputs.items() if buffer.per_budget),
+        )
 
-    def _views(self, buffers: dict[str, torch.Tensor], budget: int) -> _BudgetGraph:
-        tokens = budget // self._merge_unit
+    def _views(self, buffers: _Buffers, budget: int) -> _BudgetGraph:
+        tokens = self.adapter.output_rows(budget)
         return _BudgetGraph(
             budget=budget,
-            pixels=buffers["pixels"][:budget],
-            interp_indices=buffers["interp_indices"][:budget],
-            interp_weights=buffers["interp_weights"][:budget],
-            position_ids=buffers["position_ids"][:budget],
-            cu_seqlens=buffers["cu_seqlens"],
-            embeds=buffers["embeds"][:tokens],
-            deepstack=tuple(layer[:tokens] for layer in buffers["deepstack"]),
+            pixels=buffers.pixels[:budget],
+            inputs={
+                name: buffer[:budget] if name in buffers.per_budget else buffer
+                for name, buffer in buffers.inputs.items()
+            },
+            outputs=tuple(output[:tokens] for output in buffers.outputs),
         )
 
     def _run(self, graph: _BudgetGraph) -> None:
-        """The tower on one budget's buffers, outputs copied into them. ``max_seqlen`` is the budget:
-        it bounds every sequence, the trailing padding one included."""
-        output = self.visual(
-            graph.pixels,
-            grid_thw=None,
-            interp_indices=graph.interp_indices,
-            interp_weights=graph.interp_weights,
-            position_ids=graph.position_ids,
-            cu_seqlens=graph.cu_seqlens,
-            max_seqlen=graph.budget,
-            return_dict=True,
-        )
-        graph.embeds.copy_(output.pooler_output)
-        for buffer, layer in zip(graph.deepstack, output.deepstack_features, strict=True):
-            buffer.copy_(layer)
+        """The adapter's forward on one budget's buffers, its outputs copied into them."""
+        outputs = self.adapter.graph_forward(graph.pixels, graph.inputs, graph.budget)
+        for buffer, output in zip(graph.outputs, outputs, strict=True):
+            buffer.copy_(output)
 
-    def _capture_budget(self, buffers: dict[str, torch.Tensor], budget: int, pool: object) -> _BudgetGraph:
+    def _capture_budget(self, buffers: _Buffers, budget: int, pool: object) -> _BudgetGraph:
         graph = self._views(buffers, budget)
-        graph.cu_seqlens.fill_(budget)
-        graph.cu_seqlens[0] = 0
+        self.adapter.fill_capture_inputs(graph.inputs, budget)
         graph.pixels.normal_()
         if self.direct:
             return graph
@@ -336,10 +306,10 @@ class GraphVisionEncoder:
             self._run(graph)
         return graph
 
-    def _replay(self, batch: Batch, items: Sequence[VisionItem]):
+    def _replay(self, batch: Batch, items: Sequence[VisionItem]) -> tuple[StageTimer, Outputs]:
         assert batch.budget is not None
         graph = self._graphs[batch.budget]
-        metadata = self.metadata.batch(
+        inputs = self.adapter.replay_inputs(
             [(items[p.item].modality, (p.count, *items[p.item].grid_thw[1:])) for p in batch.pieces],
             rows=batch.budget,
             max_sequences=self.limits.max_sequences,
@@ -352,44 +322,38 @@ class GraphVisionEncoder:
                 graph.pixels[row : row + piece.patches].copy_(source[start : start + piece.patches], non_blocking=True)
                 row += piece.patches
             graph.pixels[row:].zero_()
-            graph.interp_indices.copy_(metadata.interp_indices, non_blocking=True)
-            graph.interp_weights.copy_(metadata.interp_weights, non_blocking=True)
-            graph.position_ids.copy_(metadata.position_ids, non_blocking=True)
-            graph.cu_seqlens.copy_(metadata.cu_seqlens, non_blocking=True)
+            _copy_with_zero_tails(graph.inputs, inputs)
             if graph.graph is None:
                 self._run(graph)
             else:
                 graph.graph.replay()
-            tokens = batch.patches // self._merge_unit
-            embeds = graph.embeds[:tokens].clone()
-            deepstack = tuple(layer[:tokens].clone() for layer in graph.deepstack)
+            tokens = self.adapter.output_rows(batch.patches)
+            outputs = tuple(output[:tokens].clone() for output in graph.outputs)
         self._replays += 1
         self._items_replayed += sum(1 for piece in batch.pieces if piece.first == 0)
-        return timer, embeds, deepstack
+        return timer, outputs
 
-    def _run_eager(self, batch: Batch, items: Sequence[VisionItem]):
+    def _run_eager(self, batch: Batch, items: Sequence[VisionItem]) -> tuple[StageTimer, Outputs]:
         (piece,) = batch.pieces
         item = items[piece.item]
-        pixels = item.pixel_values.to(device=self.device, dtype=self.dtype)
-        grid = torch.tensor([item.grid_thw], device=self.device)
         with StageTimer(self.device) as timer:
-            output = self.visual(pixels, grid_thw=grid, return_dict=True)
+            outputs = tuple(self.adapter.eager_forward([item]))
         self._eager_passes += 1
         self._items_eager += 1
         self._fallback_reasons.append(batch.fallback_reason or "")
-        return timer, output.pooler_output, tuple(output.deepstack_features)
+        return timer, outputs
 
-    def _slice_pieces(self, batch: Batch, embeds: torch.Tensor, deepstack: tuple[torch.Tensor, ...], parts) -> None:
-        """Hand each piece its rows of the pass's output."""
+    def _slice_pieces(self, batch: Batch, outputs: Outputs, parts: list[list[Outputs]]) -> None:
+        """Hand each piece its rows of the pass's outputs."""
         row = 0
         for piece in batch.pieces:
-            tokens = piece.patches // self._merge_unit
+            tokens = self.adapter.output_rows(piece.patches)
             rows = slice(row, row + tokens)
-            parts[piece.item].append((embeds[rows], tuple(layer[rows] for layer in deepstack)))
+            parts[piece.item].append(tuple(output[rows] for output in outputs))
             row += tokens
 
     def _chunk_stats(self, index: int, batch: Batch, timer: StageTimer, items: Sequence[VisionItem]) -> ChunkStats:
-        frames = sum(piece.count * (2 if items[piece.item].modality == "video" else 1) for piece in batch.pieces)
+        frames = sum(piece.count * self.adapter.frames_per_slice(items[piece.item].modality) for piece in batch.pieces)
         encode_ms = timer.elapsed_ms()
         self._ms_per_frame.append(encode_ms / frames)
         return ChunkStats(
@@ -407,9 +371,8 @@ class GraphVisionEncoder:
 
 
 def make_vision_encoder(
-    visual: torch.nn.Module,
+    adapter: SupportsEncoderGraphs,
     settings: EncoderSettings,
-    device: torch.device,
     progress: ProgressCallback | None = None,
 ) -> tuple[VisionEncoder, str]:
     """The encoder the settings and the machine call for, and a plain sentence saying why.
@@ -418,16 +381,16 @@ def make_vision_encoder(
     capture fails, with the error in the reason).
     """
     if not settings.use_graphs:
-        return EagerVisionEncoder(visual), "CUDA graphs are off in the encoder settings: the encoder runs eager"
-    if device.type != "cuda":
-        return EagerVisionEncoder(visual, "no CUDA"), "CUDA not available: the encoder runs eager on the CPU"
+        return EagerVisionEncoder(adapter), "CUDA graphs are off in the encoder settings: the encoder runs eager"
+    if adapter.device.type != "cuda":
+        return EagerVisionEncoder(adapter, "no CUDA"), "CUDA not available: the encoder runs eager on the CPU"
     if settings.attention_backend == "eager":
         reason = "attention backend 'eager' cannot run inside CUDA graphs: the encoder runs eager"
-        return EagerVisionEncoder(visual, "eager attention"), reason
+        return EagerVisionEncoder(adapter, "eager attention"), reason
     try:
-        encoder = GraphVisionEncoder(visual, settings, progress=progress)
+        encoder = GraphVisionEncoder(adapter, settings, progress=progress)
     except FramewiseError as error:
-        return EagerVisionEncoder(visual, "capture failed"), f"CUDA graphs unavailable ({error}): the encoder runs eager"
+        return EagerVisionEncoder(adapter, "capture failed"), f"CUDA graphs unavailable ({error}): the encoder runs eager"
     report = encoder.report
     assert report is not None
     return encoder, (
@@ -444,11 +407,6 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
     return sorted_values[int(rank) - 1]
 
 
-def _patch_dim(config) -> int:
-    """Values per patch row: channels x temporal patch x patch x patch (1536 for Qwen3-VL)."""
-    return config.in_channels * config.temporal_patch_size * config.patch_size * config.patch_size
-
-
 def _memory_reserved(device: torch.device) -> int:
     """Device memory the caching allocator holds once its unused blocks are released."""
     if device.type != "cuda":
@@ -458,23 +416,21 @@ def _memory_reserved(device: torch.device) -> int:
     return torch.cuda.memory_reserved(device)
 
 
-def _check_item(item: VisionItem, patch_dim: int) -> None:
-    t, h, w = item.grid_thw
-    if min(t, h, w) < 1:
-        raise EncoderError(f"Grid {item.grid_thw} is empty; every item needs at least one patch.")
-    if tuple(item.pixel_values.shape) != (t * h * w, patch_dim):
-        raise EncoderError(
-            f"Pixel rows {tuple(item.pixel_values.shape)} do not match grid {item.grid_thw} "
-            f"(expected ({t * h * w}, {patch_dim})); re-run preprocessing."
-        )
+def _copy_with_zero_tails(buffers: Mapping[str, torch.Tensor], sources: Mapping[str, torch.Tensor]) -> None:
+    """Copy each source into the leading rows of the buffer of its name; zero the rows after it."""
+    for name, source in sources.items():
+        buffer = buffers[name]
+        rows = source.shape[0]
+        if rows > buffer.shape[0]:
+            raise EncoderError(f"{rows} rows of {name!r} do not fit its buffer of {buffer.shape[0]}.")
+        buffer[:rows].copy_(source, non_blocking=True)
+        buffer[rows:].zero_()
 
 
-def _stitch(parts: list[tuple[torch.Tensor, tuple[torch.Tensor, ...]]]) -> EncodedItem:
+def _stitch(parts: list[Outputs]) -> EncodedItem:
     """One item's output from its pieces, in temporal order."""
     if len(parts) == 1:
-        embeds, deepstack = parts[0]
-        return EncodedItem(embeds=embeds, deepstack=deepstack)
-    embeds = torch.cat([embeds for embeds, _ in parts])
-    layers = len(parts[0][1])
-    deepstack = tuple(torch.cat([layer_parts[i] for _, layer_parts in parts]) for i in range(layers))
-    return EncodedItem(embeds=embeds, deepstack=deepstack)
+        embeds, *deepstack = parts[0]
+        return EncodedItem(embeds=embeds, deepstack=tuple(deepstack))
+    embeds, *deepstack = (torch.cat(pieces) for pieces in zip(*parts, strict=True))
+    return EncodedItem(embeds=embeds, deepstack=tuple(deepstack))

@@ -7,7 +7,9 @@ import torch
 from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
 
-from framewise.core.encoder import EagerVisionEncoder, VisionItem
+from framewise.core.encoding.defs import VisionItem
+from framewise.core.encoding.seam import EagerVisionEncoder
+from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +30,7 @@ def item(grid: tuple[int, int, int], modality: str = "video") -> VisionItem:
 
 def test_outputs_match_one_forward_per_item_and_keep_the_order(tower: Qwen3VLVisionModel) -> None:
     items = [item((2, 4, 6)), item((1, 2, 2), "image"), item((1, 6, 4))]
-    output = EagerVisionEncoder(tower).encode(items)
+    output = EagerVisionEncoder(Qwen3VLAdapter(tower)).encode(items)
     assert len(output.items) == 3
     for vision_item, encoded in zip(items, output.items):
         with torch.inference_mode():
@@ -41,7 +43,7 @@ def test_outputs_match_one_forward_per_item_and_keep_the_order(tower: Qwen3VLVis
 
 
 def test_one_chunk_is_reported_as_an_eager_miss(tower: Qwen3VLVisionModel) -> None:
-    output = EagerVisionEncoder(tower).encode([item((2, 4, 4)), item((1, 2, 2), "image")])
+    output = EagerVisionEncoder(Qwen3VLAdapter(tower)).encode([item((2, 4, 4)), item((1, 2, 2), "image")])
     (chunk,) = output.chunks
     assert chunk.frames == 4 + 1 and chunk.patches == 32 + 4
     assert not chunk.graph_hit and chunk.budget is None and chunk.fallback_reason
@@ -49,5 +51,5 @@ def test_one_chunk_is_reported_as_an_eager_miss(tower: Qwen3VLVisionModel) -> No
 
 
 def test_no_items_is_no_work(tower: Qwen3VLVisionModel) -> None:
-    output = EagerVisionEncoder(tower).encode([])
+    output = EagerVisionEncoder(Qwen3VLAdapter(tower)).encode([])
     assert output.items == [] and output.chunks == []

@@ -17,30 +17,7 @@ from typing import Sequence
 import torch
 
 from framewise.core.errors import EncoderError
-
-
-@dataclass(frozen=True)
-class TowerGeometry:
-    """What the metadata depends on: the position table's side, the merge size and the resampling rule."""
-
-    num_grid_per_side: int
-    merge_size: int
-    align_corners: bool = True
-
-    @classmethod
-    def from_visual(cls, visual: torch.nn.Module) -> TowerGeometry:
-        """Read the geometry of a transformers ``Qwen3VLVisionModel`` (or a tower shaped like it)."""
-        mode = getattr(visual, "interpolation_mode", "bilinear")
-        if mode != "bilinear":
-            raise EncoderError(
-                f"The vision tower resamples its position table with {mode!r}; only bilinear is supported. "
-                "Turn CUDA graphs off in the encoder settings to run this model."
-            )
-        return cls(
-            num_grid_per_side=int(visual.num_grid_per_side),
-            merge_size=int(visual.spatial_merge_size),
-            align_corners=bool(getattr(visual, "interpolation_align_corners", True)),
-        )
+from framewise.core.qwen3_vl.geometry import VisionGeometry
 
 
 @dataclass(frozen=True)
@@ -115,7 +92,7 @@ def axis_taps(size: int, side: int, align_corners: bool) -> tuple[torch.Tensor, 
     return taps, weights
 
 
-def item_metadata(grid_thw: tuple[int, int, int], geometry: TowerGeometry) -> ItemMetadata:
+def item_metadata(grid_thw: tuple[int, int, int], geometry: VisionGeometry) -> ItemMetadata:
     """Compute the metadata of one item; every temporal patch repeats the first frame's."""
     t, h, w = grid_thw
     if h % geometry.merge_size or w % geometry.merge_size:
@@ -144,7 +121,7 @@ class MetadataCache:
     ``hits``/``misses`` count lookups, so a test (and the stats panel) can see the cache work.
     """
 
-    def __init__(self, geometry: TowerGeometry, capacity: int = 256) -> None:
+    def __init__(self, geometry: VisionGeometry, capacity: int = 256) -> None:
         self.geometry = geometry
         self.capacity = capacity
         self.hits = 0

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framewise.core.encoder_planning import BatchLimits, PlanItem, plan_batches
+from framewise.core.encoding.planning import BatchLimits, PlanItem, plan_batches
 from framewise.core.errors import SettingsError
 from framewise.core.settings import EncoderSettings
 

@@ -1,0 +1,1 @@
+"""The vision-encoder seam and the model-agnostic CUDA-graph manager behind it."""

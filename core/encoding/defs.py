@@ -1,0 +1,170 @@
+"""The plain types of the vision-encoder seam, and the protocol a model family implements for graphs.
+
+Nothing here names a model: :class:`SupportsEncoderGraphs` is what the graph manager
+(:mod:`framewise.core.encoding.manager`) asks of a model family's adapter, as vLLM's
+``EncoderCudaGraphManager`` asks a model for ``SupportsEncoderCudaGraph``. The dataclasses are
+shared by the manager, the eager encoder and the adapters, which keeps their imports one-way.
+
+An item's patch rows are laid out as ``grid_thw = (t, h, w)``: ``t`` *slices* of ``h * w`` rows
+each. A slice is one attention sequence of the tower (a frame pair of a Qwen3-VL video), so an
+item may be cut between slices without changing the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Mapping, Protocol, Sequence
+
+import torch
+
+from framewise.core.events import ChunkStats
+
+Modality = Literal["image", "video"]
+
+# One piece of an item as a pass sees it: its modality and the grid (slices, h, w) of those slices.
+PieceGrid = tuple[str, tuple[int, int, int]]
+
+
+@dataclass(frozen=True)
+class VisionItem:
+    """One image or video ready for the tower.
+
+    ``pixel_values``: (t*h*w, row_width) patch rows in the model's order, where
+    ``grid_thw = (t, h, w)`` counts slices (temporal patches) and patches along each side.
+    """
+
+    pixel_values: torch.Tensor
+    grid_thw: tuple[int, int, int]
+    modality: Modality
+
+    @property
+    def patches(self) -> int:
+        t, h, w = self.grid_thw
+        return t * h * w
+
+
+@dataclass(frozen=True)
+class EncodedItem:
+    """The tower's output for one item.
+
+    ``embeds``: (tokens, out_hidden) merged tokens; ``deepstack``: one tensor of the same
+    shape per extra feature layer the language model takes (empty for towers without them).
+    """
+
+    embeds: torch.Tensor
+    deepstack: tuple[torch.Tensor, ...]
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """One static buffer of a captured graph: ``shape`` and ``dtype``.
+
+    With ``per_budget`` the leading dimension is rows (input rows, or output rows for an
+    output buffer) and each budget's graph reads its leading rows; without it every graph reads
+    the whole buffer.
+    """
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    per_budget: bool = True
+
+
+@dataclass(frozen=True)
+class GraphBuffers:
+    """What the static buffers of a set of graphs must be, sized for ``rows`` input rows.
+
+    ``row_width``: values per input row (the pixel rows are the manager's own buffer, in the
+    model's dtype); ``inputs``: the model's other inputs, by name; ``outputs``: the tower's
+    outputs in order, merged tokens first.
+    """
+
+    row_width: int
+    inputs: Mapping[str, BufferSpec]
+    outputs: tuple[BufferSpec, ...]
+
+
+@dataclass(frozen=True)
+class CaptureReport:
+    """What capturing cost: wall seconds and the device memory the graphs (and their buffers) hold."""
+
+    budgets: tuple[int, ...]
+    attention_backend: str
+    seconds: float
+    graph_memory_bytes: int
+
+
+@dataclass(frozen=True)
+class EncoderOutput:
+    """Per-item outputs in the order the items were given, and one stats record per pass."""
+
+    items: list[EncodedItem]
+    chunks: list[ChunkStats]
+
+
+class SupportsEncoderGraphs(Protocol):
+    """A model family's vision tower, as the graph manager and the eager encoder drive it.
+
+    Every tensor the model's forward takes or returns, every keyword and config field, stays
+    behind these methods; the manager handles only rows, budgets and buffers.
+    """
+
+    device: torch.device
+    dtype: torch.dtype
+
+    def output_rows(self, rows: int) -> int:
+        """Output rows (merged tokens) the tower makes of ``rows`` input rows of whole slices."""
+        ...
+
+    def frames_per_slice(self, modality: str) -> int:
+        """Frames one slice of an item of ``modality`` stands for."""
+        ...
+
+    def check_item(self, item: VisionItem) -> None:
+        """Raise :class:`~framewise.core.errors.EncoderError` when ``item`` cannot be encoded."""
+        ...
+
+    def attention_backends(self) -> list[str]:
+        """Attention backends that can run here, graph-safe ones first, ``eager`` last."""
+        ...
+
+    def resolve_attention(self, requested: str) -> str:
+        """The graph-safe backend to use for ``requested`` (``auto`` or a name), or raise EncoderError."""
+        ...
+
+    def use_attention(self, backend: str) -> None:
+        """Switch the tower to ``backend`` for capture and replay."""
+        ...
+
+    def restore_attention(self) -> None:
+        """Switch the tower back to the attention it was loaded with."""
+        ...
+
+    def graph_buffers(self, rows: int, max_sequences: int) -> GraphBuffers:
+        """The static buffers for graphs of up to ``rows`` rows and ``max_sequences`` slices."""
+        ...
+
+    def fill_capture_inputs(self, inputs: Mapping[str, torch.Tensor], rows: int) -> None:
+        """Fill one budget's input views (``rows`` rows) with values valid to capture a graph on."""
+        ...
+
+    def replay_inputs(self, pieces: Sequence[PieceGrid], rows: int, max_sequences: int) -> dict[str, torch.Tensor]:
+        """Host tensors for one pass over ``pieces`` padded to ``rows`` rows, by input name.
+
+        The manager copies each into the leading rows of its buffer and zeroes the rest.
+        """
+        ...
+
+    def graph_forward(
+        self, pixels: torch.Tensor, inputs: Mapping[str, torch.Tensor], rows: int
+    ) -> Sequence[torch.Tensor]:
+        """The forward captured into a graph: ``pixels`` (rows, row_width) and the input views of
+        one budget in, the outputs (output_rows(rows), hidden) each, in :attr:`GraphBuffers.outputs` order."""
+        ...
+
+    def eager_forward(self, items: Sequence[VisionItem]) -> Sequence[torch.Tensor]:
+        """The tower's own forward on ``items`` together: outputs with the items' rows one after another."""
+        ...
+
+    def metadata_counts(self) -> tuple[int, int]:
+        """Hits and misses of the adapter's per-grid metadata cache so far."""
+        ...
