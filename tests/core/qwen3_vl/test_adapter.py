@@ -6,8 +6,6 @@ import dataclasses
 
 import pytest
 import torch
-from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
-from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
 
 from framewise.core.encoding.defs import VisionItem
 from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_encoder
@@ -18,17 +16,6 @@ from framewise.core.qwen3_vl.attention import REGISTERED_NAMES
 from framewise.core.settings import EncoderSettings
 
 SETTINGS = EncoderSettings(budgets=(64, 128, 256), max_items_per_batch=4, max_frames_per_batch=8)
-
-
-@pytest.fixture(scope="module")
-def visual() -> Qwen3VLVisionModel:
-    """A tiny random tower with the real position table (48x48) and head_dim 72."""
-    torch.manual_seed(0)
-    config = Qwen3VLVisionConfig(
-        depth=3, hidden_size=144, num_heads=2, intermediate_size=256, out_hidden_size=96,
-        num_position_embeddings=2304, deepstack_visual_indexes=[0, 2],
-    )
-    return Qwen3VLVisionModel(config).eval()
 
 
 def vision_item(grid, modality="video", seed=0) -> VisionItem:

@@ -7,8 +7,6 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
-from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
 from transformers.vision_utils import (
     get_vision_cu_seqlens,
     get_vision_interpolation_indices_and_weights,
@@ -26,17 +24,6 @@ from framewise.core.qwen3_vl.geometry import VisionGeometry
 from framewise.core.qwen3_vl.metadata import MetadataCache
 
 GRIDS = [(1, 2, 2), (1, 4, 6), (1, 8, 8), (3, 6, 4), (2, 10, 14), (1, 48, 48), (1, 64, 32), (4, 2, 30)]
-
-
-@pytest.fixture(scope="module")
-def visual() -> Qwen3VLVisionModel:
-    """A tiny random tower with the real position table (48x48) and head_dim 72."""
-    torch.manual_seed(0)
-    config = Qwen3VLVisionConfig(
-        depth=3, hidden_size=144, num_heads=2, intermediate_size=256, out_hidden_size=96,
-        num_position_embeddings=2304, deepstack_visual_indexes=[0, 2],
-    )
-    return Qwen3VLVisionModel(config).eval()
 
 
 @contextmanager
