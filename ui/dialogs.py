@@ -1,10 +1,10 @@
-"""Help ▸ About and Help ▸ Show log."""
+"""Help ▸ About, Help ▸ Show log, and where exports are offered."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt, QUrl
+from PySide6.QtCore import QStandardPaths, Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QFontDatabase, QGuiApplication, QTextCursor
 from PySide6.QtWidgets import (
     QApplication,
@@ -20,6 +20,12 @@ from PySide6.QtWidgets import (
 )
 
 LOG_TAIL_BYTES = 512 * 1024
+
+
+def default_export_folder() -> Path:
+    """Where exports are offered first: the user's documents folder (home when the platform names none)."""
+    folder = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.DocumentsLocation)
+    return Path(folder) if folder and Path(folder).is_dir() else Path.home()
 
 
 class AboutDialog(QDialog):

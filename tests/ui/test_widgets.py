@@ -11,7 +11,8 @@ from PySide6.QtGui import QColor
 from framewise.core.events import AnswerStats, ChunkStats, ClipSampled, DecoderInfo, DecoderStats, EncodeDone, EngineInfo
 from framewise.core.settings import AppSettings
 from framewise.ui.frames import FrameStrip, format_timestamp, image_from_array
-from framewise.ui.metrics import HIT_COLOR, MISS_COLOR, EncoderPanel, nice_ceiling
+from framewise.ui.latency_plot import HIT_COLOR, MISS_COLOR
+from framewise.ui.metrics import EncoderPanel
 from framewise.ui.settings_store import MAX_RECENT_FILES, SettingsStore
 
 GPU_INFO = EngineInfo(
@@ -89,11 +90,6 @@ def test_the_decoder_line_shows_graph_steps_prefill_and_the_reused_prefix(qtbot)
     line = panel.decoder_value.text()
     assert "graph steps 19, eager steps 0" in line and "prefill 20 tokens in 14 ms" in line
     assert "1290 of 1310 prompt tokens reused" in line and "210.5 tokens/s" in line
-
-
-@pytest.mark.parametrize(("value", "expected"), [(0.0, 1.0), (0.3, 0.5), (7.2, 10.0), (11.0, 20.0), (24.0, 25.0), (101.0, 200.0)])
-def test_nice_ceiling(value, expected):
-    assert nice_ceiling(value) == pytest.approx(expected)
 
 
 def test_format_timestamp():
