@@ -14,7 +14,6 @@ bit (``scripts/make_demo_model.py``) and a trained one built on the same pieces:
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -25,18 +24,20 @@ import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
+from framewise.core.processing import IMAGE_PAD, VIDEO_PAD, VISION_END, VISION_START
+
 ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
-VISION_START = "<|vision_start|>"
-VISION_END = "<|vision_end|>"
 VISION_PAD = "<|vision_pad|>"
-IMAGE_PAD = "<|image_pad|>"
-VIDEO_PAD = "<|video_pad|>"
 SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END, VISION_START, VISION_END, VISION_PAD, IMAGE_PAD, VIDEO_PAD)
 
 MODEL_INFO_FILE = "framewise.json"
 DEMO_SEED = 20250101
+# Shown next to the demo model's answers (framewise.json's "label"): the trained model that ships
+# in assets/demo_model, and the random-weights model of scripts/make_demo_model.py.
+DEMO_LABEL = "Demo model — trained on synthetic shape clips"
+UNTRAINED_DEMO_LABEL = "Demo model — random weights"
 
 # Words a person asks about simple clips with, every word of the synthetic-clip questions and
 # answers (training/synthetic.py), the chat roles and the digits; each becomes one token in four
@@ -259,21 +260,49 @@ def save_demo_model(
     folder: Path,
     model: Qwen3VLForConditionalGeneration,
     tokenizer: PreTrainedTokenizerFast,
-    info: dict[str, Any],
     *,
+    label: str,
+    description: str,
+    made_by: str,
     dtype: torch.dtype = torch.float32,
+    extra: dict[str, Any] | None = None,
 ) -> list[Path]:
     """Write a loadable checkpoint: config.json, generation_config.json, model.safetensors,
-    the tokenizer files (tokenizer.json, tokenizer_config.json, chat_template.jinja) and
-    ``framewise.json`` holding ``info`` (``label``, ``description``, how it was made).
+    the tokenizer files (tokenizer.json, tokenizer_config.json, chat template) and
+    ``framewise.json``.
 
-    Weights are stored in ``dtype`` as one safetensors file. Returns the files written, sorted.
+    ``framewise.json`` holds ``label`` (the text shown next to this model's answers),
+    ``description``, ``made_by`` (the command that made it), the parameter count, the vocabulary
+    size, the weights' dtype and whatever ``extra`` adds. Weights are stored in ``dtype`` as one
+    safetensors file. Returns the files written, sorted.
     """
-    if "label" not in info:
-        raise ValueError("info needs a 'label': the text shown next to this model's answers")
+    if not label.strip():
+        raise ValueError("label must not be empty: it is shown next to this model's answers")
     folder.mkdir(parents=True, exist_ok=True)
-    stored = model if model.dtype == dtype else copy.deepcopy(model).to(dtype)
-    stored.save_pretrained(folder, max_shard_size="1GB")
+    model.save_pretrained(folder, state_dict=_state_dict_in(model, dtype), max_shard_size="1GB")
     tokenizer.save_pretrained(folder)
+    info = {
+        "name": "demo",
+        "label": label,
+        "description": description,
+        "made_by": made_by,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "vocabulary": len(tokenizer),
+        "weights_dtype": str(dtype).removeprefix("torch."),
+        **(extra or {}),
+    }
     (folder / MODEL_INFO_FILE).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return sorted(path for path in folder.iterdir() if path.is_file())
+
+
+def _state_dict_in(model: torch.nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """The model's weights on the CPU in ``dtype``; tensors shared in the model (tied
+    embeddings) stay shared, so they are stored once."""
+    converted: dict[int, torch.Tensor] = {}
+    state = {}
+    for name, tensor in model.state_dict().items():
+        key = tensor.data_ptr()
+        if key not in converted:
+            converted[key] = tensor.detach().to("cpu", dtype)
+        state[name] = converted[key]
+    return state

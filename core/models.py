@@ -129,8 +129,8 @@ def resolve_model_source(source: str) -> Path:
     if source == DEMO_MODEL:
         if not DEMO_MODEL_DIR.is_dir():
             raise ModelLoadError(
-                f"The bundled demo model is missing from {DEMO_MODEL_DIR}; "
-                "recreate it with `python scripts/make_demo_model.py` or reinstall Framewise."
+                f"The bundled demo model is missing from {DEMO_MODEL_DIR}; reinstall Framewise "
+                "(in a clone of the repository: git checkout -- assets/demo_model)."
             )
         return DEMO_MODEL_DIR
     path = Path(source).expanduser()

@@ -6,8 +6,10 @@ Clips come from :data:`training.synthetic.HELD_OUT_SEEDS` (never used in trainin
 sampled as ``core.video`` samples a file and resized to its Qwen3-VL size, then handed to the
 application's :class:`~framewise.core.engine.Engine` (``open_frames``), which encodes it once (CUDA graphs
 with ``--graphs`` on a GPU, else eager); every question the clip allows is asked on its own,
-greedily.
-Prints the accuracy per question kind and overall, then one JSON object.
+greedily, in its canonical wording, and then once more in one of its paraphrases
+(``training.synthetic.WORDINGS``, chosen by the seed and the question's place).
+Prints the accuracy per question kind and overall (canonical wordings), the paraphrases' accuracy
+on a line of its own, then one JSON object.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import argparse
 import json
 import sys
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -24,7 +25,7 @@ from typing import Any, Sequence
 from framewise.core.engine import Engine
 from framewise.core.processing import VisionGeometry, fit_video_frames
 from framewise.core.settings import AppSettings, EncoderSettings, GenerationSettings, ModelSettings, SamplingSettings
-from training.synthetic import HELD_OUT_SEEDS, QUESTION_KINDS, make_scene, questions_for, sample_scene
+from training.synthetic import HELD_OUT_SEEDS, QUESTION_KINDS, WORDINGS, make_scene, questions_for, sample_scene
 
 MAX_NEW_TOKENS = 8
 
@@ -36,6 +37,7 @@ class Answer:
     question: str
     expected: str
     answer: str
+    wording: int = 0
 
     @property
     def correct(self) -> bool:
@@ -44,7 +46,8 @@ class Answer:
 
 @dataclass(frozen=True)
 class Report:
-    """Accuracy per question kind and overall, and every answer given."""
+    """Accuracy per question kind and overall on the canonical wordings, the paraphrases'
+    accuracy (``paraphrases``: asked, correct, accuracy), and every answer given."""
 
     model: str
     device: str
@@ -54,6 +57,7 @@ class Report:
     seconds: float
     per_kind: dict[str, dict[str, float]]
     overall: float
+    paraphrases: dict[str, float]
     answers: list[Answer]
 
     def to_json(self) -> dict[str, Any]:
@@ -82,15 +86,27 @@ class Answerer:
         frames = fit_video_frames(sampled.frames, sampling, geometry=self.geometry)
         self.engine.open_frames(frames, sampled.timestamps, f"held-out clip {seed}")
         answers = []
-        for question in questions_for(sampled):
+        canonical = questions_for(sampled)
+        paraphrased = [q.reworded(paraphrase_wording(seed, i, q.kind)) for i, q in enumerate(canonical)]
+        for question in [*canonical, *paraphrased]:
             self.engine.new_conversation()
             text = self.engine.ask(question.text).text
-            answers.append(Answer(seed, question.kind, question.text, question.answer, text))
+            answers.append(Answer(seed, question.kind, question.text, question.answer, text, question.wording))
         return answers
 
     @property
     def geometry(self) -> VisionGeometry:
         return self.engine.loaded.geometry
+
+
+def paraphrase_wording(seed: int, place: int, kind: str) -> int:
+    """The paraphrase (an index into ``WORDINGS[kind]``, not 0) asked of a clip's ``place``-th question."""
+    return 1 + (seed + place) % (len(WORDINGS[kind]) - 1)
+
+
+def accuracy(answers: Sequence[Answer]) -> dict[str, float]:
+    right = sum(a.correct for a in answers)
+    return {"asked": len(answers), "correct": right, "accuracy": right / max(1, len(answers))}
 
 
 def evaluate(
@@ -106,11 +122,9 @@ def evaluate(
     started = time.perf_counter()
     answers = [answer for seed in seeds[:clips] for answer in answerer.answer_all(seed, sampling)]
     seconds = time.perf_counter() - started
-    asked, right = Counter(a.kind for a in answers), Counter(a.kind for a in answers if a.correct)
+    canonical = [a for a in answers if a.wording == 0]
     per_kind = {
-        kind: {"asked": asked[kind], "correct": right[kind], "accuracy": right[kind] / asked[kind]}
-        for kind in QUESTION_KINDS
-        if asked[kind]
+        kind: accuracy(of_kind) for kind in QUESTION_KINDS if (of_kind := [a for a in canonical if a.kind == kind])
     }
     return Report(
         model=answerer.info.model_name,
@@ -120,7 +134,8 @@ def evaluate(
         clips=clips,
         seconds=round(seconds, 2),
         per_kind=per_kind,
-        overall=sum(right.values()) / max(1, len(answers)),
+        overall=accuracy(canonical)["accuracy"],
+        paraphrases=accuracy([a for a in answers if a.wording != 0]),
         answers=answers,
     )
 
@@ -133,6 +148,8 @@ def print_report(report: Report) -> None:
     total = sum(int(row["asked"]) for row in report.per_kind.values())
     correct = sum(int(row["correct"]) for row in report.per_kind.values())
     print(f"{'overall':<10}{total:>7}{correct:>9}{report.overall:>10.1%}")
+    row = report.paraphrases
+    print(f"{'paraphrase':<10}{row['asked']:>7}{row['correct']:>9}{row['accuracy']:>10.1%}")
     print(f"{report.clips} clips in {report.seconds:.1f} s")
 
 

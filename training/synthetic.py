@@ -6,26 +6,39 @@ appear after the start or disappear before the end. Everything about a scene fol
 integer seed, so a seed range is a data split.
 
 A scene is rendered at any time (``render_frame``), as a whole source clip (``render_clip``, for
-writing sample videos) or at the frames the application would sample (``sample_scene``). The
-questions (``questions_for``) are answered from what was sampled: a shape counts as visible in a
-frame pair when it is drawn in either frame of the pair, which is what the model sees.
+writing sample videos) or at the frames the application would sample (``sample_scene``), or
+written to an H.264 file and sampled back through the application's own decoder
+(``sample_scene_file``). The questions (``questions_for``) are answered from what was sampled: a
+shape counts as visible in a frame pair when it is drawn in either frame of the pair, which is
+what the model sees. Each question kind has a few natural wordings (:data:`WORDINGS`); the first
+is the canonical one.
 
-Rendering is numpy and OpenCV; nothing here needs PyAV.
+Rendering is numpy and OpenCV; only ``sample_scene_file`` needs PyAV.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import cv2
 import numpy as np
 
-from framewise.core.processing import VideoInputs, VisionGeometry, fit_video_frames, preprocess_video
+from framewise.core.processing import (
+    VideoInputs,
+    VisionGeometry,
+    fit_video_frames,
+    preprocess_video,
+    video_frame_sizing,
+)
 from framewise.core.settings import SamplingSettings
-from framewise.core.video import sample_count, sample_times
+from framewise.core.video import sample_clip, sample_count, sample_times
 
 ShapeKind = Literal["square", "circle", "triangle"]
 QuestionKind = Literal["color", "motion", "count", "first", "appear"]
@@ -45,6 +58,39 @@ BACKGROUNDS: tuple[tuple[int, int, int], ...] = (
 DIRECTIONS = ("left", "right", "up", "down", "still")
 QUESTION_KINDS: tuple[QuestionKind, ...] = ("color", "motion", "count", "first", "appear")
 NO_MOTION_ANSWER = "it does not move"
+# Ways of asking each kind of question; ``{shape}`` is the shape's kind. The first is canonical.
+WORDINGS: dict[QuestionKind, tuple[str, ...]] = {
+    "color": (
+        "What color is the {shape}?",
+        "Which color does the {shape} have?",
+        "What is the color of the {shape}?",
+        "What colour is the {shape}?",
+    ),
+    "motion": (
+        "Which way does the {shape} move?",
+        "In which direction does the {shape} move?",
+        "Where does the {shape} go?",
+        "Which direction is the {shape} moving?",
+    ),
+    "count": (
+        "How many shapes are there?",
+        "How many shapes do you see?",
+        "Count the shapes.",
+        "What is the number of shapes?",
+    ),
+    "first": (
+        "What appears first?",
+        "Which shape appears first?",
+        "What do you see first?",
+        "What is there first?",
+    ),
+    "appear": (
+        "When does the {shape} appear?",
+        "At what time does the {shape} appear?",
+        "When do you first see the {shape}?",
+        "When does the {shape} show up?",
+    ),
+}
 
 TRAIN_SEEDS = range(0, 10_000_000)
 HELD_OUT_SEEDS = range(10_000_000, 11_000_000)
@@ -119,9 +165,10 @@ class Scene:
 class SampledScene:
     """A scene as the application samples it.
 
-    ``frames``: (T, H, W, 3) uint8 RGB at the source canvas size, ``timestamps``: (T,) seconds,
-    ``pair_timestamps``: the time of each frame pair (mean of its two frames), as the prompt's
-    markers show it; ``visible``: (T, shapes) which shape is drawn in which frame.
+    ``frames``: (T, H, W, 3) uint8 RGB, at the source canvas size when rendered, at the
+    Qwen3-VL size when ``decoded`` (the application's decoder resizes); ``timestamps``: (T,)
+    seconds, ``pair_timestamps``: the time of each frame pair (mean of its two frames), as the
+    prompt's markers show it; ``visible``: (T, shapes) which shape is drawn in which frame.
     """
 
     scene: Scene
@@ -129,17 +176,34 @@ class SampledScene:
     timestamps: tuple[float, ...]
     pair_timestamps: tuple[float, ...]
     visible: np.ndarray
+    decoded: bool = False
 
 
 @dataclass(frozen=True)
 class Question:
+    """A question and its answer; ``shape`` is the kind it names (None for count and first),
+    ``wording`` the index of its text in :data:`WORDINGS`."""
+
     kind: QuestionKind
     text: str
     answer: str
+    shape: str | None = None
+    wording: int = 0
+
+    @classmethod
+    def worded(cls, kind: QuestionKind, answer: str, shape: str | None = None, wording: int = 0) -> Question:
+        return cls(kind, WORDINGS[kind][wording].format(shape=shape), answer, shape, wording)
+
+    def reworded(self, wording: int) -> Question:
+        """The same question asked in another of its wordings."""
+        return Question.worded(self.kind, self.answer, self.shape, wording)
 
 
-def make_scene(seed: int) -> Scene:
-    """The scene for ``seed``; the same seed always gives the same scene."""
+def make_scene(seed: int, shape_count: int | None = None) -> Scene:
+    """The scene for ``seed``; the same seed always gives the same scene.
+
+    ``shape_count`` (1-4) fixes the number of shapes (a training curriculum starts with one);
+    by default it is drawn from the seed like everything else."""
     rng = np.random.default_rng(seed)
     aspect_w, aspect_h = _ASPECTS[rng.integers(len(_ASPECTS))]
     longest_short_side = min(256, _LONG_SIDE_MAX * min(aspect_w, aspect_h) // max(aspect_w, aspect_h))
@@ -153,6 +217,8 @@ def make_scene(seed: int) -> Scene:
     background = BACKGROUNDS[rng.integers(len(BACKGROUNDS))]
     noise_std = float(rng.choice([0.0, 0.0, 2.0, 4.0]))
     count = int(rng.integers(1, 5))
+    if shape_count is not None:
+        count = shape_count
     shapes = _place_shapes(rng, count, width, height, duration)
     return Scene(seed, width, height, fps, frame_count, background, noise_std, shapes)
 
@@ -274,18 +340,69 @@ def sample_scene(scene: Scene, sampling: SamplingSettings = SamplingSettings()) 
     indices = [min(scene.frame_count - 1, math.floor(t * scene.fps + 1e-6)) for t in targets]
     times = scene.frame_times()[indices]
     frames = np.stack([render_frame(scene, float(t)) for t in times])
+    return _sampled(scene, frames, times, decoded=False)
+
+
+def _sampled(scene: Scene, frames: np.ndarray, times: Any, *, decoded: bool) -> SampledScene:
     visible = np.array([[shape.visible(float(t)) for shape in scene.shapes] for t in times], bool).reshape(
         len(times), len(scene.shapes)
     )
     pairs = tuple(float(times[i] + times[i + 1]) / 2 for i in range(0, len(times), 2))
-    return SampledScene(scene, frames, tuple(float(t) for t in times), pairs, visible)
+    return SampledScene(scene, frames, tuple(float(t) for t in times), pairs, visible, decoded)
+
+
+def even_sized(scene: Scene) -> Scene:
+    """The scene on a canvas of even width and height (4:2:0 video needs them), one pixel
+    smaller where a side is odd."""
+    return dataclasses.replace(scene, width=scene.width // 2 * 2, height=scene.height // 2 * 2)
+
+
+def sample_scene_file(
+    scene: Scene,
+    sampling: SamplingSettings = SamplingSettings(),
+    folder: Path | None = None,
+    geometry: VisionGeometry = VisionGeometry(),
+) -> SampledScene:
+    """The scene as the application sees it from a file: every source frame is written to an
+    H.264 MP4 (``training.clip_writer``), which ``core.video.sample_clip`` samples, decodes and
+    resizes to the Qwen3-VL size of ``geometry``, as the application does.
+
+    The canvas is made even-sized first (:func:`even_sized`); the result's ``scene`` is that
+    scene. With ``folder`` the file ``scene-<seed>.mp4`` is kept there and reused when it exists
+    (written to a temporary name, then renamed, so concurrent callers never read half a file).
+    """
+    from training.clip_writer import write_clip
+
+    scene = even_sized(scene)
+    keep = folder is not None
+    folder = Path(folder) if keep else Path(tempfile.mkdtemp(prefix="framewise-scene-"))
+    path = folder / f"scene-{scene.seed}.mp4"
+    try:
+        if not path.exists():
+            partial = folder / f".scene-{scene.seed}-{os.getpid()}.mp4"
+            write_clip(partial, render_clip(scene), scene.fps, preset="veryfast")
+            os.replace(partial, path)
+        sampled = sample_clip(path, sampling, video_frame_sizing(sampling, geometry))
+    finally:
+        if not keep:
+            path.unlink(missing_ok=True)
+            folder.rmdir()
+    return _sampled(scene, sampled.frames, sampled.timestamps, decoded=True)
+
+
+def model_frames(sampled: SampledScene, sampling: SamplingSettings, geometry: VisionGeometry) -> np.ndarray:
+    """(T, h, w, 3) uint8 frames at the Qwen3-VL size for the clip, as the application hands
+    them to the engine: decoded frames already are; rendered ones are resized as the clip readers
+    resize (``core.processing.fit_video_frames``)."""
+    if sampled.decoded:
+        return sampled.frames
+    return fit_video_frames(sampled.frames, sampling, geometry=geometry)
 
 
 def video_inputs(sampled: SampledScene, sampling: SamplingSettings, geometry: VisionGeometry) -> VideoInputs:
-    """The vision input the application builds from these frames: resized to the Qwen3-VL size for
-    the clip, then patchified (``core.processing``)."""
-    frames = fit_video_frames(sampled.frames, sampling, geometry=geometry)
-    return preprocess_video(frames, sampled.timestamps, geometry)
+    """The vision input the application builds from these frames: at the Qwen3-VL size for the
+    clip (:func:`model_frames`), then patchified (``core.processing``)."""
+    return preprocess_video(model_frames(sampled, sampling, geometry), sampled.timestamps, geometry)
 
 
 def marker_seconds(seconds: float) -> float:
@@ -312,33 +429,34 @@ def questions_for(sampled: SampledScene) -> list[Question]:
     unique = [shape for shape in shapes if sum(other.kind == shape.kind for other in shapes) == 1]
     questions: list[Question] = []
     for shape in unique:
-        questions.append(Question("color", f"What color is the {shape.kind}?", shape.color))
+        questions.append(Question.worded("color", shape.color, shape.kind))
     for shape in unique:
         visible_pairs = int(pair_visible[:, scene.shapes.index(shape)].sum())
         if visible_pairs >= 2:
             answer = NO_MOTION_ANSWER if shape.direction == "still" else shape.direction
-            questions.append(Question("motion", f"Which way does the {shape.kind} move?", answer))
+            questions.append(Question.worded("motion", answer, shape.kind))
     if shapes:
-        questions.append(Question("count", "How many shapes are there?", str(len(shapes))))
+        questions.append(Question.worded("count", str(len(shapes))))
     if len(shapes) >= 2:
         earliest = min(first_pair.values())
         leaders = [shape for shape in shapes if first_pair[shape] == earliest]
         if len(leaders) == 1:
-            questions.append(Question("first", "What appears first?", leaders[0].name))
+            questions.append(Question.worded("first", leaders[0].name))
     for shape in unique:
         pair = first_pair[shape]
         if pair > 0:
             marker = marker_seconds(sampled.pair_timestamps[pair])
-            questions.append(Question("appear", f"When does the {shape.kind} appear?", about_seconds(marker)))
+            questions.append(Question.worded("appear", about_seconds(marker), shape.kind))
     return questions
 
 
 def answer_words() -> list[str]:
     """Every word a question or an answer uses (digits and punctuation aside), for the tokenizer."""
     texts = [
-        "what color is the which way does move how many shapes are there appears first when appear",
+        *(wording.format(shape="") for wordings in WORDINGS.values() for wording in wordings),
         "about second seconds the",
         NO_MOTION_ANSWER,
         " ".join((*SHAPES, *COLORS, *DIRECTIONS)),
     ]
-    return sorted({word for text in texts for word in text.split()} - {"still"})
+    words = {word.strip("?.").lower() for text in texts for word in text.split()}
+    return sorted(words - {"still", ""})

@@ -9,11 +9,23 @@ settings, resized to the Qwen3-VL size for the clip, patchified by
 conversation about one clip that asks its questions in a random order, as a person asks
 follow-ups; each answer and its ``<|im_end|>`` carry the language-model loss, the prompt none.
 
-Two things make the few minutes of training go further:
+What makes the few minutes of training go further:
 
-- The vision tower also learns from a dense signal: a linear probe on every merged vision
-  token predicts the kind, color and motion of the shape under it (or background), read from
-  the renderer's label maps. The probe is dropped when the model is saved.
+- Dense signals besides the answers. A linear probe on every merged vision token predicts the
+  kind, color and motion of the shape under it (or background, weighted down) and the shape's
+  centre in the frame pair, read from the renderer's label maps: the tower learns to see each
+  shape's kind and color in the same token. A second probe reads the language model's hidden
+  state at every vision token, after :attr:`ModelDims.lm_probe_layer` layers, and predicts the
+  same shape's kind, color and motion: motion is only visible by comparing frame pairs, which
+  the language model must do token by token. Both probes are dropped when the model is saved.
+- A curriculum: the first ``--curriculum-steps`` steps show clips of one shape only, where a
+  color or a direction needs no binding to a shape; then one to four shapes.
+- Every question is asked in its canonical wording or, half the time, one of its paraphrases
+  (``training.synthetic.WORDINGS``).
+- Every ``--file-every``-th clip is written to an H.264 file and read back through the
+  application's decoder (``core.video.sample_clip``: decode, pick the frames, resize), so the
+  model is trained on what the application sees in a file; those clips come from a pool of
+  ``--file-pool`` scenes, written once and re-read each time.
 - The data workers compute everything that depends only on the example (rendering, prompt,
   multimodal rotary positions, the tower's attention boundaries and position-table taps), so
   the training loop issues only the model's own work. The tower runs once per batch and its
@@ -21,8 +33,9 @@ Two things make the few minutes of training go further:
   application.
 
 Seed ``i`` gives example ``i``, so the data do not depend on the number of workers. The output
-folder is a demo-model folder (safetensors weights, config, tokenizer, ``framewise.json``),
-written again every ``--save-every-s`` seconds, so an interrupted run still leaves a usable model.
+folder is a demo-model folder (bfloat16 safetensors weights, config, tokenizer,
+``framewise.json``), written again every ``--save-every-s`` seconds, so an interrupted run still
+leaves a usable model.
 """
 
 from __future__ import annotations
@@ -33,6 +46,7 @@ import math
 import os
 import random
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +62,7 @@ from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
 
 from framewise.core.demo_model import (
+    DEMO_LABEL,
     DEMO_WORDS,
     IM_END,
     IM_START,
@@ -58,13 +73,7 @@ from framewise.core.demo_model import (
     special_token_ids,
 )
 from framewise.core.encoding.defs import EncodedItem, VisionItem
-from framewise.core.processing import (
-    VideoInputs,
-    VisionGeometry,
-    build_chat_inputs,
-    fit_video_frames,
-    preprocess_video,
-)
+from framewise.core.processing import VIDEO_TOKEN, VideoInputs, VisionGeometry, build_chat_inputs, preprocess_video
 from framewise.core.qwen3_vl.injection import FeatureInjector
 from framewise.core.qwen3_vl.metadata import MetadataCache
 from framewise.core.settings import SamplingSettings
@@ -73,37 +82,45 @@ from training.synthetic import (
     DIRECTIONS,
     SHAPES,
     TRAIN_SEEDS,
+    WORDINGS,
     SampledScene,
     answer_words,
     make_scene,
+    model_frames,
     questions_for,
     render_labels,
     sample_scene,
+    sample_scene_file,
 )
 
-DEMO_LABEL = "Demo model — trained on synthetic shape clips"
 IGNORE_INDEX = -100
 MAX_TURNS = 6
 # Classes the probe predicts per vision token: shape kind, color, motion; class 0 is background.
 PROBE_CLASSES = (len(SHAPES) + 1, len(COLORS) + 1, len(DIRECTIONS) + 1)
 MIN_COVERAGE = 0.2  # a shape labels a token when it covers this share of the token's pixels
+BACKGROUND_WEIGHT = 0.2  # probe weight of a background token against a shape's token
+PARAPHRASE_SHARE = 0.5  # share of training questions asked in a paraphrase rather than canonically
+# Scenes of the clips that go through a file: their own seed range, apart from the rendered ones.
+FILE_POOL_SEEDS = TRAIN_SEEDS[9_000_000:]
 
 
 @dataclass(frozen=True)
 class ModelDims:
-    """Sizes of the demo model; the defaults keep its float32 weights under 20 MB."""
+    """Sizes of the demo model; the defaults keep its bfloat16 weights under 20 MB.
+    ``lm_probe_layer``: the language-model layer whose output the second probe reads."""
 
-    vision_hidden: int = 128
-    vision_depth: int = 3
-    vision_heads: int = 4
-    vision_mlp: int = 512
-    deepstack_layers: tuple[int, ...] = (1,)
+    vision_hidden: int = 192
+    vision_depth: int = 4
+    vision_heads: int = 3
+    vision_mlp: int = 768
+    deepstack_layers: tuple[int, ...] = (2,)
     text_hidden: int = 256
-    text_layers: int = 4
+    text_layers: int = 6
     text_heads: int = 4
     text_kv_heads: int = 2
     head_dim: int = 64
-    text_mlp: int = 512
+    text_mlp: int = 768
+    lm_probe_layer: int = 3
 
 
 @dataclass(frozen=True)
@@ -113,7 +130,8 @@ class Example:
     ``frames``: (T, h, w, 3) uint8 at the Qwen3-VL size; ``input_ids``/``labels``/
     ``mm_token_type_ids``: (L,), labels ``IGNORE_INDEX`` except on the answers;
     ``position_ids``: (3, L) the multimodal rotary positions the model would compute;
-    ``token_labels``: (tokens, 3) probe classes of each merged vision token.
+    ``token_labels``: (tokens, 3) probe classes of each merged vision token;
+    ``token_centres``: (tokens, 2) the centre (x, y) of the shape under it, in [0, 1] of the frame.
     """
 
     frames: torch.Tensor
@@ -124,13 +142,14 @@ class Example:
     mm_token_type_ids: torch.Tensor
     position_ids: torch.Tensor
     token_labels: torch.Tensor
+    token_centres: torch.Tensor
 
 
 @dataclass(frozen=True)
 class Batch:
     """Examples padded on the right to one length L: ids, labels, mask and token types are (B, L),
     ``position_ids`` (3, B, L); ``vision`` holds the tower's precomputed forward arguments for
-    all the clips; ``token_labels`` (all tokens, 3)."""
+    all the clips; ``token_labels`` (all tokens, 3), ``token_centres`` (all tokens, 2)."""
 
     frames: list[torch.Tensor]
     timestamps: list[tuple[float, ...]]
@@ -141,6 +160,7 @@ class Batch:
     mm_token_type_ids: torch.Tensor
     position_ids: torch.Tensor
     token_labels: torch.Tensor
+    token_centres: torch.Tensor
     vision: dict[str, Any]
 
     def pin_memory(self) -> Batch:
@@ -195,11 +215,15 @@ def answer_starts(input_ids: Sequence[int], tokenizer: Any) -> list[int]:
     return [i + width for i in range(len(input_ids) - width + 1) if list(input_ids[i : i + width]) == opening]
 
 
-def token_labels(sampled: SampledScene, size: tuple[int, int], geometry: VisionGeometry) -> torch.Tensor:
-    """(tokens, 3) int64 probe classes (kind, color, motion; 0 background) of each merged vision
-    token, in the tower's output order (frame pair, then 32x32 blocks in raster order) for frames
-    resized to ``size`` (h, w). A token takes the shape covering most of its pixels in the pair,
-    if that covers at least :data:`MIN_COVERAGE` of them."""
+def token_labels(
+    sampled: SampledScene, size: tuple[int, int], geometry: VisionGeometry
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Probe targets of each merged vision token, in the tower's output order (frame pair, then
+    32x32 blocks in raster order) for frames resized to ``size`` (h, w): (tokens, 3) int64
+    classes (kind, color, motion; 0 background) and (tokens, 2) float32 centre (x, y) of the
+    shape in the pair, as a share of the frame's width and height (0 on background). A token
+    takes the shape covering most of its pixels in the pair, if that covers at least
+    :data:`MIN_COVERAGE` of them."""
     scene = sampled.scene
     height, width = size
     maps = np.stack([
@@ -222,19 +246,53 @@ def token_labels(sampled: SampledScene, size: tuple[int, int], geometry: VisionG
             list(COLORS).index(shape.color) + 1,
             DIRECTIONS.index(shape.direction) + 1,
         )
-    return torch.from_numpy(classes[owner])
+    pairs = len(maps) // pair
+    times = np.asarray(sampled.timestamps + sampled.timestamps[-1:] * pad).reshape(pairs, pair).mean(axis=1)
+    centres = np.zeros((pairs, len(scene.shapes) + 1, 2), np.float32)
+    for index, shape in enumerate(scene.shapes):
+        centres[:, index + 1] = [shape.center_at(float(t)) for t in times]
+    centres /= np.array([scene.width, scene.height], np.float32)
+    tokens_per_pair = owner.size // pairs
+    pair_of_token = np.repeat(np.arange(pairs), tokens_per_pair)
+    return torch.from_numpy(classes[owner]), torch.from_numpy(centres[pair_of_token, owner])
+
+
+def pick_wordings(questions: Sequence[Any], rng: np.random.Generator) -> list[Any]:
+    """Each question in its canonical wording or, with probability :data:`PARAPHRASE_SHARE`, in
+    one of its other wordings, chosen uniformly."""
+    worded = []
+    for question in questions:
+        count = len(WORDINGS[question.kind])
+        paraphrase = count > 1 and rng.random() < PARAPHRASE_SHARE
+        worded.append(question.reworded(int(rng.integers(1, count))) if paraphrase else question)
+    return worded
 
 
 def make_example(
-    seed: int, tokenizer: Any, sampling: SamplingSettings, geometry: VisionGeometry, rope_index: RopeIndex
+    seed: int,
+    tokenizer: Any,
+    sampling: SamplingSettings,
+    geometry: VisionGeometry,
+    rope_index: RopeIndex,
+    *,
+    shape_count: int | None = None,
+    clip_folder: Path | None = None,
 ) -> Example:
     """The example for ``seed``: a conversation about the clip asking its questions in a random
-    order (at most :data:`MAX_TURNS`). The first turn is a question with no history, as evaluated."""
-    sampled = sample_scene(make_scene(seed), sampling)
+    order and wording (at most :data:`MAX_TURNS`). The first turn is a question with no history,
+    as evaluated. ``shape_count`` fixes the number of shapes; with ``clip_folder`` the clip goes
+    through a file there and the application's decoder (``sample_scene_file``)."""
+    scene = make_scene(seed, shape_count)
+    if clip_folder is None:
+        sampled = sample_scene(scene, sampling)
+    else:
+        sampled = sample_scene_file(scene, sampling, clip_folder, geometry)
     questions = questions_for(sampled)
-    order = np.random.default_rng([seed, 1]).permutation(len(questions))[:MAX_TURNS]
-    turns = [questions[i] for i in order]
-    frames = fit_video_frames(sampled.frames, sampling, geometry=geometry)
+    rng = np.random.default_rng([seed, 1])
+    order = rng.permutation(len(questions))[:MAX_TURNS]
+    turns = pick_wordings([questions[i] for i in order], rng)
+    frames = model_frames(sampled, sampling, geometry)
+    size = frames.shape[1:3]
     video = prompt_video(frames, sampled.pair_timestamps, geometry)
     history = [(q.text, q.answer) for q in turns[:-1]]
     prompt = build_chat_inputs(tokenizer, turns[-1].text, video=video, history=history, geometry=geometry)
@@ -249,6 +307,7 @@ def make_example(
         labels[start : start + len(target)] = target
     token_types = torch.cat([prompt.mm_token_type_ids[0], torch.zeros_like(last)])
     grid = video.item.grid_thw
+    labels_of_tokens, centres = token_labels(sampled, size, geometry)
     return Example(
         frames=torch.from_numpy(np.ascontiguousarray(frames)),
         timestamps=sampled.timestamps,
@@ -257,15 +316,43 @@ def make_example(
         labels=labels,
         mm_token_type_ids=token_types,
         position_ids=rope_index(input_ids, token_types, grid),
-        token_labels=token_labels(sampled, size, geometry),
+        token_labels=labels_of_tokens,
+        token_centres=centres,
     )
 
 
-class ShapeQuestions(Dataset):
-    """Map-style dataset: index ``i`` is the example of seed ``seeds[i]``; :meth:`collate` batches."""
+@dataclass(frozen=True)
+class DataPlan:
+    """Which clip example ``i`` is: the first ``single_shape`` examples have one shape (the
+    curriculum); every ``file_every``-th goes through a file in ``clip_folder`` (0: none), its
+    scene taken in turn from a pool of ``file_pool`` scenes of :data:`FILE_POOL_SEEDS`."""
 
-    def __init__(self, tokenizer: Any, config: Qwen3VLConfig, seeds: range, sampling: SamplingSettings) -> None:
-        self.tokenizer, self.seeds, self.sampling = tokenizer, seeds, sampling
+    single_shape: int = 0
+    file_every: int = 0
+    file_pool: int = 512
+    clip_folder: Path | None = None
+
+    def clip(self, index: int, seeds: range) -> tuple[int, int | None, Path | None]:
+        """(scene seed, fixed shape count or None, clip folder or None) of example ``index``."""
+        shape_count = 1 if index < self.single_shape else None
+        if self.file_every and self.clip_folder is not None and index % self.file_every == self.file_every - 1:
+            return FILE_POOL_SEEDS[(index // self.file_every) % self.file_pool], shape_count, self.clip_folder
+        return seeds[index], shape_count, None
+
+
+class ShapeQuestions(Dataset):
+    """Map-style dataset: index ``i`` is the example :meth:`DataPlan.clip` names for ``i``
+    (by default the seed ``seeds[i]``); :meth:`collate` batches."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        config: Qwen3VLConfig,
+        seeds: range,
+        sampling: SamplingSettings,
+        plan: DataPlan = DataPlan(),
+    ) -> None:
+        self.tokenizer, self.seeds, self.sampling, self.plan = tokenizer, seeds, sampling, plan
         self.geometry = VisionGeometry.from_vision_config(config.vision_config)
         self.rope_index = RopeIndex(config)
         self.metadata = MetadataCache(self.geometry)
@@ -274,7 +361,11 @@ class ShapeQuestions(Dataset):
         return len(self.seeds)
 
     def __getitem__(self, index: int) -> Example:
-        return make_example(self.seeds[index], self.tokenizer, self.sampling, self.geometry, self.rope_index)
+        seed, shape_count, folder = self.plan.clip(index, self.seeds)
+        return make_example(
+            seed, self.tokenizer, self.sampling, self.geometry, self.rope_index,
+            shape_count=shape_count, clip_folder=folder,
+        )
 
     def collate(self, examples: Sequence[Example]) -> Batch:
         length = max(len(e.input_ids) for e in examples)
@@ -300,33 +391,93 @@ class ShapeQuestions(Dataset):
             mm_token_type_ids=padded([e.mm_token_type_ids for e in examples], 0),
             position_ids=positions,
             token_labels=torch.cat([e.token_labels for e in examples]),
+            token_centres=torch.cat([e.token_centres for e in examples]),
             vision=vision.forward_kwargs(max_seqlen=vision.max_sequence_length),
         )
 
 
-class TokenProbe(torch.nn.Module):
-    """Linear probe on the merged vision tokens: logits of :data:`PROBE_CLASSES`. Training only."""
+def weighted_class_loss(
+    logits: torch.Tensor, labels: torch.Tensor, groups: Sequence[int], weights: torch.Tensor
+) -> torch.Tensor:
+    """Mean over the class groups of the ``weights``-weighted cross-entropy: ``logits`` (N,
+    sum(groups)), ``labels`` (N, len(groups)) class per group, ``weights`` (N,)."""
+    parts = torch.split(logits.float(), tuple(groups), dim=-1)
+    total = sum(
+        (F.cross_entropy(group, labels[:, i], reduction="none") * weights).sum() for i, group in enumerate(parts)
+    )
+    return total / (len(parts) * weights.sum().clamp_min(1e-6))
+
+
+class VisionProbe(torch.nn.Module):
+    """Linear probe on the merged vision tokens (the tower's output): logits of
+    :data:`PROBE_CLASSES` and the shape's centre. Background tokens weigh
+    :data:`BACKGROUND_WEIGHT`. Training only."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(hidden, sum(PROBE_CLASSES) + 2)
+
+    def loss(self, tokens: torch.Tensor, labels: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
+        """Class loss plus the squared error of the centre on shape tokens; ``tokens`` (N, hidden),
+        ``labels`` (N, 3), ``centres`` (N, 2)."""
+        out = self.linear(tokens).float()
+        shape = labels[:, 0] > 0
+        weights = torch.where(shape, 1.0, BACKGROUND_WEIGHT)
+        classes = weighted_class_loss(out[:, :-2], labels, PROBE_CLASSES, weights)
+        error = (out[:, -2:] - centres).square().sum(-1)
+        return classes + 10.0 * (error * shape).sum() / shape.sum().clamp_min(1)
+
+
+class LanguageProbe(torch.nn.Module):
+    """Linear probe on the language model's hidden state at each vision token: logits of
+    :data:`PROBE_CLASSES` (kind, color, motion of the shape there). Training only."""
 
     def __init__(self, hidden: int) -> None:
         super().__init__()
         self.linear = torch.nn.Linear(hidden, sum(PROBE_CLASSES))
 
-    def loss(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """Mean cross-entropy over the three class groups; ``tokens`` (N, hidden), ``labels`` (N, 3)."""
-        logits = torch.split(self.linear(tokens).float(), PROBE_CLASSES, dim=-1)
-        return sum(F.cross_entropy(group, labels[:, i]) for i, group in enumerate(logits)) / len(logits)
+    def loss(self, states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """``states`` (N, hidden) at the vision tokens in order, ``labels`` (N, 3)."""
+        weights = torch.where(labels[:, 0] > 0, 1.0, BACKGROUND_WEIGHT)
+        return weighted_class_loss(self.linear(states), labels, PROBE_CLASSES, weights)
+
+
+class LayerOutput:
+    """Keeps the hidden states (B, L, hidden) a decoder layer outputs, through a forward hook."""
+
+    def __init__(self, layer: torch.nn.Module) -> None:
+        self.states: torch.Tensor | None = None
+        self.handle = layer.register_forward_hook(self._keep)
+
+    def _keep(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        self.states = output[0] if isinstance(output, tuple) else output
+
+    def take(self) -> torch.Tensor:
+        states, self.states = self.states, None
+        assert states is not None, "the layer did not run"
+        return states
+
+
+@dataclass(frozen=True)
+class Losses:
+    """The scalar losses of one batch."""
+
+    answer: torch.Tensor
+    vision_probe: torch.Tensor
+    language_probe: torch.Tensor
 
 
 def batch_losses(
     model: Qwen3VLForConditionalGeneration,
-    probe: TokenProbe,
+    probes: tuple[VisionProbe, LanguageProbe],
+    probed_layer: LayerOutput,
     injector: FeatureInjector,
     batch: Batch,
     device: torch.device,
     geometry: VisionGeometry,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(answer loss, probe loss) of a batch. Pixels are patchified on ``device`` by the
-    application's own function; the tower runs once on all clips with the precomputed metadata."""
+) -> Losses:
+    """The losses of a batch. Pixels are patchified on ``device`` by the application's own
+    function; the tower runs once on all clips with the precomputed metadata."""
     videos = [
         preprocess_video(frames.to(device, non_blocking=True), times, geometry)
         for frames, times in zip(batch.frames, batch.timestamps)
@@ -341,18 +492,26 @@ def batch_losses(
         torch.cat([video.item.pixel_values for video in videos]), grid_thw=grid_thw, return_dict=True, **vision_kwargs
     )
     features = EncodedItem(embeds=tower.pooler_output, deepstack=tuple(tower.deepstack_features))
+    token_types = batch.mm_token_type_ids.to(device, non_blocking=True)
     with injector.serving(video=[features]):
         output = model(
             input_ids=batch.input_ids.to(device, non_blocking=True),
             attention_mask=batch.attention_mask.to(device, non_blocking=True),
-            mm_token_type_ids=batch.mm_token_type_ids.to(device, non_blocking=True),
+            mm_token_type_ids=token_types,
             position_ids=batch.position_ids.to(device, non_blocking=True),
             labels=batch.labels.to(device, non_blocking=True),
             pixel_values_videos=torch.empty(0, device=device),
             video_grid_thw=grid_thw,
             use_cache=False,
         )
-    return output.loss, probe.loss(tower.pooler_output, batch.token_labels.to(device, non_blocking=True))
+    labels = batch.token_labels.to(device, non_blocking=True)
+    vision_probe, language_probe = probes
+    states = probed_layer.take()[token_types == VIDEO_TOKEN]
+    return Losses(
+        answer=output.loss,
+        vision_probe=vision_probe.loss(tower.pooler_output, labels, batch.token_centres.to(device, non_blocking=True)),
+        language_probe=language_probe.loss(states, labels),
+    )
 
 
 def build_model(tokenizer: Any, dims: ModelDims, seed: int) -> Qwen3VLForConditionalGeneration:
@@ -429,22 +588,21 @@ def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
 
 
 def save(model: Qwen3VLForConditionalGeneration, tokenizer: Any, out: Path, training: dict[str, Any]) -> None:
-    """Write the demo-model folder; ``training`` (how it was made) goes into framewise.json."""
-    info = {
-        "name": "demo",
-        "label": DEMO_LABEL,
-        "description": (
+    """Write the demo-model folder in bfloat16; ``training`` (how it was made) goes into framewise.json."""
+    save_demo_model(
+        out,
+        model,
+        tokenizer,
+        label=DEMO_LABEL,
+        description=(
             "A tiny Qwen3-VL (the released architecture at a small size) trained on synthetic clips of moving "
             "squares, circles and triangles. It answers what color a shape is, which way it moves, how many "
             "shapes there are, what appears first and when a shape appears; anything else it answers poorly."
         ),
-        "made_by": training["command"],
-        "parameters": training["parameters"],
-        "vocabulary": len(tokenizer),
-        "weights_dtype": "float32",
-        "training": training,
-    }
-    save_demo_model(out, model, tokenizer, info)
+        made_by=training["command"],
+        dtype=torch.bfloat16,
+        extra={"training": training},
+    )
 
 
 def seed_everything(seed: int) -> None:
@@ -463,10 +621,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="without --steps: choose the step count that fits this many minutes, from the speed measured "
         "during warm-up (the log prints it, for reproducing with --steps)",
     )
-    parser.add_argument("--batch", type=int, default=96)
-    parser.add_argument("--lr", type=float, default=1.5e-3)
-    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--warmup", type=int, default=150)
     parser.add_argument("--probe-weight", type=float, default=0.5, help="weight of the vision-token probe loss")
+    parser.add_argument(
+        "--lm-probe-weight", type=float, default=0.5, help="weight of the probe on the language model's vision tokens"
+    )
+    parser.add_argument("--curriculum-steps", type=int, default=150, help="first steps with one shape per clip")
+    parser.add_argument(
+        "--file-every", type=int, default=8,
+        help="every N-th clip goes through an H.264 file and the application's decoder (0: none)",
+    )
+    parser.add_argument("--file-pool", type=int, default=512, help="scenes the file clips are taken from")
+    parser.add_argument(
+        "--clip-folder", type=Path, default=None,
+        help="where the file clips are written (default: a temporary folder, removed at the end)",
+    )
     parser.add_argument("--workers", type=int, default=max(1, min(14, (os.cpu_count() or 2) - 2)))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--init", type=Path, default=None, help="continue from the weights of this model folder")
@@ -481,24 +652,39 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="framewise-clips-") as scratch:
+        train(args, args.clip_folder or Path(scratch))
+
+
+def train(args: argparse.Namespace, clip_folder: Path) -> None:
+    """The training run ``args`` describe; file clips are written into ``clip_folder``."""
     transformers.utils.logging.disable_progress_bar()
     seed_everything(args.seed)
     device = torch.device(args.device)
+    dims = ModelDims()
     tokenizer = build_demo_tokenizer(sorted(set(DEMO_WORDS) | set(answer_words())))
-    model = build_model(tokenizer, ModelDims(), args.seed)
+    model = build_model(tokenizer, dims, args.seed)
     if args.init is not None:
         load_weights(model, args.init)
     model.to(device)
-    probe = TokenProbe(model.config.text_config.hidden_size).to(device)
+    hidden = model.config.text_config.hidden_size
+    probes = (VisionProbe(hidden).to(device), LanguageProbe(hidden).to(device))
+    probed_layer = LayerOutput(model.model.language_model.layers[dims.lm_probe_layer - 1])
     injector = FeatureInjector(model)
     geometry = VisionGeometry.from_vision_config(model.config.vision_config)
     params = sum(p.numel() for p in model.parameters())
-    print(f"model: {params / 1e6:.2f} M parameters ({params * 4 / 2**20:.1f} MiB in float32)", flush=True)
+    print(f"model: {params / 1e6:.2f} M parameters ({params * 2 / 1e6:.1f} MB in bfloat16)", flush=True)
     varlen = use_varlen_vision_attention(model, device)
     print(f"vision attention: {'varlen' if varlen else 'sdpa per frame pair'}", flush=True)
 
-    seeds = TRAIN_SEEDS[args.first_seed :]
-    dataset = ShapeQuestions(tokenizer, model.config, seeds, SamplingSettings())
+    clip_folder.mkdir(parents=True, exist_ok=True)
+    plan = DataPlan(
+        single_shape=args.curriculum_steps * args.batch,
+        file_every=args.file_every,
+        file_pool=args.file_pool,
+        clip_folder=clip_folder,
+    )
+    dataset = ShapeQuestions(tokenizer, model.config, TRAIN_SEEDS[args.first_seed :], SamplingSettings(), plan)
     loader = DataLoader(
         dataset,
         batch_size=args.batch,
@@ -510,7 +696,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         prefetch_factor=4 if args.workers > 0 else None,
         worker_init_fn=_single_threaded,
     )
-    trained = [*model.named_parameters(), *(("probe." + n, p) for n, p in probe.named_parameters())]
+    trained = [
+        *model.named_parameters(),
+        *((f"probe{i}.{n}", p) for i, probe in enumerate(probes) for n, p in probe.named_parameters()),
+    ]
     decay = [p for n, p in trained if p.dim() >= 2 and "embed" not in n]
     no_decay = [p for n, p in trained if not (p.dim() >= 2 and "embed" not in n)]
     optimizer = torch.optim.AdamW(
@@ -524,7 +713,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     started = time.perf_counter()
     last_save = started
     timing_start = (0, started)
-    sums = torch.zeros(2, device=device)  # answer and probe losses since the last log line
+    sums = torch.zeros(3, device=device)  # the losses since the last log line
     model.train()
     step = 0
     waiting_s = 0.0  # time spent waiting for the data workers since the last log line
@@ -536,12 +725,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, total, args.lr, args.warmup)
         with autocast:
-            answer_loss, probe_loss = batch_losses(model, probe, injector, batch, device, geometry)
+            losses = batch_losses(model, probes, probed_layer, injector, batch, device, geometry)
         optimizer.zero_grad(set_to_none=True)
-        (answer_loss + args.probe_weight * probe_loss).backward()
+        loss = losses.answer + args.probe_weight * losses.vision_probe + args.lm_probe_weight * losses.language_probe
+        loss.backward()
         torch.nn.utils.clip_grad_norm_([p for _, p in trained], 1.0)
         optimizer.step()
-        sums += torch.stack([answer_loss.detach(), probe_loss.detach()])
+        sums += torch.stack([losses.answer.detach(), losses.vision_probe.detach(), losses.language_probe.detach()])
         step += 1
 
         now = time.perf_counter()
@@ -554,21 +744,21 @@ def main(argv: Sequence[str] | None = None) -> None:
                 total = max(step + 1, int(step + 0.95 * rate * (budget_s - (now - started))))
                 print(f"{rate:.1f} steps/s: training {total} steps (reproduce with --steps {total})", flush=True)
         if step % args.log_every == 0:
-            answer_mean, probe_mean = (sums / args.log_every).tolist()
+            answer_mean, vision_mean, language_mean = (sums / args.log_every).tolist()
             print(
-                f"step {step}/{total if total < 10**9 else '?'} "
-                f"answer loss {answer_mean:.4f} probe loss {probe_mean:.4f} "
+                f"step {step}/{total if total < 10**9 else '?'} answer loss {answer_mean:.4f} "
+                f"probe losses {vision_mean:.4f} (vision) {language_mean:.4f} (language) "
                 f"lr {optimizer.param_groups[0]['lr']:.2e} {now - started:.0f} s (waited {waiting_s:.1f} s for data)",
                 flush=True,
             )
             sums.zero_()
             waiting_s = 0.0
         if now - last_save >= args.save_every_s:
-            save(model, tokenizer, args.out, _state(args, step, total, now - started, varlen, params))
+            save(model, tokenizer, args.out, _state(args, dims, step, total, now - started, varlen, params))
             last_save = now
         ready = time.perf_counter()
     elapsed = time.perf_counter() - started
-    save(model, tokenizer, args.out, _state(args, step, total, elapsed, varlen, params))
+    save(model, tokenizer, args.out, _state(args, dims, step, total, elapsed, varlen, params))
     print(f"trained {step} steps in {elapsed:.0f} s; saved to {args.out}", flush=True)
 
 
@@ -577,7 +767,7 @@ def _single_threaded(worker_id: int) -> None:
 
 
 def _state(
-    args: argparse.Namespace, step: int, total: int, seconds: float, varlen: bool, params: int
+    args: argparse.Namespace, dims: ModelDims, step: int, total: int, seconds: float, varlen: bool, params: int
 ) -> dict[str, Any]:
     return {
         "steps_done": step,
@@ -587,9 +777,14 @@ def _state(
         "lr": args.lr,
         "warmup": args.warmup,
         "probe_weight": args.probe_weight,
+        "lm_probe_weight": args.lm_probe_weight,
+        "curriculum_steps": args.curriculum_steps,
+        "file_every": args.file_every,
+        "file_pool": args.file_pool,
         "seed": args.seed,
         "first_seed": args.first_seed,
         "init": str(args.init) if args.init else None,
+        "dims": dataclasses.asdict(dims),
         "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
         "vision_attention": "varlen" if varlen else "sdpa",
         "parameters": params,

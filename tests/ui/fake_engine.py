@@ -21,9 +21,8 @@ from framewise.core.events import (
     Progress,
     Token,
 )
+from framewise.core.demo_model import DEMO_LABEL
 from framewise.core.settings import AppSettings
-
-DEMO_LABEL = "Demo model — random weights"
 
 
 class FakeEngine:
