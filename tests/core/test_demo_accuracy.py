@@ -1,32 +1,78 @@
-"""The bundled demo model answers held-out synthetic clips correctly, eager on the CPU."""
+"""The bundled demo model answers held-out synthetic clips at the 90 % target, eager on the CPU.
+
+The clips are the first :data:`CLIPS` held-out seeds (fixed); every question is asked in its
+canonical wording and once paraphrased. The targets are the demo model's, not the shipped
+weights' measured accuracy: where those weights fall short (docs/demo_model.md has the numbers),
+the test is marked as an expected failure that says by how much, and it turns into a failure as
+soon as the target is reached, so the mark cannot outlive the shortfall.
+"""
 
 from __future__ import annotations
 
 import pytest
 
+from framewise.core.demo_model import DEMO_LABEL
 from framewise.core.models import DEMO_MODEL_DIR, read_model_info
 from framewise.core.settings import EncoderSettings, ModelSettings
-from training.evaluate import evaluate
-from training.train_demo import DEMO_LABEL
+from training.evaluate import Report, evaluate
+from training.synthetic import QUESTION_KINDS
 
-CLIPS = 14  # about 60 questions; every kind is asked
-# The shipped model does not reach the 90 % it is meant to (docs/demo_model.md has its measured
-# accuracy). The floor sits well above guessing (about 30 % with these answer sets) and below the
-# shipped model's measured accuracy, so a pipeline that feeds the model anything other than what
-# it was trained on (patch order, timestamps, prompt format) fails here.
-FLOOR = 0.45
+CLIPS = 32  # about 130 questions in their canonical wording and as many paraphrased
+TARGET = 0.90
+PARAPHRASE_TARGET = 0.80
 
 
-def accuracy_table(report) -> str:
+def short_of_target(measured: str) -> pytest.MarkDecorator:
+    return pytest.mark.xfail(strict=True, reason=f"the shipped weights answer {measured} (target {TARGET:.0%})")
+
+
+# What the shipped weights answer on these clips (CPU, eager), where it is below the target.
+BELOW_TARGET = {
+    "color": short_of_target("65 % of color questions"),
+    "motion": short_of_target("56 % of motion questions"),
+    "appear": short_of_target("84 % of appear questions"),
+}
+
+
+def accuracy_table(report: Report) -> str:
     return ", ".join(f"{kind} {row['correct']}/{row['asked']}" for kind, row in report.per_kind.items())
 
 
-@pytest.mark.timeout(180)
-def test_bundled_demo_model_answers_held_out_clips_on_the_cpu() -> None:
+def test_the_shipped_demo_model_is_the_trained_one() -> None:
+    label = read_model_info(DEMO_MODEL_DIR).get("label")
+    assert label == DEMO_LABEL, (
+        f"assets/demo_model is {label!r}, not the trained demo model ({DEMO_LABEL!r}); restore it with "
+        "`git checkout -- assets/demo_model` or train one (docs/demo_model.md)"
+    )
+
+
+@pytest.fixture(scope="module")
+def report() -> Report:
     label = read_model_info(DEMO_MODEL_DIR).get("label")
     if label != DEMO_LABEL:
-        pytest.skip(f"assets/demo_model is {label!r}, not the trained demo model (see docs/demo_model.md)")
-    report = evaluate(ModelSettings(source="demo", device="cpu"), EncoderSettings(use_graphs=False), clips=CLIPS)
-    assert {kind for kind in report.per_kind} == {"color", "motion", "count", "first", "appear"}
-    assert len(report.answers) >= 50
-    assert report.overall >= FLOOR, accuracy_table(report)
+        pytest.fail(f"assets/demo_model is {label!r}, not the trained demo model; see docs/demo_model.md")
+    return evaluate(ModelSettings(source="demo", device="cpu"), EncoderSettings(use_graphs=False), clips=CLIPS)
+
+
+@pytest.mark.timeout(300)
+def test_every_question_kind_is_asked(report: Report) -> None:
+    assert set(report.per_kind) == set(QUESTION_KINDS)
+    assert sum(int(row["asked"]) for row in report.per_kind.values()) >= 100
+    assert report.paraphrases["asked"] == sum(int(row["asked"]) for row in report.per_kind.values())
+
+
+@pytest.mark.parametrize(
+    "kind", [pytest.param(kind, marks=BELOW_TARGET.get(kind, ())) for kind in QUESTION_KINDS]
+)
+def test_each_question_kind_reaches_the_target(report: Report, kind: str) -> None:
+    assert report.per_kind[kind]["accuracy"] >= TARGET, accuracy_table(report)
+
+
+@short_of_target("77 % of all questions")
+def test_overall_accuracy_reaches_the_target(report: Report) -> None:
+    assert report.overall >= TARGET, accuracy_table(report)
+
+
+@pytest.mark.xfail(strict=True, reason=f"the shipped weights answer 76 % of paraphrases (target {PARAPHRASE_TARGET:.0%})")
+def test_paraphrased_questions_reach_their_target(report: Report) -> None:
+    assert report.paraphrases["accuracy"] >= PARAPHRASE_TARGET, report.paraphrases

@@ -1,30 +1,45 @@
 """The bundled demo model through the encoder CUDA graphs: the same answers as the eager encoder
-on the same GPU, and as far above guessing as on the CPU."""
+on the same GPU, at the 90 % target (the CPU test's targets and their marks)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from framewise.core.demo_model import DEMO_LABEL
 from framewise.core.models import DEMO_MODEL_DIR, read_model_info
 from framewise.core.settings import EncoderSettings, ModelSettings
-from training.evaluate import evaluate
-from training.train_demo import DEMO_LABEL
+from tests.core.test_demo_accuracy import PARAPHRASE_TARGET, TARGET
+from training.evaluate import Report, evaluate
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 CLIPS = 40
-FLOOR = 0.45  # see tests/core/test_demo_accuracy.py
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_demo_model_through_graphs_answers_as_eager_and_above_the_floor() -> None:
+@pytest.fixture(scope="module")
+def reports() -> tuple[Report, Report]:
     label = read_model_info(DEMO_MODEL_DIR).get("label")
     if label != DEMO_LABEL:
-        pytest.skip(f"assets/demo_model is {label!r}, not the trained demo model (see docs/demo_model.md)")
+        pytest.fail(f"assets/demo_model is {label!r}, not the trained demo model; see docs/demo_model.md")
     model = ModelSettings(source="demo", device="cuda")
-    graphs = evaluate(model, EncoderSettings(use_graphs=True), clips=CLIPS)
-    eager = evaluate(model, EncoderSettings(use_graphs=False), clips=CLIPS)
+    return (
+        evaluate(model, EncoderSettings(use_graphs=True), clips=CLIPS),
+        evaluate(model, EncoderSettings(use_graphs=False), clips=CLIPS),
+    )
+
+
+def test_graphs_give_the_eager_answers(reports: tuple[Report, Report]) -> None:
+    graphs, eager = reports
     assert "CUDA graphs captured" in graphs.encoder, graphs.encoder
-    assert [a.answer for a in graphs.answers] == [a.answer for a in eager.answers]
-    assert graphs.overall >= FLOOR, {kind: row["accuracy"] for kind, row in graphs.per_kind.items()}
+    differing = [
+        (g.seed, g.question, g.answer, e.answer) for g, e in zip(graphs.answers, eager.answers) if g.answer != e.answer
+    ]
+    assert len(graphs.answers) == len(eager.answers) and not differing, differing
+
+
+@pytest.mark.xfail(strict=True, reason="the shipped weights answer 72 % on the H200 (docs/demo_model.md)")
+def test_graphs_reach_the_targets(reports: tuple[Report, Report]) -> None:
+    graphs, _ = reports
+    assert graphs.overall >= TARGET, {kind: row["accuracy"] for kind, row in graphs.per_kind.items()}
+    assert graphs.paraphrases["accuracy"] >= PARAPHRASE_TARGET, graphs.paraphrases
