@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import runpy
 import shutil
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from framewise.core.demo_model import (
     DEMO_WORDS,
     MODEL_INFO_FILE,
     SPECIAL_TOKENS,
+    UNTRAINED_DEMO_LABEL,
     build_demo_config,
     build_demo_tokenizer,
     init_demo_model,
@@ -40,6 +44,7 @@ from framewise.core.models import (
 )
 from framewise.core.processing import VideoInputs, build_chat_inputs
 from framewise.core.settings import ModelSettings
+from tests.conftest import REPO_ROOT
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
@@ -243,21 +248,38 @@ def test_tokenizer_and_config_are_the_same_every_time() -> None:
     assert configs[0] == configs[1]
 
 
-def test_shipped_demo_model_is_what_the_script_makes() -> None:
-    info = json.loads((DEMO_MODEL_DIR / MODEL_INFO_FILE).read_text(encoding="utf-8"))
-    if not info.get("made_by", "").startswith("python scripts/make_demo_model.py"):
-        pytest.skip("the shipped demo model was not made by scripts/make_demo_model.py (trained weights)")
+def make_random_demo_model(*args: str) -> None:
+    """Run ``scripts/make_demo_model.py`` with ``args`` in this process."""
+    script = runpy.run_path(str(REPO_ROOT / "scripts" / "make_demo_model.py"), run_name="make_demo_model")
+    with contextlib.redirect_stdout(io.StringIO()):
+        script["main"](list(args))
+
+
+def test_make_demo_model_writes_the_seeded_random_model_into_a_new_folder(tmp_path: Path) -> None:
+    out = tmp_path / "random"
+    make_random_demo_model("--out", str(out), "--seed", "7")
+    info = json.loads((out / MODEL_INFO_FILE).read_text(encoding="utf-8"))
+    assert info["label"] == UNTRAINED_DEMO_LABEL and info["made_by"] == "python scripts/make_demo_model.py --seed 7"
     tokenizer = build_demo_tokenizer(DEMO_WORDS)
-    shipped_tokenizer = json.loads((DEMO_MODEL_DIR / "tokenizer.json").read_text(encoding="utf-8"))
-    assert shipped_tokenizer == json.loads(tokenizer.backend_tokenizer.to_str())
-    config = build_demo_config(len(tokenizer), special_token_ids(tokenizer))
-    shipped_config = json.loads((DEMO_MODEL_DIR / "config.json").read_text())
-    assert shipped_config["text_config"]["vocab_size"] == config.text_config.vocab_size
-    assert shipped_config["vision_config"]["depth"] == config.vision_config.depth
-    expected = init_demo_model(config, seed=info["seed"]).state_dict()
-    shipped = load_file(DEMO_MODEL_DIR / "model.safetensors")
-    assert shipped.keys() <= expected.keys()
-    assert all(torch.equal(shipped[name], expected[name]) for name in shipped)
+    assert json.loads((out / "tokenizer.json").read_text(encoding="utf-8")) == json.loads(
+        tokenizer.backend_tokenizer.to_str()
+    )
+    expected = init_demo_model(build_demo_config(len(tokenizer), special_token_ids(tokenizer)), seed=7).state_dict()
+    written = load_file(out / "model.safetensors")
+    assert written.keys() <= expected.keys()
+    assert all(torch.equal(written[name], expected[name]) for name in written)
+
+
+def test_make_demo_model_replaces_a_model_only_when_told(tmp_path: Path) -> None:
+    out = tmp_path / "random"
+    make_random_demo_model("--out", str(out), "--seed", "7")
+    before = (out / "model.safetensors").read_bytes()
+    with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()) as stderr:
+        make_random_demo_model("--out", str(out), "--seed", "8")
+    assert "--replace" in stderr.getvalue()
+    assert (out / "model.safetensors").read_bytes() == before
+    make_random_demo_model("--out", str(out), "--seed", "8", "--replace")
+    assert (out / "model.safetensors").read_bytes() != before
 
 
 def test_mrope_section_matches_the_released_split() -> None:
