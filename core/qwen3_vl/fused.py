@@ -1,0 +1,281 @@
+"""A fused forward for Qwen3-VL's vision tower, for capture inside the encoder's CUDA graphs.
+
+It computes what transformers' ``Qwen3VLVisionModel.forward`` computes from precomputed
+metadata, written as plain tensor code over the tower's own weights so that ``torch.compile``
+(inductor) can fuse the elementwise work around the matrix products: the 2-D rotary embedding
+of q and k, layer norms, bias + GELU and the residual adds. Three functions are compiled, with
+the row count dynamic so that one compile serves every token budget:
+
+- the stem: patch embedding (the Conv3d whose kernel equals its stride is one matrix product),
+  the interpolated learned position embedding, and the rotary cos/sin shared by every block;
+- one vision block, called once per layer with that layer's weights;
+- one patch merger (the final one and each deepstack one).
+
+Attention stays one graph-safe varlen kernel per layer (``attention_backend``). Compiled code
+is cached on disk by inductor; :func:`compile_cache_dir` names the folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from framewise.core.errors import EncoderError
+
+LAYER_NORM_EPS = 1e-6
+# transformers' activation names for the blocks' MLP -> F.gelu's ``approximate`` argument.
+GELU_APPROXIMATIONS = {"gelu_pytorch_tanh": "tanh", "gelu": "none"}
+
+PackedAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, float], torch.Tensor]
+
+
+class BlockWeights(NamedTuple):
+    """One vision block's parameters, the tensors the block holds (no copies).
+
+    A tuple of tensors, so that one compiled block serves every layer: the compiled code is
+    specialised on the tensors' shapes, not on which layer's tensors they are.
+    """
+
+    norm1_weight: torch.Tensor
+    norm1_bias: torch.Tensor
+    qkv_weight: torch.Tensor  # (3 * hidden, hidden)
+    qkv_bias: torch.Tensor
+    proj_weight: torch.Tensor  # (hidden, hidden)
+    proj_bias: torch.Tensor
+    norm2_weight: torch.Tensor
+    norm2_bias: torch.Tensor
+    fc1_weight: torch.Tensor  # (mlp, hidden)
+    fc1_bias: torch.Tensor
+    fc2_weight: torch.Tensor  # (hidden, mlp)
+    fc2_bias: torch.Tensor
+
+    @classmethod
+    def of(cls, block: torch.nn.Module) -> BlockWeights:
+        return cls(
+            block.norm1.weight, block.norm1.bias, block.attn.qkv.weight, block.attn.qkv.bias,
+            block.attn.proj.weight, block.attn.proj.bias, block.norm2.weight, block.norm2.bias,
+            block.mlp.linear_fc1.weight, block.mlp.linear_fc1.bias,
+            block.mlp.linear_fc2.weight, block.mlp.linear_fc2.bias,
+        )
+
+
+class MergerWeights(NamedTuple):
+    """One patch merger's parameters; ``postshuffle`` norms after the 2x2 gather (deepstack mergers)."""
+
+    norm_weight: torch.Tensor
+    norm_bias: torch.Tensor
+    fc1_weight: torch.Tensor
+    fc1_bias: torch.Tensor
+    fc2_weight: torch.Tensor
+    fc2_bias: torch.Tensor
+    postshuffle: bool
+
+    @classmethod
+    def of(cls, merger: torch.nn.Module) -> MergerWeights:
+        return cls(
+            merger.norm.weight, merger.norm.bias, merger.linear_fc1.weight, merger.linear_fc1.bias,
+            merger.linear_fc2.weight, merger.linear_fc2.bias, merger.use_postshuffle_norm,
+        )
+
+
+def stem(
+    pixels: torch.Tensor,
+    patch_weight: torch.Tensor,
+    patch_bias: torch.Tensor,
+    position_table: torch.Tensor,
+    interp_indices: torch.Tensor,
+    interp_weights: torch.Tensor,
+    position_ids: torch.Tensor,
+    inv_freq: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Patch rows to the first block's input and the rotary tables.
+
+    ``pixels`` (rows, 3*2*16*16); ``patch_weight`` (hidden, 3*2*16*16); ``position_table``
+    (48*48, hidden); ``interp_indices`` / ``interp_weights`` (rows, 4) bilinear taps;
+    ``position_ids`` (rows, 2) row and column; ``inv_freq`` (head_dim/4,) float32.
+    Returns hidden (rows, hidden) and cos, sin (rows, head_dim) float32.
+    """
+    hidden = F.linear(pixels.to(patch_weight.dtype), patch_weight, patch_bias)
+    positions = (position_table[interp_indices] * interp_weights[:, :, None]).sum(1)
+    hidden = hidden + positions.to(hidden.dtype)
+    half = (position_ids[:, :, None].float() * inv_freq.float()).flatten(1)  # (rows, head_dim/2): rows' then columns' angles
+    angles = torch.cat([half, half], dim=-1)
+    return hidden, angles.cos(), angles.sin()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat([-second, first], dim=-1)
+
+
+def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (rows, heads, head_dim) rotated in float32, returned in x's dtype."""
+    x32 = x.float()
+    return (x32 * cos[:, None] + _rotate_half(x32) * sin[:, None]).to(x.dtype)
+
+
+def block(
+    hidden: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    weights: BlockWeights,
+    heads: int,
+    approximate: str,
+    attention: PackedAttention,
+) -> torch.Tensor:
+    """One vision block: hidden (rows, hidden) -> (rows, hidden); attention within each cu_seqlens sequence."""
+    rows, width = hidden.shape
+    normed = F.layer_norm(hidden, (width,), weights.norm1_weight, weights.norm1_bias, LAYER_NORM_EPS)
+    query, key, value = F.linear(normed, weights.qkv_weight, weights.qkv_bias).view(rows, 3, heads, -1).unbind(1)
+    head_dim = query.shape[-1]
+    attended = attention(_rotary(query, cos, sin), _rotary(key, cos, sin), value, cu_seqlens, max_seqlen, head_dim**-0.5)
+    hidden = hidden + F.linear(attended.reshape(rows, width), weights.proj_weight, weights.proj_bias)
+    normed = F.layer_norm(hidden, (width,), weights.norm2_weight, weights.norm2_bias, LAYER_NORM_EPS)
+    inner = F.gelu(F.linear(normed, weights.fc1_weight, weights.fc1_bias), approximate=approximate)
+    return hidden + F.linear(inner, weights.fc2_weight, weights.fc2_bias)
+
+
+def merger(hidden: torch.Tensor, weights: MergerWeights) -> torch.Tensor:
+    """Merge each 2x2 block of rows: hidden (rows, hidden) -> (rows/4, out_hidden)."""
+    gathered = weights.fc1_weight.shape[1]
+    if weights.postshuffle:
+        normed = F.layer_norm(hidden.reshape(-1, gathered), (gathered,), weights.norm_weight, weights.norm_bias, LAYER_NORM_EPS)
+    else:
+        width = hidden.shape[1]
+        normed = F.layer_norm(hidden, (width,), weights.norm_weight, weights.norm_bias, LAYER_NORM_EPS)
+        normed = normed.reshape(-1, gathered)
+    inner = F.gelu(F.linear(normed, weights.fc1_weight, weights.fc1_bias))
+    return F.linear(inner, weights.fc2_weight, weights.fc2_bias)
+
+
+def packed_attention(backend: str) -> PackedAttention:
+    """Attention over packed rows for a graph-safe backend: q, k, v (rows, heads, head_dim) -> same shape."""
+    if backend == "varlen":
+        from torch.nn.attention.varlen import varlen_attn
+
+        def varlen(query, key, value, cu_seqlens, max_seqlen, scale):
+            return varlen_attn(query, key, value, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, scale=scale)
+
+        return varlen
+    if backend == "flash_attn":
+        from flash_attn import flash_attn_varlen_func
+
+        def flash(query, key, value, cu_seqlens, max_seqlen, scale):
+            return flash_attn_varlen_func(
+                query, key, value, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale=scale, causal=False
+            )
+
+        return flash
+    if backend == "sdpa_masked":
+        return _masked_attention
+    raise EncoderError(f"The fused encoder has no attention backend {backend!r}; choose varlen or sdpa_masked.")
+
+
+def _masked_attention(query, key, value, cu_seqlens, max_seqlen, scale):
+    """One dense SDPA with a block-diagonal mask built from cu_seqlens (runs anywhere, O(rows^2))."""
+    rows = query.shape[0]
+    positions = torch.arange(rows, device=query.device, dtype=cu_seqlens.dtype)
+    segments = torch.searchsorted(cu_seqlens[1:].contiguous(), positions, right=True)
+    mask = (segments[:, None] == segments[None, :])[None]
+    output = F.scaled_dot_product_attention(
+        query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), attn_mask=mask, scale=scale
+    )
+    return output.transpose(0, 1)
+
+
+class FusedVisionForward:
+    """Qwen3-VL's vision tower as three (optionally compiled) functions over its own weights.
+
+    Call with the graph buffers: ``pixels`` (rows, patch_dim), ``interp_indices`` /
+    ``interp_weights`` (rows, 4), ``position_ids`` (rows, 2), ``cu_seqlens`` (sequences + 1,)
+    int32 and ``max_seqlen``; returns merged tokens (rows/4, out_hidden) and one
+    (rows/4, out_hidden) tensor per deepstack layer. ``compiled=False`` runs the same code
+    uncompiled (the reference for the compiled path, and what a CPU test can afford).
+    """
+
+    def __init__(self, visual: torch.nn.Module, attention_backend: str, *, compiled: bool = True) -> None:
+        config = visual.config
+        if config.hidden_act not in GELU_APPROXIMATIONS:
+            raise EncoderError(f"The fused encoder does not know the activation {config.hidden_act!r}.")
+        self.approximate = GELU_APPROXIMATIONS[config.hidden_act]
+        self.heads = config.num_heads
+        self.attention = packed_attention(attention_backend)
+        proj = visual.patch_embed.proj
+        self.patch_weight = proj.weight.reshape(proj.weight.shape[0], -1)  # a view: the kernel covers the whole patch
+        self.patch_bias = proj.bias
+        self.position_table = visual.pos_embed.weight
+        self.inv_freq = visual.rotary_pos_emb.inv_freq
+        self.blocks = [BlockWeights.of(layer) for layer in visual.blocks]
+        self.deepstack_layers = {layer: index for index, layer in enumerate(config.deepstack_visual_indexes)}
+        self.deepstack_mergers = [MergerWeights.of(m) for m in visual.deepstack_merger_list]
+        self.final_merger = MergerWeights.of(visual.merger)
+        compile_ = (lambda fn: torch.compile(fn, dynamic=True)) if compiled else (lambda fn: fn)
+        self._stem, self._block, self._merger = compile_(stem), compile_(block), compile_(merger)
+
+    def __call__(
+        self,
+        pixels: torch.Tensor,
+        interp_indices: torch.Tensor,
+        interp_weights: torch.Tensor,
+        position_ids: torch.Tensor,
+        cu_seqlens: torch.Tensor,
+        max_seqlen: int,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        hidden, cos, sin = self._stem(
+            pixels, self.patch_weight, self.patch_bias, self.position_table,
+            interp_indices, interp_weights, position_ids, self.inv_freq,
+        )
+        deepstack: list[torch.Tensor] = []
+        for layer, weights in enumerate(self.blocks):
+            hidden = self._block(
+                hidden, cos, sin, cu_seqlens, max_seqlen, weights, self.heads, self.approximate, self.attention
+            )
+            if layer in self.deepstack_layers:
+                deepstack.append(self._merger(hidden, self.deepstack_mergers[self.deepstack_layers[layer]]))
+        return self._merger(hidden, self.final_merger), tuple(deepstack)
+
+
+def compile_cache_dir(visual: torch.nn.Module, device: torch.device) -> Path:
+    """The folder for this tower's compiled kernels in the user's cache, keyed by what makes them valid.
+
+    The key covers torch, transformers and Triton versions, the GPU and the tower's shape;
+    ``$XDG_CACHE_HOME`` (default ``~/.cache``) is the root, ``FRAMEWISE_CACHE_DIR`` overrides it.
+    """
+    import transformers
+
+    config = visual.config
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    key = "|".join(
+        str(part)
+        for part in (
+            torch.__version__, transformers.__version__, _triton_version(), gpu, next(visual.parameters()).dtype,
+            config.depth, config.hidden_size, config.num_heads, config.intermediate_size,
+            config.out_hidden_size, tuple(config.deepstack_visual_indexes), config.hidden_act,
+        )
+    )
+    root = os.environ.get("FRAMEWISE_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "framewise"
+    return Path(root) / "inductor" / hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def use_compile_cache(folder: Path) -> None:
+    """Point inductor's on-disk cache (its FX graphs and Triton kernels) at ``folder``.
+
+    Only before the first compile in this process: inductor reads the setting once.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(folder))
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+    except ImportError:
+        return "no triton"
+    return triton.__version__
