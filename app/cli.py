@@ -30,6 +30,7 @@ FLAGS = {
     "model.dtype": "--dtype",
     "encoder.attention_backend": "--attention",
     "encoder.use_graphs": "--no-graphs",
+    "encoder.fuse_kernels": "--no-fuse",
     "sampling.fps": "--fps",
     "sampling.min_frames": "--min-frames",
     "sampling.max_frames": "--max-frames",
@@ -88,6 +89,9 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=DTYPES, default=defaults.model.dtype)
     parser.add_argument("--attention", choices=ATTENTION_BACKENDS, default=defaults.encoder.attention_backend)
     parser.add_argument("--no-graphs", action="store_true", help="run the vision encoder eagerly")
+    parser.add_argument(
+        "--no-fuse", action="store_true", help="capture the vision tower's own kernels instead of fused ones"
+    )
     parser.add_argument("--fps", type=float, default=defaults.sampling.fps, help="frames sampled per second")
     parser.add_argument(
         "--min-frames",
@@ -114,7 +118,7 @@ def _settings_from_args(args: argparse.Namespace) -> AppSettings:
         min_frames = max(2, min(defaults.sampling.min_frames, args.max_frames - args.max_frames % 2))
     return (
         defaults.replace("model", source=args.model, device=args.device, dtype=args.dtype)
-        .replace("encoder", attention_backend=args.attention, use_graphs=not args.no_graphs)
+        .replace("encoder", attention_backend=args.attention, use_graphs=not args.no_graphs, fuse_kernels=not args.no_fuse)
         .replace("sampling", fps=args.fps, min_frames=min_frames, max_frames=args.max_frames, max_pixels=args.max_pixels)
         .replace("generation", max_new_tokens=args.max_new_tokens, temperature=args.temperature)
         .replace("decoding", use_graphs=not args.no_decode_graphs, max_context_tokens=args.max_context)

@@ -6,13 +6,18 @@ device synchronized before and after, so planning, metadata, copies and the slic
 count; the modes take turns request by request. Modes:
 
 - ``eager``: transformers' own forward with stock ``sdpa`` attention (``EagerVisionEncoder``);
-- ``graphs``: ``GraphVisionEncoder`` with the default encoder settings (the app's default);
-- ``graphs_fine``: the same with budgets spaced by ``--fine-ratio`` (1.1) instead of the default;
-- ``exact``: a graph captured for exactly the workload's shape: the padding-free floor.
+- ``graphs``: ``GraphVisionEncoder`` replaying the tower's own (unfused) kernels, default budgets;
+- ``fused``: the same with fused kernels (the app's default);
+- ``exact``: a fused graph captured for exactly the workload's shape: the padding-free time;
+- ``floor``: the tower's matrix products alone at the workload's shape, replayed from one graph
+  (:func:`dense_floor_ms`): the denominator no forward can beat.
 
 Writes ``encoder_bench.json`` and ``encoder_bench.md`` under ``--out`` and prints the table.
+``--capture-only`` builds one tower's fused encoder and prints its capture seconds as JSON: run
+it twice with the same ``FRAMEWISE_CACHE_DIR`` for a first and a second start.
 
     python3 benchmarks/encoder_bench.py --out results/ [--towers 8B,2B] [--runs 100] [--stream 200]
+    FRAMEWISE_CACHE_DIR=$(mktemp -d) python3 benchmarks/encoder_bench.py --capture-only --towers 8B
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -101,6 +107,46 @@ def time_modes(adapter: Qwen3VLAdapter, encoders: dict, requests: list, warmup: 
     return runs
 
 
+def dense_floor_ms(visual: torch.nn.Module, rows: int, replays: int = 50) -> float:
+    """Milliseconds of the tower's matrix products alone at ``rows`` patch rows: the denominator.
+
+    Patch embedding, every block's four products and every merger's two, on random bf16
+    activations of the shapes the tower sees, captured in one CUDA graph and replayed; the mean
+    over ``replays`` replays timed with CUDA events. Attention, norms and elementwise work are
+    left out, so no forward of the tower can be faster.
+    """
+    config = visual.config
+    options = {"device": "cuda", "dtype": torch.bfloat16}
+    patches = torch.randn(rows, visual.patch_embed.proj.weight[0].numel(), **options)
+    hidden = torch.randn(rows, config.hidden_size, **options)
+    inner = torch.randn(rows, config.intermediate_size, **options)
+    gathered = torch.randn(rows // 4, config.hidden_size * 4, **options)
+    patch_weight = visual.patch_embed.proj.weight.reshape(config.hidden_size, -1)
+    mergers = [visual.merger, *visual.deepstack_merger_list]
+
+    def products() -> None:
+        F.linear(patches, patch_weight)
+        for block in visual.blocks:
+            for weight in (block.attn.qkv.weight, block.attn.proj.weight, block.mlp.linear_fc1.weight):
+                F.linear(hidden, weight)
+            F.linear(inner, block.mlp.linear_fc2.weight)
+        for merger in mergers:
+            F.linear(F.linear(gathered, merger.linear_fc1.weight), merger.linear_fc2.weight)
+
+    products()  # warm-up: cuBLAS handles and workspaces
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        products()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / replays
+
+
 def summary(times: list[float], frames: int) -> dict:
     ordered = sorted(times)
     mean = sum(ordered) / len(ordered)
@@ -131,13 +177,14 @@ def bench_workload(
     t, _, _ = item.grid_thw
     exact_settings = EncoderSettings(budgets=(item.patches,), max_items_per_batch=1, max_frames_per_batch=t)
     exact = GraphVisionEncoder(adapter, exact_settings)
+    floor = dense_floor_ms(adapter.visual, item.patches)
     modes = {"eager": EagerVisionEncoder(adapter), **encoders, "exact": exact}
     measured = time_modes(adapter, modes, [[item]] * (warmup + runs), warmup)
     exact.clear()
     mean = {mode: sum(m["times"]) / len(m["times"]) for mode, m in measured.items()}
     eager_item = measured["eager"]["last"].items[0]
     frames = item_frames(adapter, item)
-    result = {"patches": item.patches, "frames": frames}
+    result = {"patches": item.patches, "frames": frames, "floor_ms": floor}
     for mode, m in measured.items():
         result[mode] = summary(m["times"], frames)
         if mode not in encoders:
@@ -147,6 +194,8 @@ def bench_workload(
             "budget": chunk.budget,
             "padding_fraction": chunk.padding_fraction,
             "gpu_ms": sum(c.encode_ms for c in m["last"].chunks),
+            "gpu_over_floor": sum(c.encode_ms for c in m["last"].chunks) / floor,
+            "mean_over_floor": mean[mode] / floor,
             "speedup_vs_eager": mean["eager"] / mean[mode],
             "padding_overhead_vs_exact": mean[mode] / mean["exact"] - 1,
             "p99_over_mean": percentile(sorted(m["times"]), 99) / mean[mode] - 1,
@@ -205,12 +254,12 @@ def bench_stream(adapter: Qwen3VLAdapter, encoders: dict[str, GraphVisionEncoder
     return result
 
 
-def bench_tower(name: str, runs: int, warmup: int, stream: int, fine_ratio: float) -> dict:
+def bench_tower(name: str, runs: int, warmup: int, stream: int) -> dict:
     adapter = Qwen3VLAdapter(build_tower(name))  # one per tower: it owns the tower's attention switch
     torch.cuda.synchronize()
     encoders = {
-        "graphs": GraphVisionEncoder(adapter, EncoderSettings()),
-        "graphs_fine": GraphVisionEncoder(adapter, EncoderSettings(budget_ratio=fine_ratio)),
+        "graphs": GraphVisionEncoder(adapter, EncoderSettings(fuse_kernels=False)),
+        "fused": GraphVisionEncoder(adapter, EncoderSettings()),
     }
     result = {"tower": name, "capture": {}, "workloads": {}}
     for mode, encoder in encoders.items():
@@ -222,6 +271,7 @@ def bench_tower(name: str, runs: int, warmup: int, stream: int, fine_ratio: floa
             "seconds": report.seconds,
             "graph_memory_mib": report.graph_memory_bytes / 2**20,
             "attention_backend": report.attention_backend,
+            "fused": report.fused,
         }
     for workload, spec in WORKLOADS.items():
         result["workloads"][workload] = bench_workload(adapter, encoders, spec, runs, warmup)
@@ -238,6 +288,19 @@ def bench_tower(name: str, runs: int, warmup: int, stream: int, fine_ratio: floa
     return result
 
 
+def capture_only(name: str) -> int:
+    """Capture one tower's fused graphs (default settings) in this process; print the seconds as JSON."""
+    adapter = Qwen3VLAdapter(build_tower(name))
+    started = time.perf_counter()
+    encoder = GraphVisionEncoder(adapter, EncoderSettings())
+    report = encoder.report
+    print(json.dumps({
+        "tower": name, "fused": report.fused, "graphs": len(report.budgets), "capture_seconds": report.seconds,
+        "encoder_seconds": time.perf_counter() - started, "graph_memory_mib": report.graph_memory_bytes / 2**20,
+    }), flush=True)
+    return 0
+
+
 def markdown(results: dict) -> str:
     lines = [
         f"Device: {results['device']}; torch {results['torch']}, transformers {results['transformers']}; "
@@ -252,15 +315,16 @@ def markdown(results: dict) -> str:
             lines.append(
                 f"- `{mode}`: budget ratio {c['budget_ratio']}, {c['graphs']} graphs "
                 f"({c['budgets'][0]}..{c['budgets'][-1]} "
-                f"patches, {c['attention_backend']} attention) captured in {c['seconds']:.1f} s, holding "
+                f"patches, {c['attention_backend']} attention, {'fused' if c['fused'] else 'unfused'}) "
+                f"captured in {c['seconds']:.1f} s, holding "
                 f"{c['graph_memory_mib']:.0f} MiB; metadata cache {c['metadata_cache']['hits']} hits / "
                 f"{c['metadata_cache']['misses']} misses."
             )
         lines += [
             "",
             "| workload | patches | mode | budget | mean / p50 / p99 ms | ms per frame mean / p99 | speedup vs eager "
-            "| overhead vs exact shape | p99 over mean | bf16 rel err vs eager |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| ÷ floor (host / GPU) | overhead vs exact shape | p99 over mean | bf16 rel err vs eager |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for workload, row in tower["workloads"].items():
             for mode in ("eager", *capture, "exact"):
@@ -270,10 +334,12 @@ def markdown(results: dict) -> str:
                     f"| {workload} | {row['patches']} | {mode} | {m['budget'] if graph_mode else '-'} | "
                     f"{m['mean_ms']:.2f} / {m['p50_ms']:.2f} / {m['p99_ms']:.2f} | "
                     f"{m['mean_ms_per_frame']:.3f} / {m['p99_ms_per_frame']:.3f} | "
-                    + (f"{m['speedup_vs_eager']:.2f}x | {100 * m['padding_overhead_vs_exact']:+.1f} % | "
+                    + (f"{m['speedup_vs_eager']:.2f}x | {m['mean_over_floor']:.2f}x / {m['gpu_over_floor']:.2f}x | "
+                       f"{100 * m['padding_overhead_vs_exact']:+.1f} % | "
                        f"{100 * m['p99_over_mean']:+.1f} % | {m['bf16_rel_err_vs_eager']:.1e} |" if graph_mode
-                       else "- | - | - | - |")
+                       else f"- | {m['mean_ms'] / row['floor_ms']:.2f}x / - | - | - | - |")
                 )
+            lines.append(f"| {workload} | {row['patches']} | floor | - | {row['floor_ms']:.2f} (GPU) | - | - | 1 | - | - | - |")
         if "stream" in tower:
             s = tower["stream"]
             lines += [
@@ -305,12 +371,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--stream", type=int, default=200, help="random requests per tower (0: none)")
-    parser.add_argument("--fine-ratio", type=float, default=1.1, help="budget ratio of the graphs_fine mode")
+    parser.add_argument("--capture-only", action="store_true", help="print the fused capture seconds of the first tower")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("The encoder benchmark needs a CUDA GPU.", file=sys.stderr)
         return 2
     import transformers
+
+    if args.capture_only:
+        return capture_only(args.towers.split(",")[0].strip())
 
     results = {
         "device": torch.cuda.get_device_name(),
@@ -324,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         "towers": [],
     }
     for name in args.towers.split(","):
-        results["towers"].append(bench_tower(name.strip(), args.runs, args.warmup, args.stream, args.fine_ratio))
+        results["towers"].append(bench_tower(name.strip(), args.runs, args.warmup, args.stream))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "encoder_bench.json").write_text(json.dumps(results, indent=2))
     table = markdown(results)

@@ -92,10 +92,13 @@ class EncoderSettings:
     A token budget is the number of patch rows one captured graph processes. Budgets are either
     the explicit list ``budgets`` or a geometric series from ``min_budget`` to ``max_budget``
     with ratio ``budget_ratio`` (the max always included). ``max_frames_per_batch`` counts
-    attention sequences: an image is one, a video is one per frame pair.
+    attention sequences: an image is one, a video is one per frame pair. ``fuse_kernels`` captures
+    a compiled forward whose elementwise work is fused (compiled on the first start, then cached
+    on disk); off, the graphs replay the tower's own kernels.
     """
 
     use_graphs: bool = True
+    fuse_kernels: bool = True
     attention_backend: str = "auto"
     budgets: tuple[int, ...] = ()
     min_budget: int = 256

@@ -205,6 +205,13 @@ class SettingsDialog(QDialog):
             "CUDA graphs",
             QCheckBox("Capture the vision encoder as CUDA graphs (GPU only)"),
         )
+        self._add_field(
+            form,
+            "encoder.fuse_kernels",
+            "Fused kernels",
+            QCheckBox("Fuse the encoder's elementwise work inside the graphs"),
+            "Compiled on the first start (a minute or so), then loaded from the cache.",
+        )
         self._add_field(form, "encoder.attention_backend", "Attention backend", _combo(ATTENTION_BACKENDS))
         self.budget_mode = QComboBox()
         self.budget_mode.addItems(["Geometric series (min, max, ratio)", "Explicit list"])

@@ -89,6 +89,7 @@ class CaptureReport:
 
     budgets: tuple[int, ...]
     attention_backend: str
+    fused: bool
     seconds: float
     graph_memory_bytes: int
 
@@ -133,6 +134,11 @@ class SupportsEncoderGraphs(Protocol):
 
     def use_attention(self, backend: str) -> None:
         """Switch the tower to ``backend`` for capture and replay."""
+        ...
+
+    def use_fused_forward(self, enabled: bool) -> bool:
+        """Capture a fused forward from the next :meth:`use_attention` on (or the tower's own);
+        returns whether the model family has one. Its kernels compile at the first forward."""
         ...
 
     def restore_attention(self) -> None:

@@ -14,6 +14,7 @@ CUDA events and counted.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -119,6 +120,7 @@ class GraphVisionEncoder:
         if not direct and self.device.type != "cuda":
             raise EncoderError("CUDA graphs need the vision tower on a CUDA device; it is on the CPU.")
         self._progress = progress
+        self.fused = False
         self._graphs: dict[int, _BudgetGraph] = {}
         self._configure(settings)
         self._reset_counters()
@@ -130,7 +132,9 @@ class GraphVisionEncoder:
 
     @property
     def name(self) -> str:
-        return f"cuda-graphs ({self.attention_backend})" if not self.direct else f"direct ({self.attention_backend})"
+        kind = "cuda-graphs" if not self.direct else "direct"
+        fused = ", fused" if self.fused else ""
+        return f"{kind} ({self.attention_backend}{fused})"
 
     @property
     def budgets(self) -> tuple[int, ...]:
@@ -168,6 +172,7 @@ class GraphVisionEncoder:
         if self._graphs:
             assert self.report is not None
             return self.report
+        self.fused = self.adapter.use_fused_forward(self.settings.fuse_kernels) and self.settings.fuse_kernels
         self.adapter.use_attention(self.attention_backend)
         budgets = sorted(self.limits.budgets, reverse=True)
         memory_before = _memory_reserved(self.device)
@@ -177,7 +182,7 @@ class GraphVisionEncoder:
             with torch.inference_mode():
                 buffers = self._allocate()
                 for done, budget in enumerate(budgets):
-                    self._report_progress(done, len(budgets), f"Capturing encoder graph for {budget} patches")
+                    self._report_progress(done, len(budgets), self._capture_message(done, budget))
                     self._graphs[budget] = self._capture_budget(buffers, budget, pool)
         except RuntimeError as error:  # out of memory included
             self.clear()
@@ -190,11 +195,17 @@ class GraphVisionEncoder:
         self.report = CaptureReport(
             budgets=tuple(sorted(budgets)),
             attention_backend=self.attention_backend,
+            fused=self.fused,
             seconds=time.perf_counter() - started,
             graph_memory_bytes=max(0, _memory_reserved(self.device) - memory_before),
         )
         self._report_progress(len(budgets), len(budgets), f"Captured {len(budgets)} encoder graphs")
         return self.report
+
+    def _capture_message(self, done: int, budget: int) -> str:
+        if done == 0 and self.fused:
+            return f"Compiling fused encoder kernels (cached after the first start), capturing {budget} patches"
+        return f"Capturing encoder graph for {budget} patches"
 
     def clear(self) -> None:
         """Drop every graph and buffer and give their memory back; the tower's attention is restored."""
@@ -377,8 +388,9 @@ def make_vision_encoder(
 ) -> tuple[VisionEncoder, str]:
     """The encoder the settings and the machine call for, and a plain sentence saying why.
 
-    Graphs on CUDA when the settings ask for them; the stock eager forward otherwise (and when
-    capture fails, with the error in the reason).
+    Graphs on CUDA when the settings ask for them, with fused kernels when they ask for those;
+    when fused capture fails, graphs of the tower's own kernels; the stock eager forward
+    otherwise (and when capture fails, with the error in the reason).
     """
     if not settings.use_graphs:
         return EagerVisionEncoder(adapter), "CUDA graphs are off in the encoder settings: the encoder runs eager"
@@ -390,11 +402,15 @@ def make_vision_encoder(
     try:
         encoder = GraphVisionEncoder(adapter, settings, progress=progress)
     except FramewiseError as error:
-        return EagerVisionEncoder(adapter, "capture failed"), f"CUDA graphs unavailable ({error}): the encoder runs eager"
+        if not settings.fuse_kernels:
+            return EagerVisionEncoder(adapter, "capture failed"), f"CUDA graphs unavailable ({error}): the encoder runs eager"
+        encoder, reason = make_vision_encoder(adapter, dataclasses.replace(settings, fuse_kernels=False), progress)
+        return encoder, f"{reason}; fused kernels unavailable ({error})"
     report = encoder.report
     assert report is not None
+    kernels = "fused kernels" if report.fused else "the tower's own kernels"
     return encoder, (
-        f"{len(report.budgets)} CUDA graphs captured ({report.attention_backend} attention) "
+        f"{len(report.budgets)} CUDA graphs captured ({report.attention_backend} attention, {kernels}) "
         f"in {report.seconds:.1f} s, holding {report.graph_memory_bytes / 2**20:.0f} MiB"
     )
 

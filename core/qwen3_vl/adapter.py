@@ -26,6 +26,7 @@ from framewise.core.qwen3_vl.attention import (
     register_backends,
     resolve_backend,
 )
+from framewise.core.qwen3_vl.fused import FusedVisionForward, compile_cache_dir, use_compile_cache
 from framewise.core.qwen3_vl.geometry import VisionGeometry
 from framewise.core.qwen3_vl.injection import FeatureInjector
 from framewise.core.qwen3_vl.metadata import MetadataCache
@@ -47,7 +48,8 @@ class Qwen3VLAdapter:
 
     :attr:`graph_tower` is the module :meth:`graph_forward` runs (the one captured into every
     graph); it defaults to ``visual`` and may be replaced by any module with the same weights and
-    keyword interface (a fused forward, say).
+    keyword interface. With :meth:`use_fused_forward` the graphs capture
+    :class:`~framewise.core.qwen3_vl.fused.FusedVisionForward` instead.
     """
 
     def __init__(self, visual: torch.nn.Module, injector: FeatureInjector | None = None) -> None:
@@ -60,6 +62,8 @@ class Qwen3VLAdapter:
         self.injector = injector
         self.graph_tower: Callable[..., object] = visual
         self._loaded_attention = visual.config._attn_implementation
+        self._fuse = False
+        self._fused: FusedVisionForward | None = None
 
     @classmethod
     def for_model(cls, model: torch.nn.Module) -> Qwen3VLAdapter:
@@ -97,9 +101,22 @@ class Qwen3VLAdapter:
     def use_attention(self, backend: str) -> None:
         register_backends()
         self.visual.config._attn_implementation = REGISTERED_NAMES[backend]
+        # Compiled on CUDA; on a CPU (direct mode, for tests) the same code runs uncompiled.
+        compiled = self.device.type == "cuda"
+        self._fused = FusedVisionForward(self.visual, backend, compiled=compiled) if self._fuse else None
+
+    def use_fused_forward(self, enabled: bool) -> bool:
+        """Compiled kernels land in the user's cache (:func:`~framewise.core.qwen3_vl.fused.compile_cache_dir`)."""
+        self._fuse = enabled
+        if enabled:
+            use_compile_cache(compile_cache_dir(self.visual, self.device))
+        else:
+            self._fused = None
+        return True
 
     def restore_attention(self) -> None:
         self.visual.config._attn_implementation = self._loaded_attention
+        self._fused = None
 
     # ------------------------------------------------------------------ graphs
 
@@ -135,6 +152,12 @@ class Qwen3VLAdapter:
     ) -> tuple[torch.Tensor, ...]:
         """The tower on one budget's buffers. ``max_seqlen`` is the budget: it bounds every
         sequence, the trailing padding one included."""
+        if self._fused is not None:
+            embeds, deepstack = self._fused(
+                pixels, inputs["interp_indices"], inputs["interp_weights"], inputs["position_ids"],
+                inputs["cu_seqlens"], rows,
+            )
+            return (embeds, *deepstack)
         output = self.graph_tower(pixels, grid_thw=None, max_seqlen=rows, return_dict=True, **inputs)
         return (output.pooler_output, *output.deepstack_features)
 

@@ -27,6 +27,12 @@ import torch.nn.functional as F
 
 from framewise.core.errors import EncoderError
 
+try:
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # a torch without it: the varlen backend is not offered (see attention.py)
+    varlen_attn = None
+_flash_varlen: Callable | None = None  # flash-attn's kernel, imported when that backend is chosen
+
 LAYER_NORM_EPS = 1e-6
 # transformers' activation names for the blocks' MLP -> F.gelu's ``approximate`` argument.
 GELU_APPROXIMATIONS = {"gelu_pytorch_tanh": "tanh", "gelu": "none"}
@@ -156,26 +162,32 @@ def merger(hidden: torch.Tensor, weights: MergerWeights) -> torch.Tensor:
 
 
 def packed_attention(backend: str) -> PackedAttention:
-    """Attention over packed rows for a graph-safe backend: q, k, v (rows, heads, head_dim) -> same shape."""
-    if backend == "varlen":
-        from torch.nn.attention.varlen import varlen_attn
+    """Attention over packed rows for a graph-safe backend: q, k, v (rows, heads, head_dim) -> same shape.
 
-        def varlen(query, key, value, cu_seqlens, max_seqlen, scale):
-            return varlen_attn(query, key, value, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, scale=scale)
-
-        return varlen
-    if backend == "flash_attn":
+    Module-level functions, not closures: the compiled block is specialised on which function it
+    calls, so every fused forward of a backend shares one compile.
+    """
+    global _flash_varlen
+    functions = {"varlen": _varlen_attention, "flash_attn": _flash_attention, "sdpa_masked": _masked_attention}
+    if backend == "flash_attn" and _flash_varlen is None:
         from flash_attn import flash_attn_varlen_func
 
-        def flash(query, key, value, cu_seqlens, max_seqlen, scale):
-            return flash_attn_varlen_func(
-                query, key, value, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale=scale, causal=False
-            )
+        _flash_varlen = flash_attn_varlen_func
+    if backend not in functions:
+        raise EncoderError(f"The fused encoder has no attention backend {backend!r}; choose varlen or sdpa_masked.")
+    return functions[backend]
 
-        return flash
-    if backend == "sdpa_masked":
-        return _masked_attention
-    raise EncoderError(f"The fused encoder has no attention backend {backend!r}; choose varlen or sdpa_masked.")
+
+def _varlen_attention(query, key, value, cu_seqlens, max_seqlen, scale):
+    """PyTorch's own flash kernel over every sequence at once, boundaries read on the device."""
+    return varlen_attn(query, key, value, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, scale=scale)
+
+
+def _flash_attention(query, key, value, cu_seqlens, max_seqlen, scale):
+    """The flash-attn package's variable-length kernel (imported when the backend is chosen)."""
+    return _flash_varlen(
+        query, key, value, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale=scale, causal=False
+    )
 
 
 def _masked_attention(query, key, value, cu_seqlens, max_seqlen, scale):

@@ -2,7 +2,8 @@
 
 Small random towers (depth 3) with the real head dims (72: the 8B/32B/30B-A3B towers; 64: the
 2B/4B towers) keep capture quick. fp32 runs the masked-SDPA backend (the flash kernels have no
-fp32); bf16 runs varlen. The reference is always transformers' own forward with stock ``sdpa``.
+fp32); bf16 runs varlen; each with fused kernels (the default) and with the tower's own. The
+reference is always transformers' own forward with stock ``sdpa``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,13 @@ from framewise.core.settings import EncoderSettings  # noqa: E402
 SETTINGS = EncoderSettings(budgets=(64, 256, 1024, 4096), max_items_per_batch=4, max_frames_per_batch=8)
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 TOWERS = {"head_dim_72": (288, 4), "head_dim_64": (256, 4)}
-MODES = {"fp32-sdpa_masked": (torch.float32, "sdpa_masked"), "bf16-varlen": (torch.bfloat16, "varlen")}
+# dtype, attention backend, fused kernels (the default) or the tower's own
+MODES = {
+    "fp32-sdpa_masked-fused": (torch.float32, "sdpa_masked", True),
+    "bf16-varlen-fused": (torch.bfloat16, "varlen", True),
+    "fp32-sdpa_masked-unfused": (torch.float32, "sdpa_masked", False),
+    "bf16-varlen-unfused": (torch.bfloat16, "varlen", False),
+}
 
 SCENARIOS = {
     "one image": [("image", (1, 28, 28))],
@@ -60,7 +67,7 @@ def tower_name(request) -> str:
 
 @pytest.fixture(scope="module", params=list(MODES))
 def encoder(request, tower_name):
-    dtype, backend = MODES[request.param]
+    dtype, backend, fuse_kernels = MODES[request.param]
     hidden, heads = TOWERS[tower_name]
     torch.manual_seed(0)
     config = Qwen3VLVisionConfig(
@@ -68,7 +75,9 @@ def encoder(request, tower_name):
         num_position_embeddings=2304, deepstack_visual_indexes=[0, 2],
     )
     visual = Qwen3VLVisionModel(config).eval().to(device="cuda", dtype=dtype)
-    graph_encoder = GraphVisionEncoder(Qwen3VLAdapter(visual), dataclasses.replace(SETTINGS, attention_backend=backend))
+    settings = dataclasses.replace(SETTINGS, attention_backend=backend, fuse_kernels=fuse_kernels)
+    graph_encoder = GraphVisionEncoder(Qwen3VLAdapter(visual), settings)
+    assert graph_encoder.fused is fuse_kernels
     yield graph_encoder
     graph_encoder.clear()
 

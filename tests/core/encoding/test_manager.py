@@ -75,6 +75,9 @@ class ToyAdapter:
     def use_attention(self, backend: str) -> None:
         self.attention = backend
 
+    def use_fused_forward(self, enabled: bool) -> bool:
+        return False  # a toy tower has no fused forward
+
     def restore_attention(self) -> None:
         self.attention = "stock"
 

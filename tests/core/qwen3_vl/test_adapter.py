@@ -39,7 +39,8 @@ def assert_same_outputs(got, expected, tolerance=1e-5):
             torch.testing.assert_close(layer, reference_layer, rtol=tolerance, atol=tolerance)
 
 
-def test_direct_encoder_matches_eager_on_mixed_split_and_oversized_items(visual):
+@pytest.mark.parametrize("fuse_kernels", [True, False], ids=["fused", "tower kernels"])
+def test_direct_encoder_matches_eager_on_mixed_split_and_oversized_items(visual, fuse_kernels):
     items = [
         vision_item((1, 8, 12), "image", 1),
         vision_item((3, 6, 4), "video", 2),
@@ -48,8 +49,10 @@ def test_direct_encoder_matches_eager_on_mixed_split_and_oversized_items(visual)
         *[vision_item((1, 2, 4), "image", 5 + i) for i in range(5)],  # more items than one batch takes
     ]
     expected = reference(visual, items)
-    encoder = GraphVisionEncoder(Qwen3VLAdapter(visual), SETTINGS, direct=True)
+    settings = dataclasses.replace(SETTINGS, fuse_kernels=fuse_kernels)
+    encoder = GraphVisionEncoder(Qwen3VLAdapter(visual), settings, direct=True)
     try:
+        assert encoder.fused is fuse_kernels and ("fused" in encoder.name) is fuse_kernels
         got = encoder.encode(items)
         assert_same_outputs(got, expected)
         eager = [chunk for chunk in got.chunks if not chunk.graph_hit]

@@ -9,7 +9,8 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
 
 from framewise.core.errors import EncoderError
 from framewise.core.qwen3_vl.fused import FusedVisionForward, compile_cache_dir
-from framewise.core.vision_metadata import MetadataCache, TowerGeometry
+from framewise.core.qwen3_vl.geometry import VisionGeometry
+from framewise.core.qwen3_vl.metadata import MetadataCache
 
 
 def tiny_tower(hidden_act: str = "gelu_pytorch_tanh") -> Qwen3VLVisionModel:
@@ -34,7 +35,7 @@ def run_both(tower: Qwen3VLVisionModel, fused: FusedVisionForward, grids, padded
     pixels = torch.randn(patches, 3 * 2 * 16 * 16)
     with torch.inference_mode():
         reference = tower(pixels, grid_thw=torch.tensor(grids))
-        metadata = MetadataCache(TowerGeometry.from_visual(tower)).batch(
+        metadata = MetadataCache(VisionGeometry.from_visual(tower)).batch(
             pieces, rows=padded_rows, max_sequences=None if padded_rows is None else 16
         )
         rows = metadata.rows
