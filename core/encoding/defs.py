@@ -54,6 +54,12 @@ class EncodedItem:
     embeds: torch.Tensor
     deepstack: tuple[torch.Tensor, ...]
 
+    @classmethod
+    def from_outputs(cls, outputs: Sequence[torch.Tensor]) -> EncodedItem:
+        """The item of a tower's outputs in their order: merged tokens first, then the extra layers."""
+        embeds, *layers = outputs
+        return cls(embeds=embeds, deepstack=tuple(layers))
+
 
 @dataclass(frozen=True)
 class BufferSpec:

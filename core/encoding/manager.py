@@ -446,7 +446,5 @@ def _copy_with_zero_tails(buffers: Mapping[str, torch.Tensor], sources: Mapping[
 def _stitch(parts: list[Outputs]) -> EncodedItem:
     """One item's output from its pieces, in temporal order."""
     if len(parts) == 1:
-        embeds, *deepstack = parts[0]
-        return EncodedItem(embeds=embeds, deepstack=tuple(deepstack))
-    embeds, *deepstack = (torch.cat(pieces) for pieces in zip(*parts, strict=True))
-    return EncodedItem(embeds=embeds, deepstack=tuple(deepstack))
+        return EncodedItem.from_outputs(parts[0])
+    return EncodedItem.from_outputs([torch.cat(pieces) for pieces in zip(*parts, strict=True)])

@@ -127,12 +127,6 @@ def item_frames(adapter: SupportsEncoderGraphs, item: VisionItem) -> int:
 
 
 def split_rows(outputs: Sequence[torch.Tensor], sizes: Sequence[int]) -> list[EncodedItem]:
-    """Split batched tower outputs (sum(sizes), hidden) each into one EncodedItem per size.
-
-    The first output is the merged tokens, the rest the extra feature layers.
-    """
+    """Split batched tower outputs, (sum(sizes), hidden) each, into one EncodedItem per size."""
     per_output = [torch.split(output, list(sizes)) for output in outputs]
-    return [
-        EncodedItem(embeds=per_output[0][i], deepstack=tuple(layer[i] for layer in per_output[1:]))
-        for i in range(len(sizes))
-    ]
+    return [EncodedItem.from_outputs([parts[i] for parts in per_output]) for i in range(len(sizes))]

@@ -146,3 +146,12 @@ def test_backend_choice_and_refusals():
     assert backends[-2:] == ["sdpa_masked", "eager"]
     if not torch.cuda.is_available():
         assert backends == ["sdpa_masked", "eager"]
+
+
+def test_the_geometry_of_a_tower_is_its_configs_and_only_bilinear_tables_are_taken(visual, monkeypatch):
+    geometry = VisionGeometry.from_visual(visual)
+    assert (geometry.num_grid_per_side, geometry.merge_size, geometry.patch_dim) == (48, 2, 1536)
+    assert geometry == VisionGeometry.from_vision_config(visual.config) == VisionGeometry()
+    monkeypatch.setattr(visual, "interpolation_mode", "bicubic")
+    with pytest.raises(EncoderError, match="only bilinear"):
+        VisionGeometry.from_visual(visual)
