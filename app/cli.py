@@ -2,6 +2,11 @@
 
     framewise ask CLIP "QUESTION" [--json] [settings flags]
     framewise info [--json]
+    framewise ask CLIP "QUESTION" --server http://HOST:8000 [--server-model NAME]   # a vLLM server answers
+
+With ``--server`` the clip is sampled here and a vLLM server answers (its API key, if it needs
+one, comes from the ``FRAMEWISE_SERVER_API_KEY`` environment variable, never from a flag, so it
+stays out of shell histories and process lists).
 
 The answer streams to stdout, followed by the stats; ``--json`` prints one JSON object instead.
 Progress goes to stderr. The clip and the question are checked before the model loads. Exit
@@ -15,12 +20,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from typing import Any, Sequence, TextIO
 
 from framewise.app.logs import setup_logging
 from framewise.core.errors import EmptyQuestionError, SettingsError, describe_error
-from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo, Event, Progress, Token
+from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo, Event, Progress, ServerInfo, Token
 from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, AppSettings
 
 # The flag that sets each settings field, so messages name what a person can type.
@@ -37,7 +43,13 @@ FLAGS = {
     "sampling.max_pixels": "--max-pixels",
     "generation.max_new_tokens": "--max-new-tokens",
     "generation.temperature": "--temperature",
+    "backend.server_url": "--server",
+    "backend.server_model": "--server-model",
+    "backend.timeout_s": "--server-timeout",
+    "backend.answer_timeout_s": "--server-timeout",
+    "backend.api_key": "FRAMEWISE_SERVER_API_KEY",
 }
+API_KEY_VARIABLE = "FRAMEWISE_SERVER_API_KEY"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -109,6 +121,22 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
         default=defaults.decoding.max_context_tokens,
         help="tokens the KV cache holds (0: what the clip budget and max new tokens need)",
     )
+    parser.add_argument(
+        "--server",
+        metavar="URL",
+        help="answer on a vLLM server at URL (e.g. http://127.0.0.1:8000) instead of this machine; "
+        f"its API key, if any, from ${API_KEY_VARIABLE}",
+    )
+    parser.add_argument(
+        "--server-model", metavar="NAME", default="", help="the server's model name (default: the one it serves)"
+    )
+    parser.add_argument(
+        "--server-timeout",
+        type=float,
+        default=defaults.backend.timeout_s,
+        metavar="S",
+        help="seconds to wait for the server to connect and answer its checks",
+    )
 
 
 def _settings_from_args(args: argparse.Namespace) -> AppSettings:
@@ -122,13 +150,21 @@ def _settings_from_args(args: argparse.Namespace) -> AppSettings:
         .replace("sampling", fps=args.fps, min_frames=min_frames, max_frames=args.max_frames, max_pixels=args.max_pixels)
         .replace("generation", max_new_tokens=args.max_new_tokens, temperature=args.temperature)
         .replace("decoding", use_graphs=not args.no_decode_graphs, max_context_tokens=args.max_context)
+        .replace(
+            "backend",
+            kind="vllm" if args.server else "local",
+            server_url=args.server or "",
+            server_model=args.server_model,
+            api_key=os.environ.get(API_KEY_VARIABLE, ""),
+            timeout_s=args.server_timeout,
+        )
     )
 
 
 def _load_engine(settings: AppSettings, sink: Any) -> Any:
-    from framewise.core.engine import Engine  # imported late so `--help` stays instant
+    from framewise.core.backends import create_engine  # imported late so `--help` stays instant
 
-    engine = Engine(settings, sink=sink)
+    engine = create_engine(settings, sink)
     engine.load()
     return engine
 
@@ -170,7 +206,9 @@ def _ask(settings: AppSettings, clip: str, question: str, as_json: bool) -> int:
 def _note_unused_settings(settings: AppSettings, info: EngineInfo) -> None:
     """Say on stderr when a flag was accepted but cannot change anything on this machine."""
     backend = settings.encoder.attention_backend
-    if backend != "auto" and not info.graphs_enabled:
+    if backend != "auto" and info.server is not None:
+        print(f"framewise: --attention {backend} has no effect: the vision encoder runs on the server", file=sys.stderr)
+    elif backend != "auto" and not info.graphs_enabled:
         where = "on the CPU" if info.device == "cpu" else "without CUDA graphs"
         print(
             f"framewise: --attention {backend} has no effect {where}: the vision encoder runs eager, "
@@ -191,12 +229,14 @@ class _ProgressPrinter:
         if isinstance(event, Token) and self.stream_tokens:
             sys.stdout.write(event.text)
             sys.stdout.flush()
-        elif isinstance(event, Progress) and not self.quiet:
+        elif isinstance(event, Progress) and (not self.quiet or event.message.startswith("Warning:")):
             print(f"[{event.stage}] {event.message}", file=self.stream, flush=True)
 
 
 def format_info(info: EngineInfo) -> str:
     """``framewise info``'s text: one ``name: value`` line per fact."""
+    if info.server is not None:
+        return format_server_info(info, info.server)
     encoder = "CUDA graphs" if info.graphs_enabled else f"eager ({info.graphs_reason})"
     lines = [
         f"model:              {info.model_name}" + (f"  [{info.model_label}]" if info.model_label else ""),
@@ -218,8 +258,32 @@ def format_info(info: EngineInfo) -> str:
     return "\n".join(lines)
 
 
+def format_server_info(info: EngineInfo, server: ServerInfo) -> str:
+    """``framewise info --server``'s text: the server, its models, and how to turn on its encoder graphs."""
+    lines = [
+        f"backend:            vLLM server {server.url}" + (f" (vLLM {server.version})" if server.version else ""),
+        f"model:              {server.model}" + (f"  [{info.model_label}]" if info.model_label else ""),
+        f"served models:      {', '.join(server.served_models)}",
+        f"context:            {server.max_model_len if server.max_model_len else 'not said'} tokens",
+        "vision encoder:     runs on the server",
+        "server command with encoder CUDA graphs sized like Framewise's encoder settings:",
+        f"  {server.serve_command}",
+    ]
+    if server.plain_http_warning:
+        lines.append(f"warning:            {server.plain_http_warning}")
+    return "\n".join(lines)
+
+
 def format_stats(stats: AnswerStats, encoded: EncodeDone, info: EngineInfo) -> str:
     """The stats printed after an answer."""
+    if stats.server is not None:
+        return (
+            f"--\nframes {stats.frames} sent to {stats.server.url} (encoded there), "
+            f"decode {encoded.decode_ms:.0f} ms, packing {stats.preprocess_ms:.0f} ms\n"
+            f"first token {stats.time_to_first_token_ms:.0f} ms, {stats.new_tokens} tokens, "
+            f"{stats.tokens_per_second:.1f} tokens/s" + (", cancelled" if stats.cancelled else "")
+            + f"\nserver: {stats.server.summary()}"
+        )
     return (
         f"--\nframes {stats.frames}, patches {stats.patches}, "
         f"decode {encoded.decode_ms:.0f} ms, preprocess {stats.preprocess_ms:.0f} ms, "
@@ -254,6 +318,7 @@ def _result_json(info: EngineInfo, encoded: EncodeDone, done: Done) -> dict[str,
             "graph_misses": encoded.graph_misses,
         },
         "stats": dataclasses.asdict(done.stats),
+        "server": dataclasses.asdict(info.server) if info.server else None,
     }
 
 

@@ -305,6 +305,10 @@ class Engine:
         self.clip = None
         self.history.clear()
 
+    def open_clip_path(self) -> Path | None:
+        """The file of the open clip (``None`` with no clip, or frames given directly)."""
+        return self.clip.path if self.clip else None
+
     # ----------------------------------------------------------------- questions
 
     def ask(self, question: str) -> Done:

@@ -112,6 +112,59 @@ class ExportError(FramewiseError):
     """A conversation or a plot could not be written to the chosen file."""
 
 
+class ServerError(FramewiseError):
+    """The vLLM server (Settings ▸ Backend, ``--server``) could not give an answer.
+
+    ``field`` names the setting to change. Nothing is retried on its own: the person decides.
+    """
+
+    field = "backend.server_url"
+
+
+class ServerUnreachableError(ServerError):
+    """No connection to the server: nothing listens there, or the name does not resolve."""
+
+
+class ServerTlsError(ServerError):
+    """The TLS handshake failed: the certificate is not trusted, or the address speaks plain http."""
+
+
+class ServerAuthError(ServerError):
+    """The server refused the API key (401) or the key may not use it (403)."""
+
+    field = "backend.api_key"
+
+
+class ServerModelError(ServerError):
+    """The server does not serve the model named in the settings (404, or absent from /v1/models)."""
+
+    field = "backend.server_model"
+
+
+class ServerRequestError(ServerError):
+    """The server refused the request as invalid (400); the message quotes the server's reason."""
+
+    field = None
+
+
+class ServerFailedError(ServerError):
+    """The server answered with an error of its own (5xx) or with something that is not vLLM's API."""
+
+    field = None
+
+
+class ServerTimeoutError(ServerError):
+    """The server did not answer within the timeout."""
+
+    field = "backend.timeout_s"
+
+
+class ServerStreamCutError(ServerError):
+    """The answer's stream ended before the server said it was complete."""
+
+    field = None
+
+
 class OutOfMemoryError(FramewiseError):
     """The work needed more memory (GPU or CPU) than the machine has."""
 

@@ -118,8 +118,43 @@ class DecoderStats:
 
 
 @dataclass(frozen=True)
+class ServerStats:
+    """What a vLLM server reported about one answer.
+
+    ``prompt_tokens``/``completion_tokens``/``cached_prompt_tokens`` come from the response's
+    ``usage`` (``None`` when the server sent none); ``mm_cache_queries``/``mm_cache_hits`` are the
+    server's multimodal cache counters from its Prometheus ``/metrics`` read after the answer
+    (totals since the server started; ``None`` where it does not publish them).
+    """
+
+    url: str
+    model: str
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached_prompt_tokens: int | None
+    finish_reason: str | None
+    mm_cache_queries: float | None = None
+    mm_cache_hits: float | None = None
+
+    def summary(self) -> str:
+        """One line for a person: tokens in and out, the prefix cache and the multimodal cache."""
+        parts = [
+            f"prompt {_count(self.prompt_tokens)} tokens"
+            + (f" ({self.cached_prompt_tokens} cached)" if self.cached_prompt_tokens else ""),
+            f"completion {_count(self.completion_tokens)} tokens",
+        ]
+        if self.mm_cache_queries is not None:
+            parts.append(f"multimodal cache {self.mm_cache_hits or 0:.0f} hits of {self.mm_cache_queries:.0f} queries")
+        return ", ".join(parts)
+
+
+def _count(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+@dataclass(frozen=True)
 class AnswerStats:
-    """What one question cost."""
+    """What one question cost. ``server`` is set for an answer from a vLLM server."""
 
     frames: int
     patches: int
@@ -132,6 +167,7 @@ class AnswerStats:
     cancelled: bool
     gpu_memory_mb: float | None = None
     decoder: DecoderStats | None = None
+    server: ServerStats | None = None
 
 
 @dataclass(frozen=True)
@@ -167,8 +203,26 @@ class DecoderInfo:
 
 
 @dataclass(frozen=True)
+class ServerInfo:
+    """The vLLM server answering the questions: its address, the model used, every model it
+    serves, its version (``None`` when it does not say) and the command line that starts such a
+    server with its encoder CUDA graphs sized like Framewise's encoder settings."""
+
+    url: str
+    model: str
+    served_models: tuple[str, ...]
+    max_model_len: int | None
+    version: str | None
+    serve_command: str
+    plain_http_warning: str | None = None
+
+
+@dataclass(frozen=True)
 class EngineInfo:
-    """What the engine runs on, for ``framewise info``, the About box and the window's banners."""
+    """What the engine runs on, for ``framewise info``, the About box and the window's banners.
+
+    ``server`` is set when a vLLM server answers (the vision encoder then runs there).
+    """
 
     device: str
     dtype: str
@@ -182,6 +236,7 @@ class EngineInfo:
     capture_seconds: float | None = None
     graph_memory_mb: float | None = None
     decoder: DecoderInfo | None = None
+    server: ServerInfo | None = None
 
 
 Event = Union[Progress, Token, ChunkStats, ClipSampled, EncodeDone, Done, Failed, EngineInfo]

@@ -8,13 +8,19 @@ that says what to change. ``to_dict``/``from_dict`` give a plain JSON-able form 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from framewise.core.errors import SettingsError
 
 ATTENTION_BACKENDS = ("auto", "varlen", "flash_attn", "sdpa_masked", "eager")
+BACKENDS = ("local", "vllm")
+SECRET_FIELDS = frozenset({"backend.api_key"})
+"""Fields never written by ``to_dict`` nor read back by ``from_dict``."""
+"""``local``: this machine's engine; ``vllm``: a vLLM server's OpenAI-compatible API."""
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEMO_MODEL = "demo"
@@ -216,6 +222,69 @@ def automatic_context_tokens(sampling: SamplingSettings, generation: GenerationS
 
 
 @dataclass(frozen=True)
+class BackendSettings:
+    """Where questions are answered: ``kind`` ``"local"`` (this machine) or ``"vllm"`` (a vLLM
+    server at ``server_url``, e.g. ``http://127.0.0.1:8000``, serving ``server_model``; an empty
+    ``server_model`` means the one model the server serves).
+
+    ``timeout_s`` bounds connecting and the checks of ``/health`` and ``/v1/models``;
+    ``answer_timeout_s`` the wait for each next piece of a streamed answer (the first one includes
+    the server's encoding and prefill). ``api_key`` is held for the running application only: :meth:`AppSettings.to_dict` leaves it
+    out, so it never reaches a settings file, and its ``repr`` hides it from logs.
+    """
+
+    kind: str = "local"
+    server_url: str = ""
+    server_model: str = ""
+    api_key: str = field(default="", repr=False)
+    timeout_s: float = 10.0
+    answer_timeout_s: float = 300.0
+
+    def validate(self) -> None:
+        _require_choice("backend.kind", self.kind, BACKENDS)
+        if not (0.5 <= self.timeout_s <= 600):
+            raise SettingsError("backend.timeout_s", "use a timeout between 0.5 and 600 seconds")
+        if not (1 <= self.answer_timeout_s <= 3600):
+            raise SettingsError("backend.answer_timeout_s", "use between 1 and 3600 seconds")
+        if self.kind != "vllm":
+            return
+        url = self.server_url.strip()
+        if not url:
+            raise SettingsError("backend.server_url", "give the server's address, e.g. http://127.0.0.1:8000")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SettingsError(
+                "backend.server_url", f"{url!r} is not an http:// or https:// address, e.g. http://127.0.0.1:8000"
+            )
+        try:
+            parts.port
+        except ValueError as error:
+            raise SettingsError("backend.server_url", f"{url!r} has an invalid port: {error}") from error
+        if parts.query or parts.fragment:
+            raise SettingsError("backend.server_url", "leave out the ?query and #fragment; give only the address")
+
+    def base_url(self) -> str:
+        """The server's address without a trailing ``/`` or ``/v1`` (both are accepted in the setting)."""
+        url = self.server_url.strip().rstrip("/")
+        return url.removesuffix("/v1").rstrip("/")
+
+    def is_plain_http_to_remote_host(self) -> bool:
+        """True for an ``http://`` address whose host is not this machine (the key and frames travel unencrypted)."""
+        parts = urlsplit(self.server_url.strip())
+        return parts.scheme == "http" and not is_loopback_host(parts.hostname or "")
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for ``localhost`` and loopback addresses (127.0.0.0/8, ::1)."""
+    if host.lower() in ("localhost", "localhost.localdomain") or host.lower().endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
 class AppSettings:
     """All of Framewise's settings."""
 
@@ -224,10 +293,11 @@ class AppSettings:
     encoder: EncoderSettings = field(default_factory=EncoderSettings)
     generation: GenerationSettings = field(default_factory=GenerationSettings)
     decoding: DecodingSettings = field(default_factory=DecodingSettings)
+    backend: BackendSettings = field(default_factory=BackendSettings)
 
     def validate(self) -> AppSettings:
         """Raise :class:`SettingsError` for the first invalid field; return ``self`` when valid."""
-        for section in (self.model, self.sampling, self.encoder, self.generation, self.decoding):
+        for section in (self.model, self.sampling, self.encoder, self.generation, self.decoding, self.backend):
             section.validate()
         needed = minimum_context_tokens(self.sampling, self.generation)
         if 0 < self.decoding.max_context_tokens < needed:
@@ -251,10 +321,15 @@ class AppSettings:
         return dataclasses.replace(self, **{section: dataclasses.replace(current, **changes)})
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
-        return {
+        """Every section as plain JSON-able values, without secrets (the backend's API key)."""
+        data = {
             name: {key: (list(value) if isinstance(value, tuple) else value) for key, value in section.items()}
             for name, section in dataclasses.asdict(self).items()
         }
+        for secret in SECRET_FIELDS:
+            section, name = secret.split(".")
+            data[section].pop(name)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AppSettings:
@@ -298,7 +373,7 @@ def _section_from_dict(section_name: str, section_type: type, values: dict[str, 
     defaults = section_type()
     kwargs = {}
     for item in dataclasses.fields(section_type):
-        if item.name not in values:
+        if item.name not in values or f"{section_name}.{item.name}" in SECRET_FIELDS:
             continue
         default = getattr(defaults, item.name)
         kwargs[item.name] = _coerce(f"{section_name}.{item.name}", values[item.name], default)

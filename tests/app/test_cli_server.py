@@ -1,0 +1,68 @@
+"""``framewise ask/info --server`` against a fake vLLM server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.app.test_cli import framewise
+from tests.conftest import SAMPLE_CLIPS
+from tests.fake_vllm_server import Behaviour, FakeVllmServer
+
+CLIP = str(SAMPLE_CLIPS / "red_square_moves_right.mp4")
+
+
+def test_ask_streams_the_servers_answer_with_its_figures() -> None:
+    behaviour = Behaviour(pieces=("re", "d", ""))
+    with FakeVllmServer(behaviour) as server:
+        result = framewise("ask", CLIP, "What color is the square?", "--server", server.url, "--max-frames", "4")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("[Demo model") and lines[1] == "red"
+    assert f"frames 4 sent to {server.url}" in result.stdout
+    assert "server: prompt 368 tokens (256 cached), completion 2 tokens, multimodal cache 1 hits of 2 queries" in result.stdout
+    assert behaviour.chat_requests[0]["model"] == "demo"
+
+
+def test_ask_json_carries_the_server_and_its_usage(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FRAMEWISE_SERVER_API_KEY", "k-123")
+    with FakeVllmServer(Behaviour(api_key="k-123", models=("qwen", "demo"))) as server:
+        result = framewise(
+            "ask", CLIP, "What color?", "--server", server.url, "--server-model", "demo", "--max-frames", "4", "--json"
+        )
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["answer"] == "red" and payload["server"]["served_models"] == ["qwen", "demo"]
+    assert payload["stats"]["server"]["prompt_tokens"] == 368
+    assert "k-123" not in result.stdout + result.stderr
+
+
+def test_info_lists_the_served_models_and_the_serve_command() -> None:
+    with FakeVllmServer(Behaviour(models=("demo",))) as server:
+        result = framewise("info", "--server", server.url)
+    assert result.returncode == 0, result.stderr
+    assert f"vLLM server {server.url} (vLLM 0.32.0-fake)" in result.stdout
+    assert "encoder_cudagraph_token_budgets" in result.stdout and "--trust-request-mm-kwargs" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "flags", "said"),
+    [
+        (Behaviour(api_key="needed"), [], "refused the API key (401: Unauthorized)"),
+        (Behaviour(models=("demo",)), ["--server-model", "big"], "does not serve 'big'; it serves demo"),
+        (Behaviour(chat_status=400, chat_body={"error": {"message": "This model's maximum context length is 8192"}}),
+         [], "refused the request: This model's maximum context length is 8192"),
+    ],
+)
+def test_server_failures_exit_2_with_what_to_change(behaviour: Behaviour, flags: list[str], said: str) -> None:
+    with FakeVllmServer(behaviour) as server:
+        result = framewise("ask", CLIP, "What color?", "--server", server.url, "--max-frames", "4", *flags)
+    assert result.returncode == 2
+    assert said in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_address_that_is_not_http_is_refused_before_anything_loads() -> None:
+    result = framewise("ask", CLIP, "What color?", "--server", "127.0.0.1:8000")
+    assert result.returncode == 2
+    assert result.stderr.startswith("framewise: --server: ") and "http://" in result.stderr

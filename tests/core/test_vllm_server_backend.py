@@ -1,0 +1,264 @@
+"""The vLLM-server backend against a fake server on 127.0.0.1: the requests it sends, the stream
+it reads, cancel, and every failure a person must be able to act on."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+
+import pytest
+
+from framewise.core.backends import create_engine, same_backend
+from framewise.core.backends.vllm_server import (
+    VllmServerEngine,
+    media_io_kwargs,
+    prometheus_totals,
+    vllm_serve_command,
+)
+from framewise.core.errors import (
+    ServerAuthError,
+    ServerFailedError,
+    ServerModelError,
+    ServerRequestError,
+    ServerStreamCutError,
+    ServerTimeoutError,
+    ServerTlsError,
+    ServerUnreachableError,
+    describe_error,
+)
+from framewise.core.events import Done, Progress, Token
+from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings
+from tests.conftest import SAMPLE_CLIPS
+from tests.fake_vllm_server import Behaviour, FakeVllmServer
+
+CLIP = SAMPLE_CLIPS / "red_square_moves_right.mp4"
+
+
+def remote_settings(url: str, **backend: object) -> AppSettings:
+    settings = AppSettings().replace("backend", kind="vllm", server_url=url, **{"timeout_s": 3.0, **backend})
+    return settings.replace("sampling", max_frames=4).replace("generation", max_new_tokens=8)
+
+
+def loaded(url: str, events: list | None = None, **backend: object) -> VllmServerEngine:
+    engine = VllmServerEngine(remote_settings(url, **backend), sink=(events.append if events is not None else print))
+    engine.load()
+    return engine
+
+
+def frames_in(url: str) -> list[bytes]:
+    prefix = "data:video/jpeg;base64,"
+    assert url.startswith(prefix)
+    return [base64.b64decode(part) for part in url[len(prefix):].split(",")]
+
+
+def test_load_checks_the_server_and_picks_its_only_model() -> None:
+    with FakeVllmServer(Behaviour(models=("demo",))) as server:
+        engine = create_engine(remote_settings(server.url + "/v1/"))
+        assert isinstance(engine, VllmServerEngine)
+        info = engine.load()
+    assert info.server is not None
+    assert info.server.url == server.url
+    assert info.server.model == "demo" and info.model_label.startswith("Demo model")
+    assert info.server.version == "0.32.0-fake"
+    assert info.encoder_name == "on the server" and "runs on the vLLM server" in info.graphs_reason
+
+
+def test_a_model_the_server_does_not_serve_names_the_ones_it_does() -> None:
+    with FakeVllmServer(Behaviour(models=("qwen3-vl-32b", "demo"))) as server:
+        with pytest.raises(ServerModelError) as raised:
+            loaded(server.url, server_model="qwen3-vl-8b")
+        assert "qwen3-vl-32b, demo" in str(raised.value) and raised.value.field == "backend.server_model"
+        with pytest.raises(ServerModelError, match="several models"):
+            loaded(server.url)
+
+
+def test_nothing_listening_is_unreachable_and_says_to_start_the_server() -> None:
+    with FakeVllmServer() as server:
+        url = server.url
+    started = time.monotonic()
+    with pytest.raises(ServerUnreachableError, match="Start the vLLM server") as raised:
+        loaded(url)
+    assert time.monotonic() - started < 3
+    assert describe_error(raised.value).field == "backend.server_url"
+
+
+def test_https_to_a_plain_http_server_is_a_tls_failure() -> None:
+    with FakeVllmServer() as server:
+        with pytest.raises(ServerTlsError, match="TLS"):
+            loaded(server.url.replace("http://", "https://"))
+
+
+def test_a_missing_or_wrong_key_is_refused_and_the_key_never_reaches_the_settings_file_or_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with FakeVllmServer(Behaviour(api_key="s3cret-key")) as server:
+        for key in ("", "wrong"):
+            with pytest.raises(ServerAuthError, match="API key") as raised:
+                loaded(server.url, api_key=key)
+            assert raised.value.field == "backend.api_key"
+        engine = loaded(server.url, api_key="s3cret-key")
+        engine.ask("What color?")
+        settings = engine.settings
+    assert "s3cret-key" not in json.dumps(settings.to_dict())
+    assert "s3cret-key" not in repr(settings)
+    assert "s3cret-key" not in caplog.text
+    assert AppSettings.from_dict({"backend": {"api_key": "from-a-file"}}).backend.api_key == ""
+
+
+def test_a_refused_request_quotes_the_server_and_the_conversation_stays() -> None:
+    message = "At most 1 video(s) may be provided in one prompt. (parameter=video)"
+    behaviour = Behaviour(chat_status=400, chat_body={"error": {"message": message, "type": "BadRequestError"}})
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url)
+        engine.open_clip(CLIP)
+        engine.history.append(("earlier?", "yes"))
+        with pytest.raises(ServerRequestError, match=r"At most 1 video\(s\)"):
+            engine.ask("What color is the square?")
+    assert engine.clip is not None and engine.history == [("earlier?", "yes")]
+    assert len(behaviour.chat_requests) == 1  # nothing retried
+
+
+@pytest.mark.parametrize("status", [500, 503])
+def test_a_server_failure_says_to_check_its_log(status: int) -> None:
+    behaviour = Behaviour(chat_status=status, chat_body={"error": {"message": "engine dead"}})
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url)
+        with pytest.raises(ServerFailedError, match=f"{status}: engine dead.*log"):
+            engine.ask("What color?")
+    assert len(behaviour.chat_requests) == 1
+
+
+def test_a_server_that_goes_quiet_times_out() -> None:
+    with FakeVllmServer(Behaviour(stall_s=6)) as server:
+        engine = loaded(server.url, answer_timeout_s=1.0)
+        started = time.monotonic()
+        with pytest.raises(ServerTimeoutError, match="timeout"):
+            engine.ask("What color?")
+    assert time.monotonic() - started < 4
+
+
+def test_a_stream_cut_mid_answer_is_said_and_the_answer_is_not_kept() -> None:
+    events: list = []
+    with FakeVllmServer(Behaviour(pieces=("re", "d", " square", ""), cut_after=2)) as server:
+        engine = loaded(server.url, events)
+        engine.open_clip(CLIP)
+        with pytest.raises(ServerStreamCutError, match="stopped|broke"):
+            engine.ask("What color is the square?")
+    assert [event.text for event in events if isinstance(event, Token)] == ["re", "d"]
+    assert engine.history == [] and engine.clip is not None
+
+
+def test_cancel_closes_the_stream_within_half_a_second() -> None:
+    behaviour = Behaviour(stall_s=20)
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url)
+        engine.open_clip(CLIP)
+        pressed: list[float] = []
+
+        def press_stop() -> None:
+            time.sleep(0.5)
+            pressed.append(time.monotonic())
+            engine.cancel()
+
+        threading.Thread(target=press_stop).start()
+        done = engine.ask("What color is the square?")
+        returned = time.monotonic()
+        deadline = time.monotonic() + 2
+        while not behaviour.disconnects and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert done.stats.cancelled and engine.history == []
+    assert returned - pressed[0] < 0.5
+    assert behaviour.disconnects and behaviour.disconnects[0] - pressed[0] < 0.5  # the server saw the close
+
+
+def test_the_clip_travels_as_frames_with_their_times_and_follow_ups_keep_the_history() -> None:
+    events: list = []
+    behaviour = Behaviour(pieces=("re", "d", ""))
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url, events)
+        opened = engine.open_clip(CLIP)
+        first = engine.ask("What color is the square?")
+        second = engine.ask("Which way does it move?")
+    assert first.text == "red" and second.text == "red"
+    assert opened.frames == 4  # sampling.max_frames caps what is sent
+    request = behaviour.chat_requests[0]
+    content = request["messages"][0]["content"]
+    assert [part["type"] for part in content] == ["video_url", "text"]
+    frames = frames_in(content[0]["video_url"]["url"])
+    assert len(frames) == 4 and all(frame.startswith(b"\x89PNG") for frame in frames)
+    times = request["media_io_kwargs"]["video"]
+    assert times["fps"] == 1000.0
+    assert [index / 1000 for index in times["frames_indices"]] == pytest.approx(opened.timestamps, abs=1e-3)
+    assert request["stream"] is True and request["max_tokens"] == 8 and request["temperature"] == 0.0
+    follow_up = behaviour.chat_requests[1]["messages"]
+    assert [message["role"] for message in follow_up] == ["user", "assistant", "user"]
+    assert follow_up[1]["content"] == "red" and follow_up[2]["content"] == "Which way does it move?"
+    assert follow_up[0]["content"][0]["video_url"]["url"] == content[0]["video_url"]["url"]
+
+
+def test_the_answer_streams_with_the_servers_figures() -> None:
+    events: list = []
+    with FakeVllmServer(Behaviour(pieces=("re", "d", ""), piece_delay_s=0.05)) as server:
+        engine = loaded(server.url, events)
+        done = engine.ask("What color?")
+    assert [event.text for event in events if isinstance(event, Token)] == ["re", "d"]
+    assert events[-1] == done and isinstance(done, Done)
+    stats = done.stats
+    assert stats.server is not None and stats.server.model == "demo"
+    assert (stats.server.prompt_tokens, stats.server.completion_tokens, stats.server.cached_prompt_tokens) == (368, 2, 256)
+    assert (stats.server.mm_cache_queries, stats.server.mm_cache_hits) == (2.0, 1.0)
+    assert stats.time_to_first_token_ms > 0 and stats.tokens_per_second > 0
+    assert "multimodal cache 1 hits of 2 queries" in stats.server.summary()
+
+
+def test_metrics_without_the_mm_cache_leave_the_counters_unknown() -> None:
+    with FakeVllmServer(Behaviour(metrics="vllm:num_requests_running 0\n")) as server:
+        done = loaded(server.url).ask("What color?")
+    assert done.stats.server.mm_cache_queries is None and "multimodal" not in done.stats.server.summary()
+
+
+def test_plain_http_to_another_host_warns_before_the_first_request() -> None:
+    events: list = []
+    with pytest.raises(ServerUnreachableError):
+        loaded("http://framewise-test.invalid:8000", events, timeout_s=2.0)
+    assert isinstance(events[0], Progress) and "unencrypted" in events[0].message
+    assert not remote_settings("http://127.0.0.1:8000").backend.is_plain_http_to_remote_host()
+    assert not remote_settings("https://gpu.example.org").backend.is_plain_http_to_remote_host()
+
+
+def test_settings_refuse_addresses_that_are_not_http() -> None:
+    from framewise.core.errors import SettingsError
+
+    for url in ("", "ftp://host", "127.0.0.1:8000", "http://host:99999", "http://host/?q=1"):
+        with pytest.raises(SettingsError) as raised:
+            remote_settings(url).validate()
+        assert raised.value.field == "backend.server_url"
+    assert same_backend(AppSettings(), AppSettings().replace("sampling", max_frames=8))
+    assert not same_backend(AppSettings(), remote_settings("http://127.0.0.1:1"))
+
+
+def test_the_serve_command_sizes_the_servers_encoder_graphs_like_framewise() -> None:
+    encoder = EncoderSettings(budgets=(1024, 4096, 16384), max_items_per_batch=4, max_frames_per_batch=48)
+    command = vllm_serve_command("Qwen/Qwen3-VL-8B-Instruct", encoder, SamplingSettings(max_frames=64))
+    config = json.loads(command.split("--compilation-config ")[1].strip("'"))
+    assert config == {
+        "cudagraph_mm_encoder": True,
+        "encoder_cudagraph_token_budgets": [256, 1024, 4096],  # merged tokens: patches / 4
+        "encoder_cudagraph_max_vision_items_per_batch": 4,
+        "encoder_cudagraph_max_frames_per_batch": 48,
+    }
+    assert command.startswith("python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen3-VL-8B-Instruct")
+    assert "--trust-request-mm-kwargs" in command and '"num_frames": 64' in command
+
+
+def test_times_are_milliseconds_of_a_1000_fps_source_and_counters_sum_over_labels() -> None:
+    assert media_io_kwargs([0.25, 0.75, 1.25]) == {
+        "video": {"fps": 1000.0, "frames_indices": [250, 750, 1250], "total_num_frames": 1251}
+    }
+    text = "# HELP x\nvllm:mm_cache_hits_total{engine=\"0\"} 1.0\nvllm:mm_cache_hits_total{engine=\"1\"} 2.0\nother 5\n"
+    assert prometheus_totals(text, ("vllm:mm_cache_hits",)) == {"vllm:mm_cache_hits": 3.0}
+
