@@ -1,14 +1,17 @@
 """The clip preview and the strip of sampled frames.
 
-Both show the frames the model sees (``ClipSampled.thumbnails``) at their timestamps: the preview
-plays them back in clip time with play/pause and a seek slider, the strip lists them all.
+The preview plays the clip itself (decoded on :class:`~framewise.ui.playback.PlaybackThread`), with a
+timeline whose ticks mark the frames the model sees; the strip lists those frames
+(``ClipSampled.thumbnails``) with their timestamps, and picking one seeks the preview there.
 """
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
-from PySide6.QtCore import QRectF, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QIcon, QImage, QPainter, QPalette, QPixmap
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QIcon, QImage, QPainter, QPalette, QPen, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -17,7 +20,6 @@ from PySide6.QtWidgets import (
     QListWidget,
     QListWidgetItem,
     QSizePolicy,
-    QSlider,
     QStyle,
     QToolButton,
     QVBoxLayout,
@@ -25,9 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from framewise.core.events import ClipSampled
-
-_MIN_FRAME_INTERVAL_MS = 40
-
+from framewise.ui.playback import PlaybackThread
 
 def image_from_array(frame: np.ndarray) -> QImage:
     """A ``QImage`` owning a copy of ``frame``: uint8 (h, w, 3) RGB."""
@@ -57,6 +57,10 @@ class FrameView(QWidget):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self.setMinimumHeight(self.fontMetrics().height() * 8)
 
+    @property
+    def image(self) -> QImage | None:
+        return self._image
+
     def set_image(self, image: QImage | None) -> None:
         self._image = image
         self.update()
@@ -83,39 +87,147 @@ class FrameView(QWidget):
         painter.drawImage(QRectF(left, top, size.width(), size.height()), self._image)
 
 
-class ClipPreview(QWidget):
-    """Plays the sampled frames at their timestamps; play/pause, a seek slider, and the time.
+class Timeline(QWidget):
+    """The clip's time as a track: a tick for each sampled frame, the playhead, and seeking by click, drag or keys.
 
-    ``frame_changed(index)`` is emitted whenever the shown frame changes.
+    ``seek_requested(seconds)`` is emitted when a person moves the playhead.
+    """
+
+    seek_requested = Signal(float)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._duration = 0.0
+        self._marks: tuple[float, ...] = ()
+        self._position = 0.0
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setToolTip("The clip's timeline; ticks mark the frames the model sees. Click or drag to seek, arrow keys step")
+        self.setAccessibleName("Clip timeline")
+
+    @property
+    def position(self) -> float:
+        return self._position
+
+    @property
+    def marks(self) -> tuple[float, ...]:
+        return self._marks
+
+    def set_clip(self, duration_s: float, marks: tuple[float, ...]) -> None:
+        self._duration = max(0.0, duration_s)
+        self._marks = marks
+        self._position = 0.0
+        self.update()
+
+    def set_position(self, seconds: float) -> None:
+        self._position = min(max(0.0, seconds), self._duration)
+        self.update()
+
+    def x_of(self, seconds: float) -> float:
+        left, width = self._track()
+        return left + width * (seconds / self._duration if self._duration else 0.0)
+
+    def sizeHint(self) -> QSize:
+        line = self.fontMetrics().height()
+        return QSize(line * 20, round(line * 1.4))
+
+    def minimumSizeHint(self) -> QSize:
+        line = self.fontMetrics().height()
+        return QSize(line * 4, round(line * 1.4))
+
+    def paintEvent(self, event) -> None:  # noqa: N802 - Qt override
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        palette = self.palette()
+        left, width = self._track()
+        middle = self.height() / 2
+        painter.fillRect(QRectF(left, middle - 2, width, 4), palette.color(QPalette.ColorRole.Mid))
+        if not self._duration:
+            return
+        painter.setPen(QPen(palette.color(QPalette.ColorRole.Highlight), 2))
+        for mark in self._marks:
+            x = self.x_of(mark)
+            painter.drawLine(QPointF(x, middle - self.height() * 0.3), QPointF(x, middle + self.height() * 0.3))
+        painter.setPen(QPen(palette.color(QPalette.ColorRole.Text), 1))
+        painter.setBrush(palette.color(QPalette.ColorRole.Button))
+        radius = self.height() * 0.3
+        painter.drawEllipse(QPointF(self.x_of(self._position), middle), radius, radius)
+        if self.hasFocus():
+            painter.setPen(QPen(palette.color(QPalette.ColorRole.Highlight), 1, Qt.PenStyle.DotLine))
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRect(self.rect().adjusted(0, 0, -1, -1))
+
+    def mousePressEvent(self, event) -> None:  # noqa: N802 - Qt override
+        self._seek_to_x(event.position().x())
+
+    def mouseMoveEvent(self, event) -> None:  # noqa: N802 - Qt override
+        if event.buttons() & Qt.MouseButton.LeftButton:
+            self._seek_to_x(event.position().x())
+
+    def keyPressEvent(self, event) -> None:  # noqa: N802 - Qt override
+        steps = {Qt.Key.Key_Left: -1.0, Qt.Key.Key_Right: 1.0, Qt.Key.Key_PageDown: -10.0, Qt.Key.Key_PageUp: 10.0}
+        if event.key() in steps and self._duration:
+            self._request(self._position + steps[event.key()])
+        elif event.key() == Qt.Key.Key_Home and self._duration:
+            self._request(0.0)
+        elif event.key() == Qt.Key.Key_End and self._duration:
+            self._request(self._duration)
+        else:
+            super().keyPressEvent(event)
+
+    def _track(self) -> tuple[float, float]:
+        margin = self.height() * 0.4
+        return margin, max(1.0, self.width() - 2 * margin)
+
+    def _seek_to_x(self, x: float) -> None:
+        if not self._duration:
+            return
+        left, width = self._track()
+        self._request(self._duration * min(1.0, max(0.0, (x - left) / width)))
+
+    def _request(self, seconds: float) -> None:
+        self.set_position(seconds)
+        self.seek_requested.emit(self._position)
+
+
+class ClipPreview(QWidget):
+    """Plays the clip itself (pictures only), decoded off the GUI thread, with a timeline of the sampled frames.
+
+    ``frame_changed(index)`` is emitted when playback passes another sampled frame: the index of the last
+    sampled frame at or before the time shown. Until the first decoded picture arrives, and when the file
+    cannot be played, the preview shows the sampled frame nearest the time instead.
     """
 
     frame_changed = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._images: list[QImage] = []
-        self._timestamps: tuple[float, ...] = ()
-        self._duration = 0.0
-        self._timer = QTimer(self)
-        self._timer.setSingleShot(True)
-        self._timer.timeout.connect(self._advance)
+        self._clip: ClipSampled | None = None
+        self._thumbnails: list[QImage] = []
+        self._index = -1
+        self._playing = False
+        self._playable = False
+        self.player = PlaybackThread(self)
+        self.player.frame_ready.connect(self._on_frame)
+        self.player.opened.connect(self._on_opened)
+        self.player.failed.connect(self._on_failed)
+        self.player.ended.connect(self._on_ended)
 
         self.view = FrameView()
         self.view.set_placeholder("Drop a video clip anywhere in the window\nor open one with File ▸ Open (Ctrl+O)")
         self.play_button = QToolButton()
         self.play_button.setAutoRaise(True)
-        self.play_button.setToolTip("Play or pause the sampled frames (Space)")
+        self.play_button.setToolTip("Play or pause the clip")
         self.play_button.clicked.connect(self.toggle_playing)
-        self.slider = QSlider(Qt.Orientation.Horizontal)
-        self.slider.setToolTip("Seek")
-        self.slider.valueChanged.connect(self._show_frame)
+        self.timeline = Timeline()
+        self.timeline.seek_requested.connect(self.seek_time)
         self.time_label = QLabel()
         self.time_label.setTextInteractionFlags(Qt.TextInteractionFlag.NoTextInteraction)
 
         controls = QHBoxLayout()
         controls.setContentsMargins(0, 0, 0, 0)
         controls.addWidget(self.play_button)
-        controls.addWidget(self.slider, 1)
+        controls.addWidget(self.timeline, 1)
         controls.addWidget(self.time_label)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -125,29 +237,53 @@ class ClipPreview(QWidget):
 
     @property
     def is_playing(self) -> bool:
-        return self._timer.isActive()
+        return self._playing
 
     @property
     def current_index(self) -> int:
-        return self.slider.value()
+        """The last sampled frame at or before the time shown (-1 with no clip)."""
+        return self._index
+
+    @property
+    def position(self) -> float:
+        return self.timeline.position
+
+    @property
+    def playable(self) -> bool:
+        """True once the clip's file opened for playing."""
+        return self._playable
+
+    def shown_image(self) -> QImage | None:
+        return self.view.image
 
     def set_clip(self, clip: ClipSampled | None) -> None:
-        """Show ``clip``'s frames from the first one; ``None`` empties the preview."""
+        """Show ``clip`` from its start (playing its file when it can be played); ``None`` empties the preview."""
         self.pause()
-        self._images = [image_from_array(frame) for frame in clip.thumbnails] if clip else []
-        self._timestamps = clip.timestamps if clip else ()
-        self._duration = clip.duration_s if clip else 0.0
-        has_frames = bool(self._images)
-        self.slider.blockSignals(True)
-        self.slider.setRange(0, max(0, len(self._images) - 1))
-        self.slider.setValue(0)
-        self.slider.blockSignals(False)
-        for widget in (self.slider, self.play_button):
-            widget.setEnabled(has_frames)
-        self._show_frame(0)
+        self._clip = clip
+        self._thumbnails = [image_from_array(frame) for frame in clip.thumbnails] if clip else []
+        self._playable = False
+        self._index = -1
+        self.timeline.set_clip(clip.duration_s if clip else 0.0, clip.timestamps if clip else ())
+        for widget in (self.timeline, self.play_button):
+            widget.setEnabled(clip is not None)
+        if clip is None or not clip.path:
+            self.player.close_clip()
+        else:
+            self.player.open(clip.path)
+            self.player.show(0.0)
+        self._show_time(0.0, self._thumbnails[0] if self._thumbnails else None)
 
     def seek(self, index: int) -> None:
-        self.slider.setValue(index)
+        """Go to sampled frame ``index`` (a frame picked in the strip)."""
+        if self._clip is not None and 0 <= index < len(self._clip.timestamps):
+            self.seek_time(self._clip.timestamps[index])
+
+    def seek_time(self, seconds: float) -> None:
+        if self._clip is None:
+            return
+        self._show_time(seconds, self._nearest_thumbnail(seconds) if not self._playable else None)
+        if self._playable:
+            (self.player.play if self._playing else self.player.show)(seconds)
 
     def toggle_playing(self) -> None:
         if self.is_playing:
@@ -156,39 +292,63 @@ class ClipPreview(QWidget):
             self.play()
 
     def play(self) -> None:
-        if len(self._images) < 2:
+        if self._clip is None or not self._playable:
             return
-        if self.slider.value() >= len(self._images) - 1:
-            self.slider.setValue(0)
-        self._schedule_next()
+        start = 0.0 if self.position >= self._clip.duration_s - 0.05 else self.position
+        self._playing = True
+        self.player.play(start)
         self._update_play_icon()
 
     def pause(self) -> None:
-        self._timer.stop()
+        if self._playing:
+            self.player.pause()
+        self._playing = False
         self._update_play_icon()
 
-    def _schedule_next(self) -> None:
-        index = self.slider.value()
-        if index >= len(self._images) - 1:
-            self.pause()
+    def shutdown(self) -> None:
+        self._playing = False
+        self.player.shutdown()
+
+    def _on_opened(self, duration_s: float) -> None:
+        self._playable = True
+        self.play_button.setToolTip("Play or pause the clip")
+
+    def _on_failed(self, message: str) -> None:
+        self._playable = False
+        self._playing = False
+        self._update_play_icon()
+        self.play_button.setEnabled(False)
+        self.play_button.setToolTip(f"The clip cannot be played here ({message}); its sampled frames are shown")
+
+    def _on_frame(self, time_s: float, frame: np.ndarray) -> None:
+        if self._clip is None:
             return
-        interval_s = self._timestamps[index + 1] - self._timestamps[index]
-        self._timer.start(max(_MIN_FRAME_INTERVAL_MS, round(interval_s * 1000)))
+        self._show_time(time_s, image_from_array(frame))
 
-    def _advance(self) -> None:
-        self.slider.setValue(self.slider.value() + 1)
-        self._schedule_next()
+    def _on_ended(self) -> None:
+        self._playing = False
         self._update_play_icon()
 
-    def _show_frame(self, index: int) -> None:
-        if not self._images:
+    def _show_time(self, seconds: float, image: QImage | None) -> None:
+        if self._clip is None:
             self.view.set_image(None)
             self.time_label.setText("–:–– / –:––")
             self._update_play_icon()
             return
-        self.view.set_image(self._images[index])
-        self.time_label.setText(f"{format_timestamp(self._timestamps[index])} / {format_timestamp(self._duration)}")
-        self.frame_changed.emit(index)
+        if image is not None:
+            self.view.set_image(image)
+        self.timeline.set_position(seconds)
+        self.time_label.setText(f"{format_timestamp(seconds)} / {format_timestamp(self._clip.duration_s)}")
+        index = max(0, bisect.bisect_right(self._clip.timestamps, seconds + 1e-6) - 1)
+        if index != self._index:
+            self._index = index
+            self.frame_changed.emit(index)
+
+    def _nearest_thumbnail(self, seconds: float) -> QImage | None:
+        if not self._thumbnails or self._clip is None:
+            return None
+        nearest = min(range(len(self._thumbnails)), key=lambda i: abs(self._clip.timestamps[i] - seconds))
+        return self._thumbnails[nearest]
 
     def _update_play_icon(self) -> None:
         icon = QStyle.StandardPixmap.SP_MediaPause if self.is_playing else QStyle.StandardPixmap.SP_MediaPlay

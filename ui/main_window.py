@@ -234,7 +234,7 @@ class MainWindow(QMainWindow):
             return
         self._shut_down = True
         self.store.save_window_geometry(self.saveGeometry())
-        self.preview.pause()
+        self.preview.shutdown()
         self.set_status("Stopping…")
         self.host.shutdown()
 

@@ -65,7 +65,7 @@ def test_dropped_clip_fills_the_strip_with_sampled_timestamps(qtbot, make_window
     assert len(timestamps) >= 4
     assert window.frame_strip.timestamp_texts() == [format_timestamp(t) for t in timestamps]
     assert window.frame_strip.timestamp_texts()[:2] == ["0:00.0", "0:00.5"]
-    assert window.preview.slider.maximum() == len(timestamps) - 1
+    assert window.preview.timeline.marks == timestamps
     assert sample_clip.name in window.clip_title.text()
     assert window.store.recent_files()[0] == str(sample_clip.resolve())
 
@@ -75,15 +75,27 @@ def test_preview_plays_seeks_and_follows_the_strip(qtbot, make_window, sample_cl
     wait_ready(qtbot, window)
     open_and_wait(qtbot, window, sample_clip)
 
+    qtbot.waitUntil(lambda: window.preview.playable, timeout=5000)
+    timestamps = window.preview.timeline.marks
     window.frame_strip.setCurrentRow(3)
-    assert window.preview.current_index == 3
+    assert window.preview.current_index == 3 and window.preview.position == timestamps[3]
     window.preview.seek(1)
     assert window.frame_strip.currentRow() == 1
+    decoded = []
+    window.preview.player.frame_ready.connect(lambda time_s, image: decoded.append((time_s, image.shape)))
     window.preview.play()
     assert window.preview.is_playing
-    qtbot.waitUntil(lambda: window.preview.current_index >= 2, timeout=3000)
+    qtbot.waitUntil(lambda: window.preview.current_index >= 2 and len(decoded) >= 4, timeout=5000)
+    times = [time_s for time_s, _ in decoded][-4:]  # (the first may be the frame shown for the earlier seek)
+    assert times == sorted(set(times))
+    assert any(min(abs(time_s - mark) for mark in timestamps) > 0.02 for time_s in times), "frames between the sampled ones"
+    assert decoded[-1][1] == (240, 320, 3) and window.preview.shown_image().width() == 320
     window.preview.pause()
     assert not window.preview.is_playing
+    window.preview.timeline.setFocus()
+    before = window.preview.position
+    qtbot.keyClick(window.preview.timeline, Qt.Key.Key_Home)
+    assert window.preview.position == 0.0 and before > 0.0
 
 
 def test_answer_streams_then_metrics_update(qtbot, make_window, sample_clip):

@@ -130,3 +130,24 @@ def test_recent_files_newest_first_without_duplicates(tmp_path):
     assert files[0] == "/clips/5.mp4" and len(files) == MAX_RECENT_FILES and files.count("/clips/5.mp4") == 1
 
 
+
+
+def test_timeline_click_and_keys_seek_within_the_clip(qtbot):
+    from PySide6.QtCore import QPoint, Qt
+
+    from framewise.ui.frames import Timeline
+
+    timeline = Timeline()
+    qtbot.addWidget(timeline)
+    timeline.resize(400, 24)
+    timeline.show()
+    timeline.set_clip(4.0, (0.5, 1.5, 2.5, 3.5))
+    requested = []
+    timeline.seek_requested.connect(requested.append)
+    qtbot.mouseClick(timeline, Qt.MouseButton.LeftButton, pos=QPoint(round(timeline.x_of(2.0)), 12))
+    assert requested[-1] == pytest.approx(2.0, abs=0.02)
+    qtbot.keyClick(timeline, Qt.Key.Key_Right)
+    assert requested[-1] == pytest.approx(3.0, abs=0.02)
+    qtbot.keyClick(timeline, Qt.Key.Key_End)
+    qtbot.keyClick(timeline, Qt.Key.Key_Right)
+    assert requested[-1] == 4.0 and timeline.position == 4.0, "never past the end"
