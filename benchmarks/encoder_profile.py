@@ -1,0 +1,89 @@
+"""Where the vision encoder's GPU time goes: kernels per layer and time in GEMMs, attention and the rest.
+
+Runs one pass of the Qwen3-VL tower (random weights, bf16) at one workload's shape under
+``torch.profiler``, twice: the tower's own forward and the fused forward that the encoder graphs
+capture by default, each on the padded buffers a graph would see (an exact-shape budget), after
+warm-up. Kernels are sorted into GEMM (cuBLAS / CUTLASS products), attention (flash / varlen) and
+the rest by name. Prints one JSON line per mode and writes ``encoder_profile.json`` under ``--out``.
+
+    python3 benchmarks/encoder_profile.py --out results/ [--tower 8B] [--workload "image 448x448"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from encoder_bench import WORKLOADS, build_tower, make_item  # noqa: E402
+
+from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
+
+GEMM_MARKERS = ("gemm", "cutlass", "cublas", "sm90_xmma", "nvjet", "wgmma")
+ATTENTION_MARKERS = ("flash", "fmha", "attention", "varlen")
+
+
+def kernel_kind(name: str) -> str:
+    lowered = name.lower()
+    if any(marker in lowered for marker in ATTENTION_MARKERS):
+        return "attention"
+    if any(marker in lowered for marker in GEMM_MARKERS):
+        return "gemm"
+    return "other"
+
+
+def profile_pass(run, warmup: int = 3) -> dict:
+    """Kernel count and GPU milliseconds by kind over one call of ``run``."""
+    for _ in range(warmup):
+        run()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as trace:
+        run()
+        torch.cuda.synchronize()
+    counts: Counter[str] = Counter()
+    milliseconds: Counter[str] = Counter()
+    for event in trace.events():
+        if event.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        kind = kernel_kind(event.name)
+        counts[kind] += 1
+        milliseconds[kind] += event.device_time / 1e3
+    return {"kernels": dict(counts), "ms": {kind: round(ms, 3) for kind, ms in milliseconds.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("."))
+    parser.add_argument("--tower", default="8B")
+    parser.add_argument("--workload", default="image 448x448", choices=list(WORKLOADS))
+    args = parser.parse_args(argv)
+    adapter = Qwen3VLAdapter(build_tower(args.tower))
+    depth = adapter.visual.config.depth
+    item = make_item(*WORKLOADS[args.workload], torch.Generator(device="cuda").manual_seed(0))
+    inputs = {name: tensor.cuda() for name, tensor in adapter.replay_inputs(
+        [(item.modality, item.grid_thw)], rows=item.patches, max_sequences=item.grid_thw[0]
+    ).items()}
+    results = {"tower": args.tower, "workload": args.workload, "patches": item.patches, "depth": depth}
+    with torch.inference_mode():
+        for mode, fused in (("tower's own kernels", False), ("fused", True)):
+            adapter.use_fused_forward(fused)
+            adapter.use_attention("varlen")
+            measured = profile_pass(lambda: adapter.graph_forward(item.pixel_values, inputs, item.patches))
+            measured["kernels_per_layer"] = round(sum(measured["kernels"].values()) / depth, 1)
+            results[mode] = measured
+            print(json.dumps({"mode": mode, **measured}), flush=True)
+            adapter.restore_attention()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "encoder_profile.json").write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
