@@ -4,6 +4,14 @@
 :data:`~framewise.core.events.EventSink`; the CLI runs it on the main thread, the GUI on a worker thread.
 Only :meth:`Engine.cancel` may be called from another thread.
 
+A cancel applies to the request that is running, or, when none is, to the next one that starts:
+a cancel that arrives just before a call begins is never lost. It is consumed when that request
+ends. Cancelling reaches every stage: reading the clip, preprocessing, every vision-tower block of
+every encoder pass, every decoder layer of the prefill and every generated token.
+
+:meth:`Engine.apply_settings` is a transaction: when any part of the switch fails, the engine
+keeps the model, encoder, decoder, clip and conversation it had, and the error says what failed.
+
 A clip is encoded once, when it is opened; every question about it reuses the vision features.
 Answers are decoded by :class:`~framewise.core.decoding.Decoder` over a static KV cache allocated
 at load, with decode steps through CUDA graphs on a GPU; a follow-up question prefills only what
@@ -16,7 +24,9 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -28,7 +38,7 @@ from framewise.core.decoding import Decoded, Decoder, Prompt, Qwen3VLLanguageMod
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.manager import make_vision_encoder, percentile
 from framewise.core.encoding.seam import VisionEncoder
-from framewise.core.errors import CancelledError, EmptyQuestionError, FramewiseError
+from framewise.core.errors import CancelledError, EmptyQuestionError, FramewiseError, is_out_of_memory
 from framewise.core.events import (
     AnswerStats,
     ClipSampled,
@@ -116,6 +126,7 @@ class Engine:
         self.clip: EncodedClip | None = None
         self.history: list[tuple[str, str]] = []
         self._cancel = threading.Event()
+        self._request_depth = 0
         self._graphs_reason = ""
 
     # ----------------------------------------------------------------- lifecycle
@@ -123,45 +134,129 @@ class Engine:
     def load(self) -> EngineInfo:
         """Load the model named by the settings, build its vision encoder and its decoder (capturing
         the encoder's graphs, then the decode step graphs, on CUDA)."""
-        self._cancel.clear()
-        self.loaded = load_model(self.settings.model, progress=self.sink)
-        self._build_encoder()
-        self._build_decoder()
-        info = self.info()
+        with self._request():
+            self.loaded = load_model(self.settings.model, progress=self.sink)
+            self._build_encoder()
+            self._build_decoder()
+            info = self.info()
         self.sink(info)
         return info
 
     def apply_settings(self, settings: AppSettings) -> EngineInfo | None:
-        """Switch to new settings, redoing only what they change.
+        """Switch to new settings, redoing only what they change, all or nothing.
 
-        A new model reloads everything and re-encodes the open clip; new encoder settings
-        re-capture the graphs; new sampling settings re-sample and re-encode the open clip; a new
-        context length or decoding setting re-allocates the KV cache and re-captures the decode
-        graphs. Returns the new :class:`EngineInfo` when the model, encoder or decoder changed.
+        A new model is loaded beside the old one (when that runs out of memory, the old one is
+        released first and, should the new one still fail, loaded again) and re-encodes the open
+        clip; new encoder settings re-capture the graphs; new sampling settings re-sample and
+        re-encode the open clip; a new context length or decoding setting re-allocates the KV
+        cache and re-captures the decode graphs. Returns the new :class:`EngineInfo` when the
+        model, encoder or decoder changed. On any failure the engine is as it was before the call
+        (settings, model, encoder, decoder, clip, conversation) and the error is raised.
         """
         settings.validate()
-        old, self.settings = self.settings, settings
         if self.loaded is None:
+            self.settings = settings
             return None
-        clip_path = self.clip.path if self.clip else None
-        info = None
+        with self._request():
+            before = self._parts()
+            try:
+                info = self._switch(before, settings)
+            except BaseException:
+                self._restore(before)
+                raise
+            self._close_replaced(before)
+        if info is not None:
+            self.sink(info)
+        return info
+
+    def _switch(self, before: _EngineParts, settings: AppSettings) -> EngineInfo | None:
+        old, self.settings = before.settings, settings
+        rebuilt = False
         if settings.model != old.model:
-            self._release_model()
-            info = self.load()
+            self._load_beside(before)
+            rebuilt = True
         else:
-            rebuilt = False
             if settings.encoder != old.encoder:
+                # Two encoders cannot share a tower (the attention switch is the tower's): the old
+                # one is cleared first, and _restore builds it again should the new one fail.
+                before.encoder = None
                 self._build_encoder()
                 rebuilt = True
             if _decoder_shape(settings) != _decoder_shape(old):
-                self._build_decoder()
+                self._rebuild_decoder(before)
                 rebuilt = True
-            if rebuilt:
-                info = self.info()
-                self.sink(info)
+        clip_path = before.clip.path if before.clip else None
         if clip_path and (settings.model != old.model or settings.sampling != old.sampling):
             self.open_clip(clip_path)
-        return info
+        return self.info() if rebuilt else None
+
+    def _load_beside(self, before: _EngineParts) -> None:
+        """Load the new model while the old one stays in memory; if that runs out of memory,
+        release the old one (``before.released`` tells :meth:`_restore` to load it again) and retry."""
+        try:
+            self.loaded = load_model(self.settings.model, progress=self.sink)
+        except Exception as error:
+            if not is_out_of_memory(error):
+                raise
+            self._release_model()
+            before.released = True
+            self.loaded = load_model(self.settings.model, progress=self.sink)
+        self.encoder = None
+        self.decoder = None
+        self._build_encoder()
+        self._build_decoder()
+
+    def _rebuild_decoder(self, before: _EngineParts) -> None:
+        """A decoder for the new settings while the old one stays usable; if both do not fit,
+        the old one is closed first (``before.decoder`` becomes ``None``: :meth:`_restore` rebuilds it)."""
+        self.decoder = None
+        try:
+            self._build_decoder()
+        except Exception as error:
+            if not is_out_of_memory(error) or before.decoder is None:
+                raise
+            before.decoder.close()
+            before.decoder = None
+            self._build_decoder()
+
+    def _parts(self) -> _EngineParts:
+        return _EngineParts(
+            self.settings, self.loaded, self.encoder, self._graphs_reason, self.decoder, self.clip, list(self.history)
+        )
+
+    def _restore(self, before: _EngineParts) -> None:
+        """Put back what :meth:`_parts` saw; a released model is loaded again and its clip re-opened,
+        a cleared encoder or closed decoder built again."""
+        if self.decoder is not None and self.decoder is not before.decoder:
+            self.decoder.close()
+        if self.encoder is not None and self.encoder is not before.encoder:
+            self.encoder.clear()
+        self.settings = before.settings
+        if before.released:
+            self.loaded = self.encoder = self.decoder = None
+            self.clip = None
+            self.load()
+            if before.clip is not None and before.clip.path is not None:
+                self.open_clip(before.clip.path)
+            self.history = before.history
+            return
+        self.loaded, self.encoder, self._graphs_reason = before.loaded, before.encoder, before.graphs_reason
+        self.decoder, self.clip, self.history = before.decoder, before.clip, before.history
+        if self.encoder is None:
+            self._build_encoder()
+        if self.decoder is None:
+            self._build_decoder()
+
+    def _close_replaced(self, before: _EngineParts) -> None:
+        """Give back what the old model's parts held once the new ones are in use."""
+        if before.released:
+            return
+        if before.decoder is not None and before.decoder is not self.decoder:
+            before.decoder.close()
+        if before.encoder is not None and before.encoder is not self.encoder:
+            before.encoder.clear()
+        if before.loaded is not self.loaded and torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     def info(self) -> EngineInfo:
         """What the engine runs on now."""
@@ -199,7 +294,8 @@ class Engine:
         )
 
     def cancel(self) -> None:
-        """Ask the running work to stop at its next checkpoint. Safe to call from any thread."""
+        """Stop the running request at its next checkpoint (within a vision block, a decoder layer
+        or a token), or, when none is running, the next one as it starts. Safe from any thread."""
         self._cancel.set()
 
     def new_conversation(self) -> None:
@@ -219,23 +315,24 @@ class Engine:
         EncodeDone. A failure leaves the previously open clip and the conversation as they were.
         """
         loaded = self._require_model()
-        self._cancel.clear()
         path = Path(path)
-        self.sink(Progress("decode", 0, 1, f"Reading {path.name}"))
-        started = time.perf_counter()
-        sampling = self.settings.sampling
-        sampled = sample_clip(
-            path,
-            sampling,
-            video_frame_sizing(sampling, loaded.geometry),
-            should_cancel=self._cancel.is_set,
-            on_progress=lambda progress: self.sink(_decode_progress(path.name, progress)),
-        )
-        decode_ms = (time.perf_counter() - started) * 1e3
-        info = sampled.info
-        return self._encode_frames(
-            sampled.frames, sampled.timestamps, path.name, path, decode_ms, (info.width, info.height, info.duration_s)
-        )
+        with self._request():
+            self._raise_if_cancelled()
+            self.sink(Progress("decode", 0, 1, f"Reading {path.name}"))
+            started = time.perf_counter()
+            sampling = self.settings.sampling
+            sampled = sample_clip(
+                path,
+                sampling,
+                video_frame_sizing(sampling, loaded.geometry),
+                should_cancel=self._cancel.is_set,
+                on_progress=lambda progress: self.sink(_decode_progress(path.name, progress)),
+            )
+            decode_ms = (time.perf_counter() - started) * 1e3
+            info = sampled.info
+            return self._encode_frames(
+                sampled.frames, sampled.timestamps, path.name, path, decode_ms, (info.width, info.height, info.duration_s)
+            )
 
     def open_frames(self, frames: np.ndarray, timestamps: Sequence[float], name: str) -> EncodeDone:
         """Encode frames sampled elsewhere, as :meth:`open_clip` does after decoding.
@@ -244,9 +341,9 @@ class Engine:
         ``timestamps``: T seconds. Settings changes cannot re-sample such a clip.
         """
         self._require_model()
-        self._cancel.clear()
         rows, cols = frames.shape[1:3]
-        return self._encode_frames(frames, timestamps, name, None, 0.0, (cols, rows, float(timestamps[-1])))
+        with self._request():
+            return self._encode_frames(frames, timestamps, name, None, 0.0, (cols, rows, float(timestamps[-1])))
 
     def _encode_frames(
         self,
@@ -271,13 +368,16 @@ class Engine:
                 duration_s=duration_s,
             )
         )
+        self._raise_if_cancelled()
         started = time.perf_counter()
         video = preprocess_video(frames, timestamps, loaded.geometry)
         preprocess_ms = (time.perf_counter() - started) * 1e3
         self._raise_if_cancelled()
 
         self.sink(Progress("encode", 0, 1, f"Encoding {len(timestamps)} frames"))
-        output = self._require_encoder().encode([video.item])
+        with self._cancel_points(loaded.model.model.visual.blocks):
+            output = self._require_encoder().encode([video.item])
+        self._raise_if_cancelled()  # a cancel during the last pass still keeps the previous clip
         for chunk in output.chunks:
             self.sink(chunk)
         encode_ms = sum(chunk.encode_ms for chunk in output.chunks)
@@ -321,19 +421,25 @@ class Engine:
         question = question.strip()
         if not question:
             raise EmptyQuestionError()
-        self._cancel.clear()
-        started = time.perf_counter()
-        inputs = build_chat_inputs(
-            loaded.tokenizer,
-            question,
-            video=self.clip.video if self.clip else None,
-            history=self.history,
-            geometry=loaded.geometry,
-        )
-        streamer = _TokenStreamer(loaded.tokenizer, self.sink)
-        decoded = self._decode(inputs, streamer)
-        streamer.end()
-        finished = time.perf_counter()
+        with self._request():
+            started = time.perf_counter()
+            inputs = build_chat_inputs(
+                loaded.tokenizer,
+                question,
+                video=self.clip.video if self.clip else None,
+                history=self.history,
+                geometry=loaded.geometry,
+            )
+            streamer = _TokenStreamer(loaded.tokenizer, self.sink)
+            try:
+                # Inside the prefill (until the first token); the token loop checks between tokens.
+                prefilling = lambda: streamer.first_token_time is None  # noqa: E731
+                with self._cancel_points(loaded.model.model.language_model.layers, while_=prefilling):
+                    decoded = self._decode(inputs, streamer)
+            except CancelledError:  # before the first token: during the prefill, or before it began
+                decoded = Decoded(prompt_tokens=int(inputs.input_ids.shape[1]), stop_reason="cancelled")
+            streamer.end()
+            finished = time.perf_counter()
 
         cancelled = decoded.stop_reason == "cancelled"
         text = streamer.text.strip()
@@ -465,6 +571,54 @@ class Engine:
     def _raise_if_cancelled(self) -> None:
         if self._cancel.is_set():
             raise CancelledError("Cancelled.")
+
+    @contextmanager
+    def _request(self) -> Iterator[None]:
+        """One request (calls inside it, like apply_settings re-opening the clip, are part of it);
+        a cancel is consumed when the outermost request ends."""
+        self._request_depth += 1
+        try:
+            yield
+        finally:
+            self._request_depth -= 1
+            if self._request_depth == 0:
+                self._cancel.clear()
+
+    @contextmanager
+    def _cancel_points(
+        self, modules: torch.nn.ModuleList, while_: Callable[[], bool] = lambda: True
+    ) -> Iterator[None]:
+        """Raise CancelledError before the next of ``modules`` runs once a cancel arrives (and
+        ``while_()`` holds).
+
+        Hooks run only where Python calls the modules (eager passes, the prefill), not inside a
+        CUDA-graph replay, which is short; the engine checks again after each such stage.
+        """
+        def check(module: torch.nn.Module, args: Any) -> None:
+            if while_():
+                self._raise_if_cancelled()
+
+        handles = [module.register_forward_pre_hook(check) for module in modules]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+@dataclass
+class _EngineParts:
+    """What :meth:`Engine.apply_settings` restores when a switch fails. ``released``: the model
+    had to be dropped to make room, so restoring loads it again."""
+
+    settings: AppSettings
+    loaded: LoadedModel | None
+    encoder: VisionEncoder | None
+    graphs_reason: str
+    decoder: Decoder | None
+    clip: EncodedClip | None
+    history: list[tuple[str, str]] = field(default_factory=list)
+    released: bool = False
 
 
 def thumbnail(frame: np.ndarray, height: int = THUMBNAIL_HEIGHT) -> np.ndarray:

@@ -66,13 +66,17 @@ class EngineWorker(QObject):
         self._loaded = False
         self._lock = threading.Lock()
         self._cancelled_through = 0
+        self._running: int | None = None  # the sequence number of the cancellable request in the engine
 
     def cancel_through(self, sequence: int) -> None:
         """Cancel the running request and every queued one numbered up to ``sequence``. Any thread."""
         with self._lock:
             self._cancelled_through = max(self._cancelled_through, sequence)
+            running = self._running is not None and self._running <= sequence
             engine = self._engine
-        if engine is not None:
+        # The engine keeps a cancel that arrives between requests for the next one, so it is told
+        # only about a request it runs; queued ones are dropped here.
+        if engine is not None and running:
             engine.cancel()
 
     @Slot()
@@ -132,8 +136,14 @@ class EngineWorker(QObject):
     def _run_unless_cancelled(self, sequence: int, name: str, work: Callable[[], object]) -> None:
         with self._lock:
             cancelled = sequence <= self._cancelled_through
+            if not cancelled:
+                self._running = sequence
         if not cancelled:
-            self._run(name, work)
+            try:
+                self._run(name, work)
+            finally:
+                with self._lock:
+                    self._running = None
             return
         self.operation_started.emit(name)
         self.operation_finished.emit(name, False)
