@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from framewise.core.errors import ExportError
 from framewise.core.events import ChunkStats, ClipSampled, Done, EncodeDone, EngineInfo, Failed, Progress, Token
+from framewise.core.errors import SettingsError
 from framewise.core.settings import AppSettings
 from framewise.ui.banners import Banner
 from framewise.ui.chat import ChatPanel
@@ -70,6 +71,8 @@ class MainWindow(QMainWindow):
         self._opening_path: str | None = None
         self._operation: str | None = None
         self._settings_dialog: SettingsDialog | None = None
+        self._pending_settings: AppSettings | None = None
+        self._last_failure: Failed | None = None
         self._shut_down = False
 
         self.setWindowTitle("Framewise")
@@ -116,7 +119,14 @@ class MainWindow(QMainWindow):
             action_text="Settings…",
             action=lambda: self.open_settings(None),
         )
-        for banner in (self.demo_banner, self.cpu_banner, self.error_banner):
+        self.fallback_banner = Banner(
+            "",
+            icon=QStyle.StandardPixmap.SP_MessageBoxWarning,
+            action_text="Settings…",
+            action=lambda: self.open_settings("model"),
+        )
+        self.fallback_banner.label.setTextFormat(Qt.TextFormat.PlainText)
+        for banner in (self.demo_banner, self.cpu_banner, self.error_banner, self.fallback_banner):
             banner.hide()
 
         self.clip_title = QLabel("No clip")
@@ -156,7 +166,7 @@ class MainWindow(QMainWindow):
         margin = round(line * 0.6)
         layout.setContentsMargins(margin, margin, margin, round(line * 0.3))
         layout.setSpacing(round(line * 0.5))
-        for banner in (self.error_banner, self.demo_banner, self.cpu_banner):
+        for banner in (self.error_banner, self.fallback_banner, self.demo_banner, self.cpu_banner):
             layout.addWidget(banner)
         layout.addWidget(self.main_splitter, 1)
         self.setCentralWidget(central)
@@ -376,13 +386,48 @@ class MainWindow(QMainWindow):
         return self._settings_dialog
 
     def apply_settings(self, settings: AppSettings) -> None:
-        """Keep valid ``settings`` across runs and send them to the engine (it re-captures or reloads)."""
-        self.store.save_settings(settings)
+        """Send valid ``settings`` to the engine (it re-captures or reloads); they become the window's,
+        and are saved for the next run, only once the engine has applied them. When it cannot, the
+        settings dialog shows the error next to the field that caused it and nothing changes."""
         if settings == self.settings:
+            self.store.save_settings(settings)
             return
-        self.settings = settings
+        self._pending_settings = settings
         self.set_status("Applying the settings…")
         self.host.apply_settings(settings)
+
+    def _finish_applying(self, ok: bool) -> None:
+        pending, self._pending_settings = self._pending_settings, None
+        if pending is None:  # the fallback to the defaults at start: nothing to save
+            return
+        if ok:
+            self.settings = pending
+            self.store.save_settings(pending)
+            self.fallback_banner.hide()
+            return
+        failure = self._last_failure
+        dialog = self.open_settings(None)
+        dialog.set_settings(pending)  # the person's choices stay in the fields, to be corrected
+        if failure is not None:
+            dialog.show_error(SettingsError(failure.field or "", failure.message))
+
+    def _fall_back_to_defaults(self) -> None:
+        """The saved settings did not load at start: run on the defaults (the demo model) without
+        saving them, and say which setting failed."""
+        failure = self._last_failure
+        field = failure.field if failure and failure.field else None
+        section, _, key = (field or "").partition(".")
+        value = self.settings.to_dict().get(section, {}).get(key) if field else None
+        named = f"The saved setting {field} ({value})" if field else "The saved settings"
+        self.fallback_banner.set_text(
+            f"{named} could not be used: {failure.message if failure else 'the model did not load'} "
+            "Framewise started on the demo model with the default settings; your saved settings stay as they "
+            "were until you apply new ones in Settings."
+        )
+        self.fallback_banner.show()
+        self.error_banner.hide()
+        self.settings = AppSettings()
+        self.host.apply_settings(self.settings)
 
     # -- help -------------------------------------------------------------------------------
 
@@ -428,6 +473,10 @@ class MainWindow(QMainWindow):
             self.chat.set_answering(False)
         elif name in ("load", "apply_settings") and ok:
             self.set_status(f"Ready: {_model_text(self.info)}" if self.info else "Ready")
+        if name == "apply_settings":
+            self._finish_applying(ok)
+        elif name == "load" and not ok and self.settings != AppSettings():
+            self._fall_back_to_defaults()
         self._update_actions()
 
     def _on_event(self, event: object) -> None:
@@ -475,6 +524,7 @@ class MainWindow(QMainWindow):
         self.set_status("Stopped." if done.stats.cancelled else "Answered.")
 
     def _on_failed(self, failed: Failed) -> None:
+        self._last_failure = failed
         cancelled = failed.kind == "CancelledError"
         if self._operation == "ask" and self.conversation.current is not None:
             turn = self.conversation.current

@@ -310,7 +310,7 @@ class SettingsDialog(QDialog):
         """Show ``error.message`` under the field it names, on its tab, and focus that field."""
         target = self._errors.get(error.field)
         if target is None:
-            self.general_error.show_message(f"{error.field}: {error.message}")
+            self.general_error.show_message(f"{error.field}: {error.message}" if error.field else error.message)
             return
         self.tabs.setCurrentIndex(self._field_tabs[error.field])
         target.show_message(error.message)

@@ -86,11 +86,12 @@ class EngineWorker(QObject):
     @Slot(object)
     def apply_settings(self, settings: AppSettings) -> None:
         def apply() -> None:
-            self._settings = settings
             if self._engine is None or not self._loaded:
+                self._settings = settings
                 self._load()
                 return
-            self._engine.apply_settings(settings)
+            self._engine.apply_settings(settings)  # all or nothing: on failure the engine is as it was
+            self._settings = settings
             self.event.emit(self._engine.info())
 
         self._run("apply_settings", apply)

@@ -263,14 +263,20 @@ def test_banners_say_cpu_eager_and_demo_model(qtbot, make_window):
     dialog.reject()
 
 
-def test_model_load_failure_is_shown_and_fixed_by_applying_settings(qtbot, make_window):
+def test_a_saved_model_that_fails_at_start_falls_back_to_the_demo_model_and_names_the_setting(
+    qtbot, make_window, store
+):
     FakeEngine.fail_load_for_source = "/no/such/model"
-    window = make_window(settings=AppSettings().replace("model", source="/no/such/model"))
-    qtbot.waitUntil(lambda: window.error_banner.isVisible(), timeout=LOAD_TIMEOUT_MS)
-    assert "Could not load the model" in window.error_banner.text()
-    window.apply_settings(AppSettings())
+    saved = AppSettings().replace("model", source="/no/such/model")
+    store.save_settings(saved)
+    window = make_window()
     qtbot.waitUntil(lambda: window.info is not None, timeout=LOAD_TIMEOUT_MS)
-    assert not window.error_banner.isVisible()
+    assert window.fallback_banner.isVisible() and not window.error_banner.isVisible()
+    assert "The saved setting model.source (/no/such/model) could not be used" in window.fallback_banner.text()
+    assert window.settings == AppSettings()
+    assert store.load_settings() == saved, "the fallback is not saved over the person's settings"
+    window.apply_settings(AppSettings())  # choosing the defaults on purpose keeps them
+    assert store.load_settings() == AppSettings()
 
 
 def test_invalid_setting_is_refused_next_to_its_field(qtbot, make_window, store):
@@ -330,8 +336,9 @@ def test_settings_survive_a_restart_and_reach_the_engine(qtbot, make_window, sto
         .replace("encoder", budgets=(256, 1024), attention_backend="sdpa_masked")
         .replace("model", source="Qwen/Qwen3-VL-2B-Instruct")
     )
-    assert window.settings == expected
-    qtbot.waitUntil(lambda: engines[-1].settings == expected, timeout=LOAD_TIMEOUT_MS)
+    # The window takes (and saves) the settings once the engine has applied them.
+    qtbot.waitUntil(lambda: window.settings == expected, timeout=LOAD_TIMEOUT_MS)
+    assert engines[-1].settings == expected
     qtbot.waitUntil(lambda: any(event.stage == "capture" for event in progress), timeout=LOAD_TIMEOUT_MS)
     window.close()
 
