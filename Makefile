@@ -10,7 +10,9 @@ NEWEST_VENV ?= .venv-newest
 NEWEST_PY := $(NEWEST_VENV)/bin/python
 NEWEST_TESTS ?= tests/core/test_engine.py tests/core/test_models.py tests/core/qwen3_vl tests/app/test_cli.py tests/ui
 
-.PHONY: setup run test test-newest gpu-test bundle clean
+VLLM_VENV ?= .vllm-venv
+
+.PHONY: setup run test test-newest gpu-test bundle clean vllm-venv test-vllm
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +38,13 @@ test-newest: $(NEWEST_VENV)/.installed
 	$(NEWEST_PY) .ci/newest_in_range.py transformers
 	QT_QPA_PLATFORM=offscreen $(NEWEST_PY) -m pytest $(NEWEST_TESTS)
 
+# A CPU vLLM server's venv (scripts/vllm_server/) and the tests that start it serving the demo model.
+vllm-venv:
+	bash scripts/vllm_server/setup_venv.sh $(VLLM_VENV)
+
+test-vllm: setup vllm-venv
+	QT_QPA_PLATFORM=offscreen FRAMEWISE_VLLM_VENV=$(VLLM_VENV) $(PY) -m pytest -m vllm tests/remote
+
 gpu-test: setup
 	$(PY) -m pytest -m gpu tests/gpu
 
@@ -43,4 +52,4 @@ bundle: setup
 	packaging/build_bundle.sh
 
 clean:
-	rm -rf $(VENV) $(NEWEST_VENV) build dist
+	rm -rf $(VENV) $(NEWEST_VENV) $(VLLM_VENV) .vllm-run build dist

@@ -89,11 +89,11 @@ def display_problem(environ: Mapping[str, str], platform: str) -> str | None:
 
 
 def create_engine(settings: AppSettings, sink: EventSink) -> EngineLike:
-    """Build the real engine. Runs on the worker thread, so importing torch never blocks the window."""
+    """Build the engine the settings' backend names. Runs on the worker thread, so importing torch never blocks the window."""
     sink(Progress("load", 0, 0, "Starting PyTorch"))
-    from framewise.core.engine import Engine
+    from framewise.core.backends import create_engine
 
-    return Engine(settings, sink=sink)
+    return create_engine(settings, sink)
 
 
 def app_services() -> AppServices:

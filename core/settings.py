@@ -268,6 +268,15 @@ class BackendSettings:
         url = self.server_url.strip().rstrip("/")
         return url.removesuffix("/v1").rstrip("/")
 
+    def plain_http_warning(self) -> str | None:
+        """The warning for a plain-http address to another machine, or ``None``."""
+        if not self.is_plain_http_to_remote_host():
+            return None
+        return (
+            f"{self.base_url()} is plain http to another machine: the frames, the questions, the answers and "
+            "the API key travel unencrypted. Use https:// (for example behind a TLS proxy) unless the network is yours."
+        )
+
     def is_plain_http_to_remote_host(self) -> bool:
         """True for an ``http://`` address whose host is not this machine (the key and frames travel unencrypted)."""
         parts = urlsplit(self.server_url.strip())

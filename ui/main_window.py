@@ -376,7 +376,7 @@ class MainWindow(QMainWindow):
     def open_settings(self, section: str | None) -> SettingsDialog:
         """Show the settings dialog (on ``section``'s tab when given) filled with the applied settings."""
         if self._settings_dialog is None:
-            self._settings_dialog = SettingsDialog(self.settings, self)
+            self._settings_dialog = SettingsDialog(self.settings, self, api_key_note=self.store.api_key_note())
             self._settings_dialog.settings_applied.connect(self.apply_settings)
         else:
             self._settings_dialog.set_settings(self.settings)
@@ -568,7 +568,7 @@ class MainWindow(QMainWindow):
             "choose a checkpoint folder, or the repo id of one in your Hugging Face cache."
         )
         self.demo_banner.setVisible(bool(info.model_label))
-        if info.graphs_enabled:
+        if info.graphs_enabled or info.server is not None:
             self.cpu_banner.hide()
         else:
             if info.device.startswith("cpu"):
@@ -679,4 +679,6 @@ def _model_text(info: EngineInfo) -> str:
 
 
 def _encoder_text(info: EngineInfo) -> str:
+    if info.server is not None:
+        return "encoder on the vLLM server"
     return info.encoder_name if info.graphs_enabled else "eager (no CUDA graphs)"

@@ -10,9 +10,22 @@ import math
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QAbstractItemView, QGridLayout, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QWidget
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QGridLayout,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
-from framewise.core.events import AnswerStats, ChunkStats, EncodeDone, EngineInfo
+from framewise.core.events import AnswerStats, ChunkStats, EncodeDone, EngineInfo, ServerInfo
 from framewise.ui.latency_plot import LatencyPlot, describe_chunk
 
 _CHUNK_COLUMNS = ("Chunk", "Frames", "Patches", "Budget", "Padding", "ms/frame", "Ran as")
@@ -56,6 +69,9 @@ class EncoderPanel(QWidget):
         self.speed_value = QLabel("–")
         self.memory_value = QLabel("–")
         self.decoder_value = QLabel("–")
+        self.server_value = QLabel("–")
+        self.server_box = ServerCommandBox()
+        self.server_box.hide()
         stats = QGridLayout()
         stats.setContentsMargins(0, 0, 0, 0)
         stats.setHorizontalSpacing(self.fontMetrics().height())
@@ -70,6 +86,7 @@ class EncoderPanel(QWidget):
             ("Speed", self.speed_value),
             ("GPU memory", self.memory_value),
             ("Decoder", self.decoder_value),
+            ("Server", self.server_value),
         )
         for row, (name, value) in enumerate(rows):
             caption = QLabel(name)
@@ -86,7 +103,8 @@ class EncoderPanel(QWidget):
         layout.setHorizontalSpacing(self.fontMetrics().height())
         layout.addWidget(self.plot, 0, 0)
         layout.addLayout(stats, 0, 1)
-        layout.addWidget(self.chunk_table, 1, 0, 1, 2)
+        layout.addWidget(self.server_box, 1, 0, 1, 2)
+        layout.addWidget(self.chunk_table, 2, 0, 1, 2)
         layout.setColumnStretch(0, 3)
         layout.setColumnStretch(1, 2)
         layout.setRowStretch(0, 3)
@@ -94,6 +112,11 @@ class EncoderPanel(QWidget):
 
     def set_engine_info(self, info: EngineInfo) -> None:
         self._graphs_enabled = info.graphs_enabled
+        self.server_box.setVisible(info.server is not None)
+        if info.server is not None:
+            self._show_server(info.server)
+            return
+        self.server_value.setText("– (answers on this machine)")
         if info.graphs_enabled:
             budgets = info.graph_budgets
             span = f", {len(budgets)} graphs (budgets {budgets[0]}–{budgets[-1]})" if budgets else ""
@@ -107,6 +130,17 @@ class EncoderPanel(QWidget):
             self.decoder_value.setText(f"{steps}, KV cache of {decoder.context_tokens:,} tokens")
             self.decoder_value.setToolTip(decoder.graphs_reason)
         self._update_hits()
+
+    def _show_server(self, server: ServerInfo) -> None:
+        """A vLLM server answers: encoding and decoding run there, and nothing of it is measured here."""
+        version = f" (vLLM {server.version})" if server.version else ""
+        self.encoder_value.setText(f"Encoding runs on the vLLM server at {server.url}{version}, model {server.model}")
+        self.encoder_value.setToolTip("Frames are sampled here and sent to the server, whose vision encoder runs them")
+        self.decoder_value.setText("on the server")
+        self.decoder_value.setToolTip("")
+        self.server_value.setText(f"{server.url}: serves {', '.join(server.served_models)}")
+        self.hits_value.setText("– (the server's encoder CUDA graphs are not reported over its API)")
+        self.server_box.set_command(server.serve_command, server.plain_http_warning)
 
     def start_clip(self, clip_name: str) -> None:
         """A clip started encoding: its chunks get a new run on the plot and a fresh table."""
@@ -153,7 +187,10 @@ class EncoderPanel(QWidget):
     def set_answer_stats(self, stats: AnswerStats) -> None:
         self.first_token_value.setText(f"{stats.time_to_first_token_ms:.0f} ms")
         self.speed_value.setText(f"{stats.tokens_per_second:.1f} tokens/s ({stats.new_tokens} tokens)")
-        if stats.gpu_memory_mb is None:
+        if stats.server is not None:
+            self.server_value.setText(f"{stats.server.url}: {stats.server.summary()}")
+            self.memory_value.setText("– (on the server)")
+        elif stats.gpu_memory_mb is None:
             self.memory_value.setText("– (not on a GPU)")
         else:
             self.memory_value.setText(f"{stats.gpu_memory_mb:,.0f} MiB")
@@ -164,6 +201,8 @@ class EncoderPanel(QWidget):
         return self.hits_value.text()
 
     def _update_hits(self) -> None:
+        if self.server_box.isVisibleTo(self):
+            return
         total = self.hits + self.misses
         if self._graphs_enabled is False:
             text = f"none: eager encoder ({total} eager passes)"
@@ -184,3 +223,41 @@ def latency_summary(ms_per_frame: list[float]) -> str:
         return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
     return f"p50 {nearest_rank(0.5):.2f} ms, p99 {nearest_rank(0.99):.2f} ms ({len(ordered)} chunks this run)"
+
+
+class ServerCommandBox(QWidget):
+    """The command line that starts a vLLM server with its encoder CUDA graphs sized like
+    Framewise's encoder settings, selectable and with a Copy button."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.caption = QLabel(
+            "Encoding runs on the server. To turn on the server's encoder CUDA graphs with the same budgets, "
+            "items per batch and frames per batch as Framewise's encoder settings, start vLLM with:"
+        )
+        self.caption.setWordWrap(True)
+        self.command = QPlainTextEdit()
+        self.command.setReadOnly(True)
+        self.command.setMaximumHeight(self.fontMetrics().height() * 5)
+        self.copy_button = QPushButton("Copy")
+        self.copy_button.setToolTip("Copy the command line to the clipboard")
+        self.copy_button.clicked.connect(self.copy)
+        self.warning = QLabel()
+        self.warning.setWordWrap(True)
+        self.warning.hide()
+        row = QHBoxLayout()
+        row.addWidget(self.command, 1)
+        row.addWidget(self.copy_button, 0, Qt.AlignmentFlag.AlignTop)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.warning)
+        layout.addWidget(self.caption)
+        layout.addLayout(row)
+
+    def set_command(self, command: str, warning: str | None) -> None:
+        self.command.setPlainText(command)
+        self.warning.setText(f"⚠ {warning}" if warning else "")
+        self.warning.setVisible(bool(warning))
+
+    def copy(self) -> None:
+        QGuiApplication.clipboard().setText(self.command.toPlainText())

@@ -39,10 +39,16 @@ from PySide6.QtWidgets import (
 )
 
 from framewise.core.errors import SettingsError
-from framewise.core.settings import ATTENTION_BACKENDS, DEMO_MODEL, DEVICES, DTYPES, AppSettings
+from framewise.core.settings import ATTENTION_BACKENDS, DEMO_MODEL, DEVICES, DTYPES, AppSettings, BackendSettings
 
-SECTIONS = ("model", "sampling", "encoder", "generation")
-_SECTION_TITLES = {"model": "Model", "sampling": "Sampling", "encoder": "Encoder", "generation": "Generation"}
+SECTIONS = ("model", "sampling", "encoder", "generation", "backend")
+_SECTION_TITLES = {
+    "model": "Model", "sampling": "Sampling", "encoder": "Encoder", "generation": "Generation", "backend": "Backend",
+}
+SESSION_ONLY_KEY_NOTE = (
+    "No secret store (keyring) is available here, so the key is kept for this session only: "
+    "it is never written to the settings file or the log, and you type it again after a restart."
+)
 _INT_MAX = 2**31 - 1
 
 
@@ -79,8 +85,12 @@ class SettingsDialog(QDialog):
 
     settings_applied = Signal(object)
 
-    def __init__(self, settings: AppSettings, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, settings: AppSettings, parent: QWidget | None = None, *, api_key_note: str = SESSION_ONLY_KEY_NOTE
+    ) -> None:
+        """``api_key_note`` says where the API key is kept (the secret store, or this session only)."""
         super().__init__(parent)
+        self._api_key_note = api_key_note
         self.setWindowTitle("Framewise Settings")
         self._fields: dict[str, QWidget] = {}
         self._errors: dict[str, FieldError] = {}
@@ -90,6 +100,7 @@ class SettingsDialog(QDialog):
         self._build_sampling_tab()
         self._build_encoder_tab()
         self._build_generation_tab()
+        self._build_backend_tab()
         self.general_error = FieldError()
 
         buttons = QDialogButtonBox(
@@ -244,6 +255,45 @@ class SettingsDialog(QDialog):
             form, "generation.temperature", "Temperature", _double_spin(0.0, 100.0, 2, 0.1), "0 picks the likeliest token (greedy)."
         )
 
+    def _build_backend_tab(self) -> None:
+        form = self._add_tab("backend")
+        self.local_radio = QRadioButton("This machine (the model runs inside Framewise)")
+        self.server_radio = QRadioButton("vLLM server (for models or GPU counts this machine cannot hold)")
+        self.backend_group = QButtonGroup(self)
+        for button in (self.local_radio, self.server_radio):
+            self.backend_group.addButton(button)
+        where = QWidget()
+        column = QVBoxLayout(where)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.local_radio)
+        column.addWidget(self.server_radio)
+        form.addRow("Answer on", where)
+        url = QLineEdit()
+        url.setPlaceholderText("e.g. http://127.0.0.1:8000 or https://gpu-box.example.org")
+        self._add_field(
+            form, "backend.server_url", "Server address", url,
+            "The server's root; Framewise checks /health and /v1/models when you apply.",
+        )
+        self.http_warning = QLabel()
+        self.http_warning.setWordWrap(True)
+        self.http_warning.hide()
+        form.addRow("", self.http_warning)
+        model = QLineEdit()
+        model.setPlaceholderText("empty: the one model the server serves")
+        self._add_field(form, "backend.server_model", "Server model", model, "vLLM's --served-model-name.")
+        key = QLineEdit()
+        key.setEchoMode(QLineEdit.EchoMode.Password)
+        key.setPlaceholderText("empty: the server needs none")
+        self._add_field(form, "backend.api_key", "API key", key, self._api_key_note)
+        self._add_field(form, "backend.timeout_s", "Connect timeout (s)", _double_spin(0.0, 10_000.0, 1, 1.0))
+        self._add_field(
+            form, "backend.answer_timeout_s", "Answer timeout (s)", _double_spin(0.0, 100_000.0, 0, 10.0),
+            "The longest wait for the next piece of an answer (the first includes the server's encoding).",
+        )
+        url.textChanged.connect(self._update_http_warning)
+        for button in (self.local_radio, self.server_radio):
+            button.toggled.connect(self._update_backend_fields)
+
     # -- values -----------------------------------------------------------------------------
 
     def set_settings(self, settings: AppSettings) -> None:
@@ -267,6 +317,9 @@ class SettingsDialog(QDialog):
                 _set_value(widget, value)
         self.budget_mode.setCurrentIndex(1 if settings.encoder.budgets else 0)
         self._update_budget_mode()
+        (self.server_radio if settings.backend.kind == "vllm" else self.local_radio).setChecked(True)
+        self._fields["backend.api_key"].setText(settings.backend.api_key)
+        self._update_backend_fields()
 
     def values(self) -> dict[str, dict[str, Any]]:
         """The fields in ``AppSettings.to_dict()``'s form (not yet validated).
@@ -279,6 +332,7 @@ class SettingsDialog(QDialog):
             section, key = name.split(".")
             data[section][key] = _get_value(widget)
         data["model"]["source"] = self.model_source()
+        data["backend"]["kind"] = "vllm" if self.server_radio.isChecked() else "local"
         if self.budget_mode.currentIndex() == 0:
             data["encoder"]["budgets"] = []
         return data
@@ -294,7 +348,9 @@ class SettingsDialog(QDialog):
         """The settings in the fields if core accepts them; otherwise show the error and return ``None``."""
         self.clear_errors()
         try:
-            return AppSettings.from_dict(self.values()).validate()
+            settings = AppSettings.from_dict(self.values())  # leaves the API key out, as files never hold it
+            key = self._fields["backend.api_key"].text().strip()
+            return settings.replace("backend", api_key=key).validate()
         except SettingsError as error:
             self.show_error(error)
             return None
@@ -343,6 +399,20 @@ class SettingsDialog(QDialog):
         if folder:
             self.folder_edit.setText(folder)
             self.folder_radio.setChecked(True)
+
+    def _update_backend_fields(self) -> None:
+        remote = self.server_radio.isChecked()
+        for name, widget in self._fields.items():
+            if name.startswith("backend."):
+                widget.setEnabled(remote)
+        self._update_http_warning()
+
+    def _update_http_warning(self) -> None:
+        """Warn, before any request is made, when the address is plain http to another machine."""
+        url = self._fields["backend.server_url"].text()
+        warning = BackendSettings(kind="vllm", server_url=url).plain_http_warning() if self.server_radio.isChecked() else None
+        self.http_warning.setText(f"⚠ {warning}" if warning else "")
+        self.http_warning.setVisible(bool(warning))
 
     def _update_budget_mode(self) -> None:
         explicit = self.budget_mode.currentIndex() == 1

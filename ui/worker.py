@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from typing import Callable, Protocol
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from framewise.core.errors import CancelledError, FramewiseError, describe_error
 from framewise.core.events import Done, EncodeDone, EngineInfo, EventSink, Failed
+from framewise.core.backends import same_backend
 from framewise.core.settings import AppSettings
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,7 @@ class EngineLike(Protocol):
     def cancel(self) -> None: ...
     def new_conversation(self) -> None: ...
     def info(self) -> EngineInfo: ...
+    def open_clip_path(self) -> Path | None: ...
 
 
 EngineFactory = Callable[[AppSettings, EventSink], EngineLike]
@@ -90,6 +93,9 @@ class EngineWorker(QObject):
                 self._settings = settings
                 self._load()
                 return
+            if not same_backend(self._settings, settings):
+                self._switch_backend(settings)  # the old engine stays until the new one has loaded
+                return
             self._engine.apply_settings(settings)  # all or nothing: on failure the engine is as it was
             self._settings = settings
             self.event.emit(self._engine.info())
@@ -126,6 +132,22 @@ class EngineWorker(QObject):
         engine.load()
         self._loaded = True
         self.event.emit(engine.info())
+
+    def _switch_backend(self, settings: AppSettings) -> None:
+        """Answer on the backend ``settings`` name (this machine or a vLLM server) and re-open the
+        clip there. The old engine and settings are kept until the new engine has loaded, so a
+        server that cannot be reached leaves the window answering as before."""
+        old_engine = self._engine
+        clip_path = old_engine.open_clip_path() if old_engine is not None else None
+        engine = self._engine_factory(settings, self.event.emit)
+        engine.load()
+        with self._lock:
+            self._engine = engine
+        self._settings = settings
+        self._loaded = True
+        self.event.emit(engine.info())
+        if clip_path is not None:
+            engine.open_clip(str(clip_path))
 
     def _require_engine(self) -> EngineLike:
         if self._engine is None or not self._loaded:

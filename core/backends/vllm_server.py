@@ -113,7 +113,7 @@ class VllmServerEngine:
     def load(self) -> EngineInfo:
         """Contact the server and check that it serves the model; emits and returns :class:`EngineInfo`."""
         backend = self.settings.backend
-        warning = plain_http_warning(backend)
+        warning = backend.plain_http_warning()
         if warning:  # said before the first request leaves this machine
             log.warning("%s", warning)
             self.sink(Progress("load", 0, 1, f"Warning: {warning}"))
@@ -232,7 +232,9 @@ class VllmServerEngine:
         if self._cancel.is_set():
             raise CancelledError("Cancelled.")
         geometry = VisionGeometry()
-        patches = int(frames.shape[0] * frames.shape[1] * frames.shape[2]) // (geometry.patch_size**2)
+        # Patch rows as the local engine counts them: one per 16x16 square of each frame pair.
+        pairs = -(-frames.shape[0] // geometry.temporal_patch_size)
+        patches = pairs * int(frames.shape[1] * frames.shape[2]) // (geometry.patch_size**2)
         summary = EncodeDone(
             clip_name=name,
             frames=len(timestamps),
@@ -526,18 +528,7 @@ def check_server(backend: BackendSettings, encoder: EncoderSettings, sampling: S
         max_model_len=served[model],
         version=version,
         serve_command=vllm_serve_command(model, encoder, sampling),
-        plain_http_warning=plain_http_warning(backend),
-    )
-
-
-def plain_http_warning(backend: BackendSettings) -> str | None:
-    """The warning for a plain-http address to another machine, or ``None``."""
-    if not backend.is_plain_http_to_remote_host():
-        return None
-    return (
-        f"{backend.base_url()} is plain http to another machine: the frames, the questions, the answers "
-        "and the API key travel unencrypted. Use https:// (for example behind a TLS proxy) unless the "
-        "network is yours."
+        plain_http_warning=backend.plain_http_warning(),
     )
 
 

@@ -32,12 +32,25 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def complete_venv() -> Path:
+    """The server venv, or a skip saying how to make it."""
+    venv = server_venv()
+    if not (venv / ".framewise-vllm-stamp").exists():  # written once the venv is complete and checked
+        pytest.skip(f"no complete vLLM server venv at {venv}; make it with `make vllm-venv`")
+    return venv
+
+
+@pytest.fixture(scope="session")
+def server_python() -> list[str]:
+    """The command that runs the server venv's Python with the torchvision shim on its path."""
+    venv = complete_venv()
+    return ["env", f"PYTHONPATH={REPO_ROOT / 'scripts' / 'vllm_server' / 'pyshim'}", str(venv / "bin" / "python")]
+
+
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The base URL of a running vLLM server whose model ``demo`` is the bundled demo model."""
-    venv = server_venv()
-    if not (venv / "bin" / "python").exists():
-        pytest.skip(f"no vLLM server venv at {venv}; make it with scripts/vllm_server/setup_venv.sh")
+    venv = complete_venv()
     port = free_port()
     run_dir = tmp_path_factory.mktemp("vllm-run")
     environment = {**os.environ, "VENV": str(venv), "RUN": str(run_dir), "HEALTH_TIMEOUT_S": str(START_TIMEOUT_S)}

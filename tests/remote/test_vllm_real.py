@@ -7,18 +7,22 @@ shape of the exchange.
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import httpx
 import pytest
 
-from framewise.core.backends.vllm_server import VllmServerEngine, openai_messages
+from framewise.core.backends.vllm_server import VllmServerEngine, openai_messages, vllm_serve_command
 from framewise.core.errors import ServerModelError, ServerRequestError
 from framewise.core.events import Token
 from framewise.core.processing import _pair_timestamps
-from framewise.core.settings import AppSettings
+from framewise.core.resources import asset_path
+from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings
 from tests.app.test_cli import framewise
 from tests.conftest import SAMPLE_CLIPS
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]  # the first test waits for the server to start
 CLIP = SAMPLE_CLIPS / "red_square_moves_right.mp4"
 
 
@@ -56,11 +60,13 @@ def test_the_server_writes_framewises_time_markers(vllm_server: str) -> None:
         "model": "demo",
         "messages": openai_messages("When?", engine.clip, []),
         "media_io_kwargs": engine.clip.media_io_kwargs,
-        "return_token_strs": True,
     }
-    response = httpx.post(f"{vllm_server}/tokenize", json=body, timeout=120)
-    assert response.status_code == 200, response.text
-    prompt = "".join(response.json()["token_strs"])
+    tokenized = httpx.post(f"{vllm_server}/tokenize", json=body, timeout=120)
+    assert tokenized.status_code == 200, tokenized.text
+    tokens = tokenized.json()["tokens"]
+    detokenized = httpx.post(f"{vllm_server}/detokenize", json={"model": "demo", "tokens": tokens}, timeout=120)
+    assert detokenized.status_code == 200, detokenized.text
+    prompt = detokenized.json()["prompt"]
     markers = [f"<{time:.1f} seconds>" for time in _pair_timestamps(opened.timestamps, 2)]
     positions = [prompt.find(marker) for marker in markers]
     assert -1 not in positions and positions == sorted(positions), (markers, prompt[:400])
@@ -82,3 +88,42 @@ def test_the_cli_streams_an_answer_from_the_server(vllm_server: str) -> None:
     assert result.stdout.startswith("[Demo model")
     assert "red" in result.stdout.splitlines()[1].lower()
     assert "server: prompt" in result.stdout and "tokens/s" in result.stdout
+
+
+# vLLM's own parser reads the command line as `vllm serve` would (flag names, JSON values, the
+# CompilationConfig fields) and prints what it understood.
+PARSE_SERVE_COMMAND = """
+import json, shlex, sys
+from vllm.engine.arg_utils import EngineArgs
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+arguments = shlex.split(sys.argv[1])[3:]  # after "python -m vllm.entrypoints.openai.api_server"
+parsed = make_arg_parser(FlexibleArgumentParser()).parse_args(arguments)
+compilation = EngineArgs.from_cli_args(parsed).compilation_config
+print(json.dumps({
+    "cudagraph_mm_encoder": compilation.cudagraph_mm_encoder,
+    "budgets": compilation.encoder_cudagraph_token_budgets,
+    "items": compilation.encoder_cudagraph_max_vision_items_per_batch,
+    "frames": compilation.encoder_cudagraph_max_frames_per_batch,
+    "trust_request_mm_kwargs": parsed.trust_request_mm_kwargs,
+    "media_io_kwargs": parsed.media_io_kwargs,
+}))
+"""
+
+
+def test_vllm_reads_the_offered_serve_command_as_meant(server_python: list[str]) -> None:
+    encoder = EncoderSettings(min_budget=256, max_budget=4096, budget_ratio=2.0, max_items_per_batch=4, max_frames_per_batch=32)
+    command = vllm_serve_command(str(asset_path("demo_model")), encoder, SamplingSettings())  # a folder: no hub lookup
+    result = subprocess.run(
+        [*server_python, "-c", PARSE_SERVE_COMMAND, command], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    understood = json.loads(result.stdout.strip().splitlines()[-1])
+    assert understood == {
+        "cudagraph_mm_encoder": True,
+        "budgets": [64, 128, 256, 512, 1024],
+        "items": 4,
+        "frames": 32,
+        "trust_request_mm_kwargs": True,
+        "media_io_kwargs": {"video": {"num_frames": -1}},
+    }

@@ -44,6 +44,7 @@ class FakeEngine:
         self.sink = sink
         self.history: list[tuple[str, str]] = []
         self.clip_name: str | None = None
+        self.clip_path: Path | None = None
         self.calls: list[tuple[str, float]] = []
         self._cancel = threading.Event()
 
@@ -79,6 +80,9 @@ class FakeEngine:
     def new_conversation(self) -> None:
         self.history.clear()
 
+    def open_clip_path(self) -> Path | None:
+        return self.clip_path
+
     def open_clip(self, path: str) -> EncodeDone:
         self._cancel.clear()
         self.calls.append(("open_clip", time.perf_counter()))
@@ -97,6 +101,7 @@ class FakeEngine:
             self.sink(chunk)
         self.history.clear()
         self.clip_name = name
+        self.clip_path = Path(path)
         done = EncodeDone(name, len(frames), len(frames) * 64, timestamps, 5.0, 1.0, 9.0, 2.2, 0, len(chunks), tuple(chunks))
         self.sink(done)
         return done

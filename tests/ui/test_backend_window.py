@@ -1,0 +1,107 @@
+"""The window switching between this machine and a vLLM server (a fake one on 127.0.0.1) in
+Settings ▸ Backend, without a restart, and showing the server's figures."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QGuiApplication
+
+from framewise.core.backends import create_engine
+from framewise.core.settings import AppSettings
+from tests.fake_vllm_server import Behaviour, FakeVllmServer
+from tests.ui.fake_engine import FakeEngine
+from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, open_and_wait, wait_ready
+
+FAST = AppSettings().replace("sampling", max_frames=4).replace("generation", max_new_tokens=8)
+
+
+def fake_local_or_server(settings: AppSettings, sink):
+    """The fake engine for "this machine", the real vLLM-server backend for a server."""
+    if settings.backend.kind == "vllm":
+        return create_engine(settings, sink)
+    return FakeEngine(settings, sink)
+
+
+def apply_backend(qtbot, window, *, server_url: str | None) -> None:
+    dialog = window.open_settings("backend")
+    (dialog.server_radio if server_url else dialog.local_radio).setChecked(True)
+    if server_url:
+        dialog.field_widget("backend.server_url").setText(server_url)
+    assert dialog.apply()
+    dialog.accept()
+    qtbot.waitUntil(lambda: window.operation is None and window.info is not None
+                    and (window.info.server is not None) == bool(server_url), timeout=LOAD_TIMEOUT_MS)
+
+
+def test_settings_switch_to_a_server_and_back_and_the_window_shows_its_figures(qtbot, make_window, sample_clip):
+    behaviour = Behaviour(pieces=("re", "d", ""))
+    with FakeVllmServer(behaviour) as server:
+        window = make_window(fake_local_or_server, FAST)
+        wait_ready(qtbot, window)
+        open_and_wait(qtbot, window, sample_clip)
+        ask_and_wait(qtbot, window, "What color is the square?")
+        assert window.info.server is None and not window.encoder_panel.server_box.isVisibleTo(window)
+
+        apply_backend(qtbot, window, server_url=server.url)
+        panel = window.encoder_panel
+        assert "Encoding runs on the vLLM server at " + server.url in panel.encoder_value.text()
+        assert panel.server_box.isVisibleTo(window)
+        command = panel.server_box.command.toPlainText()
+        assert "encoder_cudagraph_token_budgets" in command and "--trust-request-mm-kwargs" in command
+        panel.server_box.copy_button.click()
+        assert QGuiApplication.clipboard().text() == command
+        assert not window.cpu_banner.isVisible()
+        qtbot.waitUntil(lambda: not window.opening_clip, timeout=LOAD_TIMEOUT_MS)
+
+        ask_and_wait(qtbot, window, "And now?")
+        turn = window.conversation.turns[-1]
+        assert turn.status == "done" and turn.answer == "red" and turn.stats.server is not None
+        assert "prompt 368 tokens (256 cached)" in panel.server_value.text()
+        assert "multimodal cache 1 hits of 2 queries" in panel.server_value.text()
+        assert panel.first_token_value.text().endswith(" ms") and "tokens/s" in panel.speed_value.text()
+        sent = behaviour.chat_requests[-1]["messages"][0]["content"][0]["video_url"]["url"]
+        assert sent.startswith("data:video/jpeg;base64,") and sent.count(",") == 4  # the clip, re-opened there
+
+        behaviour.chat_status, behaviour.chat_body = 400, {"error": {"message": "At most 1 video(s) may be provided"}}
+        ask_and_wait(qtbot, window, "One more?")
+        assert window.conversation.turns[-1].status == "failed"
+        assert "At most 1 video(s)" in window.conversation.turns[-1].error
+        assert window.conversation.turns[-2].status == "done" and window.conversation.turns[-2].answer == "red"
+        assert window.clip is not None
+
+        apply_backend(qtbot, window, server_url=None)
+        assert not panel.server_box.isVisibleTo(window) and window.info.device == "cpu"
+
+
+def test_an_unreachable_server_keeps_the_window_on_this_machine(qtbot, make_window, sample_clip):
+    with FakeVllmServer() as server:
+        closed_url = server.url
+    window = make_window(fake_local_or_server, FAST)
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    dialog = window.open_settings("backend")
+    dialog.server_radio.setChecked(True)
+    dialog.field_widget("backend.server_url").setText(closed_url)
+    assert dialog.apply()
+    qtbot.waitUntil(lambda: window.error_banner.isVisible(), timeout=LOAD_TIMEOUT_MS)
+    assert "Cannot reach a server" in window.error_banner.text()
+    qtbot.waitUntil(lambda: window.operation is None, timeout=LOAD_TIMEOUT_MS)
+    assert window.info.server is None and window.clip is not None
+    ask_and_wait(qtbot, window, "Still there?")
+    assert window.conversation.turns[-1].status == "done"
+
+
+def test_the_dialog_warns_about_plain_http_to_another_host_and_keeps_the_key_out_of_the_file(qtbot, make_window, store):
+    window = make_window(fake_local_or_server, FAST)
+    wait_ready(qtbot, window)
+    dialog = window.open_settings("backend")
+    dialog.server_radio.setChecked(True)
+    dialog.field_widget("backend.server_url").setText("http://gpu-box.example.org:8000")
+    assert dialog.http_warning.isVisibleTo(dialog) and "unencrypted" in dialog.http_warning.text()
+    dialog.field_widget("backend.server_url").setText("http://127.0.0.1:8000")
+    assert not dialog.http_warning.isVisibleTo(dialog)
+    dialog.field_widget("backend.api_key").setText("k-secret-1")
+    settings = dialog.validated_settings()
+    assert settings.backend.api_key == "k-secret-1"
+    store.save_settings(settings)
+    assert "k-secret-1" not in open(store.location, encoding="utf-8").read()
+    assert "session only" in window.store.api_key_note()
