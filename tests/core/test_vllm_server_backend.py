@@ -262,3 +262,19 @@ def test_times_are_milliseconds_of_a_1000_fps_source_and_counters_sum_over_label
     text = "# HELP x\nvllm:mm_cache_hits_total{engine=\"0\"} 1.0\nvllm:mm_cache_hits_total{engine=\"1\"} 2.0\nother 5\n"
     assert prometheus_totals(text, ("vllm:mm_cache_hits",)) == {"vllm:mm_cache_hits": 3.0}
 
+
+
+def test_an_exported_conversation_carries_the_servers_figures() -> None:
+    from framewise.core.conversation import Conversation, Turn
+
+    with FakeVllmServer(Behaviour(pieces=("re", "d", ""))) as server:
+        engine = loaded(server.url)
+        done = engine.ask("What color?")
+    turn = Turn(question="What color?", model_name="demo", model_label=engine.info().model_label,
+                answer=done.text, status="done", stats=done.stats)
+    conversation = Conversation(clip_name="clip.mp4", turns=[turn])
+    markdown = conversation.to_markdown(engine.settings)
+    assert f"vLLM server {server.url}: prompt 368 tokens (256 cached)" in markdown
+    exported = json.loads(conversation.export_text(engine.settings, ".json"))
+    assert exported["turns"][0]["stats"]["server"]["completion_tokens"] == 2
+    assert "api_key" not in exported["settings"]["backend"]
