@@ -356,18 +356,7 @@ class Engine:
     ) -> EncodeDone:
         """Preprocess and encode sampled frames (T, H, W, 3) uint8 and make them the open clip."""
         loaded = self._require_model()
-        width, height, duration_s = size_and_duration
-        self.sink(
-            ClipSampled(
-                clip_name=name,
-                path=str(path or ""),
-                timestamps=tuple(timestamps),
-                thumbnails=tuple(thumbnail(frame) for frame in frames),
-                width=width,
-                height=height,
-                duration_s=duration_s,
-            )
-        )
+        self.sink(clip_sampled(name, path, frames, timestamps, size_and_duration))
         self._raise_if_cancelled()
         started = time.perf_counter()
         video = preprocess_video(frames, timestamps, loaded.geometry)
@@ -619,6 +608,26 @@ class _EngineParts:
     clip: EncodedClip | None
     history: list[tuple[str, str]] = field(default_factory=list)
     released: bool = False
+
+
+def clip_sampled(
+    name: str,
+    path: Path | None,
+    frames: np.ndarray,
+    timestamps: Sequence[float],
+    size_and_duration: tuple[int, int, float],
+) -> ClipSampled:
+    """The :class:`ClipSampled` event of T sampled frames (T, H, W, 3) uint8, with their thumbnails."""
+    width, height, duration_s = size_and_duration
+    return ClipSampled(
+        clip_name=name,
+        path=str(path or ""),
+        timestamps=tuple(timestamps),
+        thumbnails=tuple(thumbnail(frame) for frame in frames),
+        width=width,
+        height=height,
+        duration_s=duration_s,
+    )
 
 
 def thumbnail(frame: np.ndarray, height: int = THUMBNAIL_HEIGHT) -> np.ndarray:

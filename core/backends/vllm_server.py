@@ -53,7 +53,6 @@ from framewise.core.errors import (
 )
 from framewise.core.events import (
     AnswerStats,
-    ClipSampled,
     Done,
     EncodeDone,
     EngineInfo,
@@ -184,14 +183,16 @@ class VllmServerEngine:
         )
         decode_ms = (time.perf_counter() - started) * 1e3
         info = sampled.info
-        return self._pack(sampled.frames, sampled.timestamps, path.name, path, decode_ms, info.width, info.height)
+        return self._pack(
+            sampled.frames, sampled.timestamps, path.name, path, decode_ms, (info.width, info.height, info.duration_s)
+        )
 
     def open_frames(self, frames: np.ndarray, timestamps: Sequence[float], name: str) -> EncodeDone:
         """Use frames (T, H, W, 3) uint8 RGB sampled elsewhere, with their T timestamps in seconds."""
         self._require_server()
         self._cancel.clear()
         rows, cols = frames.shape[1:3]
-        return self._pack(frames, timestamps, name, None, 0.0, cols, rows)
+        return self._pack(frames, timestamps, name, None, 0.0, (cols, rows, float(timestamps[-1])))
 
     def close_clip(self) -> None:
         """Drop the open clip and the conversation about it."""
@@ -209,23 +210,12 @@ class VllmServerEngine:
         name: str,
         path: Path | None,
         decode_ms: float,
-        width: int,
-        height: int,
+        size_and_duration: tuple[int, int, float],
     ) -> EncodeDone:
-        from framewise.core.engine import thumbnail
+        """Pack sampled frames (T, H, W, 3) uint8 for the server and make them the open clip."""
+        from framewise.core.engine import clip_sampled  # the same event, thumbnails included, as locally
 
-        duration_s = float(timestamps[-1]) if len(timestamps) else 0.0
-        self.sink(
-            ClipSampled(
-                clip_name=name,
-                path=str(path or ""),
-                timestamps=tuple(timestamps),
-                thumbnails=tuple(thumbnail(frame) for frame in frames),
-                width=width,
-                height=height,
-                duration_s=duration_s,
-            )
-        )
+        self.sink(clip_sampled(name, path, frames, timestamps, size_and_duration))
         started = time.perf_counter()
         url = video_data_url(frames)
         pack_ms = (time.perf_counter() - started) * 1e3
