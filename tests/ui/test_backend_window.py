@@ -140,3 +140,28 @@ def test_with_a_secret_store_the_key_outlives_the_session_but_never_enters_the_f
     assert SettingsStore(ini).load_settings().backend.api_key == ""  # an ini store without the secret store
     SettingsStore(ini, use_keyring=True).save_settings(settings.replace("backend", api_key=""))
     assert secrets.secrets == {}
+
+
+def test_stop_ends_a_server_answer_within_half_a_second_and_closes_the_stream(qtbot, make_window, sample_clip):
+    import time
+
+    from PySide6.QtCore import Qt
+
+    behaviour = Behaviour(pieces=("The", " red", " square", "") * 50, piece_delay_s=0.2)
+    with FakeVllmServer(behaviour) as server:
+        settings = FAST.replace("backend", kind="vllm", server_url=server.url)
+        window = make_window(fake_local_or_server, settings)
+        wait_ready(qtbot, window)
+        open_and_wait(qtbot, window, sample_clip)
+        window.chat.question_edit.setPlainText("Describe the clip")
+        window.chat.submit()
+        qtbot.waitUntil(lambda: window.conversation.current is not None and bool(window.conversation.current.answer),
+                        timeout=LOAD_TIMEOUT_MS)
+        started = time.perf_counter()
+        qtbot.mouseClick(window.chat.stop_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: window.conversation.current is None, timeout=3000)
+        elapsed = time.perf_counter() - started
+        qtbot.waitUntil(lambda: bool(behaviour.disconnects), timeout=3000)
+    assert elapsed < 0.5, f"Stop took {elapsed:.2f} s"
+    turn = window.conversation.turns[-1]
+    assert turn.status == "stopped" and turn.stats.cancelled
