@@ -18,25 +18,17 @@ from framewise.core.errors import CancelledError, ClipNotFoundError, ModelLoadEr
 from framewise.core.events import Token
 from framewise.core.settings import AppSettings
 from tests.conftest import SAMPLE_CLIPS
-from tests.core.test_engine import FAST, Recorder
+from tests.core.test_engine import FAST, Recorder, loaded_engine  # noqa: F401 - the module-scoped engine fixture
 from tests.core.test_models import copy_demo
 
 CLIP = SAMPLE_CLIPS / "red_square_moves_right.mp4"
 OTHER_CLIP = SAMPLE_CLIPS / "two_shapes_wide.mp4"
 
 
-@pytest.fixture(scope="module")
-def loaded() -> tuple[Engine, Recorder]:
-    recorder = Recorder()
-    engine = Engine(FAST, sink=recorder)
-    engine.load()
-    return engine, recorder
-
-
 @pytest.fixture()
-def engine(loaded: tuple[Engine, Recorder]) -> Engine:
+def engine(loaded_engine: tuple[Engine, Recorder]) -> Engine:
     """The demo engine on FAST settings with CLIP open and one answered question."""
-    engine, recorder = loaded
+    engine, recorder = loaded_engine
     engine.apply_settings(FAST)
     engine.open_clip(CLIP)
     engine.ask("What color is the square?")
@@ -120,10 +112,10 @@ def test_a_failed_encoder_rebuild_brings_the_old_encoder_back(engine: Engine, mo
 # -- cancel reaches every stage ------------------------------------------------------------------
 
 
-def test_a_cancel_just_before_a_question_is_not_lost(engine: Engine, loaded: tuple[Engine, Recorder]) -> None:
+def test_a_cancel_just_before_a_question_is_not_lost(engine: Engine, loaded_engine: tuple[Engine, Recorder]) -> None:
     engine.cancel()
     done = engine.ask("What moves?")
-    assert done.stats.cancelled and done.stats.new_tokens == 0 and not loaded[1].of(Token)
+    assert done.stats.cancelled and done.stats.new_tokens == 0 and not loaded_engine[1].of(Token)
     assert len(engine.history) == 1, "a cancelled answer is not kept"
     assert_still_answers(engine, 1)  # the cancel was used up by the question it stopped
 
