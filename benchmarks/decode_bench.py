@@ -10,7 +10,9 @@ each, greedy. Every answer runs to ``--new-tokens`` (no end-of-answer token). Mo
 - ``static``: ``generate()`` with one ``StaticCache`` reused across questions, so transformers
   compiles its decode step (the compile seconds are the first call's extra time);
 - ``framewise``: :class:`~framewise.core.decoding.Decoder`: static KV cache, decode steps through
-  CUDA graphs per context bucket, follow-ups prefill only their new tokens.
+  CUDA graphs per context bucket, follow-ups prefill only their new tokens;
+- ``framewise_unfused``: the same with the model's own layers in the steps and prefills (what the
+  few-kernel layout buys).
 
 Per mode: time to first token (first question; follow-ups' mean), per-token time after the first
 token (mean, p99) and its tokens/s, the ratio of the per-token time to the memory-bandwidth
@@ -208,8 +210,8 @@ class GenerateRunner:
 class FramewiseRunner:
     """Framewise's decoder: the cache keeps the conversation, each question prefills what is new."""
 
-    def __init__(self, model, features: EncodedItem, grid, context: int, min_bucket: int) -> None:
-        self.language = Qwen3VLLanguageModel(model)
+    def __init__(self, model, features: EncodedItem, grid, context: int, min_bucket: int, fused: bool) -> None:
+        self.language = Qwen3VLLanguageModel(model, fused_steps=fused)
         self.features = features
         self.grid = grid
         started = time.perf_counter()
@@ -328,7 +330,7 @@ def bench_size(size: str, args, device, dtype, bandwidth: float, save: Callable[
             continue
         entry.update(summarize(answers, weight_bytes, bandwidth, len(conversation.follow_ups) + 1))
         entry["seconds"] = time.perf_counter() - mode_started
-        if mode == "framewise":
+        if mode.startswith("framewise"):
             decoder = runner.decoder
             entry.update(
                 capture_first_s=runner.first_capture_s, start_first_s=runner.first_start_s,
@@ -358,8 +360,9 @@ def bench_size(size: str, args, device, dtype, bandwidth: float, save: Callable[
 
 def make_runner(mode: str, model, features, conversation: Conversation, context: int, args) -> tuple[Any, Callable]:
     """The mode's runner and its warm-up (the static mode's warm-up is its compile)."""
-    if mode == "framewise":
-        runner = FramewiseRunner(model, features, conversation.grid_thw, context, args.min_bucket)
+    if mode in ("framewise", "framewise_unfused"):
+        fused = mode == "framewise"
+        runner = FramewiseRunner(model, features, conversation.grid_thw, context, args.min_bucket, fused)
         return runner, lambda ids: (runner.ask(ids, 4), runner.decoder.forget())
     if mode in ("default", "static"):
         runner = GenerateRunner(model, features, conversation.grid_thw, context if mode == "static" else None)
@@ -418,7 +421,7 @@ def markdown(results: list[dict[str, Any]], header: dict[str, Any]) -> str:
                 continue
             capture = ""
             memory = ""
-            if mode == "framewise":
+            if mode.startswith("framewise"):
                 capture = f"{entry['capture_first_s']:.2f} / {entry['capture_second_s']:.2f}"
                 memory = f"{entry['cache_mb']:.0f} + {entry['graph_mb']:.0f}"
             elif mode == "static":
@@ -441,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("results"))
     parser.add_argument("--sizes", default="2B,8B")
-    parser.add_argument("--modes", default="framewise,default,static")
+    parser.add_argument("--modes", default="framewise,framewise_unfused,default,static")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32", "float16"))
     parser.add_argument("--frames", type=int, default=16)
@@ -453,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-bucket", type=int, default=256)
     parser.add_argument(
         "--mode-budgets",
-        default="framewise=30,default=60,static=120",
+        default="framewise=30,framewise_unfused=30,default=60,static=120",
         help="seconds one mode may take at one size: no question starts after them",
     )
     parser.add_argument("--total-budget-s", type=float, default=3600.0, help="a mode that would end past it is skipped")
