@@ -239,9 +239,13 @@ class FramewiseRunner:
         return _answer_from_times(started, times, result.token_ids)
 
 
-def run_conversation(runner, conversation: Conversation, new_tokens: int, deadline: float) -> list[Answer]:
+def run_conversation(
+    runner, conversation: Conversation, new_tokens: int, deadline: float, follow_ups: int
+) -> list[Answer]:
+    """The first question and ``follow_ups`` follow-ups, each answer part of the next prompt; no
+    question starts after ``deadline``."""
     answers: list[Answer] = []
-    for turn in range(len(conversation.follow_ups) + 1):
+    for _ in range(follow_ups + 1):
         if time.perf_counter() > deadline:
             break
         answers.append(runner.ask(conversation.prompt([a.token_ids for a in answers]), new_tokens))
@@ -322,13 +326,14 @@ def bench_size(size: str, args, device, dtype, bandwidth: float, save: Callable[
             if time.perf_counter() > deadline:
                 raise TimeoutError(f"its warm-up alone took {entry['warm_up_s']:.0f} s")
             _reset_peak(device)
-            answers = run_conversation(runner, conversation, args.new_tokens, deadline)
+            follow_ups = args.follow_ups if mode.startswith("framewise") else args.baseline_follow_ups
+            answers = run_conversation(runner, conversation, args.new_tokens, deadline, follow_ups)
         except Exception as error:  # noqa: BLE001 - a mode that fails is reported, the others still run
             entry["skipped"] = f"{type(error).__name__}: {str(error)[:300]}"
             print(f"   {mode}: skipped ({entry['skipped']})", flush=True)
             _free(device)
             continue
-        entry.update(summarize(answers, weight_bytes, bandwidth, len(conversation.follow_ups) + 1))
+        entry.update(summarize(answers, weight_bytes, bandwidth, follow_ups + 1))
         entry["seconds"] = time.perf_counter() - mode_started
         if mode.startswith("framewise"):
             decoder = runner.decoder
@@ -452,6 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=448)
     parser.add_argument("--follow-ups", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument(
+        "--baseline-follow-ups", type=int, default=3, help="follow-ups the transformers modes answer (time)"
+    )
     parser.add_argument("--warm-up-tokens", type=int, default=8)
     parser.add_argument("--min-bucket", type=int, default=256)
     parser.add_argument(
