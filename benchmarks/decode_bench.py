@@ -11,7 +11,7 @@ each, greedy. Every answer runs to ``--new-tokens`` (no end-of-answer token). Mo
   compiles its decode step (the compile seconds are the first call's extra time);
 - ``framewise``: :class:`~framewise.core.decoding.Decoder`: static KV cache, decode steps through
   CUDA graphs per context bucket, follow-ups prefill only their new tokens;
-- ``framewise_unfused``: the same with the model's own layers in the steps and prefills (what the
+- ``framewise_unfused``: the same with the model's own layers in the decode steps (what the
   few-kernel layout buys).
 
 Per mode: time to first token (first question; follow-ups' mean), per-token time after the first

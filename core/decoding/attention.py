@@ -74,16 +74,10 @@ def step_mask(view_length: int, cache_position: torch.Tensor, dtype: torch.dtype
 
 
 def prefill_mask(start: int, count: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
-    """:func:`causal_mask`, or ``None`` (sdpa's own causal path, as transformers takes) when nothing
-    is cached."""
+    """(1, 1, count, start + count) additive causal mask of ``count`` queries after ``start`` cached
+    positions; ``None`` (sdpa's own causal path, as transformers takes) when nothing is cached."""
     if start == 0:
         return None
-    return causal_mask(start, count, device, dtype)
-
-
-def causal_mask(start: int, count: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """(1, 1, count, start + count) additive causal mask of ``count`` queries after ``start`` cached
-    positions."""
     rows = torch.arange(count, device=device)[:, None] + start
     columns = torch.arange(start + count, device=device)[None, :]
     mask = torch.where(columns <= rows, 0.0, torch.finfo(dtype).min).to(dtype)

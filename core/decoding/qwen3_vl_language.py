@@ -8,10 +8,10 @@ generated at cache position ``p`` has rotary position ``p + rope_offset`` on all
 
 A prefill runs the model's own decoder layers, rotary embedding, norm and head, called the way
 ``Qwen3VLTextModel.forward`` calls them; only the cache and the attention function are Framewise's.
-A decode step, and the prefill of a follow-up's text, run the same weights in fewer kernels
-(:class:`_DenseLayer`): q, k and v in one matrix product, gate and up in another, the q and k
-norms and rotary applied to all heads at once, attention in one ``scaled_dot_product_attention``
-call. Layers of another shape (the MoE model's experts) run the model's own layers instead.
+A decode step (one token) runs the same weights in fewer kernels (:class:`_DenseLayer`): q, k and
+v in one matrix product, gate and up in another, the q and k norms and rotary applied to all heads
+at once, attention in one ``scaled_dot_product_attention`` call. Layers of another shape (the MoE
+model's experts) step through the model's own layers instead.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from framewise.core.decoding.attention import causal_mask, decoder_attention, prefill_mask, step_mask
+from framewise.core.decoding.attention import decoder_attention, prefill_mask, step_mask
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.processing import VIDEO_TOKEN
@@ -162,15 +162,9 @@ class Qwen3VLLanguageModel:
             deepstack = [layer[rows] for layer in video.deepstack]
         cache.write_positions = torch.arange(start, start + count, device=device)
         cache.view_length = start + count
-        rope = rope.to(device)[:, None, :]
-        if self._dense is not None and not video_rows:  # a follow-up's text: the few-kernel layers
-            mask = causal_mask(start, count, device, embeds.dtype)
-            position_embeddings = self.text.rotary_emb(embeds, rope)
-            hidden = self._dense_forward(embeds.view(count, -1), position_embeddings, cache, mask)[-1:]
-        else:
-            mask = prefill_mask(start, count, device, embeds.dtype)
-            hidden = self._layers(embeds, rope, cache, mask, video_mask, deepstack)[:, -1, :]
-        return self.model.lm_head(hidden).float()
+        mask = prefill_mask(start, count, device, embeds.dtype)
+        hidden = self._layers(embeds, rope.to(device)[:, None, :], cache, mask, video_mask, deepstack)
+        return self.model.lm_head(hidden[:, -1, :]).float()
 
     def step(self, cache: StaticKVCache, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor):
         """One decode step, graph-safe: ``token`` (1, 1) int64 at ``cache_position`` (1,) with
@@ -183,42 +177,38 @@ class Qwen3VLLanguageModel:
         if self._dense is None:
             hidden = self._layers(embeds, rope, cache, mask, None, [])[:, -1, :]
         else:
-            hidden = self._dense_forward(embeds.view(1, -1), self.text.rotary_emb(embeds, rope), cache, mask)
+            hidden = self._dense_step(embeds.view(1, -1), self.text.rotary_emb(embeds, rope), cache, mask)
         return self.model.lm_head(hidden).float()
 
-    def _dense_forward(
+    def _dense_step(
         self,
         hidden: torch.Tensor,
         position_embeddings: tuple[torch.Tensor, torch.Tensor],
         cache: StaticKVCache,
         mask: torch.Tensor,
     ) -> torch.Tensor:
-        """The decoder stack for ``n`` tokens ``hidden`` (n, hidden) through :class:`_DenseLayer`s,
-        the same arithmetic as the model's layers. ``position_embeddings`` are the rotary (cos, sin),
-        (1, n, head_dim) each; ``mask`` the additive (1, 1, n, cache.view_length) mask. Returns the
-        normed hidden states (n, hidden). For one token no tensor is copied between the kernels."""
+        """The decoder stack for one token ``hidden`` (1, hidden) through :class:`_DenseLayer`s,
+        the same arithmetic as the model's layers; returns the normed hidden state (1, hidden)."""
         assert self._dense is not None
         heads, kv_heads, head_dim = self.config.num_attention_heads, self.kv_heads, self.head_dim
-        count, groups, half, size = hidden.shape[0], heads // kv_heads, head_dim // 2, self.config.hidden_size
-        cos, sin = (part.reshape(count, 1, head_dim) for part in position_embeddings)
+        half = head_dim // 2
+        cos, sin = (part.reshape(1, head_dim) for part in position_embeddings)
         # rotate_half(x) * sin == roll(x, half) * sin with its first half negated
-        sin_signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
-        # The query heads of one key/value head attend as that head's queries (groups x count of
-        # them, group-major), so the keys are never copied per query head.
-        grouped_mask = mask if count == 1 else mask.repeat(1, 1, groups, 1)
+        sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+        size = self.config.hidden_size
         for index, layer in enumerate(self._dense):
             normed = F.rms_norm(hidden, (size,), layer.input_norm, layer.eps)
             qkv = F.linear(normed, layer.qkv)
-            qk = qkv[:, : (heads + kv_heads) * head_dim].view(count, heads + kv_heads, head_dim)
+            qk = qkv[:, : (heads + kv_heads) * head_dim].view(heads + kv_heads, head_dim)
             qk = F.rms_norm(qk, (head_dim,), None, layer.eps) * layer.qk_norm
             qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), sin_signed)
-            key = qk[:, heads:].transpose(0, 1).unsqueeze(0)  # (1, kv_heads, n, head_dim)
-            value = qkv[:, (heads + kv_heads) * head_dim :].view(count, kv_heads, head_dim).transpose(0, 1).unsqueeze(0)
+            key = qk[heads:].view(1, kv_heads, 1, head_dim)
+            value = qkv[:, (heads + kv_heads) * head_dim :].view(1, kv_heads, 1, head_dim)
             keys, values = cache.update(key, value, index)
-            query = qk[:, :heads].transpose(0, 1).reshape(1, kv_heads, groups * count, head_dim)
-            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=grouped_mask, scale=layer.scaling)
-            attended = attended.reshape(heads, count, head_dim).transpose(0, 1).reshape(count, heads * head_dim)
-            hidden = hidden + F.linear(attended, layer.o)
+            # The query heads of one key/value head attend as that head's queries: no copies.
+            query = qk[:heads].view(1, kv_heads, heads // kv_heads, head_dim)
+            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=layer.scaling)
+            hidden = hidden + F.linear(attended.reshape(1, heads * head_dim), layer.o)
             normed = F.rms_norm(hidden, (size,), layer.post_norm, layer.eps)
             gate, up = F.linear(normed, layer.gate_up).chunk(2, dim=-1)
             hidden = hidden + F.linear(F.silu(gate) * up, layer.down)

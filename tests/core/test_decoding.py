@@ -162,34 +162,6 @@ def test_the_fused_step_computes_what_the_models_own_layers_compute(setup: Setup
         torch.testing.assert_close(fused.cache.values[layer][:, :, position], stock.cache.values[layer][:, :, position])
 
 
-def test_the_fused_prefill_of_a_follow_up_computes_what_the_models_own_layers_compute(setup: Setup) -> None:
-    fused = make_decoder(setup)
-    stock = Decoder(Qwen3VLLanguageModel(setup.model, fused_steps=False), 512, 16, use_graphs=True)
-    rule = rule_for(setup, max_new_tokens=3)
-    _, prompt = prompt_for(setup, "What color is the square?")
-    first = [answer(decoder, prompt, rule) for decoder in (fused, stock)]
-    assert first[0].token_ids == first[1].token_ids
-    history = [("What color is the square?", setup.tokenizer.decode(first[0].token_ids, skip_special_tokens=True))]
-    _, prompt = prompt_for(setup, "Where does it go?", history)
-    ids = prompt.input_ids[0].tolist()
-    reused = fused.cache.reusable_prefix(prompt.owner, ids)
-    assert reused and len(ids) - reused > 1 and reused == stock.cache.reusable_prefix(prompt.owner, ids)
-    positions = fused.language.positions(prompt.input_ids, prompt.token_types, prompt.video_grid_thw)
-    with torch.inference_mode():
-        ours, theirs = (
-            decoder.language.prefill(
-                decoder.cache, reused, prompt.input_ids[:, reused:], prompt.token_types[:, reused:],
-                positions.rope[:, reused:], prompt.video, int((prompt.token_types[0, :reused] == 2).sum()),
-            )
-            for decoder in (fused, stock)
-        )
-    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
-    for layer in (0, fused.language.layers - 1):
-        written = slice(reused, len(ids))
-        torch.testing.assert_close(fused.cache.keys[layer][:, :, written], stock.cache.keys[layer][:, :, written])
-        torch.testing.assert_close(fused.cache.values[layer][:, :, written], stock.cache.values[layer][:, :, written])
-
-
 def test_fusing_shares_the_models_weights(setup: Setup) -> None:
     attention = setup.model.model.language_model.layers[0].self_attn
     Qwen3VLLanguageModel(setup.model)
