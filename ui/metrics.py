@@ -39,6 +39,7 @@ class EncoderPanel(QWidget):
         self.hits = 0
         self.misses = 0
         self._graphs_enabled: bool | None = None
+        self._on_server = False  # a vLLM server answers: nothing is encoded here
         self._run_label = ""
 
         self.plot = LatencyPlot()
@@ -112,7 +113,8 @@ class EncoderPanel(QWidget):
 
     def set_engine_info(self, info: EngineInfo) -> None:
         self._graphs_enabled = info.graphs_enabled
-        self.server_box.setVisible(info.server is not None)
+        self._on_server = info.server is not None
+        self.server_box.setVisible(self._on_server)
         if info.server is not None:
             self._show_server(info.server)
             return
@@ -179,6 +181,12 @@ class EncoderPanel(QWidget):
 
     def set_encode_done(self, done: EncodeDone) -> None:
         self.clip_value.setText(f"{done.frames} frames, {done.patches:,} patches")
+        if self._on_server:
+            self.timing_value.setText(
+                f"decode {done.decode_ms:.0f} ms, packing for the server {done.preprocess_ms:.0f} ms; "
+                "encoded on the server with the first question"
+            )
+            return
         self.timing_value.setText(
             f"decode {done.decode_ms:.0f} ms, preprocess {done.preprocess_ms:.0f} ms, "
             f"encode {done.encode_ms:.1f} ms ({done.ms_per_frame:.2f} ms/frame)"
@@ -201,7 +209,7 @@ class EncoderPanel(QWidget):
         return self.hits_value.text()
 
     def _update_hits(self) -> None:
-        if self.server_box.isVisibleTo(self):
+        if self._on_server:
             return
         total = self.hits + self.misses
         if self._graphs_enabled is False:
