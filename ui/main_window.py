@@ -14,6 +14,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence, QPalette
 from PySide6.QtWidgets import (
+    QDockWidget,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -25,14 +26,21 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from framewise.core.errors import ExportError
+from framewise.core.conversation_store import (
+    ConversationRecorder,
+    ConversationStore,
+    StoredConversation,
+    default_store_path,
+)
+from framewise.core.errors import ConversationStoreError, ExportError
 from framewise.core.events import ChunkStats, ClipSampled, Done, EncodeDone, EngineInfo, Failed, Progress, Token
 from framewise.core.errors import SettingsError
 from framewise.core.settings import AppSettings
 from framewise.ui.banners import Banner
 from framewise.ui.chat import ChatPanel
 from framewise.core.conversation import Conversation, Turn
-from framewise.ui.dialogs import AboutDialog, LogDialog
+from framewise.ui.conversation_list import ConversationList
+from framewise.ui.dialogs import AboutDialog, LogDialog, default_export_folder
 from framewise.ui.frames import ClipPreview, FrameStrip, format_timestamp
 from framewise.ui.metrics import EncoderPanel
 from framewise.ui.services import AppServices
@@ -58,7 +66,14 @@ class MainWindow(QMainWindow):
     """The window. ``host`` runs the engine; ``store`` keeps settings and recent files; ``services``
     gives the About versions and the log path."""
 
-    def __init__(self, host: EngineHost, store: SettingsStore, services: AppServices, settings: AppSettings) -> None:
+    def __init__(
+        self,
+        host: EngineHost,
+        store: SettingsStore,
+        services: AppServices,
+        settings: AppSettings,
+        conversation_store: ConversationStore | None = None,
+    ) -> None:
         super().__init__()
         self.host = host
         self.store = store
@@ -74,10 +89,14 @@ class MainWindow(QMainWindow):
         self._pending_settings: AppSettings | None = None
         self._last_failure: Failed | None = None
         self._shut_down = False
+        self._resuming_id: int | None = None  # a kept conversation whose clip is being opened again
+        self._stale_clip: str | None = None  # set while a kept conversation's clip is missing
+        self.recorder = self._open_recorder(conversation_store)
 
         self.setWindowTitle("Framewise")
         self.setAcceptDrops(True)
         self._build_widgets()
+        self._build_history()
         self._build_menus()
         self._build_status_bar()
         self._restore_geometry()
@@ -173,6 +192,21 @@ class MainWindow(QMainWindow):
         self.main_splitter.setSizes([11 * DEFAULT_SIZE[0] // 20, 9 * DEFAULT_SIZE[0] // 20])
         self.left_splitter.setSizes([DEFAULT_SIZE[1] // 2, DEFAULT_SIZE[1] // 2])
 
+    def _build_history(self) -> None:
+        self.history = ConversationList()
+        self.history.open_requested.connect(self.open_kept_conversation)
+        self.history.export_requested.connect(self.choose_kept_export_path)
+        self.history.delete_requested.connect(self.delete_kept_conversation)
+        self.history_dock = QDockWidget("Past conversations", self)
+        self.history_dock.setObjectName("history")
+        self.history_dock.setWidget(self.history)
+        self.history_dock.setFeatures(
+            QDockWidget.DockWidgetFeature.DockWidgetClosable | QDockWidget.DockWidgetFeature.DockWidgetMovable
+        )
+        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.history_dock)
+        self.resizeDocks([self.history_dock], [self.fontMetrics().height() * 14], Qt.Orientation.Horizontal)
+        self._refresh_history()
+
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
         self.open_action = _action(self, "&Open Clip…", QKeySequence.StandardKey.Open, self.choose_clip)
@@ -199,6 +233,11 @@ class MainWindow(QMainWindow):
         self.new_conversation_action = _action(self, "&New Conversation", QKeySequence.StandardKey.New, self.new_conversation)
         for action in (self.ask_action, self.stop_action, self.new_conversation_action):
             chat_menu.addAction(action)
+        chat_menu.addSeparator()
+        self.history_action = self.history_dock.toggleViewAction()
+        self.history_action.setText("&Past Conversations")
+        self.history_action.setShortcut(QKeySequence("Ctrl+Shift+H"))
+        chat_menu.addAction(self.history_action)
 
         help_menu = self.menuBar().addMenu("&Help")
         self.show_log_action = _action(self, "Show &Log", None, self.show_log)
@@ -313,7 +352,7 @@ class MainWindow(QMainWindow):
 
     def ask(self, question: str) -> None:
         """Send ``question`` (a follow-up when the conversation has turns) and stream its answer."""
-        if self.conversation.current is not None or not self.chat.send_button.isEnabled():
+        if self.ask_blocker() is not None:
             return
         info = self.info
         turn = Turn(
@@ -322,6 +361,7 @@ class MainWindow(QMainWindow):
             model_label=info.model_label if info else None,
         )
         self.conversation.turns.append(turn)
+        self._record(lambda recorder: recorder.asked(turn))
         self.chat.start_turn(turn, "Thinking…")
         self.chat.set_answering(True)
         self.host.ask(question)
@@ -336,7 +376,9 @@ class MainWindow(QMainWindow):
     def new_conversation(self) -> None:
         if self.conversation.current is not None:
             return
-        self.conversation = Conversation(self.conversation.clip_name, self.conversation.clip_path)
+        self._start_conversation(
+            Conversation(self.conversation.clip_name, self.conversation.clip_path, timestamps=self.conversation.timestamps)
+        )
         self.chat.clear()
         if self.clip is not None:
             self.chat.add_notice(f"Asking about {self.clip.clip_name}")
@@ -352,24 +394,144 @@ class MainWindow(QMainWindow):
 
     def choose_export_path(self) -> None:
         name = f"{Path(self.conversation.clip_name or 'framewise').stem}-conversation.md"
-        folder = Path(self.conversation.clip_path).parent if self.conversation.clip_path else Path.home()
-        path, selected = QFileDialog.getSaveFileName(
-            self, "Export the conversation", str(folder / name), "Markdown (*.md);;JSON (*.json)"
-        )
-        if not path:
+        path = _choose_export_file(self, name)
+        if path is not None:
+            self.export_conversation(path)
+
+    def choose_kept_export_path(self, conversation_id: int) -> None:
+        kept = self._open_kept(conversation_id)
+        if kept is None:
             return
-        if not Path(path).suffix:
-            path += ".json" if selected.startswith("JSON") else ".md"
-        self.export_conversation(Path(path))
+        name = f"{Path(kept.conversation.clip_name or 'framewise').stem}-conversation.md"
+        path = _choose_export_file(self, name)
+        if path is not None:
+            self._export(kept.conversation, kept.settings, path)
 
     def export_conversation(self, path: Path) -> None:
         """Write the conversation to ``path``: JSON for ``.json``, Markdown otherwise."""
+        self._export(self.conversation, self.settings, path)
+
+    def _export(self, conversation: Conversation, settings: AppSettings, path: Path) -> None:
         try:
-            self.conversation.export(path, self.settings)
+            conversation.export(path, settings)
         except ExportError as error:
             self.show_error(str(error))
             return
         self.set_status(f"Exported the conversation to {path}")
+
+    # -- kept conversations -----------------------------------------------------------------
+
+    def open_kept_conversation(self, conversation_id: int) -> None:
+        """Show a kept conversation and open its clip again (re-encoding it) when the file is still there."""
+        if self.conversation.current is not None or self.opening_clip:
+            self.set_status("Wait for the answer or the clip to finish before opening another conversation.")
+            return
+        kept = self._open_kept(conversation_id)
+        if kept is None:
+            return
+        self.conversation = kept.conversation
+        if self.recorder is not None:
+            self.recorder.resume(conversation_id, kept.conversation, kept.settings)
+        self.chat.clear()
+        for turn in kept.conversation.turns:
+            self.chat.start_turn(turn, "")
+            self.chat.finish_turn(turn)
+        clip_path = kept.conversation.clip_path
+        if clip_path and Path(clip_path).is_file():
+            self._stale_clip = None
+            self.chat.add_notice(
+                f"Kept conversation about {kept.conversation.clip_name}; opening the clip again. "
+                "The model starts without the earlier answers."
+            )
+            self._resuming_id = conversation_id
+            self.open_clip(clip_path)
+        else:
+            self._stale_clip = clip_path or "(no clip)"
+            self.chat.add_notice(f"The clip of this conversation is no longer at {clip_path}; it can be read and exported, not continued.")
+        self.history.select(conversation_id)
+        self._update_actions()
+
+    def delete_kept_conversation(self, conversation_id: int) -> None:
+        if self.recorder is None:
+            return
+        if conversation_id == self.recorder.conversation_id:
+            if self.conversation.current is not None:
+                self.set_status("Wait for the answer to finish before deleting this conversation.")
+                return
+            self.new_conversation()
+        try:
+            self.recorder.store.delete(conversation_id)
+        except ConversationStoreError as error:
+            self.show_error(str(error))
+        self._refresh_history()
+
+    def _open_kept(self, conversation_id: int) -> StoredConversation | None:
+        if self.recorder is None:
+            return None
+        try:
+            return self.recorder.store.open(conversation_id)
+        except ConversationStoreError as error:
+            self.show_error(str(error))
+            self._refresh_history()
+            return None
+
+    def _open_recorder(self, conversation_store: ConversationStore | None) -> ConversationRecorder | None:
+        try:
+            store = conversation_store or ConversationStore(default_store_path())
+        except ConversationStoreError as error:
+            log.warning("%s", error)
+            self._store_problem = str(error)
+            return None
+        self._store_problem = None
+        recorder = ConversationRecorder(store)
+        recorder.start(self.conversation, self.settings)
+        return recorder
+
+    def _start_conversation(self, conversation: Conversation) -> None:
+        """Make ``conversation`` the one on screen; the kept ones stay in the list."""
+        self.conversation = conversation
+        self._stale_clip = None
+        if self.recorder is not None:
+            self.recorder.start(conversation, self.settings)
+        self._refresh_history()
+
+    def _record(self, write) -> None:
+        """Write through the recorder; a failure is shown once and the conversation goes on unkept."""
+        if self.recorder is None:
+            return
+        try:
+            write(self.recorder)
+        except ConversationStoreError as error:
+            self.show_error(f"{error} This conversation is no longer being kept.")
+            self.recorder = None
+        self._refresh_history()
+
+    def _refresh_history(self) -> None:
+        if not hasattr(self, "history"):
+            return
+        if self.recorder is None:
+            self.history.set_conversations([], None)
+            self.history.empty_hint.setText(self._store_problem or "Conversations are not being kept")
+            return
+        try:
+            summaries = self.recorder.store.list()
+        except ConversationStoreError as error:
+            summaries = []
+            self.history.empty_hint.setText(str(error))
+        self.history.set_conversations(summaries, self.recorder.conversation_id)
+
+    def _end_turn(self, turn: Turn) -> None:
+        """A turn ended (done, stopped or failed): show it, keep it, and log its size and timing."""
+        self.chat.finish_turn(turn)
+        self._record(lambda recorder: recorder.finished(turn))
+        stats = turn.stats
+        if stats is not None:
+            log.info(
+                "answer %s: %d tokens, first token %.0f ms, %.1f tokens/s, %d frames",
+                turn.status, stats.new_tokens, stats.time_to_first_token_ms, stats.tokens_per_second, stats.frames,
+            )
+        else:
+            log.info("answer %s: %d characters", turn.status, len(turn.answer))
 
     # -- settings ---------------------------------------------------------------------------
 
@@ -469,7 +631,7 @@ class MainWindow(QMainWindow):
             turn = self.conversation.current
             if turn is not None:  # dropped before it started (Stop pressed while it waited)
                 turn.status = "stopped"
-                self.chat.finish_turn(turn)
+                self._end_turn(turn)
             self.chat.set_answering(False)
         elif name in ("load", "apply_settings") and ok:
             self.set_status(f"Ready: {_model_text(self.info)}" if self.info else "Ready")
@@ -520,7 +682,7 @@ class MainWindow(QMainWindow):
         turn.answer = done.text
         turn.stats = done.stats
         turn.status = "stopped" if done.stats.cancelled else "done"
-        self.chat.finish_turn(turn)
+        self._end_turn(turn)
         self.set_status("Stopped." if done.stats.cancelled else "Answered.")
 
     def _on_failed(self, failed: Failed) -> None:
@@ -530,7 +692,7 @@ class MainWindow(QMainWindow):
             turn = self.conversation.current
             turn.status = "stopped" if cancelled else "failed"
             turn.error = None if cancelled else failed.message
-            self.chat.finish_turn(turn)
+            self._end_turn(turn)
             self.set_status("Stopped." if cancelled else f"The question failed: {failed.message}")
             return
         if cancelled:
@@ -590,8 +752,11 @@ class MainWindow(QMainWindow):
         ``opened_path`` is the path a person opened (``None`` when new settings re-opened the clip).
         """
         incoming, self._incoming_clip = self._incoming_clip, None
+        resuming, self._resuming_id = self._resuming_id, None
         if not ok:
             self._show_clip(self.clip)  # the engine keeps the previous clip; so does the window
+            if resuming is not None:  # the kept conversation stays readable, but cannot go on
+                self._stale_clip = self.conversation.clip_path
             return
         if opened_path:
             self.error_banner.hide()
@@ -599,8 +764,16 @@ class MainWindow(QMainWindow):
         if incoming is None:
             return
         self.clip = incoming
-        self.conversation = Conversation(incoming.clip_name, incoming.path)
+        self.encoder_panel.clear_answer_stats()
+        log.info(
+            "clip opened: %s, %dx%d, %.1f s, %d frames sampled",
+            incoming.clip_name, incoming.width, incoming.height, incoming.duration_s, len(incoming.timestamps),
+        )
+        if resuming is not None:
+            self._update_actions()
+            return
         self.chat.clear()
+        self._start_conversation(Conversation(incoming.clip_name, incoming.path, timestamps=incoming.timestamps))
         if opened_path:
             self.chat.add_notice(f"Asking about {incoming.clip_name}")
         else:
@@ -626,12 +799,25 @@ class MainWindow(QMainWindow):
         self.error_banner.show()
         self.set_status(text)
 
+    def ask_blocker(self) -> str | None:
+        """Why a question cannot be asked now, or ``None`` when it can."""
+        if self.clip is None:
+            return "Open a clip first: drop one on the window or use File ▸ Open (Ctrl+O)"
+        if self._stale_clip is not None:
+            return f"This conversation's clip is no longer at {self._stale_clip}; open a clip to ask about it"
+        if self._operation in ("load", "apply_settings", "open_clip") or self._opening_path is not None:
+            return "Wait for the clip to finish encoding"
+        if self.conversation.current is not None:
+            return "Wait for the answer, or press Stop (Esc)"
+        return None
+
     def _update_actions(self) -> None:
-        busy_engine = self._operation in ("load", "apply_settings", "open_clip") or self._opening_path is not None
         answering = self.conversation.current is not None
-        self.chat.send_button.setEnabled(not busy_engine and not answering)
-        self.chat.send_button.setToolTip(
-            "Wait for the clip to finish encoding" if busy_engine else "Ask the question (Enter or Ctrl+Return)"
+        blocker = self.ask_blocker()
+        self.chat.send_button.setEnabled(blocker is None)
+        self.chat.send_button.setToolTip(blocker or "Ask the question (Enter or Ctrl+Return)")
+        self.chat.question_edit.setPlaceholderText(
+            blocker if blocker and not answering else "Ask about the clip…  (Enter sends, Shift+Enter adds a line)"
         )
         self.stop_action.setEnabled(answering or self._operation == "open_clip")
         self.export_action.setEnabled(bool(self.conversation.turns))
@@ -682,3 +868,15 @@ def _encoder_text(info: EngineInfo) -> str:
     if info.server is not None:
         return "encoder on the vLLM server"
     return info.encoder_name if info.graphs_enabled else "eager (no CUDA graphs)"
+
+
+def _choose_export_file(parent: QWidget, name: str) -> Path | None:
+    """Ask where to export, starting in the user's documents folder; the suffix picks the format."""
+    path, selected = QFileDialog.getSaveFileName(
+        parent, "Export the conversation", str(default_export_folder() / name), "Markdown (*.md);;JSON (*.json)"
+    )
+    if not path:
+        return None
+    if not Path(path).suffix:
+        path += ".json" if selected.startswith("JSON") else ".md"
+    return Path(path)

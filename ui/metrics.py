@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from framewise.core.events import AnswerStats, ChunkStats, EncodeDone, EngineInfo, ServerInfo
+from framewise.core.wording import plural
 from framewise.ui.latency_plot import LatencyPlot, describe_chunk
 
 _CHUNK_COLUMNS = ("Chunk", "Frames", "Patches", "Budget", "Padding", "ms/frame", "Ran as")
@@ -192,9 +193,17 @@ class EncoderPanel(QWidget):
             f"encode {done.encode_ms:.1f} ms ({done.ms_per_frame:.2f} ms/frame)"
         )
 
+    def clear_answer_stats(self) -> None:
+        """A new clip opened: the last answer's figures belong to the previous one."""
+        for value in (self.first_token_value, self.speed_value, self.memory_value):
+            value.setText("–")
+
     def set_answer_stats(self, stats: AnswerStats) -> None:
         self.first_token_value.setText(f"{stats.time_to_first_token_ms:.0f} ms")
-        self.speed_value.setText(f"{stats.tokens_per_second:.1f} tokens/s ({stats.new_tokens} tokens)")
+        tokens = plural(stats.new_tokens, "token")
+        self.speed_value.setText(
+            f"{stats.tokens_per_second:.1f} tokens/s ({tokens})" if stats.new_tokens >= 2 else f"– ({tokens})"
+        )
         if stats.server is not None:
             self.server_value.setText(f"{stats.server.url}: {stats.server.summary()}")
             self.memory_value.setText("– (on the server)")

@@ -170,3 +170,26 @@ def test_a_kill_in_the_middle_of_writes_leaves_a_consistent_database(tmp_path: P
     assert all(turn.status == "done" and len(turn.answer) == 2000 for turn in turns[:-1])
     assert turns[-1].status in ("done", "interrupted")
     assert [turn.question for turn in turns] == [f"question {number}?" for number in range(1, len(turns) + 1)]
+
+
+def test_the_recorder_writes_nothing_for_an_unasked_clip_and_each_turn_as_it_goes(tmp_path: Path):
+    from framewise.core.conversation_store import ConversationRecorder
+
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    recorder = ConversationRecorder(store)
+    recorder.start(Conversation("a.mp4", "/clips/a.mp4", timestamps=(0.0, 1.0)), AppSettings())
+    assert store.list() == [] and recorder.conversation_id is None
+    turn = Turn("What colour?", "demo", None)
+    recorder.asked(turn)
+    assert store.open(recorder.conversation_id).conversation.turns[0].status == "interrupted"  # not answered yet
+    turn.answer, turn.status = "Red.", "done"
+    recorder.finished(turn)
+    first = recorder.conversation_id
+    assert store.open(first).conversation.turns[0].answer == "Red."
+
+    recorder.start(Conversation("a.mp4", "/clips/a.mp4"), AppSettings().replace("sampling", fps=1.0))
+    recorder.asked(Turn("Again?", "demo", None))
+    assert recorder.conversation_id != first and len(store.list()) == 2, "a new conversation keeps the old one"
+    recorder.resume(first, store.open(first).conversation, AppSettings())
+    recorder.asked(Turn("Back to the first?", "demo", None))
+    assert [turn.question for turn in store.open(first).conversation.turns] == ["What colour?", "Back to the first?"]

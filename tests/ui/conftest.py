@@ -92,3 +92,11 @@ def corrupt_clip(tmp_path: Path) -> Path:
     path = tmp_path / "corrupt.mp4"
     path.write_bytes(b"\x00\x00\x00\x18ftypmp42" + np.random.default_rng(0).bytes(4096))
     return path
+
+
+@pytest.fixture(autouse=True)
+def _conversations_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Kept conversations go to a folder of the test's own, never the user's data folder."""
+    folder = tmp_path / "data"
+    monkeypatch.setenv("FRAMEWISE_DATA_DIR", str(folder))
+    return folder

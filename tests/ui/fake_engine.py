@@ -58,7 +58,10 @@ class FakeEngine:
         self.sink(Progress("load", 2, 2, "Weights loaded"))
 
     def apply_settings(self, settings: AppSettings) -> None:
+        resample = settings.sampling != self.settings.sampling and self.clip_path is not None
         self.settings = settings.validate()
+        if resample:  # as the engine does: the open clip is sampled again under the new settings
+            self.open_clip(str(self.clip_path))
         for index, budget in enumerate(settings.encoder.token_budgets()[:3], start=1):
             self.sink(Progress("capture", index, 3, f"Captured the graph for budget {budget}"))
 

@@ -182,11 +182,12 @@ def test_new_sampling_settings_re_sample_the_open_clip(qtbot, make_window, sampl
     assert window.conversation.turns[-1].status == "done"
 
 
-def test_closing_the_window_mid_answer_stops_the_engine_thread(qtbot, make_window, untrained_model):
+def test_closing_the_window_mid_answer_stops_the_engine_thread(qtbot, make_window, sample_clip, untrained_model):
     window = make_window(real_engine, FAST.replace("model", source=str(untrained_model)).replace("generation", max_new_tokens=4000))
     tokens = []
     window.host.event.connect(lambda event: tokens.append(event) if isinstance(event, Token) else None)
     wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
     window.chat.question_edit.setPlainText("Tell me everything")
     window.chat.submit()
     qtbot.waitUntil(lambda: len(tokens) >= 2, timeout=LOAD_TIMEOUT_MS * 3)

@@ -136,9 +136,22 @@ def test_follow_up_questions_keep_the_conversation(qtbot, make_window, sample_cl
     assert len(window.chat.answer_cards()) == 2
 
 
-def test_shift_enter_adds_a_line_and_enter_sends(qtbot, make_window):
+def test_ask_is_disabled_with_no_clip_and_the_input_says_why(qtbot, make_window, sample_clip):
     window = make_window()
     wait_ready(qtbot, window)
+    assert not window.chat.send_button.isEnabled()
+    assert "Open a clip first" in window.chat.question_edit.placeholderText()
+    window.chat.question_edit.setPlainText("What color is the square?")
+    qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_Return)
+    assert not window.conversation.turns, "nothing is asked without a clip"
+    open_and_wait(qtbot, window, sample_clip)
+    assert window.chat.send_button.isEnabled() and "Ask about the clip" in window.chat.question_edit.placeholderText()
+
+
+def test_shift_enter_adds_a_line_and_enter_sends(qtbot, make_window, sample_clip):
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
     edit = window.chat.question_edit
     edit.setPlainText("first line")
     edit.moveCursor(edit.textCursor().MoveOperation.End)
@@ -176,6 +189,7 @@ def test_escape_and_ctrl_return_shortcuts(qtbot, make_window, sample_clip):
     FakeEngine.endless = True
     window = make_window(settings=AppSettings().replace("generation", max_new_tokens=2000))
     wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
     triggered = []
     window.ask_action.triggered.connect(lambda: triggered.append("ask"))
     window.stop_action.triggered.connect(lambda: triggered.append("stop"))
@@ -372,6 +386,7 @@ def test_export_markdown_and_json_name_the_clip_settings_and_model(qtbot, make_w
 def test_copy_answer_puts_it_on_the_clipboard(qtbot, make_window, sample_clip):
     window = make_window()
     wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
     ask_and_wait(qtbot, window, "Anything?")
     card = window.chat.answer_cards()[-1]
     assert card.copy_button.isEnabled()

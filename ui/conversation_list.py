@@ -1,0 +1,116 @@
+"""The list of past conversations: by clip and date, newest first, with Open, Export and Delete.
+
+Keyboard: Enter opens the selected conversation, Delete removes it; the buttons have mnemonics.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeyEvent, QPalette
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton, QVBoxLayout, QWidget
+
+from framewise.core.conversation_store import ConversationSummary
+from framewise.core.wording import plural
+
+_ID_ROLE = Qt.ItemDataRole.UserRole
+
+
+class ConversationList(QWidget):
+    """``open_requested(id)``, ``export_requested(id)`` and ``delete_requested(id)`` go to the window."""
+
+    open_requested = Signal(int)
+    export_requested = Signal(int)
+    delete_requested = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.list = _KeyedList()
+        self.list.setAccessibleName("Past conversations")
+        self.list.setWordWrap(True)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.list.itemActivated.connect(lambda item: self.open_requested.emit(item.data(_ID_ROLE)))
+        self.list.currentItemChanged.connect(lambda *_: self._update_buttons())
+        self.list.delete_pressed.connect(self._delete_selected)
+        self.empty_hint = QLabel("Conversations are kept here as you ask")
+        self.empty_hint.setWordWrap(True)
+        self.empty_hint.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        self.open_button = QPushButton("&Open")
+        self.open_button.setToolTip("Show this conversation and open its clip again (Enter)")
+        self.open_button.clicked.connect(lambda: self._emit_selected(self.open_requested))
+        self.export_button = QPushButton("E&xport…")
+        self.export_button.setToolTip("Save this conversation as Markdown or JSON")
+        self.export_button.clicked.connect(lambda: self._emit_selected(self.export_requested))
+        self.delete_button = QPushButton("&Delete")
+        self.delete_button.setToolTip("Forget this conversation (Delete)")
+        self.delete_button.clicked.connect(self._delete_selected)
+        buttons = QHBoxLayout()
+        buttons.setContentsMargins(0, 0, 0, 0)
+        for button in (self.open_button, self.export_button, self.delete_button):
+            buttons.addWidget(button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.list, 1)
+        layout.addWidget(self.empty_hint)
+        layout.addLayout(buttons)
+        self.set_conversations([], None)
+
+    def set_conversations(self, summaries: list[ConversationSummary], current_id: int | None) -> None:
+        """Show ``summaries`` (newest first) and select ``current_id`` when it is among them."""
+        self.list.clear()
+        for summary in summaries:
+            item = QListWidgetItem(describe(summary))
+            item.setData(_ID_ROLE, summary.id)
+            item.setToolTip(f"{summary.clip_path or 'no clip'}\nFirst question: {summary.first_question or '–'}")
+            self.list.addItem(item)
+            if summary.id == current_id:
+                self.list.setCurrentItem(item)
+        self.empty_hint.setVisible(not summaries)
+        self._update_buttons()
+
+    def ids(self) -> list[int]:
+        return [self.list.item(row).data(_ID_ROLE) for row in range(self.list.count())]
+
+    def texts(self) -> list[str]:
+        return [self.list.item(row).text() for row in range(self.list.count())]
+
+    def select(self, conversation_id: int) -> None:
+        for row, item_id in enumerate(self.ids()):
+            if item_id == conversation_id:
+                self.list.setCurrentRow(row)
+
+    def _emit_selected(self, signal) -> None:
+        item = self.list.currentItem()
+        if item is not None:
+            signal.emit(item.data(_ID_ROLE))
+
+    def _delete_selected(self) -> None:
+        self._emit_selected(self.delete_requested)
+
+    def _update_buttons(self) -> None:
+        selected = self.list.currentItem() is not None
+        for button in (self.open_button, self.export_button, self.delete_button):
+            button.setEnabled(selected)
+
+
+class _KeyedList(QListWidget):
+    delete_pressed = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt override
+        if event.key() == Qt.Key.Key_Delete:
+            self.delete_pressed.emit()
+            return
+        super().keyPressEvent(event)
+
+
+def describe(summary: ConversationSummary) -> str:
+    """Two lines: the clip's name, then when and how many questions."""
+    name = summary.clip_name or (Path(summary.clip_path).name if summary.clip_path else "No clip")
+    return f"{name}\n{_local_time(summary.updated_at)} · {plural(summary.turn_count, 'question')}"
+
+
+def _local_time(iso_utc: str) -> str:
+    moment = datetime.fromisoformat(iso_utc).astimezone()
+    return moment.strftime("%d %b %Y, %H:%M")
