@@ -303,14 +303,14 @@ class ConversationRecorder:
     """Keeps the conversation on screen in a :class:`ConversationStore` as it goes.
 
     :meth:`start` names the conversation under way (nothing is written until its first question, so a
-    clip opened and never asked about leaves no entry); :meth:`asked` writes a question as it is asked
-    and :meth:`finished` its answer once it has ended. :meth:`resume` continues a kept conversation.
+    clip opened and never asked about leaves no entry); :meth:`asked` writes a question as it is asked,
+    with the settings it is asked under (kept with the conversation at its first question), and
+    :meth:`finished` its answer once it has ended. :meth:`resume` continues a kept conversation.
     """
 
     def __init__(self, store: ConversationStore) -> None:
         self.store = store
         self._conversation: Conversation | None = None
-        self._settings = AppSettings()
         self._id: int | None = None
         self._turn_ids: dict[int, int] = {}
 
@@ -319,20 +319,20 @@ class ConversationRecorder:
         """The kept id of the conversation under way, once its first question is written."""
         return self._id
 
-    def start(self, conversation: Conversation, settings: AppSettings) -> None:
-        self._conversation, self._settings, self._id = conversation, settings, None
+    def start(self, conversation: Conversation) -> None:
+        self._conversation, self._id = conversation, None
         self._turn_ids.clear()
 
-    def resume(self, conversation_id: int, conversation: Conversation, settings: AppSettings) -> None:
+    def resume(self, conversation_id: int, conversation: Conversation) -> None:
         """Continue kept conversation ``conversation_id``: later questions are added to it."""
-        self.start(conversation, settings)
+        self.start(conversation)
         self._id = conversation_id
 
-    def asked(self, turn: Turn) -> None:
+    def asked(self, turn: Turn, settings: AppSettings) -> None:
         if self._conversation is None:
             raise ValueError("start() a conversation before recording its questions")
         if self._id is None:
-            self._id = self.store.create(self._conversation, self._settings)
+            self._id = self.store.create(self._conversation, settings)
         self._turn_ids[id(turn)] = self.store.add_question(self._id, turn)
 
     def finished(self, turn: Turn) -> None:

@@ -361,7 +361,7 @@ class MainWindow(QMainWindow):
             model_label=info.model_label if info else None,
         )
         self.conversation.turns.append(turn)
-        self._record(lambda recorder: recorder.asked(turn))
+        self._record(lambda recorder: recorder.asked(turn, self.settings))
         self.chat.start_turn(turn, "Thinking…")
         self.chat.set_answering(True)
         self.host.ask(question)
@@ -431,7 +431,7 @@ class MainWindow(QMainWindow):
             return
         self.conversation = kept.conversation
         if self.recorder is not None:
-            self.recorder.resume(conversation_id, kept.conversation, kept.settings)
+            self.recorder.resume(conversation_id, kept.conversation)
         self.chat.clear()
         for turn in kept.conversation.turns:
             self.chat.start_turn(turn, "")
@@ -484,7 +484,7 @@ class MainWindow(QMainWindow):
             return None
         self._store_problem = None
         recorder = ConversationRecorder(store)
-        recorder.start(self.conversation, self.settings)
+        recorder.start(self.conversation)
         return recorder
 
     def _start_conversation(self, conversation: Conversation) -> None:
@@ -492,7 +492,7 @@ class MainWindow(QMainWindow):
         self.conversation = conversation
         self._stale_clip = None
         if self.recorder is not None:
-            self.recorder.start(conversation, self.settings)
+            self.recorder.start(conversation)
         self._refresh_history()
 
     def _record(self, write) -> None:

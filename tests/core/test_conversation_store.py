@@ -177,19 +177,20 @@ def test_the_recorder_writes_nothing_for_an_unasked_clip_and_each_turn_as_it_goe
 
     store = ConversationStore(tmp_path / "c.sqlite3")
     recorder = ConversationRecorder(store)
-    recorder.start(Conversation("a.mp4", "/clips/a.mp4", timestamps=(0.0, 1.0)), AppSettings())
+    recorder.start(Conversation("a.mp4", "/clips/a.mp4", timestamps=(0.0, 1.0)))
     assert store.list() == [] and recorder.conversation_id is None
     turn = Turn("What colour?", "demo", None)
-    recorder.asked(turn)
+    recorder.asked(turn, AppSettings().replace("sampling", fps=1.5))
+    assert store.open(recorder.conversation_id).settings.sampling.fps == 1.5
     assert store.open(recorder.conversation_id).conversation.turns[0].status == "interrupted"  # not answered yet
     turn.answer, turn.status = "Red.", "done"
     recorder.finished(turn)
     first = recorder.conversation_id
     assert store.open(first).conversation.turns[0].answer == "Red."
 
-    recorder.start(Conversation("a.mp4", "/clips/a.mp4"), AppSettings().replace("sampling", fps=1.0))
-    recorder.asked(Turn("Again?", "demo", None))
+    recorder.start(Conversation("a.mp4", "/clips/a.mp4"))
+    recorder.asked(Turn("Again?", "demo", None), AppSettings())
     assert recorder.conversation_id != first and len(store.list()) == 2, "a new conversation keeps the old one"
-    recorder.resume(first, store.open(first).conversation, AppSettings())
-    recorder.asked(Turn("Back to the first?", "demo", None))
+    recorder.resume(first, store.open(first).conversation)
+    recorder.asked(Turn("Back to the first?", "demo", None), AppSettings())
     assert [turn.question for turn in store.open(first).conversation.turns] == ["What colour?", "Back to the first?"]
