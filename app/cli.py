@@ -43,6 +43,8 @@ FLAGS = {
     "sampling.max_pixels": "--max-pixels",
     "generation.max_new_tokens": "--max-new-tokens",
     "generation.temperature": "--temperature",
+    "decoding.use_graphs": "--no-decode-graphs",
+    "decoding.max_context_tokens": "--max-context",
     "backend.server_url": "--server",
     "backend.server_model": "--server-model",
     "backend.timeout_s": "--server-timeout",

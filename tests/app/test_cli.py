@@ -68,10 +68,14 @@ def test_ask_about_random_bytes_exits_2_with_a_message(tmp_path: Path) -> None:
     assert "junk.mp4" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_invalid_setting_is_refused_before_loading() -> None:
-    result = framewise("info", "--max-frames", "7")
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [("--max-frames", "7", "--max-frames: use an even number"), ("--max-context", "-5", "--max-context: use 0")],
+)
+def test_invalid_setting_is_refused_before_loading_in_the_flags_words(flag: str, value: str, expected: str) -> None:
+    result = framewise("info", flag, value)
     assert result.returncode == 2
-    assert "--max-frames: use an even number" in result.stderr
+    assert expected in result.stderr and "[load]" not in result.stderr
 
 
 def test_info_says_the_encoder_runs_eager_on_the_cpu() -> None:
