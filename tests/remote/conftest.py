@@ -2,7 +2,8 @@
 
 The server's venv is made by ``scripts/vllm_server/setup_venv.sh`` (``.vllm-venv`` in the
 repository, or ``FRAMEWISE_VLLM_VENV``); without it these tests are skipped, saying so. One
-server is started for the whole test session and stopped at its end.
+server is started for the tests of this folder (a package, so that it stops when they end, not
+at the end of the whole run).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def server_python() -> list[str]:
     return ["env", f"PYTHONPATH={REPO_ROOT / 'scripts' / 'vllm_server' / 'pyshim'}", str(venv / "bin" / "python")]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The base URL of a running vLLM server whose model ``demo`` is the bundled demo model."""
     venv = complete_venv()
