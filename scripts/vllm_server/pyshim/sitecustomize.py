@@ -10,7 +10,7 @@ What: on the first `import torchvision`, if its _C.so cannot be loaded, declare 
 the two ops that torchvision registers fake kernels for unconditionally (nms, qnms), so the
 import goes through. The ops stay unusable (no kernel); Qwen3-VL never calls them. When _C.so
 does load (a real CPU torchvision), nothing is declared. Nothing in site-packages is changed:
-this file is put on PYTHONPATH by serve_demo.sh only.
+this folder is put on PYTHONPATH by serve.sh (and the tests) only.
 """
 
 import importlib.abc
