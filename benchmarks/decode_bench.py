@@ -45,7 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, StaticCache  # noqa: E402
 from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
-from framewise.core.decoding import Decoder, Prompt, Qwen3VLLanguageModel, SamplingRule  # noqa: E402
+from framewise.core.decoding import Decoder, Prompt, SamplingRule  # noqa: E402
+from framewise.core.qwen3_vl.language import Qwen3VLLanguageModel  # noqa: E402
 from framewise.core.encoding.defs import EncodedItem  # noqa: E402
 from framewise.core.encoding.manager import percentile  # noqa: E402
 from framewise.core.processing import TEXT_TOKEN, VIDEO_TOKEN  # noqa: E402

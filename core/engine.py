@@ -34,7 +34,7 @@ import cv2
 import numpy as np
 import torch
 
-from framewise.core.decoding import Decoded, Decoder, Prompt, Qwen3VLLanguageModel, SamplingRule, context_for
+from framewise.core.decoding import Decoded, Decoder, Prompt, SamplingRule, context_for
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.manager import make_vision_encoder, percentile
 from framewise.core.encoding.seam import VisionEncoder
@@ -523,7 +523,7 @@ class Engine:
         if self.decoder is not None:
             self.decoder.close()
         self.decoder = None
-        language = Qwen3VLLanguageModel(loaded.model)
+        language = loaded.adapter.language_model()
         decoding = self.settings.decoding
         self.decoder = Decoder(
             language,

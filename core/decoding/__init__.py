@@ -1,7 +1,9 @@
 """Answer decoding: a static KV cache allocated at load, one-token decode steps through CUDA graphs
-per context-length bucket, and follow-up questions that prefill only what the cache lacks."""
+per context-length bucket, and follow-up questions that prefill only what the cache lacks. The
+model family's language model comes in through :class:`~framewise.core.decoding.defs.LanguageModel`
+(Qwen3-VL's: :mod:`framewise.core.qwen3_vl.language`)."""
 
 from framewise.core.decoding.decoder import Decoded, Decoder, Prompt, SamplingRule, context_for
-from framewise.core.decoding.qwen3_vl_language import Qwen3VLLanguageModel
+from framewise.core.decoding.defs import LanguageModel, PromptPositions
 
-__all__ = ["Decoded", "Decoder", "Prompt", "Qwen3VLLanguageModel", "SamplingRule", "context_for"]
+__all__ = ["Decoded", "Decoder", "LanguageModel", "Prompt", "PromptPositions", "SamplingRule", "context_for"]

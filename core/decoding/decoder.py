@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 
 from framewise.core.decoding.kv_cache import StaticKVCache
-from framewise.core.decoding.qwen3_vl_language import Qwen3VLLanguageModel
+from framewise.core.decoding.defs import LanguageModel
 from framewise.core.decoding.step_graphs import ProgressCallback, StepGraphs, context_buckets
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.errors import FramewiseError, SettingsError
@@ -79,7 +79,7 @@ class Decoder:
 
     def __init__(
         self,
-        language: Qwen3VLLanguageModel,
+        language: LanguageModel,
         max_tokens: int,
         min_bucket: int,
         *,
@@ -235,7 +235,7 @@ def _pick(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
-def context_for(settings: AppSettings, language: Qwen3VLLanguageModel) -> int:
+def context_for(settings: AppSettings, language: LanguageModel) -> int:
     """The decoder's context length for ``settings`` on ``language``'s device, checked against the
     model's position limit and the free memory. An explicit setting that does not fit is a
     SettingsError saying how far to lower it; the automatic length is capped at what fits."""

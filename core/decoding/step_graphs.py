@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from framewise.core.decoding.kv_cache import StaticKVCache
-from framewise.core.decoding.qwen3_vl_language import Qwen3VLLanguageModel
+from framewise.core.decoding.defs import LanguageModel
 from framewise.core.events import Progress
 
 ProgressCallback = Callable[[Progress], None]
@@ -43,7 +43,7 @@ class StepGraphs:
 
     def __init__(
         self,
-        language: Qwen3VLLanguageModel,
+        language: LanguageModel,
         cache: StaticKVCache,
         buckets: tuple[int, ...],
         *,

@@ -29,6 +29,7 @@ from framewise.core.qwen3_vl.attention import (
 from framewise.core.qwen3_vl.fused import FusedVisionForward, compile_cache_dir, use_compile_cache
 from framewise.core.qwen3_vl.geometry import VisionGeometry
 from framewise.core.qwen3_vl.injection import FeatureInjector
+from framewise.core.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.qwen3_vl.metadata import MetadataCache
 
 # The metadata inputs of the tower's forward: (trailing shape, dtype), leading dim the rows.
@@ -52,9 +53,12 @@ class Qwen3VLAdapter:
     :class:`~framewise.core.qwen3_vl.fused.FusedVisionForward` instead.
     """
 
-    def __init__(self, visual: torch.nn.Module, injector: FeatureInjector | None = None) -> None:
+    def __init__(
+        self, visual: torch.nn.Module, injector: FeatureInjector | None = None, model: torch.nn.Module | None = None
+    ) -> None:
         parameter = next(visual.parameters())
         self.visual = visual
+        self.model = model
         self.device = parameter.device
         self.dtype = parameter.dtype
         self.geometry = VisionGeometry.from_visual(visual)
@@ -69,7 +73,7 @@ class Qwen3VLAdapter:
     def for_model(cls, model: torch.nn.Module) -> Qwen3VLAdapter:
         """The adapter of a whole Qwen3-VL model (``model.model.visual`` its tower); checks the
         installed transformers' feature seam (FeatureInjectionError when it changed)."""
-        return cls(model.model.visual, FeatureInjector(model))
+        return cls(model.model.visual, FeatureInjector(model), model)
 
     # ------------------------------------------------------------------ items and outputs
 
@@ -172,6 +176,12 @@ class Qwen3VLAdapter:
         return self.metadata.hits, self.metadata.misses
 
     # ------------------------------------------------------------------ the language model
+
+    def language_model(self, fused_steps: bool = True) -> Qwen3VLLanguageModel:
+        """The whole model's language half for the decoder (see :class:`Qwen3VLLanguageModel`)."""
+        if self.model is None:
+            raise FramewiseError("This adapter holds a vision tower alone; it has no language model to decode with.")
+        return Qwen3VLLanguageModel(self.model, fused_steps=fused_steps)
 
     def injected(
         self, video: Sequence[EncodedItem] = (), images: Sequence[EncodedItem] = ()

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from framewise.core.decoding import Decoder, Prompt, Qwen3VLLanguageModel, SamplingRule, context_for
+from framewise.core.decoding import Decoder, Prompt, SamplingRule, context_for
+from framewise.core.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.decoding import decoder as decoder_module
 from framewise.core.decoding.step_graphs import context_buckets
 from framewise.core.demo_model import build_demo_config, build_demo_tokenizer, init_demo_model, special_token_ids

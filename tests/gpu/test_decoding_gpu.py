@@ -10,7 +10,8 @@ import dataclasses
 import pytest
 import torch
 
-from framewise.core.decoding import Decoder, Qwen3VLLanguageModel
+from framewise.core.decoding import Decoder
+from framewise.core.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.decoding import step_graphs
 from framewise.core.encoding.seam import EagerVisionEncoder
 from framewise.core.engine import Engine

@@ -24,18 +24,10 @@ import torch
 import torch.nn.functional as F
 
 from framewise.core.decoding.attention import decoder_attention, prefill_mask, step_mask
+from framewise.core.decoding.defs import PromptPositions
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.processing import VIDEO_TOKEN
-
-
-@dataclass(frozen=True)
-class PromptPositions:
-    """Rotary positions of a whole prompt: ``rope`` (3, n) int64 (temporal, height, width) and the
-    offset of every later token: position ``p`` in the cache has rotary position ``p + rope_offset``."""
-
-    rope: torch.Tensor
-    rope_offset: int
 
 
 @dataclass(frozen=True)
@@ -65,7 +57,9 @@ _STACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class Qwen3VLLanguageModel:
-    """The language half of a ``Qwen3VLForConditionalGeneration`` (or its MoE sibling).
+    """The language half of a ``Qwen3VLForConditionalGeneration`` (or its MoE sibling), as the
+    decoder's :class:`~framewise.core.decoding.defs.LanguageModel`. Rotary positions have three
+    axes (temporal, height, width).
 
     ``fused_steps`` (default) lays dense layers out for few-kernel decode steps; ``False`` steps
     through the model's own layers (the reference the fused step is tested against).

@@ -1,0 +1,74 @@
+"""What the decoder asks of a model family's language model (:class:`LanguageModel`), and the plain
+types the two share, so that the decoding machinery names no model's tensors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+
+from framewise.core.encoding.defs import EncodedItem
+
+if TYPE_CHECKING:
+    from framewise.core.decoding.kv_cache import StaticKVCache
+
+
+@dataclass(frozen=True)
+class PromptPositions:
+    """Rotary positions of a whole prompt: ``rope`` (axes, n) int64 and the offset of every later
+    token: position ``p`` in the cache has rotary position ``p + rope_offset`` on every axis."""
+
+    rope: torch.Tensor
+    rope_offset: int
+
+
+class LanguageModel(Protocol):
+    """A language model the decoder runs pass by pass over a :class:`StaticKVCache`.
+
+    Sizes: ``layers``, ``kv_heads``, ``head_dim`` (the cache's shape), ``vocab_size`` and
+    ``max_positions``; the weights' ``device`` and ``dtype``.
+    """
+
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def layers(self) -> int: ...
+
+    @property
+    def kv_heads(self) -> int: ...
+
+    @property
+    def head_dim(self) -> int: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def max_positions(self) -> int: ...
+
+    def positions(
+        self, input_ids: torch.Tensor, token_types: torch.Tensor, video_grid_thw: tuple[int, int, int] | None
+    ) -> PromptPositions:
+        """Rotary positions of the prompt ``input_ids`` (1, n) with ``token_types`` (1, n)."""
+        ...
+
+    def prefill(
+        self,
+        cache: StaticKVCache,
+        start: int,
+        input_ids: torch.Tensor,
+        token_types: torch.Tensor,
+        rope: torch.Tensor,
+        video: EncodedItem | None,
+        video_rows_before: int,
+    ) -> torch.Tensor:
+        """Run the prompt tail (1, n) from cache position ``start``; the last token's logits (1, vocab)."""
+        ...
+
+    def step(
+        self, cache: StaticKVCache, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor
+    ) -> torch.Tensor:
+        """One graph-safe decode step reading ``cache.view_length`` positions; logits (1, vocab) float32."""
+        ...
