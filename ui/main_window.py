@@ -189,6 +189,16 @@ class MainWindow(QMainWindow):
             layout.addWidget(banner)
         layout.addWidget(self.main_splitter, 1)
         self.setCentralWidget(central)
+        self.drop_highlight = QLabel(self)
+        self.drop_highlight.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.drop_highlight.setWordWrap(True)
+        self.drop_highlight.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        highlight = self.palette().color(QPalette.ColorRole.Highlight)
+        self.drop_highlight.setStyleSheet(
+            f"QLabel {{ background: rgba({highlight.red()}, {highlight.green()}, {highlight.blue()}, 60);"
+            f" border: 3px dashed {highlight.name()}; font-size: 16pt; }}"
+        )
+        self.drop_highlight.hide()
         self.main_splitter.setSizes([11 * DEFAULT_SIZE[0] // 20, 9 * DEFAULT_SIZE[0] // 20])
         self.left_splitter.setSizes([DEFAULT_SIZE[1] // 2, DEFAULT_SIZE[1] // 2])
 
@@ -304,22 +314,35 @@ class MainWindow(QMainWindow):
         self._update_actions()
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
-        if _local_files(event.mimeData()):
+        files = _local_files(event.mimeData())
+        if files:
             event.acceptProposedAction()
+            self._show_drop_highlight(Path(files[0]).name)
         else:
             event.ignore()
+
+    def dragLeaveEvent(self, event) -> None:  # noqa: N802 - Qt override
+        self.drop_highlight.hide()
 
     def dragMoveEvent(self, event) -> None:  # noqa: N802 - Qt override
         if _local_files(event.mimeData()):
             event.acceptProposedAction()
 
     def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt override
+        self.drop_highlight.hide()
         files = _local_files(event.mimeData())
         if not files:
             event.ignore()
             return
         event.acceptProposedAction()
         self.open_clip(files[0])
+
+    def _show_drop_highlight(self, name: str) -> None:
+        """Cover the window with a highlight saying what a drop will open."""
+        self.drop_highlight.setText(f"Drop to open {name}")
+        self.drop_highlight.setGeometry(self.centralWidget().geometry())
+        self.drop_highlight.raise_()
+        self.drop_highlight.show()
 
     def _fill_recent_menu(self) -> None:
         self.recent_menu.clear()

@@ -468,3 +468,16 @@ def test_dragging_text_instead_of_a_file_is_refused(qtbot, make_window):
     enter = QDragEnterEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
     QApplication.sendEvent(window, enter)
     assert not enter.isAccepted()
+
+
+def test_dragging_a_file_over_the_window_highlights_it_until_dropped(qtbot, make_window, sample_clip):
+    window = make_window()
+    wait_ready(qtbot, window)
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(sample_clip))])
+    enter = QDragEnterEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(window, enter)
+    assert window.drop_highlight.isVisible() and sample_clip.name in window.drop_highlight.text()
+    drop = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(window, drop)
+    assert not window.drop_highlight.isVisible()
