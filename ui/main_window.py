@@ -745,7 +745,7 @@ class MainWindow(QMainWindow):
         self.info = info
         self.engine_label.setText(f"{_model_text(info)} · {info.device} · {_encoder_text(info)}")
         self.encoder_panel.set_engine_info(info)
-        self.encoder_title.setText(_encoder_text(info))
+        self.encoder_title.setText(_encoder_title(info))
         self.chat_title.setText(_model_text(info))
         self.demo_banner.set_text(
             f"Answers come from a small demo model (<b>{html.escape(info.model_label or '')}</b>), bundled so that "
@@ -753,17 +753,12 @@ class MainWindow(QMainWindow):
             "choose a checkpoint folder, or the repo id of one in your Hugging Face cache."
         )
         self.demo_banner.setVisible(bool(info.model_label))
-        if info.graphs_enabled or info.server is not None:
+        # On a CPU the Encoder panel's title says, once, that there are no CUDA graphs; a banner is kept
+        # for a GPU that runs without them, where it is a surprise worth the space.
+        if info.graphs_enabled or info.server is not None or info.device.startswith("cpu"):
             self.cpu_banner.hide()
         else:
-            if info.device.startswith("cpu"):
-                text = (
-                    "<b>No GPU in use: the vision encoder runs eager on the CPU</b>, without CUDA graphs, "
-                    "so encoding is much slower than on a GPU."
-                )
-            else:
-                text = f"<b>No CUDA graphs:</b> {html.escape(info.graphs_reason)}."
-            self.cpu_banner.set_text(text)
+            self.cpu_banner.set_text(f"<b>No CUDA graphs:</b> {html.escape(info.graphs_reason)}.")
             self.cpu_banner.setToolTip(info.graphs_reason)
             self.cpu_banner.show()
         if self.error_banner.isVisible() and self._operation in ("load", "apply_settings"):
@@ -891,6 +886,13 @@ def _encoder_text(info: EngineInfo) -> str:
     if info.server is not None:
         return "encoder on the vLLM server"
     return info.encoder_name if info.graphs_enabled else "eager (no CUDA graphs)"
+
+
+def _encoder_title(info: EngineInfo) -> str:
+    """The Encoder panel's subtitle: on a CPU, the one line that says there are no CUDA graphs."""
+    if info.server is None and not info.graphs_enabled and info.device.startswith("cpu"):
+        return "eager on the CPU: no CUDA graphs, so encoding is much slower than on a GPU"
+    return _encoder_text(info)
 
 
 def _choose_export_file(parent: QWidget, name: str) -> Path | None:

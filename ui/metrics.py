@@ -90,8 +90,10 @@ class EncoderPanel(QWidget):
             ("Decoder", self.decoder_value),
             ("Server", self.server_value),
         )
+        self._rows: dict[str, tuple[QLabel, QLabel]] = {}
         for row, (name, value) in enumerate(rows):
             caption = QLabel(name)
+            self._rows[name] = (caption, value)
             caption.setForegroundRole(QPalette.ColorRole.PlaceholderText)
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             value.setWordWrap(True)
@@ -117,9 +119,18 @@ class EncoderPanel(QWidget):
         self._on_server = info.server is not None
         self.server_box.setVisible(self._on_server)
         if info.server is not None:
+            self._set_row_visible("Server", True)
             self._show_server(info.server)
             return
         self.server_value.setText("– (answers on this machine)")
+        on_cpu = info.device.startswith("cpu")
+        # Show the figures that exist where it runs: no graph counters without graphs, no GPU memory on a CPU.
+        self._set_row_visible("Graph hits", info.graphs_enabled)
+        self._set_row_visible("GPU memory", not on_cpu)
+        self._set_row_visible("Server", False)
+        self._set_row_visible("Decoder", info.decoder is not None)
+        for column in (_CHUNK_COLUMNS.index("Budget"), _CHUNK_COLUMNS.index("Padding")):
+            self.chunk_table.setColumnHidden(column, not info.graphs_enabled)
         if info.graphs_enabled:
             budgets = info.graph_budgets
             span = f", {len(budgets)} graphs (budgets {budgets[0]}–{budgets[-1]})" if budgets else ""
@@ -192,6 +203,13 @@ class EncoderPanel(QWidget):
             f"decode {done.decode_ms:.0f} ms, preprocess {done.preprocess_ms:.0f} ms, "
             f"encode {done.encode_ms:.1f} ms ({done.ms_per_frame:.2f} ms/frame)"
         )
+
+    def row_visible(self, name: str) -> bool:
+        return not self._rows[name][1].isHidden()
+
+    def _set_row_visible(self, name: str, visible: bool) -> None:
+        for label in self._rows[name]:
+            label.setVisible(visible)
 
     def clear_answer_stats(self) -> None:
         """A new clip opened: the last answer's figures belong to the previous one."""

@@ -263,8 +263,11 @@ def test_unexpected_error_is_shown_inline_and_the_app_keeps_running(
 def test_banners_say_cpu_eager_and_demo_model(qtbot, make_window):
     window = make_window()
     wait_ready(qtbot, window)
-    assert window.cpu_banner.isVisible()
-    assert "eager on the CPU" in window.cpu_banner.text()
+    assert not window.cpu_banner.isVisible(), "on a CPU the Encoder panel's title says it, once"
+    assert window.encoder_title.text().startswith("eager on the CPU: no CUDA graphs")
+    panel = window.encoder_panel
+    assert not panel.row_visible("Graph hits") and not panel.row_visible("GPU memory") and panel.row_visible("Per frame")
+    assert panel.chunk_table.isColumnHidden(3) and panel.chunk_table.isColumnHidden(4), "no budget or padding without graphs"
     assert window.demo_banner.isVisible()
     assert "demo model" in window.demo_banner.text() and "Settings ▸ Model" in window.demo_banner.text()
     window.demo_banner.action_button.click()
