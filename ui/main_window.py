@@ -565,6 +565,9 @@ class MainWindow(QMainWindow):
             self._settings_dialog.settings_applied.connect(self.apply_settings)
         else:
             self._settings_dialog.set_settings(self.settings)
+        info = self.info
+        on_cpu = info is not None and info.server is None and info.device.startswith("cpu")
+        self._settings_dialog.set_graphs_available(not on_cpu, info.graphs_reason if info else "")
         if section:
             self._settings_dialog.show_section(section)
         self._settings_dialog.open()

@@ -41,6 +41,10 @@ from PySide6.QtWidgets import (
 from framewise.core.errors import SettingsError
 from framewise.core.settings import ATTENTION_BACKENDS, DEMO_MODEL, DEVICES, DTYPES, AppSettings, BackendSettings
 
+GRAPH_ONLY_FIELDS = (
+    "encoder.use_graphs", "encoder.fuse_kernels", "encoder.budgets", "encoder.min_budget", "encoder.max_budget",
+    "encoder.budget_ratio",
+)
 SECTIONS = ("model", "sampling", "encoder", "generation", "backend")
 _SECTION_TITLES = {
     "model": "Model", "sampling": "Sampling", "encoder": "Encoder", "generation": "Generation", "backend": "Backend",
@@ -210,6 +214,11 @@ class SettingsDialog(QDialog):
 
     def _build_encoder_tab(self) -> None:
         form = self._add_tab("encoder")
+        self._graphs_available = True
+        self.graphs_note = QLabel()
+        self.graphs_note.setWordWrap(True)
+        self.graphs_note.hide()
+        form.addRow(self.graphs_note)
         self._add_field(
             form,
             "encoder.use_graphs",
@@ -414,11 +423,26 @@ class SettingsDialog(QDialog):
         self.http_warning.setText(f"⚠ {warning}" if warning else "")
         self.http_warning.setVisible(bool(warning))
 
+    def set_graphs_available(self, available: bool, reason: str) -> None:
+        """Disable the settings that only CUDA graphs use where there are none, saying why on the Encoder tab."""
+        self._graphs_available = available
+        self.graphs_note.setText(
+            f"No CUDA graphs here ({reason}), so the graph settings below are off; they apply on a machine with an NVIDIA GPU."
+        )
+        self.graphs_note.setVisible(not available)
+        for name in GRAPH_ONLY_FIELDS:
+            self._fields[name].setToolTip("" if available else f"Only used with CUDA graphs, which this machine has not: {reason}")
+        self.budget_mode.setEnabled(available)
+        self._update_budget_mode()
+
     def _update_budget_mode(self) -> None:
         explicit = self.budget_mode.currentIndex() == 1
-        self._fields["encoder.budgets"].setEnabled(explicit)
+        available = self._graphs_available
+        self._fields["encoder.budgets"].setEnabled(explicit and available)
         for name in ("encoder.min_budget", "encoder.max_budget", "encoder.budget_ratio"):
-            self._fields[name].setEnabled(not explicit)
+            self._fields[name].setEnabled(not explicit and available)
+        for name in ("encoder.use_graphs", "encoder.fuse_kernels"):
+            self._fields[name].setEnabled(available)
         self._update_budget_preview()
 
     def _update_budget_preview(self) -> None:

@@ -484,3 +484,14 @@ def test_dragging_a_file_over_the_window_highlights_it_until_dropped(qtbot, make
     drop = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
     QApplication.sendEvent(window, drop)
     assert not window.drop_highlight.isVisible()
+
+
+def test_on_a_cpu_the_graph_only_settings_are_disabled_with_the_reason(qtbot, make_window):
+    window = make_window()
+    wait_ready(qtbot, window)
+    dialog = window.open_settings("encoder")
+    assert dialog.graphs_note.isVisible() and "no CUDA device" in dialog.graphs_note.text()
+    for name in ("encoder.use_graphs", "encoder.min_budget", "encoder.max_budget", "encoder.budget_ratio"):
+        assert not dialog._fields[name].isEnabled(), name
+    assert dialog._fields["encoder.attention_backend"].isEnabled(), "what runs eager stays settable"
+    dialog.reject()
