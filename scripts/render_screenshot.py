@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     scratch = Path(tempfile.mkdtemp(prefix="framewise-screenshot-"))
     os.environ["FRAMEWISE_LOG_DIR"] = str(scratch / "logs")
+    os.environ["FRAMEWISE_DATA_DIR"] = str(scratch / "data")  # kept conversations: a throw-away store
 
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QApplication
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         .replace("generation", max_new_tokens=args.max_new_tokens)
     )
     window = MainWindow(EngineHost(create_engine, settings), SettingsStore(scratch / "framewise.ini"), app_services(), settings)
-    window.resize(*DEFAULT_SIZE)
+    window.resize(*(args.size or DEFAULT_SIZE))
     window.show()
     window.start()
     try:
@@ -118,9 +119,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--question", action="append", help="a question to ask (repeat for follow-ups)")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "docs" / "screenshot.png")
     parser.add_argument("--scheme", choices=("system", "light", "dark"), default="system", help="colour scheme to render in")
+    parser.add_argument("--size", type=_size, help="window size as WIDTHxHEIGHT (default: the window's default size)")
     parser.add_argument("--max-frames", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=40)
     return parser
+
+
+def _size(text: str) -> tuple[int, int]:
+    width, _, height = text.lower().partition("x")
+    return int(width), int(height)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from framewise.ui.elided_label import ElidedLabel
 from framewise.core.conversation import INTERRUPTED_TEXT, Turn, format_answer_stats
 
 _STREAM_FLUSH_MS = 30
@@ -65,7 +66,7 @@ class MessageCard(QFrame):
         self.customContextMenuRequested.connect(self._show_context_menu)
 
         line = self.fontMetrics().height()
-        self.header = QLabel(header)
+        self.header = ElidedLabel(header)
         header_font = self.header.font()
         header_font.setBold(True)
         self.header.setFont(header_font)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeyEvent, QPalette
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QToolButton, QVBoxLayout, QWidget
 
 from framewise.core.conversation_store import ConversationSummary
 from framewise.core.wording import plural
@@ -30,6 +30,7 @@ class ConversationList(QWidget):
         self.list = _KeyedList()
         self.list.setAccessibleName("Past conversations")
         self.list.setWordWrap(True)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.list.itemActivated.connect(lambda item: self.open_requested.emit(item.data(_ID_ROLE)))
         self.list.currentItemChanged.connect(lambda *_: self._update_buttons())
@@ -37,19 +38,23 @@ class ConversationList(QWidget):
         self.empty_hint = QLabel("Conversations are kept here as you ask")
         self.empty_hint.setWordWrap(True)
         self.empty_hint.setForegroundRole(QPalette.ColorRole.PlaceholderText)
-        self.open_button = QPushButton("&Open")
+        self.open_button = QToolButton()
+        self.open_button.setText("&Open")
         self.open_button.setToolTip("Show this conversation and open its clip again (Enter)")
         self.open_button.clicked.connect(lambda: self._emit_selected(self.open_requested))
-        self.export_button = QPushButton("E&xport…")
+        self.export_button = QToolButton()
+        self.export_button.setText("E&xport…")
         self.export_button.setToolTip("Save this conversation as Markdown or JSON")
         self.export_button.clicked.connect(lambda: self._emit_selected(self.export_requested))
-        self.delete_button = QPushButton("&Delete")
+        self.delete_button = QToolButton()
+        self.delete_button.setText("&Delete")
         self.delete_button.setToolTip("Forget this conversation (Delete)")
         self.delete_button.clicked.connect(self._delete_selected)
         buttons = QHBoxLayout()
         buttons.setContentsMargins(0, 0, 0, 0)
         for button in (self.open_button, self.export_button, self.delete_button):
             buttons.addWidget(button)
+        buttons.addStretch(1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.list, 1)

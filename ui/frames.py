@@ -55,7 +55,7 @@ class FrameView(QWidget):
         self._image: QImage | None = None
         self._placeholder = ""
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-        self.setMinimumHeight(self.fontMetrics().height() * 8)
+        self.setMinimumHeight(self.fontMetrics().height() * 5)
 
     @property
     def image(self) -> QImage | None:

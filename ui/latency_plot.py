@@ -81,7 +81,7 @@ class LatencyPlot(QWidget):
 
         # A PlotWidget, not a GraphicsLayoutWidget: the latter crashes at interpreter exit under PySide6 6.12.
         self.plot_widget = pg.PlotWidget()
-        self.plot_widget.setMinimumHeight(self.fontMetrics().height() * 7)
+        self.plot_widget.setMinimumHeight(self.fontMetrics().height() * 6)
         self.plot_widget.setToolTip("")
         self.plot_item: pg.PlotItem = self.plot_widget.getPlotItem()
         self.plot_item.setMenuEnabled(True)
@@ -90,7 +90,7 @@ class LatencyPlot(QWidget):
         self.plot_item.setLabel("bottom", "encoder pass")
         self.plot_item.showGrid(x=False, y=True, alpha=0.25)
         self.plot_item.setLimits(xMin=0, yMin=0)
-        self.legend = self.plot_item.addLegend(offset=(-6, 4), colCount=2)
+        self.legend = self.plot_item.addLegend(offset=(-6, 4))
         self._line = self.plot_item.plot([], [], connect="finite")
         # An invisible point at 0 ms keeps the axis's zero in the fitted view.
         self.plot_item.addItem(pg.ScatterPlotItem([0.5], [0.0], size=0, pen=None, brush=None, hoverable=False))

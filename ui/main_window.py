@@ -41,6 +41,7 @@ from framewise.ui.chat import ChatPanel
 from framewise.core.conversation import Conversation, Turn
 from framewise.ui.conversation_list import ConversationList
 from framewise.ui.dialogs import AboutDialog, LogDialog, default_export_folder
+from framewise.ui.elided_label import ElidedLabel
 from framewise.ui.frames import ClipPreview, FrameStrip, format_timestamp
 from framewise.ui.metrics import EncoderPanel
 from framewise.ui.services import AppServices
@@ -148,7 +149,7 @@ class MainWindow(QMainWindow):
         for banner in (self.demo_banner, self.cpu_banner, self.error_banner, self.fallback_banner):
             banner.hide()
 
-        self.clip_title = QLabel("No clip")
+        self.clip_title = ElidedLabel("No clip")
         self.clip_title.setTextFormat(Qt.TextFormat.PlainText)
         self.preview = ClipPreview()
         self.frame_strip = FrameStrip()
@@ -157,14 +158,14 @@ class MainWindow(QMainWindow):
         clip_box = _section("Clip", self.clip_title, self.preview, self.frame_strip)
 
         self.encoder_panel = EncoderPanel()
-        self.encoder_title = QLabel("")
+        self.encoder_title = ElidedLabel("")
         encoder_box = _section("Encoder", self.encoder_title, self.encoder_panel)
 
         self.chat = ChatPanel()
         self.chat.question_edit.setAcceptDrops(False)
         self.chat.ask_requested.connect(self.ask)
         self.chat.stop_requested.connect(self.stop)
-        self.chat_title = QLabel("")
+        self.chat_title = ElidedLabel("")
         chat_box = _section("Conversation", self.chat_title, self.chat)
 
         self.left_splitter = QSplitter(Qt.Orientation.Vertical)
@@ -214,7 +215,7 @@ class MainWindow(QMainWindow):
             QDockWidget.DockWidgetFeature.DockWidgetClosable | QDockWidget.DockWidgetFeature.DockWidgetMovable
         )
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.history_dock)
-        self.resizeDocks([self.history_dock], [self.fontMetrics().height() * 14], Qt.Orientation.Horizontal)
+        self.resizeDocks([self.history_dock], [self.fontMetrics().height() * 11], Qt.Orientation.Horizontal)
         self._refresh_history()
 
     def _build_menus(self) -> None:
@@ -257,19 +258,19 @@ class MainWindow(QMainWindow):
         help_menu.addAction(self.about_action)
 
     def _build_status_bar(self) -> None:
-        self.status_label = QLabel("Starting…")
+        self.status_label = ElidedLabel("Starting…")
         self.status_label.setTextFormat(Qt.TextFormat.PlainText)
         self.progress_bar = QProgressBar()
         self.progress_bar.setMaximumWidth(self.fontMetrics().height() * 14)
         self.progress_bar.setTextVisible(False)
         self.progress_bar.hide()
-        self.engine_label = QLabel("")
+        self.engine_label = ElidedLabel("")
         self.engine_label.setForegroundRole(QPalette.ColorRole.PlaceholderText)
         status = self.statusBar()
         status.setSizeGripEnabled(False)
         status.addWidget(self.status_label, 1)
         status.addPermanentWidget(self.progress_bar)
-        status.addPermanentWidget(self.engine_label)
+        status.addPermanentWidget(self.engine_label, 1)
 
     def _restore_geometry(self) -> None:
         geometry = self.store.window_geometry()

@@ -13,12 +13,14 @@ from PySide6.QtGui import QPalette
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QFrame,
     QGridLayout,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -56,7 +58,7 @@ class EncoderPanel(QWidget):
         header.setStretchLastSection(True)
         row_height = round(self.fontMetrics().height() * 1.5)
         self.chunk_table.verticalHeader().setDefaultSectionSize(row_height)
-        self.chunk_table.setMinimumHeight(row_height * 3)
+        self.chunk_table.setMinimumHeight(row_height * 2)
         self.chunk_table.setToolTip(
             "Each pass of the vision encoder for the last clip: the token budget it used and the share that was padding"
         )
@@ -106,13 +108,21 @@ class EncoderPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setHorizontalSpacing(self.fontMetrics().height())
         layout.addWidget(self.plot, 0, 0)
-        layout.addLayout(stats, 0, 1)
+        # The figures scroll rather than clip when the panel is short (a small window).
+        figures = QWidget()
+        figures.setLayout(stats)
+        self.figures_scroll = QScrollArea()
+        self.figures_scroll.setWidget(figures)
+        self.figures_scroll.setWidgetResizable(True)
+        self.figures_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.figures_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        layout.addWidget(self.figures_scroll, 0, 1)
         layout.addWidget(self.server_box, 1, 0, 1, 2)
         layout.addWidget(self.chunk_table, 2, 0, 1, 2)
         layout.setColumnStretch(0, 3)
         layout.setColumnStretch(1, 2)
         layout.setRowStretch(0, 3)
-        layout.setRowStretch(1, 1)
+        layout.setRowStretch(2, 1)  # the chunk table (row 1 holds the server's command, when shown)
 
     def set_engine_info(self, info: EngineInfo) -> None:
         self._graphs_enabled = info.graphs_enabled

@@ -1,0 +1,46 @@
+"""The window fits 1024×640: nothing forces it larger, and no label is cut where it should not be."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QLabel
+
+from framewise.ui.elided_label import ElidedLabel
+from tests.ui.test_main_window import ask_and_wait, open_and_wait, wait_ready
+
+
+def clipped_labels(window) -> list[str]:
+    """Visible labels narrower than their text needs (elided labels and wrapping ones shorten on purpose)."""
+    cut = []
+    for label in window.findChildren(QLabel):
+        if not label.isVisible() or isinstance(label, ElidedLabel) or label.wordWrap() or not label.text():
+            continue
+        if label.width() + 1 < label.minimumSizeHint().width():
+            cut.append(f"{label.text()!r}: {label.width()} < {label.minimumSizeHint().width()}")
+    return cut
+
+
+def test_the_window_fits_1024_by_640_without_clipping_a_label(qtbot, make_window, sample_clip):
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    ask_and_wait(qtbot, window, "What color is the square?")
+    window.resize(1024, 640)
+    qtbot.waitUntil(lambda: window.width() == 1024 and window.height() == 640, timeout=3000)
+    hint = window.minimumSizeHint()
+    assert hint.width() <= 1024 and hint.height() <= 640, f"the layout needs {hint.width()}×{hint.height()}"
+    assert clipped_labels(window) == []
+    assert not window.encoder_panel.figures_scroll.horizontalScrollBar().isVisible()
+    # Long texts are shortened with the whole text in the tooltip, not cut mid-value.
+    for label in (window.clip_title, window.engine_label, window.status_label):
+        assert label.toolTip(), label.text()
+    assert window.engine_label.is_elided() or window.engine_label.width() >= window.engine_label.sizeHint().width() - 4
+
+
+def test_every_settings_page_fits_its_dialog_at_1024_by_640(qtbot, make_window):
+    window = make_window()
+    wait_ready(qtbot, window)
+    window.resize(1024, 640)
+    dialog = window.open_settings(None)
+    hint = dialog.minimumSizeHint()
+    assert hint.width() <= 1024 and hint.height() <= 640, f"the dialog needs {hint.width()}×{hint.height()}"
+    dialog.reject()
