@@ -90,7 +90,7 @@ class LatencyPlot(QWidget):
         self.plot_item.setLabel("bottom", "encoder pass")
         self.plot_item.showGrid(x=False, y=True, alpha=0.25)
         self.plot_item.setLimits(xMin=0, yMin=0)
-        self.legend = self.plot_item.addLegend(offset=(-6, 4))
+        self.legend = self.plot_item.addLegend(offset=(-6, -4))  # under the points, apart from the clip labels at the top
         self._line = self.plot_item.plot([], [], connect="finite")
         # An invisible point at 0 ms keeps the axis's zero in the fitted view.
         self.plot_item.addItem(pg.ScatterPlotItem([0.5], [0.0], size=0, pen=None, brush=None, hoverable=False))
@@ -147,7 +147,7 @@ class LatencyPlot(QWidget):
             movable=False,
             pen=pg.mkPen(self._muted_color(), style=Qt.PenStyle.DashLine),
             label=_short(label),
-            labelOpts={"position": 0.04, "color": self._muted_color(), "anchors": [(0, 1), (0, 1)]},
+            labelOpts={"position": 0.97, "color": self._muted_color(), "anchors": [(0, 0), (0, 0)]},
         )
         self.plot_item.addItem(line, ignoreBounds=True)
         self._run_lines.append((self._passes + 1, line))
