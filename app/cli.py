@@ -280,16 +280,16 @@ def format_stats(stats: AnswerStats, encoded: EncodeDone, info: EngineInfo) -> s
     """The stats printed after an answer."""
     if stats.server is not None:
         return (
-            f"--\nframes {stats.frames} sent to {stats.server.url} (encoded there), "
-            f"decode {encoded.decode_ms:.0f} ms, packing {stats.preprocess_ms:.0f} ms\n"
+            f"--\nframes {encoded.frames} sent to {stats.server.url} (encoded there), "
+            f"decode {encoded.decode_ms:.0f} ms, packing {encoded.preprocess_ms:.0f} ms\n"
             f"first token {stats.time_to_first_token_ms:.0f} ms, {stats.new_tokens} tokens, "
             f"{stats.tokens_per_second:.1f} tokens/s" + (", cancelled" if stats.cancelled else "")
             + f"\nserver: {stats.server.summary()}"
         )
     return (
-        f"--\nframes {stats.frames}, patches {stats.patches}, "
-        f"decode {encoded.decode_ms:.0f} ms, preprocess {stats.preprocess_ms:.0f} ms, "
-        f"encode {stats.encode_ms:.1f} ms ({stats.ms_per_frame:.2f} ms/frame, {_graph_words(encoded, info)})\n"
+        f"--\nframes {encoded.frames}, patches {encoded.patches}, "
+        f"decode {encoded.decode_ms:.0f} ms, preprocess {encoded.preprocess_ms:.0f} ms, "
+        f"encode {encoded.encode_ms:.1f} ms ({encoded.ms_per_frame:.2f} ms/frame, {_graph_words(encoded, info)})\n"
         f"first token {stats.time_to_first_token_ms:.0f} ms, {stats.new_tokens} tokens, "
         f"{stats.tokens_per_second:.1f} tokens/s" + (", cancelled" if stats.cancelled else "")
         + (f"\ndecoder: {stats.decoder.summary()}" if stats.decoder else "")
@@ -298,7 +298,8 @@ def format_stats(stats: AnswerStats, encoded: EncodeDone, info: EngineInfo) -> s
 
 def _graph_words(encoded: EncodeDone, info: EngineInfo) -> str:
     if info.graphs_enabled:
-        return f"graph hits {encoded.graph_hits}, misses {encoded.graph_misses}"
+        verdict = "graph hit" if encoded.graph_hit else "graph miss"
+        return f"{verdict}, {len(encoded.chunks)} encoder passes"
     if info.device == "cpu":
         return "no CUDA graphs on this machine"
     return f"eager: {info.graphs_reason}"
@@ -316,8 +317,11 @@ def _result_json(info: EngineInfo, encoded: EncodeDone, done: Done) -> dict[str,
             "frames": encoded.frames,
             "timestamps": list(encoded.timestamps),
             "decode_ms": encoded.decode_ms,
-            "graph_hits": encoded.graph_hits,
-            "graph_misses": encoded.graph_misses,
+            "preprocess_ms": encoded.preprocess_ms,
+            "encode_ms": encoded.encode_ms,
+            "ms_per_frame": encoded.ms_per_frame,
+            "graph_hit": encoded.graph_hit,
+            "passes": len(encoded.chunks),
         },
         "stats": dataclasses.asdict(done.stats),
         "server": dataclasses.asdict(info.server) if info.server else None,

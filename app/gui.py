@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QApplication
 from framewise.app.diagnostics import collect_versions
 from framewise.app.logs import log_file_path, setup_logging
 from framewise import __version__
-from framewise.core.events import EventSink, Failed, Progress
+from framewise.core.events import EventSink, Failed, Progress, RequestFinished
 from framewise.core.resources import asset_path
 from framewise.core.settings import AppSettings
 from framewise.ui.main_window import MainWindow
@@ -118,19 +118,20 @@ def _parser() -> argparse.ArgumentParser:
 def _quit_when_loaded(app: QApplication, host: EngineHost) -> None:
     """Print ``ready`` and exit 0 when the model has loaded; print the error and exit 1 when it fails."""
     failures: list[str] = []
-    host.event.connect(lambda event: failures.append(event.message) if isinstance(event, Failed) else None)
 
-    def finished(operation: str, ok: bool) -> None:
-        if operation != "load":
+    def follow(event: object) -> None:
+        if isinstance(event, Failed):
+            failures.append(event.message)
+        if not isinstance(event, RequestFinished) or event.kind != "load":
             return
-        if ok:
+        if event.ok:
             print("ready", flush=True)
             app.exit(0)
         else:
             print(f"framewise-studio: {failures[-1] if failures else 'the model did not load'}", file=sys.stderr, flush=True)
             app.exit(1)
 
-    host.operation_finished.connect(finished)
+    host.event.connect(follow)
 
 
 def _app_icon() -> QIcon:

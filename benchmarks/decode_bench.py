@@ -48,7 +48,7 @@ from transformers.generation.streamers import BaseStreamer  # noqa: E402
 from framewise.core.decoding import Decoder, Prompt, SamplingRule  # noqa: E402
 from framewise.core.qwen3_vl.language import Qwen3VLLanguageModel  # noqa: E402
 from framewise.core.encoding.defs import EncodedItem  # noqa: E402
-from framewise.core.encoding.manager import percentile  # noqa: E402
+from framewise.core.metrics import percentile  # noqa: E402
 from framewise.core.processing import TEXT_TOKEN, VIDEO_TOKEN  # noqa: E402
 from framewise.core.qwen3_vl.injection import FeatureInjector  # noqa: E402
 

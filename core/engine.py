@@ -4,6 +4,11 @@
 :data:`~framewise.core.events.EventSink`; the CLI runs it on the main thread, the GUI on a worker thread.
 Only :meth:`Engine.cancel` may be called from another thread.
 
+Each public call is one request: every event sent while serving it carries its id (the caller's
+``request_id``, or a new one), so listeners route events without inferring from their order. The
+engine keeps the one conversation record (:attr:`Engine.history`) and announces every time it
+empties it, with the reason, as a :class:`~framewise.core.events.ConversationReset`.
+
 A cancel applies to the request that is running, or, when none is, to the next one that starts:
 a cancel that arrives just before a call begins is never lost. It is consumed when that request
 ends. Cancelling reaches every stage: reading the clip, preprocessing, every vision-tower block of
@@ -36,22 +41,27 @@ import torch
 
 from framewise.core.decoding import Decoded, Decoder, Prompt, SamplingRule, context_for
 from framewise.core.encoding.defs import EncodedItem
-from framewise.core.encoding.manager import make_vision_encoder, percentile
+from framewise.core.encoding.manager import make_vision_encoder
 from framewise.core.encoding.seam import VisionEncoder
 from framewise.core.errors import CancelledError, EmptyQuestionError, FramewiseError, is_out_of_memory
 from framewise.core.events import (
     AnswerStats,
     ClipSampled,
+    ConversationReset,
     DecoderInfo,
     DecoderStats,
     Done,
+    E,
     EncodeDone,
     EngineInfo,
     EventSink,
     Progress,
+    RequestScope,
+    ResetReason,
     Token,
     ignore_events,
 )
+from framewise.core.metrics import EncoderMetricsAccumulator, percentile
 from framewise.core.models import LoadedModel, load_model
 from framewise.core.processing import VideoInputs, build_chat_inputs, preprocess_video, video_frame_sizing
 from framewise.core.settings import AppSettings
@@ -115,6 +125,10 @@ class Engine:
         engine.load()
         engine.open_clip("clip.mp4")
         engine.ask("What color is the square?")
+
+    Every public method takes an optional ``request_id``; the events it sends carry it (a caller that
+    passes ids passes them on every call). Without one, a call gets the next id of the engine's own,
+    except that a call made while serving a request is part of that request.
     """
 
     def __init__(self, settings: AppSettings | None = None, sink: EventSink = ignore_events) -> None:
@@ -125,49 +139,51 @@ class Engine:
         self.decoder: Decoder | None = None
         self.clip: EncodedClip | None = None
         self.history: list[tuple[str, str]] = []
+        self.metrics = EncoderMetricsAccumulator()
         self._cancel = threading.Event()
         self._request_depth = 0
+        self._requests = RequestScope()
         self._graphs_reason = ""
 
     # ----------------------------------------------------------------- lifecycle
 
-    def load(self) -> EngineInfo:
+    def load(self, request_id: int | None = None) -> EngineInfo:
         """Load the model named by the settings, build its vision encoder and its decoder (capturing
         the encoder's graphs, then the decode step graphs, on CUDA)."""
-        with self._request():
-            self.loaded = load_model(self.settings.model, progress=self.sink)
-            self._build_encoder()
-            self._build_decoder()
-            info = self.info()
-        self.sink(info)
-        return info
+        with self._requests.serving(request_id):
+            with self._request():
+                self.loaded = load_model(self.settings.model, progress=self._emit)
+                self._build_encoder()
+                self._build_decoder()
+                info = self.info()
+            return self._emit(info)
 
-    def apply_settings(self, settings: AppSettings) -> EngineInfo | None:
+    def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None:
         """Switch to new settings, redoing only what they change, all or nothing.
 
         A new model is loaded beside the old one (when that runs out of memory, the old one is
         released first and, should the new one still fail, loaded again) and re-encodes the open
         clip; new encoder settings re-capture the graphs; new sampling settings re-sample and
-        re-encode the open clip; a new context length or decoding setting re-allocates the KV
-        cache and re-captures the decode graphs. Returns the new :class:`EngineInfo` when the
-        model, encoder or decoder changed. On any failure the engine is as it was before the call
-        (settings, model, encoder, decoder, clip, conversation) and the error is raised.
+        re-encode the open clip (emptying the conversation, with reason ``resampled``); a new
+        context length or decoding setting re-allocates the KV cache and re-captures the decode
+        graphs. Returns the new :class:`EngineInfo`, which is also sent, when the model, encoder or
+        decoder changed. On any failure the engine is as it was before the call (settings, model,
+        encoder, decoder, clip, conversation) and the error is raised.
         """
         settings.validate()
         if self.loaded is None:
             self.settings = settings
             return None
-        with self._request():
-            before = self._parts()
-            try:
-                info = self._switch(before, settings)
-            except BaseException:
-                self._restore(before)
-                raise
-            self._close_replaced(before)
-        if info is not None:
-            self.sink(info)
-        return info
+        with self._requests.serving(request_id):
+            with self._request():
+                before = self._parts()
+                try:
+                    info = self._switch(before, settings)
+                except BaseException:
+                    self._restore(before)
+                    raise
+                self._close_replaced(before)
+            return None if info is None else self._emit(info)
 
     def _switch(self, before: _EngineParts, settings: AppSettings) -> EngineInfo | None:
         old, self.settings = before.settings, settings
@@ -187,20 +203,20 @@ class Engine:
                 rebuilt = True
         clip_path = before.clip.path if before.clip else None
         if clip_path and (settings.model != old.model or settings.sampling != old.sampling):
-            self.open_clip(clip_path)
+            self._open_clip(clip_path, "resampled")
         return self.info() if rebuilt else None
 
     def _load_beside(self, before: _EngineParts) -> None:
         """Load the new model while the old one stays in memory; if that runs out of memory,
         release the old one (``before.released`` tells :meth:`_restore` to load it again) and retry."""
         try:
-            self.loaded = load_model(self.settings.model, progress=self.sink)
+            self.loaded = load_model(self.settings.model, progress=self._emit)
         except Exception as error:
             if not is_out_of_memory(error):
                 raise
             self._release_model()
             before.released = True
-            self.loaded = load_model(self.settings.model, progress=self.sink)
+            self.loaded = load_model(self.settings.model, progress=self._emit)
         self.encoder = None
         self.decoder = None
         self._build_encoder()
@@ -237,7 +253,7 @@ class Engine:
             self.clip = None
             self.load()
             if before.clip is not None and before.clip.path is not None:
-                self.open_clip(before.clip.path)
+                self._open_clip(before.clip.path, reason=None)  # the conversation stays: it is put back
             self.history = before.history
             return
         self.loaded, self.encoder, self._graphs_reason = before.loaded, before.encoder, before.graphs_reason
@@ -298,27 +314,33 @@ class Engine:
         or a token), or, when none is running, the next one as it starts. Safe from any thread."""
         self._cancel.set()
 
-    def new_conversation(self) -> None:
+    def new_conversation(self, request_id: int | None = None) -> None:
         """Forget earlier questions and answers; the open clip stays encoded.
 
         The decoder keeps the KV entries of the prompt's part that does not depend on the
         conversation (system text and clip); everything after it is prefilled anew.
         """
-        self.history.clear()
+        with self._requests.serving(request_id):
+            self._reset_conversation("asked")
 
     # ----------------------------------------------------------------- clips
 
-    def open_clip(self, path: str | Path) -> EncodeDone:
+    def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
         """Sample, preprocess and encode a clip; later questions are about it.
 
-        Emits Progress (decode, encode), ClipSampled, one ChunkStats per encoder pass and
-        EncodeDone. A failure leaves the previously open clip and the conversation as they were.
+        Emits Progress (decode, encode), ClipSampled, one ChunkStats per encoder pass,
+        EncoderMetrics, ConversationReset (reason ``new_clip``) and EncodeDone. A failure leaves
+        the previously open clip and the conversation as they were.
         """
+        with self._requests.serving(request_id):
+            return self._open_clip(Path(path), "new_clip")
+
+    def _open_clip(self, path: Path, reason: ResetReason | None) -> EncodeDone:
+        """Open ``path``; ``reason`` is why the conversation empties (``None``: it is being put back)."""
         loaded = self._require_model()
-        path = Path(path)
         with self._request():
             self._raise_if_cancelled()
-            self.sink(Progress("decode", 0, 1, f"Reading {path.name}"))
+            self._emit(Progress("decode", 0, 1, f"Reading {path.name}"))
             started = time.perf_counter()
             sampling = self.settings.sampling
             sampled = sample_clip(
@@ -326,15 +348,18 @@ class Engine:
                 sampling,
                 video_frame_sizing(sampling, loaded.geometry),
                 should_cancel=self._cancel.is_set,
-                on_progress=lambda progress: self.sink(_decode_progress(path.name, progress)),
+                on_progress=lambda progress: self._emit(_decode_progress(path.name, progress)),
             )
             decode_ms = (time.perf_counter() - started) * 1e3
             info = sampled.info
+            size_and_duration = (info.width, info.height, info.duration_s)
             return self._encode_frames(
-                sampled.frames, sampled.timestamps, path.name, path, decode_ms, (info.width, info.height, info.duration_s)
+                sampled.frames, sampled.timestamps, path.name, path, decode_ms, size_and_duration, reason
             )
 
-    def open_frames(self, frames: np.ndarray, timestamps: Sequence[float], name: str) -> EncodeDone:
+    def open_frames(
+        self, frames: np.ndarray, timestamps: Sequence[float], name: str, request_id: int | None = None
+    ) -> EncodeDone:
         """Encode frames sampled elsewhere, as :meth:`open_clip` does after decoding.
 
         ``frames``: (T, H, W, 3) uint8 RGB, already at a Qwen3-VL size (sides multiples of 32);
@@ -342,8 +367,9 @@ class Engine:
         """
         self._require_model()
         rows, cols = frames.shape[1:3]
-        with self._request():
-            return self._encode_frames(frames, timestamps, name, None, 0.0, (cols, rows, float(timestamps[-1])))
+        size_and_duration = (cols, rows, float(timestamps[-1]))
+        with self._requests.serving(request_id), self._request():
+            return self._encode_frames(frames, timestamps, name, None, 0.0, size_and_duration, "new_clip")
 
     def _encode_frames(
         self,
@@ -353,46 +379,46 @@ class Engine:
         path: Path | None,
         decode_ms: float,
         size_and_duration: tuple[int, int, float],
+        reason: ResetReason | None,
     ) -> EncodeDone:
-        """Preprocess and encode sampled frames (T, H, W, 3) uint8 and make them the open clip."""
+        """Preprocess and encode sampled frames (T, H, W, 3) uint8, make them the open clip and, unless
+        ``reason`` is ``None``, start its conversation afresh."""
         loaded = self._require_model()
-        self.sink(clip_sampled(name, path, frames, timestamps, size_and_duration))
+        self._emit(clip_sampled(name, path, frames, timestamps, size_and_duration))
         self._raise_if_cancelled()
         started = time.perf_counter()
         video = preprocess_video(frames, timestamps, loaded.geometry)
         preprocess_ms = (time.perf_counter() - started) * 1e3
         self._raise_if_cancelled()
 
-        self.sink(Progress("encode", 0, 1, f"Encoding {len(timestamps)} frames"))
+        self._emit(Progress("encode", 0, 1, f"Encoding {len(timestamps)} frames"))
         with self._cancel_points(loaded.model.model.visual.blocks):
             output = self._require_encoder().encode([video.item])
         self._raise_if_cancelled()  # a cancel during the last pass still keeps the previous clip
-        for chunk in output.chunks:
-            self.sink(chunk)
-        encode_ms = sum(chunk.encode_ms for chunk in output.chunks)
-        summary = EncodeDone(
-            clip_name=name,
-            frames=len(timestamps),
-            patches=video.item.patches,
-            timestamps=tuple(timestamps),
-            decode_ms=decode_ms,
-            preprocess_ms=preprocess_ms,
-            encode_ms=encode_ms,
-            ms_per_frame=encode_ms / max(1, len(timestamps)),
-            graph_hits=sum(1 for chunk in output.chunks if chunk.graph_hit),
-            graph_misses=sum(1 for chunk in output.chunks if not chunk.graph_hit),
-            chunks=tuple(output.chunks),
+        chunks = tuple(self._requests.stamp(chunk) for chunk in output.chunks)
+        for chunk in chunks:
+            self._emit(chunk)
+        metrics = self._emit(self.metrics.add_item(chunks))
+        assert metrics.last_item_ms_per_frame is not None and metrics.last_item_hit is not None
+        summary = self._requests.stamp(
+            EncodeDone(
+                clip_name=name,
+                frames=len(timestamps),
+                patches=video.item.patches,
+                timestamps=tuple(timestamps),
+                decode_ms=decode_ms,
+                preprocess_ms=preprocess_ms,
+                encode_ms=sum(chunk.encode_ms for chunk in chunks),
+                ms_per_frame=metrics.last_item_ms_per_frame,
+                graph_hit=metrics.last_item_hit,
+                chunks=chunks,
+            )
         )
         self.clip = EncodedClip(path=path, video=video, features=output.items[0], summary=summary)
-        self.history.clear()
-        self.sink(Progress("encode", 1, 1, f"{name} is ready"))
-        self.sink(summary)
-        return summary
-
-    def close_clip(self) -> None:
-        """Drop the open clip and the conversation about it."""
-        self.clip = None
-        self.history.clear()
+        if reason is not None:
+            self._reset_conversation(reason)
+        self._emit(Progress("encode", 1, 1, f"{name} is ready"))
+        return self._emit(summary)
 
     def open_clip_path(self) -> Path | None:
         """The file of the open clip (``None`` with no clip, or frames given directly)."""
@@ -400,12 +426,16 @@ class Engine:
 
     # ----------------------------------------------------------------- questions
 
-    def ask(self, question: str) -> Done:
+    def ask(self, question: str, request_id: int | None = None) -> Done:
         """Answer ``question`` about the open clip (or as plain text with none), streaming Token events.
 
         A cancelled answer ends early with ``stats.cancelled`` set and is not kept in the
-        conversation; a completed one is, so follow-up questions see it.
+        conversation; a completed one is (``Done.kept``), so follow-up questions see it.
         """
+        with self._requests.serving(request_id):
+            return self._ask(question)
+
+    def _ask(self, question: str) -> Done:
         loaded = self._require_model()
         question = question.strip()
         if not question:
@@ -419,7 +449,7 @@ class Engine:
                 history=self.history,
                 geometry=loaded.geometry,
             )
-            streamer = _TokenStreamer(loaded.tokenizer, self.sink)
+            streamer = _TokenStreamer(loaded.tokenizer, self._emit)
             try:
                 # Inside the prefill (until the first token); the token loop checks between tokens.
                 prefilling = lambda: streamer.first_token_time is None  # noqa: E731
@@ -434,9 +464,8 @@ class Engine:
         text = streamer.text.strip()
         if not cancelled:
             self.history.append((question, text))
-        done = Done(text=text, stats=self._answer_stats(started, finished, streamer, decoded))
-        self.sink(done)
-        return done
+        stats = self._answer_stats(started, finished, streamer, decoded)
+        return self._emit(Done(text=text, stats=stats, kept=not cancelled))
 
     def _decode(self, inputs: Any, streamer: _TokenStreamer) -> Decoded:
         """Decode the answer to ``inputs`` with the open clip's features, streaming through ``streamer``."""
@@ -465,16 +494,10 @@ class Engine:
         new_tokens = len(decoded.token_ids)
         first = streamer.first_token_time or finished
         decode_seconds = finished - first
-        summary = self.clip.summary if self.clip else None
         gpu_memory_mb = None
         if loaded.device.type == "cuda":
             gpu_memory_mb = torch.cuda.max_memory_allocated(loaded.device) / 2**20
         return AnswerStats(
-            frames=summary.frames if summary else 0,
-            patches=summary.patches if summary else 0,
-            preprocess_ms=summary.preprocess_ms if summary else 0.0,
-            encode_ms=summary.encode_ms if summary else 0.0,
-            ms_per_frame=summary.ms_per_frame if summary else 0.0,
             time_to_first_token_ms=(first - started) * 1e3,
             new_tokens=new_tokens,
             tokens_per_second=(new_tokens - 1) / decode_seconds if new_tokens > 1 and decode_seconds > 0 else 0.0,
@@ -504,12 +527,29 @@ class Engine:
 
     # ----------------------------------------------------------------- helpers
 
+    def _emit(self, event: E) -> E:
+        """Send ``event`` as part of the request being served; returns it as sent."""
+        event = self._requests.stamp(event)
+        self.sink(event)
+        return event
+
+    def _reset_conversation(self, reason: ResetReason) -> None:
+        self.history.clear()
+        clip = self.clip
+        self._emit(
+            ConversationReset(
+                reason=reason,
+                clip_name=clip.summary.clip_name if clip else None,
+                path=None if clip is None else str(clip.path or ""),
+            )
+        )
+
     def _build_encoder(self) -> None:
         """Replace the encoder: the old one gives back its graphs and the tower's attention first."""
         loaded = self._require_model()
         self._drop_encoder()
         self.encoder, self._graphs_reason = make_vision_encoder(
-            loaded.adapter, self.settings.encoder, progress=self.sink
+            loaded.adapter, self.settings.encoder, progress=self._emit
         )
 
     def _drop_encoder(self) -> None:
@@ -530,7 +570,7 @@ class Engine:
             context_for(self.settings, language),
             decoding.min_bucket,
             use_graphs=decoding.use_graphs,
-            progress=self.sink,
+            progress=self._emit,
         )
 
     def _release_model(self) -> None:

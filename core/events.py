@@ -2,14 +2,73 @@
 
 Events are frozen dataclasses of plain data (numbers, strings, small numpy images; no tensors) so the GUI can
 pass them across threads and the CLI can print them as JSON.
+
+Every event carries ``request_id``: the id of the request it belongs to (loading the model, opening a
+clip, asking, applying settings, starting a new conversation). The engine stamps it on every event it
+sends while it serves that request, so a listener never has to infer ownership from the order of
+events. :data:`NO_REQUEST` (0) marks an event not yet stamped: the parts below the engine (model
+loading, graph capture, the encoders) build events without knowing the request.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable, Union
+import itertools
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator, Literal, TypeVar, Union
 
 import numpy as np
+
+NO_REQUEST = 0
+
+RequestKind = Literal["load", "open_clip", "ask", "apply_settings", "new_conversation"]
+RequestOutcome = Literal["done", "cancelled", "failed"]
+ResetReason = Literal["new_clip", "resampled", "asked"]
+"""Why the conversation was emptied: a clip was opened (``new_clip``), new sampling or model settings
+re-sampled the open clip (``resampled``), or a person asked for a new conversation (``asked``)."""
+
+
+def _request_id() -> Any:
+    """The ``request_id`` field every event ends with (keyword-only, so positional fields stay as they were)."""
+    return field(default=NO_REQUEST, kw_only=True)
+
+
+@dataclass(frozen=True)
+class RequestStarted:
+    """The engine started serving request ``request_id`` of ``kind``."""
+
+    kind: RequestKind
+    request_id: int = _request_id()
+
+
+@dataclass(frozen=True)
+class RequestFinished:
+    """Request ``request_id`` ended; a ``failed`` one was preceded by a :class:`Failed` event of the same id.
+
+    ``outcome`` is ``cancelled`` also for a request dropped before it started (Stop pressed while it waited).
+    """
+
+    kind: RequestKind
+    outcome: RequestOutcome
+    request_id: int = _request_id()
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == "done"
+
+
+@dataclass(frozen=True)
+class ConversationReset:
+    """The engine emptied its conversation record; later questions start afresh about ``clip_name``.
+
+    ``clip_name`` / ``path`` name the open clip (``None`` when there is none; ``path`` is ``""`` for
+    frames given directly).
+    """
+
+    reason: ResetReason
+    clip_name: str | None
+    path: str | None
+    request_id: int = _request_id()
 
 
 @dataclass(frozen=True)
@@ -20,6 +79,7 @@ class Progress:
     current: int
     total: int
     message: str
+    request_id: int = _request_id()
 
 
 @dataclass(frozen=True)
@@ -27,6 +87,7 @@ class Token:
     """A piece of streamed answer text."""
 
     text: str
+    request_id: int = _request_id()
 
 
 @dataclass(frozen=True)
@@ -35,8 +96,10 @@ class ChunkStats:
 
     ``chunk_index`` numbers the passes of one request from 0.
 
-    ``budget`` is the captured graph's token budget (``None`` for eager); ``padding_fraction``
-    is the share of the budget's rows that held no real patch.
+    ``frames`` counts the sampled frames the pass encoded: the frame repeated to complete a clip's
+    last frame pair and the padding rows of a graph's budget are not frames (their cost is in
+    ``encode_ms``). ``budget`` is the captured graph's token budget (``None`` for eager);
+    ``padding_fraction`` is the share of the budget's rows that held no real patch.
     """
 
     chunk_index: int
@@ -46,9 +109,14 @@ class ChunkStats:
     budget: int | None
     padding_fraction: float
     encode_ms: float
-    ms_per_frame: float
     graph_hit: bool
     fallback_reason: str | None = None
+    request_id: int = _request_id()
+
+    @property
+    def ms_per_frame(self) -> float:
+        """The pass's time per sampled frame (see :mod:`framewise.core.metrics` for the one denominator)."""
+        return self.encode_ms / self.frames
 
 
 @dataclass(frozen=True)
@@ -65,11 +133,17 @@ class ClipSampled:
     width: int
     height: int
     duration_s: float
+    request_id: int = _request_id()
 
 
 @dataclass(frozen=True)
 class EncodeDone:
-    """A clip was decoded, preprocessed and encoded; follow-up questions reuse its features."""
+    """A clip was decoded, preprocessed and encoded; follow-up questions reuse its features.
+
+    ``frames`` are the sampled frames; ``ms_per_frame`` and ``graph_hit`` (every pass of the clip was
+    a graph replay) are the clip's numbers as :class:`~framewise.core.metrics.EncoderMetricsAccumulator`
+    computed them.
+    """
 
     clip_name: str
     frames: int
@@ -79,9 +153,41 @@ class EncodeDone:
     preprocess_ms: float
     encode_ms: float
     ms_per_frame: float
-    graph_hits: int
-    graph_misses: int
+    graph_hit: bool
     chunks: tuple[ChunkStats, ...] = field(default_factory=tuple)
+    request_id: int = _request_id()
+
+
+@dataclass(frozen=True)
+class EncoderMetrics:
+    """The encoder's numbers over the engine's run so far, computed once in core; widgets only render them.
+
+    Hits are counted per item (an image, or a clip however many passes it took): an item is a hit
+    when every one of its passes replayed a graph. ``ms_per_frame_p50`` / ``_p99`` are nearest-rank
+    percentiles of the per-pass ms per sampled frame over the last ``window`` passes (at most
+    ``window_size``); ``None`` before the first pass. ``last_item_*`` describe the item recorded last.
+    """
+
+    items: int
+    item_hits: int
+    passes: int
+    eager_passes: int
+    window: int
+    window_size: int
+    ms_per_frame_p50: float | None
+    ms_per_frame_p99: float | None
+    last_item_ms_per_frame: float | None
+    last_item_hit: bool | None
+    request_id: int = _request_id()
+
+    @property
+    def item_misses(self) -> int:
+        return self.items - self.item_hits
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Share of items that went through graphs only; ``None`` before the first item."""
+        return self.item_hits / self.items if self.items else None
 
 
 @dataclass(frozen=True)
@@ -154,13 +260,9 @@ def _count(value: int | None) -> str:
 
 @dataclass(frozen=True)
 class AnswerStats:
-    """What one question cost. ``server`` is set for an answer from a vLLM server."""
+    """What generating one answer cost (the clip's own costs are in its :class:`EncodeDone`).
+    ``server`` is set for an answer from a vLLM server."""
 
-    frames: int
-    patches: int
-    preprocess_ms: float
-    encode_ms: float
-    ms_per_frame: float
     time_to_first_token_ms: float
     new_tokens: int
     tokens_per_second: float
@@ -172,10 +274,16 @@ class AnswerStats:
 
 @dataclass(frozen=True)
 class Done:
-    """An answer is complete (or was cancelled; ``stats.cancelled`` says which)."""
+    """An answer is complete (or was cancelled; ``stats.cancelled`` says which).
+
+    ``kept`` says whether the engine added the question and answer to its conversation record
+    (a cancelled answer is not kept, so follow-up questions do not see it).
+    """
 
     text: str
     stats: AnswerStats
+    kept: bool
+    request_id: int = _request_id()
 
 
 @dataclass(frozen=True)
@@ -186,6 +294,7 @@ class Failed:
     kind: str
     message: str
     field: str | None = None
+    request_id: int = _request_id()
 
 
 @dataclass(frozen=True)
@@ -222,6 +331,8 @@ class EngineInfo:
     """What the engine runs on, for ``framewise info``, the About box and the window's banners.
 
     ``server`` is set when a vLLM server answers (the vision encoder then runs there).
+
+    Sent once per change: when a model is loaded and when new settings change the model or the encoder.
     """
 
     device: str
@@ -237,11 +348,61 @@ class EngineInfo:
     graph_memory_mb: float | None = None
     decoder: DecoderInfo | None = None
     server: ServerInfo | None = None
+    request_id: int = _request_id()
 
 
-Event = Union[Progress, Token, ChunkStats, ClipSampled, EncodeDone, Done, Failed, EngineInfo]
+Event = Union[
+    RequestStarted,
+    RequestFinished,
+    ConversationReset,
+    Progress,
+    Token,
+    ChunkStats,
+    ClipSampled,
+    EncodeDone,
+    EncoderMetrics,
+    Done,
+    Failed,
+    EngineInfo,
+]
 EventSink = Callable[[Event], None]
 
 
 def ignore_events(event: Event) -> None:
     """An :data:`EventSink` that drops everything."""
+
+
+E = TypeVar("E", bound=Event)
+
+
+def stamped(event: E, request_id: int) -> E:
+    """``event`` as part of request ``request_id`` (a copy; events are frozen)."""
+    return event if event.request_id == request_id else replace(event, request_id=request_id)
+
+
+class RequestScope:
+    """The request an engine is serving, and the ids it gives requests that come without one.
+
+    A call made while a request is being served (``apply_settings`` re-opening the clip, say) is
+    part of that request. Not thread-safe: an engine serves one request at a time.
+    """
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+        self.current = NO_REQUEST
+
+    @contextmanager
+    def serving(self, request_id: int | None) -> Iterator[int]:
+        """Serve request ``request_id`` (a new id when ``None``) for the duration of the block."""
+        if self.current != NO_REQUEST and request_id is None:
+            yield self.current
+            return
+        self.current = request_id if request_id is not None else next(self._ids)
+        try:
+            yield self.current
+        finally:
+            self.current = NO_REQUEST
+
+    def stamp(self, event: E) -> E:
+        """``event`` as part of the request being served."""
+        return stamped(event, self.current)

@@ -283,8 +283,9 @@ def preprocess_video(
     if len(timestamps) != frames.shape[0]:
         raise ValueError(f"{frames.shape[0]} frames but {len(timestamps)} timestamps")
     pixel_values, grid = patchify(frames, geometry)
+    repeated = grid[0] * geometry.temporal_patch_size - frames.shape[0]
     return VideoInputs(
-        item=VisionItem(pixel_values=pixel_values, grid_thw=grid, modality="video"),
+        item=VisionItem(pixel_values=pixel_values, grid_thw=grid, modality="video", repeated_frames=repeated),
         pair_timestamps=_pair_timestamps(timestamps, geometry.temporal_patch_size),
     )
 

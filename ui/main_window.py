@@ -1,8 +1,9 @@
 """Framewise's main window: the clip (preview and sampled frames), the live encoder view, and the chat.
 
-The window never calls the engine: it sends requests to :class:`~framewise.ui.worker.EngineHost` and
-redraws from the events that come back (``_on_event``). Which request an event belongs to is
-known from ``operation_started``/``operation_finished``, because the worker runs one at a time.
+The window never calls the engine, and keeps no state of its own beyond its widgets: its
+:class:`~framewise.ui.session.Session` sends requests to :class:`~framewise.ui.worker.EngineHost`,
+follows the events that come back, and tells the window (a
+:class:`~framewise.ui.session.SessionListener`) what to redraw.
 """
 
 from __future__ import annotations
@@ -26,25 +27,25 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from framewise.core.conversation import Conversation, Turn
 from framewise.core.conversation_store import (
     ConversationRecorder,
     ConversationStore,
     StoredConversation,
     default_store_path,
 )
-from framewise.core.errors import ConversationStoreError, ExportError
-from framewise.core.events import ChunkStats, ClipSampled, Done, EncodeDone, EngineInfo, Failed, Progress, Token
-from framewise.core.errors import SettingsError
+from framewise.core.errors import ConversationStoreError, ExportError, SettingsError
+from framewise.core.events import AnswerStats, ChunkStats, ClipSampled, EncodeDone, EncoderMetrics, EngineInfo, Failed
 from framewise.core.settings import AppSettings
 from framewise.ui.banners import Banner
 from framewise.ui.chat import ChatPanel
-from framewise.core.conversation import Conversation, Turn
 from framewise.ui.conversation_list import ConversationList
 from framewise.ui.dialogs import AboutDialog, LogDialog, default_export_folder
 from framewise.ui.elided_label import ElidedLabel
 from framewise.ui.frames import ClipPreview, FrameStrip, format_timestamp
 from framewise.ui.metrics import EncoderPanel
 from framewise.ui.services import AppServices
+from framewise.ui.session import Session, SessionListener, encoder_text, model_text
 from framewise.ui.settings_dialog import SettingsDialog
 from framewise.ui.settings_store import SettingsStore
 from framewise.ui.worker import EngineHost
@@ -53,19 +54,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_SIZE = (1280, 800)
 VIDEO_FILTER = "Video clips (*.mp4 *.mov *.mkv *.webm *.avi *.m4v *.mpg *.mpeg *.wmv *.gif);;All files (*)"
-_STAGE_NAMES = {
-    "load": "Loading the model",
-    "capture": "Capturing CUDA graphs",
-    "decode": "Decoding",
-    "sample": "Sampling frames",
-    "preprocess": "Preprocessing",
-    "encode": "Encoding",
-}
 
 
-class MainWindow(QMainWindow):
+class MainWindow(QMainWindow, SessionListener):
     """The window. ``host`` runs the engine; ``store`` keeps settings and recent files; ``services``
-    gives the About versions and the log path."""
+    gives the About versions and the log path. Its state is :attr:`session`'s."""
 
     def __init__(
         self,
@@ -79,19 +72,9 @@ class MainWindow(QMainWindow):
         self.host = host
         self.store = store
         self.services = services
-        self.settings = settings
-        self.info: EngineInfo | None = None
-        self.conversation = Conversation()
-        self.clip: ClipSampled | None = None
-        self._incoming_clip: ClipSampled | None = None
-        self._opening_path: str | None = None
-        self._operation: str | None = None
         self._settings_dialog: SettingsDialog | None = None
-        self._pending_settings: AppSettings | None = None
-        self._last_failure: Failed | None = None
         self._shut_down = False
-        self._resuming_id: int | None = None  # a kept conversation whose clip is being opened again
-        self._stale_clip: str | None = None  # set while a kept conversation's clip is missing
+        self.session = Session(host, settings, listener=self)
         self.recorder = self._open_recorder(conversation_store)
 
         self.setWindowTitle("Framewise")
@@ -102,16 +85,33 @@ class MainWindow(QMainWindow):
         self._build_status_bar()
         self._restore_geometry()
 
-        host.event.connect(self._on_event)
-        host.operation_started.connect(self._on_operation_started)
-        host.operation_finished.connect(self._on_operation_finished)
+        host.event.connect(self.session.handle)
         if store.load_problem:
             self.show_error(store.load_problem)
 
     @property
+    def settings(self) -> AppSettings:
+        """The applied settings."""
+        return self.session.settings
+
+    @property
+    def info(self) -> EngineInfo | None:
+        """What the engine runs on, once a model has loaded."""
+        return self.session.info
+
+    @property
+    def clip(self) -> ClipSampled | None:
+        """The engine's open clip."""
+        return self.session.clip
+
+    @property
+    def conversation(self) -> Conversation:
+        return self.session.conversation
+
+    @property
     def operation(self) -> str | None:
         """The engine request running now (``"load"``, ``"open_clip"``, ``"ask"``, ...), or ``None`` when idle."""
-        return self._operation
+        return self.session.operation
 
     @property
     def settings_dialog(self) -> SettingsDialog | None:
@@ -121,7 +121,7 @@ class MainWindow(QMainWindow):
     @property
     def opening_clip(self) -> bool:
         """True from asking to open a clip until the engine has encoded it (or failed to)."""
-        return self._opening_path is not None
+        return self.session.opening_clip
 
     # -- layout -----------------------------------------------------------------------------
 
@@ -281,8 +281,7 @@ class MainWindow(QMainWindow):
 
     def start(self) -> None:
         """Ask the worker to load the model; progress and banners follow as events arrive."""
-        self.set_status("Loading the model…")
-        self.host.load()
+        self.session.start()
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         self.shutdown()
@@ -309,10 +308,7 @@ class MainWindow(QMainWindow):
 
     def open_clip(self, path: str) -> None:
         """Decode, sample and encode ``path`` on the worker; the conversation restarts once it is encoded."""
-        self._opening_path = path
-        self.set_status(f"Opening {Path(path).name}…")
-        self.host.open_clip(path)
-        self._update_actions()
+        self.session.open_clip(path)
 
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
         files = _local_files(event.mimeData())
@@ -358,7 +354,7 @@ class MainWindow(QMainWindow):
         self.recent_menu.addSeparator()
         self.recent_menu.addAction("Clear Recent", self.store.clear_recent_files)
 
-    def _show_clip(self, clip: ClipSampled | None) -> None:
+    def clip_shown(self, clip: ClipSampled | None) -> None:
         self.preview.set_clip(clip)
         self.frame_strip.set_clip(clip)
         if clip is None:
@@ -376,38 +372,15 @@ class MainWindow(QMainWindow):
 
     def ask(self, question: str) -> None:
         """Send ``question`` (a follow-up when the conversation has turns) and stream its answer."""
-        if self.ask_blocker() is not None:
-            return
-        info = self.info
-        turn = Turn(
-            question=question,
-            model_name=info.model_name if info else self.settings.model.source,
-            model_label=info.model_label if info else None,
-        )
-        self.conversation.turns.append(turn)
-        self._record(lambda recorder: recorder.asked(turn, self.settings))
-        self.chat.start_turn(turn, "Thinking…")
-        self.chat.set_answering(True)
-        self.host.ask(question)
-        self._update_actions()
+        self.session.ask(question)
 
     def stop(self) -> None:
         """Cancel the answer being written or the clip being encoded (``engine.cancel`` is thread-safe)."""
-        if self._operation in ("ask", "open_clip") or self.conversation.current is not None:
-            self.set_status("Stopping…")
-            self.host.cancel()
+        self.session.stop()
 
     def new_conversation(self) -> None:
-        if self.conversation.current is not None:
-            return
-        self._start_conversation(
-            Conversation(self.conversation.clip_name, self.conversation.clip_path, timestamps=self.conversation.timestamps)
-        )
-        self.chat.clear()
-        if self.clip is not None:
-            self.chat.add_notice(f"Asking about {self.clip.clip_name}")
-        self.host.new_conversation()
-        self._update_actions()
+        """Start afresh about the open clip; the chat empties when the engine has forgotten the conversation."""
+        self.session.new_conversation()
 
     def copy_last_answer(self) -> None:
         cards = self.chat.answer_cards()
@@ -453,7 +426,6 @@ class MainWindow(QMainWindow):
         kept = self._open_kept(conversation_id)
         if kept is None:
             return
-        self.conversation = kept.conversation
         if self.recorder is not None:
             self.recorder.resume(conversation_id, kept.conversation)
         self.chat.clear()
@@ -461,19 +433,16 @@ class MainWindow(QMainWindow):
             self.chat.start_turn(turn, "")
             self.chat.finish_turn(turn)
         clip_path = kept.conversation.clip_path
-        if clip_path and Path(clip_path).is_file():
-            self._stale_clip = None
+        if self.session.resume(kept.conversation):
             self.chat.add_notice(
                 f"Kept conversation about {kept.conversation.clip_name}; opening the clip again. "
                 "The model starts without the earlier answers."
             )
-            self._resuming_id = conversation_id
-            self.open_clip(clip_path)
         else:
-            self._stale_clip = clip_path or "(no clip)"
-            self.chat.add_notice(f"The clip of this conversation is no longer at {clip_path}; it can be read and exported, not continued.")
+            self.chat.add_notice(
+                f"The clip of this conversation is no longer at {clip_path}; it can be read and exported, not continued."
+            )
         self.history.select(conversation_id)
-        self._update_actions()
 
     def delete_kept_conversation(self, conversation_id: int) -> None:
         if self.recorder is None:
@@ -511,14 +480,6 @@ class MainWindow(QMainWindow):
         recorder.start(self.conversation)
         return recorder
 
-    def _start_conversation(self, conversation: Conversation) -> None:
-        """Make ``conversation`` the one on screen; the kept ones stay in the list."""
-        self.conversation = conversation
-        self._stale_clip = None
-        if self.recorder is not None:
-            self.recorder.start(conversation)
-        self._refresh_history()
-
     def _record(self, write) -> None:
         """Write through the recorder; a failure is shown once and the conversation goes on unkept."""
         if self.recorder is None:
@@ -550,9 +511,10 @@ class MainWindow(QMainWindow):
         self._record(lambda recorder: recorder.finished(turn))
         stats = turn.stats
         if stats is not None:
+            frames = len(self.clip.timestamps) if self.clip else 0
             log.info(
                 "answer %s: %d tokens, first token %.0f ms, %.1f tokens/s, %d frames",
-                turn.status, stats.new_tokens, stats.time_to_first_token_ms, stats.tokens_per_second, stats.frames,
+                turn.status, stats.new_tokens, stats.time_to_first_token_ms, stats.tokens_per_second, frames,
             )
         else:
             log.info("answer %s: %d characters", turn.status, len(turn.answer))
@@ -578,35 +540,23 @@ class MainWindow(QMainWindow):
         """Send valid ``settings`` to the engine (it re-captures or reloads); they become the window's,
         and are saved for the next run, only once the engine has applied them. When it cannot, the
         settings dialog shows the error next to the field that caused it and nothing changes."""
-        if settings == self.settings:
-            self.store.save_settings(settings)
-            return
-        self._pending_settings = settings
-        self.set_status("Applying the settings…")
-        self.host.apply_settings(settings)
+        if not self.session.apply_settings(settings):
+            self.store.save_settings(settings)  # the applied ones, chosen again on purpose: kept
 
-    def _finish_applying(self, ok: bool) -> None:
-        pending, self._pending_settings = self._pending_settings, None
-        if pending is None:  # the fallback to the defaults at start: nothing to save
-            return
-        if ok:
-            self.settings = pending
-            self.store.save_settings(pending)
-            self.fallback_banner.hide()
-            return
-        failure = self._last_failure
+    def settings_applied(self, settings: AppSettings) -> None:
+        self.store.save_settings(settings)
+        self.fallback_banner.hide()
+
+    def settings_refused(self, settings: AppSettings, failure: Failed | None) -> None:
         dialog = self.open_settings(None)
-        dialog.set_settings(pending)  # the person's choices stay in the fields, to be corrected
+        dialog.set_settings(settings)  # the person's choices stay in the fields, to be corrected
         if failure is not None:
             dialog.show_error(SettingsError(failure.field or "", failure.message))
 
-    def _fall_back_to_defaults(self) -> None:
-        """The saved settings did not load at start: run on the defaults (the demo model) without
-        saving them, and say which setting failed."""
-        failure = self._last_failure
+    def fell_back_to_defaults(self, saved: AppSettings, failure: Failed | None) -> None:
         field = failure.field if failure and failure.field else None
         section, _, key = (field or "").partition(".")
-        value = self.settings.to_dict().get(section, {}).get(key) if field else None
+        value = saved.to_dict().get(section, {}).get(key) if field else None
         named = f"The saved setting {field} ({value})" if field else "The saved settings"
         self.fallback_banner.set_text(
             f"{named} could not be used: {failure.message if failure else 'the model did not load'} "
@@ -615,8 +565,6 @@ class MainWindow(QMainWindow):
         )
         self.fallback_banner.show()
         self.error_banner.hide()
-        self.settings = AppSettings()
-        self.host.apply_settings(self.settings)
 
     # -- help -------------------------------------------------------------------------------
 
@@ -633,124 +581,97 @@ class MainWindow(QMainWindow):
             log.exception("collecting versions failed")
             versions = {"Versions": f"could not be collected ({error})"}
         if self.info is not None:
-            versions.setdefault("Model", _model_text(self.info))
-            versions.setdefault("Vision encoder", _encoder_text(self.info))
+            versions.setdefault("Model", model_text(self.info))
+            versions.setdefault("Vision encoder", encoder_text(self.info))
         dialog = AboutDialog(versions, self)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.open()
         return dialog
 
-    # -- events from the worker -------------------------------------------------------------
+    # -- what the session says changed -----------------------------------------------------
 
-    def _on_operation_started(self, name: str) -> None:
-        self._operation = name
-        self._update_actions()
+    def state_changed(self) -> None:
+        answering = self.session.answering
+        blocker = self.session.ask_blocker
+        self.chat.set_answering(answering)
+        self.chat.send_button.setEnabled(blocker is None)
+        self.chat.send_button.setToolTip(blocker or "Ask the question (Enter or Ctrl+Return)")
+        self.chat.question_edit.setPlaceholderText(
+            blocker if blocker and not answering else "Ask about the clip…  (Enter sends, Shift+Enter adds a line)"
+        )
+        self.stop_action.setEnabled(self.session.can_stop)
+        self.export_action.setEnabled(self.session.can_export)
+        self.new_conversation_action.setEnabled(self.session.can_start_new_conversation)
 
-    def _on_operation_finished(self, name: str, ok: bool) -> None:
-        self._operation = None
-        self.progress_bar.hide()
-        if name == "open_clip":
-            self._finish_clip(ok, self._opening_path)
-            self._opening_path = None
-        elif self._incoming_clip is not None:  # new sampling or model settings made the engine re-open the clip
-            self._finish_clip(ok, None)
-        if name == "ask":
-            turn = self.conversation.current
-            if turn is not None:  # dropped before it started (Stop pressed while it waited)
-                turn.status = "stopped"
-                self._end_turn(turn)
-            self.chat.set_answering(False)
-        elif name in ("load", "apply_settings") and ok:
-            self.set_status(f"Ready: {_model_text(self.info)}" if self.info else "Ready")
-        if name == "apply_settings":
-            self._finish_applying(ok)
-        elif name == "load" and not ok and self.settings != AppSettings():
-            self._fall_back_to_defaults()
-        self._update_actions()
+    def status_changed(self, text: str) -> None:
+        self.set_status(text)
 
-    def _on_event(self, event: object) -> None:
-        if isinstance(event, Token):
-            self._on_token(event)
-        elif isinstance(event, Progress):
-            self._on_progress(event)
-        elif isinstance(event, ChunkStats):
-            if event.chunk_index == 0:
-                self.encoder_panel.start_clip(self._encode_label())
-            self.encoder_panel.add_chunk(event)
-        elif isinstance(event, ClipSampled):
-            self._incoming_clip = event
-            self._show_clip(event)
-        elif isinstance(event, EncodeDone):
-            self.encoder_panel.set_encode_done(event)
-            self.set_status(
-                f"{event.clip_name}: {event.frames} frames encoded in {event.encode_ms:.0f} ms "
-                f"({event.ms_per_frame:.2f} ms per frame). Ask away."
-            )
-        elif isinstance(event, Done):
-            self._on_done(event)
-        elif isinstance(event, Failed):
-            self._on_failed(event)
-        elif isinstance(event, EngineInfo):
-            self._on_engine_info(event)
+    def error_raised(self, text: str) -> None:
+        self.show_error(text)
 
-    def _on_token(self, token: Token) -> None:
-        turn = self.conversation.current
-        if turn is None:
-            return
-        turn.status = "streaming"
-        turn.answer += token.text
-        self.chat.append_token(token.text)
+    def error_cleared(self) -> None:
+        self.error_banner.hide()
 
-    def _on_done(self, done: Done) -> None:
-        self.encoder_panel.set_answer_stats(done.stats)
-        turn = self.conversation.current
-        if turn is None:
-            return
-        turn.answer = done.text
-        turn.stats = done.stats
-        turn.status = "stopped" if done.stats.cancelled else "done"
-        self._end_turn(turn)
-        self.set_status("Stopped." if done.stats.cancelled else "Answered.")
-
-    def _on_failed(self, failed: Failed) -> None:
-        self._last_failure = failed
-        cancelled = failed.kind == "CancelledError"
-        if self._operation == "ask" and self.conversation.current is not None:
-            turn = self.conversation.current
-            turn.status = "stopped" if cancelled else "failed"
-            turn.error = None if cancelled else failed.message
-            self._end_turn(turn)
-            self.set_status("Stopped." if cancelled else f"The question failed: {failed.message}")
-            return
-        if cancelled:
-            self.set_status("Cancelled.")
-            return
-        what = {
-            "open_clip": f"Could not open {Path(self._opening_path or '').name}",
-            "load": "Could not load the model",
-            "apply_settings": "Could not apply the settings",
-        }.get(self._operation or "", "Something went wrong")
-        self.show_error(f"{what}: {failed.message}")
-
-    def _on_progress(self, progress: Progress) -> None:
-        stage = _STAGE_NAMES.get(progress.stage, progress.stage.capitalize())
-        if progress.total > 0:
-            self.progress_bar.setRange(0, progress.total)
-            self.progress_bar.setValue(progress.current)
-            count = f" ({progress.current}/{progress.total})"
+    def progress_changed(self, current: int, total: int) -> None:
+        if total > 0:
+            self.progress_bar.setRange(0, total)
+            self.progress_bar.setValue(current)
         else:
             self.progress_bar.setRange(0, 0)
-            count = ""
         self.progress_bar.show()
-        self.set_status(f"{stage}{count}: {progress.message}" if progress.message else f"{stage}{count}…")
 
-    def _on_engine_info(self, info: EngineInfo) -> None:
-        log.info("engine ready: %s on %s, %s", _model_text(info), info.device, _encoder_text(info))
-        self.info = info
-        self.engine_label.setText(f"{_model_text(info)} · {info.device} · {_encoder_text(info)}")
+    def progress_ended(self) -> None:
+        self.progress_bar.hide()
+
+    def clip_opened(self, path: str) -> None:
+        self.store.add_recent_file(str(Path(path).resolve()))
+
+    def clip_changed(self, clip: ClipSampled) -> None:
+        self.encoder_panel.clear_answer_stats()
+        log.info(
+            "clip opened: %s, %dx%d, %.1f s, %d frames sampled",
+            clip.clip_name, clip.width, clip.height, clip.duration_s, len(clip.timestamps),
+        )
+
+    def conversation_reset(self, conversation: Conversation, notice: str | None) -> None:
+        """A new conversation is on screen; the kept ones stay in the list."""
+        if self.recorder is not None:
+            self.recorder.start(conversation)
+        self._refresh_history()
+        self.chat.clear()
+        if notice:
+            self.chat.add_notice(notice)
+
+    def turn_started(self, turn: Turn) -> None:
+        self._record(lambda recorder: recorder.asked(turn, self.settings))
+        self.chat.start_turn(turn, "Thinking…")
+
+    def token_received(self, turn: Turn, text: str) -> None:
+        self.chat.append_token(text)
+
+    def turn_finished(self, turn: Turn) -> None:
+        self._end_turn(turn)
+
+    def encoder_pass(self, chunk: ChunkStats, run_label: str) -> None:
+        if chunk.chunk_index == 0:
+            self.encoder_panel.start_clip(run_label)
+        self.encoder_panel.add_chunk(chunk)
+
+    def metrics_changed(self, metrics: EncoderMetrics) -> None:
+        self.encoder_panel.set_metrics(metrics)
+
+    def clip_encoded(self, done: EncodeDone) -> None:
+        self.encoder_panel.set_encode_done(done)
+
+    def answer_stats(self, stats: AnswerStats) -> None:
+        self.encoder_panel.set_answer_stats(stats)
+
+    def engine_changed(self, info: EngineInfo) -> None:
+        log.info("engine ready: %s on %s, %s", model_text(info), info.device, encoder_text(info))
+        self.engine_label.setText(f"{model_text(info)} · {info.device} · {encoder_text(info)}")
         self.encoder_panel.set_engine_info(info)
         self.encoder_title.setText(_encoder_title(info))
-        self.chat_title.setText(_model_text(info))
+        self.chat_title.setText(model_text(info))
         self.demo_banner.set_text(
             f"Answers come from a small demo model (<b>{html.escape(info.model_label or '')}</b>), bundled so that "
             "Framewise runs anywhere without a download. To ask a real Qwen3-VL, open <b>Settings ▸ Model</b> and "
@@ -765,48 +686,6 @@ class MainWindow(QMainWindow):
             self.cpu_banner.set_text(f"<b>No CUDA graphs:</b> {html.escape(info.graphs_reason)}.")
             self.cpu_banner.setToolTip(info.graphs_reason)
             self.cpu_banner.show()
-        if self.error_banner.isVisible() and self._operation in ("load", "apply_settings"):
-            self.error_banner.hide()
-
-    def _finish_clip(self, ok: bool, opened_path: str | None) -> None:
-        """A request that sampled a clip ended: keep the new clip and start its conversation, or restore the old one.
-
-        ``opened_path`` is the path a person opened (``None`` when new settings re-opened the clip).
-        """
-        incoming, self._incoming_clip = self._incoming_clip, None
-        resuming, self._resuming_id = self._resuming_id, None
-        if not ok:
-            self._show_clip(self.clip)  # the engine keeps the previous clip; so does the window
-            if resuming is not None:  # the kept conversation stays readable, but cannot go on
-                self._stale_clip = self.conversation.clip_path
-            return
-        if opened_path:
-            self.error_banner.hide()
-            self.store.add_recent_file(str(Path(opened_path).resolve()))
-        if incoming is None:
-            return
-        self.clip = incoming
-        self.encoder_panel.clear_answer_stats()
-        log.info(
-            "clip opened: %s, %dx%d, %.1f s, %d frames sampled",
-            incoming.clip_name, incoming.width, incoming.height, incoming.duration_s, len(incoming.timestamps),
-        )
-        if resuming is not None:
-            self._update_actions()
-            return
-        self.chat.clear()
-        self._start_conversation(Conversation(incoming.clip_name, incoming.path, timestamps=incoming.timestamps))
-        if opened_path:
-            self.chat.add_notice(f"Asking about {incoming.clip_name}")
-        else:
-            self.chat.add_notice(f"The new settings re-sampled {incoming.clip_name}; the conversation starts afresh")
-
-    def _encode_label(self) -> str:
-        if self._incoming_clip is not None:
-            return self._incoming_clip.clip_name
-        if self._opening_path is not None:
-            return Path(self._opening_path).name
-        return f"question {len(self.conversation.turns)}"
 
     # -- small helpers ----------------------------------------------------------------------
 
@@ -821,29 +700,6 @@ class MainWindow(QMainWindow):
         self.error_banner.show()
         self.set_status(text)
 
-    def ask_blocker(self) -> str | None:
-        """Why a question cannot be asked now, or ``None`` when it can."""
-        if self.clip is None:
-            return "Open a clip first: drop one on the window or use File ▸ Open (Ctrl+O)"
-        if self._stale_clip is not None:
-            return f"This conversation's clip is no longer at {self._stale_clip}; open a clip to ask about it"
-        if self._operation in ("load", "apply_settings", "open_clip") or self._opening_path is not None:
-            return "Wait for the clip to finish encoding"
-        if self.conversation.current is not None:
-            return "Wait for the answer, or press Stop (Esc)"
-        return None
-
-    def _update_actions(self) -> None:
-        answering = self.conversation.current is not None
-        blocker = self.ask_blocker()
-        self.chat.send_button.setEnabled(blocker is None)
-        self.chat.send_button.setToolTip(blocker or "Ask the question (Enter or Ctrl+Return)")
-        self.chat.question_edit.setPlaceholderText(
-            blocker if blocker and not answering else "Ask about the clip…  (Enter sends, Shift+Enter adds a line)"
-        )
-        self.stop_action.setEnabled(answering or self._operation == "open_clip")
-        self.export_action.setEnabled(bool(self.conversation.turns))
-        self.new_conversation_action.setEnabled(not answering)
 
 
 def _section(title: str, subtitle: QLabel, *widgets: QWidget) -> QWidget:
@@ -882,21 +738,11 @@ def _local_files(mime) -> list[str]:
     return [url.toLocalFile() for url in mime.urls() if url.isLocalFile()] if mime.hasUrls() else []
 
 
-def _model_text(info: EngineInfo) -> str:
-    return f"{info.model_name} ({info.model_label})" if info.model_label else info.model_name
-
-
-def _encoder_text(info: EngineInfo) -> str:
-    if info.server is not None:
-        return "encoder on the vLLM server"
-    return info.encoder_name if info.graphs_enabled else "eager (no CUDA graphs)"
-
-
 def _encoder_title(info: EngineInfo) -> str:
     """The Encoder panel's subtitle: on a CPU, the one line that says there are no CUDA graphs."""
     if info.server is None and not info.graphs_enabled and info.device.startswith("cpu"):
         return "eager on the CPU: no CUDA graphs, so encoding is much slower than on a GPU"
-    return _encoder_text(info)
+    return encoder_text(info)
 
 
 def _choose_export_file(parent: QWidget, name: str) -> Path | None:

@@ -1,12 +1,12 @@
 """The live encoder view: per-frame encode latency plot, graph hit counters, chunk table, answer speed.
 
 Everything here updates from the engine's events as they arrive (``ChunkStats`` per encoder
-pass, ``EncodeDone`` per clip, ``Done`` per answer), so the view moves while work runs.
+pass, ``EncoderMetrics`` after each encoded item, ``EncodeDone`` per clip, ``Done`` per answer), so
+the view moves while work runs. The numbers (hits per item, percentiles, ms per frame) are
+computed in :mod:`framewise.core.metrics`; this module only lays them out.
 """
 
 from __future__ import annotations
-
-import math
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from framewise.core.events import AnswerStats, ChunkStats, EncodeDone, EngineInfo, ServerInfo
+from framewise.core.events import AnswerStats, ChunkStats, EncodeDone, EncoderMetrics, EngineInfo, ServerInfo
 from framewise.core.wording import plural
 from framewise.ui.latency_plot import LatencyPlot, describe_chunk
 
@@ -39,10 +39,9 @@ class EncoderPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.hits = 0
-        self.misses = 0
         self._graphs_enabled: bool | None = None
         self._on_server = False  # a vLLM server answers: nothing is encoded here
+        self._metrics: EncoderMetrics | None = None
         self._run_label = ""
 
         self.plot = LatencyPlot()
@@ -63,9 +62,9 @@ class EncoderPanel(QWidget):
             "Each pass of the vision encoder for the last clip: the token budget it used and the share that was padding"
         )
 
-        self._ms_per_frame: list[float] = []
         self.encoder_value = QLabel("–")
         self.hits_value = QLabel("–")
+        self.hits_value.setToolTip("Counted per item: a clip is a hit when every encoder pass of it replayed a CUDA graph")
         self.latency_value = QLabel("–")
         self.clip_value = QLabel("–")
         self.timing_value = QLabel("–")
@@ -173,13 +172,7 @@ class EncoderPanel(QWidget):
         self.plot.start_run(clip_name)
 
     def add_chunk(self, stats: ChunkStats) -> None:
-        if stats.graph_hit:
-            self.hits += 1
-        else:
-            self.misses += 1
         self.plot.add_chunk(stats)
-        self._ms_per_frame.append(stats.ms_per_frame)
-        self.latency_value.setText(latency_summary(self._ms_per_frame))
         row = self.chunk_table.rowCount()
         self.chunk_table.insertRow(row)
         path = "graph" if stats.graph_hit else f"eager: {stats.fallback_reason}" if stats.fallback_reason else "eager"
@@ -199,6 +192,11 @@ class EncoderPanel(QWidget):
             item.setToolTip(describe_chunk(stats, self._run_label))
             self.chunk_table.setItem(row, column, item)
         self.chunk_table.scrollToBottom()
+
+    def set_metrics(self, metrics: EncoderMetrics) -> None:
+        """Show the engine's numbers over the run: hits per item and the latency percentiles."""
+        self._metrics = metrics
+        self.latency_value.setText(latency_summary(metrics))
         self._update_hits()
 
     def set_encode_done(self, done: EncodeDone) -> None:
@@ -248,26 +246,29 @@ class EncoderPanel(QWidget):
     def _update_hits(self) -> None:
         if self._on_server:
             return
-        total = self.hits + self.misses
-        if self._graphs_enabled is False:
-            text = f"none: eager encoder ({total} eager passes)"
-        else:
-            text = f"{self.hits} hits, {self.misses} misses"
-            if total:
-                text += f" ({self.hits / total:.0%})"
-        self.hits_value.setText(text)
+        self.hits_value.setText(hits_summary(self._metrics, self._graphs_enabled))
 
 
-def latency_summary(ms_per_frame: list[float]) -> str:
-    """Median and 99th percentile (nearest rank) of the encode time per frame of every chunk so far."""
-    ordered = sorted(ms_per_frame)
-    if not ordered:
+def hits_summary(metrics: EncoderMetrics | None, graphs_enabled: bool | None) -> str:
+    """Graph hits per item over the run, or the eager passes when the encoder runs no graphs."""
+    if graphs_enabled is False:
+        return f"none: eager encoder ({metrics.passes if metrics else 0} eager passes)"
+    if metrics is None or not metrics.items:
+        return "0 hits, 0 misses"
+    rate = metrics.hit_rate or 0.0
+    return f"{metrics.item_hits} hits, {metrics.item_misses} misses ({rate:.0%} of {metrics.items} items)"
+
+
+def latency_summary(metrics: EncoderMetrics) -> str:
+    """The engine's median and 99th percentile of the encode time per frame, and what they cover."""
+    if metrics.ms_per_frame_p50 is None or metrics.ms_per_frame_p99 is None:
         return "–"
-
-    def nearest_rank(q: float) -> float:
-        return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-    return f"p50 {nearest_rank(0.5):.2f} ms, p99 {nearest_rank(0.99):.2f} ms ({len(ordered)} chunks this run)"
+    span = (
+        f"{metrics.window} chunks this run"
+        if metrics.window == metrics.passes
+        else f"last {metrics.window} of {metrics.passes} chunks"
+    )
+    return f"p50 {metrics.ms_per_frame_p50:.2f} ms, p99 {metrics.ms_per_frame_p99:.2f} ms ({span})"
 
 
 class ServerCommandBox(QWidget):

@@ -1,8 +1,10 @@
 """The engine's thread: a worker ``QObject`` that owns the engine, and the GUI-side host that drives it.
 
 Every engine call runs on one ``QThread``. The GUI reaches the worker only through queued signals
-(:class:`EngineHost`'s ``load``, ``open_clip``, ``ask``, ``apply_settings``, ``new_conversation``)
-and hears back through ``EngineHost.event``, which carries the engine's plain event dataclasses.
+(:class:`EngineHost`'s ``load``, ``open_clip``, ``ask``, ``apply_settings``, ``new_conversation``,
+each of which returns the id of the request it sent) and hears back through ``EngineHost.event``,
+which carries the engine's plain event dataclasses. Each request is bracketed by a
+``RequestStarted`` and a ``RequestFinished`` event, and every event in between carries its id.
 
 The single exception is cancelling: :meth:`EngineHost.cancel` calls ``engine.cancel()`` directly
 from the GUI thread, because the worker thread is busy with exactly the work being cancelled.
@@ -19,9 +21,21 @@ from typing import Callable, Protocol
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from framewise.core.errors import CancelledError, FramewiseError, describe_error
-from framewise.core.events import Done, EncodeDone, EngineInfo, EventSink, Failed
 from framewise.core.backends import same_backend
+from framewise.core.errors import CancelledError, FramewiseError, describe_error
+from framewise.core.events import (
+    Done,
+    EncodeDone,
+    EngineInfo,
+    Event,
+    EventSink,
+    Failed,
+    RequestFinished,
+    RequestKind,
+    RequestOutcome,
+    RequestStarted,
+    stamped,
+)
 from framewise.core.settings import AppSettings
 
 log = logging.getLogger(__name__)
@@ -30,12 +44,12 @@ log = logging.getLogger(__name__)
 class EngineLike(Protocol):
     """What the window needs of ``core.engine.Engine`` (kept as a protocol so ``ui`` never imports torch)."""
 
-    def load(self) -> None: ...
-    def apply_settings(self, settings: AppSettings) -> None: ...
-    def open_clip(self, path: str) -> EncodeDone: ...
-    def ask(self, question: str) -> Done: ...
+    def load(self, request_id: int | None = None) -> EngineInfo: ...
+    def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None: ...
+    def open_clip(self, path: str, request_id: int | None = None) -> EncodeDone: ...
+    def ask(self, question: str, request_id: int | None = None) -> Done: ...
     def cancel(self) -> None: ...
-    def new_conversation(self) -> None: ...
+    def new_conversation(self, request_id: int | None = None) -> None: ...
     def info(self) -> EngineInfo: ...
     def open_clip_path(self) -> Path | None: ...
 
@@ -52,14 +66,12 @@ def failure_from_exception(error: BaseException) -> Failed:
 class EngineWorker(QObject):
     """Owns the engine and runs its calls on the thread it was moved to.
 
-    Requests that can be cancelled (``open_clip``, ``ask``) carry a sequence number; a request
-    whose number is at or below the last cancelled one is dropped before it starts, so Stop also
-    clears work still waiting in the queue.
+    Every request carries the id the host gave it. Requests that can be cancelled (``open_clip``,
+    ``ask``) whose id is at or below the last cancelled one are dropped before they start (they
+    finish as ``cancelled``), so Stop also clears work still waiting in the queue.
     """
 
     event = Signal(object)
-    operation_started = Signal(str)
-    operation_finished = Signal(str, bool)
 
     def __init__(self, engine_factory: EngineFactory, settings: AppSettings) -> None:
         super().__init__()
@@ -69,51 +81,52 @@ class EngineWorker(QObject):
         self._loaded = False
         self._lock = threading.Lock()
         self._cancelled_through = 0
-        self._running: int | None = None  # the sequence number of the cancellable request in the engine
+        self._request_id = 0
+        self._running: int | None = None  # the id of the cancellable request in the engine
 
-    def cancel_through(self, sequence: int) -> None:
-        """Cancel the running request and every queued one numbered up to ``sequence``. Any thread."""
+    def cancel_through(self, request_id: int) -> None:
+        """Cancel the running request and every queued one numbered up to ``request_id``. Any thread."""
         with self._lock:
-            self._cancelled_through = max(self._cancelled_through, sequence)
-            running = self._running is not None and self._running <= sequence
+            self._cancelled_through = max(self._cancelled_through, request_id)
+            running = self._running is not None and self._running <= request_id
             engine = self._engine
         # The engine keeps a cancel that arrives between requests for the next one, so it is told
         # only about a request it runs; queued ones are dropped here.
         if engine is not None and running:
             engine.cancel()
 
-    @Slot()
-    def load(self) -> None:
-        self._run("load", self._load)
+    @Slot(int)
+    def load(self, request_id: int) -> None:
+        self._run(request_id, "load", lambda: self._load(request_id))
 
-    @Slot(object)
-    def apply_settings(self, settings: AppSettings) -> None:
+    @Slot(int, object)
+    def apply_settings(self, request_id: int, settings: AppSettings) -> None:
         def apply() -> None:
             if self._engine is None or not self._loaded:
                 self._settings = settings
-                self._load()
+                self._load(request_id)
                 return
             if not same_backend(self._settings, settings):
-                self._switch_backend(settings)  # the old engine stays until the new one has loaded
+                self._switch_backend(settings, request_id)  # the old engine stays until the new one has loaded
                 return
-            self._engine.apply_settings(settings)  # all or nothing: on failure the engine is as it was
+            self._engine.apply_settings(settings, request_id=request_id)  # all or nothing: on failure as it was
             self._settings = settings
-            self.event.emit(self._engine.info())
 
-        self._run("apply_settings", apply)
-
-    @Slot(int, str)
-    def open_clip(self, sequence: int, path: str) -> None:
-        self._run_unless_cancelled(sequence, "open_clip", lambda: self._require_engine().open_clip(path))
+        self._run(request_id, "apply_settings", apply)
 
     @Slot(int, str)
-    def ask(self, sequence: int, question: str) -> None:
-        self._run_unless_cancelled(sequence, "ask", lambda: self._require_engine().ask(question))
+    def open_clip(self, request_id: int, path: str) -> None:
+        self._run_unless_cancelled(
+            request_id, "open_clip", lambda: self._require_engine().open_clip(path, request_id=request_id)
+        )
 
-    @Slot()
-    def new_conversation(self) -> None:
-        if self._engine is not None:
-            self._run("new_conversation", self._engine.new_conversation)
+    @Slot(int, str)
+    def ask(self, request_id: int, question: str) -> None:
+        self._run_unless_cancelled(request_id, "ask", lambda: self._require_engine().ask(question, request_id=request_id))
+
+    @Slot(int)
+    def new_conversation(self, request_id: int) -> None:
+        self._run(request_id, "new_conversation", lambda: self._require_engine().new_conversation(request_id=request_id))
 
     @Slot()
     def release(self) -> None:
@@ -122,32 +135,34 @@ class EngineWorker(QObject):
             self._engine = None
         self._loaded = False
 
-    def _load(self) -> None:
+    def _load(self, request_id: int) -> None:
         self._loaded = False
         with self._lock:
             self._engine = None
-        engine = self._engine_factory(self._settings, self.event.emit)
+        engine = self._engine_factory(self._settings, self._send)
         with self._lock:
             self._engine = engine
-        engine.load()
+        engine.load(request_id=request_id)
         self._loaded = True
-        self.event.emit(engine.info())
 
-    def _switch_backend(self, settings: AppSettings) -> None:
+    def _switch_backend(self, settings: AppSettings, request_id: int) -> None:
         """Answer on the backend ``settings`` name (this machine or a vLLM server) and re-open the
         clip there. The old engine and settings are kept until the new engine has loaded, so a
         server that cannot be reached leaves the window answering as before."""
         old_engine = self._engine
         clip_path = old_engine.open_clip_path() if old_engine is not None else None
-        engine = self._engine_factory(settings, self.event.emit)
-        engine.load()
+        engine = self._engine_factory(settings, self._send)
+        engine.load(request_id=request_id)
         with self._lock:
             self._engine = engine
         self._settings = settings
         self._loaded = True
-        self.event.emit(engine.info())
         if clip_path is not None:
-            engine.open_clip(str(clip_path))
+            engine.open_clip(str(clip_path), request_id=request_id)
+
+    def _send(self, event: Event) -> None:
+        """The engine's sink. The engine stamps its events; those the factory sends before the engine exists are stamped here."""
+        self.event.emit(stamped(event, self._request_id))
 
     def _require_engine(self) -> EngineLike:
         if self._engine is None or not self._loaded:
@@ -156,68 +171,64 @@ class EngineWorker(QObject):
             )
         return self._engine
 
-    def _run_unless_cancelled(self, sequence: int, name: str, work: Callable[[], object]) -> None:
+    def _run_unless_cancelled(self, request_id: int, kind: RequestKind, work: Callable[[], object]) -> None:
         with self._lock:
-            cancelled = sequence <= self._cancelled_through
+            cancelled = request_id <= self._cancelled_through
             if not cancelled:
-                self._running = sequence
+                self._running = request_id
         if not cancelled:
             try:
-                self._run(name, work)
+                self._run(request_id, kind, work)
             finally:
                 with self._lock:
                     self._running = None
             return
-        self.operation_started.emit(name)
-        self.operation_finished.emit(name, False)
+        self.event.emit(RequestStarted(kind, request_id=request_id))
+        self.event.emit(RequestFinished(kind, "cancelled", request_id=request_id))
 
-    def _run(self, name: str, work: Callable[[], object]) -> None:
-        self.operation_started.emit(name)
-        ok = False
+    def _run(self, request_id: int, kind: RequestKind, work: Callable[[], object]) -> None:
+        self._request_id = request_id
+        self.event.emit(RequestStarted(kind, request_id=request_id))
+        outcome: RequestOutcome = "failed"
         try:
             work()
-            ok = True
-        except CancelledError as error:
-            self.event.emit(Failed("CancelledError", str(error) or "Cancelled."))
+            outcome = "done"
+        except CancelledError:
+            outcome = "cancelled"
         except FramewiseError as error:
-            log.warning("%s failed: %s", name, error)
-            self.event.emit(failure_from_exception(error))
+            log.warning("%s failed: %s", kind, error)
+            self.event.emit(stamped(failure_from_exception(error), request_id))
         except Exception as error:  # noqa: BLE001 - any failure must reach the window, not kill the thread
-            log.warning("%s failed", name)  # describe_error logs the traceback
-            self.event.emit(failure_from_exception(error))
+            log.warning("%s failed", kind)  # describe_error logs the traceback
+            self.event.emit(stamped(failure_from_exception(error), request_id))
         finally:
-            self.operation_finished.emit(name, ok)
+            self.event.emit(RequestFinished(kind, outcome, request_id=request_id))
 
 
 class EngineHost(QObject):
     """The GUI thread's handle on the worker: starts its thread, forwards requests, shuts it down.
 
-    ``event`` re-emits the worker's events in the GUI thread; ``operation_started`` and
-    ``operation_finished`` say which request is running (``"load"``, ``"apply_settings"``,
-    ``"open_clip"``, ``"ask"``, ``"new_conversation"``).
+    Each request method returns the id its events will carry. ``event`` re-emits the worker's
+    events in the GUI thread, ``RequestStarted`` / ``RequestFinished`` included.
     """
 
     event = Signal(object)
-    operation_started = Signal(str)
-    operation_finished = Signal(str, bool)
 
-    _load_requested = Signal()
-    _apply_requested = Signal(object)
+    _load_requested = Signal(int)
+    _apply_requested = Signal(int, object)
     _open_requested = Signal(int, str)
     _ask_requested = Signal(int, str)
-    _new_conversation_requested = Signal()
+    _new_conversation_requested = Signal(int)
     _release_requested = Signal()
 
     def __init__(self, engine_factory: EngineFactory, settings: AppSettings, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._sequence = 0
+        self._request_id = 0
         self._thread = QThread()
         self._thread.setObjectName("framewise-engine")
         self._worker = EngineWorker(engine_factory, settings)
         self._worker.moveToThread(self._thread)
         self._worker.event.connect(self.event)
-        self._worker.operation_started.connect(self.operation_started)
-        self._worker.operation_finished.connect(self.operation_finished)
         self._load_requested.connect(self._worker.load)
         self._apply_requested.connect(self._worker.apply_settings)
         self._open_requested.connect(self._worker.open_clip)
@@ -230,24 +241,34 @@ class EngineHost(QObject):
     def thread(self) -> QThread:
         return self._thread
 
-    def load(self) -> None:
-        self._load_requested.emit()
+    def load(self) -> int:
+        request_id = self._next_request_id()
+        self._load_requested.emit(request_id)
+        return request_id
 
-    def apply_settings(self, settings: AppSettings) -> None:
-        self._apply_requested.emit(settings)
+    def apply_settings(self, settings: AppSettings) -> int:
+        request_id = self._next_request_id()
+        self._apply_requested.emit(request_id, settings)
+        return request_id
 
-    def open_clip(self, path: str) -> None:
-        self._open_requested.emit(self._next_sequence(), path)
+    def open_clip(self, path: str) -> int:
+        request_id = self._next_request_id()
+        self._open_requested.emit(request_id, path)
+        return request_id
 
-    def ask(self, question: str) -> None:
-        self._ask_requested.emit(self._next_sequence(), question)
+    def ask(self, question: str) -> int:
+        request_id = self._next_request_id()
+        self._ask_requested.emit(request_id, question)
+        return request_id
 
-    def new_conversation(self) -> None:
-        self._new_conversation_requested.emit()
+    def new_conversation(self) -> int:
+        request_id = self._next_request_id()
+        self._new_conversation_requested.emit(request_id)
+        return request_id
 
     def cancel(self) -> None:
         """Stop the running clip encode or answer, and drop those still queued. Called on the GUI thread."""
-        self._worker.cancel_through(self._sequence)
+        self._worker.cancel_through(self._request_id)
 
     def shutdown(self) -> None:
         """Cancel, let the worker drop the engine, quit the thread and wait for it."""
@@ -258,6 +279,6 @@ class EngineHost(QObject):
         self._thread.quit()
         self._thread.wait()
 
-    def _next_sequence(self) -> int:
-        self._sequence += 1
-        return self._sequence
+    def _next_request_id(self) -> int:
+        self._request_id += 1
+        return self._request_id

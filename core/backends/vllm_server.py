@@ -53,11 +53,15 @@ from framewise.core.errors import (
 )
 from framewise.core.events import (
     AnswerStats,
+    ConversationReset,
     Done,
+    E,
     EncodeDone,
     EngineInfo,
     EventSink,
     Progress,
+    RequestScope,
+    ResetReason,
     ServerInfo,
     ServerStats,
     Token,
@@ -95,7 +99,8 @@ class VllmServerEngine:
     """The engine's seam over a vLLM server: same calls, same events as :class:`~framewise.core.engine.Engine`.
 
     ``load()`` checks the server (``/health``, ``/v1/models``, the model name); ``open_clip()``
-    samples and packs the clip; ``ask()`` streams the answer with the conversation so far.
+    samples and packs the clip; ``ask()`` streams the answer with the conversation so far. As there,
+    every public call takes an optional ``request_id`` that its events carry.
     """
 
     def __init__(self, settings: AppSettings, sink: EventSink = ignore_events) -> None:
@@ -106,26 +111,33 @@ class VllmServerEngine:
         self._cancel = threading.Event()
         self._server: ServerInfo | None = None
         self._client: openai.OpenAI | None = None
+        self._requests = RequestScope()
 
     # ----------------------------------------------------------------- lifecycle
 
-    def load(self) -> EngineInfo:
+    def load(self, request_id: int | None = None) -> EngineInfo:
         """Contact the server and check that it serves the model; emits and returns :class:`EngineInfo`."""
+        with self._requests.serving(request_id):
+            return self._load()
+
+    def _load(self) -> EngineInfo:
         backend = self.settings.backend
         warning = backend.plain_http_warning()
         if warning:  # said before the first request leaves this machine
             log.warning("%s", warning)
-            self.sink(Progress("load", 0, 1, f"Warning: {warning}"))
-        self.sink(Progress("load", 0, 1, f"Contacting the vLLM server at {backend.base_url()}"))
+            self._emit(Progress("load", 0, 1, f"Warning: {warning}"))
+        self._emit(Progress("load", 0, 1, f"Contacting the vLLM server at {backend.base_url()}"))
         self._server = check_server(backend, self.settings.encoder, self.settings.sampling)
         self._client = _openai_client(backend)
-        self.sink(Progress("load", 1, 1, f"vLLM server ready: model {self._server.model}"))
-        info = self.info()
-        self.sink(info)
-        return info
+        self._emit(Progress("load", 1, 1, f"vLLM server ready: model {self._server.model}"))
+        return self._emit(self.info())
 
-    def apply_settings(self, settings: AppSettings) -> EngineInfo | None:
+    def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None:
         """Take new settings; new sampling settings re-sample the open clip (a new server needs a new engine)."""
+        with self._requests.serving(request_id):
+            return self._apply_settings(settings)
+
+    def _apply_settings(self, settings: AppSettings) -> EngineInfo | None:
         settings.validate()
         old, self.settings = self.settings, settings
         if self._server is None:
@@ -134,12 +146,10 @@ class VllmServerEngine:
             raise FramewiseError("A different server needs a new connection; apply the Backend settings again.")
         path = self.open_clip_path()
         if path and settings.sampling != old.sampling:
-            self.open_clip(path)
+            self._open_clip(path, "resampled")
         if settings.encoder != old.encoder or settings.sampling != old.sampling:
             self._server = _with_serve_command(self._server, settings)
-            info = self.info()
-            self.sink(info)
-            return info
+            return self._emit(self.info())
         return None
 
     def info(self) -> EngineInfo:
@@ -161,21 +171,25 @@ class VllmServerEngine:
         """Stop the running work at its next check (within ``CANCEL_POLL_S``). Safe from any thread."""
         self._cancel.set()
 
-    def new_conversation(self) -> None:
+    def new_conversation(self, request_id: int | None = None) -> None:
         """Forget earlier questions and answers; the open clip stays."""
-        self.history.clear()
+        with self._requests.serving(request_id):
+            self._reset_conversation("asked")
 
     # ----------------------------------------------------------------- clips
 
-    def open_clip(self, path: str | Path) -> EncodeDone:
+    def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
         """Sample the clip as the local engine does and pack its frames for the server.
 
         A failure leaves the open clip and the conversation as they were.
         """
+        with self._requests.serving(request_id):
+            return self._open_clip(Path(path), "new_clip")
+
+    def _open_clip(self, path: Path, reason: ResetReason) -> EncodeDone:
         self._require_server()
         self._cancel.clear()
-        path = Path(path)
-        self.sink(Progress("decode", 0, 1, f"Reading {path.name}"))
+        self._emit(Progress("decode", 0, 1, f"Reading {path.name}"))
         started = time.perf_counter()
         sampling = self.settings.sampling
         sampled = sample_clip(
@@ -184,20 +198,24 @@ class VllmServerEngine:
         decode_ms = (time.perf_counter() - started) * 1e3
         info = sampled.info
         return self._pack(
-            sampled.frames, sampled.timestamps, path.name, path, decode_ms, (info.width, info.height, info.duration_s)
+            sampled.frames,
+            sampled.timestamps,
+            path.name,
+            path,
+            decode_ms,
+            (info.width, info.height, info.duration_s),
+            reason,
         )
 
-    def open_frames(self, frames: np.ndarray, timestamps: Sequence[float], name: str) -> EncodeDone:
+    def open_frames(
+        self, frames: np.ndarray, timestamps: Sequence[float], name: str, request_id: int | None = None
+    ) -> EncodeDone:
         """Use frames (T, H, W, 3) uint8 RGB sampled elsewhere, with their T timestamps in seconds."""
-        self._require_server()
-        self._cancel.clear()
-        rows, cols = frames.shape[1:3]
-        return self._pack(frames, timestamps, name, None, 0.0, (cols, rows, float(timestamps[-1])))
-
-    def close_clip(self) -> None:
-        """Drop the open clip and the conversation about it."""
-        self.clip = None
-        self.history.clear()
+        with self._requests.serving(request_id):
+            self._require_server()
+            self._cancel.clear()
+            rows, cols = frames.shape[1:3]
+            return self._pack(frames, timestamps, name, None, 0.0, (cols, rows, float(timestamps[-1])), "new_clip")
 
     def open_clip_path(self) -> Path | None:
         """The file of the open clip (``None`` with no clip, or frames given directly)."""
@@ -211,11 +229,12 @@ class VllmServerEngine:
         path: Path | None,
         decode_ms: float,
         size_and_duration: tuple[int, int, float],
+        reason: ResetReason,
     ) -> EncodeDone:
         """Pack sampled frames (T, H, W, 3) uint8 for the server and make them the open clip."""
         from framewise.core.engine import clip_sampled  # the same event, thumbnails included, as locally
 
-        self.sink(clip_sampled(name, path, frames, timestamps, size_and_duration))
+        self._emit(clip_sampled(name, path, frames, timestamps, size_and_duration))
         started = time.perf_counter()
         url = video_data_url(frames)
         pack_ms = (time.perf_counter() - started) * 1e3
@@ -234,22 +253,24 @@ class VllmServerEngine:
             preprocess_ms=pack_ms,
             encode_ms=0.0,
             ms_per_frame=0.0,
-            graph_hits=0,
-            graph_misses=0,
+            graph_hit=False,
         )
         self.clip = RemoteClip(path=path, video_url=url, media_io_kwargs=media_io_kwargs(timestamps), summary=summary)
-        self.history.clear()
-        self.sink(Progress("encode", 1, 1, f"{name} is ready (the server encodes it with the first question)"))
-        self.sink(summary)
-        return summary
+        self._reset_conversation(reason)
+        self._emit(Progress("encode", 1, 1, f"{name} is ready (the server encodes it with the first question)"))
+        return self._emit(summary)
 
     # ----------------------------------------------------------------- questions
 
-    def ask(self, question: str) -> Done:
+    def ask(self, question: str, request_id: int | None = None) -> Done:
         """Stream the answer to ``question`` about the open clip (or as plain text with none).
 
         A cancelled answer ends early with ``stats.cancelled`` and is not kept in the conversation.
         """
+        with self._requests.serving(request_id):
+            return self._ask(question)
+
+    def _ask(self, question: str) -> Done:
         server = self._require_server()
         question = question.strip()
         if not question:
@@ -270,15 +291,13 @@ class VllmServerEngine:
         started = time.perf_counter()
         answer = _StreamedAnswer()
         for piece in _stream(self._require_client(), request, self._cancel):
-            answer.take(piece, self.sink)
+            answer.take(piece, self._emit)
         finished = time.perf_counter()
         text = "".join(answer.pieces).strip()
         if not answer.cancelled:
             self.history.append((question, text))
         stats = self._answer_stats(server, answer, started, finished)
-        done = Done(text=text, stats=stats)
-        self.sink(done)
-        return done
+        return self._emit(Done(text=text, stats=stats, kept=not answer.cancelled))
 
     def _answer_stats(self, server: ServerInfo, answer: _StreamedAnswer, started: float, finished: float) -> AnswerStats:
         usage = answer.usage or {}
@@ -288,13 +307,7 @@ class VllmServerEngine:
         first = answer.first_token_time or finished
         decode_s = finished - first
         queries, hits = read_mm_cache_counters(self.settings.backend)
-        summary = self.clip.summary if self.clip else None
         return AnswerStats(
-            frames=summary.frames if summary else 0,
-            patches=summary.patches if summary else 0,
-            preprocess_ms=summary.preprocess_ms if summary else 0.0,
-            encode_ms=0.0,
-            ms_per_frame=0.0,
             time_to_first_token_ms=(first - started) * 1e3,
             new_tokens=new_tokens,
             tokens_per_second=(new_tokens - 1) / decode_s if new_tokens > 1 and decode_s > 0 else 0.0,
@@ -312,6 +325,18 @@ class VllmServerEngine:
         )
 
     # ----------------------------------------------------------------- helpers
+
+    def _emit(self, event: E) -> E:
+        """Send ``event`` as part of the request being served; returns it as sent."""
+        event = self._requests.stamp(event)
+        self.sink(event)
+        return event
+
+    def _reset_conversation(self, reason: ResetReason) -> None:
+        self.history.clear()
+        clip = self.clip
+        name = clip.summary.clip_name if clip else None
+        self._emit(ConversationReset(reason, name, None if clip is None else str(clip.path or "")))
 
     def _require_server(self) -> ServerInfo:
         if self._server is None:

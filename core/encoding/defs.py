@@ -31,11 +31,14 @@ class VisionItem:
 
     ``pixel_values``: (t*h*w, row_width) patch rows in the model's order, where
     ``grid_thw = (t, h, w)`` counts slices (temporal patches) and patches along each side.
+    ``repeated_frames`` counts the frames repeated to complete the last slice: they are encoded
+    but were not sampled, so they are not counted as frames.
     """
 
     pixel_values: torch.Tensor
     grid_thw: tuple[int, int, int]
     modality: Modality
+    repeated_frames: int = 0
 
     @property
     def patches(self) -> int:

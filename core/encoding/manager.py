@@ -31,7 +31,7 @@ from framewise.core.encoding.defs import (
     VisionItem,
 )
 from framewise.core.encoding.planning import Batch, BatchLimits, PlanItem, plan_batches
-from framewise.core.encoding.seam import EagerVisionEncoder, StageTimer, VisionEncoder
+from framewise.core.encoding.seam import EagerVisionEncoder, StageTimer, VisionEncoder, piece_frames
 from framewise.core.errors import EncoderError, FramewiseError
 from framewise.core.events import ChunkStats, Progress
 from framewise.core.settings import EncoderSettings
@@ -40,17 +40,16 @@ __all__ = [
     "EncoderStats",
     "GraphVisionEncoder",
     "make_vision_encoder",
-    "percentile",
 ]
 
 ProgressCallback = Callable[[Progress], None]
-LATENCY_SAMPLES = 10_000
 Outputs = tuple[torch.Tensor, ...]
 
 
 @dataclass(frozen=True)
 class EncoderStats:
-    """Cumulative counters over the encoder's life (plain numbers, safe to send to the GUI)."""
+    """Cumulative counters over the encoder's life (plain numbers). Latency percentiles and the hit
+    rate the window shows are :mod:`framewise.core.metrics`'s."""
 
     items_replayed: int
     items_eager: int
@@ -58,9 +57,6 @@ class EncoderStats:
     eager_passes: int
     metadata_hits: int
     metadata_misses: int
-    ms_per_frame_mean: float | None
-    ms_per_frame_p50: float | None
-    ms_per_frame_p99: float | None
     fallback_reasons: tuple[str, ...]
 
     @property
@@ -149,8 +145,7 @@ class GraphVisionEncoder:
         return self._graphs[budget].outputs
 
     def stats(self) -> EncoderStats:
-        """A snapshot of the cumulative counters and the per-frame latency distribution."""
-        samples = sorted(self._ms_per_frame)
+        """A snapshot of the cumulative counters."""
         hits, misses = self.adapter.metadata_counts()
         return EncoderStats(
             items_replayed=self._items_replayed,
@@ -159,9 +154,6 @@ class GraphVisionEncoder:
             eager_passes=self._eager_passes,
             metadata_hits=hits,
             metadata_misses=misses,
-            ms_per_frame_mean=sum(samples) / len(samples) if samples else None,
-            ms_per_frame_p50=percentile(samples, 50),
-            ms_per_frame_p99=percentile(samples, 99),
             fallback_reasons=tuple(self._fallback_reasons),
         )
 
@@ -262,7 +254,6 @@ class GraphVisionEncoder:
         self._items_eager = 0
         self._replays = 0
         self._eager_passes = 0
-        self._ms_per_frame: deque[float] = deque(maxlen=LATENCY_SAMPLES)
         self._fallback_reasons: deque[str] = deque(maxlen=16)
 
     def _report_progress(self, current: int, total: int, message: str) -> None:
@@ -364,9 +355,7 @@ class GraphVisionEncoder:
             row += tokens
 
     def _chunk_stats(self, index: int, batch: Batch, timer: StageTimer, items: Sequence[VisionItem]) -> ChunkStats:
-        frames = sum(piece.count * self.adapter.frames_per_slice(items[piece.item].modality) for piece in batch.pieces)
-        encode_ms = timer.elapsed_ms()
-        self._ms_per_frame.append(encode_ms / frames)
+        frames = sum(piece_frames(self.adapter, items[piece.item], piece.first, piece.count) for piece in batch.pieces)
         return ChunkStats(
             chunk_index=index,
             items=len(batch.pieces),
@@ -374,8 +363,7 @@ class GraphVisionEncoder:
             patches=batch.patches,
             budget=batch.budget,
             padding_fraction=batch.padding_fraction,
-            encode_ms=encode_ms,
-            ms_per_frame=encode_ms / frames,
+            encode_ms=timer.elapsed_ms(),
             graph_hit=batch.budget is not None,
             fallback_reason=batch.fallback_reason,
         )
@@ -413,14 +401,6 @@ def make_vision_encoder(
         f"{len(report.budgets)} CUDA graphs captured ({report.attention_backend} attention, {kernels}) "
         f"in {report.seconds:.1f} s, holding {report.graph_memory_bytes / 2**20:.0f} MiB"
     )
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float | None:
-    """Nearest-rank percentile ``q`` (0-100) of already sorted values; ``None`` when empty."""
-    if not sorted_values:
-        return None
-    rank = max(1, -(-len(sorted_values) * q // 100))
-    return sorted_values[int(rank) - 1]
 
 
 def _memory_reserved(device: torch.device) -> int:

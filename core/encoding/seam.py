@@ -100,17 +100,14 @@ class EagerVisionEncoder:
             return EncoderOutput(items=[], chunks=[])
         with StageTimer(self.adapter.device) as timer:
             outputs = self.adapter.eager_forward(items)
-        encode_ms = timer.elapsed_ms()
-        frames = sum(item_frames(self.adapter, item) for item in items)
         chunk = ChunkStats(
             chunk_index=0,
             items=len(items),
-            frames=frames,
+            frames=sum(item_frames(self.adapter, item) for item in items),
             patches=sum(item.patches for item in items),
             budget=None,
             padding_fraction=0.0,
-            encode_ms=encode_ms,
-            ms_per_frame=encode_ms / frames,
+            encode_ms=timer.elapsed_ms(),
             graph_hit=False,
             fallback_reason=self.reason,
         )
@@ -122,8 +119,14 @@ class EagerVisionEncoder:
 
 
 def item_frames(adapter: SupportsEncoderGraphs, item: VisionItem) -> int:
-    """Frames ``item`` stands for, by its adapter's count per slice."""
-    return item.grid_thw[0] * adapter.frames_per_slice(item.modality)
+    """Sampled frames ``item`` stands for: its adapter's count per slice, less the repeated ones."""
+    return item.grid_thw[0] * adapter.frames_per_slice(item.modality) - item.repeated_frames
+
+
+def piece_frames(adapter: SupportsEncoderGraphs, item: VisionItem, first: int, count: int) -> int:
+    """Sampled frames among slices ``first .. first + count - 1`` of ``item`` (the repeated ones are in its last slice)."""
+    per_slice = adapter.frames_per_slice(item.modality)
+    return min((first + count) * per_slice, item_frames(adapter, item)) - first * per_slice
 
 
 def split_rows(outputs: Sequence[torch.Tensor], sizes: Sequence[int]) -> list[EncodedItem]:

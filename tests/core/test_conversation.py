@@ -15,7 +15,7 @@ from framewise.core.wording import plural
 
 
 def _stats(new_tokens: int, tokens_per_second: float = 40.0, cancelled: bool = False) -> AnswerStats:
-    return AnswerStats(8, 1280, 1.0, 2.0, 0.25, 30.0, new_tokens, tokens_per_second, cancelled)
+    return AnswerStats(30.0, new_tokens, tokens_per_second, cancelled)
 
 
 def test_exports_label_demo_answers_and_mark_failures():

@@ -19,7 +19,7 @@ from framewise.core.events import AnswerStats
 from framewise.core.settings import AppSettings
 from tests.conftest import REPO_ROOT
 
-STATS = AnswerStats(8, 1280, 1.0, 2.0, 0.25, 30.0, 3, 40.0, False, None)
+STATS = AnswerStats(30.0, 3, 40.0, False, None)
 
 
 def _keep(store: ConversationStore, clip: str, questions: list[str], settings: AppSettings = AppSettings()) -> int:

@@ -15,7 +15,18 @@ from framewise.core.encoding.manager import GraphVisionEncoder
 from framewise.core.encoding.seam import EagerVisionEncoder
 from framewise.core.engine import Engine
 from framewise.core.errors import CancelledError, ClipError, FramewiseError
-from framewise.core.events import ChunkStats, ClipSampled, Done, EncodeDone, EngineInfo, Event, Progress, Token
+from framewise.core.events import (
+    ChunkStats,
+    ClipSampled,
+    ConversationReset,
+    Done,
+    EncodeDone,
+    EncoderMetrics,
+    EngineInfo,
+    Event,
+    Progress,
+    Token,
+)
 from framewise.core.qwen3_vl.attention import REGISTERED_NAMES
 from framewise.core.settings import AppSettings
 from framewise.core.video import pyav_reader
@@ -84,7 +95,7 @@ def test_open_clip_reports_frames_chunks_and_summary(loaded_engine: tuple[Engine
     assert chunks and sum(chunk.frames for chunk in chunks) == 4
     assert recorder.of(EncodeDone) == [summary]
     assert summary.frames == 4 and summary.patches == engine.clip.video.item.patches
-    assert summary.graph_misses == len(chunks)  # eager on the CPU
+    assert not summary.graph_hit and not any(chunk.graph_hit for chunk in chunks)  # eager on the CPU
 
 
 def test_answer_streams_tokens_that_add_up_to_the_answer(engine: tuple[Engine, Recorder]) -> None:
@@ -95,7 +106,7 @@ def test_answer_streams_tokens_that_add_up_to_the_answer(engine: tuple[Engine, R
     assert "".join(token.text for token in tokens).strip() == done.text
     assert recorder.events[-1] == done
     assert 0 < done.stats.new_tokens <= FAST.generation.max_new_tokens
-    assert done.stats.time_to_first_token_ms > 0 and done.stats.frames == 4
+    assert done.stats.time_to_first_token_ms > 0 and engine_.clip.summary.frames == 4 and done.kept
     assert not done.stats.cancelled
 
 
@@ -307,3 +318,47 @@ def test_cancel_reaches_a_clip_while_it_is_read_and_reading_shows_progress(
     reading = [p for p in recorder.of(Progress) if p.stage == "decode" and p.total]
     assert reading and reading[-1].total == 60 and "long.ts" in reading[-1].message
     assert engine_.clip is open_before  # the open clip stays
+
+
+def test_every_event_carries_the_id_of_its_request(loaded_engine: tuple[Engine, Recorder], clip: Path) -> None:
+    engine, recorder = loaded_engine
+    engine.apply_settings(FAST)
+    recorder.events.clear()
+    engine.open_clip(clip, request_id=41)
+    opened = list(recorder.events)
+    recorder.events.clear()
+    engine.ask("What color is the square?", request_id=42)
+    asked = list(recorder.events)
+    recorder.events.clear()
+    engine.new_conversation(request_id=43)
+    assert opened and {event.request_id for event in opened} == {41}
+    assert asked and {event.request_id for event in asked} == {42}
+    assert recorder.events == [ConversationReset("asked", clip.name, str(clip), request_id=43)]
+    engine.ask("And without an id?")
+    assert len({event.request_id for event in recorder.events[1:]}) == 1 and recorder.events[-1].request_id not in (0, 43)
+
+
+def test_the_engine_says_why_it_empties_the_conversation(loaded_engine: tuple[Engine, Recorder], clip: Path) -> None:
+    engine, recorder = loaded_engine
+    engine.apply_settings(FAST)
+    recorder.events.clear()
+    engine.open_clip(clip)
+    engine.ask("What color is the square?")
+    resampled = FAST.replace("sampling", max_frames=6)
+    engine.apply_settings(resampled)
+    engine.apply_settings(resampled.replace("generation", max_new_tokens=5))  # nothing to re-sample: no reset
+    reasons = [event.reason for event in recorder.of(ConversationReset)]
+    assert reasons == ["new_clip", "resampled"] and engine.history == []
+    assert not recorder.of(EngineInfo), "neither the model nor the encoder changed"
+
+
+def test_an_odd_frame_count_is_timed_per_sampled_frame(loaded_engine: tuple[Engine, Recorder]) -> None:
+    engine, recorder = loaded_engine
+    engine.apply_settings(FAST)
+    recorder.events.clear()
+    frames = np.zeros((5, 64, 64, 3), np.uint8)
+    summary = engine.open_frames(frames, (0.0, 0.5, 1.0, 1.5, 2.0), "five frames")
+    assert summary.frames == 5 and sum(chunk.frames for chunk in summary.chunks) == 5
+    assert summary.ms_per_frame == pytest.approx(summary.encode_ms / 5)
+    (metrics,) = recorder.of(EncoderMetrics)
+    assert metrics.last_item_ms_per_frame == summary.ms_per_frame and metrics.last_item_hit is False

@@ -1,4 +1,9 @@
-"""A stand-in for ``core.engine.Engine`` with the same API: frames from the clip (OpenCV), canned answers."""
+"""A stand-in for ``core.engine.Engine`` with the same API: frames from the clip (OpenCV), canned answers.
+
+It follows the engine's event protocol: every event carries the request's id, EngineInfo is sent
+when a model loads and when settings change the model or encoder, the conversation record is
+emptied with a ConversationReset saying why, and the encoder numbers come from the core accumulator.
+"""
 
 from __future__ import annotations
 
@@ -14,14 +19,19 @@ from framewise.core.events import (
     AnswerStats,
     ChunkStats,
     ClipSampled,
+    ConversationReset,
     Done,
     EncodeDone,
     EngineInfo,
+    E,
     EventSink,
     Progress,
+    RequestScope,
+    ResetReason,
     Token,
 )
 from framewise.core.demo_model import DEMO_LABEL
+from framewise.core.metrics import EncoderMetricsAccumulator
 from framewise.core.settings import AppSettings
 
 
@@ -46,24 +56,32 @@ class FakeEngine:
         self.clip_name: str | None = None
         self.clip_path: Path | None = None
         self.calls: list[tuple[str, float]] = []
+        self.metrics = EncoderMetricsAccumulator()
         self._cancel = threading.Event()
+        self._requests = RequestScope()
 
-    def load(self) -> None:
-        self._cancel.clear()
-        if self.load_gate is not None:
-            self.load_gate.wait(10)
-        if self.settings.model.source == self.fail_load_for_source:
-            raise ModelLoadError(f"{self.settings.model.source} is not a Qwen3-VL checkpoint folder")
-        self.sink(Progress("load", 1, 2, "Reading the weights"))
-        self.sink(Progress("load", 2, 2, "Weights loaded"))
+    def load(self, request_id: int | None = None) -> EngineInfo:
+        with self._requests.serving(request_id):
+            self._cancel.clear()
+            if self.load_gate is not None:
+                self.load_gate.wait(10)
+            if self.settings.model.source == self.fail_load_for_source:
+                raise ModelLoadError(f"{self.settings.model.source} is not a Qwen3-VL checkpoint folder")
+            self._emit(Progress("load", 1, 2, "Reading the weights"))
+            self._emit(Progress("load", 2, 2, "Weights loaded"))
+            return self._emit(self.info())
 
-    def apply_settings(self, settings: AppSettings) -> None:
-        resample = settings.sampling != self.settings.sampling and self.clip_path is not None
-        self.settings = settings.validate()
-        if resample:  # as the engine does: the open clip is sampled again under the new settings
-            self.open_clip(str(self.clip_path))
-        for index, budget in enumerate(settings.encoder.token_budgets()[:3], start=1):
-            self.sink(Progress("capture", index, 3, f"Captured the graph for budget {budget}"))
+    def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None:
+        with self._requests.serving(request_id):
+            old, self.settings = self.settings, settings.validate()
+            for index, budget in enumerate(settings.encoder.token_budgets()[:3], start=1):
+                self._emit(Progress("capture", index, 3, f"Captured the graph for budget {budget}"))
+            info = None
+            if settings.model != old.model or settings.encoder != old.encoder:
+                info = self._emit(self.info())
+            if self.clip_path and (settings.model != old.model or settings.sampling != old.sampling):
+                self._open_clip(str(self.clip_path), "resampled")
+            return info
 
     def info(self) -> EngineInfo:
         return EngineInfo(
@@ -80,36 +98,47 @@ class FakeEngine:
     def cancel(self) -> None:
         self._cancel.set()
 
-    def new_conversation(self) -> None:
-        self.history.clear()
+    def new_conversation(self, request_id: int | None = None) -> None:
+        with self._requests.serving(request_id):
+            self._reset_conversation("asked")
 
     def open_clip_path(self) -> Path | None:
         return self.clip_path
 
-    def open_clip(self, path: str) -> EncodeDone:
+    def open_clip(self, path: str, request_id: int | None = None) -> EncodeDone:
+        with self._requests.serving(request_id):
+            return self._open_clip(path, "new_clip")
+
+    def _open_clip(self, path: str, reason: ResetReason) -> EncodeDone:
         self._cancel.clear()
         self.calls.append(("open_clip", time.perf_counter()))
         if not Path(path).is_file():
             raise ClipNotFoundError(f"{path} does not exist")
         frames, timestamps, duration = _sample_with_opencv(path, self.settings.sampling.fps, self.settings.sampling.max_frames)
         name = Path(path).name
-        self.sink(ClipSampled(name, path, timestamps, tuple(frames), frames[0].shape[1], frames[0].shape[0], duration))
+        self._emit(ClipSampled(name, path, timestamps, tuple(frames), frames[0].shape[1], frames[0].shape[0], duration))
         chunks = []
         for index in range(0, len(frames), 4):
             if self._cancel.is_set():
                 raise CancelledError("Cancelled.")
             count = min(4, len(frames) - index)
-            chunk = ChunkStats(index // 4, 1, count, count * 64, None, 0.0, 2.0 * count, 2.0 + index / 10, False, "no CUDA")
-            chunks.append(chunk)
-            self.sink(chunk)
-        self.history.clear()
-        self.clip_name = name
-        self.clip_path = Path(path)
-        done = EncodeDone(name, len(frames), len(frames) * 64, timestamps, 5.0, 1.0, 9.0, 2.2, 0, len(chunks), tuple(chunks))
-        self.sink(done)
-        return done
+            chunks.append(self._emit(ChunkStats(index // 4, 1, count, count * 64, None, 0.0, (2.0 + index / 10) * count, False, "no CUDA")))
+        metrics = self.metrics.add_item(chunks)
+        self._emit(metrics)
+        self.clip_name, self.clip_path = name, Path(path)
+        encode_ms = sum(chunk.encode_ms for chunk in chunks)
+        done = EncodeDone(
+            name, len(frames), len(frames) * 64, timestamps, 5.0, 1.0, encode_ms, metrics.last_item_ms_per_frame,
+            metrics.last_item_hit, tuple(chunks),
+        )
+        self._reset_conversation(reason)
+        return self._emit(done)
 
-    def ask(self, question: str) -> Done:
+    def ask(self, question: str, request_id: int | None = None) -> Done:
+        with self._requests.serving(request_id):
+            return self._ask(question)
+
+    def _ask(self, question: str) -> Done:
         self._cancel.clear()
         self.calls.append(("ask", time.perf_counter()))
         if self.fail_ask_with is not None:
@@ -124,15 +153,22 @@ class FakeEngine:
                 break
             piece = self.answer_words[(count - 1) % len(self.answer_words)]
             text += piece
-            self.sink(Token(piece))
+            self._emit(Token(piece))
             time.sleep(self.token_delay_s)
         cancelled = self._cancel.is_set()
         if not cancelled:
-            self.history.append((question, text))
-        stats = AnswerStats(len(self.history), 0, 1.0, 9.0, 2.2, 12.0, count, 150.0, cancelled)
-        done = Done(text.strip(), stats)
-        self.sink(done)
-        return done
+            self.history.append((question, text.strip()))
+        stats = AnswerStats(12.0, count, 150.0, cancelled)
+        return self._emit(Done(text.strip(), stats, kept=not cancelled))
+
+    def _emit(self, event: E) -> E:
+        event = self._requests.stamp(event)
+        self.sink(event)
+        return event
+
+    def _reset_conversation(self, reason: ResetReason) -> None:
+        self.history.clear()
+        self._emit(ConversationReset(reason, self.clip_name, str(self.clip_path) if self.clip_path else None))
 
 
 def _sample_with_opencv(path: str, fps: float, max_frames: int) -> tuple[list[np.ndarray], tuple[float, ...], float]:

@@ -15,7 +15,7 @@ from framewise.ui.latency_plot import CSV_COLUMNS, HIT_COLOR, HIT_NAME, MAX_PLOT
 
 def chunk(index: int, hit: bool, ms_per_frame: float, frames: int = 8) -> ChunkStats:
     return ChunkStats(
-        index, 1, frames, 900, 1024 if hit else None, 0.12 if hit else 0.0, ms_per_frame * frames, ms_per_frame, hit,
+        index, 1, frames, 900, 1024 if hit else None, 0.12 if hit else 0.0, ms_per_frame * frames, hit,
         None if hit else "larger than every budget",
     )
 

@@ -125,14 +125,21 @@ def test_answer_streams_then_metrics_update(qtbot, make_window, sample_clip):
 
 
 def test_follow_up_questions_keep_the_conversation(qtbot, make_window, sample_clip):
-    window = make_window()
+    engines: list[FakeEngine] = []
+
+    def factory(settings, sink):
+        engines.append(FakeEngine(settings, sink))
+        return engines[-1]
+
+    window = make_window(factory)
     wait_ready(qtbot, window)
     open_and_wait(qtbot, window, sample_clip)
     ask_and_wait(qtbot, window, "What moves?")
     ask_and_wait(qtbot, window, "And then?")
 
     assert [turn.question for turn in window.conversation.turns] == ["What moves?", "And then?"]
-    assert window.conversation.turns[-1].stats.frames == 2  # the fake counts the history it kept
+    kept = [(turn.question, turn.answer) for turn in window.conversation.turns]
+    assert engines[-1].history == kept, "the window shows the engine's conversation record"
     assert len(window.chat.answer_cards()) == 2
 
 

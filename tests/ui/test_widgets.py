@@ -9,6 +9,7 @@ import pytest
 from PySide6.QtGui import QColor
 
 from framewise.core.events import AnswerStats, ChunkStats, ClipSampled, DecoderInfo, DecoderStats, EncodeDone, EngineInfo
+from framewise.core.metrics import EncoderMetricsAccumulator
 from framewise.core.settings import AppSettings
 from framewise.ui.frames import FrameStrip, format_timestamp, image_from_array
 from framewise.ui.latency_plot import HIT_COLOR, MISS_COLOR
@@ -29,27 +30,32 @@ GPU_INFO = EngineInfo(
 
 
 def chunk(index: int, hit: bool, ms_per_frame: float, budget: int | None = 1024) -> ChunkStats:
-    return ChunkStats(index, 1, 8, 900, budget, 0.12, ms_per_frame * 8, ms_per_frame, hit, None if hit else "larger than every budget")
+    return ChunkStats(index, 1, 8, 900, budget, 0.12, ms_per_frame * 8, hit, None if hit else "larger than every budget")
 
 
-def test_encoder_panel_counts_hits_and_shows_budgets_and_padding(qtbot):
+def test_encoder_panel_shows_hits_per_item_budgets_and_padding(qtbot):
     panel = EncoderPanel()
     qtbot.addWidget(panel)
     panel.set_engine_info(GPU_INFO)
+    metrics = EncoderMetricsAccumulator()
     panel.start_clip("a.mp4")
-    for index, hit in enumerate((True, True, False)):
-        panel.add_chunk(chunk(index, hit, 2.0 + index))
-    assert panel.hits_text() == "2 hits, 1 misses (67%)"
+    first_clip = [chunk(index, hit, 2.0 + index) for index, hit in enumerate((True, True, False))]
+    for stats in first_clip:
+        panel.add_chunk(stats)
+    panel.set_metrics(metrics.add_item(first_clip))
+    assert panel.hits_text() == "0 hits, 1 misses (0% of 1 items)", "one eager pass makes the clip a miss"
     assert "3 graphs (budgets 256–1024)" in panel.encoder_value.text()
     row = [panel.chunk_table.item(1, column).text() for column in range(panel.chunk_table.columnCount())]
     assert row == ["1", "8", "900", "1024", "12%", "3.00", "graph"]
     assert panel.chunk_table.item(2, 6).text() == "eager: larger than every budget"
 
     panel.start_clip("b.mp4")
-    panel.add_chunk(chunk(0, True, 1.5))
+    second_clip = [chunk(0, True, 1.5)]
+    panel.add_chunk(second_clip[0])
+    panel.set_metrics(metrics.add_item(second_clip))
     assert panel.chunk_table.rowCount() == 1, "the table shows the last clip's chunks"
     assert [point.run for point in panel.plot.points] == [0, 0, 0, 1], "the plot keeps every clip"
-    assert panel.hits_text() == "3 hits, 1 misses (75%)"
+    assert panel.hits_text() == "1 hits, 1 misses (50% of 2 items)"
     assert panel.latency_value.text() == "p50 2.00 ms, p99 4.00 ms (4 chunks this run)", "across clips"
 
 
@@ -69,8 +75,8 @@ def test_latency_plot_paints_points_in_their_colours(qtbot):
 def test_answer_stats_and_clip_timing_are_shown(qtbot):
     panel = EncoderPanel()
     qtbot.addWidget(panel)
-    panel.set_encode_done(EncodeDone("a.mp4", 16, 4096, (0.0, 0.5), 40.0, 12.0, 30.0, 1.875, 1, 0))
-    panel.set_answer_stats(AnswerStats(16, 4096, 12.0, 30.0, 1.875, 85.4, 20, 42.0, False, 1536.0))
+    panel.set_encode_done(EncodeDone("a.mp4", 16, 4096, (0.0, 0.5), 40.0, 12.0, 30.0, 1.875, True))
+    panel.set_answer_stats(AnswerStats(85.4, 20, 42.0, False, 1536.0))
     assert panel.clip_value.text() == "16 frames, 4,096 patches"
     assert "1.88 ms/frame" in panel.timing_value.text()
     assert panel.first_token_value.text() == "85 ms"
@@ -85,7 +91,7 @@ def test_the_decoder_line_shows_graph_steps_prefill_and_the_reused_prefix(qtbot)
     panel.set_engine_info(dataclasses.replace(GPU_INFO, decoder=decoder_info))
     assert panel.decoder_value.text() == "5 decode graphs, KV cache of 2,816 tokens"
     decoder = DecoderStats(True, 19, 0, 1310, 1290, 20, 14.2, 210.5, 4.75, 4.9, 2816, "end of answer")
-    stats = AnswerStats(16, 4096, 12.0, 30.0, 1.875, 16.0, 20, 198.0, False, 1536.0, decoder)
+    stats = AnswerStats(16.0, 20, 198.0, False, 1536.0, decoder)
     panel.set_answer_stats(stats)
     line = panel.decoder_value.text()
     assert "graph steps 19, eager steps 0" in line and "prefill 20 tokens in 14 ms" in line
@@ -128,8 +134,6 @@ def test_recent_files_newest_first_without_duplicates(tmp_path):
     store.add_recent_file("/clips/5.mp4")
     files = SettingsStore(tmp_path / "s.ini").recent_files()
     assert files[0] == "/clips/5.mp4" and len(files) == MAX_RECENT_FILES and files.count("/clips/5.mp4") == 1
-
-
 
 
 def test_timeline_click_and_keys_seek_within_the_clip(qtbot):

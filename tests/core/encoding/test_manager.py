@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from framewise.core.encoding.defs import BufferSpec, GraphBuffers, PieceGrid, VisionItem
-from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_encoder, percentile
+from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_encoder
 from framewise.core.encoding.seam import EagerVisionEncoder
 from framewise.core.errors import EncoderError
 from framewise.core.settings import EncoderSettings
@@ -187,8 +187,3 @@ def test_the_factory_runs_the_toy_eager_without_cuda(adapter):
     with pytest.raises(EncoderError, match="CUDA device"):
         GraphVisionEncoder(adapter, SETTINGS)
 
-
-def test_percentile_is_nearest_rank():
-    values = list(range(1, 101))
-    assert percentile(values, 50) == 50 and percentile(values, 99) == 99 and percentile(values, 100) == 100
-    assert percentile([], 50) is None and percentile([3.0], 99) == 3.0

@@ -1,0 +1,508 @@
+"""The window's state, without Qt: the open clip, the request running, the conversation, the numbers.
+
+:class:`Session` is the one owner of what the window shows. It sends requests through a
+:class:`RequestPort` (the worker's :class:`~framewise.ui.worker.EngineHost` in the application,
+a recorder in tests), follows the engine's events in :meth:`Session.handle`, and tells a
+:class:`SessionListener` (the window) what to redraw. Nothing is inferred from the order of events:
+every event carries the id of its request, and the engine says when and why it emptied the
+conversation (:class:`~framewise.core.events.ConversationReset`).
+
+What a request only *shows* — progress, sampled frames, encoder passes, tokens — is dropped once
+the session no longer waits for that request (an open superseded by a later one, an answer whose
+turn has ended). What changes the engine's record — a clip committed, the conversation emptied —
+is always followed, so the window never disagrees with the engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from framewise.core.events import (
+    NO_REQUEST,
+    AnswerStats,
+    ChunkStats,
+    ClipSampled,
+    ConversationReset,
+    Done,
+    EncodeDone,
+    EncoderMetrics,
+    EngineInfo,
+    Failed,
+    Progress,
+    RequestFinished,
+    RequestKind,
+    RequestStarted,
+    Token,
+)
+from framewise.core.settings import AppSettings
+from framewise.core.conversation import Conversation, Turn
+
+STAGE_NAMES = {
+    "load": "Loading the model",
+    "capture": "Capturing CUDA graphs",
+    "decode": "Decoding",
+    "encode": "Encoding",
+}
+_FAILURE_PREFIX: dict[RequestKind, str] = {
+    "load": "Could not load the model",
+    "apply_settings": "Could not apply the settings",
+    "new_conversation": "Could not start a new conversation",
+}
+
+
+class RequestPort(Protocol):
+    """Where the session sends requests; each call returns the id the request's events will carry."""
+
+    def load(self) -> int: ...
+    def open_clip(self, path: str) -> int: ...
+    def ask(self, question: str) -> int: ...
+    def apply_settings(self, settings: AppSettings) -> int: ...
+    def new_conversation(self) -> int: ...
+    def cancel(self) -> None: ...
+
+
+class SessionListener:
+    """What the window implements to render the session. Every method does nothing unless overridden."""
+
+    def state_changed(self) -> None:
+        """What can be done now changed: a request started or ended, an answer started or ended."""
+
+    def status_changed(self, text: str) -> None:
+        """A one-line account of what is happening, for the status bar."""
+
+    def error_raised(self, text: str) -> None:
+        """Something failed that a person should see until it is fixed or dismissed."""
+
+    def error_cleared(self) -> None:
+        """What failed works now (a clip opened, a model loaded)."""
+
+    def progress_changed(self, current: int, total: int) -> None:
+        """Long work advanced; ``total`` 0 means the amount is not known."""
+
+    def progress_ended(self) -> None:
+        """The request that reported progress ended."""
+
+    def engine_changed(self, info: EngineInfo) -> None:
+        """The engine loaded a model or changed its encoder."""
+
+    def settings_applied(self, settings: AppSettings) -> None:
+        """The engine applied ``settings`` (a person's choice): they are the session's now, to be kept."""
+
+    def settings_refused(self, settings: AppSettings, failure: Failed | None) -> None:
+        """The engine could not apply ``settings`` and is as it was; ``failure`` says why (and which field)."""
+
+    def fell_back_to_defaults(self, saved: AppSettings, failure: Failed | None) -> None:
+        """The ``saved`` settings did not load at start; the session runs on the defaults (not to be saved)."""
+
+    def clip_shown(self, clip: ClipSampled | None) -> None:
+        """The clip to show: one being opened, or the open one (again, after a failed open)."""
+
+    def clip_opened(self, path: str) -> None:
+        """A clip a person opened was encoded: the engine's questions are about it now."""
+
+    def clip_changed(self, clip: ClipSampled) -> None:
+        """The engine's open clip changed (opened, re-sampled by new settings, or re-opened to resume)."""
+
+    def conversation_reset(self, conversation: Conversation, notice: str | None) -> None:
+        """The engine emptied its conversation; ``notice`` says why, for the transcript."""
+
+    def turn_started(self, turn: Turn) -> None:
+        """A question was sent; its answer will stream into ``turn``."""
+
+    def token_received(self, turn: Turn, text: str) -> None:
+        """``text`` was added to ``turn.answer``."""
+
+    def turn_finished(self, turn: Turn) -> None:
+        """``turn`` ended: done, stopped or failed (its ``status`` says which)."""
+
+    def encoder_pass(self, chunk: ChunkStats, run_label: str) -> None:
+        """One encoder pass of the encode labelled ``run_label`` (``chunk.chunk_index`` 0 starts an encode)."""
+
+    def metrics_changed(self, metrics: EncoderMetrics) -> None:
+        """New encoder numbers over the run (hits per item, latency percentiles)."""
+
+    def clip_encoded(self, done: EncodeDone) -> None:
+        """A clip finished encoding."""
+
+    def answer_stats(self, stats: AnswerStats) -> None:
+        """What the last answer cost."""
+
+
+class Session:
+    """The window's state machine: requests out through ``port``, events in through :meth:`handle`.
+
+    ``settings`` are the applied settings: new ones become the session's only once the engine has
+    applied them (settings apply as a transaction). Read-only state for the window: :attr:`info`,
+    :attr:`clip` (the engine's open clip), :attr:`conversation`, :attr:`metrics`, :attr:`operation`
+    and the ``can_*`` properties.
+    """
+
+    def __init__(self, port: RequestPort, settings: AppSettings, listener: SessionListener | None = None) -> None:
+        self.port = port
+        self.settings = settings
+        self.listener = listener or SessionListener()
+        self.info: EngineInfo | None = None
+        self.clip: ClipSampled | None = None
+        self.conversation = Conversation()
+        self.metrics: EncoderMetrics | None = None
+        self._running: RequestStarted | None = None
+        self._opens: dict[int, str] = {}  # open_clip requests sent and not finished: id -> path
+        self._latest_open: int | None = None
+        self._sampled: dict[int, ClipSampled] = {}  # clips sampled by requests not finished yet
+        self._answering: tuple[int, Turn] | None = None
+        self._applying: dict[int, AppSettings | None] = {}  # None: the fallback to the defaults at start
+        self._resuming: int | None = None  # the open that re-opens a kept conversation's clip
+        self._asked_reset: int | None = None  # the new-conversation request the session has already followed
+        self.stale_clip: str | None = None  # a kept conversation's clip that is no longer there
+        self._failures: dict[int, Failed] = {}
+        self._shown: ClipSampled | None = None
+
+    # -- state ------------------------------------------------------------------------------
+
+    @property
+    def operation(self) -> RequestKind | None:
+        """The request the engine is serving now, or ``None`` when it is idle."""
+        return self._running.kind if self._running else None
+
+    @property
+    def opening_clip(self) -> bool:
+        """True from asking to open a clip until the engine has encoded it (or failed to)."""
+        return self._latest_open is not None
+
+    @property
+    def answering(self) -> bool:
+        """True from sending a question until its answer ends."""
+        return self.conversation.current is not None
+
+    @property
+    def engine_busy(self) -> bool:
+        """The engine is loading, applying settings or opening a clip (a question would wait)."""
+        return self.operation in ("load", "apply_settings", "open_clip") or self.opening_clip
+
+    @property
+    def ask_blocker(self) -> str | None:
+        """Why a question cannot be asked now, or ``None`` when it can."""
+        if self.clip is None:
+            return "Open a clip first: drop one on the window or use File ▸ Open (Ctrl+O)"
+        if self.stale_clip is not None:
+            return f"This conversation's clip is no longer at {self.stale_clip}; open a clip to ask about it"
+        if self.engine_busy:
+            return "Wait for the clip to finish encoding"
+        if self.answering:
+            return "Wait for the answer, or press Stop (Esc)"
+        return None
+
+    @property
+    def can_ask(self) -> bool:
+        return self.ask_blocker is None
+
+    @property
+    def can_stop(self) -> bool:
+        return self.answering or self.operation == "open_clip"
+
+    @property
+    def can_export(self) -> bool:
+        return bool(self.conversation.turns)
+
+    @property
+    def can_start_new_conversation(self) -> bool:
+        return not self.answering
+
+    @property
+    def shown_clip(self) -> ClipSampled | None:
+        """The clip being opened (once sampled), else the one new settings are re-sampling, else the open one."""
+        candidates = [self._latest_open]
+        if self._running is not None and self._running.kind == "apply_settings":
+            candidates.append(self._running.request_id)
+        for request_id in candidates:
+            if request_id is not None and request_id in self._sampled:
+                return self._sampled[request_id]
+        return self.clip
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load the model named by the settings."""
+        self.listener.status_changed("Loading the model…")
+        self.port.load()
+
+    def open_clip(self, path: str) -> None:
+        """Open ``path``; an open still under way is superseded (its progress is no longer shown)."""
+        request_id = self.port.open_clip(path)
+        self._opens[request_id] = path
+        self._latest_open = request_id
+        self.listener.status_changed(f"Opening {Path(path).name}…")
+        self._refresh_clip()
+        self.listener.state_changed()
+
+    def ask(self, question: str) -> bool:
+        """Send ``question`` (a follow-up when the conversation has turns); False when it cannot be asked now."""
+        if not self.can_ask:
+            return False
+        info = self.info
+        turn = Turn(
+            question=question,
+            model_name=info.model_name if info else self.settings.model.source,
+            model_label=info.model_label if info else None,
+        )
+        self.conversation.turns.append(turn)
+        self._answering = (self.port.ask(question), turn)
+        self.listener.turn_started(turn)
+        self.listener.state_changed()
+        return True
+
+    def resume(self, conversation: Conversation) -> bool:
+        """Show a kept ``conversation`` and open its clip again when the file is still there (returns
+        whether it is being opened). The model starts without the earlier answers; until the clip is
+        open again, or when it is gone, the conversation can be read and exported, not continued."""
+        self.conversation = conversation
+        path = conversation.clip_path
+        if path and Path(path).is_file():
+            self.stale_clip = None
+            self.open_clip(path)
+            self._resuming = self._latest_open
+            return True
+        self.stale_clip = path or "(no clip)"
+        self.listener.state_changed()
+        return False
+
+    def stop(self) -> None:
+        """Cancel the answer being written or the clip being opened, and what waits behind them."""
+        if self.operation in ("ask", "open_clip") or self.answering:
+            self.listener.status_changed("Stopping…")
+            self.port.cancel()
+
+    def new_conversation(self) -> None:
+        """Start afresh about the open clip: the engine forgets the conversation before it serves any
+        later question, so the session empties its record at once and takes the engine's
+        ConversationReset for this request as the confirmation."""
+        if not self.can_start_new_conversation:
+            return
+        self._asked_reset = self.port.new_conversation()
+        clip = self.clip
+        path = None if clip is None else clip.path
+        self._on_reset(ConversationReset("asked", clip.clip_name if clip else None, path))
+
+    def apply_settings(self, settings: AppSettings) -> bool:
+        """Send ``settings`` to the engine unless they are the applied ones; returns whether they were sent.
+
+        They become :attr:`settings` when the engine has applied them (:meth:`SessionListener.settings_applied`);
+        when it cannot, it is as it was and :meth:`SessionListener.settings_refused` says why.
+        """
+        if settings == self.settings:
+            return False
+        self._applying[self.port.apply_settings(settings)] = settings
+        self.listener.status_changed("Applying the settings…")
+        return True
+
+    # -- events -----------------------------------------------------------------------------
+
+    def handle(self, event: object) -> None:
+        """Follow one event from the engine (any event type; unknown ones are ignored)."""
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event)
+
+    def _on_started(self, started: RequestStarted) -> None:
+        self._running = started
+        self.listener.state_changed()
+
+    def _on_finished(self, finished: RequestFinished) -> None:
+        request_id = finished.request_id
+        self._running = None
+        failure = self._failures.pop(request_id, None)
+        self.listener.progress_ended()
+        path = self._opens.pop(request_id, None)
+        if self._resuming == request_id:
+            self._resuming = None
+            if not finished.ok:  # the kept conversation stays readable, but cannot go on
+                self.stale_clip = self.conversation.clip_path
+        if self._latest_open == request_id:
+            self._latest_open = None
+            if finished.ok and path is not None:
+                self.listener.error_cleared()
+                self.listener.clip_opened(path)
+        self._sampled.pop(request_id, None)
+        self._refresh_clip()
+        if self._answering is not None and self._answering[0] == request_id:
+            turn = self._answering[1]
+            self._answering = None
+            if turn.status in ("waiting", "streaming"):  # no Done: dropped before it started, or cut short
+                turn.status = "stopped"
+                self.listener.turn_finished(turn)
+        elif finished.outcome == "cancelled":
+            self.listener.status_changed("Cancelled.")
+        elif finished.kind in ("load", "apply_settings") and finished.ok:
+            self.listener.status_changed(f"Ready: {model_text(self.info)}" if self.info else "Ready")
+        if finished.kind == "apply_settings":
+            self._finish_applying(request_id, finished.ok, failure)
+        elif finished.kind == "load" and finished.outcome == "failed" and self.settings != AppSettings():
+            self._fall_back_to_defaults(failure)
+        self.listener.state_changed()
+
+    def _finish_applying(self, request_id: int, ok: bool, failure: Failed | None) -> None:
+        settings = self._applying.pop(request_id, None)
+        if settings is None:  # not the session's, or the fallback to the defaults: nothing to keep
+            return
+        if ok:
+            self.settings = settings
+            self.listener.settings_applied(settings)
+        else:
+            self.listener.settings_refused(settings, failure)
+
+    def _fall_back_to_defaults(self, failure: Failed | None) -> None:
+        """The saved settings did not load at start: run on the defaults (the demo model), which are not
+        saved over them, and say which setting failed."""
+        saved, self.settings = self.settings, AppSettings()
+        self.listener.fell_back_to_defaults(saved, failure)
+        self._applying[self.port.apply_settings(self.settings)] = None
+
+    def _on_failed(self, failed: Failed) -> None:
+        running = self._running
+        if running is None or running.request_id != failed.request_id:
+            return  # not the request being served: nothing of it is on screen any more
+        self._failures[failed.request_id] = failed
+        turn = self._answer_turn(failed.request_id)
+        if turn is not None:
+            turn.status = "failed"
+            turn.error = failed.message
+            self.listener.turn_finished(turn)
+            self.listener.status_changed(f"The question failed: {failed.message}")
+            return
+        if running.kind == "open_clip":
+            if self._is_superseded(failed.request_id):
+                return
+            prefix = f"Could not open {Path(self._opens.get(failed.request_id, '')).name}"
+        else:
+            prefix = _FAILURE_PREFIX.get(running.kind, "Something went wrong")
+        self.listener.error_raised(f"{prefix}: {failed.message}")
+
+    def _on_progress(self, progress: Progress) -> None:
+        if self._is_superseded(progress.request_id):
+            return
+        stage = STAGE_NAMES.get(progress.stage, progress.stage.capitalize())
+        count = f" ({progress.current}/{progress.total})" if progress.total > 0 else ""
+        self.listener.progress_changed(progress.current, progress.total)
+        self.listener.status_changed(f"{stage}{count}: {progress.message}" if progress.message else f"{stage}{count}…")
+
+    def _on_token(self, token: Token) -> None:
+        turn = self._answer_turn(token.request_id)
+        if turn is None:
+            return
+        turn.status = "streaming"
+        turn.answer += token.text
+        self.listener.token_received(turn, token.text)
+
+    def _on_done(self, done: Done) -> None:
+        turn = self._answer_turn(done.request_id)
+        if turn is None:
+            return
+        turn.answer = done.text
+        turn.stats = done.stats
+        turn.status = "stopped" if done.stats.cancelled else "done"
+        self.listener.answer_stats(done.stats)
+        self.listener.turn_finished(turn)
+        self.listener.status_changed("Stopped." if done.stats.cancelled else "Answered.")
+        self.listener.state_changed()
+
+    def _on_clip_sampled(self, clip: ClipSampled) -> None:
+        self._sampled[clip.request_id] = clip
+        self._refresh_clip()
+
+    def _on_chunk(self, chunk: ChunkStats) -> None:
+        if self._is_superseded(chunk.request_id):
+            return
+        sampled = self._sampled.get(chunk.request_id)
+        label = sampled.clip_name if sampled else f"question {len(self.conversation.turns)}"
+        self.listener.encoder_pass(chunk, label)
+
+    def _on_metrics(self, metrics: EncoderMetrics) -> None:
+        self.metrics = metrics
+        self.listener.metrics_changed(metrics)
+
+    def _on_encode_done(self, done: EncodeDone) -> None:
+        if self._is_superseded(done.request_id):
+            return
+        self.listener.clip_encoded(done)
+        self.listener.status_changed(
+            f"{done.clip_name}: {done.frames} frames encoded in {done.encode_ms:.0f} ms "
+            f"({done.ms_per_frame:.2f} ms per frame). Ask away."
+        )
+
+    def _on_reset(self, reset: ConversationReset) -> None:
+        if reset.request_id != NO_REQUEST and reset.request_id == self._asked_reset:
+            self._asked_reset = None
+            return  # followed when the person asked for it
+        clip = self._sampled.get(reset.request_id) if reset.reason != "asked" else None
+        if clip is not None:
+            self.clip = clip
+            self.listener.clip_changed(clip)
+        if reset.request_id != self._resuming:  # a resumed conversation stays on screen
+            self.stale_clip = None
+            timestamps = self.clip.timestamps if self.clip else ()
+            self.conversation = Conversation(reset.clip_name, reset.path, timestamps=timestamps)
+            self.listener.conversation_reset(self.conversation, _reset_notice(reset))
+        self._refresh_clip()
+        self.listener.state_changed()
+
+    def _on_engine_info(self, info: EngineInfo) -> None:
+        self.info = info
+        self.listener.engine_changed(info)
+        if self.operation in ("load", "apply_settings"):
+            self.listener.error_cleared()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _answer_turn(self, request_id: int) -> Turn | None:
+        """The turn answering request ``request_id`` while it is still open, else ``None``."""
+        if self._answering is None or self._answering[0] != request_id:
+            return None
+        turn = self._answering[1]
+        return turn if turn.status in ("waiting", "streaming") else None
+
+    def _is_superseded(self, request_id: int) -> bool:
+        """An open the session sent, followed by a later open."""
+        return request_id in self._opens and request_id != self._latest_open
+
+    def _refresh_clip(self) -> None:
+        shown = self.shown_clip
+        if shown is not self._shown:
+            self._shown = shown
+            self.listener.clip_shown(shown)
+
+
+_HANDLERS = {
+    RequestStarted: Session._on_started,
+    RequestFinished: Session._on_finished,
+    Failed: Session._on_failed,
+    Progress: Session._on_progress,
+    Token: Session._on_token,
+    Done: Session._on_done,
+    ClipSampled: Session._on_clip_sampled,
+    ChunkStats: Session._on_chunk,
+    EncoderMetrics: Session._on_metrics,
+    EncodeDone: Session._on_encode_done,
+    ConversationReset: Session._on_reset,
+    EngineInfo: Session._on_engine_info,
+}
+
+
+def _reset_notice(reset: ConversationReset) -> str | None:
+    if reset.clip_name is None:
+        return None
+    if reset.reason == "resampled":
+        return f"The new settings re-sampled {reset.clip_name}; the conversation starts afresh"
+    return f"Asking about {reset.clip_name}"
+
+
+def model_text(info: EngineInfo) -> str:
+    """The model's name, with its label when it has one (the demo model does)."""
+    return f"{info.model_name} ({info.model_label})" if info.model_label else info.model_name
+
+
+def encoder_text(info: EngineInfo) -> str:
+    """The encoder in a few words."""
+    if info.server is not None:
+        return "encoder on the vLLM server"
+    return info.encoder_name if info.graphs_enabled else "eager (no CUDA graphs)"
