@@ -529,9 +529,7 @@ class Engine:
 
     def _emit(self, event: E) -> E:
         """Send ``event`` as part of the request being served; returns it as sent."""
-        event = self._requests.stamp(event)
-        self.sink(event)
-        return event
+        return self._requests.send(self.sink, event)
 
     def _reset_conversation(self, reason: ResetReason) -> None:
         self.history.clear()

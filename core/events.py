@@ -406,3 +406,9 @@ class RequestScope:
     def stamp(self, event: E) -> E:
         """``event`` as part of the request being served."""
         return stamped(event, self.current)
+
+    def send(self, sink: EventSink, event: E) -> E:
+        """Send ``event`` to ``sink`` as part of the request being served; returns it as sent."""
+        event = self.stamp(event)
+        sink(event)
+        return event

@@ -162,9 +162,8 @@ class FakeEngine:
         return self._emit(Done(text.strip(), stats, kept=not cancelled))
 
     def _emit(self, event: E) -> E:
-        event = self._requests.stamp(event)
-        self.sink(event)
-        return event
+        """Send ``event`` as part of the request being served; returns it as sent."""
+        return self._requests.send(self.sink, event)
 
     def _reset_conversation(self, reason: ResetReason) -> None:
         self.history.clear()
