@@ -252,11 +252,12 @@ class EncoderPanel(QWidget):
 def hits_summary(metrics: EncoderMetrics | None, graphs_enabled: bool | None) -> str:
     """Graph hits per item over the run, or the eager passes when the encoder runs no graphs."""
     if graphs_enabled is False:
-        return f"none: eager encoder ({metrics.passes if metrics else 0} eager passes)"
+        return f"none: eager encoder ({plural(metrics.passes if metrics else 0, 'eager pass', 'eager passes')})"
     if metrics is None or not metrics.items:
         return "0 hits, 0 misses"
     rate = metrics.hit_rate or 0.0
-    return f"{metrics.item_hits} hits, {metrics.item_misses} misses ({rate:.0%} of {metrics.items} items)"
+    counts = f"{plural(metrics.item_hits, 'hit')}, {plural(metrics.item_misses, 'miss', 'misses')}"
+    return f"{counts} ({rate:.0%} of {plural(metrics.items, 'item')})"
 
 
 def latency_summary(metrics: EncoderMetrics) -> str:
@@ -264,7 +265,7 @@ def latency_summary(metrics: EncoderMetrics) -> str:
     if metrics.ms_per_frame_p50 is None or metrics.ms_per_frame_p99 is None:
         return "–"
     span = (
-        f"{metrics.window} chunks this run"
+        f"{plural(metrics.window, 'chunk')} this run"
         if metrics.window == metrics.passes
         else f"last {metrics.window} of {metrics.passes} chunks"
     )

@@ -14,6 +14,7 @@ from PySide6.QtCore import Qt
 
 from framewise.core.events import ChunkStats, Done, Token
 from framewise.core.settings import AppSettings
+from framewise.core.wording import plural
 from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, drop_file, open_and_wait, wait_ready
 from framewise.ui.frames import format_timestamp
 from framewise.ui.settings_store import SettingsStore
@@ -47,7 +48,7 @@ def test_drop_ask_and_watch_the_encoder_with_the_demo_model(qtbot, make_window, 
     assert window.frame_strip.timestamp_texts() == [format_timestamp(t) for t in sampled.timestamps]
     chunks = [event for event in events if isinstance(event, ChunkStats)]
     assert chunks and len(window.encoder_panel.plot.points) == len(chunks)
-    assert f"({len(chunks)} eager passes)" in window.encoder_panel.hits_text()
+    assert f"({plural(len(chunks), 'eager pass', 'eager passes')})" in window.encoder_panel.hits_text()
 
     ask_and_wait(qtbot, window, "What moves in the clip?")
     kinds = [type(event) for event in events]

@@ -16,7 +16,7 @@ def test_no_chunks_yet_shows_a_dash() -> None:
 
 
 def test_one_chunk_is_its_own_median_and_p99() -> None:
-    assert latency_summary(EncoderMetricsAccumulator().add_item(passes([4.0]))) == "p50 4.00 ms, p99 4.00 ms (1 chunks this run)"
+    assert latency_summary(EncoderMetricsAccumulator().add_item(passes([4.0]))) == "p50 4.00 ms, p99 4.00 ms (1 chunk this run)"
 
 
 def test_nearest_rank_percentiles_ignore_the_order_of_arrival() -> None:

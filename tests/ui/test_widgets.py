@@ -43,7 +43,7 @@ def test_encoder_panel_shows_hits_per_item_budgets_and_padding(qtbot):
     for stats in first_clip:
         panel.add_chunk(stats)
     panel.set_metrics(metrics.add_item(first_clip))
-    assert panel.hits_text() == "0 hits, 1 misses (0% of 1 items)", "one eager pass makes the clip a miss"
+    assert panel.hits_text() == "0 hits, 1 miss (0% of 1 item)", "one eager pass makes the clip a miss"
     assert "3 graphs (budgets 256–1024)" in panel.encoder_value.text()
     row = [panel.chunk_table.item(1, column).text() for column in range(panel.chunk_table.columnCount())]
     assert row == ["1", "8", "900", "1024", "12%", "3.00", "graph"]
@@ -55,7 +55,7 @@ def test_encoder_panel_shows_hits_per_item_budgets_and_padding(qtbot):
     panel.set_metrics(metrics.add_item(second_clip))
     assert panel.chunk_table.rowCount() == 1, "the table shows the last clip's chunks"
     assert [point.run for point in panel.plot.points] == [0, 0, 0, 1], "the plot keeps every clip"
-    assert panel.hits_text() == "1 hits, 1 misses (50% of 2 items)"
+    assert panel.hits_text() == "1 hit, 1 miss (50% of 2 items)"
     assert panel.latency_value.text() == "p50 2.00 ms, p99 4.00 ms (4 chunks this run)", "across clips"
 
 
