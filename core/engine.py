@@ -141,6 +141,8 @@ class Engine:
         self.history: list[tuple[str, str]] = []
         self.metrics = EncoderMetricsAccumulator()
         self._cancel = threading.Event()
+        self._cancel_lock = threading.Lock()  # a cancel and the end of a request do not interleave
+        self._ended_through = 0  # the highest request id that has ended
         self._request_depth = 0
         self._requests = RequestScope()
         self._graphs_reason = ""
@@ -309,10 +311,17 @@ class Engine:
             graph_memory_mb=steps.graph_memory_bytes / 2**20 if decoder.graphs_enabled else None,
         )
 
-    def cancel(self) -> None:
+    def cancel(self, request_id: int | None = None) -> None:
         """Stop the running request at its next checkpoint (within a vision block, a decoder layer
-        or a token), or, when none is running, the next one as it starts. Safe from any thread."""
-        self._cancel.set()
+        or a token), or, when none is running, the next one as it starts. Safe from any thread.
+
+        With ``request_id``, a cancel of a request that has already ended is ignored, so a Stop
+        that arrives just as an answer finishes cannot stop the question after it.
+        """
+        with self._cancel_lock:
+            if request_id is not None and request_id <= self._ended_through:
+                return
+            self._cancel.set()
 
     def new_conversation(self, request_id: int | None = None) -> None:
         """Forget earlier questions and answers; the open clip stays encoded.
@@ -609,7 +618,9 @@ class Engine:
         finally:
             self._request_depth -= 1
             if self._request_depth == 0:
-                self._cancel.clear()
+                with self._cancel_lock:
+                    self._cancel.clear()
+                    self._ended_through = max(self._ended_through, self._requests.current)
 
     @contextmanager
     def _cancel_points(

@@ -30,6 +30,7 @@ MAX_CLIP_PIXELS = 24576 * 32 * 32
 PATCH_PIXELS = 16 * 16
 # The most patch rows one clip can give, so the largest token budget ever worth capturing.
 MAX_BUDGET = MAX_CLIP_PIXELS // PATCH_PIXELS
+MAX_MIN_BUCKET = 1 << 16  # the first decode bucket; every step of a short answer reads this much cache
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,12 @@ class EncoderSettings:
                 "encoder.max_items_per_batch",
                 f"must not exceed the smallest budget ({budgets[0]}); lower it or raise the smallest budget",
             )
+        most_sequences = budgets[-1] // 4  # every image or frame pair holds at least one 2x2 block
+        if self.max_frames_per_batch > most_sequences:
+            raise SettingsError(
+                "encoder.max_frames_per_batch",
+                f"lower it to at most {most_sequences}: no more frame pairs fit the largest budget ({budgets[-1]})",
+            )
         if self.max_frames_per_batch < self.max_items_per_batch:
             raise SettingsError(
                 "encoder.max_frames_per_batch",
@@ -203,6 +210,14 @@ class DecodingSettings:
             raise SettingsError("decoding.max_context_tokens", "use 0 (automatic) or a positive number of tokens")
         if self.min_bucket < 16 or self.min_bucket & (self.min_bucket - 1):
             raise SettingsError("decoding.min_bucket", "use a power of two of at least 16")
+        if self.min_bucket > MAX_MIN_BUCKET:
+            raise SettingsError(
+                "decoding.min_bucket", f"lower it to at most {MAX_MIN_BUCKET}: a short answer would read that much cache"
+            )
+        if self.max_context_tokens and self.min_bucket > self.max_context_tokens:
+            raise SettingsError(
+                "decoding.min_bucket", f"must not exceed the context ({self.max_context_tokens} tokens); lower it"
+            )
 
 
 def clip_context_tokens(sampling: SamplingSettings) -> int:

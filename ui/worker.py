@@ -48,7 +48,7 @@ class EngineLike(Protocol):
     def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None: ...
     def open_clip(self, path: str, request_id: int | None = None) -> EncodeDone: ...
     def ask(self, question: str, request_id: int | None = None) -> Done: ...
-    def cancel(self) -> None: ...
+    def cancel(self, request_id: int | None = None) -> None: ...
     def new_conversation(self, request_id: int | None = None) -> None: ...
     def info(self) -> EngineInfo: ...
     def open_clip_path(self) -> Path | None: ...
@@ -88,12 +88,13 @@ class EngineWorker(QObject):
         """Cancel the running request and every queued one numbered up to ``request_id``. Any thread."""
         with self._lock:
             self._cancelled_through = max(self._cancelled_through, request_id)
-            running = self._running is not None and self._running <= request_id
+            running = self._running if self._running is not None and self._running <= request_id else None
             engine = self._engine
         # The engine keeps a cancel that arrives between requests for the next one, so it is told
-        # only about a request it runs; queued ones are dropped here.
-        if engine is not None and running:
-            engine.cancel()
+        # only about the request it runs, by id (a cancel of one that has just ended is ignored);
+        # queued ones are dropped here.
+        if engine is not None and running is not None:
+            engine.cancel(running)
 
     @Slot(int)
     def load(self, request_id: int) -> None:

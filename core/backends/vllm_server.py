@@ -167,8 +167,11 @@ class VllmServerEngine:
             server=server,
         )
 
-    def cancel(self) -> None:
-        """Stop the running work at its next check (within ``CANCEL_POLL_S``). Safe from any thread."""
+    def cancel(self, request_id: int | None = None) -> None:
+        """Stop the running work at its next check (within ``CANCEL_POLL_S``). Safe from any thread.
+
+        Each request starts with the flag cleared, so a cancel of one that has ended stops nothing
+        (``request_id`` is accepted for the seam's sake)."""
         self._cancel.set()
 
     def new_conversation(self, request_id: int | None = None) -> None:

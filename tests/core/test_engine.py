@@ -205,6 +205,16 @@ def test_cancel_from_another_thread_stops_within_half_a_second(engine: tuple[Eng
     assert engine_.history == []  # a cancelled answer is not part of the conversation
 
 
+def test_a_stop_for_an_answer_that_has_ended_does_not_stop_the_next_question(engine: tuple[Engine, Recorder]) -> None:
+    engine_, _ = engine
+    first = engine_.ask("What color is the square?", request_id=101)
+    engine_.cancel(101)  # Stop pressed just as that answer ended
+    second = engine_.ask("What color is the square?", request_id=102)
+    assert not second.stats.cancelled and second.text == first.text
+    engine_.cancel(103)  # a cancel of the request about to start is kept for it
+    assert engine_.ask("What color is the square?", request_id=103).stats.cancelled
+
+
 def junk_bytes(folder: Path) -> Path:
     junk = folder / "junk.mp4"
     junk.write_bytes(b"\x00not a video" * 100)

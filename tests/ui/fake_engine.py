@@ -95,7 +95,7 @@ class FakeEngine:
             attention_backends=("eager", "sdpa_masked"),
         )
 
-    def cancel(self) -> None:
+    def cancel(self, request_id: int | None = None) -> None:
         self._cancel.set()
 
     def new_conversation(self, request_id: int | None = None) -> None:
