@@ -37,7 +37,7 @@ from framewise.core.conversation_store import (
 from framewise.core.errors import ConversationStoreError, ExportError, SettingsError
 from framewise.core.events import AnswerStats, ChunkStats, ClipSampled, EncodeDone, EncoderMetrics, EngineInfo, Failed
 from framewise.core.settings import AppSettings
-from framewise.ui.banners import Banner
+from framewise.ui.banners import Banner, BannerArea
 from framewise.ui.chat import ChatPanel
 from framewise.ui.conversation_list import ConversationList
 from framewise.ui.dialogs import AboutDialog, LogDialog, default_export_folder
@@ -146,8 +146,7 @@ class MainWindow(QMainWindow, SessionListener):
             action=lambda: self.open_settings("model"),
         )
         self.fallback_banner.label.setTextFormat(Qt.TextFormat.PlainText)
-        for banner in (self.demo_banner, self.cpu_banner, self.error_banner, self.fallback_banner):
-            banner.hide()
+        self.banners = BannerArea([self.error_banner, self.fallback_banner, self.demo_banner, self.cpu_banner])
 
         self.clip_title = ElidedLabel("No clip")
         self.clip_title.setTextFormat(Qt.TextFormat.PlainText)
@@ -186,8 +185,7 @@ class MainWindow(QMainWindow, SessionListener):
         margin = round(line * 0.6)
         layout.setContentsMargins(margin, margin, margin, round(line * 0.3))
         layout.setSpacing(round(line * 0.5))
-        for banner in (self.error_banner, self.fallback_banner, self.demo_banner, self.cpu_banner):
-            layout.addWidget(banner)
+        layout.addWidget(self.banners)
         layout.addWidget(self.main_splitter, 1)
         self.setCentralWidget(central)
         self.drop_highlight = QLabel(self)
@@ -545,7 +543,7 @@ class MainWindow(QMainWindow, SessionListener):
 
     def settings_applied(self, settings: AppSettings) -> None:
         self.store.save_settings(settings)
-        self.fallback_banner.hide()
+        self.banners.dismiss(self.fallback_banner)
 
     def settings_refused(self, settings: AppSettings, failure: Failed | None) -> None:
         dialog = self.open_settings(None)
@@ -563,8 +561,8 @@ class MainWindow(QMainWindow, SessionListener):
             "Framewise started on the demo model with the default settings; your saved settings stay as they "
             "were until you apply new ones in Settings."
         )
-        self.fallback_banner.show()
-        self.error_banner.hide()
+        self.banners.post(self.fallback_banner)
+        self.banners.dismiss(self.error_banner)
 
     # -- help -------------------------------------------------------------------------------
 
@@ -606,11 +604,11 @@ class MainWindow(QMainWindow, SessionListener):
     def status_changed(self, text: str) -> None:
         self.set_status(text)
 
-    def error_raised(self, text: str) -> None:
-        self.show_error(text)
+    def error_raised(self, text: str, settings_can_help: bool = False) -> None:
+        self.show_error(text, settings_can_help=settings_can_help)
 
     def error_cleared(self) -> None:
-        self.error_banner.hide()
+        self.banners.dismiss(self.error_banner)
 
     def progress_changed(self, current: int, total: int) -> None:
         if total > 0:
@@ -677,27 +675,30 @@ class MainWindow(QMainWindow, SessionListener):
             "Framewise runs anywhere without a download. To ask a real Qwen3-VL, open <b>Settings ▸ Model</b> and "
             "choose a checkpoint folder, or the repo id of one in your Hugging Face cache."
         )
-        self.demo_banner.setVisible(bool(info.model_label))
+        self.banners.set_raised(self.demo_banner, bool(info.model_label))
         # On a CPU the Encoder panel's title says, once, that there are no CUDA graphs; a banner is kept
         # for a GPU that runs without them, where it is a surprise worth the space.
         if info.graphs_enabled or info.server is not None or info.device.startswith("cpu"):
-            self.cpu_banner.hide()
+            self.banners.dismiss(self.cpu_banner)
         else:
             self.cpu_banner.set_text(f"<b>No CUDA graphs:</b> {html.escape(info.graphs_reason)}.")
             self.cpu_banner.setToolTip(info.graphs_reason)
-            self.cpu_banner.show()
+            self.banners.post(self.cpu_banner)
 
     # -- small helpers ----------------------------------------------------------------------
 
     def set_status(self, text: str) -> None:
         self.status_label.setText(text)
 
-    def show_error(self, text: str) -> None:
-        """Show ``text`` in the error banner (it stays until dismissed or the next success) and the status bar."""
+    def show_error(self, text: str, *, settings_can_help: bool = False) -> None:
+        """Show ``text`` in the error banner (it stays until dismissed or the next success) and the status
+        bar; the banner offers Settings only when ``settings_can_help`` (a model that failed to load can be
+        changed there, a clip that is not a video cannot be fixed there)."""
         log.warning("%s", text)
         self.error_banner.set_text(text)
         self.error_banner.label.setTextFormat(Qt.TextFormat.PlainText)
-        self.error_banner.show()
+        self.error_banner.action_button.setVisible(settings_can_help)
+        self.banners.post(self.error_banner)
         self.set_status(text)
 
 

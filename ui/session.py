@@ -71,8 +71,9 @@ class SessionListener:
     def status_changed(self, text: str) -> None:
         """A one-line account of what is happening, for the status bar."""
 
-    def error_raised(self, text: str) -> None:
-        """Something failed that a person should see until it is fixed or dismissed."""
+    def error_raised(self, text: str, settings_can_help: bool = False) -> None:
+        """Something failed that a person should see until it is fixed or dismissed; ``settings_can_help``
+        when a change in Settings may fix it (a model that did not load), not when it cannot (a bad clip)."""
 
     def error_cleared(self) -> None:
         """What failed works now (a clip opened, a model loaded)."""
@@ -376,7 +377,7 @@ class Session:
             prefix = f"Could not open {Path(self._opens.get(failed.request_id, '')).name}"
         else:
             prefix = _FAILURE_PREFIX.get(running.kind, "Something went wrong")
-        self.listener.error_raised(f"{prefix}: {failed.message}")
+        self.listener.error_raised(f"{prefix}: {failed.message}", settings_can_help=running.kind in _FAILURE_PREFIX)
 
     def _on_progress(self, progress: Progress) -> None:
         if self._is_superseded(progress.request_id):

@@ -221,6 +221,7 @@ def test_corrupt_clip_shows_an_error_and_keeps_everything(qtbot, make_window, sa
     qtbot.waitUntil(lambda: window.error_banner.isVisible(), timeout=LOAD_TIMEOUT_MS)
     assert "corrupt.mp4" in window.error_banner.text()
     assert "not a video file" in window.error_banner.text()
+    assert not window.error_banner.action_button.isVisible(), "Settings cannot fix a file that is not a video"
     assert window.clip.path == str(sample_clip)
     assert sample_clip.name in window.clip_title.text()
     assert len(window.conversation.turns) == 1 and len(window.chat.answer_cards()) == 1
@@ -281,6 +282,34 @@ def test_banners_say_cpu_eager_and_demo_model(qtbot, make_window):
     dialog = window.settings_dialog
     assert dialog.isVisible() and dialog.tabs.tabText(dialog.tabs.currentIndex()) == "Model"
     dialog.reject()
+
+
+def test_raised_banners_share_one_row_shown_one_at_a_time(qtbot, make_window):
+    window = make_window()
+    wait_ready(qtbot, window)
+    assert window.demo_banner.isVisible()
+    QApplication.processEvents()
+    one_banner = window.banners.height()
+    assert one_banner > 0
+    window.show_error("Could not load the model: no weights", settings_can_help=True)
+    window.cpu_banner.set_text("No CUDA graphs: the GPU is too old.")
+    window.banners.post(window.cpu_banner)
+    qtbot.waitUntil(lambda: window.banners.count_label.isVisible())
+    QApplication.processEvents()  # let the layout settle before measuring
+    shown = [banner for banner in window.banners.banners if banner.isVisible()]
+    assert shown == [window.error_banner], "the error, the most important, is the one shown"
+    assert window.error_banner.action_button.isVisible(), "Settings can change a model that did not load"
+    assert window.banners.count_label.text() == "1 of 3"
+    assert window.banners.height() <= max(one_banner, window.error_banner.sizeHint().height())
+    window.banners.next_button.click()
+    assert [banner for banner in window.banners.banners if banner.isVisible()] == [window.demo_banner]
+    assert window.banners.count_label.text() == "2 of 3"
+    window.demo_banner.close_button.click()
+    assert [banner for banner in window.banners.banners if banner.isVisible()] == [window.error_banner]
+    assert window.banners.count_label.text() == "1 of 2"
+    window.error_banner.close_button.click()
+    window.cpu_banner.close_button.click()
+    assert not window.banners.isVisible()
 
 
 def test_a_saved_model_that_fails_at_start_falls_back_to_the_demo_model_and_names_the_setting(
@@ -458,7 +487,10 @@ def test_keyboard_shortcuts_open_settings_open_export_and_quit(qtbot, make_windo
     assert not window.export_action.isEnabled(), "nothing to export before a question"
     monkeypatch.setattr("framewise.ui.main_window.QFileDialog.getOpenFileName", lambda *args, **kwargs: (str(sample_clip), ""))
     qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_O, Qt.KeyboardModifier.ControlModifier)
-    qtbot.waitUntil(lambda: window.clip is not None and window.clip.path == str(sample_clip), timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: window.clip is not None and window.clip.path == str(sample_clip) and not window.opening_clip,
+        timeout=LOAD_TIMEOUT_MS,
+    )
     ask_and_wait(qtbot, window, "What moves?")
 
     activate(qtbot, window)

@@ -106,7 +106,7 @@ class Recorder(SessionListener):
     def conversation_reset(self, conversation, notice: str | None) -> None:
         self.notices.append(notice)
 
-    def error_raised(self, text: str) -> None:
+    def error_raised(self, text: str, settings_can_help: bool = False) -> None:
         self.errors.append(text)
 
     def status_changed(self, text: str) -> None:
