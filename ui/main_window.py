@@ -611,7 +611,8 @@ class MainWindow(QMainWindow, SessionListener):
         self.banners.dismiss(self.error_banner)
 
     def progress_changed(self, current: int, total: int) -> None:
-        if total > 0:
+        # A single step under way (encoding a clip in one pass) shows as busy, not as a bar stuck at 0 of 1.
+        if total > 1 or (total == 1 and current >= 1):
             self.progress_bar.setRange(0, total)
             self.progress_bar.setValue(current)
         else:

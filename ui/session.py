@@ -44,11 +44,24 @@ STAGE_NAMES = {
     "decode": "Decoding",
     "encode": "Encoding",
 }
+# Stages whose ``current`` counts the steps finished before the one ``message`` names (the others,
+# such as decoding, count seconds of video and say so in their message).
+_STEP_STAGES = frozenset({"load", "capture"})
 _FAILURE_PREFIX: dict[RequestKind, str] = {
     "load": "Could not load the model",
     "apply_settings": "Could not apply the settings",
     "new_conversation": "Could not start a new conversation",
 }
+
+
+def progress_text(progress: Progress) -> str:
+    """The status line for ``progress``: its message, with "(k of N)" for the step under way when the
+    stage counts steps, e.g. "Capturing encoder graph for 4096 patches (2 of 5)"."""
+    if not progress.message:
+        return f"{STAGE_NAMES.get(progress.stage, progress.stage.capitalize())}…"
+    if progress.stage in _STEP_STAGES and 1 < progress.total and progress.current < progress.total:
+        return f"{progress.message} ({progress.current + 1} of {progress.total})"
+    return progress.message
 
 
 class RequestPort(Protocol):
@@ -382,10 +395,8 @@ class Session:
     def _on_progress(self, progress: Progress) -> None:
         if self._is_superseded(progress.request_id):
             return
-        stage = STAGE_NAMES.get(progress.stage, progress.stage.capitalize())
-        count = f" ({progress.current}/{progress.total})" if progress.total > 0 else ""
         self.listener.progress_changed(progress.current, progress.total)
-        self.listener.status_changed(f"{stage}{count}: {progress.message}" if progress.message else f"{stage}{count}…")
+        self.listener.status_changed(progress_text(progress))
 
     def _on_token(self, token: Token) -> None:
         turn = self._answer_turn(token.request_id)

@@ -67,15 +67,18 @@ class FakeEngine:
                 self.load_gate.wait(10)
             if self.settings.model.source == self.fail_load_for_source:
                 raise ModelLoadError(f"{self.settings.model.source} is not a Qwen3-VL checkpoint folder")
-            self._emit(Progress("load", 1, 2, "Reading the weights"))
-            self._emit(Progress("load", 2, 2, "Weights loaded"))
+            self._emit(Progress("load", 0, 2, "Reading the configuration"))
+            self._emit(Progress("load", 1, 2, "Loading the weights"))
+            self._emit(Progress("load", 2, 2, "Loaded"))
             return self._emit(self.info())
 
     def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None:
         with self._requests.serving(request_id):
             old, self.settings = self.settings, settings.validate()
-            for index, budget in enumerate(settings.encoder.token_budgets()[:3], start=1):
-                self._emit(Progress("capture", index, 3, f"Captured the graph for budget {budget}"))
+            budgets = settings.encoder.token_budgets()[:3]
+            for index, budget in enumerate(budgets):
+                self._emit(Progress("capture", index, len(budgets), f"Capturing encoder graph for {budget} patches"))
+            self._emit(Progress("capture", len(budgets), len(budgets), f"Captured {len(budgets)} encoder graphs"))
             info = None
             if settings.model != old.model or settings.encoder != old.encoder:
                 info = self._emit(self.info())
@@ -117,6 +120,7 @@ class FakeEngine:
         frames, timestamps, duration = _sample_with_opencv(path, self.settings.sampling.fps, self.settings.sampling.max_frames)
         name = Path(path).name
         self._emit(ClipSampled(name, path, timestamps, tuple(frames), frames[0].shape[1], frames[0].shape[0], duration))
+        self._emit(Progress("encode", 0, 1, f"Encoding {len(frames)} frames"))
         chunks = []
         for index in range(0, len(frames), 4):
             if self._cancel.is_set():
@@ -132,6 +136,7 @@ class FakeEngine:
             metrics.last_item_hit, tuple(chunks),
         )
         self._reset_conversation(reason)
+        self._emit(Progress("encode", 1, 1, f"{name} is ready"))
         return self._emit(done)
 
     def ask(self, question: str, request_id: int | None = None) -> Done:

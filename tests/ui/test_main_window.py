@@ -312,6 +312,43 @@ def test_raised_banners_share_one_row_shown_one_at_a_time(qtbot, make_window):
     assert not window.banners.isVisible()
 
 
+def test_the_progress_bar_follows_each_stage(qtbot, make_window, sample_clip):
+    window = make_window()
+    bar = window.progress_bar
+    shown: list[tuple[int, int, int, int, int]] = []  # (current, total) as sent, then the bar's range and value
+    statuses: list[str] = []
+    render_progress, render_status = window.progress_changed, window.status_changed
+
+    def record_progress(current: int, total: int) -> None:
+        render_progress(current, total)
+        shown.append((current, total, bar.minimum(), bar.maximum(), bar.value()))
+
+    def record_status(text: str) -> None:
+        render_status(text)
+        statuses.append(text)
+
+    window.progress_changed, window.status_changed = record_progress, record_status
+    wait_ready(qtbot, window)
+    assert [(current, total, low, high, value) for current, total, low, high, value in shown] == [
+        (0, 2, 0, 2, 0), (1, 2, 0, 2, 1), (2, 2, 0, 2, 2)
+    ], "the bar moves with each load step"
+    assert "Loading the weights (2 of 2)" in statuses
+
+    shown.clear()
+    open_and_wait(qtbot, window, sample_clip)
+    assert shown[0][:4] == (0, 1, 0, 0), "a clip encoded in one pass shows as busy, not stuck at 0 of 1"
+    assert shown[-1] == (1, 1, 0, 1, 1)
+    assert not bar.isVisible(), "the bar goes once the clip is open"
+
+    shown.clear()
+    window.apply_settings(window.settings.replace("encoder", budgets=(256, 1024)))
+    qtbot.waitUntil(lambda: window.settings.encoder.budgets == (256, 1024), timeout=LOAD_TIMEOUT_MS)
+    captures = [(low, high, value) for current, total, low, high, value in shown if total == 2]
+    assert captures[:3] == [(0, 2, 0), (0, 2, 1), (0, 2, 2)]
+    assert "Capturing encoder graph for 256 patches (1 of 2)" in statuses
+    assert "Capturing encoder graph for 1024 patches (2 of 2)" in statuses
+
+
 def test_a_saved_model_that_fails_at_start_falls_back_to_the_demo_model_and_names_the_setting(
     qtbot, make_window, store
 ):
