@@ -170,9 +170,10 @@ class SettingsDialog(QDialog):
 
     def _build_model_tab(self) -> None:
         form = self._add_tab("model")
-        self.demo_radio = QRadioButton("The bundled demo model (tiny: runs anywhere, for trying Framewise out)")
+        # Radio texts cannot wrap: they stay short and the explanation wraps under them.
+        self.demo_radio = QRadioButton("The bundled demo model")
         self.folder_radio = QRadioButton("Checkpoint folder:")
-        self.repo_radio = QRadioButton("Hugging Face repo id, already in the local cache:")
+        self.repo_radio = QRadioButton("Hugging Face repo id:")
         self.source_group = QButtonGroup(self)
         for button in (self.demo_radio, self.folder_radio, self.repo_radio):
             self.source_group.addButton(button)
@@ -186,18 +187,32 @@ class SettingsDialog(QDialog):
         column = QVBoxLayout(source)
         column.setContentsMargins(0, 0, 0, 0)
         column.addWidget(self.demo_radio)
+        column.addWidget(self._choice_hint(self.demo_radio, "Tiny: runs anywhere, for trying Framewise out."))
         column.addWidget(self.folder_radio)
         folder_row = QHBoxLayout()
         folder_row.addWidget(self.folder_edit, 1)
         folder_row.addWidget(browse)
         column.addLayout(folder_row)
         column.addWidget(self.repo_radio)
+        column.addWidget(self._choice_hint(self.repo_radio, "A model already in the local Hugging Face cache."))
         column.addWidget(self.repo_edit)
         self.folder_edit.textEdited.connect(lambda: self.folder_radio.setChecked(True))
         self.repo_edit.textEdited.connect(lambda: self.repo_radio.setChecked(True))
         self._add_field(form, "model.source", "Model", source)
         self._add_field(form, "model.device", "Device", _combo(DEVICES))
         self._add_field(form, "model.dtype", "Data type", _combo(DTYPES))
+
+    def _choice_hint(self, button: QRadioButton, text: str) -> QLabel:
+        """A dim, wrapping explanation of ``button``, indented to line up with its text."""
+        hint = QLabel(text)
+        hint.setWordWrap(True)
+        hint.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        style = button.style()
+        indent = style.pixelMetric(QStyle.PixelMetric.PM_ExclusiveIndicatorWidth, None, button) + style.pixelMetric(
+            QStyle.PixelMetric.PM_RadioButtonLabelSpacing, None, button
+        )
+        hint.setContentsMargins(indent, 0, 0, 0)
+        return hint
 
     def _build_sampling_tab(self) -> None:
         form = self._add_tab("sampling")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel
+from PySide6.QtWidgets import QApplication, QLabel
 
 from framewise.ui.elided_label import ElidedLabel
 from tests.ui.test_main_window import ask_and_wait, open_and_wait, wait_ready
@@ -43,4 +43,22 @@ def test_every_settings_page_fits_its_dialog_at_1024_by_640(qtbot, make_window):
     dialog = window.open_settings(None)
     hint = dialog.minimumSizeHint()
     assert hint.width() <= 1024 and hint.height() <= 640, f"the dialog needs {hint.width()}×{hint.height()}"
+    dialog.reject()
+
+
+def test_the_model_page_fits_its_dialog_without_a_horizontal_scrollbar(qtbot, make_window):
+    window = make_window()
+    wait_ready(qtbot, window)
+    window.resize(1024, 640)
+    dialog = window.open_settings("model")
+    qtbot.waitUntil(dialog.isVisible, timeout=3000)
+    scroll = dialog.tabs.currentWidget()
+    assert dialog.tabs.tabText(dialog.tabs.currentIndex()) == "Model"
+    QApplication.processEvents()  # let the page lay out at the dialog's width
+    page = scroll.widget()
+    assert page.minimumSizeHint().width() <= scroll.viewport().width(), (
+        f"the page needs {page.minimumSizeHint().width()} px, the dialog gives it {scroll.viewport().width()}"
+    )
+    assert not scroll.horizontalScrollBar().isVisible()
+    assert clipped_labels(dialog) == []
     dialog.reject()
