@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
-import os
 import sys
 import threading
 from pathlib import Path
 from types import TracebackType
 
 from framewise.core.errors import set_log_file
+from framewise.core.user_folders import user_folder
 
 LOG_FILE_NAME = "framewise.log"
 MAX_BYTES = 1_000_000
@@ -30,19 +30,12 @@ logger = logging.getLogger(__name__)
 
 def log_dir() -> Path:
     """The folder that holds framewise.log and its rotated backups (not created here)."""
-    override = os.environ.get("FRAMEWISE_LOG_DIR")
-    if override:
-        return Path(override).expanduser()
-    home = Path.home()
-    if sys.platform == "darwin":
-        return home / "Library" / "Logs" / "Framewise"
-    if sys.platform == "win32":
-        local_app_data = os.environ.get("LOCALAPPDATA")
-        base = Path(local_app_data) if local_app_data else home / "AppData" / "Local"
-        return base / "Framewise" / "Logs"
-    state_home = os.environ.get("XDG_STATE_HOME", "")
-    base = Path(state_home) if os.path.isabs(state_home) else home / ".local" / "state"
-    return base / "framewise" / "log"
+    return user_folder(
+        "FRAMEWISE_LOG_DIR",
+        linux=("XDG_STATE_HOME", ".local/state", "framewise/log"),
+        macos="Logs/Framewise",
+        windows=("LOCALAPPDATA", "AppData/Local", "Framewise/Logs"),
+    )
 
 
 def log_file_path() -> Path:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sqlite3
-import sys
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from framewise.core.user_folders import user_folder
 from framewise.core.conversation import INTERRUPTED_TEXT, Conversation, Turn
 from framewise.core.errors import ConversationStoreError, SettingsError
 from framewise.core.events import AnswerStats
@@ -62,18 +61,12 @@ CREATE INDEX IF NOT EXISTS conversations_by_clip ON conversations(clip_path, upd
 
 def data_dir() -> Path:
     """The folder that holds the conversation database (not created here)."""
-    override = os.environ.get("FRAMEWISE_DATA_DIR")
-    if override:
-        return Path(override).expanduser()
-    home = Path.home()
-    if sys.platform == "darwin":
-        return home / "Library" / "Application Support" / "Framewise"
-    if sys.platform == "win32":
-        app_data = os.environ.get("APPDATA")
-        return (Path(app_data) if app_data else home / "AppData" / "Roaming") / "Framewise"
-    data_home = os.environ.get("XDG_DATA_HOME", "")
-    base = Path(data_home) if os.path.isabs(data_home) else home / ".local" / "share"
-    return base / "framewise"
+    return user_folder(
+        "FRAMEWISE_DATA_DIR",
+        linux=("XDG_DATA_HOME", ".local/share", "framewise"),
+        macos="Application Support/Framewise",
+        windows=("APPDATA", "AppData/Roaming", "Framewise"),
+    )
 
 
 def default_store_path() -> Path:

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from framewise.core.errors import EncoderError
+from framewise.core.user_folders import user_folder
 
 try:
     from torch.nn.attention.varlen import varlen_attn
@@ -258,7 +259,8 @@ def compile_cache_dir(visual: torch.nn.Module, device: torch.device) -> Path:
     """The folder for this tower's compiled kernels in the user's cache, keyed by what makes them valid.
 
     The key covers torch, transformers and Triton versions, the GPU and the tower's shape;
-    ``$XDG_CACHE_HOME`` (default ``~/.cache``) is the root, ``FRAMEWISE_CACHE_DIR`` overrides it.
+    the root is the user's cache folder (on Linux ``$XDG_CACHE_HOME``, default ``~/.cache``);
+    ``FRAMEWISE_CACHE_DIR`` overrides it.
     """
     import transformers
 
@@ -272,8 +274,13 @@ def compile_cache_dir(visual: torch.nn.Module, device: torch.device) -> Path:
             config.out_hidden_size, tuple(config.deepstack_visual_indexes), config.hidden_act,
         )
     )
-    root = os.environ.get("FRAMEWISE_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "framewise"
-    return Path(root) / "inductor" / hashlib.sha256(key.encode()).hexdigest()[:16]
+    root = user_folder(
+        "FRAMEWISE_CACHE_DIR",
+        linux=("XDG_CACHE_HOME", ".cache", "framewise"),
+        macos="Caches/Framewise",
+        windows=("LOCALAPPDATA", "AppData/Local", "Framewise/Cache"),
+    )
+    return root / "inductor" / hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def use_compile_cache(folder: Path) -> None:
