@@ -10,7 +10,9 @@ each, greedy. Every answer runs to ``--new-tokens`` (no end-of-answer token). Mo
 - ``static``: ``generate()`` with one ``StaticCache`` reused across questions, so transformers
   compiles its decode step (the compile seconds are the first call's extra time);
 - ``framewise``: :class:`~framewise.core.decoding.Decoder`: static KV cache, decode steps through
-  CUDA graphs per context bucket, follow-ups prefill only their new tokens;
+  CUDA graphs per context bucket, follow-ups prefill only their new tokens; the steps run the
+  Triton step kernels;
+- ``framewise_ops``: the same with the step's arithmetic as torch ops (what the kernels buy);
 - ``framewise_unfused``: the same with the model's own layers in the decode steps (what the
   few-kernel layout buys).
 
@@ -61,6 +63,12 @@ TEXT_SIZES = {
 VOCAB = 151936
 IMAGE_PAD, VIDEO_PAD, VISION_START, VISION_END = 151655, 151656, 151652, 151653
 QUESTION_TOKENS, MARKER_TOKENS, SYSTEM_TOKENS, TURN_TOKENS = 20, 6, 20, 5
+# How each Framewise mode's decode steps run (Qwen3VLLanguageModel's options).
+FRAMEWISE_STEPS = {
+    "framewise": dict(fused_steps=True),
+    "framewise_ops": dict(fused_steps=True, step_kernels=False),
+    "framewise_unfused": dict(fused_steps=False),
+}
 
 
 def build_model(size: str, device: torch.device, dtype: torch.dtype) -> Qwen3VLForConditionalGeneration:
@@ -211,8 +219,8 @@ class GenerateRunner:
 class FramewiseRunner:
     """Framewise's decoder: the cache keeps the conversation, each question prefills what is new."""
 
-    def __init__(self, model, features: EncodedItem, grid, context: int, min_bucket: int, fused: bool) -> None:
-        self.language = Qwen3VLLanguageModel(model, fused_steps=fused)
+    def __init__(self, model, features: EncodedItem, grid, context: int, min_bucket: int, steps: dict) -> None:
+        self.language = Qwen3VLLanguageModel(model, **steps)
         self.features = features
         self.grid = grid
         started = time.perf_counter()
@@ -366,9 +374,8 @@ def bench_size(size: str, args, device, dtype, bandwidth: float, save: Callable[
 
 def make_runner(mode: str, model, features, conversation: Conversation, context: int, args) -> tuple[Any, Callable]:
     """The mode's runner and its warm-up (the static mode's warm-up is its compile)."""
-    if mode in ("framewise", "framewise_unfused"):
-        fused = mode == "framewise"
-        runner = FramewiseRunner(model, features, conversation.grid_thw, context, args.min_bucket, fused)
+    if mode in FRAMEWISE_STEPS:
+        runner = FramewiseRunner(model, features, conversation.grid_thw, context, args.min_bucket, FRAMEWISE_STEPS[mode])
         return runner, lambda ids: (runner.ask(ids, 4), runner.decoder.forget())
     if mode in ("default", "static"):
         runner = GenerateRunner(model, features, conversation.grid_thw, context if mode == "static" else None)
@@ -450,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("results"))
     parser.add_argument("--sizes", default="2B,8B")
-    parser.add_argument("--modes", default="framewise,framewise_unfused,default,static")
+    parser.add_argument("--modes", default="framewise,framewise_ops,framewise_unfused,default,static")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32", "float16"))
     parser.add_argument("--frames", type=int, default=16)
@@ -465,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-bucket", type=int, default=256)
     parser.add_argument(
         "--mode-budgets",
-        default="framewise=30,framewise_unfused=30,default=60,static=120",
+        default="framewise=30,framewise_ops=30,framewise_unfused=30,default=60,static=120",
         help="seconds one mode may take at one size: no question starts after them",
     )
     parser.add_argument("--total-budget-s", type=float, default=3600.0, help="a mode that would end past it is skipped")

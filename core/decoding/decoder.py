@@ -149,19 +149,33 @@ class Decoder:
         elif device.type != "cuda":
             self.graphs_reason = "CUDA not available: decode steps run eagerly on the CPU"
         else:
-            try:
-                with torch.inference_mode():
-                    steps = StepGraphs(self.language, self.cache, buckets, direct=False, progress=progress)
-            except (RuntimeError, ValueError, TypeError) as error:  # out of memory included
-                self.graphs_reason = f"capturing the decode graphs failed ({error}): steps run eagerly"
-                torch.cuda.empty_cache()
+            steps, failure = self._capture(buckets, progress)
+            if steps is None and self.language.step_kernels:
+                # The kernels did not compile or capture: the same step as torch ops may still.
+                self.language.disable_step_kernels()
+                steps, second_failure = self._capture(buckets, progress)
+                failure = f"{failure}; as torch ops: {second_failure}" if steps is None else failure
+                kernel_note = f" (the step kernels failed: {failure})"
             else:
+                kernel_note = ""
+            if steps is not None:
                 self.graphs_reason = (
                     f"{len(buckets)} decode graphs captured in {steps.capture_seconds:.1f} s, "
-                    f"holding {steps.graph_memory_bytes / 2**20:.0f} MiB"
+                    f"holding {steps.graph_memory_bytes / 2**20:.0f} MiB; steps run "
+                    f"{self.language.step_description}{kernel_note}"
                 )
                 return steps
+            self.graphs_reason = f"capturing the decode graphs failed ({failure}): steps run eagerly"
         return StepGraphs(self.language, self.cache, buckets, direct=True)
+
+    def _capture(self, buckets: tuple[int, ...], progress: ProgressCallback | None) -> tuple[StepGraphs | None, str]:
+        """The step graphs, or ``None`` and why capturing them failed."""
+        try:
+            with torch.inference_mode():
+                return StepGraphs(self.language, self.cache, buckets, direct=False, progress=progress), ""
+        except Exception as error:  # out of memory, a kernel that does not compile, an op that cannot be captured
+            torch.cuda.empty_cache()
+            return None, f"{type(error).__name__}: {error}"
 
     def _prefill(self, prompt: Prompt, ids: list[int], result: Decoded, rule: SamplingRule) -> torch.Tensor:
         cache = self.cache

@@ -48,6 +48,20 @@ class LanguageModel(Protocol):
     @property
     def max_positions(self) -> int: ...
 
+    @property
+    def step_kernels(self) -> bool:
+        """Whether decode steps run through hand-written GPU kernels (which may fail to compile)."""
+        ...
+
+    @property
+    def step_description(self) -> str:
+        """How a decode step runs, in a few words (shown with the decoder's state)."""
+        ...
+
+    def disable_step_kernels(self) -> None:
+        """Run later decode steps without the hand-written kernels."""
+        ...
+
     def positions(
         self, input_ids: torch.Tensor, token_types: torch.Tensor, video_grid_thw: tuple[int, int, int] | None
     ) -> PromptPositions:

@@ -8,14 +8,18 @@ generated at cache position ``p`` has rotary position ``p + rope_offset`` on all
 
 A prefill runs the model's own decoder layers, rotary embedding, norm and head, called the way
 ``Qwen3VLTextModel.forward`` calls them; only the cache and the attention function are Framewise's.
-A decode step (one token) runs the same weights in fewer kernels (:class:`_DenseLayer`): q, k and
-v in one matrix product, gate and up in another, the q and k norms and rotary applied to all heads
-at once, attention in one ``scaled_dot_product_attention`` call. Layers of another shape (the MoE
-model's experts) step through the model's own layers instead.
+A decode step (one token) runs the same weights laid out for it (:class:`_DenseLayer`: q, k and v
+stacked into one matrix, gate and up into another). On a CUDA device with Triton the step is seven
+kernel launches a layer (:mod:`framewise.core.qwen3_vl.step_kernels`: norms, rotary, SiLU and
+residual adds done inside the matrix-vector products and the cache write, attention reading only
+the filled positions); elsewhere the same arithmetic runs as torch ops, the q and k norms and
+rotary applied to all heads at once and attention in one ``scaled_dot_product_attention`` call.
+Layers of another shape (the MoE model's experts) step through the model's own layers instead.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import weakref
 from dataclasses import dataclass
@@ -37,12 +41,14 @@ class _DenseLayer:
     ``qkv`` ((heads + 2 kv_heads) * head_dim, hidden) and ``gate_up`` (2 intermediate, hidden)
     are the q/k/v and gate/up projections stacked; the layer's own parameters are views into
     them, so the layout costs no memory. ``qk_norm`` (heads + kv_heads, head_dim) repeats the
-    q norm's weight per query head, then the k norm's per key/value head.
+    q norm's weight per query head, then the k norm's per key/value head; ``qk_norms``
+    (2, head_dim) holds the two once.
     """
 
     input_norm: torch.Tensor
     qkv: torch.Tensor
     qk_norm: torch.Tensor
+    qk_norms: torch.Tensor
     o: torch.Tensor
     post_norm: torch.Tensor
     gate_up: torch.Tensor
@@ -63,9 +69,11 @@ class Qwen3VLLanguageModel:
 
     ``fused_steps`` (default) lays dense layers out for few-kernel decode steps; ``False`` steps
     through the model's own layers (the reference the fused step is tested against).
+    ``step_kernels`` runs fused steps through the Triton kernels; by default they are used where
+    they can run (:func:`step_kernels_unavailable`).
     """
 
-    def __init__(self, model: torch.nn.Module, fused_steps: bool = True) -> None:
+    def __init__(self, model: torch.nn.Module, fused_steps: bool = True, step_kernels: bool | None = None) -> None:
         self.model = model
         self.text = model.model.language_model
         self.config = model.config.text_config
@@ -76,11 +84,36 @@ class Qwen3VLLanguageModel:
         # transformers renamed the layers' cache argument after 5.17.
         self._cache_keyword = "cache" if "cache" in layer_parameters else "past_key_values"
         self._dense = _dense_layers(self.text, self.config) if fused_steps else None
+        self._kernels = None
+        if self._dense is not None and step_kernels is not False:
+            unavailable = step_kernels_unavailable(self.device, self.config)
+            if unavailable and step_kernels:
+                raise ValueError(f"the decode step kernels cannot run here: {unavailable}")
+            if not unavailable:
+                from framewise.core.qwen3_vl import step_kernels as kernels
+
+                self._kernels = kernels
 
     @property
     def fused_steps(self) -> bool:
         """Whether decode steps run the few-kernel layout (dense layers) or the model's own layers."""
         return self._dense is not None
+
+    @property
+    def step_kernels(self) -> bool:
+        """Whether decode steps run through the Triton kernels."""
+        return self._kernels is not None
+
+    def disable_step_kernels(self) -> None:
+        """Run later decode steps as torch ops (after the kernels failed to compile or capture)."""
+        self._kernels = None
+
+    @property
+    def step_description(self) -> str:
+        """How a decode step runs, in a few words."""
+        if self._kernels is not None:
+            return "Triton kernels, 7 launches a layer"
+        return "few-kernel torch ops" if self._dense is not None else "the model's own layers"
 
     # ------------------------------------------------------------------ sizes
 
@@ -164,6 +197,8 @@ class Qwen3VLLanguageModel:
         """One decode step, graph-safe: ``token`` (1, 1) int64 at ``cache_position`` (1,) with
         rotary position ``rope_position`` (1,) on every axis. Reads ``cache.view_length`` positions;
         returns logits (1, vocab) float32."""
+        if self._kernels is not None:
+            return self._kernel_step(cache, token, cache_position, rope_position)
         embeds = self.text.embed_tokens(token)
         rope = rope_position.view(1, 1, 1).expand(3, 1, 1)
         cache.write_positions = cache_position
@@ -173,6 +208,31 @@ class Qwen3VLLanguageModel:
         else:
             hidden = self._dense_step(embeds.view(1, -1), self.text.rotary_emb(embeds, rope), cache, mask)
         return self.model.lm_head(hidden).float()
+
+    def _kernel_step(
+        self, cache: StaticKVCache, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor
+    ) -> torch.Tensor:
+        """:meth:`step` through the Triton kernels: seven launches a layer, none reading more of the
+        cache than ``cache_position`` has filled. Logits (1, vocab) float32."""
+        kernels, rotary = self._kernels, self.text.rotary_emb
+        heads = self.config.num_attention_heads
+        hidden = self.text.embed_tokens(token).view(-1)
+        for index, layer in enumerate(self._dense):
+            keys, values = cache.keys[index], cache.values[index]
+            qkv = kernels.rms_norm_linear(hidden, layer.input_norm, layer.qkv, layer.eps)
+            query = kernels.qk_norm_rope_cache(
+                qkv, layer.qk_norms, rotary.inv_freq, rotary.attention_scaling,
+                rope_position, cache_position, keys, values, heads, layer.eps,
+            )
+            attended = kernels.decode_attention(query, keys, values, cache_position, cache.view_length, layer.scaling)
+            hidden = kernels.linear_residual(attended, layer.o, hidden)
+            gate_up = kernels.rms_norm_linear(hidden, layer.post_norm, layer.gate_up, layer.eps)
+            hidden = kernels.linear_residual(gate_up, layer.down, hidden, silu_mul=True)
+        norm = self.text.norm
+        logits = kernels.rms_norm_linear(
+            hidden, norm.weight, self.model.lm_head.weight, norm.variance_epsilon, out_dtype=torch.float32
+        )
+        return logits.view(1, -1)
 
     def _dense_step(
         self,
@@ -248,14 +308,14 @@ def _dense_layers(text: torch.nn.Module, config) -> list[_DenseLayer] | None:
             return None
         heads = attention.q_proj.out_features // attention.head_dim
         kv_heads = attention.k_proj.out_features // attention.head_dim
-        qk_norm = torch.cat(
-            (attention.q_norm.weight.detach().expand(heads, -1), attention.k_norm.weight.detach().expand(kv_heads, -1))
-        )
+        q_norm, k_norm = attention.q_norm.weight.detach(), attention.k_norm.weight.detach()
+        qk_norm = torch.cat((q_norm.expand(heads, -1), k_norm.expand(kv_heads, -1)))
         layers.append(
             _DenseLayer(
                 input_norm=layer.input_layernorm.weight.detach(),
                 qkv=_stacked(attention.q_proj, attention.k_proj, attention.v_proj),
                 qk_norm=qk_norm,
+                qk_norms=torch.stack((q_norm, k_norm)),
                 o=attention.o_proj.weight.detach(),
                 post_norm=layer.post_attention_layernorm.weight.detach(),
                 gate_up=_stacked(mlp.gate_proj, mlp.up_proj),
@@ -265,6 +325,19 @@ def _dense_layers(text: torch.nn.Module, config) -> list[_DenseLayer] | None:
             )
         )
     return layers
+
+
+def step_kernels_unavailable(device: torch.device, config) -> str:
+    """Why the Triton decode-step kernels cannot run for a text model of ``config`` on ``device``
+    ("" when they can)."""
+    if device.type != "cuda":
+        return "they need a CUDA device"
+    if importlib.util.find_spec("triton") is None:
+        return "Triton is not installed"
+    rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    if rope_type != "default":
+        return f"they compute plain rotary angles, not {rope_type!r} ones"
+    return ""
 
 
 def _stacked(*linears: torch.nn.Linear) -> torch.Tensor:

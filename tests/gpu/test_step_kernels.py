@@ -1,0 +1,118 @@
+"""The decode-step Triton kernels against the same arithmetic in torch ops, on fresh random inputs:
+float32 to rounding, bfloat16 within a few units of the last place; cache positions other than
+the step's own are left alone, and attention ignores every position after the step's."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.gpu
+kernels = pytest.importorskip("framewise.core.qwen3_vl.step_kernels", reason="needs Triton")
+
+DEVICE = "cuda"
+# Relative error bounds: float32 differs only by summation order; bfloat16 results are rounded
+# to 8 bits of mantissa, so one unit in the last place is 2**-8 of the value.
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    actual, expected = actual.double(), expected.double()
+    return float((actual - expected).norm() / expected.norm())
+
+
+def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The model's RMSNorm (transformers' Qwen3-VL): normalise in float32, round, scale."""
+    x32 = x.float()
+    return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("rows", "columns"), [(40, 256), (37, 768), (1000, 4096)])
+def test_rms_norm_linear(dtype: torch.dtype, rows: int, columns: int) -> None:
+    x = torch.randn(columns, device=DEVICE, dtype=dtype) * 3
+    norm = torch.rand(columns, device=DEVICE, dtype=dtype) + 0.5
+    weight = torch.randn(rows, columns, device=DEVICE, dtype=dtype) / math.sqrt(columns)
+    expected = F.linear(rms_norm_reference(x, norm, 1e-6), weight)
+    assert relative_error(kernels.rms_norm_linear(x, norm, weight, 1e-6), expected) < TOLERANCE[dtype]
+    logits = kernels.rms_norm_linear(x, norm, weight, 1e-6, out_dtype=torch.float32)
+    assert logits.dtype == torch.float32
+    assert relative_error(logits, expected.float()) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("silu_mul", [False, True])
+@pytest.mark.parametrize(("rows", "columns"), [(64, 512), (33, 768)])
+def test_linear_residual(dtype: torch.dtype, silu_mul: bool, rows: int, columns: int) -> None:
+    x = torch.randn(2 * columns if silu_mul else columns, device=DEVICE, dtype=dtype)
+    weight = torch.randn(rows, columns, device=DEVICE, dtype=dtype) / math.sqrt(columns)
+    residual = torch.randn(rows, device=DEVICE, dtype=dtype)
+    if silu_mul:
+        gate, up = x.chunk(2)
+        inputs = F.silu(gate) * up
+    else:
+        inputs = x
+    expected = residual + F.linear(inputs, weight)
+    actual = kernels.linear_residual(x, weight, residual, silu_mul=silu_mul)
+    assert relative_error(actual, expected) < TOLERANCE[dtype]
+
+
+def rotary_reference(x: torch.Tensor, position: int, inv_freq: torch.Tensor, scaling: float) -> torch.Tensor:
+    """x (heads, head_dim) rotated as transformers rotates q and k (cos and sin rounded to x's dtype)."""
+    angles = position * inv_freq.float()
+    angles = torch.cat((angles, angles))
+    cos, sin = (angles.cos() * scaling).to(x.dtype), (angles.sin() * scaling).to(x.dtype)
+    first, second = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-second, first), dim=-1) * sin
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(4, 2, 64), (32, 8, 128)])
+def test_qk_norm_rope_cache(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> None:
+    max_tokens, position, rope_position, eps = 96, 37, 5000, 1e-6
+    qkv = torch.randn((heads + 2 * kv_heads) * head_dim, device=DEVICE, dtype=dtype)
+    qk_norms = torch.rand(2, head_dim, device=DEVICE, dtype=dtype) + 0.5
+    inv_freq = 1.0 / (5e6 ** (torch.arange(0, head_dim, 2, device=DEVICE).float() / head_dim))
+    keys = torch.randn(1, kv_heads, max_tokens, head_dim, device=DEVICE, dtype=dtype)
+    values = torch.randn_like(keys)
+    keys_before, values_before = keys.clone(), values.clone()
+    query = kernels.qk_norm_rope_cache(
+        qkv, qk_norms, inv_freq, 1.0, torch.tensor([rope_position], device=DEVICE),
+        torch.tensor([position], device=DEVICE), keys, values, heads, eps,
+    )
+    q, k, v = qkv.split((heads * head_dim, kv_heads * head_dim, kv_heads * head_dim))
+    expected_q = rotary_reference(rms_norm_reference(q.view(heads, head_dim), qk_norms[0], eps), rope_position, inv_freq, 1.0)
+    expected_k = rotary_reference(rms_norm_reference(k.view(kv_heads, head_dim), qk_norms[1], eps), rope_position, inv_freq, 1.0)
+    assert relative_error(query, expected_q) < TOLERANCE[dtype]
+    assert relative_error(keys[0, :, position], expected_k) < TOLERANCE[dtype]
+    assert torch.equal(values[0, :, position], v.view(kv_heads, head_dim))
+    untouched = torch.arange(max_tokens, device=DEVICE) != position
+    assert torch.equal(keys[:, :, untouched], keys_before[:, :, untouched])
+    assert torch.equal(values[:, :, untouched], values_before[:, :, untouched])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(4, 2, 64), (32, 8, 128), (16, 8, 128)])
+@pytest.mark.parametrize(("view_length", "position"), [(256, 0), (256, 255), (2368, 1700), (2368, 63), (100, 64)])
+def test_decode_attention(
+    dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, view_length: int, position: int
+) -> None:
+    max_tokens = view_length + 64
+    query = torch.randn(heads, head_dim, device=DEVICE, dtype=dtype)
+    keys = torch.randn(1, kv_heads, max_tokens, head_dim, device=DEVICE, dtype=dtype)
+    values = torch.randn_like(keys)
+    # Positions after the step's hold large values: reading any of them would show.
+    keys[:, :, position + 1 :] = 1e4
+    values[:, :, position + 1 :] = float("nan")
+    scale = head_dim**-0.5
+    out = kernels.decode_attention(query, keys, values, torch.tensor([position], device=DEVICE), view_length, scale)
+    group = heads // kv_heads
+    filled_keys = keys[0, :, : position + 1].repeat_interleave(group, dim=0).float()
+    filled_values = values[0, :, : position + 1].repeat_interleave(group, dim=0).float()
+    weights = torch.softmax((query.float()[:, None, :] @ filled_keys.transpose(1, 2)) * scale, dim=-1)
+    expected = (weights @ filled_values).reshape(-1)
+    assert not out.isnan().any()
+    assert relative_error(out, expected) < TOLERANCE[dtype]
