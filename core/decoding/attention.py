@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -36,15 +37,23 @@ def decoder_attention_forward(
     (1, kv_heads, k, d), ``attention_mask`` additive, broadcastable to (1, 1, q, k), or ``None``
     (causal). Returns ((1, q, heads, d), None)."""
     if query.shape[2] != 1:
-        return sdpa_attention_forward(
-            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
-        )
+        with prefill_attention_backends():
+            return sdpa_attention_forward(
+                module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+            )
     batch, heads, _, head_dim = query.shape
     kv_heads = key.shape[1]
     # The query heads of one key/value head attend as that head's queries: no copies of the keys.
     grouped = query.reshape(batch, kv_heads, heads // kv_heads, head_dim)
     output = F.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
     return output.reshape(batch, heads, 1, head_dim).transpose(1, 2), None
+
+
+def prefill_attention_backends():
+    """SDPA's kernels without cuDNN's, for a prefill: cuDNN builds an execution plan for every new
+    key length, and every follow-up attends over a new one (on an H200, 8B: 80-105 ms for a
+    31-token follow-up with cuDNN, 36-39 ms without; benchmarks/decode_profile.py)."""
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
 def register_decoder_attention() -> None:

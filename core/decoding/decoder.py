@@ -183,17 +183,18 @@ class Decoder:
         cache.tokens = ids[:reused]
         cache.owner = prompt.owner
         started = time.perf_counter()
-        positions = self.language.positions(prompt.input_ids, prompt.token_types, prompt.video_grid_thw)
-        self._rope_offset = positions.rope_offset
         video_rows_before = int((prompt.token_types[0, :reused] == VIDEO_TOKEN).sum())
+        tail_types = prompt.token_types[:, reused:]
+        if reused and not (tail_types == VIDEO_TOKEN).any():
+            # Text after the cached prefix counts on from it: position p has rotary position
+            # p + the offset the prefix's prefill found, on every axis.
+            tail_rope = torch.arange(reused, len(ids)).expand(3, -1) + self._rope_offset
+        else:
+            positions = self.language.positions(prompt.input_ids, prompt.token_types, prompt.video_grid_thw)
+            self._rope_offset = positions.rope_offset
+            tail_rope = positions.rope[:, reused:]
         logits = self.language.prefill(
-            cache,
-            reused,
-            prompt.input_ids[:, reused:],
-            prompt.token_types[:, reused:],
-            positions.rope[:, reused:],
-            prompt.video,
-            video_rows_before,
+            cache, reused, prompt.input_ids[:, reused:], tail_types, tail_rope, prompt.video, video_rows_before
         )
         token = _pick(logits, rule.temperature)
         token.item()  # waits for the pass

@@ -207,6 +207,27 @@ def test_rotary_positions_carry_the_clips_offset_across_turns(setup: Setup) -> N
     assert not torch.allclose(wrong, theirs, rtol=1e-4, atol=1e-4)  # the offset matters
 
 
+def test_a_follow_ups_text_counts_on_from_the_cached_prefix(setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decoder gives a follow-up's text the rotary positions the model's own position rule
+    gives it over the whole conversation, without recomputing them for the cached prefix."""
+    decoder = make_decoder(setup)
+    rule = rule_for(setup, max_new_tokens=3)
+    first = answer(decoder, prompt_for(setup, "What color is the square?")[1], rule)
+    history = [("What color is the square?", setup.tokenizer.decode(first.token_ids, skip_special_tokens=True))]
+    _, prompt = prompt_for(setup, "Where does it go?", history)
+    language = decoder.language
+    expected = language.positions(prompt.input_ids, prompt.token_types, prompt.video_grid_thw).rope
+    passed: list[tuple[int, torch.Tensor]] = []
+    prefill = language.prefill
+    monkeypatch.setattr(language, "prefill", lambda cache, start, ids, types, rope, *rest: (
+        passed.append((start, rope)), prefill(cache, start, ids, types, rope, *rest))[1])
+    monkeypatch.setattr(language, "positions", lambda *args: pytest.fail("positions recomputed for a text tail"))
+    answer(decoder, prompt, rule)
+    ((start, rope),) = passed
+    assert start > 0
+    torch.testing.assert_close(rope, expected[:, start:], rtol=0, atol=0)
+
+
 def test_a_cancelled_answer_leaves_the_cache_consistent(setup: Setup) -> None:
     decoder = make_decoder(setup)
     rule = rule_for(setup)
