@@ -61,7 +61,7 @@ from framewise.core.events import (
     Token,
     ignore_events,
 )
-from framewise.core.metrics import EncoderMetricsAccumulator, percentile
+from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
 from framewise.core.models import LoadedModel, load_model
 from framewise.core.processing import VideoInputs, build_chat_inputs, preprocess_video, video_frame_sizing
 from framewise.core.settings import AppSettings
@@ -84,7 +84,8 @@ class EncodedClip:
 
 
 class _TokenStreamer:
-    """Turns generated token ids into :class:`Token` events of decoded text.
+    """Turns generated token ids into :class:`Token` events of decoded text, and the speed so far
+    into :class:`~framewise.core.events.AnswerSpeed` events.
 
     The whole answer is re-decoded each step and only the new suffix is sent, so tokens that
     split a multi-byte character are held back until the character is complete.
@@ -95,12 +96,13 @@ class _TokenStreamer:
         self.sink = sink
         self.token_ids: list[int] = []
         self.text = ""
-        self.first_token_time: float | None = None
+        self.speed = DecodeSpeedMeter()
 
     def put(self, token_id: int) -> None:
         """Take the next generated token."""
-        if self.first_token_time is None:
-            self.first_token_time = time.perf_counter()
+        speed = self.speed.add()
+        if speed is not None:
+            self.sink(speed)
         self.token_ids.append(token_id)
         text = self.tokenizer.decode(self.token_ids, skip_special_tokens=True)
         if text.endswith("\ufffd"):
@@ -461,7 +463,7 @@ class Engine:
             streamer = _TokenStreamer(loaded.tokenizer, self._emit)
             try:
                 # Inside the prefill (until the first token); the token loop checks between tokens.
-                prefilling = lambda: streamer.first_token_time is None  # noqa: E731
+                prefilling = lambda: streamer.speed.first_token_time is None  # noqa: E731
                 with self._cancel_points(loaded.model.model.language_model.layers, while_=prefilling):
                     decoded = self._decode(inputs, streamer)
             except CancelledError:  # before the first token: during the prefill, or before it began
@@ -501,15 +503,14 @@ class Engine:
     ) -> AnswerStats:
         loaded = self._require_model()
         new_tokens = len(decoded.token_ids)
-        first = streamer.first_token_time or finished
-        decode_seconds = finished - first
+        first = streamer.speed.first_token_time or finished
         gpu_memory_mb = None
         if loaded.device.type == "cuda":
             gpu_memory_mb = torch.cuda.max_memory_allocated(loaded.device) / 2**20
         return AnswerStats(
             time_to_first_token_ms=(first - started) * 1e3,
             new_tokens=new_tokens,
-            tokens_per_second=(new_tokens - 1) / decode_seconds if new_tokens > 1 and decode_seconds > 0 else 0.0,
+            tokens_per_second=decode_rate(new_tokens, first, finished),
             cancelled=decoded.stop_reason == "cancelled",
             gpu_memory_mb=gpu_memory_mb,
             decoder=self._decoder_stats(decoded),

@@ -91,6 +91,21 @@ class Token:
 
 
 @dataclass(frozen=True)
+class AnswerSpeed:
+    """How fast the answer being written is decoded, measured up to now.
+
+    ``tokens_so_far`` counts the tokens generated so far; ``tokens_per_second_so_far`` is the decode
+    speed over them, by the definition of :attr:`AnswerStats.tokens_per_second` (see
+    :func:`framewise.core.metrics.decode_rate`). Sent while the answer streams, from the second token
+    on and a few times a second at most; the answer's :class:`Done` carries the final figure.
+    """
+
+    tokens_so_far: int
+    tokens_per_second_so_far: float
+    request_id: int = _request_id()
+
+
+@dataclass(frozen=True)
 class ChunkStats:
     """One pass of the vision encoder: a graph replay or an eager forward.
 
@@ -261,7 +276,8 @@ def _count(value: int | None) -> str:
 @dataclass(frozen=True)
 class AnswerStats:
     """What generating one answer cost (the clip's own costs are in its :class:`EncodeDone`).
-    ``server`` is set for an answer from a vLLM server."""
+    ``tokens_per_second`` is the decode speed after the first token
+    (:func:`framewise.core.metrics.decode_rate`). ``server`` is set for an answer from a vLLM server."""
 
     time_to_first_token_ms: float
     new_tokens: int
@@ -357,6 +373,7 @@ Event = Union[
     ConversationReset,
     Progress,
     Token,
+    AnswerSpeed,
     ChunkStats,
     ClipSampled,
     EncodeDone,

@@ -12,16 +12,22 @@ took, is a hit when every one of its passes replayed a captured graph, a miss ot
 :class:`EncoderMetricsAccumulator` keeps these over the engine's run and hands out
 :class:`~framewise.core.events.EncoderMetrics` snapshots, which the engine sends as events; the
 window and the CLI only render them.
+
+One decode speed. An answer's tokens per second count the tokens after the first over the time
+since the first arrived (:func:`decode_rate`): the wait for the first token is the prefill, reported
+as the time to first token. Both backends measure it with :class:`DecodeSpeedMeter`, live while
+the answer streams and once more when it ends.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from framewise.core.events import ChunkStats, EncoderMetrics
+from framewise.core.events import AnswerSpeed, ChunkStats, EncoderMetrics
 
 LATENCY_WINDOW = 1000
 """Passes the percentiles look back over: enough for a steady p99, bounded for a long-running window."""
@@ -83,3 +89,43 @@ class EncoderMetricsAccumulator:
             last_item_ms_per_frame=self._last_item_ms_per_frame,
             last_item_hit=self._last_item_hit,
         )
+
+
+def decode_rate(tokens: int, first_token_time: float | None, now: float) -> float:
+    """An answer's decode speed at ``now``: ``(tokens - 1) / (now - first_token_time)`` tokens per second.
+
+    Times are seconds on one clock (``time.perf_counter``). 0.0 before a second token, and when no
+    time has passed since the first.
+    """
+    if first_token_time is None or tokens < 2 or now <= first_token_time:
+        return 0.0
+    return (tokens - 1) / (now - first_token_time)
+
+
+class DecodeSpeedMeter:
+    """Counts one answer's tokens as they arrive and reports the decode speed so far.
+
+    A report (an :class:`~framewise.core.events.AnswerSpeed`) is due from the second token on, once
+    at least ``interval_s`` has passed since the first token or the last report: the window redraws
+    a few times a second instead of once per token.
+    """
+
+    interval_s = 0.25
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self.tokens = 0
+        self.first_token_time: float | None = None
+        self._reported_at: float | None = None
+
+    def add(self) -> AnswerSpeed | None:
+        """Count one token; returns the speed so far when a report is due, else ``None``."""
+        now = self._clock()
+        if self.first_token_time is None:
+            self.first_token_time = now
+        self.tokens += 1
+        since = self.first_token_time if self._reported_at is None else self._reported_at
+        if self.tokens < 2 or now - since < self.interval_s:
+            return None
+        self._reported_at = now
+        return AnswerSpeed(self.tokens, decode_rate(self.tokens, self.first_token_time, now))

@@ -397,15 +397,21 @@ class ShapeQuestions(Dataset):
 
 
 def weighted_class_loss(
-    logits: torch.Tensor, labels: torch.Tensor, groups: Sequence[int], weights: torch.Tensor
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    groups: Sequence[int],
+    weights: torch.Tensor,
+    group_weights: Sequence[float],
 ) -> torch.Tensor:
-    """Mean over the class groups of the ``weights``-weighted cross-entropy: ``logits`` (N,
-    sum(groups)), ``labels`` (N, len(groups)) class per group, ``weights`` (N,)."""
+    """Weighted mean over the class groups (``group_weights``) of the ``weights``-weighted
+    cross-entropy: ``logits`` (N, sum(groups)), ``labels`` (N, len(groups)) class per group,
+    ``weights`` (N,)."""
     parts = torch.split(logits.float(), tuple(groups), dim=-1)
     total = sum(
-        (F.cross_entropy(group, labels[:, i], reduction="none") * weights).sum() for i, group in enumerate(parts)
+        scale * (F.cross_entropy(group, labels[:, i], reduction="none") * weights).sum()
+        for i, (group, scale) in enumerate(zip(parts, group_weights))
     )
-    return total / (len(parts) * weights.sum().clamp_min(1e-6))
+    return total / (sum(group_weights) * weights.sum().clamp_min(1e-6))
 
 
 class VisionProbe(torch.nn.Module):
@@ -413,9 +419,10 @@ class VisionProbe(torch.nn.Module):
     :data:`PROBE_CLASSES` and the shape's centre. Background tokens weigh
     :data:`BACKGROUND_WEIGHT`. Training only."""
 
-    def __init__(self, hidden: int) -> None:
+    def __init__(self, hidden: int, group_weights: Sequence[float]) -> None:
         super().__init__()
         self.linear = torch.nn.Linear(hidden, sum(PROBE_CLASSES) + 2)
+        self.group_weights = tuple(group_weights)
 
     def loss(self, tokens: torch.Tensor, labels: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
         """Class loss plus the squared error of the centre on shape tokens; ``tokens`` (N, hidden),
@@ -423,7 +430,7 @@ class VisionProbe(torch.nn.Module):
         out = self.linear(tokens).float()
         shape = labels[:, 0] > 0
         weights = torch.where(shape, 1.0, BACKGROUND_WEIGHT)
-        classes = weighted_class_loss(out[:, :-2], labels, PROBE_CLASSES, weights)
+        classes = weighted_class_loss(out[:, :-2], labels, PROBE_CLASSES, weights, self.group_weights)
         error = (out[:, -2:] - centres).square().sum(-1)
         return classes + 10.0 * (error * shape).sum() / shape.sum().clamp_min(1)
 
@@ -432,14 +439,15 @@ class LanguageProbe(torch.nn.Module):
     """Linear probe on the language model's hidden state at each vision token: logits of
     :data:`PROBE_CLASSES` (kind, color, motion of the shape there). Training only."""
 
-    def __init__(self, hidden: int) -> None:
+    def __init__(self, hidden: int, group_weights: Sequence[float]) -> None:
         super().__init__()
         self.linear = torch.nn.Linear(hidden, sum(PROBE_CLASSES))
+        self.group_weights = tuple(group_weights)
 
     def loss(self, states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """``states`` (N, hidden) at the vision tokens in order, ``labels`` (N, 3)."""
         weights = torch.where(labels[:, 0] > 0, 1.0, BACKGROUND_WEIGHT)
-        return weighted_class_loss(self.linear(states), labels, PROBE_CLASSES, weights)
+        return weighted_class_loss(self.linear(states), labels, PROBE_CLASSES, weights, self.group_weights)
 
 
 class LayerOutput:
@@ -628,6 +636,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--lm-probe-weight", type=float, default=0.5, help="weight of the probe on the language model's vision tokens"
     )
+    parser.add_argument(
+        "--kind-weight", type=float, default=3.0,
+        help="weight of the shape-kind term in both probes, against 1 for color and for motion",
+    )
     parser.add_argument("--curriculum-steps", type=int, default=150, help="first steps with one shape per clip")
     parser.add_argument(
         "--file-every", type=int, default=8,
@@ -668,7 +680,8 @@ def train(args: argparse.Namespace, clip_folder: Path) -> None:
         load_weights(model, args.init)
     model.to(device)
     hidden = model.config.text_config.hidden_size
-    probes = (VisionProbe(hidden).to(device), LanguageProbe(hidden).to(device))
+    group_weights = (args.kind_weight, 1.0, 1.0)  # kind, color, motion
+    probes = (VisionProbe(hidden, group_weights).to(device), LanguageProbe(hidden, group_weights).to(device))
     probed_layer = LayerOutput(model.model.language_model.layers[dims.lm_probe_layer - 1])
     injector = FeatureInjector(model)
     geometry = VisionGeometry.from_vision_config(model.config.vision_config)
@@ -778,6 +791,7 @@ def _state(
         "warmup": args.warmup,
         "probe_weight": args.probe_weight,
         "lm_probe_weight": args.lm_probe_weight,
+        "kind_weight": args.kind_weight,
         "curriculum_steps": args.curriculum_steps,
         "file_every": args.file_every,
         "file_pool": args.file_pool,

@@ -67,6 +67,7 @@ from framewise.core.events import (
     Token,
     ignore_events,
 )
+from framewise.core.metrics import DecodeSpeedMeter, decode_rate
 from framewise.core.resources import asset_path
 from framewise.core.processing import VisionGeometry, chat_messages, video_frame_sizing
 from framewise.core.settings import DEMO_MODEL, AppSettings, BackendSettings, EncoderSettings, SamplingSettings
@@ -306,14 +307,13 @@ class VllmServerEngine:
         usage = answer.usage or {}
         details = usage.get("prompt_tokens_details") or {}
         completion = usage.get("completion_tokens")
-        new_tokens = completion if completion is not None else answer.content_chunks
-        first = answer.first_token_time or finished
-        decode_s = finished - first
+        new_tokens = completion if completion is not None else answer.speed.tokens
+        first = answer.speed.first_token_time or finished
         queries, hits = read_mm_cache_counters(self.settings.backend)
         return AnswerStats(
             time_to_first_token_ms=(first - started) * 1e3,
             new_tokens=new_tokens,
-            tokens_per_second=(new_tokens - 1) / decode_s if new_tokens > 1 and decode_s > 0 else 0.0,
+            tokens_per_second=decode_rate(new_tokens, first, finished),
             cancelled=answer.cancelled,
             server=ServerStats(
                 url=server.url,
@@ -351,12 +351,14 @@ class VllmServerEngine:
 
 
 class _StreamedAnswer:
-    """The pieces of one streamed answer as they arrive, with when the first came and how it ended."""
+    """The pieces of one streamed answer as they arrive, with how fast they came and how it ended.
+
+    ``speed`` counts a token per chunk of text, as vLLM streams them.
+    """
 
     def __init__(self) -> None:
         self.pieces: list[str] = []
-        self.content_chunks = 0
-        self.first_token_time: float | None = None
+        self.speed = DecodeSpeedMeter()
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
         self.cancelled = False
@@ -371,10 +373,10 @@ class _StreamedAnswer:
         for choice in chunk.choices:
             text = choice.delta.content or ""
             if text:
-                if self.first_token_time is None:
-                    self.first_token_time = time.perf_counter()
+                speed = self.speed.add()
+                if speed is not None:
+                    sink(speed)
                 self.pieces.append(text)
-                self.content_chunks += 1
                 sink(Token(text))
             self.finish_reason = choice.finish_reason or self.finish_reason
 

@@ -313,10 +313,13 @@ def _grouped_attention(
         grouped = query.view(1, kv_heads, heads // kv_heads, head_dim)
         attended = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, scale=scale)
         return attended.reshape(1, heads * head_dim)
+    # Keys and values repeated per query head, as the model's own attention does with a mask:
+    # SDPA's memory-efficient kernel takes no grouped heads, and the fallback would be its math path.
+    group = heads // kv_heads
+    keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)
     with prefill_attention_backends():
         attended = F.scaled_dot_product_attention(
-            query.transpose(0, 1)[None], keys, values, attn_mask=mask, is_causal=mask is None, scale=scale,
-            enable_gqa=True,
+            query.transpose(0, 1)[None], keys, values, attn_mask=mask, is_causal=mask is None, scale=scale
         )
     return attended[0].transpose(0, 1).reshape(count, heads * head_dim)
 
