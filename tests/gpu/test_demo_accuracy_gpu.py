@@ -29,11 +29,6 @@ def reports() -> tuple[Report, Report]:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the shipped weights have near-tie answers that differ in bf16 between the graphs and eager "
-    "(415 of 418 identical when trained; failed on the H200 at 68687b8); see docs/demo_model.md",
-)
 def test_graphs_give_the_eager_answers(reports: tuple[Report, Report]) -> None:
     graphs, eager = reports
     assert "CUDA graphs captured" in graphs.encoder, graphs.encoder
@@ -43,7 +38,6 @@ def test_graphs_give_the_eager_answers(reports: tuple[Report, Report]) -> None:
     assert len(graphs.answers) == len(eager.answers) and not differing, differing
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped weights answer 72 % on the H200 (docs/demo_model.md)")
 def test_graphs_reach_the_targets(reports: tuple[Report, Report]) -> None:
     graphs, _ = reports
     assert graphs.overall >= TARGET, {kind: row["accuracy"] for kind, row in graphs.per_kind.items()}
