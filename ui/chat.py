@@ -2,7 +2,8 @@
 
 Enter sends (Shift+Enter adds a line); Stop cancels the answer being written. Each answer is
 headed by the model that wrote it, including the demo model's label, and can be copied with its
-button or its context menu.
+button or its context menu. Under an answer being written is its speed so far; under a finished
+one, its figures.
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ class ChatPanel(QWidget):
         super().__init__(parent)
         self._answer_card: MessageCard | None = None
         self._pending_text = ""
+        self._speed_text = ""  # the footer of the answer being written once its text shows
         self._flush_timer = QTimer(self)
         self._flush_timer.setInterval(_STREAM_FLUSH_MS)
         self._flush_timer.timeout.connect(self._flush)
@@ -207,6 +209,7 @@ class ChatPanel(QWidget):
     def clear(self) -> None:
         self._flush_timer.stop()
         self._pending_text = ""
+        self._speed_text = ""
         self._answer_card = None
         for card in self.cards():
             self._messages_layout.removeWidget(card)
@@ -241,10 +244,17 @@ class ChatPanel(QWidget):
         if not self._flush_timer.isActive():
             self._flush_timer.start()
 
+    def show_speed(self, text: str) -> None:
+        """Show ``text``, the speed of the answer being written, under it until the answer ends."""
+        self._speed_text = text
+        if self._answer_card is not None:
+            self._answer_card.set_footer(text)
+
     def finish_turn(self, turn: Turn) -> None:
         """Replace the streamed text with the final answer (or the error) and show its stats."""
         self._flush_timer.stop()
         self._pending_text = ""
+        self._speed_text = ""
         card = self._answer_card
         if card is None:
             return
@@ -270,7 +280,7 @@ class ChatPanel(QWidget):
         if card is None or not self._pending_text:
             self._flush_timer.stop()
             return
-        card.set_footer("")
+        card.set_footer(self._speed_text)
         card.set_text(card.text() + self._pending_text)
         self._pending_text = ""
 

@@ -35,7 +35,16 @@ from framewise.core.conversation_store import (
     default_store_path,
 )
 from framewise.core.errors import ConversationStoreError, ExportError, SettingsError
-from framewise.core.events import AnswerStats, ChunkStats, ClipSampled, EncodeDone, EncoderMetrics, EngineInfo, Failed
+from framewise.core.events import (
+    AnswerSpeed,
+    AnswerStats,
+    ChunkStats,
+    ClipSampled,
+    EncodeDone,
+    EncoderMetrics,
+    EngineInfo,
+    Failed,
+)
 from framewise.core.settings import AppSettings
 from framewise.ui.banners import Banner, BannerArea
 from framewise.ui.chat import ChatPanel
@@ -43,7 +52,7 @@ from framewise.ui.conversation_list import ConversationList
 from framewise.ui.dialogs import AboutDialog, LogDialog, default_export_folder
 from framewise.ui.elided_label import ElidedLabel
 from framewise.ui.frames import ClipPreview, FrameStrip, format_timestamp
-from framewise.ui.metrics import EncoderPanel
+from framewise.ui.metrics import EncoderPanel, live_speed_text
 from framewise.ui.services import AppServices
 from framewise.ui.session import Session, SessionListener, encoder_text, model_text
 from framewise.ui.settings_dialog import SettingsDialog
@@ -643,10 +652,15 @@ class MainWindow(QMainWindow, SessionListener):
 
     def turn_started(self, turn: Turn) -> None:
         self._record(lambda recorder: recorder.asked(turn, self.settings))
+        self.encoder_panel.clear_answer_stats()
         self.chat.start_turn(turn, "Thinking…")
 
     def token_received(self, turn: Turn, text: str) -> None:
         self.chat.append_token(text)
+
+    def answer_speed(self, turn: Turn, speed: AnswerSpeed) -> None:
+        self.encoder_panel.set_answer_speed(speed)
+        self.chat.show_speed(live_speed_text(speed))
 
     def turn_finished(self, turn: Turn) -> None:
         self._end_turn(turn)

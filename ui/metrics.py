@@ -1,9 +1,10 @@
 """The live encoder view: per-frame encode latency plot, graph hit counters, chunk table, answer speed.
 
 Everything here updates from the engine's events as they arrive (``ChunkStats`` per encoder
-pass, ``EncoderMetrics`` after each encoded item, ``EncodeDone`` per clip, ``Done`` per answer), so
-the view moves while work runs. The numbers (hits per item, percentiles, ms per frame) are
-computed in :mod:`framewise.core.metrics`; this module only lays them out.
+pass, ``EncoderMetrics`` after each encoded item, ``EncodeDone`` per clip, ``AnswerSpeed`` while an
+answer streams, ``Done`` per answer), so the view moves while work runs. The numbers (hits per
+item, percentiles, ms per frame, tokens per second) are computed in :mod:`framewise.core.metrics`;
+this module only lays them out.
 """
 
 from __future__ import annotations
@@ -27,7 +28,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from framewise.core.events import AnswerStats, ChunkStats, EncodeDone, EncoderMetrics, EngineInfo, ServerInfo
+from framewise.core.events import (
+    AnswerSpeed,
+    AnswerStats,
+    ChunkStats,
+    EncodeDone,
+    EncoderMetrics,
+    EngineInfo,
+    ServerInfo,
+)
 from framewise.core.wording import plural
 from framewise.ui.latency_plot import LatencyPlot, describe_chunk
 
@@ -220,16 +229,17 @@ class EncoderPanel(QWidget):
             label.setVisible(visible)
 
     def clear_answer_stats(self) -> None:
-        """A new clip opened: the last answer's figures belong to the previous one."""
+        """A new clip opened or a new question was asked: the last answer's figures belong to the previous one."""
         for value in (self.first_token_value, self.speed_value, self.memory_value):
             value.setText("–")
 
+    def set_answer_speed(self, speed: AnswerSpeed) -> None:
+        """The speed of the answer being written, until :meth:`set_answer_stats` gives its final figures."""
+        self.speed_value.setText(live_speed_text(speed))
+
     def set_answer_stats(self, stats: AnswerStats) -> None:
         self.first_token_value.setText(f"{stats.time_to_first_token_ms:.0f} ms")
-        tokens = plural(stats.new_tokens, "token")
-        self.speed_value.setText(
-            f"{stats.tokens_per_second:.1f} tokens/s ({tokens})" if stats.new_tokens >= 2 else f"– ({tokens})"
-        )
+        self.speed_value.setText(speed_text(stats.new_tokens, stats.tokens_per_second))
         if stats.server is not None:
             self.server_value.setText(f"{stats.server.url}: {stats.server.summary()}")
             self.memory_value.setText("– (on the server)")
@@ -258,6 +268,21 @@ def hits_summary(metrics: EncoderMetrics | None, graphs_enabled: bool | None) ->
     rate = metrics.hit_rate or 0.0
     counts = f"{plural(metrics.item_hits, 'hit')}, {plural(metrics.item_misses, 'miss', 'misses')}"
     return f"{counts} ({rate:.0%} of {plural(metrics.items, 'item')})"
+
+
+def speed_text(tokens: int, tokens_per_second: float, *, so_far: bool = False) -> str:
+    """The decode speed and the tokens it covers, e.g. "41.2 tokens/s (96 tokens)"; only the count
+    before the second token (the speed is measured after the first). ``so_far`` marks an answer still
+    being written."""
+    counted = plural(tokens, "token")
+    if tokens < 2:
+        return f"– ({counted})"
+    return f"{tokens_per_second:.1f} tokens/s{' so far' if so_far else ''} ({counted})"
+
+
+def live_speed_text(speed: AnswerSpeed) -> str:
+    """The speed of the answer being written, e.g. "41.2 tokens/s so far (96 tokens)"."""
+    return speed_text(speed.tokens_so_far, speed.tokens_per_second_so_far, so_far=True)
 
 
 def latency_summary(metrics: EncoderMetrics) -> str:

@@ -7,10 +7,10 @@ a recorder in tests), follows the engine's events in :meth:`Session.handle`, and
 every event carries the id of its request, and the engine says when and why it emptied the
 conversation (:class:`~framewise.core.events.ConversationReset`).
 
-What a request only *shows* — progress, sampled frames, encoder passes, tokens — is dropped once
-the session no longer waits for that request (an open superseded by a later one, an answer whose
-turn has ended). What changes the engine's record — a clip committed, the conversation emptied —
-is always followed, so the window never disagrees with the engine.
+What a request only *shows* — progress, sampled frames, encoder passes, tokens, the answer's speed
+so far — is dropped once the session no longer waits for that request (an open superseded by a
+later one, an answer whose turn has ended). What changes the engine's record — a clip committed,
+the conversation emptied — is always followed, so the window never disagrees with the engine.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Protocol
 
 from framewise.core.events import (
     NO_REQUEST,
+    AnswerSpeed,
     AnswerStats,
     ChunkStats,
     ClipSampled,
@@ -126,6 +127,10 @@ class SessionListener:
 
     def token_received(self, turn: Turn, text: str) -> None:
         """``text`` was added to ``turn.answer``."""
+
+    def answer_speed(self, turn: Turn, speed: AnswerSpeed) -> None:
+        """The answer streaming into ``turn`` is decoded at ``speed`` so far; :meth:`answer_stats` gives
+        the final figures when it ends."""
 
     def turn_finished(self, turn: Turn) -> None:
         """``turn`` ended: done, stopped or failed (its ``status`` says which)."""
@@ -406,6 +411,11 @@ class Session:
         turn.answer += token.text
         self.listener.token_received(turn, token.text)
 
+    def _on_speed(self, speed: AnswerSpeed) -> None:
+        turn = self._answer_turn(speed.request_id)
+        if turn is not None:
+            self.listener.answer_speed(turn, speed)
+
     def _on_done(self, done: Done) -> None:
         turn = self._answer_turn(done.request_id)
         if turn is None:
@@ -490,6 +500,7 @@ _HANDLERS = {
     Failed: Session._on_failed,
     Progress: Session._on_progress,
     Token: Session._on_token,
+    AnswerSpeed: Session._on_speed,
     Done: Session._on_done,
     ClipSampled: Session._on_clip_sampled,
     ChunkStats: Session._on_chunk,

@@ -16,6 +16,7 @@ from framewise.core.encoding.seam import EagerVisionEncoder
 from framewise.core.engine import Engine
 from framewise.core.errors import CancelledError, ClipError, FramewiseError
 from framewise.core.events import (
+    AnswerSpeed,
     ChunkStats,
     ClipSampled,
     ConversationReset,
@@ -27,6 +28,7 @@ from framewise.core.events import (
     Progress,
     Token,
 )
+from framewise.core.metrics import DecodeSpeedMeter
 from framewise.core.qwen3_vl.attention import REGISTERED_NAMES
 from framewise.core.settings import AppSettings
 from framewise.core.video import pyav_reader
@@ -372,3 +374,19 @@ def test_an_odd_frame_count_is_timed_per_sampled_frame(loaded_engine: tuple[Engi
     assert summary.ms_per_frame == pytest.approx(summary.encode_ms / 5)
     (metrics,) = recorder.of(EncoderMetrics)
     assert metrics.last_item_ms_per_frame == summary.ms_per_frame and metrics.last_item_hit is False
+
+
+def test_the_answers_speed_so_far_streams_with_it_as_the_final_figure_measures_it(
+    engine: tuple[Engine, Recorder], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(DecodeSpeedMeter, "interval_s", 0.0)  # a report for every token from the second on
+    engine_, recorder = engine
+    done = engine_.ask("When does the square appear?")
+    speeds = recorder.of(AnswerSpeed)
+    assert done.stats.new_tokens >= 3, "an answer of a few tokens (the demo model's is 'about 2 seconds')"
+    assert [speed.tokens_so_far for speed in speeds] == list(range(2, done.stats.new_tokens + 1))
+    assert all(speed.request_id == done.request_id for speed in speeds)
+    assert all(speed.tokens_per_second_so_far > 0 for speed in speeds)
+    # The same count over the time since the first token; the final figure's clock stops after the last token.
+    assert 0 < done.stats.tokens_per_second <= speeds[-1].tokens_per_second_so_far
+    assert recorder.events.index(speeds[-1]) < recorder.events.index(done)

@@ -1,4 +1,4 @@
-"""The encoder's numbers, computed once: percentiles, the bounded window, hits per item, the one denominator."""
+"""The numbers computed once: percentiles, the bounded window, hits per item, the one denominator, the decode speed."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 
 from framewise.core.encoding.defs import VisionItem
 from framewise.core.encoding.seam import item_frames, piece_frames
-from framewise.core.events import ChunkStats
-from framewise.core.metrics import EncoderMetricsAccumulator, percentile
+from framewise.core.events import AnswerSpeed, ChunkStats
+from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
 from framewise.core.processing import preprocess_video
 from framewise.core.qwen3_vl.geometry import VisionGeometry
 
@@ -96,3 +96,43 @@ def test_bad_uses_are_refused() -> None:
         EncoderMetricsAccumulator(window_size=0)
     with pytest.raises(ValueError, match="at least one encoder pass"):
         EncoderMetricsAccumulator().add_item([])
+
+
+class Clock:
+    """A clock a test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_live_speed_is_reported_a_few_times_a_second_with_the_final_definition() -> None:
+    clock = Clock()
+    meter = DecodeSpeedMeter(clock)
+    arrivals = [100.0 + 0.1 * index for index in range(12)]  # ten tokens a second after the first
+    reports = []
+    for arrival in arrivals:
+        clock.now = arrival
+        reports.append(meter.add())
+    sent = [(index + 1, report) for index, report in enumerate(reports) if report is not None]
+    assert [tokens for tokens, _ in sent] == [4, 7, 10], "at least 0.25 s apart, counted from the first token"
+    for tokens, report in sent:
+        assert report.tokens_so_far == tokens
+        assert report.tokens_per_second_so_far == pytest.approx((tokens - 1) / (arrivals[tokens - 1] - arrivals[0]))
+        assert report.tokens_per_second_so_far == decode_rate(tokens, meter.first_token_time, arrivals[tokens - 1])
+    assert meter.tokens == 12 and meter.first_token_time == 100.0
+    assert decode_rate(meter.tokens, meter.first_token_time, arrivals[-1]) == pytest.approx(10.0)
+
+
+def test_the_decode_speed_starts_after_the_first_token() -> None:
+    assert decode_rate(1, 5.0, 6.0) == 0.0, "one token has no speed: its wait is the time to first token"
+    assert decode_rate(0, None, 6.0) == 0.0
+    assert decode_rate(3, 5.0, 5.0) == 0.0
+    assert decode_rate(3, 5.0, 5.5) == 4.0
+    clock = Clock()
+    meter = DecodeSpeedMeter(clock)
+    assert meter.add() is None, "no report for the first token"
+    clock.now += 10.0
+    assert meter.add() == AnswerSpeed(2, 0.1)

@@ -29,7 +29,8 @@ from framewise.core.errors import (
     ServerUnreachableError,
     describe_error,
 )
-from framewise.core.events import Done, Progress, Token
+from framewise.core.events import AnswerSpeed, Done, Progress, Token
+from framewise.core.metrics import DecodeSpeedMeter
 from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings
 from tests.conftest import SAMPLE_CLIPS
 from tests.fake_vllm_server import Behaviour, FakeVllmServer
@@ -213,6 +214,19 @@ def test_the_answer_streams_with_the_servers_figures() -> None:
     assert (stats.server.mm_cache_queries, stats.server.mm_cache_hits) == (2.0, 1.0)
     assert stats.time_to_first_token_ms > 0 and stats.tokens_per_second > 0
     assert "multimodal cache 1 hits of 2 queries" in stats.server.summary()
+
+
+def test_the_answers_speed_so_far_streams_with_it_as_on_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(DecodeSpeedMeter, "interval_s", 0.0)  # a report for every token from the second on
+    events: list = []
+    with FakeVllmServer(Behaviour(pieces=("The", " red", " square", ""), piece_delay_s=0.05)) as server:
+        engine = loaded(server.url, events)
+        done = engine.ask("What color?")
+    speeds = [event for event in events if isinstance(event, AnswerSpeed)]
+    assert [speed.tokens_so_far for speed in speeds] == [2, 3]
+    assert all(speed.request_id == done.request_id and speed.tokens_per_second_so_far > 0 for speed in speeds)
+    # The same count over the time since the first token; the final figure's clock stops after the last token.
+    assert done.stats.new_tokens == 3 and 0 < done.stats.tokens_per_second <= speeds[-1].tokens_per_second_so_far
 
 
 def test_metrics_without_the_mm_cache_leave_the_counters_unknown() -> None:

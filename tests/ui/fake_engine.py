@@ -2,7 +2,8 @@
 
 It follows the engine's event protocol: every event carries the request's id, EngineInfo is sent
 when a model loads and when settings change the model or encoder, the conversation record is
-emptied with a ConversationReset saying why, and the encoder numbers come from the core accumulator.
+emptied with a ConversationReset saying why, the encoder numbers come from the core accumulator,
+and the answer's speed so far from the core meter (its final figures are canned).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from framewise.core.events import (
     Token,
 )
 from framewise.core.demo_model import DEMO_LABEL
-from framewise.core.metrics import EncoderMetricsAccumulator
+from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator
 from framewise.core.settings import AppSettings
 
 
@@ -150,6 +151,7 @@ class FakeEngine:
             raise self.fail_ask_with
         text = ""
         count = 0
+        speed = DecodeSpeedMeter()
         limit = self.settings.generation.max_new_tokens
         if not self.endless:
             limit = min(limit, len(self.answer_words))
@@ -158,6 +160,9 @@ class FakeEngine:
                 break
             piece = self.answer_words[(count - 1) % len(self.answer_words)]
             text += piece
+            measured = speed.add()
+            if measured is not None:
+                self._emit(measured)
             self._emit(Token(piece))
             time.sleep(self.token_delay_s)
         cancelled = self._cancel.is_set()

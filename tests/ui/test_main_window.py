@@ -12,6 +12,7 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
+from framewise.core.events import AnswerSpeed
 from framewise.core.settings import AppSettings
 from tests.ui.fake_engine import DEMO_LABEL, FakeEngine
 from framewise.ui.frames import format_timestamp
@@ -122,6 +123,35 @@ def test_answer_streams_then_metrics_update(qtbot, make_window, sample_clip):
     assert "(2 eager passes)" in window.encoder_panel.hits_text()
     assert window.encoder_panel.first_token_value.text() == "12 ms"
     assert "tokens/s" in window.encoder_panel.speed_value.text()
+
+
+def test_the_answers_speed_shows_while_it_streams_and_the_final_figure_replaces_it(qtbot, make_window, sample_clip):
+    FakeEngine.token_delay_s = 0.1  # eight tokens over about 0.8 s: a few reports of the speed so far
+    window = make_window()
+    speeds = []
+    window.host.event.connect(lambda event: speeds.append(event) if isinstance(event, AnswerSpeed) else None)
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    panel = window.encoder_panel
+
+    for question in ("Where does the square go?", "And then?"):
+        window.chat.question_edit.setPlainText(question)
+        window.chat.submit()
+        card = window.chat.answer_cards()[-1]
+        assert panel.speed_value.text() == "–", "a new question clears the last answer's speed"
+        qtbot.waitUntil(lambda: "so far" in panel.speed_value.text(), timeout=LOAD_TIMEOUT_MS)
+        turn = window.conversation.current
+        assert turn is not None, "shown while the answer streams"
+        qtbot.waitUntil(lambda: card.text() == turn.answer, timeout=LOAD_TIMEOUT_MS)  # the streamed text shown too
+        live = speeds[-1]
+        live_text = f"{live.tokens_per_second_so_far:.1f} tokens/s so far ({live.tokens_so_far} tokens)"
+        assert 2 <= live.tokens_so_far < 8 and panel.speed_value.text() == live_text
+        assert card.footer.text() == live_text, "under the answer being written"
+
+        qtbot.waitUntil(lambda: window.conversation.current is None, timeout=LOAD_TIMEOUT_MS)
+        assert panel.speed_value.text() == "150.0 tokens/s (8 tokens)", "the final figure replaces it"
+        assert "150.0 tokens/s" in card.footer.text() and "so far" not in card.footer.text()
+        qtbot.waitUntil(lambda: window.chat.send_button.isEnabled(), timeout=LOAD_TIMEOUT_MS)
 
 
 def test_follow_up_questions_keep_the_conversation(qtbot, make_window, sample_clip):

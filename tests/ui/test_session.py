@@ -20,6 +20,7 @@ import pytest
 
 from framewise.core.errors import CancelledError, FramewiseError
 from framewise.core.events import (
+    AnswerSpeed,
     AnswerStats,
     ChunkStats,
     ClipSampled,
@@ -84,6 +85,7 @@ class Recorder(SessionListener):
         self.statuses: list[str] = []
         self.opened: list[str] = []
         self.finished_turns: list[str] = []
+        self.speeds: list[tuple[str, int]] = []
         self.applied: list[AppSettings] = []
         self.refused: list[tuple[AppSettings, Failed | None]] = []
         self.fell_back: list[tuple[AppSettings, Failed | None]] = []
@@ -117,6 +119,9 @@ class Recorder(SessionListener):
 
     def turn_finished(self, turn) -> None:
         self.finished_turns.append(turn.status)
+
+    def answer_speed(self, turn: Turn, speed: AnswerSpeed) -> None:
+        self.speeds.append((turn.question, speed.tokens_so_far))
 
 
 def sampled(name: str, request_id: int) -> ClipSampled:
@@ -260,6 +265,21 @@ def test_tokens_and_done_route_to_the_turn_of_their_request(session: Session) ->
     session.handle(Failed("RuntimeError", "late failure", request_id=request_id))
     session.handle(RequestFinished("ask", "done", request_id=request_id))
     assert (turn.answer, turn.status, turn.error) == ("A square.", "done", None), "events after Done are ignored"
+
+
+def test_the_speed_so_far_reaches_the_window_only_while_its_answer_streams(session: Session, view: Recorder) -> None:
+    open_clip(session, "a.mp4")
+    assert session.ask("What moves?")
+    request_id = len(session.port.sent)  # type: ignore[attr-defined]
+    session.handle(RequestStarted("ask", request_id=request_id))
+    session.handle(AnswerSpeed(2, 40.0, request_id=request_id + 7))
+    session.handle(Token("A", request_id=request_id))
+    session.handle(AnswerSpeed(2, 40.0, request_id=request_id))
+    session.handle(AnswerSpeed(5, 42.0, request_id=request_id))
+    assert view.speeds == [("What moves?", 2), ("What moves?", 5)]
+    session.handle(Done("A square.", AnswerStats(5.0, 6, 41.0, False), kept=True, request_id=request_id))
+    session.handle(AnswerSpeed(6, 41.0, request_id=request_id))
+    assert view.speeds == [("What moves?", 2), ("What moves?", 5)], "nothing after the answer ended"
 
 
 def test_an_ask_dropped_before_it_started_ends_its_turn_as_stopped(session: Session, port: RecordingPort, view: Recorder) -> None:
