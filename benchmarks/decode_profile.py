@@ -147,21 +147,26 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"mode": mode, **measured}), flush=True)
             del cache
             torch.cuda.empty_cache()
-        language = Qwen3VLLanguageModel(model, fused_steps=False)
-        cache = StaticKVCache(language.layers, language.kv_heads, language.head_dim, 4096, language.dtype, device)
         prefills = {}
-        prefill_ms(language, cache, 500, args.follow_up, None)  # module loading and first-call setup
-        start = args.position
-        for name, backends in BACKEND_CHOICES.items():
-            times = []
-            for _ in range(4):  # a new key length each time, as every follow-up has
-                times.append(round(prefill_ms(language, cache, start, args.follow_up, backends), 2))
-                start += args.follow_up + 5
-            prefills[name] = times
-            print(json.dumps({"prefill": name, "new_tokens": args.follow_up, "ms": times}), flush=True)
-        same = [round(prefill_ms(language, cache, 1000, args.follow_up, None), 2) for _ in range(3)]
-        prefills["default, same shape thrice"] = same
-        print(json.dumps({"prefill": "default, same shape thrice", "ms": same}), flush=True)
+        for path, fused in (("model's layers", False), ("dense layout", True)):
+            language = Qwen3VLLanguageModel(model, fused_steps=fused)
+            cache = StaticKVCache(language.layers, language.kv_heads, language.head_dim, 4096, language.dtype, device)
+            prefill_ms(language, cache, 500, args.follow_up, None)  # module loading and first-call setup
+            start = args.position
+            for name, backends in BACKEND_CHOICES.items():
+                times = []
+                for _ in range(4):  # a new key length each time, as every follow-up has
+                    times.append(round(prefill_ms(language, cache, start, args.follow_up, backends), 2))
+                    start += args.follow_up + 5
+                prefills[f"{path}, {name}"] = times
+                print(json.dumps({"prefill": path, "backends": name, "new_tokens": args.follow_up, "ms": times}), flush=True)
+            same = [round(prefill_ms(language, cache, 1000, args.follow_up, None), 2) for _ in range(3)]
+            prefills[f"{path}, same shape thrice"] = same
+            print(json.dumps({"prefill": path, "backends": "same shape thrice", "ms": same}), flush=True)
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
+                prefill_ms(language, cache, start + 50, args.follow_up, None)
+            print(trace.key_averages().table(sort_by="self_cpu_time_total", row_limit=12), flush=True)
+            del cache
         results["prefill"] = prefills
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"decode_profile_{args.size}.json").write_text(json.dumps(results, indent=2))
