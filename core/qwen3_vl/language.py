@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from framewise.core.decoding.attention import decoder_attention, prefill_attention_backends, prefill_mask, step_mask
+from framewise.core.decoding.attention import decoder_attention, prefill_mask, step_mask
 from framewise.core.decoding.defs import PromptPositions
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.encoding.defs import EncodedItem
@@ -190,13 +190,8 @@ class Qwen3VLLanguageModel:
         cache.write_positions = torch.arange(start, start + count, device=device)
         cache.view_length = start + count
         mask = prefill_mask(start, count, device, embeds.dtype)
-        rope = rope.to(device)[:, None, :]
-        if self._dense is not None and not video_rows:
-            # A follow-up's text: the dense layout launches a third of the model layers' kernels.
-            hidden = self._dense_pass(embeds[0], self.text.rotary_emb(embeds, rope), cache, mask)[-1:]
-        else:
-            hidden = self._layers(embeds, rope, cache, mask, video_mask, deepstack)[:, -1, :]
-        return self.model.lm_head(hidden).float()
+        hidden = self._layers(embeds, rope.to(device)[:, None, :], cache, mask, video_mask, deepstack)
+        return self.model.lm_head(hidden[:, -1, :]).float()
 
     def step(self, cache: StaticKVCache, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor):
         """One decode step, graph-safe: ``token`` (1, 1) int64 at ``cache_position`` (1,) with
@@ -211,7 +206,7 @@ class Qwen3VLLanguageModel:
         if self._dense is None:
             hidden = self._layers(embeds, rope, cache, mask, None, [])[:, -1, :]
         else:
-            hidden = self._dense_pass(embeds.view(1, -1), self.text.rotary_emb(embeds, rope), cache, mask)
+            hidden = self._dense_step(embeds.view(1, -1), self.text.rotary_emb(embeds, rope), cache, mask)
         return self.model.lm_head(hidden).float()
 
     def _kernel_step(
@@ -239,35 +234,35 @@ class Qwen3VLLanguageModel:
         )
         return logits.view(1, -1)
 
-    def _dense_pass(
+    def _dense_step(
         self,
         hidden: torch.Tensor,
         position_embeddings: tuple[torch.Tensor, torch.Tensor],
         cache: StaticKVCache,
-        mask: torch.Tensor | None,
+        mask: torch.Tensor,
     ) -> torch.Tensor:
-        """The decoder stack for ``n`` text tokens ``hidden`` (n, hidden) through :class:`_DenseLayer`s,
-        the same arithmetic as the model's layers, as torch ops; ``position_embeddings`` are the
-        rotary cos and sin (1, n, head_dim), ``mask`` the additive attention mask over the cache
-        positions read (``None``: causal). Returns the normed hidden states (n, hidden)."""
+        """The decoder stack for one token ``hidden`` (1, hidden) through :class:`_DenseLayer`s as
+        torch ops, the same arithmetic as the model's layers; returns the normed hidden state (1, hidden)."""
         assert self._dense is not None
         heads, kv_heads, head_dim = self.config.num_attention_heads, self.kv_heads, self.head_dim
-        count, half = hidden.shape[0], head_dim // 2
-        cos, sin = (part.reshape(count, 1, head_dim) for part in position_embeddings)
+        half = head_dim // 2
+        cos, sin = (part.reshape(1, head_dim) for part in position_embeddings)
         # rotate_half(x) * sin == roll(x, half) * sin with its first half negated
-        sin_signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+        sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
         size = self.config.hidden_size
         for index, layer in enumerate(self._dense):
             normed = F.rms_norm(hidden, (size,), layer.input_norm, layer.eps)
             qkv = F.linear(normed, layer.qkv)
-            qk = qkv[:, : (heads + kv_heads) * head_dim].view(count, heads + kv_heads, head_dim)
+            qk = qkv[:, : (heads + kv_heads) * head_dim].view(heads + kv_heads, head_dim)
             qk = F.rms_norm(qk, (head_dim,), None, layer.eps) * layer.qk_norm
             qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), sin_signed)
-            key = qk[:, heads:].transpose(0, 1)[None]
-            value = qkv[:, (heads + kv_heads) * head_dim :].view(count, kv_heads, head_dim).transpose(0, 1)[None]
+            key = qk[heads:].view(1, kv_heads, 1, head_dim)
+            value = qkv[:, (heads + kv_heads) * head_dim :].view(1, kv_heads, 1, head_dim)
             keys, values = cache.update(key, value, index)
-            attended = _grouped_attention(qk[:, :heads], keys, values, mask, layer.scaling)
-            hidden = hidden + F.linear(attended, layer.o)
+            # The query heads of one key/value head attend as that head's queries: no copies.
+            query = qk[:heads].view(1, kv_heads, heads // kv_heads, head_dim)
+            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=layer.scaling)
+            hidden = hidden + F.linear(attended.reshape(1, heads * head_dim), layer.o)
             normed = F.rms_norm(hidden, (size,), layer.post_norm, layer.eps)
             gate, up = F.linear(normed, layer.gate_up).chunk(2, dim=-1)
             hidden = hidden + F.linear(F.silu(gate) * up, layer.down)
@@ -299,29 +294,6 @@ class Qwen3VLLanguageModel:
                 if index < len(deepstack):
                     hidden = self.text._deepstack_process(hidden, video_mask, deepstack[index])
         return self.text.norm(hidden)
-
-
-def _grouped_attention(
-    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scale: float
-) -> torch.Tensor:
-    """Attention of ``query`` (n, heads, head_dim) over ``keys``/``values`` (1, kv_heads, length,
-    head_dim) under the additive ``mask`` (``None``: causal); returns (n, heads * head_dim)."""
-    count, heads, head_dim = query.shape
-    kv_heads = keys.shape[1]
-    if count == 1:
-        # The query heads of one key/value head attend as that head's queries: no copies of the keys.
-        grouped = query.view(1, kv_heads, heads // kv_heads, head_dim)
-        attended = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, scale=scale)
-        return attended.reshape(1, heads * head_dim)
-    # Keys and values repeated per query head, as the model's own attention does with a mask:
-    # SDPA's memory-efficient kernel takes no grouped heads, and the fallback would be its math path.
-    group = heads // kv_heads
-    keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)
-    with prefill_attention_backends():
-        attended = F.scaled_dot_product_attention(
-            query.transpose(0, 1)[None], keys, values, attn_mask=mask, is_causal=mask is None, scale=scale
-        )
-    return attended[0].transpose(0, 1).reshape(count, heads * head_dim)
 
 
 def _dense_layers(text: torch.nn.Module, config) -> list[_DenseLayer] | None:

@@ -12,10 +12,6 @@ import pytest
 from framewise.app.cli import main
 from tests.conftest import SAMPLE_CLIPS
 
-BINDING_MISS = pytest.mark.xfail(
-    strict=True, reason="the shipped weights name the other shape's color or motion here (docs/demo_model.md)"
-)
-
 CASES = [
     ("red_square_moves_right.mp4", "What color is the square?", "red"),
     ("red_square_moves_right.mp4", "Which way does the square move?", "right"),
@@ -26,7 +22,6 @@ CASES = [
     ("rotated_phone.mp4", "What color is the circle?", "yellow"),
     ("rotated_phone.mp4", "Which way does the circle move?", "down"),
 ]
-MISSED = {("two_shapes_wide.mp4", "What color is the circle?"), ("two_shapes_wide.mp4", "Which way does the circle move?")}
 
 
 def ask(clip: str, question: str) -> dict:
@@ -42,10 +37,7 @@ def test_every_sample_clip_is_asked_about() -> None:
     assert {clip for clip, _, _ in CASES} == {path.name for path in SAMPLE_CLIPS.glob("*.mp4")}
 
 
-@pytest.mark.parametrize(
-    ("clip", "question", "expected"),
-    [pytest.param(*case, marks=BINDING_MISS if case[:2] in MISSED else ()) for case in CASES],
-)
+@pytest.mark.parametrize(("clip", "question", "expected"), CASES)
 def test_the_demo_model_answers_the_sample_clip(clip: str, question: str, expected: str) -> None:
     result = ask(clip, question)
     assert result["answer"].strip().lower().rstrip(".") == expected, result["answer"]

@@ -28,9 +28,7 @@ def short_of_target(measured: str) -> pytest.MarkDecorator:
 
 # What the shipped weights answer on these clips (CPU, eager), where it is below the target.
 BELOW_TARGET = {
-    "color": short_of_target("65 % of color questions"),
-    "motion": short_of_target("56 % of motion questions"),
-    "appear": short_of_target("84 % of appear questions"),
+    "appear": short_of_target("89 % of appear questions (17 of 19)"),
 }
 
 
@@ -68,11 +66,9 @@ def test_each_question_kind_reaches_the_target(report: Report, kind: str) -> Non
     assert report.per_kind[kind]["accuracy"] >= TARGET, accuracy_table(report)
 
 
-@short_of_target("77 % of all questions")
 def test_overall_accuracy_reaches_the_target(report: Report) -> None:
     assert report.overall >= TARGET, accuracy_table(report)
 
 
-@pytest.mark.xfail(strict=True, reason=f"the shipped weights answer 76 % of paraphrases (target {PARAPHRASE_TARGET:.0%})")
 def test_paraphrased_questions_reach_their_target(report: Report) -> None:
     assert report.paraphrases["accuracy"] >= PARAPHRASE_TARGET, report.paraphrases

@@ -181,13 +181,16 @@ def test_cancel_from_another_thread_stops_within_half_a_second(engine: tuple[Eng
     engine_, recorder = engine
     engine_.apply_settings(FAST.replace("generation", max_new_tokens=4000))
     engine_.history.clear()
-    first_token = threading.Event()
+    first_token, cancel_sent = threading.Event(), threading.Event()
     recorder_call = engine_.sink
 
     def sink(event: Event) -> None:
         recorder_call(event)
-        if isinstance(event, Token):
+        if isinstance(event, Token) and not first_token.is_set():
             first_token.set()
+            # Hold the answer at its first token until the stop is sent, so that a short answer
+            # cannot end on its own before the stop arrives.
+            cancel_sent.wait(5)
 
     engine_.sink = sink
     result: list[Done] = []
@@ -197,6 +200,7 @@ def test_cancel_from_another_thread_stops_within_half_a_second(engine: tuple[Eng
         assert first_token.wait(60)
         asked = time.perf_counter()
         engine_.cancel()
+        cancel_sent.set()
         worker.join(5)
         stopped_after = time.perf_counter() - asked
     finally:
