@@ -8,8 +8,8 @@ For one Qwen3-VL text size (random weights, bf16), with the cache filled to ``--
   the step's time through a CUDA graph (CUDA events over replays): the graph time minus the
   kernels' own time is what the launches cost;
 - a follow-up's prefill (``--follow-up`` new tokens after the cached prefix) through the model's
-  own layers under each SDPA backend selection, at a new key length every time (as every
-  follow-up has), to show per-shape setup costs.
+  own layers (SDPA without cuDNN, as the decoder runs it), at a new key length every time (as
+  every follow-up has) and at one length thrice, and where its host time goes (``torch.profiler``).
 
 Prints one JSON line per measurement and writes ``decode_profile.json`` under ``--out``.
 
@@ -26,7 +26,6 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,12 +38,6 @@ from framewise.core.qwen3_vl.language import Qwen3VLLanguageModel  # noqa: E402
 
 STEP_MODES = {"kernels": dict(fused_steps=True, step_kernels=True), "ops": dict(fused_steps=True, step_kernels=False),
               "layers": dict(fused_steps=False)}
-BACKEND_CHOICES = {
-    "default": None,
-    "no cuDNN": [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
-    "efficient": [SDPBackend.EFFICIENT_ATTENTION],
-    "cuDNN": [SDPBackend.CUDNN_ATTENTION],
-}
 
 
 def kernel_kind(name: str) -> str:
@@ -97,18 +90,14 @@ def graph_step_ms(language, cache: StaticKVCache, position: int, bucket: int, re
     return start.elapsed_time(end) / replays
 
 
-def prefill_ms(language, cache: StaticKVCache, start: int, count: int, backends) -> float:
+def prefill_ms(language, cache: StaticKVCache, start: int, count: int) -> float:
     """Milliseconds of a prefill of ``count`` random tokens after ``start`` cached positions."""
     ids = torch.randint(1000, 100000, (1, count))
     types = torch.zeros_like(ids)
     rope = torch.arange(start, start + count).expand(3, count)
     torch.cuda.synchronize()
     began = time.perf_counter()
-    if backends is None:
-        language.prefill(cache, start, ids, types, rope, None, 0)
-    else:
-        with sdpa_kernel(backends):
-            language.prefill(cache, start, ids, types, rope, None, 0)
+    language.prefill(cache, start, ids, types, rope, None, 0)
     torch.cuda.synchronize()
     return (time.perf_counter() - began) * 1e3
 
@@ -147,26 +136,23 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"mode": mode, **measured}), flush=True)
             del cache
             torch.cuda.empty_cache()
+        language = Qwen3VLLanguageModel(model)
+        cache = StaticKVCache(language.layers, language.kv_heads, language.head_dim, 4096, language.dtype, device)
+        prefill_ms(language, cache, 500, args.follow_up)  # module loading and first-call setup
         prefills = {}
-        for path, fused in (("model's layers", False), ("dense layout", True)):
-            language = Qwen3VLLanguageModel(model, fused_steps=fused)
-            cache = StaticKVCache(language.layers, language.kv_heads, language.head_dim, 4096, language.dtype, device)
-            prefill_ms(language, cache, 500, args.follow_up, None)  # module loading and first-call setup
-            start = args.position
-            for name, backends in BACKEND_CHOICES.items():
-                times = []
-                for _ in range(4):  # a new key length each time, as every follow-up has
-                    times.append(round(prefill_ms(language, cache, start, args.follow_up, backends), 2))
-                    start += args.follow_up + 5
-                prefills[f"{path}, {name}"] = times
-                print(json.dumps({"prefill": path, "backends": name, "new_tokens": args.follow_up, "ms": times}), flush=True)
-            same = [round(prefill_ms(language, cache, 1000, args.follow_up, None), 2) for _ in range(3)]
-            prefills[f"{path}, same shape thrice"] = same
-            print(json.dumps({"prefill": path, "backends": "same shape thrice", "ms": same}), flush=True)
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
-                prefill_ms(language, cache, start + 50, args.follow_up, None)
-            print(trace.key_averages().table(sort_by="self_cpu_time_total", row_limit=12), flush=True)
-            del cache
+        start = args.position
+        times = []
+        for _ in range(4):  # a new key length each time, as every follow-up has
+            times.append(round(prefill_ms(language, cache, start, args.follow_up), 2))
+            start += args.follow_up + 5
+        prefills["new key length each time"] = times
+        print(json.dumps({"prefill": "new key length each time", "new_tokens": args.follow_up, "ms": times}), flush=True)
+        same = [round(prefill_ms(language, cache, 1000, args.follow_up), 2) for _ in range(3)]
+        prefills["same shape thrice"] = same
+        print(json.dumps({"prefill": "same shape thrice", "ms": same}), flush=True)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
+            prefill_ms(language, cache, start + 50, args.follow_up)
+        print(trace.key_averages().table(sort_by="self_cpu_time_total", row_limit=12), flush=True)
         results["prefill"] = prefills
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"decode_profile_{args.size}.json").write_text(json.dumps(results, indent=2))
