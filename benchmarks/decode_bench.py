@@ -10,8 +10,8 @@ each, greedy. Every answer runs to ``--new-tokens`` (no end-of-answer token). Mo
 - ``static``: ``generate()`` with one ``StaticCache`` reused across questions, so transformers
   compiles its decode step (the compile seconds are the first call's extra time);
 - ``framewise``: :class:`~framewise.core.decoding.Decoder`: static KV cache, decode steps through
-  CUDA graphs per context bucket, follow-ups prefill only their new tokens; the steps run the
-  Triton step kernels;
+  CUDA graphs per context bucket, follow-ups prefill only their new tokens (through a prefill
+  graph per token and context bucket); the steps run the Triton step kernels;
 - ``framewise_ops``: the same with the step's arithmetic as torch ops (what the kernels buy);
 - ``framewise_unfused``: the same with the model's own layers in the decode steps (what the
   few-kernel layout buys).
@@ -226,7 +226,7 @@ class FramewiseRunner:
         started = time.perf_counter()
         self.decoder = Decoder(self.language, context, min_bucket, use_graphs=True)
         self.first_start_s = time.perf_counter() - started
-        self.first_capture_s = self.decoder.steps.capture_seconds
+        self.first_capture_s = capture_seconds(self.decoder)
         self.decoder.close()
         del self.decoder
         gc.collect()
@@ -246,6 +246,11 @@ class FramewiseRunner:
         )
         self.last = result
         return _answer_from_times(started, times, result.token_ids)
+
+
+def capture_seconds(decoder: Decoder) -> float:
+    """Seconds the decoder spent capturing its decode-step and follow-up prefill graphs."""
+    return decoder.steps.capture_seconds + decoder.prefills.capture_seconds
 
 
 def run_conversation(
@@ -348,11 +353,12 @@ def bench_size(size: str, args, device, dtype, bandwidth: float, save: Callable[
             decoder = runner.decoder
             entry.update(
                 capture_first_s=runner.first_capture_s, start_first_s=runner.first_start_s,
-                start_second_s=runner.second_start_s, capture_second_s=decoder.steps.capture_seconds,
+                start_second_s=runner.second_start_s, capture_second_s=capture_seconds(decoder),
                 graphs=decoder.graphs_enabled, graphs_reason=decoder.graphs_reason,
                 buckets=list(decoder.steps.buckets), cache_mb=decoder.cache.nbytes / 2**20,
-                graph_mb=decoder.steps.graph_memory_bytes / 2**20,
+                graph_mb=(decoder.steps.graph_memory_bytes + decoder.prefills.graph_memory_bytes) / 2**20,
                 prefix_reused_last=runner.last.prefix_tokens_reused, prompt_last=runner.last.prompt_tokens,
+                prefill_graph_last=runner.last.prefill_graph,
             )
         if mode == "static":
             entry["first_call_s"] = entry["warm_up_s"]  # the compile and one whole answer

@@ -73,13 +73,14 @@ def decoder_attention(config: Any) -> Iterator[None]:
         config._attn_implementation = saved
 
 
-def step_mask(view_length: int, cache_position: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """(1, 1, 1, view_length) additive mask of one query at ``cache_position`` (1,): 0 up to and
-    including it, the dtype's lowest value after. Built on the device, so a graph re-reads it."""
-    columns = torch.arange(view_length, device=cache_position.device)
-    visible = columns <= cache_position
+def causal_mask(view_length: int, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(1, 1, n, view_length) additive mask of the queries at cache ``positions`` (n,): each sees the
+    positions up to and including its own (0), none after (the dtype's lowest value). Built on the
+    device from ``positions``, so a captured graph re-reads them at every replay."""
+    columns = torch.arange(view_length, device=positions.device)
+    visible = columns[None, :] <= positions[:, None]
     mask = torch.where(visible, 0.0, torch.finfo(dtype).min).to(dtype)
-    return mask.view(1, 1, 1, view_length)
+    return mask.view(1, 1, positions.shape[0], view_length)
 
 
 def prefill_mask(start: int, count: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:

@@ -21,6 +21,7 @@ import torch
 
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.decoding.defs import LanguageModel
+from framewise.core.decoding.prefill_graphs import PrefillGraphs
 from framewise.core.decoding.step_graphs import ProgressCallback, StepGraphs, context_buckets
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.errors import FramewiseError, SettingsError
@@ -57,12 +58,14 @@ class SamplingRule:
 
 @dataclass
 class Decoded:
-    """What one answer produced and cost. ``step_ms`` holds the wall time of every decode step."""
+    """What one answer produced and cost. ``step_ms`` holds the wall time of every decode step;
+    ``prefill_graph`` says whether the prefill replayed a follow-up prefill graph."""
 
     token_ids: list[int] = field(default_factory=list)
     prompt_tokens: int = 0
     prefix_tokens_reused: int = 0
     prefill_ms: float = 0.0
+    prefill_graph: bool = False
     graph_steps: int = 0
     direct_steps: int = 0
     step_ms: list[float] = field(default_factory=list)
@@ -95,7 +98,8 @@ class Decoder:
         self.graphs_reason = ""
         self._rope_offset = 0
         self.steps = self._build_steps(buckets, use_graphs, progress)
-        self.cache.forget()  # capture ran steps over the empty cache
+        self.prefills = self._build_prefills(buckets, progress)
+        self.cache.forget()  # capture ran passes over the empty cache
 
     @property
     def graphs_enabled(self) -> bool:
@@ -112,6 +116,7 @@ class Decoder:
     def close(self) -> None:
         """Release the graphs; the decoder must not be used afterwards."""
         self.steps.clear()
+        self.prefills.clear()
         self.cache.forget()
 
     def answer(
@@ -168,6 +173,27 @@ class Decoder:
             self.graphs_reason = f"capturing the decode graphs failed ({failure}): steps run eagerly"
         return StepGraphs(self.language, self.cache, buckets, direct=True)
 
+    def _build_prefills(self, buckets: tuple[int, ...], progress: ProgressCallback | None) -> PrefillGraphs:
+        """Follow-up prefill graphs where the steps have graphs; the same padded passes run directly
+        otherwise, or when their capture fails (the reason joins :attr:`graphs_reason`)."""
+        if self.graphs_enabled:
+            try:
+                with torch.inference_mode():
+                    prefills = PrefillGraphs(self.language, self.cache, buckets, direct=False, progress=progress)
+            except Exception as error:  # out of memory, an op that cannot be captured
+                torch.cuda.empty_cache()
+                self.graphs_reason += (
+                    f"; capturing the follow-up prefill graphs failed ({type(error).__name__}: {error}): "
+                    "follow-ups prefill eagerly"
+                )
+            else:
+                self.graphs_reason += (
+                    f"; {len(prefills.shapes)} follow-up prefill graphs in {prefills.capture_seconds:.1f} s, "
+                    f"holding {prefills.graph_memory_bytes / 2**20:.0f} MiB"
+                )
+                return prefills
+        return PrefillGraphs(self.language, self.cache, buckets, direct=True)
+
     def _capture(self, buckets: tuple[int, ...], progress: ProgressCallback | None) -> tuple[StepGraphs | None, str]:
         """The step graphs, or ``None`` and why capturing them failed."""
         try:
@@ -185,7 +211,8 @@ class Decoder:
         started = time.perf_counter()
         video_rows_before = int((prompt.token_types[0, :reused] == VIDEO_TOKEN).sum())
         tail_types = prompt.token_types[:, reused:]
-        if reused and not (tail_types == VIDEO_TOKEN).any():
+        text_tail = reused > 0 and not (tail_types == VIDEO_TOKEN).any()
+        if text_tail:
             # Text after the cached prefix counts on from it: position p has rotary position
             # p + the offset the prefix's prefill found, on every axis.
             tail_rope = torch.arange(reused, len(ids)).expand(3, -1) + self._rope_offset
@@ -193,9 +220,11 @@ class Decoder:
             positions = self.language.positions(prompt.input_ids, prompt.token_types, prompt.video_grid_thw)
             self._rope_offset = positions.rope_offset
             tail_rope = positions.rope[:, reused:]
-        logits = self.language.prefill(
-            cache, reused, prompt.input_ids[:, reused:], tail_types, tail_rope, prompt.video, video_rows_before
-        )
+        tail_ids = prompt.input_ids[:, reused:]
+        if text_tail and self.prefills.takes(reused, tail_ids.shape[1]):
+            logits, result.prefill_graph = self.prefills.run(reused, tail_ids, tail_rope)
+        else:
+            logits = self.language.prefill(cache, reused, tail_ids, tail_types, tail_rope, prompt.video, video_rows_before)
         token = _pick(logits, rule.temperature)
         token.item()  # waits for the pass
         cache.tokens = list(ids)

@@ -49,6 +49,11 @@ class LanguageModel(Protocol):
     def max_positions(self) -> int: ...
 
     @property
+    def rope_axes(self) -> int:
+        """How many axes a token's rotary position has (1 for plain rotary, 3 for Qwen3-VL's)."""
+        ...
+
+    @property
     def step_kernels(self) -> bool:
         """Whether decode steps run through hand-written GPU kernels (which may fail to compile)."""
         ...
@@ -79,6 +84,19 @@ class LanguageModel(Protocol):
         video_rows_before: int,
     ) -> torch.Tensor:
         """Run the prompt tail (1, n) from cache position ``start``; the last token's logits (1, vocab)."""
+        ...
+
+    def text_prefill(
+        self,
+        cache: StaticKVCache,
+        input_ids: torch.Tensor,
+        cache_positions: torch.Tensor,
+        rope: torch.Tensor,
+        last: torch.Tensor,
+    ) -> torch.Tensor:
+        """A graph-safe prefill of text tokens ``input_ids`` (1, n) at ``cache_positions`` (n,) with
+        rotary positions ``rope`` (axes, n), reading ``cache.view_length`` positions; the logits
+        (1, vocab) float32 of the token at index ``last`` (1,)."""
         ...
 
     def step(

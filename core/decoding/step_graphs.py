@@ -94,36 +94,40 @@ class StepGraphs:
 
     def _capture_all(self) -> None:
         device = self.cache.device
-        memory_before = _memory_reserved(device)
+        memory_before = memory_reserved(device)
         started = time.perf_counter()
         pool = torch.cuda.graph_pool_handle()
         ordered = sorted(self.buckets, reverse=True)
         for done, bucket in enumerate(ordered):
-            self._report(done, len(ordered), f"Capturing decode step graph for {bucket} positions")
-            self._graphs[bucket] = self._capture(bucket, pool)
+            report(self._progress, done, len(ordered), f"Capturing decode step graph for {bucket} positions")
+            self._graphs[bucket] = capture_graph(lambda: self._forward(bucket), device, pool)
         torch.cuda.synchronize(device)
         self.capture_seconds = time.perf_counter() - started
-        self.graph_memory_bytes = max(0, _memory_reserved(device) - memory_before)
-        self._report(len(ordered), len(ordered), f"Captured {len(ordered)} decode step graphs")
-
-    def _capture(self, bucket: int, pool: object) -> torch.cuda.CUDAGraph:
-        device = self.cache.device
-        side_stream = torch.cuda.Stream(device)
-        side_stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side_stream):
-            self._forward(bucket)  # warm-up: kernels chosen, workspaces allocated
-        torch.cuda.current_stream(device).wait_stream(side_stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-            self._forward(bucket)
-        return graph
-
-    def _report(self, current: int, total: int, message: str) -> None:
-        if self._progress is not None:
-            self._progress(Progress(stage="capture", current=current, total=total, message=message))
+        self.graph_memory_bytes = max(0, memory_reserved(device) - memory_before)
+        report(self._progress, len(ordered), len(ordered), f"Captured {len(ordered)} decode step graphs")
 
 
-def _memory_reserved(device: torch.device) -> int:
+def capture_graph(forward: Callable[[], None], device: torch.device, pool: object) -> torch.cuda.CUDAGraph:
+    """``forward`` captured as a CUDA graph in ``pool``, after one warm-up run on a side stream
+    (kernels chosen, workspaces allocated outside the capture)."""
+    side_stream = torch.cuda.Stream(device)
+    side_stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side_stream):
+        forward()
+    torch.cuda.current_stream(device).wait_stream(side_stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
+        forward()
+    return graph
+
+
+def report(progress: ProgressCallback | None, current: int, total: int, message: str) -> None:
+    """Send a capture ``Progress`` event to ``progress``, if there is one."""
+    if progress is not None:
+        progress(Progress(stage="capture", current=current, total=total, message=message))
+
+
+def memory_reserved(device: torch.device) -> int:
     """Device memory the caching allocator holds once its unused blocks are released."""
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from framewise.core.decoding.attention import decoder_attention, prefill_mask, step_mask
+from framewise.core.decoding.attention import causal_mask, decoder_attention, prefill_mask
 from framewise.core.decoding.defs import PromptPositions
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.encoding.defs import EncodedItem
@@ -137,6 +137,10 @@ class Qwen3VLLanguageModel:
     def max_positions(self) -> int:
         return self.config.max_position_embeddings
 
+    @property
+    def rope_axes(self) -> int:
+        return 3  # temporal, height, width
+
     # ------------------------------------------------------------------ positions
 
     def positions(
@@ -193,6 +197,24 @@ class Qwen3VLLanguageModel:
         hidden = self._layers(embeds, rope.to(device)[:, None, :], cache, mask, video_mask, deepstack)
         return self.model.lm_head(hidden[:, -1, :]).float()
 
+    def text_prefill(
+        self,
+        cache: StaticKVCache,
+        input_ids: torch.Tensor,
+        cache_positions: torch.Tensor,
+        rope: torch.Tensor,
+        last: torch.Tensor,
+    ) -> torch.Tensor:
+        """A prefill of text tokens, graph-safe: ``input_ids`` (1, n) at ``cache_positions`` (n,)
+        with rotary positions ``rope`` (3, n), all on the device; attends over
+        ``cache.view_length`` positions. Returns the logits (1, vocab) float32 of the token at
+        index ``last`` (1,) of the n."""
+        embeds = self.text.embed_tokens(input_ids)
+        cache.write_positions = cache_positions
+        mask = causal_mask(cache.view_length, cache_positions, embeds.dtype)
+        hidden = self._layers(embeds, rope[:, None, :], cache, mask, None, [])
+        return self.model.lm_head(hidden[0].index_select(0, last)).float()
+
     def step(self, cache: StaticKVCache, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor):
         """One decode step, graph-safe: ``token`` (1, 1) int64 at ``cache_position`` (1,) with
         rotary position ``rope_position`` (1,) on every axis. Reads ``cache.view_length`` positions;
@@ -202,7 +224,7 @@ class Qwen3VLLanguageModel:
         embeds = self.text.embed_tokens(token)
         rope = rope_position.view(1, 1, 1).expand(3, 1, 1)
         cache.write_positions = cache_position
-        mask = step_mask(cache.view_length, cache_position, embeds.dtype)
+        mask = causal_mask(cache.view_length, cache_position, embeds.dtype)
         if self._dense is None:
             hidden = self._layers(embeds, rope, cache, mask, None, [])[:, -1, :]
         else:

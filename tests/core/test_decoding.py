@@ -218,14 +218,56 @@ def test_a_follow_ups_text_counts_on_from_the_cached_prefix(setup: Setup, monkey
     language = decoder.language
     expected = language.positions(prompt.input_ids, prompt.token_types, prompt.video_grid_thw).rope
     passed: list[tuple[int, torch.Tensor]] = []
-    prefill = language.prefill
-    monkeypatch.setattr(language, "prefill", lambda cache, start, ids, types, rope, *rest: (
-        passed.append((start, rope)), prefill(cache, start, ids, types, rope, *rest))[1])
+    text_prefill = language.text_prefill
+    monkeypatch.setattr(language, "text_prefill", lambda cache, ids, positions, rope, last: (
+        passed.append((int(positions[0]), rope[:, : int(last) + 1].clone())), text_prefill(cache, ids, positions, rope, last))[1])
     monkeypatch.setattr(language, "positions", lambda *args: pytest.fail("positions recomputed for a text tail"))
     answer(decoder, prompt, rule)
     ((start, rope),) = passed
     assert start > 0
     torch.testing.assert_close(rope, expected[:, start:], rtol=0, atol=0)
+
+
+def test_a_padded_follow_up_prefill_computes_what_the_plain_prefill_computes(setup: Setup) -> None:
+    """The prefill graphs' pass (run directly here): the tail padded to its token bucket gives the
+    real tokens' logits and cache entries of the unpadded prefill."""
+    padded, plain = make_decoder(setup), make_decoder(setup)
+    rule = rule_for(setup, max_new_tokens=3)
+    first = answer(padded, prompt_for(setup, "What color is the square?")[1], rule)
+    answer(plain, prompt_for(setup, "What color is the square?")[1], rule)
+    history = [("What color is the square?", setup.tokenizer.decode(first.token_ids, skip_special_tokens=True))]
+    _, prompt = prompt_for(setup, "Where does it go?", history)
+    ids = prompt.input_ids[0].tolist()
+    start = padded.cache.reusable_prefix(prompt.owner, ids)
+    tail = prompt.input_ids[:, start:]
+    rope = padded.language.positions(prompt.input_ids, prompt.token_types, prompt.video_grid_thw).rope[:, start:]
+    assert padded.prefills.takes(start, tail.shape[1]) and tail.shape[1] not in padded.prefills.token_buckets
+    with torch.inference_mode():
+        ours, graph_ran = padded.prefills.run(start, tail, rope)
+        theirs = plain.language.prefill(plain.cache, start, tail, prompt.token_types[:, start:], rope, prompt.video, 0)
+    assert not graph_ran
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
+    end = start + tail.shape[1]
+    for layer in range(padded.language.layers):
+        torch.testing.assert_close(padded.cache.keys[layer][:, :, :end], plain.cache.keys[layer][:, :, :end])
+        torch.testing.assert_close(padded.cache.values[layer][:, :, :end], plain.cache.values[layer][:, :, :end])
+
+
+def test_a_tail_that_does_not_fit_a_token_bucket_is_prefilled_plainly(setup: Setup) -> None:
+    decoder = make_decoder(setup, max_tokens=512)
+    prefills = decoder.prefills
+    largest = prefills.token_buckets[-1]
+    assert prefills.takes(0, largest) and not prefills.takes(0, largest + 1)
+    assert not prefills.takes(decoder.max_tokens - 10, 5)  # its 32-token bucket would pass the cache's end
+    rule = rule_for(setup)
+    inputs, prompt = prompt_for(setup, "What color is the square?")
+    first = answer(decoder, prompt, rule)
+    history = [("What color is the square?", setup.tokenizer.decode(first.token_ids, skip_special_tokens=True))]
+    long_question = "Where does it go? " * (largest // 4)
+    inputs, prompt = prompt_for(setup, long_question, history)
+    result = answer(decoder, prompt, rule)
+    assert result.prompt_tokens - result.prefix_tokens_reused > largest
+    assert result.token_ids == reference(setup, inputs) and not result.prefill_graph
 
 
 def test_a_cancelled_answer_leaves_the_cache_consistent(setup: Setup) -> None:

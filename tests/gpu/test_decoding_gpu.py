@@ -47,7 +47,8 @@ def test_graph_steps_answer_like_generate_on_first_question_and_follow_ups(cuda_
     progress: list[Progress] = []
     decoder = Decoder(Qwen3VLLanguageModel(cuda_fp32.model), 512, 16, use_graphs=True, progress=progress.append)
     assert decoder.graphs_enabled, decoder.graphs_reason
-    assert [event.current for event in progress] == list(range(len(decoder.steps.buckets) + 1))
+    steps, prefills = len(decoder.steps.buckets), len(decoder.prefills.shapes)
+    assert [event.current for event in progress] == list(range(steps + 1)) + list(range(prefills + 1))
     rule = rule_for(cuda_fp32)
     history: list[tuple[str, str]] = []
     for question in ("What color is the square?", "Where does it go?", "And the circle?"):
@@ -55,6 +56,7 @@ def test_graph_steps_answer_like_generate_on_first_question_and_follow_ups(cuda_
         result = answer(decoder, prompt, rule)
         assert result.token_ids == reference(cuda_fp32, inputs)
         assert result.graph_steps == len(result.token_ids) - 1 and result.direct_steps == 0
+        assert result.prefill_graph == bool(history)  # follow-ups replay a prefill graph
         history.append((question, cuda_fp32.tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()))
     assert result.prefix_tokens_reused > 0
 
@@ -71,6 +73,7 @@ def test_graphs_replay_exactly_what_the_direct_steps_compute_in_bfloat16(cuda_bf
         directly = answer(direct, prompt, rule)
         assert through_graphs.token_ids == directly.token_ids
         assert through_graphs.graph_steps > 0 and directly.graph_steps == 0
+        assert through_graphs.prefill_graph == bool(history) and not directly.prefill_graph
         text = cuda_bf16.tokenizer.decode(through_graphs.token_ids, skip_special_tokens=True).strip()
         history.append((question, text))
     assert graphs.cache.tokens == direct.cache.tokens
@@ -82,10 +85,10 @@ def test_graphs_replay_exactly_what_the_direct_steps_compute_in_bfloat16(cuda_bf
 def test_a_failed_capture_falls_back_to_direct_steps_with_the_reason(
     cuda_fp32: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def fail(self, bucket, pool):
+    def fail(forward, device, pool):
         raise RuntimeError("CUDA out of memory (simulated)")
 
-    monkeypatch.setattr(step_graphs.StepGraphs, "_capture", fail)
+    monkeypatch.setattr(step_graphs, "capture_graph", fail)
     decoder = Decoder(Qwen3VLLanguageModel(cuda_fp32.model), 512, 16, use_graphs=True)
     assert not decoder.graphs_enabled and "out of memory (simulated)" in decoder.graphs_reason
     inputs, prompt = prompt_for(cuda_fp32, "What color is the square?")
