@@ -22,7 +22,6 @@ import argparse
 import json
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import torch
@@ -31,6 +30,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from decode_bench import build_model, language_weight_bytes  # noqa: E402
+from encoder_profile import profile_pass  # noqa: E402
 
 from framewise.core.decoding.kv_cache import StaticKVCache  # noqa: E402
 from framewise.core.decoding.step_graphs import StepGraphs  # noqa: E402
@@ -47,30 +47,6 @@ def kernel_kind(name: str) -> str:
     if any(marker in lowered for marker in ("gemv", "gemm", "linear", "nvjet", "cublas", "sm90_xmma", "splitk")):
         return "matrix-vector"
     return "other"
-
-
-def profile_step(run) -> dict:
-    """Kernel count and GPU milliseconds by kind over one call of ``run`` (after warm-up)."""
-    for _ in range(3):
-        run()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as trace:
-        run()
-        torch.cuda.synchronize()
-    counts: Counter[str] = Counter()
-    milliseconds: Counter[str] = Counter()
-    names: Counter[str] = Counter()
-    for event in trace.events():
-        if event.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        kind = kernel_kind(event.name)
-        counts[kind] += 1
-        milliseconds[kind] += event.device_time / 1e3
-        names[event.name[:60]] += event.device_time / 1e3
-    return {
-        "kernels": dict(counts), "ms": {kind: round(ms, 3) for kind, ms in milliseconds.items()},
-        "top": {name: round(ms, 3) for name, ms in names.most_common(8)},
-    }
 
 
 def graph_step_ms(language, cache: StaticKVCache, position: int, bucket: int, replays: int = 50) -> float:
@@ -126,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             cache.view_length = args.bucket
             token = torch.tensor([[7]], device=device)
             position = torch.tensor([args.position], device=device)
-            measured = profile_step(lambda: language.step(cache, token, position, position))
+            measured = profile_pass(lambda: language.step(cache, token, position, position), kernel_kind)
             measured["graph_step_ms"] = round(graph_step_ms(language, cache, args.position, args.bucket), 4)
             measured["kernel_ms"] = round(sum(measured["ms"].values()), 4)
             mv_ms = measured["ms"].get("matrix-vector", 0.0)

@@ -16,6 +16,7 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -39,8 +40,9 @@ def kernel_kind(name: str) -> str:
     return "other"
 
 
-def profile_pass(run, warmup: int = 3) -> dict:
-    """Kernel count and GPU milliseconds by kind over one call of ``run``."""
+def profile_pass(run, kind_of: Callable[[str], str] = kernel_kind, warmup: int = 3) -> dict:
+    """Kernel count and GPU milliseconds by kind (``kind_of`` a kernel's name) over one call of
+    ``run``, and the eight kernels that took the most time in all."""
     for _ in range(warmup):
         run()
     torch.cuda.synchronize()
@@ -49,13 +51,18 @@ def profile_pass(run, warmup: int = 3) -> dict:
         torch.cuda.synchronize()
     counts: Counter[str] = Counter()
     milliseconds: Counter[str] = Counter()
+    by_name: Counter[str] = Counter()
     for event in trace.events():
         if event.device_type != torch.autograd.DeviceType.CUDA:
             continue
-        kind = kernel_kind(event.name)
+        kind = kind_of(event.name)
         counts[kind] += 1
         milliseconds[kind] += event.device_time / 1e3
-    return {"kernels": dict(counts), "ms": {kind: round(ms, 3) for kind, ms in milliseconds.items()}}
+        by_name[event.name[:60]] += event.device_time / 1e3
+    return {
+        "kernels": dict(counts), "ms": {kind: round(ms, 3) for kind, ms in milliseconds.items()},
+        "top": {name: round(ms, 3) for name, ms in by_name.most_common(8)},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
