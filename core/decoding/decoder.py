@@ -215,7 +215,7 @@ class Decoder:
         if text_tail:
             # Text after the cached prefix counts on from it: position p has rotary position
             # p + the offset the prefix's prefill found, on every axis.
-            tail_rope = torch.arange(reused, len(ids)).expand(3, -1) + self._rope_offset
+            tail_rope = torch.arange(reused, len(ids)).expand(self.language.rope_axes, -1) + self._rope_offset
         else:
             positions = self.language.positions(prompt.input_ids, prompt.token_types, prompt.video_grid_thw)
             self._rope_offset = positions.rope_offset
