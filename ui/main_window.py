@@ -283,6 +283,18 @@ class MainWindow(QMainWindow, SessionListener):
         geometry = self.store.window_geometry()
         if geometry is None or not self.restoreGeometry(geometry):
             self.resize(*DEFAULT_SIZE)
+        self._fit_to_screen()
+
+    def _fit_to_screen(self) -> None:
+        """Open maximized where the window would not fit its screen's free area (a small screen, or
+        geometry saved on a larger one): the window manager then fits its frame too."""
+        screen = self.screen()
+        if screen is None:
+            return
+        available = screen.availableGeometry()
+        if self.width() > available.width() or self.height() > available.height():
+            self.resize(min(self.width(), available.width()), min(self.height(), available.height()))
+            self.setWindowState(self.windowState() | Qt.WindowState.WindowMaximized)
 
     # -- start and stop ---------------------------------------------------------------------
 

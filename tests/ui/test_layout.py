@@ -62,3 +62,11 @@ def test_the_model_page_fits_its_dialog_without_a_horizontal_scrollbar(qtbot, ma
     assert not scroll.horizontalScrollBar().isVisible()
     assert clipped_labels(dialog) == []
     dialog.reject()
+
+
+def test_the_window_opens_within_its_screen(qtbot, make_window):
+    """The default size (or geometry saved on a larger screen) shrinks to a smaller screen's free area."""
+    window = make_window()
+    available, hint = window.screen().availableGeometry(), window.minimumSizeHint()
+    assert window.width() <= max(available.width(), hint.width())
+    assert window.height() <= max(available.height(), hint.height())
