@@ -516,7 +516,11 @@ def test_help_menu_shows_the_log_and_versions(qtbot, make_window):
 
 def test_window_starts_at_the_default_size_and_shuts_down_cleanly(qtbot, make_window):
     window = make_window()
-    assert (window.width(), window.height()) == (1280, 800)
+    available = window.screen().availableGeometry()
+    if available.width() >= 1280 and available.height() >= 800:
+        assert (window.width(), window.height()) == (1280, 800)
+    else:  # the offscreen test screen is 800 wide: the default would not fit
+        assert window.isMaximized() and window.width() <= available.width()
     wait_ready(qtbot, window)
     window.close()
     assert window.host.thread.isFinished()
