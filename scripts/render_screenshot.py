@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         .replace("generation", max_new_tokens=args.max_new_tokens)
     )
     window = MainWindow(EngineHost(create_engine, settings), SettingsStore(scratch / "framewise.ini"), app_services(), settings)
+    # The exact size asked for, even where the window would open maximized on a smaller screen.
+    window.setWindowState(Qt.WindowState.WindowNoState)
     window.resize(*(args.size or DEFAULT_SIZE))
     window.show()
     window.start()
