@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -69,6 +70,12 @@ def make_window(qtbot, store: SettingsStore, services: AppServices) -> Iterator[
     yield make
     for window in windows:
         window.shutdown()
+    windows.clear()
+    # The test's windows, dialogs and their signal closures are garbage now: collect them here, on
+    # the GUI thread. Left to a later test, Python may collect them on that test's engine thread,
+    # where PySide6 6.12.0 disconnects a freed QObject holding Qt's connection lock while it waits
+    # for the GIL, and the GUI thread, holding the GIL, waits for that lock: a hang (seen once).
+    gc.collect()
 
 
 @pytest.fixture
