@@ -260,6 +260,7 @@ def bench_tower(name: str, runs: int, warmup: int, stream: int) -> dict:
     torch.cuda.synchronize()
     encoders = {
         "graphs": GraphVisionEncoder(adapter, EncoderSettings(fuse_kernels=False)),
+        "fused_varlen": GraphVisionEncoder(adapter, EncoderSettings(attention_backend="varlen")),
         "fused": GraphVisionEncoder(adapter, EncoderSettings()),
     }
     result = {"tower": name, "capture": {}, "workloads": {}}

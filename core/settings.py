@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from framewise.core.errors import SettingsError
 
-ATTENTION_BACKENDS = ("auto", "varlen", "flash_attn", "sdpa_masked", "eager")
+ATTENTION_BACKENDS = ("auto", "triton", "varlen", "flash_attn", "sdpa_masked", "eager")
 BACKENDS = ("local", "vllm")
 SECRET_FIELDS = frozenset({"backend.api_key"})
 """Fields never written by ``to_dict`` nor read back by ``from_dict``."""

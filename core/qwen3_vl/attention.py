@@ -24,6 +24,7 @@ from transformers import AttentionInterface
 from framewise.core.errors import EncoderError
 
 REGISTERED_NAMES = {
+    "triton": "framewise_flash_triton",
     "varlen": "framewise_flash_varlen",
     "flash_attn": "framewise_flash_attn",
     "sdpa_masked": "framewise_flash_sdpa_masked",
@@ -67,6 +68,28 @@ def varlen_attention(
     output = varlen_attn(
         _packed(query), _packed(key), _packed(value), cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, **options
     )
+    return output.unsqueeze(0), None
+
+
+def triton_tile_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """Framewise's Triton tile kernel (:mod:`~framewise.core.qwen3_vl.tile_attention`); the tile
+    list is made anew in every layer here (the fused forward makes it once a pass)."""
+    from framewise.core.qwen3_vl.tile_attention import tile_attention
+    from framewise.core.qwen3_vl.tile_schedule import tile_schedule
+
+    cu_seqlens = kwargs["cu_seq_lens_q"]
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    schedule = tile_schedule(cu_seqlens, query.shape[2])
+    output = tile_attention(_packed(query), _packed(key), _packed(value), cu_seqlens, schedule, scale)
     return output.unsqueeze(0), None
 
 
@@ -115,6 +138,7 @@ def sdpa_masked_attention(
 
 
 _FUNCTIONS = {
+    "triton": triton_tile_attention,
     "varlen": varlen_attention,
     "flash_attn": flash_attn_attention,
     "sdpa_masked": sdpa_masked_attention,
@@ -130,6 +154,8 @@ def register_backends() -> None:
 def available_attention_backends() -> list[str]:
     """The backends that can run here, graph-safe ones first; ``eager`` (transformers' own) is always there."""
     backends = []
+    if torch.cuda.is_available() and importlib.util.find_spec("triton") is not None:
+        backends.append("triton")
     if torch.cuda.is_available() and _varlen_attn() is not None:
         backends.append("varlen")
     if torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None:
@@ -140,15 +166,18 @@ def available_attention_backends() -> list[str]:
 def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype) -> str:
     """The graph-safe backend to use for ``requested`` (``auto`` or a name), or raise EncoderError.
 
-    ``auto`` picks varlen, then flash_attn, on a GPU in bfloat16/float16, else sdpa_masked.
+    ``auto`` picks triton on a GPU (any dtype), else varlen, then flash_attn in bfloat16/float16,
+    else sdpa_masked.
     """
     available = available_attention_backends() if device.type == "cuda" else ["sdpa_masked", "eager"]
     flash_kinds = [name for name in ("varlen", "flash_attn") if name in available]
     if requested == "auto":
+        if "triton" in available:
+            return "triton"
         return flash_kinds[0] if flash_kinds and dtype in HALF_DTYPES else "sdpa_masked"
     if requested not in REGISTERED_NAMES:
         raise EncoderError(
-            f"Attention backend {requested!r} does not run inside CUDA graphs; choose varlen or sdpa_masked."
+            f"Attention backend {requested!r} does not run inside CUDA graphs; choose triton, varlen or sdpa_masked."
         )
     if requested not in available:
         raise EncoderError(

@@ -11,7 +11,9 @@ the row count dynamic so that one compile serves every token budget:
 - one vision block, called once per layer with that layer's weights;
 - one patch merger (the final one and each deepstack one).
 
-Attention stays one graph-safe varlen kernel per layer (``attention_backend``). Compiled code
+Attention stays one graph-safe variable-length kernel per layer (``attention_backend``; by
+default Framewise's Triton tile kernel, :mod:`~framewise.core.qwen3_vl.tile_attention`), whose
+per-pass preparation (the tile list) runs once, outside the blocks. Compiled code
 is cached on disk by inductor; :func:`compile_cache_dir` names the folder.
 """
 
@@ -37,9 +39,6 @@ _flash_varlen: Callable | None = None  # flash-attn's kernel, imported when that
 LAYER_NORM_EPS = 1e-6
 # transformers' activation names for the blocks' MLP -> F.gelu's ``approximate`` argument.
 GELU_APPROXIMATIONS = {"gelu_pytorch_tanh": "tanh", "gelu": "none"}
-
-PackedAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, float], torch.Tensor]
-
 
 class BlockWeights(NamedTuple):
     """One vision block's parameters, the tensors the block holds (no copies).
@@ -130,19 +129,19 @@ def block(
     hidden: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
-    cu_seqlens: torch.Tensor,
-    max_seqlen: int,
+    attention_arguments: tuple,
     weights: BlockWeights,
     heads: int,
     approximate: str,
-    attention: PackedAttention,
+    attend: Callable[..., torch.Tensor],
 ) -> torch.Tensor:
-    """One vision block: hidden (rows, hidden) -> (rows, hidden); attention within each cu_seqlens sequence."""
+    """One vision block: hidden (rows, hidden) -> (rows, hidden); attention within each sequence
+    (``attend`` and its ``attention_arguments`` from a :class:`PackedAttention`)."""
     rows, width = hidden.shape
     normed = F.layer_norm(hidden, (width,), weights.norm1_weight, weights.norm1_bias, LAYER_NORM_EPS)
     query, key, value = F.linear(normed, weights.qkv_weight, weights.qkv_bias).view(rows, 3, heads, -1).unbind(1)
     head_dim = query.shape[-1]
-    attended = attention(_rotary(query, cos, sin), _rotary(key, cos, sin), value, cu_seqlens, max_seqlen, head_dim**-0.5)
+    attended = attend(_rotary(query, cos, sin), _rotary(key, cos, sin), value, attention_arguments, head_dim**-0.5)
     hidden = hidden + F.linear(attended.reshape(rows, width), weights.proj_weight, weights.proj_bias)
     normed = F.layer_norm(hidden, (width,), weights.norm2_weight, weights.norm2_bias, LAYER_NORM_EPS)
     inner = F.gelu(F.linear(normed, weights.fc1_weight, weights.fc1_bias), approximate=approximate)
@@ -162,37 +161,76 @@ def merger(hidden: torch.Tensor, weights: MergerWeights) -> torch.Tensor:
     return F.linear(inner, weights.fc2_weight, weights.fc2_bias)
 
 
-def packed_attention(backend: str) -> PackedAttention:
-    """Attention over packed rows for a graph-safe backend: q, k, v (rows, heads, head_dim) -> same shape.
+class PackedAttention(NamedTuple):
+    """How the fused blocks attend over packed rows.
 
-    Module-level functions, not closures: the compiled block is specialised on which function it
-    calls, so every fused forward of a backend shares one compile.
+    ``prepare(cu_seqlens, max_seqlen, rows)`` runs once per pass and returns the arguments every
+    block hands to ``attend(query, key, value, arguments, scale)``; q, k, v and the result are
+    (rows, heads, head_dim). Module-level functions, not closures: the compiled block is
+    specialised on which function it calls, so every fused forward of a backend shares one compile.
     """
+
+    prepare: Callable[[torch.Tensor, int, int], tuple]
+    attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, tuple, float], torch.Tensor]
+
+
+def packed_attention(backend: str) -> PackedAttention:
+    """The packed attention of a graph-safe backend (EncoderError for any other)."""
     global _flash_varlen
-    functions = {"varlen": _varlen_attention, "flash_attn": _flash_attention, "sdpa_masked": _masked_attention}
     if backend == "flash_attn" and _flash_varlen is None:
         from flash_attn import flash_attn_varlen_func
 
         _flash_varlen = flash_attn_varlen_func
-    if backend not in functions:
-        raise EncoderError(f"The fused encoder has no attention backend {backend!r}; choose varlen or sdpa_masked.")
-    return functions[backend]
+    if backend == "triton":
+        from framewise.core.qwen3_vl import tile_attention  # needs Triton: imported when chosen
+
+        tile_attention.register_op()
+        return PackedAttention(_tile_schedule, _tile_attention)
+    backends = {
+        "varlen": PackedAttention(_boundaries, _varlen_attention),
+        "flash_attn": PackedAttention(_boundaries, _flash_attention),
+        "sdpa_masked": PackedAttention(_boundaries, _masked_attention),
+    }
+    if backend not in backends:
+        raise EncoderError(
+            f"The fused encoder has no attention backend {backend!r}; choose triton, varlen or sdpa_masked."
+        )
+    return backends[backend]
 
 
-def _varlen_attention(query, key, value, cu_seqlens, max_seqlen, scale):
+def _boundaries(cu_seqlens: torch.Tensor, max_seqlen: int, rows: int) -> tuple[torch.Tensor, int]:
+    return cu_seqlens, max_seqlen
+
+
+def _tile_schedule(cu_seqlens: torch.Tensor, max_seqlen: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    from framewise.core.qwen3_vl.tile_schedule import tile_schedule
+
+    return cu_seqlens, tile_schedule(cu_seqlens, rows)
+
+
+def _tile_attention(query, key, value, arguments, scale):
+    """Framewise's Triton tile kernel; the tile list was made once for the pass."""
+    cu_seqlens, schedule = arguments
+    return torch.ops.framewise.tile_attention(query, key, value, cu_seqlens, schedule, scale)
+
+
+def _varlen_attention(query, key, value, boundaries, scale):
     """PyTorch's own flash kernel over every sequence at once, boundaries read on the device."""
+    cu_seqlens, max_seqlen = boundaries
     return varlen_attn(query, key, value, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, scale=scale)
 
 
-def _flash_attention(query, key, value, cu_seqlens, max_seqlen, scale):
+def _flash_attention(query, key, value, boundaries, scale):
     """The flash-attn package's variable-length kernel (imported when the backend is chosen)."""
+    cu_seqlens, max_seqlen = boundaries
     return _flash_varlen(
         query, key, value, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale=scale, causal=False
     )
 
 
-def _masked_attention(query, key, value, cu_seqlens, max_seqlen, scale):
+def _masked_attention(query, key, value, boundaries, scale):
     """One dense SDPA with a block-diagonal mask built from cu_seqlens (runs anywhere, O(rows^2))."""
+    cu_seqlens, _ = boundaries
     rows = query.shape[0]
     positions = torch.arange(rows, device=query.device, dtype=cu_seqlens.dtype)
     segments = torch.searchsorted(cu_seqlens[1:].contiguous(), positions, right=True)
@@ -245,10 +283,11 @@ class FusedVisionForward:
             pixels, self.patch_weight, self.patch_bias, self.position_table,
             interp_indices, interp_weights, position_ids, self.inv_freq,
         )
+        attention_arguments = self.attention.prepare(cu_seqlens, max_seqlen, pixels.shape[0])
         deepstack: list[torch.Tensor] = []
         for layer, weights in enumerate(self.blocks):
             hidden = self._block(
-                hidden, cos, sin, cu_seqlens, max_seqlen, weights, self.heads, self.approximate, self.attention
+                hidden, cos, sin, attention_arguments, weights, self.heads, self.approximate, self.attention.attend
             )
             if layer in self.deepstack_layers:
                 deepstack.append(self._merger(hidden, self.deepstack_mergers[self.deepstack_layers[layer]]))

@@ -1,8 +1,9 @@
 """Graph replay against transformers' eager vision forward, on a GPU, for every scenario of DESIGN §3.
 
 Small random towers (depth 3) with the real head dims (72: the 8B/32B/30B-A3B towers; 64: the
-2B/4B towers) keep capture quick. fp32 runs the masked-SDPA backend (the flash kernels have no
-fp32); bf16 runs varlen; each with fused kernels (the default) and with the tower's own. The
+2B/4B towers) keep capture quick. The Triton tile kernel (the default) runs in fp32 and bf16;
+fp32 also runs the masked-SDPA backend (the flash kernels have no fp32), bf16 varlen; each with
+fused kernels (the default) and with the tower's own. The
 reference is always transformers' own forward with stock ``sdpa``.
 """
 
@@ -34,6 +35,9 @@ TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 TOWERS = {"head_dim_72": (288, 4), "head_dim_64": (256, 4)}
 # dtype, attention backend, fused kernels (the default) or the tower's own
 MODES = {
+    "fp32-triton-fused": (torch.float32, "triton", True),
+    "bf16-triton-fused": (torch.bfloat16, "triton", True),
+    "bf16-triton-unfused": (torch.bfloat16, "triton", False),
     "fp32-sdpa_masked-fused": (torch.float32, "sdpa_masked", True),
     "bf16-varlen-fused": (torch.bfloat16, "varlen", True),
     "fp32-sdpa_masked-unfused": (torch.float32, "sdpa_masked", False),

@@ -14,6 +14,7 @@ from transformers.vision_utils import (
 )
 
 from framewise.core.errors import EncoderError
+from framewise.core.qwen3_vl import attention as attention_module
 from framewise.core.qwen3_vl.attention import (
     REGISTERED_NAMES,
     available_attention_backends,
@@ -155,3 +156,17 @@ def test_the_geometry_of_a_tower_is_its_configs_and_only_bilinear_tables_are_tak
     monkeypatch.setattr(visual, "interpolation_mode", "bicubic")
     with pytest.raises(EncoderError, match="only bilinear"):
         VisionGeometry.from_visual(visual)
+
+
+def test_auto_takes_the_tile_kernel_on_a_gpu_in_any_dtype_and_the_flash_kernels_without_triton(monkeypatch):
+    gpu = torch.device("cuda")
+    with_triton = ["triton", "varlen", "sdpa_masked", "eager"]
+    monkeypatch.setattr(attention_module, "available_attention_backends", lambda: with_triton)
+    assert resolve_backend("auto", gpu, torch.float32) == "triton"
+    assert resolve_backend("auto", gpu, torch.bfloat16) == "triton"
+    assert resolve_backend("triton", gpu, torch.float32) == "triton"
+    monkeypatch.setattr(attention_module, "available_attention_backends", lambda: with_triton[1:])
+    assert resolve_backend("auto", gpu, torch.bfloat16) == "varlen"
+    assert resolve_backend("auto", gpu, torch.float32) == "sdpa_masked"
+    with pytest.raises(EncoderError, match="not available"):
+        resolve_backend("triton", gpu, torch.bfloat16)

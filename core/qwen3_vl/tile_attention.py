@@ -1,0 +1,173 @@
+"""Variable-length attention over packed rows in one Triton kernel that walks a list of tiles.
+
+The vision tower attends within each frame pair (one sequence per temporal patch) over rows
+packed end to end, the boundaries in ``cu_seqlens``. A CUDA graph fixes the launch, not the
+boundaries, so its ``cu_seqlens`` has a slot for every frame pair a batch could hold and the
+unused slots are empty. Kernels that launch a program per (slot, query block of the longest
+possible sequence) spend most of their programs on nothing there. This kernel instead launches a
+bounded list of tiles, each one query block of one real sequence:
+
+- :func:`~framewise.core.qwen3_vl.tile_schedule.tile_schedule` turns ``cu_seqlens`` into that
+  list on the device, once per pass (every layer attends over the same sequences);
+- :func:`tile_attention` runs one program per (tile, head); tiles past the real ones return at
+  once. There are at most ``ceil(rows / BLOCK_M) + sequences`` tiles, so the wasted programs are
+  one per slot, not one per slot and query block.
+
+A head dim that is not a power of two (Qwen3-VL-8B's 72) is padded to the next one inside the
+kernel (masked loads, nothing copied), so the products do 128/72 of the needed work. Splitting
+72 into 64 + a masked 16 would do 80/72; a version that did so, its tail loads masked inside the
+key loop, gave wrong results and illegal addresses when compiled by Triton 3.6 on an H200 (the
+interpreter agreed with SDPA; not isolated further), and was no faster at 8 x 784 rows. Sums and the
+softmax run in float32; float32 inputs multiply in full precision (no TF32). Needs Triton and a
+CUDA device.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from framewise.core.qwen3_vl.tile_schedule import BLOCK_M
+
+# Key rows per loop turn and the launch shape (measured on an H200, docs/benchmarks.md).
+BLOCK_N = 64
+NUM_WARPS = 4
+NUM_STAGES = 3
+
+
+@triton.jit
+def _load_head_block(ptr, row_offsets, row_mask, columns, column_mask, MASK_COLUMNS: tl.constexpr):
+    """Block (rows, columns) of one head; zeros outside the rows (and past the head dim)."""
+    mask = row_mask[:, None]
+    if MASK_COLUMNS:
+        mask = mask & column_mask[None, :]
+    return tl.load(ptr + row_offsets[:, None] + columns[None, :], mask=mask, other=0.0)
+
+
+@triton.jit
+def _attend_block(
+    q, k_ptr, v_ptr, key_rows, key_mask, key_stride, value_stride, columns, column_mask, m_i, l_i, acc,
+    scale_log2e, MASK_COLUMNS: tl.constexpr, MASK_KEYS: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """One online-softmax step over the keys ``key_rows``: updates the running max ``m_i``, sum
+    ``l_i`` and the (BLOCK_M, padded head dim) accumulator."""
+    k = _load_head_block(k_ptr, key_rows * key_stride, key_mask, columns, column_mask, MASK_COLUMNS)
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2e
+    if MASK_KEYS:
+        scores = tl.where(key_mask[None, :], scores, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(scores, 1))
+    p = tl.exp2(scores - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = _load_head_block(v_ptr, key_rows * value_stride, key_mask, columns, column_mask, MASK_COLUMNS)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _tile_attention_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr, cu_seqlens_ptr, schedule_ptr, tiles, scale_log2e,
+    q_stride, q_head_stride, k_stride, k_head_stride, v_stride, v_head_stride, out_stride, out_head_stride,
+    HEAD_DIM: tl.constexpr, PADDED_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    head = tl.program_id(1)
+    sequence = tl.load(schedule_ptr + tile)
+    if sequence < 0:
+        return
+    first_row = tl.load(schedule_ptr + tiles + tile)
+    start = tl.load(cu_seqlens_ptr + sequence)
+    end = tl.load(cu_seqlens_ptr + sequence + 1)
+
+    # Head offsets are multiples of the head dim (72 elements = 144 bytes): say so, or the loads
+    # are not vectorised.
+    q_ptr += tl.multiple_of(head * q_head_stride, 8)
+    k_ptr += tl.multiple_of(head * k_head_stride, 8)
+    v_ptr += tl.multiple_of(head * v_head_stride, 8)
+    out_ptr += tl.multiple_of(head * out_head_stride, 8)
+    columns = tl.arange(0, PADDED_DIM)
+    column_mask = columns < HEAD_DIM
+    MASK_COLUMNS: tl.constexpr = PADDED_DIM > HEAD_DIM
+
+    query_rows = first_row + tl.arange(0, BLOCK_M)
+    query_mask = query_rows < end
+    q = _load_head_block(q_ptr, query_rows * q_stride, query_mask, columns, column_mask, MASK_COLUMNS)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, PADDED_DIM], dtype=tl.float32)
+    full_end = start + (end - start) // BLOCK_N * BLOCK_N
+    key_offsets = tl.arange(0, BLOCK_N)
+    for block_start in range(start, full_end, BLOCK_N):
+        key_rows = block_start + key_offsets
+        m_i, l_i, acc = _attend_block(
+            q, k_ptr, v_ptr, key_rows, key_rows < end, k_stride, v_stride, columns, column_mask, m_i, l_i, acc,
+            scale_log2e, MASK_COLUMNS, False, PRECISION,
+        )
+    if full_end < end:
+        key_rows = full_end + key_offsets
+        m_i, l_i, acc = _attend_block(
+            q, k_ptr, v_ptr, key_rows, key_rows < end, k_stride, v_stride, columns, column_mask, m_i, l_i, acc,
+            scale_log2e, MASK_COLUMNS, True, PRECISION,
+        )
+
+    out = (acc / tl.where(query_mask, l_i, 1.0)[:, None]).to(out_ptr.dtype.element_ty)
+    out_mask = query_mask[:, None] & column_mask[None, :]
+    tl.store(out_ptr + (query_rows * out_stride)[:, None] + columns[None, :], out, mask=out_mask)
+
+
+def tile_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    schedule: torch.Tensor,
+    scale: float,
+    *,
+    block_m: int = BLOCK_M,
+    block_n: int = BLOCK_N,
+    num_warps: int = NUM_WARPS,
+    num_stages: int = NUM_STAGES,
+) -> torch.Tensor:
+    """Softmax attention within each sequence of packed rows.
+
+    ``query``/``key``/``value`` (rows, heads, head_dim), any row and head strides with the head
+    dim contiguous; ``cu_seqlens`` (sequences + 1,) int32 boundaries covering every row;
+    ``schedule`` from :func:`~framewise.core.qwen3_vl.tile_schedule.tile_schedule` on the same
+    boundaries, made with the same ``block_m``. Returns (rows, heads, head_dim) in the query's
+    dtype. The launch shape is the measured default unless given.
+    """
+    query, key, value = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
+    rows, heads, head_dim = query.shape
+    out = torch.empty(rows, heads, head_dim, dtype=query.dtype, device=query.device)
+    tiles = schedule.shape[1]
+    precision = "ieee" if query.dtype == torch.float32 else "tf32"
+    _tile_attention_kernel[(tiles, heads)](
+        query, key, value, out, cu_seqlens, schedule, tiles, scale * math.log2(math.e),
+        query.stride(0), query.stride(1), key.stride(0), key.stride(1),
+        value.stride(0), value.stride(1), out.stride(0), out.stride(1),
+        HEAD_DIM=head_dim, PADDED_DIM=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=block_m, BLOCK_N=block_n,
+        PRECISION=precision, num_warps=num_warps, num_stages=num_stages,
+    )
+    return out
+
+
+def register_op() -> None:
+    """Register :func:`tile_attention` as ``torch.ops.framewise.tile_attention`` (idempotent), an
+    operator ``torch.compile`` calls as it is rather than tracing into."""
+    if hasattr(torch.ops.framewise, "tile_attention"):
+        return
+
+    @torch.library.custom_op("framewise::tile_attention", mutates_args=())
+    def tile_attention_op(
+        query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor,
+        schedule: torch.Tensor, scale: float,
+    ) -> torch.Tensor:
+        return tile_attention(query, key, value, cu_seqlens, schedule, scale)
+
+    @tile_attention_op.register_fake
+    def _(query, key, value, cu_seqlens, schedule, scale):
+        return torch.empty_like(query, memory_format=torch.contiguous_format)

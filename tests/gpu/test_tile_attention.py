@@ -1,0 +1,82 @@
+"""The Triton tile attention kernel against per-sequence SDPA in float64, on random packed layouts:
+sequences shorter and longer than a tile, empty slots, head dims that are and are not powers of
+two, a strided value (the view the tower's qkv product leaves), and one CUDA graph replayed over
+boundaries that change between replays (what the encoder graphs do)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytestmark = pytest.mark.gpu
+kernel = pytest.importorskip("framewise.core.qwen3_vl.tile_attention", reason="needs Triton")
+
+from framewise.core.qwen3_vl.tile_schedule import tile_schedule  # noqa: E402
+
+DEVICE = "cuda"
+# float32 multiplies in full precision, so only the summation order differs; bfloat16 inputs
+# and the bfloat16 probabilities in the value product leave a few units of 2**-8.
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+
+
+def packed_inputs(lengths: list[int], empty_slots: int, heads: int, head_dim: int, dtype: torch.dtype, seed: int):
+    """q, k (contiguous) and v (a strided view of a qkv tensor), (rows, heads, head_dim); cu_seqlens."""
+    generator = torch.Generator(device=DEVICE).manual_seed(seed)
+    rows = sum(lengths)
+    qkv = torch.randn(rows, 3, heads, head_dim, device=DEVICE, generator=generator).to(dtype)
+    cu_seqlens = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist(), *[rows] * empty_slots], dtype=torch.int32)
+    return qkv[:, 0].contiguous(), qkv[:, 1].contiguous(), qkv[:, 2], cu_seqlens.to(DEVICE)
+
+
+def reference(q, k, v, cu_seqlens) -> torch.Tensor:
+    out = torch.empty(q.shape, dtype=torch.float64, device=DEVICE)
+    bounds = cu_seqlens.tolist()
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        if end > start:
+            per_head = [t[start:end].double().transpose(0, 1) for t in (q, k, v)]
+            out[start:end] = F.scaled_dot_product_attention(*per_head).transpose(0, 1)
+    return out
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    return float((actual.double() - expected).norm() / expected.norm())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("head_dim", [64, 72, 80, 128])
+@pytest.mark.parametrize("seed", range(3))
+def test_matches_sdpa_within_each_sequence(dtype, head_dim, seed):
+    rng = random.Random(seed)
+    lengths = [rng.choice([1, 5, 63, 64, 65, 196, 300, 784]) for _ in range(rng.randint(1, 6))]
+    q, k, v, cu_seqlens = packed_inputs(lengths, rng.randint(0, 8), 4, head_dim, dtype, seed)
+    out = kernel.tile_attention(q, k, v, cu_seqlens, tile_schedule(cu_seqlens, q.shape[0]), head_dim**-0.5)
+    assert out.shape == q.shape and out.dtype == dtype
+    assert torch.isfinite(out).all()
+    assert relative_error(out, reference(q, k, v, cu_seqlens)) < TOLERANCE[dtype]
+
+
+def test_one_graph_serves_changing_boundaries():
+    budget, slots, heads, head_dim = 1024, 16, 4, 72
+    q, k, v, _ = packed_inputs([budget], 0, heads, head_dim, torch.bfloat16, seed=7)
+    cu_seqlens = torch.full((slots + 2,), budget, dtype=torch.int32, device=DEVICE)
+    cu_seqlens[0] = 0
+    kernel.register_op()
+
+    def attend():
+        schedule = tile_schedule(cu_seqlens, budget)
+        return torch.ops.framewise.tile_attention(q, k, v, cu_seqlens, schedule, head_dim**-0.5)
+
+    attend()  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = attend()
+    for lengths in ([budget], [100, 200, 300, 424], [1] * slots + [budget - slots], [784, 240]):
+        layout = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+        cu_seqlens.fill_(budget)
+        cu_seqlens[: len(layout)] = layout.to(DEVICE)
+        graph.replay()
+        assert relative_error(out, reference(q, k, v, cu_seqlens)) < TOLERANCE[torch.bfloat16], lengths
