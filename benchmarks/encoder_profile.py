@@ -1,10 +1,11 @@
 """Where the vision encoder's GPU time goes: kernels per layer and time in GEMMs, attention and the rest.
 
 Runs one pass of the Qwen3-VL tower (random weights, bf16) at one workload's shape under
-``torch.profiler``, twice: the tower's own forward and the fused forward that the encoder graphs
-capture by default, each on the padded buffers a graph would see (an exact-shape budget), after
-warm-up. Kernels are sorted into GEMM (cuBLAS / CUTLASS products), attention (flash / varlen) and
-the rest by name. Prints one JSON line per mode and writes ``encoder_profile.json`` under ``--out``.
+``torch.profiler``, three times: the tower's own forward (torch's varlen attention), the fused
+forward with torch's varlen attention, and the fused forward with the Triton tile attention that
+the encoder graphs capture by default, each on the buffers of an exact-shape budget, after
+warm-up. Kernels are sorted into GEMM (cuBLAS / CUTLASS products), attention (flash, varlen,
+the tile kernel; not inductor's fused elementwise kernels) and the rest by name. Prints one JSON line per mode and writes ``encoder_profile.json`` under ``--out``.
 
     python3 benchmarks/encoder_profile.py --out results/ [--tower 8B] [--workload "image 448x448"]
 """
@@ -29,11 +30,14 @@ from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
 
 GEMM_MARKERS = ("gemm", "cutlass", "cublas", "sm90_xmma", "nvjet", "wgmma")
 ATTENTION_MARKERS = ("flash", "fmha", "attention", "varlen")
+# inductor names its kernels after the operations they fuse: the rotary kernel that feeds the
+# attention is called "triton_poi_fused__to_copy__varlen_attn_add_cat_..." but is elementwise.
+INDUCTOR_PREFIXES = ("triton_poi_", "triton_red_", "triton_per_")
 
 
 def kernel_kind(name: str) -> str:
     lowered = name.lower()
-    if any(marker in lowered for marker in ATTENTION_MARKERS):
+    if not lowered.startswith(INDUCTOR_PREFIXES) and any(marker in lowered for marker in ATTENTION_MARKERS):
         return "attention"
     if any(marker in lowered for marker in GEMM_MARKERS):
         return "gemm"
@@ -79,9 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     ).items()}
     results = {"tower": args.tower, "workload": args.workload, "patches": item.patches, "depth": depth}
     with torch.inference_mode():
-        for mode, fused in (("tower's own kernels", False), ("fused", True)):
+        modes = (("tower's own kernels", False, "varlen"), ("fused, varlen attention", True, "varlen"), ("fused", True, "triton"))
+        for mode, fused, attention in modes:
             adapter.use_fused_forward(fused)
-            adapter.use_attention("varlen")
+            adapter.use_attention(attention)
             measured = profile_pass(lambda: adapter.graph_forward(item.pixel_values, inputs, item.patches))
             measured["kernels_per_layer"] = round(sum(measured["kernels"].values()) / depth, 1)
             results[mode] = measured

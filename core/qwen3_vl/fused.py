@@ -125,6 +125,12 @@ def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return (x32 * cos[:, None] + _rotate_half(x32) * sin[:, None]).to(x.dtype)
 
 
+def _rotate_qk(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """qkv (rows, 3, heads, head_dim) -> rotated q, rotated k, v: each (rows, heads, head_dim)."""
+    query, key, value = qkv.unbind(1)
+    return _rotary(query, cos, sin), _rotary(key, cos, sin), value
+
+
 def block(
     hidden: torch.Tensor,
     cos: torch.Tensor,
@@ -133,15 +139,16 @@ def block(
     weights: BlockWeights,
     heads: int,
     approximate: str,
+    rotate: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     attend: Callable[..., torch.Tensor],
 ) -> torch.Tensor:
     """One vision block: hidden (rows, hidden) -> (rows, hidden); attention within each sequence
-    (``attend`` and its ``attention_arguments`` from a :class:`PackedAttention`)."""
+    (``rotate``, ``attend`` and its ``attention_arguments`` from a :class:`PackedAttention`)."""
     rows, width = hidden.shape
     normed = F.layer_norm(hidden, (width,), weights.norm1_weight, weights.norm1_bias, LAYER_NORM_EPS)
-    query, key, value = F.linear(normed, weights.qkv_weight, weights.qkv_bias).view(rows, 3, heads, -1).unbind(1)
-    head_dim = query.shape[-1]
-    attended = attend(_rotary(query, cos, sin), _rotary(key, cos, sin), value, attention_arguments, head_dim**-0.5)
+    qkv = F.linear(normed, weights.qkv_weight, weights.qkv_bias).view(rows, 3, heads, -1)
+    query, key, value = rotate(qkv, cos, sin)
+    attended = attend(query, key, value, attention_arguments, qkv.shape[-1] ** -0.5)
     hidden = hidden + F.linear(attended.reshape(rows, width), weights.proj_weight, weights.proj_bias)
     normed = F.layer_norm(hidden, (width,), weights.norm2_weight, weights.norm2_bias, LAYER_NORM_EPS)
     inner = F.gelu(F.linear(normed, weights.fc1_weight, weights.fc1_bias), approximate=approximate)
@@ -165,12 +172,14 @@ class PackedAttention(NamedTuple):
     """How the fused blocks attend over packed rows.
 
     ``prepare(cu_seqlens, max_seqlen, rows)`` runs once per pass and returns the arguments every
-    block hands to ``attend(query, key, value, arguments, scale)``; q, k, v and the result are
-    (rows, heads, head_dim). Module-level functions, not closures: the compiled block is
+    block hands to ``attend(query, key, value, arguments, scale)``; ``rotate(qkv, cos, sin)``
+    applies the rotary embedding and splits the qkv product (rows, 3, heads, head_dim) into the
+    q, k, v that ``attend`` takes; q, k, v and the result are (rows, heads, head_dim). Module-level functions, not closures: the compiled block is
     specialised on which function it calls, so every fused forward of a backend shares one compile.
     """
 
     prepare: Callable[[torch.Tensor, int, int], tuple]
+    rotate: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
     attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, tuple, float], torch.Tensor]
 
 
@@ -185,11 +194,11 @@ def packed_attention(backend: str) -> PackedAttention:
         from framewise.core.qwen3_vl import tile_attention  # needs Triton: imported when chosen
 
         tile_attention.register_op()
-        return PackedAttention(_tile_schedule, _tile_attention)
+        return PackedAttention(_tile_schedule, _rotate_qk_triton, _tile_attention)
     backends = {
-        "varlen": PackedAttention(_boundaries, _varlen_attention),
-        "flash_attn": PackedAttention(_boundaries, _flash_attention),
-        "sdpa_masked": PackedAttention(_boundaries, _masked_attention),
+        "varlen": PackedAttention(_boundaries, _rotate_qk, _varlen_attention),
+        "flash_attn": PackedAttention(_boundaries, _rotate_qk, _flash_attention),
+        "sdpa_masked": PackedAttention(_boundaries, _rotate_qk, _masked_attention),
     }
     if backend not in backends:
         raise EncoderError(
@@ -206,6 +215,12 @@ def _tile_schedule(cu_seqlens: torch.Tensor, max_seqlen: int, rows: int) -> tupl
     from framewise.core.qwen3_vl.tile_schedule import tile_schedule
 
     return cu_seqlens, tile_schedule(cu_seqlens, rows)
+
+
+def _rotate_qk_triton(qkv, cos, sin):
+    """The Triton rotary kernel that writes q and k in the tile kernel's layout."""
+    query, key = torch.ops.framewise.rotary_qk(qkv, cos, sin)
+    return query, key, qkv[:, 2]
 
 
 def _tile_attention(query, key, value, arguments, scale):
@@ -287,7 +302,8 @@ class FusedVisionForward:
         deepstack: list[torch.Tensor] = []
         for layer, weights in enumerate(self.blocks):
             hidden = self._block(
-                hidden, cos, sin, attention_arguments, weights, self.heads, self.approximate, self.attention.attend
+                hidden, cos, sin, attention_arguments, weights, self.heads, self.approximate,
+                self.attention.rotate, self.attention.attend,
             )
             if layer in self.deepstack_layers:
                 deepstack.append(self._merger(hidden, self.deepstack_mergers[self.deepstack_layers[layer]]))

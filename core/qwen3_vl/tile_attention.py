@@ -1,4 +1,5 @@
-"""Variable-length attention over packed rows in one Triton kernel that walks a list of tiles.
+"""Variable-length attention over packed rows in one Triton kernel that walks a list of tiles,
+and the rotary embedding that feeds it.
 
 The vision tower attends within each frame pair (one sequence per temporal patch) over rows
 packed end to end, the boundaries in ``cu_seqlens``. A CUDA graph fixes the launch, not the
@@ -18,8 +19,12 @@ kernel (masked loads, nothing copied), so the products do 128/72 of the needed w
 72 into 64 + a masked 16 would do 80/72; a version that did so, its tail loads masked inside the
 key loop, gave wrong results and illegal addresses when compiled by Triton 3.6 on an H200 (the
 interpreter agreed with SDPA; not isolated further), and was no faster at 8 x 784 rows. Sums and the
-softmax run in float32; float32 inputs multiply in full precision (no TF32). Needs Triton and a
-CUDA device.
+softmax run in float32; float32 inputs multiply in full precision (no TF32).
+
+:func:`rotary_qk` rotates q and k straight out of the qkv product into the layout the attention
+reads, all heads of a row from one load of the row's angles (inductor's own kernel for the same
+arithmetic took four times the memory traffic's time on an H200, docs/benchmarks.md). Needs
+Triton and a CUDA device.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ from framewise.core.qwen3_vl.tile_schedule import BLOCK_M
 BLOCK_N = 64
 NUM_WARPS = 4
 NUM_STAGES = 3
+# Rows per program of the rotary kernel (each program does every head of its rows).
+ROTARY_ROWS = 8
 
 
 @triton.jit
@@ -155,9 +162,61 @@ def tile_attention(
     return out
 
 
+@triton.jit
+def _rotate_heads(source, target, cos, sin, mask, HALF: tl.constexpr):
+    """Rotate one row block of q or k: halves ``first``/``second`` of every head, in float32."""
+    first = tl.load(source, mask=mask, other=0.0).to(tl.float32)
+    second = tl.load(source + HALF, mask=mask, other=0.0).to(tl.float32)
+    dtype = target.dtype.element_ty
+    tl.store(target, (first * cos - second * sin).to(dtype), mask=mask)
+    tl.store(target + HALF, (second * cos + first * sin).to(dtype), mask=mask)
+
+
+@triton.jit
+def _rotary_qk_kernel(
+    qkv_ptr, cos_ptr, sin_ptr, q_ptr, k_ptr, rows, qkv_stride, table_stride,
+    HEADS: tl.constexpr, HEADS_P2: tl.constexpr, HALF: tl.constexpr, HALF_P2: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    row = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    head = tl.arange(0, HEADS_P2)
+    column = tl.arange(0, HALF_P2)
+    table_mask = (row < rows)[:, None] & (column < HALF)[None, :]
+    table = row[:, None] * table_stride + column[None, :]
+    cos = tl.load(cos_ptr + table, mask=table_mask, other=0.0)[:, None, :]
+    sin = tl.load(sin_ptr + table, mask=table_mask, other=0.0)[:, None, :]
+    mask = table_mask[:, None, :] & (head < HEADS)[None, :, None]
+    within_row = head[None, :, None] * (2 * HALF) + column[None, None, :]
+    source = qkv_ptr + row[:, None, None] * qkv_stride + within_row
+    target = row[:, None, None] * (HEADS * 2 * HALF) + within_row
+    _rotate_heads(source, q_ptr + target, cos, sin, mask, HALF)
+    _rotate_heads(source + HEADS * 2 * HALF, k_ptr + target, cos, sin, mask, HALF)
+
+
+def rotary_qk(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The 2-D rotary embedding of q and k, read from the qkv product and written in the layout
+    :func:`tile_attention` reads.
+
+    ``qkv`` (rows, 3, heads, head_dim); ``cos``/``sin`` (rows, head_dim) float32 whose two halves
+    are equal (the tower's tables). Returns q and k, each (rows, heads, head_dim) contiguous in
+    qkv's dtype, rotated in float32 like the tower: ``x * cos + rotate_half(x) * sin``.
+    """
+    qkv, cos, sin = qkv.contiguous(), cos.contiguous(), sin.contiguous()
+    rows, _, heads, head_dim = qkv.shape
+    query = torch.empty(rows, heads, head_dim, dtype=qkv.dtype, device=qkv.device)
+    key = torch.empty_like(query)
+    half = head_dim // 2
+    _rotary_qk_kernel[(triton.cdiv(rows, ROTARY_ROWS),)](
+        qkv, cos, sin, query, key, rows, qkv.stride(0), cos.stride(0),
+        HEADS=heads, HEADS_P2=triton.next_power_of_2(heads), HALF=half, HALF_P2=triton.next_power_of_2(half),
+        BLOCK_R=ROTARY_ROWS, num_warps=4,
+    )
+    return query, key
+
+
 def register_op() -> None:
-    """Register :func:`tile_attention` as ``torch.ops.framewise.tile_attention`` (idempotent), an
-    operator ``torch.compile`` calls as it is rather than tracing into."""
+    """Register :func:`tile_attention` and :func:`rotary_qk` as ``torch.ops.framewise.tile_attention``
+    and ``torch.ops.framewise.rotary_qk`` (idempotent): operators ``torch.compile`` calls as they
+    are rather than tracing into."""
     if hasattr(torch.ops.framewise, "tile_attention"):
         return
 
@@ -171,3 +230,12 @@ def register_op() -> None:
     @tile_attention_op.register_fake
     def _(query, key, value, cu_seqlens, schedule, scale):
         return torch.empty_like(query, memory_format=torch.contiguous_format)
+
+    @torch.library.custom_op("framewise::rotary_qk", mutates_args=())
+    def rotary_qk_op(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return rotary_qk(qkv, cos, sin)
+
+    @rotary_qk_op.register_fake
+    def _(qkv, cos, sin):
+        rows, _, heads, head_dim = qkv.shape
+        return qkv.new_empty(rows, heads, head_dim), qkv.new_empty(rows, heads, head_dim)

@@ -1,7 +1,8 @@
 """The Triton tile attention kernel against per-sequence SDPA in float64, on random packed layouts:
 sequences shorter and longer than a tile, empty slots, head dims that are and are not powers of
 two, a strided value (the view the tower's qkv product leaves), and one CUDA graph replayed over
-boundaries that change between replays (what the encoder graphs do)."""
+boundaries that change between replays (what the encoder graphs do). The rotary kernel against
+the fused forward's torch code."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 pytestmark = pytest.mark.gpu
 kernel = pytest.importorskip("framewise.core.qwen3_vl.tile_attention", reason="needs Triton")
 
+from framewise.core.qwen3_vl.fused import _rotate_qk  # noqa: E402
 from framewise.core.qwen3_vl.tile_schedule import tile_schedule  # noqa: E402
 
 DEVICE = "cuda"
@@ -80,3 +82,18 @@ def test_one_graph_serves_changing_boundaries():
         cu_seqlens[: len(layout)] = layout.to(DEVICE)
         graph.replay()
         assert relative_error(out, reference(q, k, v, cu_seqlens)) < TOLERANCE[torch.bfloat16], lengths
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("rows", "heads", "head_dim"), [(6272, 16, 72), (37, 16, 64), (5, 3, 80)])
+def test_rotary_matches_the_fused_forwards_torch_code(dtype, rows, heads, head_dim):
+    generator = torch.Generator(device=DEVICE).manual_seed(rows)
+    qkv = torch.randn(rows, 3, heads, head_dim, device=DEVICE, generator=generator).to(dtype)
+    half = torch.randn(rows, head_dim // 2, device=DEVICE, generator=generator) * 20
+    angles = torch.cat([half, half], dim=-1)
+    query, key = kernel.rotary_qk(qkv, angles.cos(), angles.sin())
+    expected_query, expected_key, _ = _rotate_qk(qkv, angles.cos(), angles.sin())
+    assert query.is_contiguous() and key.is_contiguous()
+    # The same float32 arithmetic; only a fused multiply-add may round once where torch rounds twice.
+    torch.testing.assert_close(query, expected_query, rtol=1e-5 if dtype == torch.float32 else 8e-3, atol=1e-5)
+    torch.testing.assert_close(key, expected_key, rtol=1e-5 if dtype == torch.float32 else 8e-3, atol=1e-5)
