@@ -137,8 +137,9 @@ class SupportsEncoderGraphs(Protocol):
         """Attention backends that can run here, graph-safe ones first, ``eager`` last."""
         ...
 
-    def resolve_attention(self, requested: str) -> str:
-        """The graph-safe backend to use for ``requested`` (``auto`` or a name), or raise EncoderError."""
+    def resolve_attention(self, requested: str, excluded: tuple[str, ...] = ()) -> str:
+        """The graph-safe backend to use for ``requested`` (``auto`` or a name), or raise EncoderError;
+        ``auto`` passes over the ``excluded`` ones (those that failed) while another is left."""
         ...
 
     def use_attention(self, backend: str) -> None:

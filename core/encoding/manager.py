@@ -18,7 +18,7 @@ import dataclasses
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -176,7 +176,7 @@ class GraphVisionEncoder:
                 for done, budget in enumerate(budgets):
                     self._report_progress(done, len(budgets), self._capture_message(done, budget))
                     self._graphs[budget] = self._capture_budget(buffers, budget, pool)
-        except RuntimeError as error:  # out of memory included
+        except Exception as error:  # out of memory; kernel compilers (inductor, Triton) raise their own types
             self.clear()
             raise EncoderError(
                 f"Capturing the encoder graphs failed ({error}); lower the max budget "
@@ -376,9 +376,9 @@ def make_vision_encoder(
 ) -> tuple[VisionEncoder, str]:
     """The encoder the settings and the machine call for, and a plain sentence saying why.
 
-    Graphs on CUDA when the settings ask for them, with fused kernels when they ask for those;
-    when fused capture fails, graphs of the tower's own kernels; the stock eager forward
-    otherwise (and when capture fails, with the error in the reason).
+    Graphs on CUDA when the settings ask for them, tried in the order of
+    :func:`_capture_attempts` until one captures; the stock eager forward otherwise (and when
+    every capture fails, with the errors in the reason).
     """
     if not settings.use_graphs:
         return EagerVisionEncoder(adapter), "CUDA graphs are off in the encoder settings: the encoder runs eager"
@@ -387,20 +387,43 @@ def make_vision_encoder(
     if settings.attention_backend == "eager":
         reason = "attention backend 'eager' cannot run inside CUDA graphs: the encoder runs eager"
         return EagerVisionEncoder(adapter, "eager attention"), reason
-    try:
-        encoder = GraphVisionEncoder(adapter, settings, progress=progress)
-    except FramewiseError as error:
-        if not settings.fuse_kernels:
-            return EagerVisionEncoder(adapter, "capture failed"), f"CUDA graphs unavailable ({error}): the encoder runs eager"
-        encoder, reason = make_vision_encoder(adapter, dataclasses.replace(settings, fuse_kernels=False), progress)
-        return encoder, f"{reason}; fused kernels unavailable ({error})"
-    report = encoder.report
-    assert report is not None
-    kernels = "fused kernels" if report.fused else "the tower's own kernels"
-    return encoder, (
-        f"{len(report.budgets)} CUDA graphs captured ({report.attention_backend} attention, {kernels}) "
-        f"in {report.seconds:.1f} s, holding {report.graph_memory_bytes / 2**20:.0f} MiB"
-    )
+    failures: list[str] = []
+    for attempt in _capture_attempts(adapter, settings):
+        try:
+            encoder = GraphVisionEncoder(adapter, attempt, progress=progress)
+        except FramewiseError as error:
+            kernels = "fused kernels" if attempt.fuse_kernels else "the tower's own kernels"
+            failures.append(f"{attempt.attention_backend} attention with {kernels} unavailable ({error})")
+            continue
+        report = encoder.report
+        assert report is not None
+        kernels = "fused kernels" if report.fused else "the tower's own kernels"
+        captured = (
+            f"{len(report.budgets)} CUDA graphs captured ({report.attention_backend} attention, {kernels}) "
+            f"in {report.seconds:.1f} s, holding {report.graph_memory_bytes / 2**20:.0f} MiB"
+        )
+        return encoder, "; ".join([captured, *failures])
+    reason = "; ".join(["CUDA graphs unavailable: the encoder runs eager", *failures])
+    return EagerVisionEncoder(adapter, "capture failed"), reason
+
+
+def _capture_attempts(adapter: SupportsEncoderGraphs, settings: EncoderSettings) -> Iterator[EncoderSettings]:
+    """The settings to capture with, best first: the fused forward (where asked for), then the
+    tower's own kernels; for ``auto`` attention, both again with each backend ``auto`` picks
+    once the ones before it have failed (a kernel compiler that does not work here, say)."""
+
+    def kernel_choices(attempt: EncoderSettings) -> Iterator[EncoderSettings]:
+        if attempt.fuse_kernels:
+            yield attempt
+        yield dataclasses.replace(attempt, fuse_kernels=False)
+
+    if settings.attention_backend != "auto":
+        yield from kernel_choices(settings)
+        return
+    failed: list[str] = []
+    while (backend := adapter.resolve_attention("auto", excluded=tuple(failed))) not in failed:
+        yield from kernel_choices(dataclasses.replace(settings, attention_backend=backend))
+        failed.append(backend)
 
 
 def _memory_reserved(device: torch.device) -> int:

@@ -99,8 +99,8 @@ class Qwen3VLAdapter:
     def attention_backends(self) -> list[str]:
         return available_attention_backends()
 
-    def resolve_attention(self, requested: str) -> str:
-        return resolve_backend(requested, self.device, self.dtype)
+    def resolve_attention(self, requested: str, excluded: tuple[str, ...] = ()) -> str:
+        return resolve_backend(requested, self.device, self.dtype, excluded)
 
     def use_attention(self, backend: str) -> None:
         register_backends()

@@ -163,18 +163,23 @@ def available_attention_backends() -> list[str]:
     return backends + ["sdpa_masked", "eager"]
 
 
-def resolve_backend(requested: str, device: torch.device, dtype: torch.dtype) -> str:
+def resolve_backend(
+    requested: str, device: torch.device, dtype: torch.dtype, excluded: tuple[str, ...] = ()
+) -> str:
     """The graph-safe backend to use for ``requested`` (``auto`` or a name), or raise EncoderError.
 
     ``auto`` picks triton on a GPU (any dtype), else varlen, then flash_attn in bfloat16/float16,
-    else sdpa_masked.
+    else sdpa_masked; it passes over the ``excluded`` backends (sdpa_masked, which runs anywhere,
+    is its answer when every other is excluded).
     """
     available = available_attention_backends() if device.type == "cuda" else ["sdpa_masked", "eager"]
-    flash_kinds = [name for name in ("varlen", "flash_attn") if name in available]
     if requested == "auto":
-        if "triton" in available:
+        candidates = [name for name in available if name not in excluded]
+        flash_kinds = [name for name in ("varlen", "flash_attn") if name in candidates]
+        if "triton" in candidates:
             return "triton"
         return flash_kinds[0] if flash_kinds and dtype in HALF_DTYPES else "sdpa_masked"
+    flash_kinds = [name for name in ("varlen", "flash_attn") if name in available]
     if requested not in REGISTERED_NAMES:
         raise EncoderError(
             f"Attention backend {requested!r} does not run inside CUDA graphs; choose triton, varlen or sdpa_masked."

@@ -13,7 +13,8 @@ from typing import Mapping, Sequence
 import pytest
 import torch
 
-from framewise.core.encoding.defs import BufferSpec, GraphBuffers, PieceGrid, VisionItem
+from framewise.core.encoding import manager as manager_module
+from framewise.core.encoding.defs import BufferSpec, CaptureReport, GraphBuffers, PieceGrid, VisionItem
 from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_encoder
 from framewise.core.encoding.seam import EagerVisionEncoder
 from framewise.core.errors import EncoderError
@@ -69,7 +70,7 @@ class ToyAdapter:
     def attention_backends(self) -> list[str]:
         return ["toy", "eager"]
 
-    def resolve_attention(self, requested: str) -> str:
+    def resolve_attention(self, requested: str, excluded: tuple[str, ...] = ()) -> str:
         return "toy"
 
     def use_attention(self, backend: str) -> None:
@@ -187,3 +188,54 @@ def test_the_factory_runs_the_toy_eager_without_cuda(adapter):
     with pytest.raises(EncoderError, match="CUDA device"):
         GraphVisionEncoder(adapter, SETTINGS)
 
+
+
+class CudaAdapterStub:
+    """An adapter that says it is on CUDA and whose ``auto`` attention is "triton", then "varlen"."""
+
+    device = torch.device("cuda")
+
+    def resolve_attention(self, requested: str, excluded: tuple[str, ...] = ()) -> str:
+        if requested != "auto":
+            return requested
+        left = [name for name in ("triton", "varlen") if name not in excluded]
+        return left[0] if left else "sdpa_masked"
+
+
+def capturing_only(monkeypatch, works) -> list[tuple[str, bool]]:
+    """Replace the graph encoder by one that captures when ``works(backend, fused)``; returns the attempts."""
+    attempts: list[tuple[str, bool]] = []
+
+    class Graphs:
+        def __init__(self, adapter, settings, progress=None):
+            attempts.append((settings.attention_backend, settings.fuse_kernels))
+            if not works(settings.attention_backend, settings.fuse_kernels):
+                raise EncoderError(f"{settings.attention_backend} broke")
+            self.report = CaptureReport(
+                budgets=(64, 256), attention_backend=settings.attention_backend, fused=settings.fuse_kernels,
+                seconds=1.0, graph_memory_bytes=0,
+            )
+
+    monkeypatch.setattr(manager_module, "GraphVisionEncoder", Graphs)
+    return attempts
+
+
+def test_auto_attention_falls_back_to_the_next_backend_when_capture_fails(monkeypatch):
+    attempts = capturing_only(monkeypatch, lambda backend, fused: backend == "varlen")
+    encoder, reason = make_vision_encoder(CudaAdapterStub(), EncoderSettings())
+    assert attempts == [("triton", True), ("triton", False), ("varlen", True)]
+    assert encoder.report.attention_backend == "varlen" and encoder.report.fused
+    assert reason.startswith("2 CUDA graphs captured (varlen attention, fused kernels)")
+    assert "triton attention with fused kernels unavailable (triton broke)" in reason
+    assert "triton attention with the tower's own kernels unavailable (triton broke)" in reason
+
+
+def test_a_chosen_backend_is_never_swapped_and_eager_is_the_last_resort(monkeypatch):
+    attempts = capturing_only(monkeypatch, lambda backend, fused: False)
+    encoder, reason = make_vision_encoder(CudaAdapterStub(), EncoderSettings(attention_backend="varlen"))
+    assert attempts == [("varlen", True), ("varlen", False)]
+    assert encoder.name == "eager" and reason.startswith("CUDA graphs unavailable: the encoder runs eager; ")
+
+    attempts.clear()
+    make_vision_encoder(CudaAdapterStub(), EncoderSettings(fuse_kernels=False))
+    assert attempts == [("triton", False), ("varlen", False), ("sdpa_masked", False)]
