@@ -32,6 +32,7 @@ from torch.nn.attention.varlen import varlen_attn
 
 from framewise.core.qwen3_vl.tile_attention import tile_attention
 from framewise.core.qwen3_vl.tile_schedule import tile_schedule
+from graph_timing import graph_replay_ms
 
 # (name, sequence length, sequences, budget rows): the encoder benchmark's workloads, one
 # sequence per frame pair; the budget is the graph the default settings pick.
@@ -44,28 +45,6 @@ WORKLOADS = (
 SLOTS = 64
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) tried for the tile kernel.
 CONFIGS = ((64, 64, 4, 3), (64, 64, 4, 2), (128, 64, 8, 3), (64, 32, 4, 3))
-
-
-def graph_time(fn: Callable[[], object], replays: int) -> float:
-    """Microseconds per call of ``fn`` replayed from a CUDA graph."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    for _ in range(5):
-        graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / replays
 
 
 def boundaries(lengths: list[int], slots: int, rows: int, device: torch.device) -> torch.Tensor:
@@ -102,7 +81,7 @@ def run_workload(name: str, length: int, sequences: int, budget: int, heads: int
     def measure(label: str, fn: Callable[[], torch.Tensor]) -> None:
         out = fn()
         error = (out[:rows].float() - truth).abs().max().item()
-        results[label] = {"us": round(graph_time(fn, replays), 1), "max_error": error}
+        results[label] = {"us": round(graph_replay_ms(fn, replays) * 1e3, 1), "max_error": error}
 
     vc = v.contiguous()
     measure("varlen exact", lambda: varlen_attn(q[:rows], k[:rows], vc[:rows], exact_cu, exact_cu, length, length, scale=scale))

@@ -48,6 +48,7 @@ from framewise.core.encoding.seam import EagerVisionEncoder, item_frames  # noqa
 from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
 from framewise.core.qwen3_vl.attention import stock_attention  # noqa: E402
 from framewise.core.settings import EncoderSettings  # noqa: E402
+from graph_timing import graph_replay_ms  # noqa: E402
 
 # depth, hidden, heads, mlp, out_hidden, deepstack layers (DESIGN §4)
 TOWERS = {
@@ -134,18 +135,7 @@ def dense_floor_ms(visual: torch.nn.Module, rows: int, replays: int = 50) -> flo
         for merger in mergers:
             F.linear(F.linear(gathered, merger.linear_fc1.weight), merger.linear_fc2.weight)
 
-    products()  # warm-up: cuBLAS handles and workspaces
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        products()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / replays
+    return graph_replay_ms(products, replays)
 
 
 def summary(times: list[float], frames: int) -> dict:
