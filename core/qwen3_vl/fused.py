@@ -2,19 +2,22 @@
 
 It computes what transformers' ``Qwen3VLVisionModel.forward`` computes from precomputed
 metadata, written as plain tensor code over the tower's own weights so that ``torch.compile``
-(inductor) can fuse the elementwise work around the matrix products: the 2-D rotary embedding
-of q and k, layer norms, bias + GELU and the residual adds. Three functions are compiled, with
-the row count dynamic so that one compile serves every token budget:
+(inductor) can fuse the elementwise work around the matrix products. Three functions are
+compiled, with the row count dynamic so that one compile serves every token budget:
 
 - the stem: patch embedding (the Conv3d whose kernel equals its stride is one matrix product),
   the interpolated learned position embedding, and the rotary cos/sin shared by every block;
 - one vision block, called once per layer with that layer's weights;
 - one patch merger (the final one and each deepstack one).
 
-Attention stays one graph-safe variable-length kernel per layer (``attention_backend``; by
-default Framewise's Triton tile kernel, :mod:`~framewise.core.qwen3_vl.tile_attention`), whose
-per-pass preparation (the tile list) runs once, outside the blocks. Compiled code
-is cached on disk by inductor; :func:`compile_cache_dir` names the folder.
+A block leaves its last residual add to whatever reads its output next (the next block's first
+layer norm, or a merger), so that the add and the norm are one pass over the rows. What runs
+inside a block comes from its :class:`BlockKernels`: on CUDA with Triton, Framewise's kernels
+for the rotary embedding, attention (:mod:`~framewise.core.qwen3_vl.tile_attention`) and the
+residual add with its layer norm (:mod:`~framewise.core.qwen3_vl.norm_kernel`); elsewhere plain
+torch, fused by inductor where compiled. The MLP's bias and tanh-GELU run in the matrix
+product's epilogue on CUDA. Per-pass attention preparation (the tile list) runs once, outside
+the blocks. Compiled code is cached on disk by inductor; :func:`compile_cache_dir` names the folder.
 """
 
 from __future__ import annotations
@@ -98,20 +101,20 @@ def stem(
     interp_weights: torch.Tensor,
     position_ids: torch.Tensor,
     inv_freq: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Patch rows to the first block's input and the rotary tables.
 
     ``pixels`` (rows, 3*2*16*16); ``patch_weight`` (hidden, 3*2*16*16); ``position_table``
     (48*48, hidden); ``interp_indices`` / ``interp_weights`` (rows, 4) bilinear taps;
     ``position_ids`` (rows, 2) row and column; ``inv_freq`` (head_dim/4,) float32.
-    Returns hidden (rows, hidden) and cos, sin (rows, head_dim) float32.
+    Returns the first block's input as a pair whose sum it is, patch embedding and position
+    embedding, each (rows, hidden); and cos, sin (rows, head_dim) float32.
     """
-    hidden = F.linear(pixels.to(patch_weight.dtype), patch_weight, patch_bias)
+    patches = F.linear(pixels.to(patch_weight.dtype), patch_weight, patch_bias)
     positions = (position_table[interp_indices] * interp_weights[:, :, None]).sum(1)
-    hidden = hidden + positions.to(hidden.dtype)
     half = (position_ids[:, :, None].float() * inv_freq.float()).flatten(1)  # (rows, head_dim/2): rows' then columns' angles
     angles = torch.cat([half, half], dim=-1)
-    return hidden, angles.cos(), angles.sin()
+    return patches, positions.to(patches.dtype), angles.cos(), angles.sin()
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -133,30 +136,41 @@ def _rotate_qk(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple
 
 def block(
     hidden: torch.Tensor,
+    delta: torch.Tensor,
     cos: torch.Tensor,
     sin: torch.Tensor,
     attention_arguments: tuple,
     weights: BlockWeights,
     heads: int,
     approximate: str,
-    rotate: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
-    attend: Callable[..., torch.Tensor],
-) -> torch.Tensor:
-    """One vision block: hidden (rows, hidden) -> (rows, hidden); attention within each sequence
-    (``rotate``, ``attend`` and its ``attention_arguments`` from a :class:`PackedAttention`)."""
+    kernels: BlockKernels,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One vision block on the input ``hidden + delta``, each (rows, hidden); returns the next
+    block's input as such a pair (the residual stream and the MLP's output, not yet added).
+    Attention is within each sequence (``kernels`` and ``attention_arguments`` from
+    :func:`block_kernels`)."""
     rows, width = hidden.shape
-    normed = F.layer_norm(hidden, (width,), weights.norm1_weight, weights.norm1_bias, LAYER_NORM_EPS)
+    hidden, normed = kernels.add_norm(hidden, delta, weights.norm1_weight, weights.norm1_bias)
     qkv = F.linear(normed, weights.qkv_weight, weights.qkv_bias).view(rows, 3, heads, -1)
-    query, key, value = rotate(qkv, cos, sin)
-    attended = attend(query, key, value, attention_arguments, qkv.shape[-1] ** -0.5)
-    hidden = hidden + F.linear(attended.reshape(rows, width), weights.proj_weight, weights.proj_bias)
-    normed = F.layer_norm(hidden, (width,), weights.norm2_weight, weights.norm2_bias, LAYER_NORM_EPS)
-    inner = F.gelu(F.linear(normed, weights.fc1_weight, weights.fc1_bias), approximate=approximate)
-    return hidden + F.linear(inner, weights.fc2_weight, weights.fc2_bias)
+    query, key, value = kernels.rotate(qkv, cos, sin)
+    attended = kernels.attend(query, key, value, attention_arguments, qkv.shape[-1] ** -0.5)
+    projected = F.linear(attended.reshape(rows, width), weights.proj_weight, weights.proj_bias)
+    hidden, normed = kernels.add_norm(hidden, projected, weights.norm2_weight, weights.norm2_bias)
+    inner = _linear_gelu(normed, weights.fc1_weight, weights.fc1_bias, approximate)
+    return hidden, F.linear(inner, weights.fc2_weight, weights.fc2_bias)
 
 
-def merger(hidden: torch.Tensor, weights: MergerWeights) -> torch.Tensor:
-    """Merge each 2x2 block of rows: hidden (rows, hidden) -> (rows/4, out_hidden)."""
+def _linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, approximate: str) -> torch.Tensor:
+    """``gelu(x @ weight.T + bias)``; on CUDA the tanh form runs in the product's epilogue (cuBLASLt)."""
+    if x.is_cuda and approximate == "tanh":
+        # Not on a CPU: there this operator applies the exact GELU, not the tanh form.
+        return torch._addmm_activation(bias, x, weight.t(), use_gelu=True)
+    return F.gelu(F.linear(x, weight, bias), approximate=approximate)
+
+
+def merger(hidden: torch.Tensor, delta: torch.Tensor, weights: MergerWeights) -> torch.Tensor:
+    """Merge each 2x2 block of rows of ``hidden + delta`` (rows, hidden) -> (rows/4, out_hidden)."""
+    hidden = hidden + delta
     gathered = weights.fc1_weight.shape[1]
     if weights.postshuffle:
         normed = F.layer_norm(hidden.reshape(-1, gathered), (gathered,), weights.norm_weight, weights.norm_bias, LAYER_NORM_EPS)
@@ -168,43 +182,58 @@ def merger(hidden: torch.Tensor, weights: MergerWeights) -> torch.Tensor:
     return F.linear(inner, weights.fc2_weight, weights.fc2_bias)
 
 
-class PackedAttention(NamedTuple):
-    """How the fused blocks attend over packed rows.
+class BlockKernels(NamedTuple):
+    """What a fused block calls for its attention and its residual adds with layer norms.
 
     ``prepare(cu_seqlens, max_seqlen, rows)`` runs once per pass and returns the arguments every
     block hands to ``attend(query, key, value, arguments, scale)``; ``rotate(qkv, cos, sin)``
     applies the rotary embedding and splits the qkv product (rows, 3, heads, head_dim) into the
-    q, k, v that ``attend`` takes; q, k, v and the result are (rows, heads, head_dim). Module-level functions, not closures: the compiled block is
-    specialised on which function it calls, so every fused forward of a backend shares one compile.
+    q, k, v that ``attend`` takes; q, k, v and the result are (rows, heads, head_dim).
+    ``add_norm(hidden, delta, weight, bias)`` returns ``hidden + delta`` and its layer norm, each
+    (rows, width). Module-level functions, not closures: the compiled block is specialised on
+    which function it calls, so every fused forward of a backend shares one compile.
     """
 
     prepare: Callable[[torch.Tensor, int, int], tuple]
     rotate: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
     attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, tuple, float], torch.Tensor]
+    add_norm: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
-def packed_attention(backend: str) -> PackedAttention:
-    """The packed attention of a graph-safe backend (EncoderError for any other)."""
+def block_kernels(backend: str) -> BlockKernels:
+    """The block kernels that go with a graph-safe attention backend (EncoderError for any other):
+    Framewise's Triton kernels with ``triton``, plain torch with the others."""
     global _flash_varlen
     if backend == "flash_attn" and _flash_varlen is None:
         from flash_attn import flash_attn_varlen_func
 
         _flash_varlen = flash_attn_varlen_func
     if backend == "triton":
-        from framewise.core.qwen3_vl import tile_attention  # needs Triton: imported when chosen
+        from framewise.core.qwen3_vl import norm_kernel, tile_attention  # need Triton: imported when chosen
 
         tile_attention.register_op()
-        return PackedAttention(_tile_schedule, _rotate_qk_triton, _tile_attention)
+        norm_kernel.register_op()
+        return BlockKernels(_tile_schedule, _rotate_qk_triton, _tile_attention, _add_layer_norm_triton)
     backends = {
-        "varlen": PackedAttention(_boundaries, _rotate_qk, _varlen_attention),
-        "flash_attn": PackedAttention(_boundaries, _rotate_qk, _flash_attention),
-        "sdpa_masked": PackedAttention(_boundaries, _rotate_qk, _masked_attention),
+        "varlen": BlockKernels(_boundaries, _rotate_qk, _varlen_attention, _add_layer_norm),
+        "flash_attn": BlockKernels(_boundaries, _rotate_qk, _flash_attention, _add_layer_norm),
+        "sdpa_masked": BlockKernels(_boundaries, _rotate_qk, _masked_attention, _add_layer_norm),
     }
     if backend not in backends:
         raise EncoderError(
             f"The fused encoder has no attention backend {backend!r}; choose triton, varlen or sdpa_masked."
         )
     return backends[backend]
+
+
+def _add_layer_norm(hidden, delta, weight, bias):
+    total = hidden + delta
+    return total, F.layer_norm(total, (total.shape[-1],), weight, bias, LAYER_NORM_EPS)
+
+
+def _add_layer_norm_triton(hidden, delta, weight, bias):
+    """Framewise's Triton kernel: one pass over the rows for the add and the norm."""
+    return torch.ops.framewise.add_layer_norm(hidden, delta, weight, bias, LAYER_NORM_EPS)
 
 
 def _boundaries(cu_seqlens: torch.Tensor, max_seqlen: int, rows: int) -> tuple[torch.Tensor, int]:
@@ -272,7 +301,7 @@ class FusedVisionForward:
             raise EncoderError(f"The fused encoder does not know the activation {config.hidden_act!r}.")
         self.approximate = GELU_APPROXIMATIONS[config.hidden_act]
         self.heads = config.num_heads
-        self.attention = packed_attention(attention_backend)
+        self.kernels = block_kernels(attention_backend)
         proj = visual.patch_embed.proj
         self.patch_weight = proj.weight.reshape(proj.weight.shape[0], -1)  # a view: the kernel covers the whole patch
         self.patch_bias = proj.bias
@@ -294,20 +323,19 @@ class FusedVisionForward:
         cu_seqlens: torch.Tensor,
         max_seqlen: int,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-        hidden, cos, sin = self._stem(
+        hidden, delta, cos, sin = self._stem(
             pixels, self.patch_weight, self.patch_bias, self.position_table,
             interp_indices, interp_weights, position_ids, self.inv_freq,
         )
-        attention_arguments = self.attention.prepare(cu_seqlens, max_seqlen, pixels.shape[0])
+        attention_arguments = self.kernels.prepare(cu_seqlens, max_seqlen, pixels.shape[0])
         deepstack: list[torch.Tensor] = []
         for layer, weights in enumerate(self.blocks):
-            hidden = self._block(
-                hidden, cos, sin, attention_arguments, weights, self.heads, self.approximate,
-                self.attention.rotate, self.attention.attend,
+            hidden, delta = self._block(
+                hidden, delta, cos, sin, attention_arguments, weights, self.heads, self.approximate, self.kernels
             )
             if layer in self.deepstack_layers:
-                deepstack.append(self._merger(hidden, self.deepstack_mergers[self.deepstack_layers[layer]]))
-        return self._merger(hidden, self.final_merger), tuple(deepstack)
+                deepstack.append(self._merger(hidden, delta, self.deepstack_mergers[self.deepstack_layers[layer]]))
+        return self._merger(hidden, delta, self.final_merger), tuple(deepstack)
 
 
 def compile_cache_dir(visual: torch.nn.Module, device: torch.device) -> Path:
