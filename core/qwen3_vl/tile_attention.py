@@ -46,40 +46,52 @@ ROTARY_ROWS = 8
 
 
 @triton.jit
-def _load_head_block(ptr, row_offsets, row_mask, columns, column_mask, MASK_COLUMNS: tl.constexpr):
+def _load_head_block(ptr, row_offsets, row_mask, columns, HEAD_DIM: tl.constexpr, MASK_COLUMNS: tl.constexpr):
     """Block (rows, columns) of one head; zeros outside the rows (and past the head dim)."""
     mask = row_mask[:, None]
     if MASK_COLUMNS:
-        mask = mask & column_mask[None, :]
+        mask = mask & (columns < HEAD_DIM)[None, :]
     return tl.load(ptr + row_offsets[:, None] + columns[None, :], mask=mask, other=0.0)
 
 
 @triton.jit
 def _attend_block(
-    q, k_ptr, v_ptr, key_rows, key_mask, key_stride, value_stride, columns, column_mask, m_i, l_i, acc,
-    scale_log2e, MASK_COLUMNS: tl.constexpr, MASK_KEYS: tl.constexpr, PRECISION: tl.constexpr,
+    q, q_tail, k_ptr, v_ptr, key_rows, key_mask, key_stride, value_stride, columns, tail_columns,
+    m_i, l_i, acc, acc_tail, scale_log2e, HEAD_DIM: tl.constexpr, MASK_COLUMNS: tl.constexpr,
+    TAIL_DIM: tl.constexpr, MASK_TAIL: tl.constexpr, MASK_KEYS: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """One online-softmax step over the keys ``key_rows``: updates the running max ``m_i``, sum
-    ``l_i`` and the (BLOCK_M, padded head dim) accumulator."""
-    k = _load_head_block(k_ptr, key_rows * key_stride, key_mask, columns, column_mask, MASK_COLUMNS)
-    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2e
+    ``l_i`` and the accumulators of the head dim's two column blocks (``acc_tail`` passes through
+    unchanged when ``TAIL_DIM`` is 0)."""
+    key_offsets = key_rows * key_stride
+    k = _load_head_block(k_ptr, key_offsets, key_mask, columns, HEAD_DIM, MASK_COLUMNS)
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+    if TAIL_DIM > 0:
+        k_tail = _load_head_block(k_ptr, key_offsets, key_mask, tail_columns, HEAD_DIM, MASK_TAIL)
+        scores += tl.dot(q_tail, tl.trans(k_tail), input_precision=PRECISION)
+    scores = scores * scale_log2e
     if MASK_KEYS:
         scores = tl.where(key_mask[None, :], scores, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(scores, 1))
     p = tl.exp2(scores - m_new[:, None])
     alpha = tl.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = _load_head_block(v_ptr, key_rows * value_stride, key_mask, columns, column_mask, MASK_COLUMNS)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-    return m_new, l_i, acc
+    value_offsets = key_rows * value_stride
+    v = _load_head_block(v_ptr, value_offsets, key_mask, columns, HEAD_DIM, MASK_COLUMNS)
+    p = p.to(v.dtype)
+    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
+    if TAIL_DIM > 0:
+        v_tail = _load_head_block(v_ptr, value_offsets, key_mask, tail_columns, HEAD_DIM, MASK_TAIL)
+        acc_tail = acc_tail * alpha[:, None] + tl.dot(p, v_tail, input_precision=PRECISION)
+    return m_new, l_i, acc, acc_tail
 
 
 @triton.jit
 def _tile_attention_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, cu_seqlens_ptr, schedule_ptr, tiles, scale_log2e,
     q_stride, q_head_stride, k_stride, k_head_stride, v_stride, v_head_stride, out_stride, out_head_stride,
-    HEAD_DIM: tl.constexpr, PADDED_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    PRECISION: tl.constexpr,
+    HEAD_DIM: tl.constexpr, MAIN_DIM: tl.constexpr, TAIL_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
 ):
     tile = tl.program_id(0)
     head = tl.program_id(1)
@@ -96,34 +108,62 @@ def _tile_attention_kernel(
     k_ptr += tl.multiple_of(head * k_head_stride, 8)
     v_ptr += tl.multiple_of(head * v_head_stride, 8)
     out_ptr += tl.multiple_of(head * out_head_stride, 8)
-    columns = tl.arange(0, PADDED_DIM)
-    column_mask = columns < HEAD_DIM
-    MASK_COLUMNS: tl.constexpr = PADDED_DIM > HEAD_DIM
-
+    # The head dim in two column blocks, [0, MAIN_DIM) and [MAIN_DIM, MAIN_DIM + TAIL_DIM); only
+    # the part past HEAD_DIM is masked. Without a tail, the tail's names alias the main block's.
+    MASK_COLUMNS: tl.constexpr = MAIN_DIM > HEAD_DIM
+    MASK_TAIL: tl.constexpr = MAIN_DIM + TAIL_DIM > HEAD_DIM
+    columns = tl.arange(0, MAIN_DIM)
     query_rows = first_row + tl.arange(0, BLOCK_M)
     query_mask = query_rows < end
-    q = _load_head_block(q_ptr, query_rows * q_stride, query_mask, columns, column_mask, MASK_COLUMNS)
+    query_offsets = query_rows * q_stride
+    q = _load_head_block(q_ptr, query_offsets, query_mask, columns, HEAD_DIM, MASK_COLUMNS)
+    acc = tl.zeros([BLOCK_M, MAIN_DIM], dtype=tl.float32)
+    if TAIL_DIM > 0:
+        tail_columns = MAIN_DIM + tl.arange(0, TAIL_DIM)
+        q_tail = _load_head_block(q_ptr, query_offsets, query_mask, tail_columns, HEAD_DIM, MASK_TAIL)
+        acc_tail = tl.zeros([BLOCK_M, TAIL_DIM], dtype=tl.float32)
+    else:
+        tail_columns = columns
+        q_tail = q
+        acc_tail = acc
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, PADDED_DIM], dtype=tl.float32)
     full_end = start + (end - start) // BLOCK_N * BLOCK_N
     key_offsets = tl.arange(0, BLOCK_N)
     for block_start in range(start, full_end, BLOCK_N):
         key_rows = block_start + key_offsets
-        m_i, l_i, acc = _attend_block(
-            q, k_ptr, v_ptr, key_rows, key_rows < end, k_stride, v_stride, columns, column_mask, m_i, l_i, acc,
-            scale_log2e, MASK_COLUMNS, False, PRECISION,
+        m_i, l_i, acc, acc_tail = _attend_block(
+            q, q_tail, k_ptr, v_ptr, key_rows, key_rows < end, k_stride, v_stride, columns, tail_columns,
+            m_i, l_i, acc, acc_tail, scale_log2e, HEAD_DIM, MASK_COLUMNS, TAIL_DIM, MASK_TAIL, False, PRECISION,
         )
     if full_end < end:
         key_rows = full_end + key_offsets
-        m_i, l_i, acc = _attend_block(
-            q, k_ptr, v_ptr, key_rows, key_rows < end, k_stride, v_stride, columns, column_mask, m_i, l_i, acc,
-            scale_log2e, MASK_COLUMNS, True, PRECISION,
+        m_i, l_i, acc, acc_tail = _attend_block(
+            q, q_tail, k_ptr, v_ptr, key_rows, key_rows < end, k_stride, v_stride, columns, tail_columns,
+            m_i, l_i, acc, acc_tail, scale_log2e, HEAD_DIM, MASK_COLUMNS, TAIL_DIM, MASK_TAIL, True, PRECISION,
         )
 
-    out = (acc / tl.where(query_mask, l_i, 1.0)[:, None]).to(out_ptr.dtype.element_ty)
-    out_mask = query_mask[:, None] & column_mask[None, :]
-    tl.store(out_ptr + (query_rows * out_stride)[:, None] + columns[None, :], out, mask=out_mask)
+    normaliser = tl.where(query_mask, l_i, 1.0)[:, None]
+    out_rows = out_ptr + (query_rows * out_stride)[:, None]
+    dtype = out_ptr.dtype.element_ty
+    out_mask = query_mask[:, None]
+    if MASK_COLUMNS:
+        out_mask = out_mask & (columns < HEAD_DIM)[None, :]
+    tl.store(out_rows + columns[None, :], (acc / normaliser).to(dtype), mask=out_mask)
+    if TAIL_DIM > 0:
+        tail_mask = query_mask[:, None] & (tail_columns < HEAD_DIM)[None, :]
+        tl.store(out_rows + tail_columns[None, :], (acc_tail / normaliser).to(dtype), mask=tail_mask)
+
+
+def column_blocks(head_dim: int, split: bool = True) -> tuple[int, int]:
+    """How the kernel covers ``head_dim``: (main, tail) column-block widths, powers of two >= 16
+    (tail 0 for one block). Split where two blocks pad less than one: 72 -> (64, 16), not 128."""
+    padded = max(16, triton.next_power_of_2(head_dim))
+    main = padded // 2
+    if not split or padded == head_dim or main < 16:
+        return padded, 0
+    tail = max(16, triton.next_power_of_2(head_dim - main))
+    return (main, tail) if main + tail < padded else (padded, 0)
 
 
 def tile_attention(
@@ -138,6 +178,7 @@ def tile_attention(
     block_n: int = BLOCK_N,
     num_warps: int = NUM_WARPS,
     num_stages: int = NUM_STAGES,
+    split_head_dim: bool = True,
 ) -> torch.Tensor:
     """Softmax attention within each sequence of packed rows.
 
@@ -145,18 +186,20 @@ def tile_attention(
     dim contiguous; ``cu_seqlens`` (sequences + 1,) int32 boundaries covering every row;
     ``schedule`` from :func:`~framewise.core.qwen3_vl.tile_schedule.tile_schedule` on the same
     boundaries, made with the same ``block_m``. Returns (rows, heads, head_dim) in the query's
-    dtype. The launch shape is the measured default unless given.
+    dtype. The launch shape is the measured default unless given; ``split_head_dim=False`` pads
+    the head dim to one power of two instead of two column blocks (:func:`column_blocks`).
     """
     query, key, value = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
     rows, heads, head_dim = query.shape
     out = torch.empty(rows, heads, head_dim, dtype=query.dtype, device=query.device)
     tiles = schedule.shape[1]
     precision = "ieee" if query.dtype == torch.float32 else "tf32"
+    main_dim, tail_dim = column_blocks(head_dim, split_head_dim)
     _tile_attention_kernel[(tiles, heads)](
         query, key, value, out, cu_seqlens, schedule, tiles, scale * math.log2(math.e),
         query.stride(0), query.stride(1), key.stride(0), key.stride(1),
         value.stride(0), value.stride(1), out.stride(0), out.stride(1),
-        HEAD_DIM=head_dim, PADDED_DIM=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=block_m, BLOCK_N=block_n,
+        HEAD_DIM=head_dim, MAIN_DIM=main_dim, TAIL_DIM=tail_dim, BLOCK_M=block_m, BLOCK_N=block_n,
         PRECISION=precision, num_warps=num_warps, num_stages=num_stages,
     )
     return out

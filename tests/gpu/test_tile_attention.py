@@ -1,8 +1,8 @@
 """The Triton tile attention kernel against per-sequence SDPA in float64, on random packed layouts:
 sequences shorter and longer than a tile, empty slots, head dims that are and are not powers of
-two, a strided value (the view the tower's qkv product leaves), and one CUDA graph replayed over
-boundaries that change between replays (what the encoder graphs do). The rotary kernel against
-the fused forward's torch code."""
+two (split into two column blocks or padded to one), a strided value (the view the tower's qkv
+product leaves), and one CUDA graph replayed over boundaries that change between replays (what
+the encoder graphs do). The rotary kernel against the fused forward's torch code."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("head_dim", [64, 72, 80, 128])
+@pytest.mark.parametrize("head_dim", [40, 64, 72, 80, 96, 128])
 @pytest.mark.parametrize("seed", range(3))
 def test_matches_sdpa_within_each_sequence(dtype, head_dim, seed):
     rng = random.Random(seed)
@@ -58,6 +58,16 @@ def test_matches_sdpa_within_each_sequence(dtype, head_dim, seed):
     assert out.shape == q.shape and out.dtype == dtype
     assert torch.isfinite(out).all()
     assert relative_error(out, reference(q, k, v, cu_seqlens)) < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_head_dim_split_in_two_blocks_agrees_with_one_padded_block(dtype):
+    assert kernel.column_blocks(72) == (64, 16) and kernel.column_blocks(72, split=False) == (128, 0)
+    q, k, v, cu_seqlens = packed_inputs([784, 65, 1], 4, 16, 72, dtype, seed=11)
+    schedule = tile_schedule(cu_seqlens, q.shape[0])
+    split = kernel.tile_attention(q, k, v, cu_seqlens, schedule, 72**-0.5)
+    padded = kernel.tile_attention(q, k, v, cu_seqlens, schedule, 72**-0.5, split_head_dim=False)
+    assert relative_error(split, padded.double()) < TOLERANCE[dtype] / 2
 
 
 def test_one_graph_serves_changing_boundaries():
