@@ -14,12 +14,15 @@ bounded list of tiles, each one query block of one real sequence:
   once. There are at most ``ceil(rows / BLOCK_M) + sequences`` tiles, so the wasted programs are
   one per slot, not one per slot and query block.
 
-A head dim that is not a power of two (Qwen3-VL-8B's 72) is padded to the next one inside the
-kernel (masked loads, nothing copied), so the products do 128/72 of the needed work. Splitting
-72 into 64 + a masked 16 would do 80/72; a version that did so, its tail loads masked inside the
-key loop, gave wrong results and illegal addresses when compiled by Triton 3.6 on an H200 (the
-interpreter agreed with SDPA; not isolated further), and was no faster at 8 x 784 rows. Sums and the
-softmax run in float32; float32 inputs multiply in full precision (no TF32).
+A head dim that is not a power of two (Qwen3-VL-8B's 72) is covered inside the kernel (masked
+loads, nothing copied) either by one column block padded to the next power of two, the products
+doing 128/72 of the needed work, or by two blocks, 64 and a masked 16, doing 80/72
+(:func:`column_blocks`). Two blocks need 32 keys per loop turn: with 64 or 128, Triton 3.6
+compiled them for an H200 into a kernel that gave wrong results and illegal addresses in bfloat16
+(float32 and the interpreter were right; 64 + 32 failed the same way). At 32 keys per turn two
+blocks are the faster choice for budgets of many sequences, one padded block at 64 keys for small
+budgets (:data:`SPLIT_FROM_ROWS`; measured, docs/benchmarks.md). Sums and the softmax run in
+float32; float32 inputs multiply in full precision (no TF32).
 
 :func:`rotary_qk` rotates q and k straight out of the qkv product into the layout the attention
 reads, all heads of a row from one load of the row's angles (inductor's own kernel for the same
@@ -37,10 +40,15 @@ import triton.language as tl
 
 from framewise.core.qwen3_vl.tile_schedule import BLOCK_M
 
-# Key rows per loop turn and the launch shape (measured on an H200, docs/benchmarks.md).
+# Key rows per loop turn with one column block, with two, and the launch shape (measured on an
+# H200, docs/benchmarks.md). Two blocks with more keys per turn were miscompiled (module docstring).
 BLOCK_N = 64
+SPLIT_BLOCK_N = 32
 NUM_WARPS = 4
 NUM_STAGES = 3
+# Budgets from this many rows split a head dim in two column blocks; smaller ones, a few hundred
+# programs on 132 SMs, wait on the loop's latency, which the shorter key blocks lengthen.
+SPLIT_FROM_ROWS = 2048
 # Rows per program of the rotary kernel (each program does every head of its rows).
 ROTARY_ROWS = 8
 
@@ -155,7 +163,7 @@ def _tile_attention_kernel(
         tl.store(out_rows + tail_columns[None, :], (acc_tail / normaliser).to(dtype), mask=tail_mask)
 
 
-def column_blocks(head_dim: int, split: bool = True) -> tuple[int, int]:
+def column_blocks(head_dim: int, split: bool) -> tuple[int, int]:
     """How the kernel covers ``head_dim``: (main, tail) column-block widths, powers of two >= 16
     (tail 0 for one block). Split where two blocks pad less than one: 72 -> (64, 16), not 128."""
     padded = max(16, triton.next_power_of_2(head_dim))
@@ -175,10 +183,10 @@ def tile_attention(
     scale: float,
     *,
     block_m: int = BLOCK_M,
-    block_n: int = BLOCK_N,
+    block_n: int | None = None,
     num_warps: int = NUM_WARPS,
     num_stages: int = NUM_STAGES,
-    split_head_dim: bool = True,
+    split_head_dim: bool | None = None,
 ) -> torch.Tensor:
     """Softmax attention within each sequence of packed rows.
 
@@ -186,15 +194,26 @@ def tile_attention(
     dim contiguous; ``cu_seqlens`` (sequences + 1,) int32 boundaries covering every row;
     ``schedule`` from :func:`~framewise.core.qwen3_vl.tile_schedule.tile_schedule` on the same
     boundaries, made with the same ``block_m``. Returns (rows, heads, head_dim) in the query's
-    dtype. The launch shape is the measured default unless given; ``split_head_dim=False`` pads
-    the head dim to one power of two instead of two column blocks (:func:`column_blocks`).
+    dtype. The launch shape is the measured default unless given: ``split_head_dim`` (two column
+    blocks, :func:`column_blocks`) from :data:`SPLIT_FROM_ROWS` rows, and ``block_n`` keys per
+    loop turn to go with it. ValueError for two column blocks with more than
+    :data:`SPLIT_BLOCK_N` keys per turn (miscompiled, see the module docstring).
     """
     query, key, value = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
     rows, heads, head_dim = query.shape
+    if split_head_dim is None:
+        split_head_dim = rows >= SPLIT_FROM_ROWS
+    main_dim, tail_dim = column_blocks(head_dim, split_head_dim)
+    if block_n is None:
+        block_n = SPLIT_BLOCK_N if tail_dim else BLOCK_N
+    if tail_dim and block_n > SPLIT_BLOCK_N:
+        raise ValueError(
+            f"Two column blocks take at most {SPLIT_BLOCK_N} keys per loop turn, not {block_n}: "
+            "Triton 3.6 compiled more into wrong results."
+        )
     out = torch.empty(rows, heads, head_dim, dtype=query.dtype, device=query.device)
     tiles = schedule.shape[1]
     precision = "ieee" if query.dtype == torch.float32 else "tf32"
-    main_dim, tail_dim = column_blocks(head_dim, split_head_dim)
     _tile_attention_kernel[(tiles, heads)](
         query, key, value, out, cu_seqlens, schedule, tiles, scale * math.log2(math.e),
         query.stride(0), query.stride(1), key.stride(0), key.stride(1),
