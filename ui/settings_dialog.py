@@ -245,7 +245,7 @@ class SettingsDialog(QDialog):
             "encoder.fuse_kernels",
             "Fused kernels",
             QCheckBox("Fuse the encoder's elementwise work inside the graphs"),
-            "Compiled on the first start (10 to 15 s on an H200), then loaded from the cache.",
+            "Compiled on the first start (about 20 s on an H200), then loaded from the cache.",
         )
         self._add_field(
             form,
