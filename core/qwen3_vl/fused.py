@@ -227,6 +227,7 @@ def block_kernels(backend: str) -> BlockKernels:
 
 
 def _add_layer_norm(hidden, delta, weight, bias):
+    """The add and the norm in plain torch (one kernel where inductor compiles the block)."""
     total = hidden + delta
     return total, F.layer_norm(total, (total.shape[-1],), weight, bias, LAYER_NORM_EPS)
 
