@@ -195,6 +195,9 @@ from framewise.core.processing import video_frame_sizing
 from framewise.core.settings import SamplingSettings
 from framewise.core.video import sample_clip
 
+# The first decode imports more of PyAV (av.subtitles): decode the readable clip (the last path)
+# once while the interpreter's files are readable, wherever they live (a 0700 checkout too).
+sample_clip(sys.argv[-1], SamplingSettings(), video_frame_sizing(SamplingSettings()))
 if os.geteuid() == 0:
     os.setgid(int(sys.argv[1]))
     os.setuid(int(sys.argv[2]))
