@@ -7,7 +7,8 @@ empty, padding rows one trailing sequence) and the longest sequence is the whole
 
 - ``varlen exact``: torch's varlen flash kernel on exactly the workload's sequences;
 - ``varlen slots``: the same kernel in the graphs' layout;
-- ``tiles slots ...``: Framewise's tile-list kernel in the graphs' layout, per launch configuration;
+- ``tiles slots ...``: Framewise's tile-list kernel in the graphs' layout, per launch configuration,
+  the head dim in one column block (72 padded to 128) or, marked ``split``, in two (64 + 16);
 - ``sdpa flash`` / ``sdpa cudnn``: dense SDPA on the workload as a batch of equal sequences (the
   speed a dense layout reaches; the graphs cannot use it, their batches vary).
 
@@ -43,8 +44,11 @@ WORKLOADS = (
     ("video 64x224x224", 196, 32, 6400),
 )
 SLOTS = 64
-# (BLOCK_M, BLOCK_N, num_warps, num_stages) tried for the tile kernel.
-CONFIGS = ((64, 64, 4, 3), (64, 64, 4, 2), (128, 64, 8, 3), (64, 32, 4, 3))
+# (BLOCK_M, BLOCK_N, num_warps, num_stages, two column blocks) tried for the tile kernel.
+CONFIGS = (
+    (64, 64, 4, 3, False), (64, 64, 4, 2, False), (128, 64, 8, 3, False), (64, 32, 4, 3, False),
+    (64, 32, 4, 3, True), (64, 32, 4, 2, True), (128, 32, 8, 3, True),
+)
 
 
 def boundaries(lengths: list[int], slots: int, rows: int, device: torch.device) -> torch.Tensor:
@@ -86,10 +90,12 @@ def run_workload(name: str, length: int, sequences: int, budget: int, heads: int
     vc = v.contiguous()
     measure("varlen exact", lambda: varlen_attn(q[:rows], k[:rows], vc[:rows], exact_cu, exact_cu, length, length, scale=scale))
     measure("varlen slots", lambda: varlen_attn(q, k, vc, slot_cu, slot_cu, budget, budget, scale=scale))
-    for block_m, block_n, warps, stages in CONFIGS:
+    for block_m, block_n, warps, stages, split in CONFIGS:
         schedule = tile_schedule(slot_cu, budget, block_m)
-        label = f"tiles slots {block_m}x{block_n} w{warps} s{stages}"
-        launch = {"block_m": block_m, "block_n": block_n, "num_warps": warps, "num_stages": stages}
+        label = f"tiles slots {block_m}x{block_n} w{warps} s{stages}" + (" split" if split else "")
+        launch = {
+            "block_m": block_m, "block_n": block_n, "num_warps": warps, "num_stages": stages, "split_head_dim": split,
+        }
         try:
             measure(label, lambda: tile_attention(q, k, v, slot_cu, schedule, scale, **launch))
         except Exception as error:  # a configuration the compiler refuses (shared memory)

@@ -14,14 +14,17 @@ bounded list of tiles, each one query block of one real sequence:
   once. There are at most ``ceil(rows / BLOCK_M) + sequences`` tiles, so the wasted programs are
   one per slot, not one per slot and query block.
 
-A head dim that is not a power of two (Qwen3-VL-8B's 72) is padded to the next one inside the
-kernel (masked loads, nothing copied), so the products do 128/72 of the needed work. Covering 72
-with two column blocks, 64 and a masked 16 (80/72 of the work, two products per step), ran the
-16-frame layout in 108 µs instead of 133 on an H200, but Triton 3.6 compiled it, in bfloat16,
-into a kernel that gave wrong results and illegal addresses on some packed layouts: at 64 and 128
-keys per loop turn (with a 16- or a 32-wide second block), and at 32 on the randomised kernel
-test over head dims 40 to 128 (float32 and Triton's interpreter were right; docs/benchmarks.md).
-Sums and the softmax run in float32; float32 inputs multiply in full precision (no TF32).
+A head dim that is not a power of two (Qwen3-VL-8B's 72) is covered inside the kernel (masked
+loads, nothing copied) either by one column block padded to the next power of two, the products
+doing 128/72 of the needed work, or by two blocks, a power of two and a masked 16, doing 80/72
+(:func:`column_blocks`). Triton 3.6 compiles two blocks correctly for an H200 only in one shape:
+a second block 16 wide and 32 keys per loop turn. With 64 keys per turn, or a second block 32
+wide (head dim 96 as 64 + 32) at any key count, it gave illegal addresses or wrong results in
+bfloat16 on random packed layouts (float32 and Triton's interpreter were right), so those shapes
+are never launched. Two blocks are the faster choice for budgets of many sequences (108 against
+134 µs at 16 frames of 448x448), one padded block at 64 keys for small budgets
+(:data:`SPLIT_FROM_ROWS`; measured, docs/benchmarks.md). Sums and the softmax run in float32;
+float32 inputs multiply in full precision (no TF32).
 
 :func:`rotary_qk` rotates q and k straight out of the qkv product into the layout the attention
 reads, all heads of a row from one load of the row's angles (inductor's own kernel for the same
@@ -39,49 +42,69 @@ import triton.language as tl
 
 from framewise.core.qwen3_vl.tile_schedule import BLOCK_M
 
-# Key rows per loop turn and the launch shape (measured on an H200, docs/benchmarks.md).
+# Key rows per loop turn with one column block, with two, and the launch shape (measured on an
+# H200, docs/benchmarks.md). Two blocks only ever run with a TAIL_DIM-wide second block at
+# SPLIT_BLOCK_N keys per turn: the one shape Triton 3.6 compiled correctly (module docstring).
 BLOCK_N = 64
+SPLIT_BLOCK_N = 32
+TAIL_DIM = 16
 NUM_WARPS = 4
 NUM_STAGES = 3
-# Rows per program of the rotary kernel (each program does every head of its rows).
-ROTARY_ROWS = 8
+# Budgets from this many rows split a head dim in two column blocks; smaller ones, a few hundred
+# programs on 132 SMs, wait on the loop's latency, which the shorter key blocks lengthen.
+SPLIT_FROM_ROWS = 2048
+# Rows per program of the rotary kernel (each program does every head of its rows); 4 took 24 µs
+# at 6400 rows on an H200, 8 took 26.6 and 16 or 32 more.
+ROTARY_ROWS = 4
 
 
 @triton.jit
-def _load_head_block(ptr, row_offsets, row_mask, columns, column_mask, MASK_COLUMNS: tl.constexpr):
+def _load_head_block(ptr, row_offsets, row_mask, columns, HEAD_DIM: tl.constexpr, MASK_COLUMNS: tl.constexpr):
     """Block (rows, columns) of one head; zeros outside the rows (and past the head dim)."""
     mask = row_mask[:, None]
     if MASK_COLUMNS:
-        mask = mask & column_mask[None, :]
+        mask = mask & (columns < HEAD_DIM)[None, :]
     return tl.load(ptr + row_offsets[:, None] + columns[None, :], mask=mask, other=0.0)
 
 
 @triton.jit
 def _attend_block(
-    q, k_ptr, v_ptr, key_rows, key_mask, key_stride, value_stride, columns, column_mask, m_i, l_i, acc,
-    scale_log2e, MASK_COLUMNS: tl.constexpr, MASK_KEYS: tl.constexpr, PRECISION: tl.constexpr,
+    q, q_tail, k_ptr, v_ptr, key_rows, key_mask, key_stride, value_stride, columns, tail_columns,
+    m_i, l_i, acc, acc_tail, scale_log2e, HEAD_DIM: tl.constexpr, MASK_COLUMNS: tl.constexpr,
+    TAIL_DIM: tl.constexpr, MASK_TAIL: tl.constexpr, MASK_KEYS: tl.constexpr, PRECISION: tl.constexpr,
 ):
     """One online-softmax step over the keys ``key_rows``: updates the running max ``m_i``, sum
-    ``l_i`` and the (BLOCK_M, padded head dim) accumulator."""
-    k = _load_head_block(k_ptr, key_rows * key_stride, key_mask, columns, column_mask, MASK_COLUMNS)
-    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale_log2e
+    ``l_i`` and the accumulators of the head dim's two column blocks (``acc_tail`` passes through
+    unchanged when ``TAIL_DIM`` is 0)."""
+    key_offsets = key_rows * key_stride
+    k = _load_head_block(k_ptr, key_offsets, key_mask, columns, HEAD_DIM, MASK_COLUMNS)
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+    if TAIL_DIM > 0:
+        k_tail = _load_head_block(k_ptr, key_offsets, key_mask, tail_columns, HEAD_DIM, MASK_TAIL)
+        scores += tl.dot(q_tail, tl.trans(k_tail), input_precision=PRECISION)
+    scores = scores * scale_log2e
     if MASK_KEYS:
         scores = tl.where(key_mask[None, :], scores, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(scores, 1))
     p = tl.exp2(scores - m_new[:, None])
     alpha = tl.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = _load_head_block(v_ptr, key_rows * value_stride, key_mask, columns, column_mask, MASK_COLUMNS)
-    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-    return m_new, l_i, acc
+    value_offsets = key_rows * value_stride
+    v = _load_head_block(v_ptr, value_offsets, key_mask, columns, HEAD_DIM, MASK_COLUMNS)
+    p = p.to(v.dtype)
+    acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
+    if TAIL_DIM > 0:
+        v_tail = _load_head_block(v_ptr, value_offsets, key_mask, tail_columns, HEAD_DIM, MASK_TAIL)
+        acc_tail = acc_tail * alpha[:, None] + tl.dot(p, v_tail, input_precision=PRECISION)
+    return m_new, l_i, acc, acc_tail
 
 
 @triton.jit
 def _tile_attention_kernel(
     q_ptr, k_ptr, v_ptr, out_ptr, cu_seqlens_ptr, schedule_ptr, tiles, scale_log2e,
     q_stride, q_head_stride, k_stride, k_head_stride, v_stride, v_head_stride, out_stride, out_head_stride,
-    HEAD_DIM: tl.constexpr, PADDED_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    PRECISION: tl.constexpr,
+    HEAD_DIM: tl.constexpr, MAIN_DIM: tl.constexpr, TAIL_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
 ):
     tile = tl.program_id(0)
     head = tl.program_id(1)
@@ -98,34 +121,63 @@ def _tile_attention_kernel(
     k_ptr += tl.multiple_of(head * k_head_stride, 8)
     v_ptr += tl.multiple_of(head * v_head_stride, 8)
     out_ptr += tl.multiple_of(head * out_head_stride, 8)
-    columns = tl.arange(0, PADDED_DIM)
-    column_mask = columns < HEAD_DIM
-    MASK_COLUMNS: tl.constexpr = PADDED_DIM > HEAD_DIM
-
+    # The head dim in two column blocks, [0, MAIN_DIM) and [MAIN_DIM, MAIN_DIM + TAIL_DIM); only
+    # the part past HEAD_DIM is masked. Without a tail, the tail's names alias the main block's.
+    MASK_COLUMNS: tl.constexpr = MAIN_DIM > HEAD_DIM
+    MASK_TAIL: tl.constexpr = MAIN_DIM + TAIL_DIM > HEAD_DIM
+    columns = tl.arange(0, MAIN_DIM)
     query_rows = first_row + tl.arange(0, BLOCK_M)
     query_mask = query_rows < end
-    q = _load_head_block(q_ptr, query_rows * q_stride, query_mask, columns, column_mask, MASK_COLUMNS)
+    query_offsets = query_rows * q_stride
+    q = _load_head_block(q_ptr, query_offsets, query_mask, columns, HEAD_DIM, MASK_COLUMNS)
+    acc = tl.zeros([BLOCK_M, MAIN_DIM], dtype=tl.float32)
+    if TAIL_DIM > 0:
+        tail_columns = MAIN_DIM + tl.arange(0, TAIL_DIM)
+        q_tail = _load_head_block(q_ptr, query_offsets, query_mask, tail_columns, HEAD_DIM, MASK_TAIL)
+        acc_tail = tl.zeros([BLOCK_M, TAIL_DIM], dtype=tl.float32)
+    else:
+        tail_columns = columns
+        q_tail = q
+        acc_tail = acc
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, PADDED_DIM], dtype=tl.float32)
     full_end = start + (end - start) // BLOCK_N * BLOCK_N
     key_offsets = tl.arange(0, BLOCK_N)
     for block_start in range(start, full_end, BLOCK_N):
         key_rows = block_start + key_offsets
-        m_i, l_i, acc = _attend_block(
-            q, k_ptr, v_ptr, key_rows, key_rows < end, k_stride, v_stride, columns, column_mask, m_i, l_i, acc,
-            scale_log2e, MASK_COLUMNS, False, PRECISION,
+        m_i, l_i, acc, acc_tail = _attend_block(
+            q, q_tail, k_ptr, v_ptr, key_rows, key_rows < end, k_stride, v_stride, columns, tail_columns,
+            m_i, l_i, acc, acc_tail, scale_log2e, HEAD_DIM, MASK_COLUMNS, TAIL_DIM, MASK_TAIL, False, PRECISION,
         )
     if full_end < end:
         key_rows = full_end + key_offsets
-        m_i, l_i, acc = _attend_block(
-            q, k_ptr, v_ptr, key_rows, key_rows < end, k_stride, v_stride, columns, column_mask, m_i, l_i, acc,
-            scale_log2e, MASK_COLUMNS, True, PRECISION,
+        m_i, l_i, acc, acc_tail = _attend_block(
+            q, q_tail, k_ptr, v_ptr, key_rows, key_rows < end, k_stride, v_stride, columns, tail_columns,
+            m_i, l_i, acc, acc_tail, scale_log2e, HEAD_DIM, MASK_COLUMNS, TAIL_DIM, MASK_TAIL, True, PRECISION,
         )
 
-    out = (acc / tl.where(query_mask, l_i, 1.0)[:, None]).to(out_ptr.dtype.element_ty)
-    out_mask = query_mask[:, None] & column_mask[None, :]
-    tl.store(out_ptr + (query_rows * out_stride)[:, None] + columns[None, :], out, mask=out_mask)
+    normaliser = tl.where(query_mask, l_i, 1.0)[:, None]
+    out_rows = out_ptr + (query_rows * out_stride)[:, None]
+    dtype = out_ptr.dtype.element_ty
+    out_mask = query_mask[:, None]
+    if MASK_COLUMNS:
+        out_mask = out_mask & (columns < HEAD_DIM)[None, :]
+    tl.store(out_rows + columns[None, :], (acc / normaliser).to(dtype), mask=out_mask)
+    if TAIL_DIM > 0:
+        tail_mask = query_mask[:, None] & (tail_columns < HEAD_DIM)[None, :]
+        tl.store(out_rows + tail_columns[None, :], (acc_tail / normaliser).to(dtype), mask=tail_mask)
+
+
+def column_blocks(head_dim: int, split: bool) -> tuple[int, int]:
+    """How the kernel covers ``head_dim``: (main, tail) column-block widths, powers of two >= 16
+    (tail 0 for one block). With ``split``, two blocks where a :data:`TAIL_DIM`-wide second block
+    covers what the first leaves and pads less than one block: 72 -> (64, 16) rather than 128;
+    96 stays 128 (its 64 + 32 was miscompiled)."""
+    padded = max(16, triton.next_power_of_2(head_dim))
+    main = padded // 2
+    if split and main >= 16 and 0 < head_dim - main <= TAIL_DIM and main + TAIL_DIM < padded:
+        return main, TAIL_DIM
+    return padded, 0
 
 
 def tile_attention(
@@ -137,9 +189,10 @@ def tile_attention(
     scale: float,
     *,
     block_m: int = BLOCK_M,
-    block_n: int = BLOCK_N,
+    block_n: int | None = None,
     num_warps: int = NUM_WARPS,
     num_stages: int = NUM_STAGES,
+    split_head_dim: bool | None = None,
 ) -> torch.Tensor:
     """Softmax attention within each sequence of packed rows.
 
@@ -147,10 +200,23 @@ def tile_attention(
     dim contiguous; ``cu_seqlens`` (sequences + 1,) int32 boundaries covering every row;
     ``schedule`` from :func:`~framewise.core.qwen3_vl.tile_schedule.tile_schedule` on the same
     boundaries, made with the same ``block_m``. Returns (rows, heads, head_dim) in the query's
-    dtype. The launch shape is the measured default unless given.
+    dtype. The launch shape is the measured default unless given: ``split_head_dim`` (two column
+    blocks, :func:`column_blocks`) from :data:`SPLIT_FROM_ROWS` rows, and ``block_n`` keys per
+    loop turn to go with it. ValueError for two column blocks with other than
+    :data:`SPLIT_BLOCK_N` keys per turn (miscompiled, see the module docstring).
     """
     query, key, value = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
     rows, heads, head_dim = query.shape
+    if split_head_dim is None:
+        split_head_dim = rows >= SPLIT_FROM_ROWS
+    main_dim, tail_dim = column_blocks(head_dim, split_head_dim)
+    if block_n is None:
+        block_n = SPLIT_BLOCK_N if tail_dim else BLOCK_N
+    if tail_dim and block_n != SPLIT_BLOCK_N:
+        raise ValueError(
+            f"Two column blocks take {SPLIT_BLOCK_N} keys per loop turn, not {block_n}: "
+            "Triton 3.6 compiled other key counts into wrong results."
+        )
     out = torch.empty(rows, heads, head_dim, dtype=query.dtype, device=query.device)
     tiles = schedule.shape[1]
     precision = "ieee" if query.dtype == torch.float32 else "tf32"
@@ -158,7 +224,7 @@ def tile_attention(
         query, key, value, out, cu_seqlens, schedule, tiles, scale * math.log2(math.e),
         query.stride(0), query.stride(1), key.stride(0), key.stride(1),
         value.stride(0), value.stride(1), out.stride(0), out.stride(1),
-        HEAD_DIM=head_dim, PADDED_DIM=max(16, triton.next_power_of_2(head_dim)), BLOCK_M=block_m, BLOCK_N=block_n,
+        HEAD_DIM=head_dim, MAIN_DIM=main_dim, TAIL_DIM=tail_dim, BLOCK_M=block_m, BLOCK_N=block_n,
         PRECISION=precision, num_warps=num_warps, num_stages=num_stages,
     )
     return out
