@@ -54,9 +54,15 @@ def add_layer_norm(
     if rows:
         _add_layer_norm_kernel[(rows,)](
             hidden, delta, weight, bias, total, normed, width, eps,
-            BLOCK=block, num_warps=min(max(block // 256, 1), 8),
+            BLOCK=block, num_warps=_warps(block),
         )
     return total, normed
+
+
+def _warps(block: int) -> int:
+    """Warps for one row of ``block`` columns: 16 columns a thread. At 6400 rows of 1152 (block
+    2048) on an H200, 4 warps took 16.9 µs a call, 8 warps 18.6, 2 warps 17.2."""
+    return min(max(block // 512, 1), 8)
 
 
 def register_op() -> None:

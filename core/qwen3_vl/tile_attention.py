@@ -53,9 +53,10 @@ NUM_STAGES = 3
 # Budgets from this many rows split a head dim in two column blocks; smaller ones, a few hundred
 # programs on 132 SMs, wait on the loop's latency, which the shorter key blocks lengthen.
 SPLIT_FROM_ROWS = 2048
-# Rows per program of the rotary kernel (each program does every head of its rows); 4 took 24 µs
-# at 6400 rows on an H200, 8 took 26.6 and 16 or 32 more.
-ROTARY_ROWS = 4
+# Rows per program of the rotary kernel (each program does every head of its rows) and its warps:
+# at 6400 rows on an H200, one row on one warp took 21.1 µs, 4 rows on 4 warps 24.0, 8 on 4 27.3.
+ROTARY_ROWS = 1
+ROTARY_WARPS = 1
 
 
 @triton.jit
@@ -276,7 +277,7 @@ def rotary_qk(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[
     _rotary_qk_kernel[(triton.cdiv(rows, ROTARY_ROWS),)](
         qkv, cos, sin, query, key, rows, qkv.stride(0), cos.stride(0),
         HEADS=heads, HEADS_P2=triton.next_power_of_2(heads), HALF=half, HALF_P2=triton.next_power_of_2(half),
-        BLOCK_R=ROTARY_ROWS, num_warps=4,
+        BLOCK_R=ROTARY_ROWS, num_warps=ROTARY_WARPS,
     )
     return query, key
 
