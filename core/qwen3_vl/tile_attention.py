@@ -19,9 +19,9 @@ loads, nothing copied) either by one column block padded to the next power of tw
 doing 128/72 of the needed work, or by two blocks, a power of two and a masked 16, doing 80/72
 (:func:`column_blocks`). Triton 3.6 compiles two blocks correctly for an H200 only in one shape:
 a second block 16 wide and 32 keys per loop turn. With 64 keys per turn, or a second block 32
-wide (head dim 96 as 64 + 32) at any key count, it gave illegal addresses or wrong results in
-bfloat16 on random packed layouts (float32 and Triton's interpreter were right), so those shapes
-are never launched. Two blocks are the faster choice for budgets of many sequences (108 against
+wide (head dim 96 as 64 + 32) at 32, 64 or 128 keys, it gave illegal addresses or wrong results
+in bfloat16 on random packed layouts (float32 and Triton's interpreter were right), so those
+shapes are never launched. Two blocks are the faster choice for budgets of many sequences (108 against
 134 µs at 16 frames of 448x448), one padded block at 64 keys for small budgets
 (:data:`SPLIT_FROM_ROWS`; measured, docs/benchmarks.md). Sums and the softmax run in float32;
 float32 inputs multiply in full precision (no TF32).
