@@ -4,9 +4,10 @@ Every vision block adds a product to its residual stream and normalises the sum:
 attention, once (completing the previous block) before the next attention. Written out, that is
 an add kernel and a layer-norm kernel, or one inductor kernel whose launch shape it chooses
 without knowing the row count (dynamic shapes): at 6272 rows of 1152 on an H200 that one took
-33 µs a call, this one 16.5 µs, against 12 µs for its 58 MB of memory traffic at the card's
-4.8 TB/s (docs/benchmarks.md). It reads each row's two inputs once and writes the sum and its
-norm, one program per row. Needs Triton and a CUDA device (or ``TRITON_INTERPRET=1``).
+33 µs a call, this one 14.8 µs (at 4 warps a row, a later run), against 12 µs for its 58 MB of
+memory traffic at the card's 4.8 TB/s (docs/benchmarks.md). It reads each row's two inputs once
+and writes the sum and its norm, one program per row. Needs Triton and a CUDA device (or
+``TRITON_INTERPRET=1``).
 """
 
 from __future__ import annotations
