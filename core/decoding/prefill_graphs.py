@@ -22,7 +22,8 @@ import torch
 
 from framewise.core.decoding.defs import LanguageModel
 from framewise.core.decoding.kv_cache import StaticKVCache
-from framewise.core.decoding.step_graphs import ProgressCallback, capture_graph, memory_reserved, report
+from framewise.core.decoding.step_graphs import ProgressCallback, report
+from framewise.core.graph_capture import GraphCapture, memory_reserved
 
 TOKEN_BUCKETS = (32, 64, 128, 256)
 # Token id the padding carries: any id computes; a fixed one keeps replays deterministic.
@@ -120,7 +121,7 @@ class PrefillGraphs:
         device = self.cache.device
         memory_before = memory_reserved(device)
         started = time.perf_counter()
-        pool = torch.cuda.graph_pool_handle()
+        capture = GraphCapture(device)
         shapes = self.shapes
         for done, (tokens, context) in enumerate(shapes):
             message = f"Capturing follow-up prefill graph for {tokens} tokens over {context} positions"
@@ -128,7 +129,7 @@ class PrefillGraphs:
             # Warm-up and capture prefill real-looking positions: the last ``tokens`` of the context.
             torch.arange(context - tokens, context, out=self.cache_positions[:tokens])
             self.last.fill_(tokens - 1)
-            self._graphs[(tokens, context)] = capture_graph(lambda: self._forward(tokens, context), device, pool)
+            self._graphs[(tokens, context)] = capture.capture(lambda: self._forward(tokens, context))
         torch.cuda.synchronize(device)
         self.capture_seconds = time.perf_counter() - started
         self.graph_memory_bytes = max(0, memory_reserved(device) - memory_before)

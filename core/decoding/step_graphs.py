@@ -19,6 +19,7 @@ import torch
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.decoding.defs import LanguageModel
 from framewise.core.events import Progress
+from framewise.core.graph_capture import GraphCapture, memory_reserved
 
 ProgressCallback = Callable[[Progress], None]
 
@@ -96,39 +97,18 @@ class StepGraphs:
         device = self.cache.device
         memory_before = memory_reserved(device)
         started = time.perf_counter()
-        pool = torch.cuda.graph_pool_handle()
+        capture = GraphCapture(device)
         ordered = sorted(self.buckets, reverse=True)
         for done, bucket in enumerate(ordered):
             report(self._progress, done, len(ordered), f"Capturing decode step graph for {bucket} positions")
-            self._graphs[bucket] = capture_graph(lambda: self._forward(bucket), device, pool)
+            self._graphs[bucket] = capture.capture(lambda: self._forward(bucket))
         torch.cuda.synchronize(device)
         self.capture_seconds = time.perf_counter() - started
         self.graph_memory_bytes = max(0, memory_reserved(device) - memory_before)
         report(self._progress, len(ordered), len(ordered), f"Captured {len(ordered)} decode step graphs")
 
 
-def capture_graph(forward: Callable[[], None], device: torch.device, pool: object) -> torch.cuda.CUDAGraph:
-    """``forward`` captured as a CUDA graph in ``pool``, after one warm-up run on a side stream
-    (kernels chosen, workspaces allocated outside the capture)."""
-    side_stream = torch.cuda.Stream(device)
-    side_stream.wait_stream(torch.cuda.current_stream(device))
-    with torch.cuda.stream(side_stream):
-        forward()
-    torch.cuda.current_stream(device).wait_stream(side_stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
-        forward()
-    return graph
-
-
 def report(progress: ProgressCallback | None, current: int, total: int, message: str) -> None:
     """Send a capture ``Progress`` event to ``progress``, if there is one."""
     if progress is not None:
         progress(Progress(stage="capture", current=current, total=total, message=message))
-
-
-def memory_reserved(device: torch.device) -> int:
-    """Device memory the caching allocator holds once its unused blocks are released."""
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
-    return torch.cuda.memory_reserved(device)

@@ -34,6 +34,7 @@ from framewise.core.encoding.planning import Batch, BatchLimits, PlanItem, plan_
 from framewise.core.encoding.seam import EagerVisionEncoder, StageTimer, VisionEncoder, piece_frames
 from framewise.core.errors import EncoderError, FramewiseError
 from framewise.core.events import ChunkStats, Progress
+from framewise.core.graph_capture import GraphCapture, memory_reserved
 from framewise.core.settings import EncoderSettings
 
 __all__ = [
@@ -167,15 +168,15 @@ class GraphVisionEncoder:
         self.fused = self.adapter.use_fused_forward(self.settings.fuse_kernels) and self.settings.fuse_kernels
         self.adapter.use_attention(self.attention_backend)
         budgets = sorted(self.limits.budgets, reverse=True)
-        memory_before = _memory_reserved(self.device)
+        memory_before = memory_reserved(self.device)
         started = time.perf_counter()
-        pool = torch.cuda.graph_pool_handle() if not self.direct else None
+        capture = GraphCapture(self.device) if not self.direct else None
         try:
             with torch.inference_mode():
                 buffers = self._allocate()
                 for done, budget in enumerate(budgets):
                     self._report_progress(done, len(budgets), self._capture_message(done, budget))
-                    self._graphs[budget] = self._capture_budget(buffers, budget, pool)
+                    self._graphs[budget] = self._capture_budget(buffers, budget, capture)
         except Exception as error:  # out of memory; kernel compilers (inductor, Triton) raise their own types
             self.clear()
             raise EncoderError(
@@ -189,7 +190,7 @@ class GraphVisionEncoder:
             attention_backend=self.attention_backend,
             fused=self.fused,
             seconds=time.perf_counter() - started,
-            graph_memory_bytes=max(0, _memory_reserved(self.device) - memory_before),
+            graph_memory_bytes=max(0, memory_reserved(self.device) - memory_before),
         )
         self._report_progress(len(budgets), len(budgets), f"Captured {len(budgets)} encoder graphs")
         return self.report
@@ -292,20 +293,13 @@ class GraphVisionEncoder:
         for buffer, output in zip(graph.outputs, outputs, strict=True):
             buffer.copy_(output)
 
-    def _capture_budget(self, buffers: _Buffers, budget: int, pool: object) -> _BudgetGraph:
+    def _capture_budget(self, buffers: _Buffers, budget: int, capture: GraphCapture | None) -> _BudgetGraph:
+        """One budget's views of the shared buffers, with its graph unless the encoder is direct."""
         graph = self._views(buffers, budget)
         self.adapter.fill_capture_inputs(graph.inputs, budget)
         graph.pixels.normal_()
-        if self.direct:
-            return graph
-        side_stream = torch.cuda.Stream(self.device)
-        side_stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side_stream):
-            self._run(graph)  # warm-up: kernels loaded, library handles and workspaces created
-        torch.cuda.current_stream(self.device).wait_stream(side_stream)
-        graph.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph.graph, pool=pool, capture_error_mode="thread_local"):
-            self._run(graph)
+        if capture is not None:
+            graph.graph = capture.capture(lambda: self._run(graph))
         return graph
 
     def _replay(self, batch: Batch, items: Sequence[VisionItem]) -> tuple[StageTimer, Outputs]:
@@ -424,15 +418,6 @@ def _capture_attempts(adapter: SupportsEncoderGraphs, settings: EncoderSettings)
     while (backend := adapter.resolve_attention("auto", excluded=tuple(failed))) not in failed:
         yield from kernel_choices(dataclasses.replace(settings, attention_backend=backend))
         failed.append(backend)
-
-
-def _memory_reserved(device: torch.device) -> int:
-    """Device memory the caching allocator holds once its unused blocks are released."""
-    if device.type != "cuda":
-        return 0
-    torch.cuda.synchronize(device)
-    torch.cuda.empty_cache()
-    return torch.cuda.memory_reserved(device)
 
 
 def _copy_with_zero_tails(buffers: Mapping[str, torch.Tensor], sources: Mapping[str, torch.Tensor]) -> None:

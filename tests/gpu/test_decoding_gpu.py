@@ -12,10 +12,10 @@ import torch
 
 from framewise.core.decoding import Decoder
 from framewise.core.qwen3_vl.language import Qwen3VLLanguageModel
-from framewise.core.decoding import step_graphs
 from framewise.core.encoding.seam import EagerVisionEncoder
 from framewise.core.engine import Engine
 from framewise.core.events import Progress
+from framewise.core.graph_capture import GraphCapture
 from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
 from framewise.core.settings import AppSettings
 from tests.conftest import SAMPLE_CLIPS
@@ -85,10 +85,10 @@ def test_graphs_replay_exactly_what_the_direct_steps_compute_in_bfloat16(cuda_bf
 def test_a_failed_capture_falls_back_to_direct_steps_with_the_reason(
     cuda_fp32: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def fail(forward, device, pool):
+    def fail(capture, forward):
         raise RuntimeError("CUDA out of memory (simulated)")
 
-    monkeypatch.setattr(step_graphs, "capture_graph", fail)
+    monkeypatch.setattr(GraphCapture, "capture", fail)
     decoder = Decoder(Qwen3VLLanguageModel(cuda_fp32.model), 512, 16, use_graphs=True)
     assert not decoder.graphs_enabled and "out of memory (simulated)" in decoder.graphs_reason
     inputs, prompt = prompt_for(cuda_fp32, "What color is the square?")
