@@ -182,5 +182,5 @@ class SupportsEncoderGraphs(Protocol):
         ...
 
     def metadata_counts(self) -> tuple[int, int]:
-        """Hits and misses of the adapter's per-grid metadata cache so far."""
+        """Hits and misses of the adapter's metadata caches so far (per pass and per grid, summed)."""
         ...

@@ -143,7 +143,7 @@ class Qwen3VLAdapter:
         inputs["cu_seqlens"][0] = 0
 
     def replay_inputs(self, pieces: Sequence[PieceGrid], rows: int, max_sequences: int) -> dict[str, torch.Tensor]:
-        metadata = self.metadata.batch(list(pieces), rows=rows, max_sequences=max_sequences)
+        metadata = self.metadata.padded_pass(pieces, rows, max_sequences, self.device)
         return {
             "interp_indices": metadata.interp_indices,
             "interp_weights": metadata.interp_weights,
@@ -173,7 +173,7 @@ class Qwen3VLAdapter:
         return (output.pooler_output, *output.deepstack_features)
 
     def metadata_counts(self) -> tuple[int, int]:
-        return self.metadata.hits, self.metadata.misses
+        return self.metadata.hits + self.metadata.pass_hits, self.metadata.misses + self.metadata.pass_misses
 
     # ------------------------------------------------------------------ the language model
 

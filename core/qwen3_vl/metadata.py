@@ -1,4 +1,5 @@
-"""The vision tower's per-batch metadata, computed on the CPU and cached by ``(modality, grid_thw)``.
+"""The vision tower's per-batch metadata, computed on the CPU and cached by ``(modality, grid_thw)``
+and, padded for a graph's pass, on the device by the pass's pieces.
 
 Qwen3-VL's vision forward derives four things from ``grid_thw`` with host-side loops: the
 bilinear taps into its learned (side x side) position table, the rotary position ids (row, col
@@ -10,14 +11,17 @@ padded form adds one trailing sequence that covers the rows no item fills.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Hashable, Sequence, TypeVar
 
 import torch
 
 from framewise.core.errors import EncoderError
 from framewise.core.qwen3_vl.geometry import VisionGeometry
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -116,33 +120,62 @@ def item_metadata(grid_thw: tuple[int, int, int], geometry: VisionGeometry) -> I
 
 
 class MetadataCache:
-    """Item metadata cached by ``(modality, grid_thw)``, least recently used dropped past ``capacity``.
+    """Metadata cached on two levels, least recently used dropped past each level's capacity.
 
-    ``hits``/``misses`` count lookups, so a test (and the stats panel) can see the cache work.
+    Items by ``(modality, grid_thw)`` on the CPU (``capacity``); whole padded passes by their
+    pieces, rows and sequence slots on the device they are read on (``pass_capacity``), so a
+    pass of shapes seen before costs no host work and no host-to-device copy. ``hits``/``misses``
+    count item lookups and ``pass_hits``/``pass_misses`` pass lookups, so a test (and the stats
+    panel) can see each level work.
     """
 
-    def __init__(self, geometry: VisionGeometry, capacity: int = 256) -> None:
+    def __init__(self, geometry: VisionGeometry, capacity: int = 256, pass_capacity: int = 64) -> None:
         self.geometry = geometry
         self.capacity = capacity
+        self.pass_capacity = pass_capacity
         self.hits = 0
         self.misses = 0
+        self.pass_hits = 0
+        self.pass_misses = 0
         self._items: OrderedDict[tuple[str, tuple[int, int, int]], ItemMetadata] = OrderedDict()
+        self._passes: OrderedDict[tuple, BatchMetadata] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._items)
 
     def item(self, modality: str, grid_thw: tuple[int, int, int]) -> ItemMetadata:
         key = (modality, tuple(int(v) for v in grid_thw))
-        cached = self._items.get(key)
-        if cached is not None:
-            self.hits += 1
-            self._items.move_to_end(key)
-            return cached
-        self.misses += 1
-        computed = item_metadata(key[1], self.geometry)
-        self._items[key] = computed
-        if len(self._items) > self.capacity:
-            self._items.popitem(last=False)
+        computed, hit = _lookup(self._items, key, self.capacity, lambda: item_metadata(key[1], self.geometry))
+        self.hits += hit
+        self.misses += not hit
+        return computed
+
+    def padded_pass(
+        self,
+        pieces: Sequence[tuple[str, tuple[int, int, int]]],
+        rows: int,
+        max_sequences: int,
+        device: torch.device,
+    ) -> BatchMetadata:
+        """:meth:`batch` padded to ``rows`` and ``max_sequences``, its tensors on ``device``.
+
+        The tensors are shared by every lookup of the same pass: read them, never write them.
+        """
+        key = (tuple((modality, tuple(int(v) for v in grid)) for modality, grid in pieces), rows, max_sequences, device)
+
+        def on_device() -> BatchMetadata:
+            host = self.batch(pieces, rows=rows, max_sequences=max_sequences)
+            return dataclasses.replace(
+                host,
+                interp_indices=host.interp_indices.to(device),
+                interp_weights=host.interp_weights.to(device),
+                position_ids=host.position_ids.to(device),
+                cu_seqlens=host.cu_seqlens.to(device),
+            )
+
+        computed, hit = _lookup(self._passes, key, self.pass_capacity, on_device)
+        self.pass_hits += hit
+        self.pass_misses += not hit
         return computed
 
     def batch(
@@ -187,3 +220,17 @@ class MetadataCache:
             sequences=len(lengths),
             max_sequence_length=max(lengths + [padding]),
         )
+
+
+def _lookup(store: OrderedDict, key: Hashable, capacity: int, compute: Callable[[], T]) -> tuple[T, bool]:
+    """``store[key]`` and whether it was there; computed and stored if not, the least recently
+    used entry dropped past ``capacity``."""
+    cached = store.get(key)
+    if cached is not None:
+        store.move_to_end(key)
+        return cached, True
+    computed = compute()
+    store[key] = computed
+    if len(store) > capacity:
+        store.popitem(last=False)
+    return computed, False

@@ -170,3 +170,35 @@ def test_auto_takes_the_tile_kernel_on_a_gpu_in_any_dtype_and_the_flash_kernels_
     assert resolve_backend("auto", gpu, torch.float32) == "sdpa_masked"
     with pytest.raises(EncoderError, match="not available"):
         resolve_backend("triton", gpu, torch.bfloat16)
+
+
+def test_a_repeated_pass_is_served_from_the_pass_cache(visual):
+    cache = MetadataCache(VisionGeometry.from_visual(visual))
+    pieces = [("video", (2, 4, 4)), ("image", (1, 2, 4))]
+    first = cache.padded_pass(pieces, 64, 6, torch.device("cpu"))
+    expected = cache.batch(pieces, rows=64, max_sequences=6)
+    for name in ("interp_indices", "interp_weights", "position_ids", "cu_seqlens"):
+        assert torch.equal(getattr(first, name), getattr(expected, name))
+    item_lookups = cache.hits + cache.misses
+    again = cache.padded_pass(list(pieces), 64, 6, torch.device("cpu"))
+    assert again is first and (cache.pass_hits, cache.pass_misses) == (1, 1)
+    assert cache.hits + cache.misses == item_lookups  # a pass hit looks up no item
+
+
+def test_a_pass_of_other_rows_or_slots_is_its_own_entry(visual):
+    cache = MetadataCache(VisionGeometry.from_visual(visual))
+    pieces = [("image", (1, 4, 4))]
+    shapes = {(64, 6): None, (128, 6): None, (64, 8): None}
+    for rows, slots in shapes:
+        shapes[rows, slots] = cache.padded_pass(pieces, rows, slots, torch.device("cpu"))
+    assert cache.pass_misses == 3 and cache.pass_hits == 0
+    assert [m.rows for m in shapes.values()] == [64, 128, 64]
+    assert [len(m.cu_seqlens) for m in shapes.values()] == [8, 8, 10]
+
+
+def test_the_pass_cache_drops_the_least_recently_used_pass(visual):
+    cache = MetadataCache(VisionGeometry.from_visual(visual), pass_capacity=2)
+    cpu = torch.device("cpu")
+    for grid in [(1, 2, 2), (1, 2, 4), (1, 2, 2), (1, 4, 4), (1, 2, 2), (1, 2, 4)]:
+        cache.padded_pass([("image", grid)], 32, 4, cpu)
+    assert (cache.pass_hits, cache.pass_misses) == (2, 4)  # (1, 2, 4) was dropped for (1, 4, 4)
