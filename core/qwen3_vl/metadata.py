@@ -125,8 +125,8 @@ class MetadataCache:
     Items by ``(modality, grid_thw)`` on the CPU (``capacity``); whole padded passes by their
     pieces, rows and sequence slots on the device they are read on (``pass_capacity``), so a
     pass of shapes seen before costs no host work and no host-to-device copy. ``hits``/``misses``
-    count item lookups and ``pass_hits``/``pass_misses`` pass lookups, so a test (and the stats
-    panel) can see each level work.
+    count item lookups and ``pass_hits``/``pass_misses`` pass lookups, so tests and the
+    encoder's stats (``framewise.core.encoding.manager.EncoderStats``) can see each level work.
     """
 
     def __init__(self, geometry: VisionGeometry, capacity: int = 256, pass_capacity: int = 64) -> None:
