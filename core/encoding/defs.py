@@ -164,9 +164,11 @@ class SupportsEncoderGraphs(Protocol):
         ...
 
     def replay_inputs(self, pieces: Sequence[PieceGrid], rows: int, max_sequences: int) -> dict[str, torch.Tensor]:
-        """Host tensors for one pass over ``pieces`` padded to ``rows`` rows, by input name.
+        """Tensors for one pass over ``pieces`` padded to ``rows`` rows, by input name.
 
-        The manager copies each into the leading rows of its buffer and zeroes the rest.
+        The manager copies each into the leading rows of its buffer and zeroes the rest. A returned
+        tensor must never be written afterwards: when a pass returns the very tensor the buffer
+        already holds, the manager skips the copy.
         """
         ...
 

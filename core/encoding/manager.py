@@ -7,9 +7,9 @@ recorded per budget (largest first, into one shared memory pool). Every graph re
 rows of one set of static input buffers (the pixel rows, and the adapter's inputs) and copies its
 outputs into one set of static output buffers, all sized for the largest budget. A request is
 planned into batches (:mod:`framewise.core.encoding.planning`); each batch's inputs, from the
-adapter, are copied in (tails zeroed), the graph replayed and its outputs sliced back per item.
-Only what no graph can hold runs eagerly, with the reason recorded. Every pass is timed with
-CUDA events and counted.
+adapter, are copied in (tails zeroed; what the buffers already hold is not copied again), the
+graph replayed and its outputs sliced back per item. Only what no graph can hold runs eagerly,
+with the reason recorded. Every pass is timed with CUDA events and counted.
 """
 
 from __future__ import annotations
@@ -119,6 +119,8 @@ class GraphVisionEncoder:
         self._progress = progress
         self.fused = False
         self._graphs: dict[int, _BudgetGraph] = {}
+        self._buffer_state: _BufferState | None = None
+        self._event_pairs: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
         self._configure(settings)
         self._reset_counters()
         self.report: CaptureReport | None = None
@@ -174,6 +176,7 @@ class GraphVisionEncoder:
         try:
             with torch.inference_mode():
                 buffers = self._allocate()
+                self._buffer_state = _BufferState(buffers.pixels)
                 for done, budget in enumerate(budgets):
                     self._report_progress(done, len(budgets), self._capture_message(done, budget))
                     self._graphs[budget] = self._capture_budget(buffers, budget, capture)
@@ -203,6 +206,7 @@ class GraphVisionEncoder:
     def clear(self) -> None:
         """Drop every graph and buffer and give their memory back; the tower's attention is restored."""
         self._graphs.clear()
+        self._buffer_state = None
         self.report = None
         self.adapter.restore_attention()
         if self.device.type == "cuda":
@@ -232,12 +236,14 @@ class GraphVisionEncoder:
         plan = plan_batches([PlanItem(item.modality, item.grid_thw) for item in items], self.limits)
         parts: list[list[Outputs]] = [[] for _ in items]
         timed: list[tuple[Batch, StageTimer]] = []
+        stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
         with torch.inference_mode():
-            for batch in plan:
+            for index, batch in enumerate(plan):
+                timer = self._timer(index, stream)
                 if batch.budget is None:
-                    timer, outputs = self._run_eager(batch, items)
+                    outputs = self._run_eager(batch, items, timer)
                 else:
-                    timer, outputs = self._replay(batch, items)
+                    outputs = self._replay(batch, items, timer)
                 timed.append((batch, timer))
                 self._slice_pieces(batch, outputs, parts)
         chunks = [self._chunk_stats(index, batch, timer, items) for index, (batch, timer) in enumerate(timed)]
@@ -256,6 +262,17 @@ class GraphVisionEncoder:
         self._replays = 0
         self._eager_passes = 0
         self._fallback_reasons: deque[str] = deque(maxlen=16)
+
+    def _timer(self, index: int, stream: torch.cuda.Stream | None) -> StageTimer:
+        """A timer for the request's ``index``-th pass, on ``stream`` (CUDA) with events this encoder
+        keeps: every pass of a request reads its events before ``encode`` returns, so the next
+        request can reuse them. Creating events and looking the stream up cost host time before the
+        graph's launch, which the device waits for."""
+        if stream is None:
+            return StageTimer(self.device)
+        while len(self._event_pairs) <= index:
+            self._event_pairs.append((torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+        return StageTimer(self.device, self._event_pairs[index], stream)
 
     def _report_progress(self, current: int, total: int, message: str) -> None:
         if self._progress is not None:
@@ -298,27 +315,30 @@ class GraphVisionEncoder:
         graph = self._views(buffers, budget)
         self.adapter.fill_capture_inputs(graph.inputs, budget)
         graph.pixels.normal_()
+        assert self._buffer_state is not None
+        self._buffer_state.captured_into(budget)
         if capture is not None:
             graph.graph = capture.capture(lambda: self._run(graph))
         return graph
 
-    def _replay(self, batch: Batch, items: Sequence[VisionItem]) -> tuple[StageTimer, Outputs]:
+    def _replay(self, batch: Batch, items: Sequence[VisionItem], timer: StageTimer) -> Outputs:
         assert batch.budget is not None
-        graph = self._graphs[batch.budget]
+        graph, state = self._graphs[batch.budget], self._buffer_state
+        assert state is not None
         inputs = self.adapter.replay_inputs(
             [(items[p.item].modality, (p.count, *items[p.item].grid_thw[1:])) for p in batch.pieces],
             rows=batch.budget,
             max_sequences=self.limits.max_sequences,
         )
-        with StageTimer(self.device) as timer:
+        with timer:
             row = 0
             for piece in batch.pieces:
                 source = items[piece.item].pixel_values
                 start = piece.first * piece.patches_per_slice
                 graph.pixels[row : row + piece.patches].copy_(source[start : start + piece.patches], non_blocking=True)
                 row += piece.patches
-            graph.pixels[row:].zero_()
-            _copy_with_zero_tails(graph.inputs, inputs)
+            state.zero_pixels_from(row)
+            state.copy_inputs(graph.inputs, inputs)
             if graph.graph is None:
                 self._run(graph)
             else:
@@ -327,17 +347,17 @@ class GraphVisionEncoder:
             outputs = tuple(output[:tokens].clone() for output in graph.outputs)
         self._replays += 1
         self._items_replayed += sum(1 for piece in batch.pieces if piece.first == 0)
-        return timer, outputs
+        return outputs
 
-    def _run_eager(self, batch: Batch, items: Sequence[VisionItem]) -> tuple[StageTimer, Outputs]:
+    def _run_eager(self, batch: Batch, items: Sequence[VisionItem], timer: StageTimer) -> Outputs:
         (piece,) = batch.pieces
         item = items[piece.item]
-        with StageTimer(self.device) as timer:
+        with timer:
             outputs = tuple(self.adapter.eager_forward([item]))
         self._eager_passes += 1
         self._items_eager += 1
         self._fallback_reasons.append(batch.fallback_reason or "")
-        return timer, outputs
+        return outputs
 
     def _slice_pieces(self, batch: Batch, outputs: Outputs, parts: list[list[Outputs]]) -> None:
         """Hand each piece its rows of the pass's outputs."""
@@ -420,15 +440,46 @@ def _capture_attempts(adapter: SupportsEncoderGraphs, settings: EncoderSettings)
         failed.append(backend)
 
 
-def _copy_with_zero_tails(buffers: Mapping[str, torch.Tensor], sources: Mapping[str, torch.Tensor]) -> None:
-    """Copy each source into the leading rows of the buffer of its name; zero the rows after it."""
-    for name, source in sources.items():
-        buffer = buffers[name]
-        rows = source.shape[0]
-        if rows > buffer.shape[0]:
-            raise EncoderError(f"{rows} rows of {name!r} do not fit its buffer of {buffer.shape[0]}.")
-        buffer[:rows].copy_(source, non_blocking=True)
-        buffer[rows:].zero_()
+class _BufferState:
+    """What the shared static buffers hold, so a pass writes only what differs from the last one.
+
+    Every launch before the graph's sits on the request's critical path (the device waits for
+    the host), so a pass skips the copies that would rewrite what the buffers already hold: the
+    inputs of a pass of the same shapes as the last, the zero pixel rows past a shorter pass.
+    """
+
+    def __init__(self, pixels: torch.Tensor) -> None:
+        self.pixels = pixels  # (max_budget, row_width), every graph's pixel view leads it
+        self.pixel_rows_dirty = 0  # leading rows of the pixel buffer that may be nonzero
+        self.input_sources: dict[str, tuple[torch.Tensor, int]] = {}  # name: (source, rows of the view)
+
+    def captured_into(self, budget: int) -> None:
+        """A capture wrote its own values into the leading ``budget`` rows of every buffer."""
+        self.pixel_rows_dirty = max(self.pixel_rows_dirty, budget)
+        self.input_sources.clear()
+
+    def zero_pixels_from(self, rows: int) -> None:
+        """Zero the pixel rows after the first ``rows``, which this pass wrote: past the pass's own
+        budget as well, so that every later pass of fewer rows finds them zero and launches nothing."""
+        if rows < self.pixel_rows_dirty:
+            self.pixels[rows : self.pixel_rows_dirty].zero_()
+        self.pixel_rows_dirty = rows
+
+    def copy_inputs(self, buffers: Mapping[str, torch.Tensor], sources: Mapping[str, torch.Tensor]) -> None:
+        """Copy each source into the leading rows of the buffer of its name and zero the rows after it,
+        unless that buffer view already holds that very source tensor (replay inputs are never written)."""
+        for name, source in sources.items():
+            buffer = buffers[name]
+            rows = source.shape[0]
+            if rows > buffer.shape[0]:
+                raise EncoderError(f"{rows} rows of {name!r} do not fit its buffer of {buffer.shape[0]}.")
+            loaded = self.input_sources.get(name)
+            if loaded is not None and loaded[0] is source and loaded[1] == buffer.shape[0]:
+                continue
+            buffer[:rows].copy_(source, non_blocking=True)
+            if rows < buffer.shape[0]:
+                buffer[rows:].zero_()
+            self.input_sources[name] = (source, buffer.shape[0])
 
 
 def _stitch(parts: list[Outputs]) -> EncodedItem:

@@ -50,24 +50,33 @@ class VisionEncoder(Protocol):
 
 
 class StageTimer:
-    """Times a region of work: CUDA events on a GPU (read after the stream is done), else a host clock."""
+    """Times a region of work: CUDA events on a GPU (read after the stream is done), else a host clock.
 
-    def __init__(self, device: torch.device) -> None:
+    ``events`` (start, end) lets a caller reuse timing events it keeps instead of creating two, and
+    ``stream`` spares looking the current stream up at every record.
+    """
+
+    def __init__(
+        self,
+        device: torch.device,
+        events: tuple[torch.cuda.Event, torch.cuda.Event] | None = None,
+        stream: torch.cuda.Stream | None = None,
+    ) -> None:
         self._cuda = device.type == "cuda"
         if self._cuda:
-            self._start = torch.cuda.Event(enable_timing=True)
-            self._end = torch.cuda.Event(enable_timing=True)
+            self._start, self._end = events or (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+            self._stream = stream
 
     def __enter__(self) -> StageTimer:
         if self._cuda:
-            self._start.record()
+            self._start.record(self._stream)
         else:
             self._t0 = time.perf_counter()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._cuda:
-            self._end.record()
+            self._end.record(self._stream)
         else:
             self._elapsed_ms = (time.perf_counter() - self._t0) * 1e3
 

@@ -172,6 +172,71 @@ def test_a_smaller_batch_after_a_larger_one_sees_no_stale_rows(adapter):
         encoder.clear()
 
 
+class CachingToyAdapter(ToyAdapter):
+    """Returns the very same (never written) input tensors for a pass it has seen, as a cache does."""
+
+    def __init__(self, tower: ToyTower) -> None:
+        super().__init__(tower)
+        self.passes: dict = {}
+
+    def replay_inputs(self, pieces: Sequence[PieceGrid], rows: int, max_sequences: int) -> dict[str, torch.Tensor]:
+        key = (tuple(pieces), rows)
+        if key not in self.passes:
+            self.passes[key] = super().replay_inputs(pieces, rows, max_sequences)
+        return dict(self.passes[key])
+
+
+def test_cached_inputs_are_copied_again_whenever_another_pass_wrote_the_buffers():
+    """Passes of other budgets and shapes in between a repeat: every output still equals the item alone."""
+    torch.manual_seed(0)
+    adapter = CachingToyAdapter(ToyTower().eval())
+    small, other_small, big = toy_item((1, 2, 2), "image", 1), toy_item((1, 2, 3), "image", 2), toy_item((6, 2, 4))
+    encoder = GraphVisionEncoder(adapter, SETTINGS, direct=True)
+    try:
+        for request in ([small], [small], [big], [small], [other_small], [small], [small, other_small], [big]):
+            output = encoder.encode(request)
+            assert_same(output, alone(adapter, request))
+        assert len(adapter.passes) == 4
+    finally:
+        encoder.clear()
+
+
+def test_an_input_tensor_already_in_its_buffer_is_not_copied_again():
+    state = manager_module._BufferState(torch.zeros(6, 2))
+    buffers = {"a": torch.zeros(6)}
+    source, other = torch.arange(1.0, 5.0), torch.arange(1.0, 5.0)
+    state.copy_inputs(buffers, {"a": source})
+    assert buffers["a"].tolist() == [1, 2, 3, 4, 0, 0]
+    buffers["a"].fill_(7)  # nothing but the manager writes the buffers; this shows the copy is skipped
+    state.copy_inputs(buffers, {"a": source})
+    assert buffers["a"].tolist() == [7] * 6
+    state.copy_inputs(buffers, {"a": other})  # equal values, another tensor: copied
+    assert buffers["a"].tolist() == [1, 2, 3, 4, 0, 0]
+    buffers["a"].fill_(7)
+    state.copy_inputs({"a": buffers["a"][:5]}, {"a": other})  # another budget's view: copied
+    assert buffers["a"].tolist() == [1, 2, 3, 4, 0, 7]
+    state.captured_into(6)
+    buffers["a"].fill_(7)
+    state.copy_inputs(buffers, {"a": other})  # a capture wrote the buffers: copied
+    assert buffers["a"].tolist() == [1, 2, 3, 4, 0, 0]
+
+
+def test_the_pixel_rows_a_graph_reads_past_a_pass_are_always_zero():
+    """Over random passes of several budgets on one shared buffer, as if every tail were zeroed."""
+    generator = torch.Generator().manual_seed(0)
+    shared = torch.zeros(64, 2)
+    state = manager_module._BufferState(shared)
+    shared.normal_(generator=generator)
+    state.captured_into(64)
+    for _ in range(300):
+        budget = (16, 32, 64)[int(torch.randint(3, (1,), generator=generator))]
+        rows = int(torch.randint(budget + 1, (1,), generator=generator))
+        view = shared[:budget]
+        view[:rows] = 1.0 + torch.rand(rows, 2, generator=generator)
+        state.zero_pixels_from(rows)
+        assert (view[rows:] == 0).all() and (view[:rows] >= 1).all()
+
+
 def test_outputs_split_by_the_adapters_row_ratio(adapter):
     items = [toy_item((2, 2, 3), "video", 1), toy_item((1, 4, 4), "image", 2)]
     for encoder in (EagerVisionEncoder(adapter), GraphVisionEncoder(adapter, SETTINGS, direct=True)):
