@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             measured["kernels_per_layer"] = round(sum(measured["kernels"].values()) / depth, 1)
             results[mode] = measured
             print(json.dumps({"mode": mode, **measured}), flush=True)
-            adapter.restore_attention()
+            adapter.release_graphs()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "encoder_profile.json").write_text(json.dumps(results, indent=2))
     return 0

@@ -151,8 +151,9 @@ class SupportsEncoderGraphs(Protocol):
         returns whether the model family has one. Its kernels compile at the first forward."""
         ...
 
-    def restore_attention(self) -> None:
-        """Switch the tower back to the attention it was loaded with."""
+    def release_graphs(self) -> None:
+        """Undo what capture set on the tower (attention, fused forward) and drop what
+        :meth:`replay_inputs` keeps for later passes, device memory included."""
         ...
 
     def graph_buffers(self, rows: int, max_sequences: int) -> GraphBuffers:

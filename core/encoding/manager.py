@@ -204,11 +204,12 @@ class GraphVisionEncoder:
         return f"Capturing encoder graph for {budget} patches"
 
     def clear(self) -> None:
-        """Drop every graph and buffer and give their memory back; the tower's attention is restored."""
+        """Drop every graph and buffer and give their memory back; the adapter undoes what capture
+        set on the tower and drops the replay inputs it keeps."""
         self._graphs.clear()
         self._buffer_state = None
         self.report = None
-        self.adapter.restore_attention()
+        self.adapter.release_graphs()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()

@@ -2,7 +2,7 @@
 
 :class:`Qwen3VLAdapter` supplies the tower's buffer specs and capture inputs, the forward
 captured into every graph, how its outputs split per item, the metadata cache, the switch to a
-graph-safe attention backend (undone by :meth:`Qwen3VLAdapter.restore_attention`, which the
+graph-safe attention backend (undone by :meth:`Qwen3VLAdapter.release_graphs`, which the
 manager calls on ``clear()``), and, for a whole model, the injection of precomputed features into
 the language model for one call.
 
@@ -45,7 +45,7 @@ class Qwen3VLAdapter:
 
     ``visual`` is on its device and dtype. ``injector`` serves precomputed features to the whole
     model it belongs to (see :meth:`for_model`); a tower alone has none. The attention the tower
-    was built with is recorded here, once, and is what :meth:`restore_attention` puts back.
+    was built with is recorded here, once, and is what :meth:`release_graphs` puts back.
 
     :attr:`graph_tower` is the module :meth:`graph_forward` runs (the one captured into every
     graph); it defaults to ``visual`` and may be replaced by any module with the same weights and
@@ -118,9 +118,10 @@ class Qwen3VLAdapter:
             self._fused = None
         return True
 
-    def restore_attention(self) -> None:
+    def release_graphs(self) -> None:
         self.visual.config._attn_implementation = self._loaded_attention
         self._fused = None
+        self.metadata.drop_passes()
 
     # ------------------------------------------------------------------ graphs
 

@@ -124,7 +124,8 @@ class MetadataCache:
 
     Items by ``(modality, grid_thw)`` on the CPU (``capacity``); whole padded passes by their
     pieces, rows and sequence slots on the device they are read on (``pass_capacity``), so a
-    pass of shapes seen before costs no host work and no host-to-device copy. ``hits``/``misses``
+    pass of shapes seen before costs no host work and no host-to-device copy; the encoder's
+    ``clear()`` drops the passes (:meth:`drop_passes`). ``hits``/``misses``
     count item lookups and ``pass_hits``/``pass_misses`` pass lookups, so tests and the
     encoder's stats (``framewise.core.encoding.manager.EncoderStats``) can see each level work.
     """
@@ -142,6 +143,10 @@ class MetadataCache:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def drop_passes(self) -> None:
+        """Forget every cached pass (their device memory goes back when nothing else holds it)."""
+        self._passes.clear()
 
     def item(self, modality: str, grid_thw: tuple[int, int, int]) -> ItemMetadata:
         key = (modality, tuple(int(v) for v in grid_thw))

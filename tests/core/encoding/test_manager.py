@@ -79,7 +79,7 @@ class ToyAdapter:
     def use_fused_forward(self, enabled: bool) -> bool:
         return False  # a toy tower has no fused forward
 
-    def restore_attention(self) -> None:
+    def release_graphs(self) -> None:
         self.attention = "stock"
 
     def graph_buffers(self, rows: int, max_sequences: int) -> GraphBuffers:

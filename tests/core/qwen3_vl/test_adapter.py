@@ -82,15 +82,19 @@ def test_direct_encoder_matches_eager_on_mixed_split_and_oversized_items(visual,
 def test_direct_encoder_after_clear_and_new_settings(visual):
     items = [vision_item((2, 4, 4), "video", 7), vision_item((1, 6, 6), "image", 8)]
     expected = reference(visual, items)
-    encoder = GraphVisionEncoder(Qwen3VLAdapter(visual), SETTINGS, direct=True)
+    adapter = Qwen3VLAdapter(visual)
+    encoder = GraphVisionEncoder(adapter, SETTINGS, direct=True)
     try:
         assert visual.config._attn_implementation == REGISTERED_NAMES["sdpa_masked"]
+        encoder.encode(items)
+        passes_built = adapter.metadata.pass_misses
         encoder.clear()
         assert not encoder.captured and visual.config._attn_implementation == "sdpa"
         with pytest.raises(EncoderError, match="not captured"):
             encoder.encode(items)
         encoder.capture()
         assert_same_outputs(encoder.encode(items), expected)
+        assert adapter.metadata.pass_misses == 2 * passes_built  # clear() dropped the cached passes
         assert encoder.reconfigure(dataclasses.replace(SETTINGS, budgets=(32, 96))) is True
         assert encoder.budgets == (32, 96)
         assert encoder.reconfigure(dataclasses.replace(SETTINGS, budgets=(32, 96))) is False
