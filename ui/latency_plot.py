@@ -1,10 +1,11 @@
 """The live plot of the vision encoder: milliseconds per frame of every encoder pass, drawn with pyqtgraph.
 
 Graph replays and eager passes (graph misses) are two series with their own symbol and colour, named
-in a legend; a vertical line labelled with the clip's name marks where each encode starts. Hovering a
-point shows its chunk's details; the mouse zooms (wheel, right drag) and pans (left drag) as in every
-pyqtgraph plot, and the "A" button in the corner fits the view again. Export writes the plot as PNG
-or every plotted pass as CSV.
+in a legend under the plot, where it hides no point; a vertical line labelled with the clip's name
+(shortened to the room before the next one) marks where each encode starts, and the pass axis ticks
+only whole passes. Hovering a point shows its chunk's details; the mouse zooms (wheel, right drag)
+and pans (left drag) as in every pyqtgraph plot, and the "A" button in the corner fits the view
+again. Export writes the plot as PNG or every plotted pass as CSV.
 
 The figures are the engine's (``ChunkStats`` per pass); nothing here is computed beyond placing them.
 """
@@ -12,6 +13,7 @@ The figures are the engine's (``ChunkStats`` per pass); nothing here is computed
 from __future__ import annotations
 
 import csv
+import html
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +21,8 @@ from typing import Callable
 
 import pyqtgraph as pg
 from pyqtgraph.exporters import ImageExporter
-from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtGui import QColor, QPalette
+from PySide6.QtCore import QEvent, QPoint, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPalette
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout, QWidget
 
 from framewise.core.errors import ExportError
@@ -32,12 +34,23 @@ HIT_COLOR = QColor(47, 128, 237)
 MISS_COLOR = QColor(235, 131, 23)
 HIT_NAME = "graph hit"
 MISS_NAME = "eager / graph miss"
+HIT_SYMBOL, HIT_GLYPH = "o", "\u25cf"  # pyqtgraph's circle, and the legend's character for it
+MISS_SYMBOL, MISS_GLYPH = "t", "\u25bc"  # pyqtgraph's downward triangle
 
 MAX_PLOTTED_CHUNKS = 2000
 CSV_COLUMNS = (
     "pass", "clip", "chunk", "frames", "patches", "budget", "padding_fraction", "encode_ms", "ms_per_frame",
     "ran_as", "eager_reason",
 )
+
+
+@dataclass(frozen=True)
+class RunMarker:
+    """The dashed line where an encode starts: ``first_pass`` is its first pass's number, ``label`` its full name."""
+
+    first_pass: int
+    label: str
+    line: pg.InfiniteLine
 
 
 @dataclass(frozen=True)
@@ -76,11 +89,11 @@ class LatencyPlot(QWidget):
         super().__init__(parent)
         self._points: list[PlotPoint] = []
         self._run_labels: list[str] = []
-        self._run_lines: list[tuple[int, pg.InfiniteLine]] = []
+        self._run_markers: list[RunMarker] = []
         self._passes = 0
 
         # A PlotWidget, not a GraphicsLayoutWidget: the latter crashes at interpreter exit under PySide6 6.12.
-        self.plot_widget = pg.PlotWidget()
+        self.plot_widget = pg.PlotWidget(axisItems={"bottom": PassAxis("bottom")})
         self.plot_widget.setMinimumHeight(self.fontMetrics().height() * 6)
         self.plot_widget.setToolTip("")
         self.plot_item: pg.PlotItem = self.plot_widget.getPlotItem()
@@ -90,12 +103,14 @@ class LatencyPlot(QWidget):
         self.plot_item.setLabel("bottom", "encoder pass")
         self.plot_item.showGrid(x=False, y=True, alpha=0.25)
         self.plot_item.setLimits(xMin=0, yMin=0)
-        self.legend = self.plot_item.addLegend(offset=(-6, -4))  # under the points, apart from the clip labels at the top
         self._line = self.plot_item.plot([], [], connect="finite")
         # An invisible point at 0 ms keeps the axis's zero in the fitted view.
         self.plot_item.addItem(pg.ScatterPlotItem([0.5], [0.0], size=0, pen=None, brush=None, hoverable=False))
-        self.hits = self._scatter(HIT_NAME, "o", HIT_COLOR)
-        self.misses = self._scatter(MISS_NAME, "t", MISS_COLOR)
+        self.hits = self._scatter(HIT_NAME, HIT_SYMBOL, HIT_COLOR)
+        self.misses = self._scatter(MISS_NAME, MISS_SYMBOL, MISS_COLOR)
+        view = self.plot_item.getViewBox()
+        view.sigRangeChanged.connect(self._fit_run_labels)
+        view.sigResized.connect(self._fit_run_labels)
 
         self.placeholder = QLabel("Each encoder pass appears here as it runs")
         self.placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
@@ -114,8 +129,18 @@ class LatencyPlot(QWidget):
         self.export_button.setAutoRaise(True)
         self.plot_widget.setToolTip("Wheel or right-drag zooms, left-drag pans, the A button fits; right-click for more")
 
+        self.legend = QWidget()
+        legend_layout = QHBoxLayout(self.legend)
+        legend_layout.setContentsMargins(self.fontMetrics().height() // 2, 0, 0, 0)
+        legend_layout.setSpacing(self.fontMetrics().height())
+        hit_tip = "The pass replayed a captured CUDA graph"
+        miss_tip = "The pass ran eagerly: no graph fits it, or graphs are off"
+        legend_layout.addWidget(_legend_entry(HIT_GLYPH, HIT_COLOR, HIT_NAME, hit_tip))
+        legend_layout.addWidget(_legend_entry(MISS_GLYPH, MISS_COLOR, MISS_NAME, miss_tip))
+
         bar = QHBoxLayout()
         bar.setContentsMargins(0, 0, 0, 0)
+        bar.addWidget(self.legend)
         bar.addStretch(1)
         bar.addWidget(self.export_button)
         layout = QVBoxLayout(self)
@@ -136,7 +161,11 @@ class LatencyPlot(QWidget):
         return {name: [(float(x), float(y)) for x, y in zip(*item.getData())] for item, name in self._series()}
 
     def legend_names(self) -> list[str]:
-        return [label.text for _, label in self.legend.items]
+        return [label.accessibleName() for label in self.legend.findChildren(QLabel)]
+
+    def run_labels_shown(self) -> list[str]:
+        """The text each encode's marker shows now (shortened to fit, or empty where there is no room)."""
+        return [marker.line.label.toPlainText() for marker in self._run_markers]
 
     def start_run(self, label: str) -> None:
         """Mark the start of a new encode (a clip, or a question's images)."""
@@ -146,11 +175,12 @@ class LatencyPlot(QWidget):
             angle=90,
             movable=False,
             pen=pg.mkPen(self._muted_color(), style=Qt.PenStyle.DashLine),
-            label=_short(label),
+            label="",
             labelOpts={"position": 0.97, "color": self._muted_color(), "anchors": [(0, 0), (0, 0)]},
         )
         self.plot_item.addItem(line, ignoreBounds=True)
-        self._run_lines.append((self._passes + 1, line))
+        self._run_markers.append(RunMarker(self._passes + 1, label, line))
+        self._fit_run_labels()
 
     def add_chunk(self, stats: ChunkStats) -> None:
         """Plot one encoder pass after the others."""
@@ -160,14 +190,14 @@ class LatencyPlot(QWidget):
         self._points.append(PlotPoint(self._passes, len(self._run_labels) - 1, stats))
         if len(self._points) > MAX_PLOTTED_CHUNKS:
             del self._points[:-MAX_PLOTTED_CHUNKS]
-            self._drop_old_run_lines()
+            self._drop_old_run_markers()
         self._redraw()
 
     def clear(self) -> None:
         """Forget every pass and run marker."""
-        for _, line in self._run_lines:
-            self.plot_item.removeItem(line)
-        self._run_lines.clear()
+        for marker in self._run_markers:
+            self.plot_item.removeItem(marker.line)
+        self._run_markers.clear()
         self._points.clear()
         self._run_labels.clear()
         self._passes = 0
@@ -190,11 +220,11 @@ class LatencyPlot(QWidget):
             self._export_reporting_errors(self.export_csv, _with_suffix(Path(path), ".csv"))
 
     def export_png(self, path: Path) -> None:
-        """Render the plot (legend and run labels included) to a PNG twice the widget's width."""
+        """Render the plot (run labels included) to a PNG twice the widget's width, the legend under it."""
         exporter = ImageExporter(self.plot_item)
         exporter.parameters()["width"] = max(800, 2 * self.plot_widget.width())
-        image = exporter.export(toBytes=True)
-        if image is None or image.isNull() or not image.save(str(path), "PNG"):
+        plot = exporter.export(toBytes=True)
+        if plot is None or plot.isNull() or not self._with_legend(plot).save(str(path), "PNG"):
             raise ExportError(f"Could not write {path}. Choose another folder.")
 
     def export_csv(self, path: Path) -> None:
@@ -251,10 +281,36 @@ class LatencyPlot(QWidget):
         self.plot_widget.setVisible(bool(self._points))
         self._update_enabled()
 
-    def _drop_old_run_lines(self) -> None:
+    def _drop_old_run_markers(self) -> None:
         first = self._points[0].number
-        while len(self._run_lines) > 1 and self._run_lines[1][0] <= first:
-            self.plot_item.removeItem(self._run_lines.pop(0)[1])
+        while len(self._run_markers) > 1 and self._run_markers[1].first_pass <= first:
+            self.plot_item.removeItem(self._run_markers.pop(0).line)
+
+    def _fit_run_labels(self) -> None:
+        """Shorten each encode's label to the room between its marker and the next one (or the view's edge)."""
+        view = self.plot_item.getViewBox()
+        (left, right), _ = view.viewRange()
+        pixels_per_pass = view.width() / (right - left) if right > left else 0.0
+        edges = [marker.line.value() for marker in self._run_markers[1:]] + [right]
+        for marker, edge in zip(self._run_markers, edges):
+            label = marker.line.label
+            gap = QFontMetricsF(label.textItem.font()).height()  # the text item's margins and a little air
+            room = (edge - marker.line.value()) * pixels_per_pass - gap
+            label.setFormat(_format_literal(_fit(marker.label, label.textItem.font(), room)))
+
+    def _with_legend(self, plot: QImage) -> QImage:
+        """``plot`` with the legend drawn under it at the plot's scale, on the plot's background."""
+        scale = plot.width() / max(1, self.plot_widget.width())
+        legend_height = math.ceil(self.legend.sizeHint().height() * scale)
+        image = QImage(plot.width(), plot.height() + legend_height, QImage.Format.Format_ARGB32)
+        image.fill(self.palette().color(QPalette.ColorRole.Base))
+        painter = QPainter(image)
+        painter.drawImage(0, 0, plot)
+        painter.translate(0, plot.height())
+        painter.scale(scale, scale)
+        self.legend.render(painter, QPoint(), renderFlags=QWidget.RenderFlag.DrawChildren)
+        painter.end()
+        return image
 
     def _csv_row(self, point: PlotPoint) -> tuple[object, ...]:
         stats = point.stats
@@ -301,19 +357,36 @@ class LatencyPlot(QWidget):
         faint = QColor(text)
         faint.setAlpha(90)
         self._line.setPen(pg.mkPen(faint, width=1.2))
-        self.legend.setLabelTextColor(text)
-        backdrop = QColor(palette.color(QPalette.ColorRole.Base))
-        backdrop.setAlpha(200)  # points under the legend still show through
-        self.legend.setBrush(pg.mkBrush(backdrop))
+
+
+class PassAxis(pg.AxisItem):
+    """The encoder-pass axis: passes are counted, so ticks stand only at whole numbers."""
+
+    def tickSpacing(self, minVal: float, maxVal: float, size: float) -> list[tuple[float, float]]:  # noqa: N803
+        levels = super().tickSpacing(minVal, maxVal, size)
+        whole = [(spacing, offset) for spacing, offset in levels if spacing >= 1 and float(spacing).is_integer()]
+        return whole or [(1.0, 0.0)]
 
 
 def _with_suffix(path: Path, suffix: str) -> Path:
     return path if path.suffix else path.with_suffix(suffix)
 
 
-def _short(label: str, limit: int = 18) -> str:
-    """A run's label on the plot: long clip names keep their start and end (the tooltip has the full name)."""
-    if len(label) <= limit:
-        return label
-    keep = (limit - 1) // 2
-    return f"{label[:keep]}…{label[-keep:]}"
+def _legend_entry(glyph: str, color: QColor, name: str, tip: str) -> QLabel:
+    """One legend entry: the series' symbol in its colour, then its name (also the label's accessible name)."""
+    entry = QLabel(f'<span style="color:{color.name()}">{glyph}</span>&nbsp;{html.escape(name)}')
+    entry.setTextFormat(Qt.TextFormat.RichText)
+    entry.setAccessibleName(name)
+    entry.setToolTip(tip)
+    return entry
+
+
+def _fit(label: str, font: QFont, room: float) -> str:
+    """``label`` in ``room`` pixels: whole, or its start and end around "…"; empty where even that does not fit."""
+    fitted = QFontMetricsF(font).elidedText(label, Qt.TextElideMode.ElideMiddle, max(0.0, room))
+    return "" if fitted in ("", "…") else fitted
+
+
+def _format_literal(text: str) -> str:
+    """``text`` as a pyqtgraph line-label format string that shows it as is (a clip may be named "{1}.mp4")."""
+    return text.replace("{", "{{").replace("}", "}}")

@@ -6,7 +6,8 @@ import csv
 from pathlib import Path
 
 import pytest
-from PySide6.QtGui import QColor, QImage
+from PySide6.QtCore import QRect
+from PySide6.QtGui import QColor, QFontMetricsF, QImage
 
 from framewise.core.errors import ExportError
 from framewise.core.events import ChunkStats
@@ -43,6 +44,19 @@ def test_hits_and_misses_are_two_series_with_their_own_symbol_colour_and_legend(
     assert not plot.placeholder.isVisible()
 
 
+def test_the_legend_hides_no_point(plot):
+    legend = QRect(plot.legend.mapTo(plot, plot.legend.rect().topLeft()), plot.legend.size())
+    assert plot.legend.isVisible() and not legend.intersects(plot.plot_widget.geometry())
+
+
+def test_the_pass_axis_ticks_whole_passes_only(plot):
+    axis = plot.plot_item.getAxis("bottom")
+    few = [value for _, values in axis.tickValues(0.5, 3.5, 300) for value in values]
+    assert few and all(float(value).is_integer() for value in few)
+    many = [value for _, values in axis.tickValues(0, 2000, 300) for value in values]
+    assert len(many) < 100, "a long run is not ticked at every pass"
+
+
 def test_the_points_are_drawn_in_their_colours(plot, qtbot):
     qtbot.wait(50)
     image = plot.plot_widget.grab().toImage()
@@ -61,9 +75,39 @@ def test_hovering_a_point_describes_its_chunk_and_clip(plot):
 
 
 def test_a_line_marks_where_each_encode_starts(plot):
-    assert [(first, line.value(), line.label.format) for first, line in plot._run_lines] == [
+    assert [(marker.first_pass, marker.line.value(), marker.label) for marker in plot._run_markers] == [
         (1, 0.5, "a.mp4"), (4, 3.5, "b.mp4")
     ]
+    assert plot.run_labels_shown() == ["a.mp4", "b.mp4"]
+
+
+def test_a_clip_label_shortens_to_the_room_before_the_next_clip(qtbot):
+    widget = LatencyPlot()
+    qtbot.addWidget(widget)
+    widget.resize(400, 240)
+    widget.show()
+    names = [f"clip_{index}_with_a_rather_long_name.mp4" for index in range(4)]
+    for index, name in enumerate(names):
+        widget.start_run(name)
+        widget.add_chunk(chunk(0, True, 1.0 + index))
+    view = widget.plot_item.getViewBox()
+    view.autoRange()
+    (left, right), _ = view.viewRange()
+    room = view.width() / (right - left)  # one pass apart
+    shown = widget.run_labels_shown()
+    font = widget._run_markers[0].line.label.textItem.font()
+    for name, text in zip(names, shown):
+        assert text != name and QFontMetricsF(font).horizontalAdvance(text) <= room
+        assert text == "" or (text.startswith(name[:2]) and text.endswith(name[-2:]) and "…" in text)
+    view.setXRange(0.5, 1.5, padding=0)  # zoomed in on the first clip: its whole name fits
+    assert widget.run_labels_shown()[0] == names[0]
+
+
+def test_a_clip_name_with_braces_is_shown_as_is(plot):
+    plot.start_run("take {1} {value}.mp4")
+    plot.add_chunk(chunk(0, True, 2.0))
+    plot.plot_item.getViewBox().setXRange(4.5, 5.5, padding=0)
+    assert plot.run_labels_shown()[-1] == "take {1} {value}.mp4"
 
 
 def test_zoom_and_pan_move_the_view_and_fit_restores_it(plot):
@@ -85,6 +129,19 @@ def test_export_png_renders_the_plot(plot, tmp_path: Path):
     assert image.width() >= 800 and image.height() > 100
     colours = {image.pixelColor(x, y).rgb() for x in range(0, image.width(), 1) for y in range(0, image.height(), 1)}
     assert QColor(HIT_COLOR).rgb() in colours
+
+
+def test_export_png_carries_the_legend(qtbot, tmp_path: Path):
+    widget = LatencyPlot()
+    qtbot.addWidget(widget)
+    widget.resize(500, 260)
+    widget.show()
+    widget.add_chunk(chunk(0, True, 2.0))  # no miss is plotted: the miss colour can only be the legend's
+    widget.export_png(tmp_path / "plot.png")
+    image = QImage(str(tmp_path / "plot.png"))
+    lowest = range(image.height() * 3 // 4, image.height())
+    colours = {image.pixelColor(x, y).rgb() for x in range(image.width()) for y in lowest}
+    assert QColor(MISS_COLOR).rgb() in colours and QColor(HIT_COLOR).rgb() in colours
 
 
 def test_export_csv_has_one_row_per_pass(plot, tmp_path: Path):
@@ -115,5 +172,5 @@ def test_clear_empties_the_plot_and_a_long_run_keeps_the_latest_passes(qtbot):
     assert len(widget.points) == MAX_PLOTTED_CHUNKS and widget.points[0].number == 6
     assert widget.export_button.isEnabled()
     widget.clear()
-    assert widget.points == [] and widget.series() == {HIT_NAME: [], MISS_NAME: []} and not widget._run_lines
+    assert widget.points == [] and widget.series() == {HIT_NAME: [], MISS_NAME: []} and not widget._run_markers
     assert not widget.export_button.isEnabled()
