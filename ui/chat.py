@@ -8,7 +8,7 @@ one, its figures.
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeyEvent, QPalette
 from PySide6.QtWidgets import (
     QFrame,
@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from framewise.ui.elided_label import ElidedLabel
+from framewise.ui.icons import glyph_icon
 from framewise.core.conversation import INTERRUPTED_TEXT, Turn, format_answer_stats
 
 _STREAM_FLUSH_MS = 30
@@ -166,12 +167,10 @@ class ChatPanel(QWidget):
         self.question_edit.submitted.connect(self.submit)
         self.send_button = QPushButton("Ask")
         self.send_button.setToolTip("Ask the question (Enter or Ctrl+Return)")
-        self.send_button.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_ArrowForward))
         self.send_button.setDefault(True)
         self.send_button.clicked.connect(self.submit)
         self.stop_button = QPushButton("Stop")
         self.stop_button.setToolTip("Stop the answer (Esc)")
-        self.stop_button.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_MediaStop))
         self.stop_button.clicked.connect(self.stop_requested)
         self.stop_button.setEnabled(False)
 
@@ -186,6 +185,16 @@ class ChatPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.scroll, 1)
         layout.addLayout(composer)
+        self._set_button_icons()
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            self._set_button_icons()
+
+    def _set_button_icons(self) -> None:
+        self.send_button.setIcon(glyph_icon(self, QStyle.StandardPixmap.SP_ArrowForward))
+        self.stop_button.setIcon(glyph_icon(self, QStyle.StandardPixmap.SP_MediaStop))
 
     def cards(self) -> list[MessageCard]:
         return [

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 
 import numpy as np
-from PySide6.QtCore import QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QIcon, QImage, QPainter, QPalette, QPen, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from framewise.core.events import ClipSampled
+from framewise.ui.icons import glyph_icon
 from framewise.ui.playback import PlaybackThread
 
 def image_from_array(frame: np.ndarray) -> QImage:
@@ -352,7 +353,12 @@ class ClipPreview(QWidget):
 
     def _update_play_icon(self) -> None:
         icon = QStyle.StandardPixmap.SP_MediaPause if self.is_playing else QStyle.StandardPixmap.SP_MediaPlay
-        self.play_button.setIcon(self.style().standardIcon(icon))
+        self.play_button.setIcon(glyph_icon(self, icon))
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            self._update_play_icon()
 
 
 class FrameStrip(QListWidget):

@@ -301,14 +301,15 @@ class LatencyPlot(QWidget):
     def _with_legend(self, plot: QImage) -> QImage:
         """``plot`` with the legend drawn under it at the plot's scale, on the plot's background."""
         scale = plot.width() / max(1, self.plot_widget.width())
-        legend_height = math.ceil(self.legend.sizeHint().height() * scale)
+        pad = self.fontMetrics().height() // 3  # above and below the legend's line
+        legend_height = math.ceil((self.legend.sizeHint().height() + 2 * pad) * scale)
         image = QImage(plot.width(), plot.height() + legend_height, QImage.Format.Format_ARGB32)
         image.fill(self.palette().color(QPalette.ColorRole.Base))
         painter = QPainter(image)
         painter.drawImage(0, 0, plot)
         painter.translate(0, plot.height())
         painter.scale(scale, scale)
-        self.legend.render(painter, QPoint(), renderFlags=QWidget.RenderFlag.DrawChildren)
+        self.legend.render(painter, QPoint(0, pad), renderFlags=QWidget.RenderFlag.DrawChildren)
         painter.end()
         return image
 
