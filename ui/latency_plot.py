@@ -150,7 +150,7 @@ class LatencyPlot(QWidget):
         layout.addWidget(self.plot_widget, 1)
         layout.addLayout(bar)
         self._apply_palette()
-        self._update_enabled()
+        self._redraw()
 
     @property
     def points(self) -> list[PlotPoint]:

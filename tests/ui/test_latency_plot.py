@@ -162,6 +162,15 @@ def test_export_to_a_missing_folder_is_a_typed_error(plot, tmp_path: Path):
         plot.export_png(tmp_path / "nope" / "plot.png")
 
 
+def test_a_new_plot_shows_only_its_placeholder(qtbot):
+    widget = LatencyPlot()
+    qtbot.addWidget(widget)
+    widget.show()
+    assert widget.placeholder.isVisible() and not widget.plot_widget.isVisible()
+    widget.add_chunk(chunk(0, True, 1.0))
+    assert widget.plot_widget.isVisible() and not widget.placeholder.isVisible()
+
+
 def test_clear_empties_the_plot_and_a_long_run_keeps_the_latest_passes(qtbot):
     widget = LatencyPlot()
     qtbot.addWidget(widget)
