@@ -46,7 +46,7 @@ GRAPH_ONLY_FIELDS = (
     "encoder.budget_ratio",
 )
 SECTIONS = ("model", "sampling", "encoder", "generation", "backend")
-_SECTION_TITLES = {
+SECTION_TITLES = {
     "model": "Model", "sampling": "Sampling", "encoder": "Encoder", "generation": "Generation", "backend": "Backend",
 }
 SESSION_ONLY_KEY_NOTE = (
@@ -142,7 +142,7 @@ class SettingsDialog(QDialog):
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QFrame.Shape.NoFrame)
         scroll.setWidget(page)
-        self.tabs.addTab(scroll, _SECTION_TITLES[section])
+        self.tabs.addTab(scroll, SECTION_TITLES[section])
         return form
 
     def _add_field(self, form: QFormLayout, name: str, label: str, widget: QWidget, help_text: str = "") -> None:
@@ -288,16 +288,19 @@ class SettingsDialog(QDialog):
 
     def _build_backend_tab(self) -> None:
         form = self._add_tab("backend")
-        self.local_radio = QRadioButton("This machine (the model runs inside Framewise)")
-        self.server_radio = QRadioButton("vLLM server (for models or GPU counts this machine cannot hold)")
+        self.local_radio = QRadioButton("This machine")
+        self.server_radio = QRadioButton("vLLM server")
         self.backend_group = QButtonGroup(self)
         for button in (self.local_radio, self.server_radio):
             self.backend_group.addButton(button)
         where = QWidget()
+        where.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)  # the hints wrap at full width
         column = QVBoxLayout(where)
         column.setContentsMargins(0, 0, 0, 0)
         column.addWidget(self.local_radio)
+        column.addWidget(self._choice_hint(self.local_radio, "The model runs inside Framewise."))
         column.addWidget(self.server_radio)
+        column.addWidget(self._choice_hint(self.server_radio, "For models or GPU counts this machine cannot hold."))
         form.addRow("Answer on", where)
         url = QLineEdit()
         url.setPlaceholderText("e.g. http://127.0.0.1:8000 or https://gpu-box.example.org")

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import pytest
 from PySide6.QtWidgets import QApplication, QLabel
 
 from framewise.ui.elided_label import ElidedLabel
+from framewise.ui.settings_dialog import SECTION_TITLES
 from tests.ui.test_main_window import ask_and_wait, open_and_wait, wait_ready
 
 
 def clipped_labels(window) -> list[str]:
-    """Visible labels narrower than their text needs (elided labels and wrapping ones shorten on purpose)."""
+    """Visible labels too small for their text: narrower than it, or (wrapping ones) lower than its lines at
+    their width. Elided labels shorten on purpose."""
     cut = []
     for label in window.findChildren(QLabel):
-        if not label.isVisible() or isinstance(label, ElidedLabel) or label.wordWrap() or not label.text():
+        if not label.isVisible() or isinstance(label, ElidedLabel) or not label.text():
             continue
-        if label.width() + 1 < label.minimumSizeHint().width():
+        if label.wordWrap():
+            if label.height() + 1 < label.heightForWidth(label.width()):
+                cut.append(f"{label.text()!r}: {label.height()} px high < {label.heightForWidth(label.width())}")
+        elif label.width() + 1 < label.minimumSizeHint().width():
             cut.append(f"{label.text()!r}: {label.width()} < {label.minimumSizeHint().width()}")
     return cut
 
@@ -46,14 +52,15 @@ def test_every_settings_page_fits_its_dialog_at_1024_by_640(qtbot, make_window):
     dialog.reject()
 
 
-def test_the_model_page_fits_its_dialog_without_a_horizontal_scrollbar(qtbot, make_window):
+@pytest.mark.parametrize("section", list(SECTION_TITLES))
+def test_each_settings_page_fits_its_dialog_without_a_horizontal_scrollbar(qtbot, make_window, section):
     window = make_window()
     wait_ready(qtbot, window)
     window.resize(1024, 640)
-    dialog = window.open_settings("model")
+    dialog = window.open_settings(section)
     qtbot.waitUntil(dialog.isVisible, timeout=3000)
     scroll = dialog.tabs.currentWidget()
-    assert dialog.tabs.tabText(dialog.tabs.currentIndex()) == "Model"
+    assert dialog.tabs.tabText(dialog.tabs.currentIndex()) == SECTION_TITLES[section]
     QApplication.processEvents()  # let the page lay out at the dialog's width
     page = scroll.widget()
     assert page.minimumSizeHint().width() <= scroll.viewport().width(), (
