@@ -2,17 +2,21 @@
 #   make run    set up .venv and open the window
 #   make test   set up .venv and run the test suite
 # CI also runs `make test-newest`: the tests that lean on transformers' internals, again in a second
-# venv with the newest transformers the pyproject range admits (the other pins kept).
+# venv with the newest transformers the pyproject range admits (the other pins kept), and
+# `make test-oldest`: the whole suite in a third venv with every dependency at the oldest release
+# its range admits.
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
 NEWEST_VENV ?= .venv-newest
 NEWEST_PY := $(NEWEST_VENV)/bin/python
+OLDEST_VENV ?= .venv-oldest
+OLDEST_PY := $(OLDEST_VENV)/bin/python
 NEWEST_TESTS ?= tests/core/test_engine.py tests/core/test_models.py tests/core/qwen3_vl tests/app/test_cli.py tests/ui
 
 VLLM_VENV ?= .vllm-venv
 
-.PHONY: setup run test test-newest gpu-test bundle clean vllm-venv test-vllm
+.PHONY: setup run test test-newest test-oldest gpu-test bundle clean vllm-venv test-vllm
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,11 +32,24 @@ $(NEWEST_VENV)/.installed: pyproject.toml constraints.txt
 	$(NEWEST_PY) -m pip install --quiet -c $(NEWEST_VENV)/constraints.txt -e '.[test]'
 	touch $@
 
+# Each dependency pinned to the oldest release its range admits, but torch: its oldest admitted
+# release (2.11) is the GPU machine's, where `make gpu-test` runs; here it keeps its pin.
+$(OLDEST_VENV)/.installed: pyproject.toml constraints.txt .ci/lowest_in_range.py $(VENV)/.installed
+	$(PYTHON) -m venv $(OLDEST_VENV)
+	grep '^torch==' constraints.txt > $(OLDEST_VENV)/constraints.txt
+	$(PY) .ci/lowest_in_range.py --keep torch >> $(OLDEST_VENV)/constraints.txt
+	$(OLDEST_PY) -m pip install --quiet -c $(OLDEST_VENV)/constraints.txt -e '.[test]'
+	touch $@
+
 run: setup
 	$(VENV)/bin/framewise-studio
 
 test: setup
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest
+
+test-oldest: $(OLDEST_VENV)/.installed
+	cat $(OLDEST_VENV)/constraints.txt
+	QT_QPA_PLATFORM=offscreen $(OLDEST_PY) -m pytest
 
 test-newest: $(NEWEST_VENV)/.installed
 	$(NEWEST_PY) .ci/newest_in_range.py transformers
@@ -52,4 +69,4 @@ bundle: setup
 	packaging/build_bundle.sh
 
 clean:
-	rm -rf $(VENV) $(NEWEST_VENV) $(VLLM_VENV) .vllm-run build dist
+	rm -rf $(VENV) $(NEWEST_VENV) $(OLDEST_VENV) $(VLLM_VENV) .vllm-run build dist

@@ -22,9 +22,13 @@ from packaging.version import InvalidVersion, Version
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
+def declared_requirements() -> list[Requirement]:
+    """Framewise's runtime dependencies with their ranges, as pyproject.toml declares them."""
+    return [Requirement(text) for text in tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]]
+
+
 def declared_requirement(name: str) -> Requirement:
-    dependencies = tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]
-    (requirement,) = [r for r in map(Requirement, dependencies) if r.name == name]
+    (requirement,) = [r for r in declared_requirements() if r.name == name]
     return requirement
 
 

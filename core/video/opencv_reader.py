@@ -20,6 +20,8 @@ from framewise.core.video.bounded import Guard
 from framewise.core.video.clip import Reader, ReaderFailed, check_resolution, normalized_rotation
 from framewise.core.video.sampling import NextTarget
 
+OPENCV_LOG_LEVEL_ERROR = 2  # cv::utils::logging::LOG_LEVEL_ERROR
+
 
 @functools.cache
 def _quiet_cv2() -> Any:
@@ -28,8 +30,17 @@ def _quiet_cv2() -> Any:
     import cv2  # only clips PyAV cannot read need it
 
     if "OPENCV_LOG_LEVEL" not in os.environ:
-        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
+        _log_errors_only(cv2)
     return cv2
+
+
+def _log_errors_only(cv2: Any) -> None:
+    """Turn OpenCV's console logging down to errors; OpenCV 4.13 moved the setter into ``cv2.utils.logging``."""
+    logging = getattr(cv2.utils, "logging", None)
+    if logging is not None:
+        logging.setLogLevel(logging.LOG_LEVEL_ERROR)
+    else:
+        cv2.setLogLevel(OPENCV_LOG_LEVEL_ERROR)
 
 
 def open_capture(path: Path, guard: Guard) -> Any:

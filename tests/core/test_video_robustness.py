@@ -431,3 +431,16 @@ def test_cancel_reaches_the_opencv_reader_within_half_a_second(counted, pyav_fai
         sample(counted, should_cancel=lambda: time.monotonic() - started > 0.5)
     assert time.monotonic() - started < 1.0
     wait_for_no_decode_threads(within_s=0.5)
+
+
+def test_opencv_logs_errors_only_unless_asked_otherwise(monkeypatch):
+    """OpenCV's own console logging is turned down to errors, through whichever setter its release has."""
+    logging = getattr(cv2.utils, "logging", cv2)  # cv2.utils.logging from OpenCV 4.13, cv2 itself before
+    monkeypatch.delenv("OPENCV_LOG_LEVEL", raising=False)
+    logging.setLogLevel(opencv_reader.OPENCV_LOG_LEVEL_ERROR + 1)
+    opencv_reader._quiet_cv2.cache_clear()
+    try:
+        opencv_reader._quiet_cv2()
+        assert logging.getLogLevel() == opencv_reader.OPENCV_LOG_LEVEL_ERROR
+    finally:
+        opencv_reader._quiet_cv2.cache_clear()

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+import PySide6
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
@@ -27,11 +28,18 @@ def drop_file(target, path: Path) -> None:
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(path))])
     center = target.rect().center()
-    enter = QDragEnterEvent(QPointF(center), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    enter = drag_enter_event(center, mime)
     QApplication.sendEvent(target, enter)
     assert enter.isAccepted(), "the window refused the dragged file"
     drop = QDropEvent(QPointF(center), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
     QApplication.sendEvent(target, drop)
+
+
+def drag_enter_event(center: QPoint, mime: QMimeData) -> QDragEnterEvent:
+    """A drag entering at ``center``: PySide6 6.12 builds one from a QPointF (the QPoint form is deprecated
+    there), older releases from a QPoint only."""
+    position = QPointF(center) if PySide6.__version_info__ >= (6, 12) else center
+    return QDragEnterEvent(position, Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
 
 
 def activate(qtbot, window: MainWindow) -> None:
@@ -578,7 +586,7 @@ def test_dragging_text_instead_of_a_file_is_refused(qtbot, make_window):
     window = make_window()
     mime = QMimeData()
     mime.setText("not a file")
-    enter = QDragEnterEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    enter = drag_enter_event(QPoint(10, 10), mime)
     QApplication.sendEvent(window, enter)
     assert not enter.isAccepted()
 
@@ -588,7 +596,7 @@ def test_dragging_a_file_over_the_window_highlights_it_until_dropped(qtbot, make
     wait_ready(qtbot, window)
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(sample_clip))])
-    enter = QDragEnterEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    enter = drag_enter_event(QPoint(10, 10), mime)
     QApplication.sendEvent(window, enter)
     assert window.drop_highlight.isVisible() and sample_clip.name in window.drop_highlight.text()
     drop = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
