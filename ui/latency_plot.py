@@ -36,6 +36,8 @@ HIT_NAME = "graph hit"
 MISS_NAME = "eager / graph miss"
 HIT_SYMBOL, HIT_GLYPH = "o", "\u25cf"  # pyqtgraph's circle, and the legend's character for it
 MISS_SYMBOL, MISS_GLYPH = "t", "\u25bc"  # pyqtgraph's downward triangle
+HIT_TIP = "The pass replayed a captured CUDA graph"
+MISS_TIP = "The pass ran eagerly: no graph fits it, or graphs are off"
 
 MAX_PLOTTED_CHUNKS = 2000
 CSV_COLUMNS = (
@@ -129,15 +131,7 @@ class LatencyPlot(QWidget):
         self.export_button.setAutoRaise(True)
         self.plot_widget.setToolTip("Wheel or right-drag zooms, left-drag pans, the A button fits; right-click for more")
 
-        self.legend = QWidget()
-        legend_layout = QHBoxLayout(self.legend)
-        legend_layout.setContentsMargins(self.fontMetrics().height() // 2, 0, 0, 0)
-        legend_layout.setSpacing(self.fontMetrics().height())
-        hit_tip = "The pass replayed a captured CUDA graph"
-        miss_tip = "The pass ran eagerly: no graph fits it, or graphs are off"
-        legend_layout.addWidget(_legend_entry(HIT_GLYPH, HIT_COLOR, HIT_NAME, hit_tip))
-        legend_layout.addWidget(_legend_entry(MISS_GLYPH, MISS_COLOR, MISS_NAME, miss_tip))
-
+        self.legend = _legend(self.fontMetrics().height())
         bar = QHBoxLayout()
         bar.setContentsMargins(0, 0, 0, 0)
         bar.addWidget(self.legend)
@@ -371,6 +365,17 @@ class PassAxis(pg.AxisItem):
 
 def _with_suffix(path: Path, suffix: str) -> Path:
     return path if path.suffix else path.with_suffix(suffix)
+
+
+def _legend(line: int) -> QWidget:
+    """The row that names both series, spaced by ``line`` pixels (a line of text's height)."""
+    legend = QWidget()
+    layout = QHBoxLayout(legend)
+    layout.setContentsMargins(line // 2, 0, 0, 0)
+    layout.setSpacing(line)
+    layout.addWidget(_legend_entry(HIT_GLYPH, HIT_COLOR, HIT_NAME, HIT_TIP))
+    layout.addWidget(_legend_entry(MISS_GLYPH, MISS_COLOR, MISS_NAME, MISS_TIP))
+    return legend
 
 
 def _legend_entry(glyph: str, color: QColor, name: str, tip: str) -> QLabel:
