@@ -22,7 +22,7 @@ from typing import Callable
 import pyqtgraph as pg
 from pyqtgraph.exporters import ImageExporter
 from PySide6.QtCore import QEvent, QPoint, Qt, Signal
-from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPalette
+from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter, QPalette
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QMenu, QToolButton, QVBoxLayout, QWidget
 
 from framewise.core.errors import ExportError
@@ -282,15 +282,19 @@ class LatencyPlot(QWidget):
 
     def _fit_run_labels(self) -> None:
         """Shorten each encode's label to the room between its marker and the next one (or the view's edge)."""
+        if not self._run_markers:
+            return
         view = self.plot_item.getViewBox()
         (left, right), _ = view.viewRange()
         pixels_per_pass = view.width() / (right - left) if right > left else 0.0
+        metrics = QFontMetricsF(self._run_markers[0].line.label.textItem.font())  # every label has the same font
+        gap = metrics.height()  # the text item's margins and a little air
         edges = [marker.line.value() for marker in self._run_markers[1:]] + [right]
         for marker, edge in zip(self._run_markers, edges):
-            label = marker.line.label
-            gap = QFontMetricsF(label.textItem.font()).height()  # the text item's margins and a little air
+            if edge <= left:  # the whole run is left of the view: its label is not drawn
+                continue
             room = (edge - marker.line.value()) * pixels_per_pass - gap
-            label.setFormat(_format_literal(_fit(marker.label, label.textItem.font(), room)))
+            marker.line.label.setFormat(_format_literal(_fit(marker.label, metrics, room)))
 
     def _with_legend(self, plot: QImage) -> QImage:
         """``plot`` with the legend drawn under it at the plot's scale, on the plot's background."""
@@ -387,9 +391,9 @@ def _legend_entry(glyph: str, color: QColor, name: str, tip: str) -> QLabel:
     return entry
 
 
-def _fit(label: str, font: QFont, room: float) -> str:
+def _fit(label: str, metrics: QFontMetricsF, room: float) -> str:
     """``label`` in ``room`` pixels: whole, or its start and end around "…"; empty where even that does not fit."""
-    fitted = QFontMetricsF(font).elidedText(label, Qt.TextElideMode.ElideMiddle, max(0.0, room))
+    fitted = metrics.elidedText(label, Qt.TextElideMode.ElideMiddle, max(0.0, room))
     return "" if fitted in ("", "…") else fitted
 
 
