@@ -1,21 +1,21 @@
-"""The sampling rules (how many frames, which ones) and the one loop that applies them to the
-frames a reader decodes. Readers only open, decode and convert; :func:`read_clip` builds the
-:class:`ClipInfo`, picks the frames and sizes them, whichever reader decoded them."""
+"""The sampling rules (how many frames, which ones, exact or fast) and what every reader is asked
+for. :func:`read_clip` builds the :class:`ClipInfo` and a :class:`TakeRequest`; each reader takes
+the frames its own way (the PyAV reader by the plan of :mod:`.reads`, OpenCV straight through
+with a :class:`FramePicker`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
-from contextlib import closing
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from framewise.core.settings import SamplingSettings
+from framewise.core.settings import FAST_MODE_AUTO_ABOVE_S, SamplingSettings
 from framewise.core.video.clip import ClipInfo, FrameSizing, Reader, check_resolution
-
-NextTarget = Callable[[], "float | None"]
+from framewise.core.video.reads import SamplingMode
 
 
 def sample_count(duration_s: float, sampling: SamplingSettings, frame_count: int | None = None) -> int:
@@ -47,11 +47,33 @@ def _even_up(count: int) -> int:
     return count + count % 2
 
 
-class OpenedClip(Protocol):
-    """One reader's view of an opened clip: what it knows before decoding, and its frames.
+@dataclass(frozen=True)
+class TakeRequest:
+    """What to take from an opened clip: for each of ``targets`` (seconds on the clip's timeline,
+    ascending, ``interval_s`` apart) a frame, by the rule of ``mode``, as (h, w, 3) RGB at
+    ``size`` = (h, w) as displayed. ``resize`` is the caller's resampler (see :class:`FrameSizing`)."""
 
-    Frames are the reader's own objects; ``orientation`` and ``upright_rgb`` look at one.
-    """
+    targets: tuple[float, ...]
+    interval_s: float
+    mode: SamplingMode
+    size: tuple[int, int]
+    resize: Callable[[np.ndarray, tuple[int, int]], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What a reader took: ``frames`` (T, h, w, 3) uint8, their own ``times`` (T,) in seconds, the
+    ``mode`` it used (a reader without keyframe positions reads ``"fast"`` requests exactly) and
+    how many frames it ``decoded`` to take them."""
+
+    frames: np.ndarray
+    times: tuple[float, ...]
+    mode: SamplingMode
+    decoded: int
+
+
+class OpenedClip(Protocol):
+    """One reader's view of an opened clip: what it knows before decoding, and its frames."""
 
     reader: Reader
     codec: str
@@ -59,15 +81,15 @@ class OpenedClip(Protocol):
     fps: float
     frame_count: int | None
 
-    def frames(self, next_target: NextTarget) -> Iterator[tuple[float, Any]]:
-        """(time in seconds on the clip's timeline, frame) in presentation order. ``next_target()``
-        is the next time a frame is needed for (None when done): a reader may skip ahead to it."""
+    def first_frame(self) -> tuple[float, Any]:
+        """The first frame decoded (the reader's own object) with its time, without consuming it:
+        :meth:`take` starts from it when its first target needs it."""
 
     def orientation(self, frame: Any) -> tuple[int, int, int]:
         """(width, height) as displayed, and the rotation in degrees counter-clockwise."""
 
-    def upright_rgb(self, frame: Any) -> np.ndarray:
-        """The frame as (H, W, 3) uint8 RGB, rotated for display, at its full size."""
+    def take(self, request: TakeRequest) -> Taken:
+        """The frames ``request`` asks for."""
 
 
 class FramePicker:
@@ -90,6 +112,10 @@ class FramePicker:
     def next_target(self) -> float | None:
         return None if self.done else self.targets[len(self.frames)]
 
+    @property
+    def offered(self) -> bool:
+        return self._previous is not None
+
     def offer(self, time_s: float, frame: Any) -> None:
         """Take the next decoded frame. Targets before the first frame get the first frame."""
         if self._previous is not None:
@@ -97,11 +123,11 @@ class FramePicker:
                 self._keep_previous()
         self._previous, self._previous_rgb = (time_s, frame), None
 
-    def finish(self) -> tuple[np.ndarray, tuple[float, ...]]:
-        """Give the remaining targets the last frame; return frames (T, H, W, 3) and times (T,)."""
+    def finish(self) -> tuple[list[np.ndarray], list[float]]:
+        """Give the remaining targets the last frame; return the kept frames (H, W, 3) and times."""
         while not self.done:
             self._keep_previous()
-        return np.stack(self.frames), tuple(self.times)
+        return self.frames, self.times
 
     def _keep_previous(self) -> None:
         assert self._previous is not None, "offer() at least one frame before finish()"
@@ -112,42 +138,43 @@ class FramePicker:
         self.times.append(time_s)
 
 
+def sampling_mode(sampling: SamplingSettings, duration_s: float) -> SamplingMode:
+    """The mode ``sampling.fast_mode`` asks for on a clip of ``duration_s`` seconds."""
+    if sampling.fast_mode == "auto":
+        return "fast" if duration_s > FAST_MODE_AUTO_ABOVE_S else "exact"
+    return "fast" if sampling.fast_mode == "on" else "exact"
+
+
 def read_clip(
     path: Path, clip: OpenedClip, sampling: SamplingSettings | None, sizing: FrameSizing | None
-) -> tuple[ClipInfo, tuple[np.ndarray, tuple[float, ...]] | None]:
+) -> tuple[ClipInfo, Taken | None]:
     """Describe ``clip`` from its first frame; with ``sampling``, also sample it.
 
-    Returns the :class:`ClipInfo` and, when sampling, frames (T, h, w, 3) uint8 at
-    ``sizing.size(T, H, W)`` with their times (T,).
+    Returns the :class:`ClipInfo` and, when sampling, what the reader took: frames (T, h, w, 3)
+    uint8 at ``sizing.size(T, H, W)`` with their times (T,).
     """
-    picker: FramePicker | None = None
-
-    def next_target() -> float | None:
-        return picker.next_target if picker is not None else None
-
-    with closing(clip.frames(next_target)) as frames:
-        first_time, first = next(frames)
-        width, height, rotation = clip.orientation(first)
-        check_resolution(path, width, height)
-        info = ClipInfo(
-            path=path,
-            width=width,
-            height=height,
-            duration_s=clip.duration_s,
-            fps=clip.fps,
-            frame_count=clip.frame_count,
-            rotation_degrees=rotation,
-            codec=clip.codec,
-        )
-        if sampling is None:
-            return info, None
-        assert sizing is not None, "sampling needs a FrameSizing"
-        count = sample_count(info.duration_s, sampling, info.frame_count)
-        size = sizing.size(count, height, width)
-        picker = FramePicker(
-            sample_times(info.duration_s, count), lambda frame: sizing.resize(clip.upright_rgb(frame)[None], size)[0]
-        )
-        picker.offer(first_time, first)
-        while not picker.done and (decoded := next(frames, None)) is not None:
-            picker.offer(*decoded)
-        return info, picker.finish()
+    _, first = clip.first_frame()
+    width, height, rotation = clip.orientation(first)
+    check_resolution(path, width, height)
+    info = ClipInfo(
+        path=path,
+        width=width,
+        height=height,
+        duration_s=clip.duration_s,
+        fps=clip.fps,
+        frame_count=clip.frame_count,
+        rotation_degrees=rotation,
+        codec=clip.codec,
+    )
+    if sampling is None:
+        return info, None
+    assert sizing is not None, "sampling needs a FrameSizing"
+    count = sample_count(info.duration_s, sampling, info.frame_count)
+    request = TakeRequest(
+        targets=sample_times(info.duration_s, count),
+        interval_s=info.duration_s / count,
+        mode=sampling_mode(sampling, info.duration_s),
+        size=sizing.size(count, height, width),
+        resize=sizing.resize,
+    )
+    return info, clip.take(request)
