@@ -117,8 +117,8 @@ def _cut(read: Read, keyframe_times: tuple[float, ...], share: float) -> list[Re
     stop = read.stop if read.stop is not None else len(keyframe_times)
     pieces, start, taken = [], read.start, 0
     while start < stop:
-        end = bisect.bisect_left(keyframe_times, keyframe_times[start] + share, lo=start + 1, hi=stop)
-        end = max(end, start + 1)
+        # the last keyframe at most ``share`` seconds on, but at least one group
+        end = max(bisect.bisect_right(keyframe_times, keyframe_times[start] + share, lo=start + 1, hi=stop) - 1, start + 1)
         boundary = keyframe_times[end] if end < len(keyframe_times) else math.inf
         count = bisect.bisect_left(read.targets, boundary, lo=taken) - taken
         if count:
