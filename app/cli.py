@@ -27,7 +27,7 @@ from typing import Any, Sequence, TextIO
 from framewise.app.logs import setup_logging
 from framewise.core.errors import EmptyQuestionError, SettingsError, describe_error
 from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo, Event, Progress, ServerInfo, Token
-from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, AppSettings
+from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, FAST_MODES, AppSettings
 
 # The flag that sets each settings field, so messages name what a person can type.
 FLAGS = {
@@ -41,6 +41,7 @@ FLAGS = {
     "sampling.min_frames": "--min-frames",
     "sampling.max_frames": "--max-frames",
     "sampling.max_pixels": "--max-pixels",
+    "sampling.fast_mode": "--fast-mode",
     "generation.max_new_tokens": "--max-new-tokens",
     "generation.temperature": "--temperature",
     "decoding.use_graphs": "--no-decode-graphs",
@@ -114,6 +115,12 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-frames", type=int, default=defaults.sampling.max_frames, help="most frames sampled (even)")
     parser.add_argument("--max-pixels", type=int, default=defaults.sampling.max_pixels, help="pixel budget of the whole clip")
+    parser.add_argument(
+        "--fast-mode",
+        choices=FAST_MODES,
+        default=defaults.sampling.fast_mode,
+        help="take the keyframe nearest each sampled time (auto: for clips over 10 minutes)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=defaults.generation.max_new_tokens)
     parser.add_argument("--temperature", type=float, default=defaults.generation.temperature)
     parser.add_argument("--no-decode-graphs", action="store_true", help="run the answer's decode steps eagerly")
@@ -149,7 +156,8 @@ def _settings_from_args(args: argparse.Namespace) -> AppSettings:
     return (
         defaults.replace("model", source=args.model, device=args.device, dtype=args.dtype)
         .replace("encoder", attention_backend=args.attention, use_graphs=not args.no_graphs, fuse_kernels=not args.no_fuse)
-        .replace("sampling", fps=args.fps, min_frames=min_frames, max_frames=args.max_frames, max_pixels=args.max_pixels)
+        .replace("sampling", fps=args.fps, min_frames=min_frames, max_frames=args.max_frames, max_pixels=args.max_pixels,
+                 fast_mode=args.fast_mode)
         .replace("generation", max_new_tokens=args.max_new_tokens, temperature=args.temperature)
         .replace("decoding", use_graphs=not args.no_decode_graphs, max_context_tokens=args.max_context)
         .replace(
@@ -322,6 +330,7 @@ def _result_json(info: EngineInfo, encoded: EncodeDone, done: Done) -> dict[str,
             "ms_per_frame": encoded.ms_per_frame,
             "graph_hit": encoded.graph_hit,
             "passes": len(encoded.chunks),
+            "sampling_mode": encoded.sampling_mode,
         },
         "stats": dataclasses.asdict(done.stats),
         "server": dataclasses.asdict(info.server) if info.server else None,

@@ -2,12 +2,24 @@
 
 Writes its own clips (PyAV, libx264 preset ultrafast) under ``--clips`` (outside the repository),
 reusing any already there: 1080p30 with a scrolling texture, a little per-frame grain and a
-moving box, so every frame differs from the last. See benchmarks/README.md for the columns.
+moving box, so every frame differs from the last. Then, for each clip, each frame count and each
+mode, one fresh process samples the clip as the app does (``sample_clip`` with the Qwen3-VL
+sizing at the full pixel budget) and reports the seconds from open to ready, the frames decoded
+and its peak resident memory; in the same run, the reference: a plain decode of every frame
+with FFmpeg's threads on (``thread_type = "AUTO"``), nothing converted. The load average is
+recorded with each measurement: on a shared machine compare ratios within one run.
+See benchmarks/README.md for the options.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -31,7 +43,7 @@ def write_bench_clip(path: Path, minutes: int, height: int, keyframe_interval: i
     texture = (np.sin(cols / 37.0) * np.cos(rows / 23.0) * 70 + 128).astype(np.uint8)
     grains = [np.random.default_rng(k).integers(0, 12, (height, width), dtype=np.uint8) for k in range(GRAIN_PLANES)]
     chroma_rows = height // 2  # yuv420p: U then V, each (height/2, width/2), stored as height/4 rows of width
-    partial = path.with_suffix(".partial.mp4")
+    partial = path.with_suffix(f".partial-{os.getpid()}.mp4")
     with av.open(str(partial), "w") as container:
         stream = container.add_stream("libx264", rate=FPS)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
@@ -55,26 +67,145 @@ def write_bench_clip(path: Path, minutes: int, height: int, keyframe_interval: i
     return path
 
 
-def ensure_clip(folder: Path, minutes: int, height: int, keyframe_interval: int) -> Path:
-    path = folder / clip_name(minutes, height, keyframe_interval)
-    if not path.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        print(f"writing {path} ...", flush=True)
-        write_bench_clip(path, minutes, height, keyframe_interval)
+def write_repeated(source: Path, path: Path, times: int) -> Path:
+    """``source``'s packets ``times`` over, end to end, without re-encoding (each copy starts with
+    a keyframe, so the copy is a valid stream with the same groups of pictures)."""
+    partial = path.with_suffix(f".partial-{os.getpid()}.mp4")
+    with av.open(str(source)) as reading, av.open(str(partial), "w") as writing:
+        video = reading.streams.video[0]
+        stream = writing.add_stream_from_template(video)
+        span = video.duration or int(video.frames * (1 / (video.average_rate * video.time_base)))
+        for copy in range(times):
+            reading.seek(0, stream=video)
+            for packet in reading.demux(video):
+                if packet.dts is None:
+                    continue
+                packet.pts += copy * span
+                packet.dts += copy * span
+                packet.stream = stream
+                writing.mux(packet)
+    partial.rename(path)
     return path
 
 
+def ensure_clip(folder: Path, minutes: int, height: int, keyframe_interval: int) -> Path:
+    """The clip, written now unless it is there. A clip a whole number of times as long as one
+    already written (60 minutes from 20) repeats that one's packets: encoding an hour of 1080p
+    takes most of an hour on a shared 2-core machine."""
+    path = folder / clip_name(minutes, height, keyframe_interval)
+    if path.exists():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    shorter = [
+        folder / clip_name(part, height, keyframe_interval)
+        for part in range(1, minutes)
+        if minutes % part == 0 and (folder / clip_name(part, height, keyframe_interval)).exists()
+    ]
+    if shorter:
+        print(f"writing {path} from {shorter[-1].name} ...", flush=True)
+        return write_repeated(shorter[-1], path, minutes // int(shorter[-1].name.split("min")[0]))
+    print(f"writing {path} ...", flush=True)
+    return write_bench_clip(path, minutes, height, keyframe_interval)
+
+
+# --- measuring, each in a fresh process ------------------------------------------------------------
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def measure_sampling(path: Path, frames: int, fast_mode: str, workers: int | None) -> dict[str, object]:
+    """Open-to-ready time of ``sample_clip`` as the app calls it, in this process."""
+    from framewise.core.processing import video_frame_sizing
+    from framewise.core.settings import MAX_CLIP_PIXELS, SamplingSettings
+    from framewise.core.video import pyav_reader, sample_clip
+
+    if workers is not None:
+        pyav_reader.default_workers = lambda: workers
+    sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=frames, max_pixels=MAX_CLIP_PIXELS, fast_mode=fast_mode)
+    started = time.perf_counter()
+    sampled = sample_clip(path, sampling, video_frame_sizing(sampling))
+    seconds = time.perf_counter() - started
+    return {
+        "seconds": seconds,
+        "frames": len(sampled.timestamps),
+        "size": list(sampled.frames.shape[1:3]),
+        "mode": sampled.mode,
+        "frames_decoded": sampled.frames_decoded,
+        "peak_rss_mib": peak_rss_mib(),
+    }
+
+
+def measure_full_decode(path: Path) -> dict[str, object]:
+    """A plain threaded decode of every frame, nothing converted: the reference."""
+    started = time.perf_counter()
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        decoded = sum(1 for _ in container.decode(stream))
+    return {"seconds": time.perf_counter() - started, "frames_decoded": decoded, "peak_rss_mib": peak_rss_mib()}
+
+
+def run_child(arguments: list[str]) -> dict[str, object]:
+    """Run this script on one measurement in a fresh process; its JSON result with the load average."""
+    load = os.getloadavg()[0]
+    output = subprocess.run(
+        [sys.executable, __file__, *arguments], check=True, capture_output=True, text=True
+    ).stdout
+    return {**json.loads(output.strip().splitlines()[-1]), "load_before": load, "load_after": os.getloadavg()[0]}
+
+
+def measure_all(args: argparse.Namespace, clips: list[Path]) -> list[dict[str, object]]:
+    results = []
+    for path in clips:
+        cases: list[tuple[str, list[str]]] = [("full decode", ["--full-decode", str(path)])]
+        for frames in args.frames:
+            for mode in args.modes:
+                fast_mode = "on" if mode == "fast" else "off"
+                cases.append((mode, ["--sample", str(path), "--frames", str(frames), "--fast-mode", fast_mode]))
+                if mode == "exact" and frames in args.one_decoder_at:
+                    cases.append(("exact, 1 decoder", [*cases[-1][1], "--workers", "1"]))
+        for label, arguments in cases:
+            result = {"clip": path.name, "case": label, **run_child(arguments)}
+            print(json.dumps(result), flush=True)
+            results.append(result)
+            if args.out is not None:
+                with args.out.open("a") as out:
+                    out.write(json.dumps(result) + "\n")
+    return results
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--clips", type=Path, default=Path("/work/bench-clips"))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clips", type=Path, default=Path("/work/bench-clips"), help="where the clips are kept")
     parser.add_argument("--minutes", type=int, nargs="+", default=[20, 60])
-    parser.add_argument("--keyframes", type=int, nargs="+", default=[250, 30])
+    parser.add_argument("--keyframes", type=int, nargs="+", default=[250, 30], help="frames between keyframes")
     parser.add_argument("--height", type=int, default=1080)
+    parser.add_argument("--frames", type=int, nargs="+", default=[32, 256, 768], help="frames sampled")
+    parser.add_argument("--modes", nargs="+", choices=("exact", "fast"), default=["exact", "fast"])
+    parser.add_argument("--one-decoder-at", type=int, nargs="*", default=[768],
+                        help="frame counts at which exact mode also runs with a single decoder")
+    parser.add_argument("--out", type=Path, help="append each result to this JSON-lines file")
     parser.add_argument("--make-clips", action="store_true", help="only write the clips, then stop")
+    parser.add_argument("--sample", type=Path, help=argparse.SUPPRESS)  # one measurement (a child process)
+    parser.add_argument("--fast-mode", default="off", help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--full-decode", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    for minutes in args.minutes:
-        for keyframe_interval in args.keyframes:
-            ensure_clip(args.clips, minutes, args.height, keyframe_interval)
+    if args.sample is not None:
+        print(json.dumps(measure_sampling(args.sample, args.frames[0], args.fast_mode, args.workers)))
+        return
+    if args.full_decode is not None:
+        print(json.dumps(measure_full_decode(args.full_decode)))
+        return
+    clips = [
+        ensure_clip(args.clips, minutes, args.height, keyframe_interval)
+        for minutes in args.minutes
+        for keyframe_interval in args.keyframes
+    ]
+    if not args.make_clips:
+        measure_all(args, clips)
 
 
 if __name__ == "__main__":

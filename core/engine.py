@@ -27,6 +27,7 @@ own ``generate()`` for one call (the demo model's training and the tests use it)
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -365,7 +366,8 @@ class Engine:
             info = sampled.info
             size_and_duration = (info.width, info.height, info.duration_s)
             return self._encode_frames(
-                sampled.frames, sampled.timestamps, path.name, path, decode_ms, size_and_duration, reason
+                sampled.frames, sampled.timestamps, path.name, path, decode_ms, size_and_duration, reason,
+                sampling_mode=sampled.mode,
             )
 
     def open_frames(
@@ -391,11 +393,13 @@ class Engine:
         decode_ms: float,
         size_and_duration: tuple[int, int, float],
         reason: ResetReason | None,
+        sampling_mode: str = "exact",
     ) -> EncodeDone:
         """Preprocess and encode sampled frames (T, H, W, 3) uint8, make them the open clip and, unless
         ``reason`` is ``None``, start its conversation afresh."""
         loaded = self._require_model()
-        self._emit(clip_sampled(name, path, frames, timestamps, size_and_duration))
+        sampled = clip_sampled(name, path, frames, timestamps, size_and_duration)
+        self._emit(dataclasses.replace(sampled, sampling_mode=sampling_mode))
         self._raise_if_cancelled()
         started = time.perf_counter()
         video = preprocess_video(frames, timestamps, loaded.geometry)
@@ -422,6 +426,7 @@ class Engine:
                 encode_ms=sum(chunk.encode_ms for chunk in chunks),
                 ms_per_frame=metrics.last_item_ms_per_frame,
                 graph_hit=metrics.last_item_hit,
+                sampling_mode=sampling_mode,
                 chunks=chunks,
             )
         )

@@ -139,6 +139,7 @@ class ClipSampled:
     """A clip was opened and its frames sampled; ``thumbnails`` are small RGB previews, one per frame.
 
     ``thumbnails``: uint8 arrays of shape (h, w, 3); ``timestamps`` are seconds from the clip's start.
+    ``sampling_mode``: ``"exact"`` or ``"fast"`` (see :class:`~framewise.core.settings.SamplingSettings`).
     """
 
     clip_name: str
@@ -148,6 +149,7 @@ class ClipSampled:
     width: int
     height: int
     duration_s: float
+    sampling_mode: str = "exact"
     request_id: int = _request_id()
 
 
@@ -157,7 +159,7 @@ class EncodeDone:
 
     ``frames`` are the sampled frames; ``ms_per_frame`` and ``graph_hit`` (every pass of the clip was
     a graph replay) are the clip's numbers as :class:`~framewise.core.metrics.EncoderMetricsAccumulator`
-    computed them.
+    computed them. ``sampling_mode`` is how the frames were taken (``"exact"`` or ``"fast"``).
     """
 
     clip_name: str
@@ -169,6 +171,7 @@ class EncodeDone:
     encode_ms: float
     ms_per_frame: float
     graph_hit: bool
+    sampling_mode: str = "exact"
     chunks: tuple[ChunkStats, ...] = field(default_factory=tuple)
     request_id: int = _request_id()
 

@@ -19,6 +19,7 @@ that says what to change.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 import queue
@@ -209,6 +210,7 @@ class VllmServerEngine:
             decode_ms,
             (info.width, info.height, info.duration_s),
             reason,
+            sampling_mode=sampled.mode,
         )
 
     def open_frames(
@@ -234,11 +236,13 @@ class VllmServerEngine:
         decode_ms: float,
         size_and_duration: tuple[int, int, float],
         reason: ResetReason,
+        sampling_mode: str = "exact",
     ) -> EncodeDone:
         """Pack sampled frames (T, H, W, 3) uint8 for the server and make them the open clip."""
         from framewise.core.engine import clip_sampled  # the same event, thumbnails included, as locally
 
-        self._emit(clip_sampled(name, path, frames, timestamps, size_and_duration))
+        sampled = clip_sampled(name, path, frames, timestamps, size_and_duration)
+        self._emit(dataclasses.replace(sampled, sampling_mode=sampling_mode))
         started = time.perf_counter()
         url = video_data_url(frames)
         pack_ms = (time.perf_counter() - started) * 1e3
@@ -258,6 +262,7 @@ class VllmServerEngine:
             encode_ms=0.0,
             ms_per_frame=0.0,
             graph_hit=False,
+            sampling_mode=sampling_mode,
         )
         self.clip = RemoteClip(path=path, video_url=url, media_io_kwargs=media_io_kwargs(timestamps), summary=summary)
         self._reset_conversation(reason)
