@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import time
+
 import numpy as np
 import pytest
 
 from framewise.core.errors import SettingsError
 from framewise.core.settings import FAST_MODE_AUTO_ABOVE_S, SamplingSettings
-from framewise.core.video import pyav_reader, sample_times
+from framewise.core.video import ReadBudget, pyav_reader, sample_times
 from framewise.core.video.reads import Read, plan_reads, split_reads
 from framewise.core.video.sampling import sampling_mode
 from training.clip_writer import write_clip
@@ -163,3 +165,23 @@ def test_fast_mode_is_off_for_short_clips_by_default(gop_clip):
     sampled = sample(gop_clip)
 
     assert sampled.mode == "exact"
+
+
+def test_a_decoder_still_reading_after_the_others_ended_keeps_the_read_alive(gop_clip, workers, monkeypatch):
+    """Each decoder's own progress extends the budget: the first half of the clip decodes slowly,
+    long after the decoder of the second half (which reached further into the video) has ended."""
+    real_decoded = pyav_reader.PyAVClip._decoded
+
+    def uneven(self, *args):
+        for time_s, frame in real_decoded(self, *args):
+            time.sleep(0.03 if time_s < 15.0 else 0.002)  # 0.3 s per second of video, then 0.02
+            self.guard.check(time_s)
+            yield time_s, frame
+
+    monkeypatch.setattr(pyav_reader.PyAVClip, "_decoded", uneven)
+    opened = workers(2)
+    sampled = sample(gop_clip, SamplingSettings(fps=2.0, min_frames=4, max_frames=60),
+                     budget=ReadBudget(start_s=5.0, per_video_second_s=1.5))
+
+    assert len(opened) == 2
+    assert indices(sampled.frames) == [on_screen(SOURCE_TIMES, t) for t in sample_times(30.0, 60)]
