@@ -497,6 +497,7 @@ class _Decoder:
         """Make the next packet fed the keyframe of ``group``."""
         want = self.clip.keyframes[group]
         if self.held is not None and self._keyframe_key(self.held) == want:
+            self.pending.clear()  # the end of the group before, left by a read that had what it needed
             return
         if self.held is None and self.group == group and not self.ended:
             return  # decoding it already (the first read, after peek)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from framewise.core.errors import SettingsError
+from framewise.core.processing import video_frame_size
 from framewise.core.settings import FAST_MODE_AUTO_ABOVE_S, SamplingSettings
 from framewise.core.video import ReadBudget, pyav_reader, sample_times
 from framewise.core.video.reads import Read, plan_reads, split_reads
@@ -19,9 +20,13 @@ from framewise.core.video.sampling import sampling_mode
 from training.clip_writer import write_clip
 
 if __package__:
-    from .test_video import decoded_times, index_frame, indices, on_screen, sample  # noqa: F401  (a fixture)
+    from .test_video import (  # noqa: F401  (decoded_times is a fixture)
+        decoded_times, index_frame, indices, on_screen, quadrant_colors, quadrant_picture, sample,
+    )
 else:
-    from test_video import decoded_times, index_frame, indices, on_screen, sample  # noqa: F401
+    from test_video import (  # noqa: F401
+        decoded_times, index_frame, indices, on_screen, quadrant_colors, quadrant_picture, sample,
+    )
 
 FPS = 10
 FRAMES = 300  # 30 s
@@ -185,3 +190,33 @@ def test_a_decoder_still_reading_after_the_others_ended_keeps_the_read_alive(gop
 
     assert len(opened) == 2
     assert indices(sampled.frames) == [on_screen(SOURCE_TIMES, t) for t in sample_times(30.0, 60)]
+
+
+@pytest.mark.parametrize("rotation", [90, 270])
+def test_fast_mode_scales_rotated_frames_upright_to_the_displayed_size(tmp_path, rotation):
+    picture = quadrant_picture(32, 64)
+    path = write_clip(tmp_path / "rotated.mp4", [picture] * 20, fps=10, rotation_degrees=rotation, keyframe_interval=5)
+    sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=4, fast_mode="on")
+
+    sampled = sample(path, sampling)
+
+    displayed = np.rot90(picture, k=rotation // 90)
+    assert sampled.mode == "fast"
+    assert sampled.frames.shape[1:3] == video_frame_size(4, *displayed.shape[:2], sampling)
+    for frame in sampled.frames:
+        np.testing.assert_array_equal(quadrant_colors(frame), quadrant_colors(displayed))
+
+
+def test_fast_mode_across_a_timestamp_reset_keeps_each_frames_true_time(tmp_path):
+    first = write_clip(tmp_path / "first.ts", [index_frame(i) for i in range(30)], fps=10, keyframe_interval=10)
+    second = write_clip(tmp_path / "second.ts", [index_frame(100 + i) for i in range(20)], fps=10, keyframe_interval=10)
+    joined = tmp_path / "joined.ts"
+    joined.write_bytes(first.read_bytes() + second.read_bytes())
+
+    sampled = sample(joined, SamplingSettings(fps=2.0, min_frames=4, max_frames=10, fast_mode="on"))
+
+    assert sampled.mode == "fast"
+    shown = [index if index < 100 else 30 + index - 100 for index in indices(sampled.frames)]  # on the clip's timeline
+    assert sampled.timestamps == pytest.approx([index / 10 for index in shown], abs=1e-3)
+    for target, time_s in zip(sample_times(5.0, 10), sampled.timestamps, strict=True):
+        assert abs(time_s - target) <= 0.25 + 1e-6  # half the interval: keyframes lie at most 10 frames apart
