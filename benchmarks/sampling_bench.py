@@ -159,7 +159,7 @@ def run_child(arguments: list[str]) -> dict[str, object]:
 def measure_all(args: argparse.Namespace, clips: list[Path]) -> list[dict[str, object]]:
     results = []
     for path in clips:
-        cases: list[tuple[str, list[str]]] = [("full decode", ["--full-decode", str(path)])]
+        cases: list[tuple[str, list[str]]] = [] if args.no_full_decode else [("full decode", ["--full-decode", str(path)])]
         for frames in args.frames:
             for mode in args.modes:
                 fast_mode = "on" if mode == "fast" else "off"
@@ -186,6 +186,7 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", choices=("exact", "fast"), default=["exact", "fast"])
     parser.add_argument("--one-decoder-at", type=int, nargs="*", default=[768],
                         help="frame counts at which exact mode also runs with a single decoder")
+    parser.add_argument("--no-full-decode", action="store_true", help="leave out the reference decode")
     parser.add_argument("--out", type=Path, help="append each result to this JSON-lines file")
     parser.add_argument("--make-clips", action="store_true", help="only write the clips, then stop")
     parser.add_argument("--sample", type=Path, help=argparse.SUPPRESS)  # one measurement (a child process)
