@@ -176,6 +176,23 @@ def measure_all(args: argparse.Namespace, clips: list[Path]) -> list[dict[str, o
     return results
 
 
+def markdown_table(results: list[dict[str, object]]) -> str:
+    """One row per measurement; ``× full`` is the time over the same clip's full decode in that run."""
+    full = {row["clip"]: row["seconds"] for row in results if row["case"] == "full decode"}
+    lines = [
+        "| clip | case | frames | frame size | seconds | × full decode | frames decoded | peak RSS MiB | load |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in results:
+        ratio = f"{row['seconds'] / full[row['clip']]:.2f}" if row["clip"] in full else "–"
+        size = "×".join(str(side) for side in row.get("size", [])) or "–"
+        lines.append(
+            f"| {row['clip']} | {row['case']} | {row.get('frames', '–')} | {size} | {row['seconds']:.1f} | {ratio} "
+            f"| {row['frames_decoded']:,} | {row['peak_rss_mib']:.0f} | {row['load_before']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clips", type=Path, default=Path("/work/bench-clips"), help="where the clips are kept")
@@ -189,6 +206,7 @@ def main() -> None:
     parser.add_argument("--no-full-decode", action="store_true", help="leave out the reference decode")
     parser.add_argument("--out", type=Path, help="append each result to this JSON-lines file")
     parser.add_argument("--make-clips", action="store_true", help="only write the clips, then stop")
+    parser.add_argument("--table", type=Path, help="print a JSON-lines results file as a Markdown table, then stop")
     parser.add_argument("--sample", type=Path, help=argparse.SUPPRESS)  # one measurement (a child process)
     parser.add_argument("--fast-mode", default="off", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, help=argparse.SUPPRESS)
@@ -199,6 +217,9 @@ def main() -> None:
         return
     if args.full_decode is not None:
         print(json.dumps(measure_full_decode(args.full_decode)))
+        return
+    if args.table is not None:
+        print(markdown_table([json.loads(line) for line in args.table.read_text().splitlines() if line.strip()]))
         return
     clips = [
         ensure_clip(args.clips, minutes, args.height, keyframe_interval)
