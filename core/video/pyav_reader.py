@@ -6,10 +6,16 @@
   timestamps that go back, or jump forward by more than :data:`DISCONTINUITY_GAP_S`, start a new
   segment (two recordings joined with ``cat``, say). Segments are laid end to end on the clip's
   timeline, so the duration covers all of them and frames after a reset are sampled too.
-* **Skipping ahead.** The packet pass lists the keyframes. When the next frame needed lies beyond
-  the current group of pictures, the reader seeks to the keyframe before it (containers with an
-  index) or drops packets up to it (MPEG-TS and other files without one), so sparse sampling of a
-  long clip decodes only the groups it takes frames from.
+* **Reading by plan.** The packet pass lists the keyframes; :mod:`.reads` turns the target times
+  into reads that each start at a keyframe. A decoder reaches a read's keyframe by seeking
+  (containers with an index) or by dropping packets (MPEG-TS and other files without one), or
+  just goes on when the read before stopped there, so no group of pictures is decoded twice and
+  sparse sampling of a long clip decodes only the groups it takes frames from. Files with an index
+  are read by one decoder per core, each on its own share of the reads (PyAV lets go of the GIL
+  while FFmpeg decodes).
+* **Converting.** Only kept frames are converted: in exact mode to RGB at full size, then through
+  the caller's resampler (the frames training and evaluation see); in fast mode by FFmpeg's
+  scaler, to RGB at the target size in one step.
 * **Rotation.** A display-matrix rotation (phones) is applied; flips in the matrix are ignored.
 * **libav's messages** go to Python logging (loggers ``libav.*``, never the console) while a file
   is opened and its packets scanned, on the reading thread. Decoding runs with them off: PyAV
@@ -243,14 +249,14 @@ class PyAVClip:
 
     Construction opens the file, checks the header's resolution before any decoding, and runs the
     packet pass. :meth:`take` follows the plan of :mod:`.reads`, split between up to ``workers``
-    decoders (one per core by default) where the file can be sought.
+    decoders (one per core) where the file can be sought.
     """
 
     reader: Reader = "pyav"
 
-    def __init__(self, path: Path, guard: Guard, workers: int | None = None) -> None:
+    def __init__(self, path: Path, guard: Guard) -> None:
         self.path, self.guard = path, guard
-        self.workers = workers or default_workers()
+        self.workers = default_workers()
         with open_container(path, guard) as container:
             stream = video_stream(container, path)
             check_resolution(path, stream.codec_context.width, stream.codec_context.height)
@@ -314,38 +320,40 @@ class PyAVClip:
         workers = self.workers if self.can_seek else 1
         frame_s = 1.0 / self.fps if self.fps > 0 else 0.0
         runs = split_reads(reads, self.keyframe_times, self.duration_s, frame_s, workers)
-        if mode == "fast":
-            convert = lambda frame: self.scaled_rgb(frame, request.size)  # noqa: E731
-        else:
-            convert = lambda frame: request.resize(self.upright_rgb(frame)[None], request.size)[0]  # noqa: E731
-        decoders = [self._first] + [None] * (len(runs) - 1)
+        convert = self._converter(request.size, request.resize if mode == "exact" else None)
         taken = _in_parallel(
-            [functools.partial(self._take_run, decoders[index], run, convert) for index, run in enumerate(runs)],
+            [functools.partial(self._take_run, index, run, convert, len(runs)) for index, run in enumerate(runs)],
             self._first.abandon,
             self.path.name,
         )
-        frames = _fill_gaps([kept for run in taken for read_frames, _ in run for kept in read_frames])
-        decoded = sum(count for run in taken for _, count in run[-1:]) if taken else 0
+        frames = _fill_gaps([kept for run_frames, _ in taken for kept in run_frames])
         return Taken(
             frames=np.stack([rgb for rgb, _ in frames]),
             times=tuple(time_s for _, time_s in frames),
             mode=mode,
-            decoded=decoded,
+            decoded=sum(decoded for _, decoded in taken),
         )
 
+    def _converter(
+        self, size: tuple[int, int], resize: Callable[[np.ndarray, tuple[int, int]], np.ndarray] | None
+    ) -> Callable[[Any], np.ndarray]:
+        """Frame -> (h, w, 3) RGB at ``size``: through ``resize`` from full size, or, without one,
+        by FFmpeg's scaler in one step."""
+        if resize is None:
+            return lambda frame: self.scaled_rgb(frame, size)
+        return lambda frame: resize(self.upright_rgb(frame)[None], size)[0]
+
     def _take_run(
-        self, decoder: _Decoder | None, run: list[Read], convert: Callable[[Any], np.ndarray]
-    ) -> list[tuple[list[_Kept | None], int]]:
-        """Each read's frames (rgb, time) with the run's decoded count so far; opens its own
-        decoder unless given one (sharing the first decoder's abandon event)."""
+        self, index: int, run: list[Read], convert: Callable[[Any], np.ndarray], runs: int
+    ) -> tuple[list[_Kept | None], int]:
+        """The frames of run ``index`` of ``runs`` (one per target) and the frames its decoder
+        decoded. Run 0 goes on with the decoder that read the first frame; the others open their
+        own, sharing the cores between them."""
         assert self._first is not None
-        threads = max(default_workers() // self.workers, 1) if decoder is None else 0
-        decoder = decoder or _Decoder(self, self._first.abandon, threads)
+        decoder = self._first if index == 0 else _Decoder(self, self._first.abandon, max(self.workers // runs, 1))
         try:
-            results = []
-            for read in run:
-                results.append((self._take_read(decoder, read, convert), decoder.state.decoded))
-            return results
+            frames = [kept for read in run for kept in self._take_read(decoder, read, convert)]
+            return frames, decoder.state.decoded
         finally:
             if decoder is not self._first:
                 decoder.close()
