@@ -109,10 +109,6 @@ class FramePicker:
         return len(self.frames) == len(self.targets)
 
     @property
-    def next_target(self) -> float | None:
-        return None if self.done else self.targets[len(self.frames)]
-
-    @property
     def offered(self) -> bool:
         return self._previous is not None
 
