@@ -173,6 +173,8 @@ class MainWindow(QMainWindow, SessionListener):
         self.chat.question_edit.setAcceptDrops(False)
         self.chat.ask_requested.connect(self.ask)
         self.chat.stop_requested.connect(self.stop)
+        self.chat.time_clicked.connect(self.show_moment)
+        self.chat.question_times_changed.connect(self.preview.timeline.set_question_times)
         self.chat_title = ElidedLabel("")
         chat_box = _section("Conversation", self.chat_title, self.chat)
 
@@ -400,6 +402,16 @@ class MainWindow(QMainWindow, SessionListener):
     def new_conversation(self) -> None:
         """Start afresh about the open clip; the chat empties when the engine has forgotten the conversation."""
         self.session.new_conversation()
+
+    def show_moment(self, start_s: float, end_s: float | None) -> None:
+        """A time clicked in the conversation: the preview goes there (a range is selected on the
+        timeline) and the strip selects the sampled frame nearest it."""
+        nearest = self.preview.show_moment(start_s, end_s)
+        if nearest < 0:
+            return
+        self.frame_strip.select_frame(nearest)
+        if self.clip is not None and start_s > self.clip.duration_s:
+            self.set_status(f"{format_timestamp(start_s)} is past the clip's end ({format_timestamp(self.clip.duration_s)})")
 
     def copy_last_answer(self) -> None:
         cards = self.chat.answer_cards()
