@@ -28,6 +28,7 @@ from framewise.app.logs import setup_logging
 from framewise.core.errors import EmptyQuestionError, SettingsError, describe_error
 from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo, Event, Progress, ServerInfo, Token
 from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, AppSettings
+from framewise.core.timecodes import find_times
 
 # The flag that sets each settings field, so messages name what a person can type.
 FLAGS = {
@@ -308,6 +309,7 @@ def _graph_words(encoded: EncodeDone, info: EngineInfo) -> str:
 def _result_json(info: EngineInfo, encoded: EncodeDone, done: Done) -> dict[str, Any]:
     return {
         "answer": done.text,
+        "times": [time.to_json() for time in find_times(done.text)],
         "model": info.model_name,
         "model_label": info.model_label,
         "device": info.device,

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from framewise.app.cli import main
+from framewise.app.cli import _result_json, main
+from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo
+from framewise.core.timecodes import find_times
 from tests.conftest import REPO_ROOT, SAMPLE_CLIPS
 
 FAST = ["--max-frames", "4", "--max-new-tokens", "8", "--device", "cpu"]
@@ -51,6 +53,18 @@ def test_ask_json_is_one_object_with_answer_and_stats(sample_clip: Path) -> None
     assert payload["model_label"].startswith("Demo model")
     assert 0 < payload["stats"]["new_tokens"] <= 8
     assert payload["stats"]["time_to_first_token_ms"] > 0
+    assert payload["times"] == [time.to_json() for time in find_times(payload["answer"])]
+
+
+def test_ask_json_lists_every_time_the_answer_mentions_in_seconds() -> None:
+    info = EngineInfo("cpu", "float32", "demo", None, "eager", False, "CPU", ("sdpa",))
+    encoded = EncodeDone("clip.mp4", 4, 64, (0.0, 1.0, 2.0, 3.0), 1.0, 1.0, 1.0, 0.5, False)
+    done = Done("It appears at <1.5 seconds> and stays from 0:02 to 0:03.", AnswerStats(5.0, 12, 30.0, False), kept=True)
+    payload = json.loads(json.dumps(_result_json(info, encoded, done)))
+    assert payload["times"] == [
+        {"text": "<1.5 seconds>", "start_s": 1.5, "end_s": None},
+        {"text": "0:02 to 0:03", "start_s": 2.0, "end_s": 3.0},
+    ]
 
 
 def test_ask_about_a_missing_clip_says_so_and_exits_2(tmp_path: Path) -> None:

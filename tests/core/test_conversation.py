@@ -56,3 +56,19 @@ def test_answer_stats_words_count_right_and_skip_the_speed_of_one_token():
     assert format_answer_stats(_stats(1, tokens_per_second=0.0)).startswith("1 token · first token")
     assert format_answer_stats(_stats(2)).startswith("2 tokens · 40.0 tokens/s")
     assert plural(1, "pass", "passes") == "1 pass" and plural(1200, "chunk") == "1,200 chunks" and plural(0, "frame") == "0 frames"
+
+
+def test_exports_keep_the_times_an_answer_mentions_with_their_seconds():
+    answer = "It enters at <2.5 seconds> and stays from 0:40 to 0:52."
+    conversation = Conversation("clip.mp4", "/clips/clip.mp4", [Turn("When?", "demo", None, answer=answer, status="done")])
+    data = json.loads(conversation.export_text(AppSettings(), ".json"))
+    assert data["turns"][0]["times"] == [
+        {"text": "<2.5 seconds>", "start_s": 2.5, "end_s": None},
+        {"text": "0:40 to 0:52", "start_s": 40.0, "end_s": 52.0},
+    ]
+    markdown = conversation.to_markdown(AppSettings())
+    assert answer in markdown
+    assert "_Times: `<2.5 seconds>` = 2.5 s; `0:40 to 0:52` = 40–52 s_" in markdown
+    quiet = Conversation("clip.mp4", None, [Turn("What?", "demo", None, answer="A red square.", status="done")])
+    assert "Times:" not in quiet.to_markdown(AppSettings())
+    assert quiet.to_json(AppSettings())["turns"][0]["times"] == []
