@@ -17,7 +17,8 @@ What it refuses, on purpose:
 - anything glued to a word, a number or a version string (``v1:20``, ``1.2.3s``, ``10:30:45:12``);
 - ``ms`` (milliseconds) and a bare ``m`` or ``h`` (``5 m`` is a distance): the abbreviations ``h``
   and ``m`` count only inside a compound such as ``1h30m``;
-- ``1990s`` (a decade): the ``s`` abbreviation takes at most three digits before the point.
+- ``1990s`` (a decade): the ``s`` abbreviation takes at most three digits before the point;
+- a number with a thousands separator or a decimal comma (``1,000 seconds``), rather than misread it.
 
 It does not tell a moment from a length: "it lasts 3 seconds" yields 3 s like "at 3 seconds"
 does; a link to 0:03 there is harmless.
@@ -33,7 +34,7 @@ _NUMBER = r"\d+(?:\.\d+)?"
 _SHORT_NUMBER = r"\d{1,3}(?:\.\d+)?"
 _UNIT_END = r"(?![A-Za-z])"
 _TIME_END = r"(?![\w:]|\.\d)"
-_NOT_AFTER = r"(?<![\w.:])"
+_NOT_AFTER = r"(?<![\w.:])(?<!\d,)"  # nor after "1," : "1,000 seconds" is not 0 seconds
 _NOT_TIME_OF_DAY = r"(?!\s*[ap]\.?m\b\.?)"
 _SEPARATOR = r"(?:\s*,?\s*(?:and\s+)?)"
 _BEFORE_UNIT = r"(?:\s*|-)"  # "12 seconds", "12seconds", "the 12-second mark"

@@ -129,10 +129,13 @@ class MessageCard(QFrame):
         """The times shown as links, in order."""
         return list(self._times)
 
-    def set_text(self, text: str, *, complete: bool = True) -> None:
-        """Show ``text`` with its times as links. While an answer streams (``complete`` false) a time
-        that ends the text so far may still grow ("0:1" of "0:12"), so it is linked once text follows it."""
-        times = [time for time in find_times(text) if complete or time.end < len(text)]
+    def set_text(self, text: str, *, complete: bool = True, linked_length: int | None = None) -> None:
+        """Show ``text`` with its times as links: those in its first ``linked_length`` characters (all
+        of it by default; an error added after an answer is not the model's and gets none). While an
+        answer streams (``complete`` false) a time that ends the text so far may still grow ("0:1" of
+        "0:12"), so it is linked once text follows it."""
+        limit = len(text) if linked_length is None else linked_length
+        times = [time for time in find_times(text[:limit]) if complete or time.end < len(text)]
         self._text = text
         self._times = times
         if times:
@@ -319,7 +322,7 @@ class ChatPanel(QWidget):
         card.header.setText(answer_header(turn))
         card.set_text(turn.answer)
         if turn.status == "failed":
-            card.set_text((turn.answer + "\n\n" if turn.answer else "") + f"⚠ {turn.error}")
+            card.set_text((turn.answer + "\n\n" if turn.answer else "") + f"⚠ {turn.error}", linked_length=len(turn.answer))
         footer = []
         if turn.status == "done" and not turn.answer:
             footer.append("The model wrote no text (only spaces or special tokens)")

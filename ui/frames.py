@@ -117,7 +117,10 @@ class Timeline(QWidget):
         self._question_times: tuple[tuple[float, float | None], ...] = ()
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.setToolTip("The clip's timeline; ticks mark the frames the model sees. Click or drag to seek, arrow keys step")
+        self.setToolTip(
+            "The clip's timeline; ticks mark the frames the model sees, a filled span is a time range clicked in "
+            "the conversation, outlines are the times in the question being typed. Click or drag to seek, arrow keys step"
+        )
         self.setAccessibleName("Clip timeline")
 
     @property

@@ -48,6 +48,8 @@ FOUND = [
     ("from 12 seconds until 0:15", [("12 seconds until 0:15", 12.0, 15.0)]),
     # several in one text, and ranges that are not ranges
     ("at 0:12 and 0:40", [("0:12", 12.0, None), ("0:40", 40.0, None)]),
+    ("at 00:12", [("00:12", 12.0, None)]),
+    ("12.5 - 15.0 seconds", [("12.5 - 15.0 seconds", 12.5, 15.0)]),
     ("0:05, 0:10 and 1 minute", [("0:05", 5.0, None), ("0:10", 10.0, None), ("1 minute", 60.0, None)]),
     ("from 0:52 to 0:40", [("0:52", 52.0, None), ("0:40", 40.0, None)]),  # backwards: two times
     ("between 1 minute and 30 seconds", [("1 minute", 60.0, None), ("30 seconds", 30.0, None)]),
@@ -75,6 +77,8 @@ NOT_TIMES = [
     "abc12s",
     "12sec2",
     "x0:12",
+    "1,000 seconds",  # read whole or not at all: never as "000 seconds"
+    "12,5 seconds",
     "0:60",  # seconds past 59
     "1:75:00",
     "",

@@ -8,9 +8,10 @@ from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
 from PySide6.QtGui import QMouseEvent
 from PySide6.QtWidgets import QApplication, QLabel
 
+from framewise.core.conversation import Turn
 from framewise.core.timecodes import find_times
-from framewise.ui.chat import MessageCard, linked_html, parse_time_href, time_href
-from framewise.ui.frames import nearest_index
+from framewise.ui.chat import ChatPanel, MessageCard, linked_html, parse_time_href, time_href
+from framewise.ui.frames import Timeline, nearest_index
 from tests.ui.fake_engine import FakeEngine
 from tests.ui.test_main_window import ask_and_wait, open_and_wait, wait_ready
 
@@ -23,7 +24,7 @@ def answering_with_times(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(FakeEngine, "answer_words", ANSWER)
 
 
-def link_position(qtbot, label: QLabel, href: str) -> QPoint:
+def link_position(label: QLabel, href: str) -> QPoint:
     """Where on ``label`` the link to ``href`` is, found as a person's pointer would: by hovering."""
     hovered: list[str] = []
     label.linkHovered.connect(hovered.append)
@@ -31,8 +32,10 @@ def link_position(qtbot, label: QLabel, href: str) -> QPoint:
     for y in range(step // 2, label.height(), step):
         for x in range(step // 2, label.width(), step):
             point = QPointF(x, y)
-            move = QMouseEvent(QEvent.Type.MouseMove, point, label.mapToGlobal(point), Qt.MouseButton.NoButton,
-                               Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier)
+            move = QMouseEvent(
+                QEvent.Type.MouseMove, point, label.mapToGlobal(point),
+                Qt.MouseButton.NoButton, Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier,
+            )
             QApplication.sendEvent(label, move)
             if hovered and hovered[-1] == href:
                 label.linkHovered.disconnect(hovered.append)
@@ -41,7 +44,7 @@ def link_position(qtbot, label: QLabel, href: str) -> QPoint:
 
 
 def click_time(qtbot, card: MessageCard, index: int) -> None:
-    position = link_position(qtbot, card.body, time_href(card.times[index]))
+    position = link_position(card.body, time_href(card.times[index]))
     qtbot.mouseClick(card.body, Qt.MouseButton.LeftButton, pos=position)
 
 
@@ -85,6 +88,25 @@ def test_clicking_a_range_selects_its_span_on_the_timeline(qtbot, make_window, s
     assert window.frame_strip.currentRow() == nearest_index(window.preview.timeline.marks, 1.5)
     card.click_time(0)  # a single time clears the span
     assert window.preview.timeline.selected_span is None and window.preview.position == pytest.approx(1.0)
+
+
+def test_the_selected_span_and_the_questions_times_are_painted_on_the_timeline(qtbot):
+    timeline = Timeline()
+    qtbot.addWidget(timeline)
+    timeline.resize(400, timeline.sizeHint().height())
+    timeline.set_clip(4.0, (0.0, 1.0, 2.0, 3.0))
+    inside, outside = round(timeline.x_of(2.5)), round(timeline.x_of(0.5))
+
+    def colour(x: int) -> int:
+        return timeline.grab().toImage().pixel(x, 2)
+
+    assert colour(inside) == colour(outside)
+    timeline.select_span(2.0, 3.0)
+    assert colour(inside) != colour(outside)
+    timeline.clear_span()
+    assert colour(inside) == colour(outside)
+    timeline.set_question_times(find_times("what happens at 0:02.5?"))
+    assert colour(inside) != colour(outside)
 
 
 def test_a_time_past_the_clips_end_goes_to_the_end_and_says_so(qtbot, make_window, sample_clip):
@@ -131,6 +153,18 @@ def test_a_streaming_answer_links_a_time_only_once_text_follows_it(qtbot):
     card.set_text("It moves at 0:12")
     assert [time.text for time in card.times] == ["0:12"]
     assert card.text() == "It moves at 0:12"
+
+
+def test_an_error_after_a_failed_answer_gets_no_links(qtbot):
+    chat = ChatPanel()
+    qtbot.addWidget(chat)
+    turn = Turn("When?", "demo", None)
+    chat.start_turn(turn, "")
+    turn.answer, turn.status, turn.error = "At 0:02", "failed", "The server did not answer within 30 seconds."
+    chat.finish_turn(turn)
+    card = chat.answer_cards()[-1]
+    assert "30 seconds" in card.text()
+    assert [time.text for time in card.times] == ["0:02"]
 
 
 def test_linked_text_keeps_its_characters_and_lines():
