@@ -374,15 +374,15 @@ _TIME_SCHEME = "time:"
 
 
 def time_href(time: TimeMention) -> str:
-    """The link target of a time: ``time:12.5`` or, for a range, ``time:40.0-52.0``."""
-    return f"{_TIME_SCHEME}{time.start_s!r}" + (f"-{time.end_s!r}" if time.end_s is not None else "")
+    """The link target of a time: ``time:12.5`` or, for a range, ``time:40.0,52.0``."""
+    return f"{_TIME_SCHEME}{time.start_s!r}" + (f",{time.end_s!r}" if time.end_s is not None else "")
 
 
 def parse_time_href(href: str) -> tuple[float, float | None] | None:
     """``(start_s, end_s)`` from :func:`time_href`'s link target; ``None`` for any other link."""
     if not href.startswith(_TIME_SCHEME):
         return None
-    start, _, end = href[len(_TIME_SCHEME) :].partition("-")
+    start, _, end = href[len(_TIME_SCHEME) :].partition(",")
     try:
         return float(start), float(end) if end else None
     except ValueError:

@@ -170,13 +170,19 @@ def test_an_error_after_a_failed_answer_gets_no_links(qtbot):
 def test_linked_text_keeps_its_characters_and_lines():
     text = "a <b> & 0:12\n  indented 3 to 5 s"
     markup = linked_html(text, find_times(text))
-    assert '<a href="time:12.0">0:12</a>' in markup and '<a href="time:3.0-5.0">3 to 5 s</a>' in markup
+    assert '<a href="time:12.0">0:12</a>' in markup and '<a href="time:3.0,5.0">3 to 5 s</a>' in markup
     assert "&lt;b&gt; &amp;" in markup and "white-space: pre-wrap" in markup
 
 
 @pytest.mark.parametrize(
     ("href", "parsed"),
-    [("time:12.5", (12.5, None)), ("time:40.0-52.0", (40.0, 52.0)), ("https://example.org", None), ("time:x", None)],
+    [
+        ("time:12.5", (12.5, None)),
+        ("time:40.0,52.0", (40.0, 52.0)),
+        ("time:1e-05,0.5", (1e-05, 0.5)),
+        ("https://example.org", None),
+        ("time:x", None),
+    ],
 )
 def test_time_links_read_back(href, parsed):
     assert parse_time_href(href) == parsed
