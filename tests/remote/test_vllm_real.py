@@ -13,7 +13,9 @@ import subprocess
 import httpx
 import pytest
 
-from framewise.core.backends.vllm_server import VllmServerEngine, openai_messages, vllm_serve_command
+from framewise.core.backends.vllm_request import openai_messages
+from framewise.core.backends.vllm_serve_command import vllm_serve_command
+from framewise.core.backends.vllm_server import VllmServerEngine
 from framewise.core.errors import ServerModelError, ServerRequestError
 from framewise.core.events import Token
 from framewise.core.processing import _pair_timestamps

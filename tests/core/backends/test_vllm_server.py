@@ -12,12 +12,7 @@ import time
 import pytest
 
 from framewise.core.backends import create_engine, same_backend
-from framewise.core.backends.vllm_server import (
-    VllmServerEngine,
-    media_io_kwargs,
-    prometheus_totals,
-    vllm_serve_command,
-)
+from framewise.core.backends.vllm_server import VllmServerEngine
 from framewise.core.errors import (
     ServerAuthError,
     ServerFailedError,
@@ -31,7 +26,7 @@ from framewise.core.errors import (
 )
 from framewise.core.events import AnswerSpeed, Done, Progress, Token
 from framewise.core.metrics import DecodeSpeedMeter
-from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings
+from framewise.core.settings import AppSettings
 from tests.conftest import SAMPLE_CLIPS
 from tests.fake_vllm_server import Behaviour, FakeVllmServer
 
@@ -253,29 +248,6 @@ def test_settings_refuse_addresses_that_are_not_http() -> None:
         assert raised.value.field == "backend.server_url"
     assert same_backend(AppSettings(), AppSettings().replace("sampling", max_frames=8))
     assert not same_backend(AppSettings(), remote_settings("http://127.0.0.1:1"))
-
-
-def test_the_serve_command_sizes_the_servers_encoder_graphs_like_framewise() -> None:
-    encoder = EncoderSettings(budgets=(1024, 4096, 16384), max_items_per_batch=4, max_frames_per_batch=48)
-    command = vllm_serve_command("Qwen/Qwen3-VL-8B-Instruct", encoder, SamplingSettings(max_frames=64))
-    config = json.loads(command.split("--compilation-config ")[1].strip("'"))
-    assert config == {
-        "cudagraph_mm_encoder": True,
-        "encoder_cudagraph_token_budgets": [256, 1024, 4096],  # merged tokens: patches / 4
-        "encoder_cudagraph_max_vision_items_per_batch": 4,
-        "encoder_cudagraph_max_frames_per_batch": 48,
-    }
-    assert command.startswith("python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen3-VL-8B-Instruct")
-    assert "--trust-request-mm-kwargs" in command and '"num_frames": 64' in command
-
-
-def test_times_are_milliseconds_of_a_1000_fps_source_and_counters_sum_over_labels() -> None:
-    assert media_io_kwargs([0.25, 0.75, 1.25]) == {
-        "video": {"fps": 1000.0, "frames_indices": [250, 750, 1250], "total_num_frames": 1251}
-    }
-    text = "# HELP x\nvllm:mm_cache_hits_total{engine=\"0\"} 1.0\nvllm:mm_cache_hits_total{engine=\"1\"} 2.0\nother 5\n"
-    assert prometheus_totals(text, ("vllm:mm_cache_hits",)) == {"vllm:mm_cache_hits": 3.0}
-
 
 
 def test_an_exported_conversation_carries_the_servers_figures() -> None:
