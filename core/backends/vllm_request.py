@@ -6,7 +6,10 @@ vLLM 0.32 takes a video made of images as ONE ``video_url`` item whose URL is
 every frame is opened with Pillow, so lossless PNG frames go inside that ``video/jpeg`` URL). The
 frames' times travel as ``media_io_kwargs`` (``fps`` and ``frames_indices``: here milliseconds),
 so the server writes the same ``<t.t seconds>`` markers as Framewise; that needs the server's
-``--trust-request-mm-kwargs``.
+``--trust-request-mm-kwargs``. vLLM keeps at most ``num_frames`` of the frames sent, 32 unless
+told; a request that brings its own video kwargs does not get the server's ``--media-io-kwargs``
+``num_frames`` (seen with vLLM 0.32: 64 frames sent, "frames_indices length (64) must match number
+of frames sent (32)"), so every request says ``num_frames: -1`` (keep them all) itself.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from framewise.core.events import EncodeDone
 from framewise.core.processing import chat_messages
 
 MS_PER_SECOND = 1000.0
+# vLLM's num_frames for "keep every frame sent".
+KEEP_EVERY_FRAME = -1
 
 
 @dataclass(frozen=True)
@@ -49,14 +54,20 @@ def video_data_url(frames: np.ndarray) -> str:
 
 
 def media_io_kwargs(timestamps: Sequence[float]) -> dict[str, Any]:
-    """The frames' times for vLLM: a 1000 fps source whose frame indices are the milliseconds.
+    """The frames' times for vLLM: a 1000 fps source whose frame indices are the milliseconds,
+    every frame kept (``num_frames: -1``).
 
     vLLM computes each frame's time as ``frames_indices[i] / fps`` and marks each frame pair with
     the mean of its two times, as Framewise does.
     """
     indices = [round(float(t) * MS_PER_SECOND) for t in timestamps]
     return {
-        "video": {"fps": MS_PER_SECOND, "frames_indices": indices, "total_num_frames": (max(indices) + 1) if indices else 0}
+        "video": {
+            "fps": MS_PER_SECOND,
+            "frames_indices": indices,
+            "total_num_frames": (max(indices) + 1) if indices else 0,
+            "num_frames": KEEP_EVERY_FRAME,
+        }
     }
 
 

@@ -11,6 +11,7 @@ import json
 import subprocess
 
 import httpx
+import numpy as np
 import pytest
 
 from framewise.core.backends.vllm_request import openai_messages
@@ -72,6 +73,23 @@ def test_the_server_writes_framewises_time_markers(vllm_server: str) -> None:
     markers = [f"<{time:.1f} seconds>" for time in _pair_timestamps(opened.timestamps, 2)]
     positions = [prompt.find(marker) for marker in markers]
     assert -1 not in positions and positions == sorted(positions), (markers, prompt[:400])
+
+
+def test_a_clip_of_64_frames_reaches_the_model_whole(vllm_server: str) -> None:
+    """vLLM keeps 32 frames of a video unless the request says otherwise (the server's own
+    ``--media-io-kwargs`` does not reach a request that brings its frame times)."""
+    engine = VllmServerEngine(settings_for(vllm_server))
+    engine.load()
+    prompt_tokens = {}
+    for count in (32, 64):
+        frames = np.zeros((count, 64, 64, 3), dtype=np.uint8)
+        frames[..., 0] = np.linspace(0, 255, count, dtype=np.uint8)[:, None, None]
+        opened = engine.open_frames(frames, [index / 2 for index in range(count)], f"{count}.mp4")
+        done = engine.ask("What color is it?")
+        assert opened.frames == count and done.stats.server.finish_reason in ("stop", "length")
+        prompt_tokens[count] = done.stats.server.prompt_tokens
+    tokens_per_pair = (64 // 16) ** 2 // 4  # 64x64 frames: 16 patches, 4 merged tokens a frame pair
+    assert prompt_tokens[64] - prompt_tokens[32] >= 16 * tokens_per_pair  # 16 more frame pairs, with their times
 
 
 def test_a_model_it_does_not_serve_and_a_prompt_too_long_are_said(vllm_server: str) -> None:

@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from framewise.core.backends import create_engine, same_backend
@@ -194,6 +195,19 @@ def test_the_clip_travels_as_frames_with_their_times_and_follow_ups_keep_the_his
     assert [message["role"] for message in follow_up] == ["user", "assistant", "user"]
     assert follow_up[1]["content"] == "red" and follow_up[2]["content"] == "Which way does it move?"
     assert follow_up[0]["content"][0]["video_url"]["url"] == content[0]["video_url"]["url"]
+
+
+def test_every_frame_of_a_long_clip_is_kept_by_the_server() -> None:
+    behaviour = Behaviour(pieces=("red", ""))
+    frames = np.zeros((64, 32, 32, 3), dtype=np.uint8)
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url)
+        engine.open_frames(frames, [index / 2 for index in range(64)], "long.mp4")
+        done = engine.ask("What color?")
+    assert done.text == "red"
+    request = behaviour.chat_requests[0]
+    assert len(frames_in(request["messages"][0]["content"][0]["video_url"]["url"])) == 64
+    assert request["media_io_kwargs"]["video"]["num_frames"] == -1  # vLLM keeps 32 unless the request says
 
 
 def test_the_answer_streams_with_the_servers_figures() -> None:
