@@ -25,6 +25,7 @@ class Behaviour:
     waits that long before the first piece (a disconnect during the wait is recorded)."""
 
     models: tuple[str, ...] = ("demo",)
+    roots: dict[str, str] = field(default_factory=dict)  # served name -> where vLLM loaded it from
     health_status: int = 200
     models_status: int = 200
     models_body: Any = None
@@ -93,6 +94,10 @@ def _frames_refusal(request: dict[str, Any]) -> str | None:
     return f"frames_indices length ({sent}) must match number of frames sent ({kept})"
 
 
+def _root(behaviour: Behaviour, name: str) -> dict[str, str]:
+    return {"root": behaviour.roots[name]} if name in behaviour.roots else {}
+
+
 class _Handler(BaseHTTPRequestHandler):
     behaviour: Behaviour
     protocol_version = "HTTP/1.1"
@@ -113,7 +118,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             body = behaviour.models_body or {
                 "object": "list",
-                "data": [{"id": name, "object": "model", "max_model_len": 8192} for name in behaviour.models],
+                "data": [
+                    {"id": name, "object": "model", "max_model_len": 8192, **_root(behaviour, name)}
+                    for name in behaviour.models
+                ],
             }
             self._reply(behaviour.models_status, body)
         else:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import httpx
 
 from framewise.core.backends.vllm_errors import raise_for_status
 from framewise.core.backends.vllm_http import auth_headers, get, http_client
 from framewise.core.backends.vllm_serve_command import vllm_serve_command
-from framewise.core.errors import ServerFailedError, ServerModelError
+from framewise.core.errors import ServerAddressError, ServerFailedError, ServerModelError
 from framewise.core.events import ServerInfo
 from framewise.core.settings import BackendSettings, EncoderSettings, SamplingSettings
 
@@ -21,6 +23,8 @@ def check_server(backend: BackendSettings, encoder: EncoderSettings, sampling: S
     base = backend.base_url()
     with http_client(backend) as client:
         health = get(client, f"{base}/health", backend)
+        if 400 <= health.status_code < 500:  # not a vLLM root (404), or a proxy in front that wants a key
+            raise_for_status(health, backend.server_model)
         if health.status_code != 200:
             raise ServerFailedError(
                 f"The server at {base} is not healthy (GET /health answered {health.status_code}); "
@@ -31,23 +35,35 @@ def check_server(backend: BackendSettings, encoder: EncoderSettings, sampling: S
         served = _served_models(models, base)
         version = _server_version(client, base, backend)
     model = _chosen_model(backend, tuple(served), base)
+    source = served[model].source
     return ServerInfo(
         url=base,
         model=model,
         served_models=tuple(served),
-        max_model_len=served[model],
+        max_model_len=served[model].max_model_len,
         version=version,
-        serve_command=vllm_serve_command(model, encoder, sampling),
+        serve_command=vllm_serve_command(source or model, encoder, sampling, served_name=model),
         plain_http_warning=backend.plain_http_warning(),
+        model_source=source,
     )
 
 
-def _served_models(response: httpx.Response, base: str) -> dict[str, int | None]:
+class _ServedModel(NamedTuple):
+    """One entry of ``/v1/models``: the context length and where the model was loaded from (vLLM's ``root``)."""
+
+    max_model_len: int | None
+    source: str | None
+
+
+def _served_models(response: httpx.Response, base: str) -> dict[str, _ServedModel]:
     try:
         data = response.json()["data"]
-        return {str(entry["id"]): entry.get("max_model_len") for entry in data}
+        return {
+            str(entry["id"]): _ServedModel(entry.get("max_model_len"), str(entry["root"]) if entry.get("root") else None)
+            for entry in data
+        }
     except (ValueError, KeyError, TypeError) as error:
-        raise ServerFailedError(
+        raise ServerAddressError(
             f"{base}/v1/models did not answer as an OpenAI-compatible server does; check the address "
             "(it should be the server's root, e.g. http://127.0.0.1:8000)."
         ) from error

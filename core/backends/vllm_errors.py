@@ -15,6 +15,7 @@ import httpx
 import openai
 
 from framewise.core.errors import (
+    ServerAddressError,
     ServerAuthError,
     ServerError,
     ServerFailedError,
@@ -38,7 +39,8 @@ def server_error(error: BaseException, model: str) -> ServerError:
         return error
     if isinstance(error, openai.APIStatusError):
         message = _message_from_body(error.body) or error.message
-        return status_error(error.status_code, message, model, str(error.request.url))
+        request = error.request
+        return status_error(error.status_code, message, model, str(request.url), key_sent=_carries_key(request))
     if isinstance(error, (openai.APITimeoutError, httpx.TimeoutException)):
         return ServerTimeoutError(
             "The vLLM server did not answer in time. It may be busy or still starting; raise the timeout "
@@ -65,15 +67,24 @@ def server_error(error: BaseException, model: str) -> ServerError:
     return ServerFailedError(f"The vLLM server's answer could not be read ({type(error).__name__}: {_first_line(error)}).")
 
 
-def status_error(status: int, message: str, model: str, url: str) -> ServerError:
-    """The :class:`ServerError` for an HTTP error status, quoting the server's own ``message``."""
+def status_error(status: int, message: str, model: str, url: str, *, key_sent: bool) -> ServerError:
+    """The :class:`ServerError` for an HTTP error status, quoting the server's own ``message``.
+
+    ``key_sent`` says whether the request carried an API key: a 401 then means a wrong key,
+    otherwise a missing one.
+    """
+    if status == 401 and not key_sent:
+        return ServerAuthError(f"The server needs an API key and none was given ({status}: {message}). {_KEY_ADVICE}")
     if status in (401, 403):
         what = "refused the API key" if status == 401 else "does not allow this API key to do that"
         return ServerAuthError(f"The server {what} ({status}: {message}). {_KEY_ADVICE}")
     if status == 404:
         if "/v1/chat" in url or "model" in message.lower():
             return ServerModelError(f"The server does not serve the model {model!r} ({message}). Change the server model.")
-        return ServerFailedError(f"{url} does not exist (404): the address is not a vLLM server's root; check it.")
+        return ServerAddressError(
+            f"{url} does not exist (404): the address is not a vLLM server's root. Correct it in "
+            "Settings ▸ Backend (--server) to the server's root, e.g. http://127.0.0.1:8000."
+        )
     if status == 400:
         return ServerRequestError(f"The server refused the request: {message}")
     if status >= 500:
@@ -84,7 +95,13 @@ def status_error(status: int, message: str, model: str, url: str) -> ServerError
 def raise_for_status(response: httpx.Response, model: str) -> None:
     """Raise the :class:`ServerError` for an error status of a plain endpoint; nothing for success."""
     if response.status_code >= 400:
-        raise status_error(response.status_code, _error_message(response), model, str(response.url))
+        raise status_error(
+            response.status_code, _error_message(response), model, str(response.url), key_sent=_carries_key(response.request)
+        )
+
+
+def _carries_key(request: httpx.Request) -> bool:
+    return "Authorization" in request.headers
 
 
 def _error_message(response: httpx.Response) -> str:

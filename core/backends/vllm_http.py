@@ -28,11 +28,12 @@ CANCEL_POLL_S = 0.05
 
 
 def openai_client(backend: BackendSettings) -> openai.OpenAI:
-    """The chat-completions client: TLS verified, no retries, the answer timeout between chunks."""
+    """The chat-completions client: TLS verified, no retries, the answer timeout between chunks; it
+    sends no ``Authorization`` header without a key (so a 401 can be told apart from a wrong key)."""
     timeout = httpx.Timeout(backend.answer_timeout_s, connect=backend.timeout_s)
     return openai.OpenAI(
         base_url=f"{backend.base_url()}/v1",
-        api_key=backend.api_key or "EMPTY",
+        api_key=backend.api_key,
         timeout=timeout,
         max_retries=0,
     )

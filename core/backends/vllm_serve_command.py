@@ -12,9 +12,12 @@ from framewise.core.processing import VisionGeometry
 from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings
 
 
-def vllm_serve_command(model: str, encoder: EncoderSettings, sampling: SamplingSettings) -> str:
-    """A command line that starts vLLM (0.32) serving ``model`` for Framewise, with the server's
-    encoder CUDA graphs sized like Framewise's encoder settings.
+def vllm_serve_command(
+    model: str, encoder: EncoderSettings, sampling: SamplingSettings, *, served_name: str | None = None
+) -> str:
+    """A command line that starts vLLM (0.32) serving ``model`` (a folder or a hub id) for
+    Framewise, under ``served_name`` where that differs, with the server's encoder CUDA graphs
+    sized like Framewise's encoder settings.
 
     Framewise's budgets count patch rows; vLLM's ``encoder_cudagraph_token_budgets`` count merged
     output tokens (2x2 patches each), so each budget is divided by 4. Items per batch carry over;
@@ -33,6 +36,7 @@ def vllm_serve_command(model: str, encoder: EncoderSettings, sampling: SamplingS
     arguments = [
         "python", "-m", "vllm.entrypoints.openai.api_server",
         "--model", model,
+        *(["--served-model-name", served_name] if served_name and served_name != model else []),
         "--trust-request-mm-kwargs",
         "--limit-mm-per-prompt", json.dumps({"image": 0, "video": {"count": 1, "num_frames": sampling.max_frames}}),
         "--media-io-kwargs", json.dumps({"video": {"num_frames": -1}}),
@@ -43,4 +47,7 @@ def vllm_serve_command(model: str, encoder: EncoderSettings, sampling: SamplingS
 
 def with_serve_command(server: ServerInfo, settings: AppSettings) -> ServerInfo:
     """``server`` with its serve command sized for ``settings`` (after the encoder or sampling changed)."""
-    return dataclasses.replace(server, serve_command=vllm_serve_command(server.model, settings.encoder, settings.sampling))
+    command = vllm_serve_command(
+        server.model_source or server.model, settings.encoder, settings.sampling, served_name=server.model
+    )
+    return dataclasses.replace(server, serve_command=command)

@@ -8,6 +8,7 @@ shape of the exchange.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 
 import httpx
@@ -23,7 +24,7 @@ from framewise.core.processing import _pair_timestamps
 from framewise.core.resources import asset_path
 from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings
 from tests.app.test_cli import framewise
-from tests.conftest import SAMPLE_CLIPS
+from tests.conftest import REPO_ROOT, SAMPLE_CLIPS
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]  # the first test waits for the server to start
 CLIP = SAMPLE_CLIPS / "red_square_moves_right.mp4"
@@ -147,3 +148,23 @@ def test_vllm_reads_the_offered_serve_command_as_meant(server_python: list[str])
         "trust_request_mm_kwargs": True,
         "media_io_kwargs": {"video": {"num_frames": -1}},
     }
+
+
+def readme_serve_command() -> str:
+    """The README's by-hand ``python -m vllm...`` command, its continuation lines joined."""
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("python -m vllm.entrypoints.openai.api_server --model ")
+    return text[start:text.index("\n```", start)].replace("\\\n", " ")
+
+
+def test_vllm_reads_the_readmes_serve_command_as_meant(server_python: list[str]) -> None:
+    arguments = shlex.split(readme_serve_command())
+    arguments[arguments.index("--model") + 1] = str(asset_path("demo_model"))  # a folder: no hub lookup
+    result = subprocess.run(
+        [*server_python, "-c", PARSE_SERVE_COMMAND, shlex.join(arguments)], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    understood = json.loads(result.stdout.strip().splitlines()[-1])
+    assert understood["trust_request_mm_kwargs"] is True and understood["cudagraph_mm_encoder"] is True
+    assert understood["media_io_kwargs"] == {"video": {"num_frames": -1}}
+    assert understood["budgets"] == [64, 128, 256, 512, 1024, 2048, 4096]

@@ -15,6 +15,7 @@ import pytest
 from framewise.core.backends import create_engine, same_backend
 from framewise.core.backends.vllm_server import VllmServerEngine
 from framewise.core.errors import (
+    ServerAddressError,
     ServerAuthError,
     ServerFailedError,
     ServerModelError,
@@ -104,6 +105,36 @@ def test_a_missing_or_wrong_key_is_refused_and_the_key_never_reaches_the_setting
     assert "s3cret-key" not in repr(settings)
     assert "s3cret-key" not in caplog.text
     assert AppSettings.from_dict({"backend": {"api_key": "from-a-file"}}).backend.api_key == ""
+
+
+def test_no_key_where_the_server_needs_one_says_a_key_is_needed_not_that_it_was_refused() -> None:
+    with FakeVllmServer(Behaviour(api_key="s3cret-key")) as server:
+        with pytest.raises(ServerAuthError) as missing:
+            loaded(server.url)
+        with pytest.raises(ServerAuthError) as wrong:
+            loaded(server.url, api_key="wrong")
+    assert "needs an API key and none was given (401" in str(missing.value) and "refused" not in str(missing.value)
+    assert "refused the API key (401" in str(wrong.value)
+
+
+def test_an_address_below_the_servers_root_is_said_to_be_no_vllm_root() -> None:
+    with FakeVllmServer() as server:
+        with pytest.raises(ServerAddressError) as raised:
+            loaded(server.url + "/foo")
+    assert f"{server.url}/foo/health does not exist (404)" in str(raised.value)
+    assert "not a vLLM server's root" in str(raised.value) and "finish starting" not in str(raised.value)
+    assert describe_error(raised.value).field == "backend.server_url"
+
+
+def test_the_offered_serve_command_loads_the_model_from_where_the_server_did() -> None:
+    roots = {"demo": "/srv/models/demo_model"}
+    with FakeVllmServer(Behaviour(models=("demo",), roots=roots)) as server:
+        info = loaded(server.url).info()
+    assert info.server.model_source == "/srv/models/demo_model"
+    assert "--model /srv/models/demo_model --served-model-name demo " in info.server.serve_command
+    with FakeVllmServer(Behaviour(models=("Qwen/Qwen3-VL-8B-Instruct",))) as server:  # no root said: the name
+        command = loaded(server.url).info().server.serve_command
+    assert "--model Qwen/Qwen3-VL-8B-Instruct --trust-request-mm-kwargs" in command
 
 
 def test_a_refused_request_quotes_the_server_and_the_conversation_stays() -> None:
