@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -42,6 +43,8 @@ def test_the_engine_seam_answers_and_follows_up_over_the_wire(vllm_server: str) 
     info = engine.load()
     assert info.server.model == "demo" and info.server.version == "0.32.0"
     assert info.model_label.startswith("Demo model")
+    assert (Path(info.server.model_source) / "config.json").is_file()  # a folder the offered command can load
+    assert f"--model {info.server.model_source} --served-model-name demo " in info.server.serve_command
     opened = engine.open_clip(CLIP)
     first = engine.ask("What color is the square?")
     second = engine.ask("Which way does the square move?")
