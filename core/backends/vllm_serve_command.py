@@ -31,7 +31,7 @@ def vllm_serve_command(
         "cudagraph_mm_encoder": True,
         "encoder_cudagraph_token_budgets": budgets,
         "encoder_cudagraph_max_vision_items_per_batch": min(encoder.max_items_per_batch, budgets[0]),
-        "encoder_cudagraph_max_frames_per_batch": encoder.max_frames_per_batch,
+        "encoder_cudagraph_max_frames_per_batch": encoder.max_frame_pairs_per_batch,
     }
     arguments = [
         "python", "-m", "vllm.entrypoints.openai.api_server",

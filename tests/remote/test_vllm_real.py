@@ -136,7 +136,7 @@ print(json.dumps({
 
 
 def test_vllm_reads_the_offered_serve_command_as_meant(server_python: list[str]) -> None:
-    encoder = EncoderSettings(min_budget=256, max_budget=4096, budget_ratio=2.0, max_items_per_batch=4, max_frames_per_batch=32)
+    encoder = EncoderSettings(min_budget=256, max_budget=4096, budget_ratio=2.0, max_items_per_batch=4, max_frame_pairs_per_batch=32)
     command = vllm_serve_command(str(asset_path("demo_model")), encoder, SamplingSettings())  # a folder: no hub lookup
     result = subprocess.run(
         [*server_python, "-c", PARSE_SERVE_COMMAND, command], capture_output=True, text=True, timeout=600

@@ -9,7 +9,7 @@ from framewise.core.settings import EncoderSettings, SamplingSettings
 
 
 def test_the_serve_command_sizes_the_servers_encoder_graphs_like_framewise() -> None:
-    encoder = EncoderSettings(budgets=(1024, 4096, 16384), max_items_per_batch=4, max_frames_per_batch=48)
+    encoder = EncoderSettings(budgets=(1024, 4096, 16384), max_items_per_batch=4, max_frame_pairs_per_batch=48)
     command = vllm_serve_command("Qwen/Qwen3-VL-8B-Instruct", encoder, SamplingSettings(max_frames=64))
     config = json.loads(command.split("--compilation-config ")[1].strip("'"))
     assert config == {

@@ -16,7 +16,7 @@ from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
 from framewise.core.qwen3_vl.attention import REGISTERED_NAMES
 from framewise.core.settings import EncoderSettings
 
-SETTINGS = EncoderSettings(budgets=(64, 128, 256), max_items_per_batch=4, max_frames_per_batch=8)
+SETTINGS = EncoderSettings(budgets=(64, 128, 256), max_items_per_batch=4, max_frame_pairs_per_batch=8)
 
 
 def vision_item(grid, modality="video", seed=0) -> VisionItem:
