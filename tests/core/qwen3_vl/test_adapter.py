@@ -95,9 +95,10 @@ def test_direct_encoder_after_clear_and_new_settings(visual):
         encoder.capture()
         assert_same_outputs(encoder.encode(items), expected)
         assert adapter.metadata.pass_misses == 2 * passes_built  # clear() dropped the cached passes
-        assert encoder.reconfigure(dataclasses.replace(SETTINGS, budgets=(32, 96))) is True
+        # New encoder settings: the engine clears the encoder and builds another over the same adapter.
+        encoder.clear()
+        encoder = GraphVisionEncoder(adapter, dataclasses.replace(SETTINGS, budgets=(32, 96)), direct=True)
         assert encoder.budgets == (32, 96)
-        assert encoder.reconfigure(dataclasses.replace(SETTINGS, budgets=(32, 96))) is False
         got = encoder.encode(items)
         assert_same_outputs(got, expected)
         assert [chunk.budget for chunk in got.chunks] == [96]
