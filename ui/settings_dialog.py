@@ -271,9 +271,9 @@ class SettingsDialog(QDialog):
         self._add_field(
             form,
             "encoder.max_frame_pairs_per_batch",
-            "Max frame pairs per batch",
+            "Max frame pairs",
             _spin(0, _INT_MAX, 1),
-            "Attention sequences per graph replay: one per image, one per frame pair of a video.",
+            "Frame pairs per graph replay, an image counting as one: each is one attention sequence.",
         )
         for name in ("encoder.min_budget", "encoder.max_budget", "encoder.budget_ratio"):
             self._fields[name].valueChanged.connect(self._update_budget_preview)
