@@ -168,7 +168,7 @@ def bench_workload(
     modality, frames, height, width = spec
     item = make_item(modality, frames, height, width, torch.Generator(device="cuda").manual_seed(0))
     t, _, _ = item.grid_thw
-    exact_settings = EncoderSettings(budgets=(item.patches,), max_items_per_batch=1, max_frames_per_batch=t)
+    exact_settings = EncoderSettings(budgets=(item.patches,), max_items_per_batch=1, max_frame_pairs_per_batch=t)
     exact = GraphVisionEncoder(adapter, exact_settings)
     floor = dense_floor_ms(adapter.visual, item.patches)
     modes = {"eager": EagerVisionEncoder(adapter), **encoders, "exact": exact}

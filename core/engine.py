@@ -523,7 +523,7 @@ class Engine:
         return DecoderStats(
             graphs_enabled=decoder.graphs_enabled,
             graph_steps=decoded.graph_steps,
-            eager_steps=decoded.direct_steps,
+            eager_steps=decoded.eager_steps,
             prompt_tokens=decoded.prompt_tokens,
             prefix_tokens_reused=decoded.prefix_tokens_reused,
             prefill_tokens=decoded.prompt_tokens - decoded.prefix_tokens_reused,

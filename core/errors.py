@@ -153,6 +153,12 @@ class ServerFailedError(ServerError):
     field = None
 
 
+class ServerAddressError(ServerFailedError):
+    """Something answers at the address, but it is not a vLLM server's root (``/health`` is missing)."""
+
+    field = "backend.server_url"
+
+
 class ServerTimeoutError(ServerError):
     """The server did not answer within the timeout."""
 

@@ -331,7 +331,9 @@ class DecoderInfo:
 class ServerInfo:
     """The vLLM server answering the questions: its address, the model used, every model it
     serves, its version (``None`` when it does not say) and the command line that starts such a
-    server with its encoder CUDA graphs sized like Framewise's encoder settings."""
+    server with its encoder CUDA graphs sized like Framewise's encoder settings. ``model_source``
+    is where the server loaded the model from (vLLM's ``root``: a folder or a hub id), ``None``
+    when it does not say."""
 
     url: str
     model: str
@@ -340,6 +342,7 @@ class ServerInfo:
     version: str | None
     serve_command: str
     plain_http_warning: str | None = None
+    model_source: str | None = None
 
 
 @dataclass(frozen=True)

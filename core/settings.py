@@ -20,6 +20,8 @@ ATTENTION_BACKENDS = ("auto", "triton", "varlen", "flash_attn", "sdpa_masked", "
 BACKENDS = ("local", "vllm")
 SECRET_FIELDS = frozenset({"backend.api_key"})
 """Fields never written by ``to_dict`` nor read back by ``from_dict``."""
+RENAMED_FIELDS = {"encoder.max_frames_per_batch": "encoder.max_frame_pairs_per_batch"}
+"""Earlier names of fields: ``from_dict`` reads a value saved under one when the current name is absent."""
 """``local``: this machine's engine; ``vllm``: a vLLM server's OpenAI-compatible API."""
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -98,7 +100,7 @@ class EncoderSettings:
 
     A token budget is the number of patch rows one captured graph processes. Budgets are either
     the explicit list ``budgets`` or a geometric series from ``min_budget`` to ``max_budget``
-    with ratio ``budget_ratio`` (the max always included). ``max_frames_per_batch`` counts
+    with ratio ``budget_ratio`` (the max always included). ``max_frame_pairs_per_batch`` counts
     attention sequences: an image is one, a video is one per frame pair. ``fuse_kernels`` captures
     a compiled forward whose elementwise work is fused (compiled on the first start, then cached
     on disk); off, the graphs replay the tower's own kernels.
@@ -112,7 +114,7 @@ class EncoderSettings:
     max_budget: int = 16384
     budget_ratio: float = 1.1
     max_items_per_batch: int = 8
-    max_frames_per_batch: int = 64
+    max_frame_pairs_per_batch: int = 64
 
     def token_budgets(self) -> tuple[int, ...]:
         """The budgets graphs are captured for, ascending; each a multiple of 4."""
@@ -154,14 +156,14 @@ class EncoderSettings:
                 f"must not exceed the smallest budget ({budgets[0]}); lower it or raise the smallest budget",
             )
         most_sequences = budgets[-1] // 4  # every image or frame pair holds at least one 2x2 block
-        if self.max_frames_per_batch > most_sequences:
+        if self.max_frame_pairs_per_batch > most_sequences:
             raise SettingsError(
-                "encoder.max_frames_per_batch",
+                "encoder.max_frame_pairs_per_batch",
                 f"lower it to at most {most_sequences}: no more frame pairs fit the largest budget ({budgets[-1]})",
             )
-        if self.max_frames_per_batch < self.max_items_per_batch:
+        if self.max_frame_pairs_per_batch < self.max_items_per_batch:
             raise SettingsError(
-                "encoder.max_frames_per_batch",
+                "encoder.max_frame_pairs_per_batch",
                 f"must be at least max items per batch ({self.max_items_per_batch})",
             )
 
@@ -357,14 +359,15 @@ class AppSettings:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AppSettings:
-        """Build settings from :meth:`to_dict`'s form; unknown keys are ignored, missing ones default.
+        """Build settings from :meth:`to_dict`'s form; unknown keys are ignored, missing ones default,
+        and values saved under a field's earlier name (:data:`RENAMED_FIELDS`) are kept.
 
         Raises :class:`SettingsError` when a value has the wrong type.
         """
         sections = {}
         for section_field in dataclasses.fields(cls):
             section_type = section_field.default_factory  # type: ignore[misc]
-            values = data.get(section_field.name) or {}
+            values = _under_current_names(section_field.name, data.get(section_field.name) or {})
             sections[section_field.name] = _section_from_dict(section_field.name, section_type, values)
         return cls(**sections)
 
@@ -391,6 +394,18 @@ def _budget_bound() -> str:
 def _require_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise SettingsError(name, f"{value!r} is not one of {', '.join(choices)}")
+
+
+def _under_current_names(section_name: str, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` of one section with each field saved under an earlier name moved to its current one."""
+    values = dict(values)
+    for old, new in RENAMED_FIELDS.items():
+        old_section, old_name = old.split(".")
+        new_name = new.split(".")[1]
+        if old_section == section_name and old_name in values:
+            value = values.pop(old_name)
+            values.setdefault(new_name, value)
+    return values
 
 
 def _section_from_dict(section_name: str, section_type: type, values: dict[str, Any]) -> Any:

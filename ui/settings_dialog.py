@@ -270,10 +270,10 @@ class SettingsDialog(QDialog):
         self._add_field(form, "encoder.max_items_per_batch", "Max items per batch", _spin(0, _INT_MAX, 1))
         self._add_field(
             form,
-            "encoder.max_frames_per_batch",
-            "Max frames per batch",
+            "encoder.max_frame_pairs_per_batch",
+            "Max frame pairs",
             _spin(0, _INT_MAX, 1),
-            "Attention sequences per graph replay: one per image, one per frame pair of a video.",
+            "Frame pairs per graph replay, an image counting as one: each is one attention sequence.",
         )
         for name in ("encoder.min_budget", "encoder.max_budget", "encoder.budget_ratio"):
             self._fields[name].valueChanged.connect(self._update_budget_preview)
@@ -474,7 +474,7 @@ class SettingsDialog(QDialog):
         try:
             encoder = AppSettings.from_dict(self.values()).encoder
             # Validate the budget fields alone (batch limits of 1 always fit) before expanding the series.
-            encoder = dataclasses.replace(encoder, max_items_per_batch=1, max_frames_per_batch=1)
+            encoder = dataclasses.replace(encoder, max_items_per_batch=1, max_frame_pairs_per_batch=1)
             encoder.validate()
             budgets = encoder.token_budgets()
         except SettingsError:

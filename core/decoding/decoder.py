@@ -67,7 +67,7 @@ class Decoded:
     prefill_ms: float = 0.0
     prefill_graph: bool = False
     graph_steps: int = 0
-    direct_steps: int = 0
+    eager_steps: int = 0
     step_ms: list[float] = field(default_factory=list)
     stop_reason: str = ""
 
@@ -264,7 +264,7 @@ class Decoder:
             cache.tokens.append(last)
             result.step_ms.append((time.perf_counter() - started) * 1e3)
             result.graph_steps += graph_hit
-            result.direct_steps += not graph_hit
+            result.eager_steps += not graph_hit
             result.token_ids.append(token_id)
             position += 1
             on_token(token_id)

@@ -214,16 +214,6 @@ class GraphVisionEncoder:
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
 
-    def reconfigure(self, settings: EncoderSettings) -> bool:
-        """Apply new encoder settings; re-capture when they change the graphs. Returns whether it did."""
-        settings.validate()
-        if settings == self.settings and self._graphs:
-            return False
-        self.clear()
-        self._configure(settings)
-        self.capture()
-        return True
-
     # ------------------------------------------------------------------ encoding
 
     def encode(self, items: Sequence[VisionItem]) -> EncoderOutput:

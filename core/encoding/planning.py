@@ -45,7 +45,7 @@ class BatchLimits:
         return cls(
             budgets=settings.token_budgets(),
             max_items=settings.max_items_per_batch,
-            max_sequences=settings.max_frames_per_batch,
+            max_sequences=settings.max_frame_pairs_per_batch,
         )
 
     def __post_init__(self) -> None:
@@ -55,7 +55,7 @@ class BatchLimits:
             raise SettingsError("encoder.budgets", "every budget must be a positive multiple of 4 (the 2x2 merge)")
         if self.max_items < 1 or self.max_sequences < self.max_items:
             raise SettingsError(
-                "encoder.max_frames_per_batch", "need at least one item per batch and max frames >= max items"
+                "encoder.max_frame_pairs_per_batch", "need at least one item per batch and max frame pairs >= max items"
             )
 
     @property

@@ -21,14 +21,13 @@ doing 128/72 of the needed work, or by two blocks, a power of two and a masked 1
 a second block 16 wide and 32 keys per loop turn. With 64 keys per turn, or a second block 32
 wide (head dim 96 as 64 + 32) at 32, 64 or 128 keys, it gave illegal addresses or wrong results
 in bfloat16 on random packed layouts (float32 and Triton's interpreter were right), so those
-shapes are never launched. Two blocks are the faster choice for budgets of many sequences (108 against
-134 µs at 16 frames of 448x448), one padded block at 64 keys for small budgets
-(:data:`SPLIT_FROM_ROWS`; measured, docs/benchmarks.md). Sums and the softmax run in float32;
+shapes are never launched. Two blocks are the faster choice for budgets of many sequences, one
+padded block at 64 keys for small budgets (:data:`SPLIT_FROM_ROWS`; measured, docs/benchmarks.md). Sums and the softmax run in float32;
 float32 inputs multiply in full precision (no TF32).
 
 :func:`rotary_qk` rotates q and k straight out of the qkv product into the layout the attention
 reads, all heads of a row from one load of the row's angles (inductor's own kernel for the same
-arithmetic took four times the memory traffic's time on an H200, docs/benchmarks.md). Needs
+arithmetic was several times slower than its memory traffic needs, docs/benchmarks.md). Needs
 Triton and a CUDA device.
 """
 
@@ -42,8 +41,8 @@ import triton.language as tl
 
 from framewise.core.qwen3_vl.tile_schedule import BLOCK_M
 
-# Key rows per loop turn with one column block, with two, and the launch shape (measured on an
-# H200, docs/benchmarks.md). Two blocks only ever run with a TAIL_DIM-wide second block at
+# Key rows per loop turn with one column block, with two, and the launch shape (measured,
+# docs/benchmarks.md). Two blocks only ever run with a TAIL_DIM-wide second block at
 # SPLIT_BLOCK_N keys per turn: the one shape Triton 3.6 compiled correctly (module docstring).
 BLOCK_N = 64
 SPLIT_BLOCK_N = 32
@@ -54,7 +53,7 @@ NUM_STAGES = 3
 # programs on 132 SMs, wait on the loop's latency, which the shorter key blocks lengthen.
 SPLIT_FROM_ROWS = 2048
 # Rows per program of the rotary kernel (each program does every head of its rows) and its warps:
-# at 6400 rows on an H200, one row on one warp took 21.1 µs, 4 rows on 4 warps 24.0, 8 on 4 27.3.
+# the fastest of 1, 4 and 8 rows measured (docs/benchmarks.md).
 ROTARY_ROWS = 1
 ROTARY_WARPS = 1
 

@@ -119,7 +119,7 @@ def test_first_question_and_follow_ups_match_generate_token_for_token(setup: Set
         else:  # the clip and the turns so far come from the cache; only the new turn is prefilled
             assert result.prefix_tokens_reused >= previous_prompt_tokens > video_tokens
         assert decoder.cache.tokens == prompt.input_ids[0].tolist() + result.token_ids[:-1]
-        assert result.graph_steps == 0 and result.direct_steps == len(result.token_ids) - 1  # no CUDA here
+        assert result.graph_steps == 0 and result.eager_steps == len(result.token_ids) - 1  # no CUDA here
         previous_prompt_tokens = result.prompt_tokens
         history.append((question, setup.tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()))
 

@@ -276,7 +276,7 @@ def test_turning_graphs_off_gives_the_tower_back_its_stock_attention(monkeypatch
         return GraphVisionEncoder(adapter, settings, direct=True), "direct graphs on the CPU"
 
     monkeypatch.setattr(engine_module, "make_vision_encoder", direct_graphs)
-    settings = FAST.replace("encoder", budgets=(64, 256), max_items_per_batch=4, max_frames_per_batch=8)
+    settings = FAST.replace("encoder", budgets=(64, 256), max_items_per_batch=4, max_frame_pairs_per_batch=8)
     engine = Engine(settings)
     engine.load()
     visual = engine.loaded.model.model.visual

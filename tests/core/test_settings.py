@@ -33,7 +33,7 @@ def test_geometric_budgets_cover_the_range_ascending(low: int, high: int, ratio:
         ("encoder", {"attention_backend": "magic"}, "encoder.attention_backend", "varlen"),
         ("encoder", {"budgets": (256, 1000, 1001)}, "encoder.budgets", "multiple of 4"),
         ("encoder", {"max_items_per_batch": 512}, "encoder.max_items_per_batch", "smallest budget"),
-        ("encoder", {"max_frames_per_batch": 2}, "encoder.max_frames_per_batch", "max items per batch"),
+        ("encoder", {"max_frame_pairs_per_batch": 2}, "encoder.max_frame_pairs_per_batch", "max items per batch"),
         ("encoder", {"min_budget": 1024, "max_budget": 512}, "encoder.max_budget", "at least min budget"),
         ("encoder", {"budget_ratio": 1.0}, "encoder.budget_ratio", "between"),
         ("encoder", {"budget_ratio": 1.011, "min_budget": 4}, "encoder.budget_ratio", "too many"),
@@ -44,7 +44,7 @@ def test_geometric_budgets_cover_the_range_ascending(low: int, high: int, ratio:
         ("sampling", {"max_pixels": 10**12}, "sampling.max_pixels", "lower max pixels"),
         ("encoder", {"max_budget": 10**6}, "encoder.max_budget", "at most 98,304"),
         ("encoder", {"budgets": (256, 2**20)}, "encoder.budgets", "above 98,304"),
-        ("encoder", {"max_frames_per_batch": 5000}, "encoder.max_frames_per_batch", "at most 4096"),
+        ("encoder", {"max_frame_pairs_per_batch": 5000}, "encoder.max_frame_pairs_per_batch", "at most 4096"),
         ("decoding", {"min_bucket": 1 << 17}, "decoding.min_bucket", "at most 65536"),
         ("decoding", {"min_bucket": 4096, "max_context_tokens": 2048}, "decoding.min_bucket", "must not exceed"),
         ("model", {"device": "tpu"}, "model.device", "cuda"),
@@ -79,6 +79,12 @@ def test_from_dict_ignores_unknown_keys_and_fills_missing_ones() -> None:
     settings = AppSettings.from_dict({"encoder": {"use_graphs": "false", "unknown": 1}, "extra": {}})
     assert settings.encoder.use_graphs is False
     assert settings.sampling == AppSettings().sampling
+
+
+def test_from_dict_reads_a_value_saved_under_the_fields_earlier_name() -> None:
+    assert AppSettings.from_dict({"encoder": {"max_frames_per_batch": 12}}).encoder.max_frame_pairs_per_batch == 12
+    both = {"encoder": {"max_frames_per_batch": 12, "max_frame_pairs_per_batch": 24}}
+    assert AppSettings.from_dict(both).encoder.max_frame_pairs_per_batch == 24  # the current name wins
 
 
 def test_from_dict_rejects_wrong_types_with_the_field_name() -> None:

@@ -30,7 +30,7 @@ from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
 from framewise.core.qwen3_vl.attention import stock_attention  # noqa: E402
 from framewise.core.settings import EncoderSettings  # noqa: E402
 
-SETTINGS = EncoderSettings(budgets=(64, 256, 1024, 4096), max_items_per_batch=4, max_frames_per_batch=8)
+SETTINGS = EncoderSettings(budgets=(64, 256, 1024, 4096), max_items_per_batch=4, max_frame_pairs_per_batch=8)
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 TOWERS = {"head_dim_72": (288, 4), "head_dim_64": (256, 4)}
 # dtype, attention backend, fused kernels (the default) or the tower's own

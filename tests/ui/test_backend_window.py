@@ -108,28 +108,14 @@ def test_the_dialog_warns_about_plain_http_to_another_host_and_keeps_the_key_out
     assert "session only" in window.store.api_key_note()
 
 
-class MemoryKeyring:
-    """A secret store in memory, with keyring's three calls."""
-
-    def __init__(self) -> None:
-        self.secrets: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, user: str) -> str | None:
-        return self.secrets.get((service, user))
-
-    def set_password(self, service: str, user: str, secret: str) -> None:
-        self.secrets[(service, user)] = secret
-
-    def delete_password(self, service: str, user: str) -> None:
-        del self.secrets[(service, user)]
-
-
 def test_with_a_secret_store_the_key_outlives_the_session_but_never_enters_the_file(tmp_path, monkeypatch):
+    from framewise.core.backends.server_keys import KEYRING_SERVICE, ServerKeys
     from framewise.ui import settings_store
-    from framewise.ui.settings_store import KEYRING_SERVICE, SettingsStore
+    from framewise.ui.settings_store import SettingsStore
+    from tests.core.backends.test_server_keys import MemoryKeyring
 
     secrets = MemoryKeyring()
-    monkeypatch.setattr(settings_store, "_usable_keyring", lambda: secrets)
+    monkeypatch.setattr(settings_store, "desktop_server_keys", lambda: ServerKeys(secrets))
     ini = tmp_path / "framewise.ini"
     settings = FAST.replace("backend", kind="vllm", server_url="https://gpu-box:8000/", api_key="k-secret-2")
     SettingsStore(ini, use_keyring=True).save_settings(settings)

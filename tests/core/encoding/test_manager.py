@@ -21,7 +21,7 @@ from framewise.core.errors import EncoderError
 from framewise.core.settings import EncoderSettings
 
 ROW_WIDTH, HIDDEN, OUT = 6, 8, 5
-SETTINGS = EncoderSettings(budgets=(16, 32, 64), max_items_per_batch=3, max_frames_per_batch=6)
+SETTINGS = EncoderSettings(budgets=(16, 32, 64), max_items_per_batch=3, max_frame_pairs_per_batch=6)
 
 
 class ToyTower(torch.nn.Module):

@@ -16,7 +16,7 @@ from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
 from framewise.core.qwen3_vl.attention import REGISTERED_NAMES
 from framewise.core.settings import EncoderSettings
 
-SETTINGS = EncoderSettings(budgets=(64, 128, 256), max_items_per_batch=4, max_frames_per_batch=8)
+SETTINGS = EncoderSettings(budgets=(64, 128, 256), max_items_per_batch=4, max_frame_pairs_per_batch=8)
 
 
 def vision_item(grid, modality="video", seed=0) -> VisionItem:
@@ -95,9 +95,10 @@ def test_direct_encoder_after_clear_and_new_settings(visual):
         encoder.capture()
         assert_same_outputs(encoder.encode(items), expected)
         assert adapter.metadata.pass_misses == 2 * passes_built  # clear() dropped the cached passes
-        assert encoder.reconfigure(dataclasses.replace(SETTINGS, budgets=(32, 96))) is True
+        # New encoder settings: the engine clears the encoder and builds another over the same adapter.
+        encoder.clear()
+        encoder = GraphVisionEncoder(adapter, dataclasses.replace(SETTINGS, budgets=(32, 96)), direct=True)
         assert encoder.budgets == (32, 96)
-        assert encoder.reconfigure(dataclasses.replace(SETTINGS, budgets=(32, 96))) is False
         got = encoder.encode(items)
         assert_same_outputs(got, expected)
         assert [chunk.budget for chunk in got.chunks] == [96]

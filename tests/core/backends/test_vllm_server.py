@@ -9,16 +9,13 @@ import logging
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from framewise.core.backends import create_engine, same_backend
-from framewise.core.backends.vllm_server import (
-    VllmServerEngine,
-    media_io_kwargs,
-    prometheus_totals,
-    vllm_serve_command,
-)
+from framewise.core.backends.vllm_server import VllmServerEngine
 from framewise.core.errors import (
+    ServerAddressError,
     ServerAuthError,
     ServerFailedError,
     ServerModelError,
@@ -31,7 +28,7 @@ from framewise.core.errors import (
 )
 from framewise.core.events import AnswerSpeed, Done, Progress, Token
 from framewise.core.metrics import DecodeSpeedMeter
-from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings
+from framewise.core.settings import AppSettings
 from tests.conftest import SAMPLE_CLIPS
 from tests.fake_vllm_server import Behaviour, FakeVllmServer
 
@@ -108,6 +105,36 @@ def test_a_missing_or_wrong_key_is_refused_and_the_key_never_reaches_the_setting
     assert "s3cret-key" not in repr(settings)
     assert "s3cret-key" not in caplog.text
     assert AppSettings.from_dict({"backend": {"api_key": "from-a-file"}}).backend.api_key == ""
+
+
+def test_no_key_where_the_server_needs_one_says_a_key_is_needed_not_that_it_was_refused() -> None:
+    with FakeVllmServer(Behaviour(api_key="s3cret-key")) as server:
+        with pytest.raises(ServerAuthError) as missing:
+            loaded(server.url)
+        with pytest.raises(ServerAuthError) as wrong:
+            loaded(server.url, api_key="wrong")
+    assert "needs an API key and none was given (401" in str(missing.value) and "refused" not in str(missing.value)
+    assert "refused the API key (401" in str(wrong.value)
+
+
+def test_an_address_below_the_servers_root_is_said_to_be_no_vllm_root() -> None:
+    with FakeVllmServer() as server:
+        with pytest.raises(ServerAddressError) as raised:
+            loaded(server.url + "/foo")
+    assert f"{server.url}/foo/health does not exist (404)" in str(raised.value)
+    assert "not a vLLM server's root" in str(raised.value) and "finish starting" not in str(raised.value)
+    assert describe_error(raised.value).field == "backend.server_url"
+
+
+def test_the_offered_serve_command_loads_the_model_from_where_the_server_did() -> None:
+    roots = {"demo": "/srv/models/demo_model"}
+    with FakeVllmServer(Behaviour(models=("demo",), roots=roots)) as server:
+        info = loaded(server.url).info()
+    assert info.server.model_source == "/srv/models/demo_model"
+    assert "--model /srv/models/demo_model --served-model-name demo " in info.server.serve_command
+    with FakeVllmServer(Behaviour(models=("Qwen/Qwen3-VL-8B-Instruct",))) as server:  # no root said: the name
+        command = loaded(server.url).info().server.serve_command
+    assert "--model Qwen/Qwen3-VL-8B-Instruct --trust-request-mm-kwargs" in command
 
 
 def test_a_refused_request_quotes_the_server_and_the_conversation_stays() -> None:
@@ -201,6 +228,19 @@ def test_the_clip_travels_as_frames_with_their_times_and_follow_ups_keep_the_his
     assert follow_up[0]["content"][0]["video_url"]["url"] == content[0]["video_url"]["url"]
 
 
+def test_every_frame_of_a_long_clip_is_kept_by_the_server() -> None:
+    behaviour = Behaviour(pieces=("red", ""))
+    frames = np.zeros((64, 32, 32, 3), dtype=np.uint8)
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url)
+        engine.open_frames(frames, [index / 2 for index in range(64)], "long.mp4")
+        done = engine.ask("What color?")
+    assert done.text == "red"
+    request = behaviour.chat_requests[0]
+    assert len(frames_in(request["messages"][0]["content"][0]["video_url"]["url"])) == 64
+    assert request["media_io_kwargs"]["video"]["num_frames"] == -1  # vLLM keeps 32 unless the request says
+
+
 def test_the_answer_streams_with_the_servers_figures() -> None:
     events: list = []
     with FakeVllmServer(Behaviour(pieces=("re", "d", ""), piece_delay_s=0.05)) as server:
@@ -253,29 +293,6 @@ def test_settings_refuse_addresses_that_are_not_http() -> None:
         assert raised.value.field == "backend.server_url"
     assert same_backend(AppSettings(), AppSettings().replace("sampling", max_frames=8))
     assert not same_backend(AppSettings(), remote_settings("http://127.0.0.1:1"))
-
-
-def test_the_serve_command_sizes_the_servers_encoder_graphs_like_framewise() -> None:
-    encoder = EncoderSettings(budgets=(1024, 4096, 16384), max_items_per_batch=4, max_frames_per_batch=48)
-    command = vllm_serve_command("Qwen/Qwen3-VL-8B-Instruct", encoder, SamplingSettings(max_frames=64))
-    config = json.loads(command.split("--compilation-config ")[1].strip("'"))
-    assert config == {
-        "cudagraph_mm_encoder": True,
-        "encoder_cudagraph_token_budgets": [256, 1024, 4096],  # merged tokens: patches / 4
-        "encoder_cudagraph_max_vision_items_per_batch": 4,
-        "encoder_cudagraph_max_frames_per_batch": 48,
-    }
-    assert command.startswith("python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen3-VL-8B-Instruct")
-    assert "--trust-request-mm-kwargs" in command and '"num_frames": 64' in command
-
-
-def test_times_are_milliseconds_of_a_1000_fps_source_and_counters_sum_over_labels() -> None:
-    assert media_io_kwargs([0.25, 0.75, 1.25]) == {
-        "video": {"fps": 1000.0, "frames_indices": [250, 750, 1250], "total_num_frames": 1251}
-    }
-    text = "# HELP x\nvllm:mm_cache_hits_total{engine=\"0\"} 1.0\nvllm:mm_cache_hits_total{engine=\"1\"} 2.0\nother 5\n"
-    assert prometheus_totals(text, ("vllm:mm_cache_hits",)) == {"vllm:mm_cache_hits": 3.0}
-
 
 
 def test_an_exported_conversation_carries_the_servers_figures() -> None:
