@@ -22,6 +22,7 @@ instead.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -183,6 +184,22 @@ def _compressed_tensors_group_scheme(name: str, group: Any) -> Scheme:
             f"FP8_DYNAMIC. {_CHOOSE_INSTEAD}"
         )
     return scheme
+
+
+def checkpoint_weight_format(folder: Path) -> tuple[WeightFormat, dict[str, str]]:
+    """The weight format of the checkpoint in ``folder`` (config.json and its ``*.safetensors``
+    files), checked against the stored tensors; also every quantized weight's scale name.
+
+    Raises QuantizationFormatError for a format Framewise cannot run or scales that do not match,
+    ModelLoadError for an unreadable config.json or weights file.
+    """
+    config_file = folder / "config.json"
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ModelLoadError(f"{config_file} cannot be read as JSON ({error}); the download may be damaged.") from error
+    fmt = detect_weight_format(config if isinstance(config, Mapping) else {})
+    return fmt, quantized_weight_scales(read_tensor_headers(sorted(folder.glob("*.safetensors"))), fmt)
 
 
 def read_tensor_headers(files: Iterable[Path]) -> dict[str, TensorHeader]:

@@ -10,9 +10,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from framewise.core.errors import QuantizationFormatError
+from framewise.core.errors import ModelLoadError, QuantizationFormatError
 from framewise.core.quantization import loading
-from framewise.core.quantization.formats import detect_weight_format
+from framewise.core.quantization.formats import checkpoint_weight_format, detect_weight_format
 from framewise.core.quantization.fp8 import dequantize
 from framewise.core.quantization.linear import Fp8Linear
 from tests.core.quantization.fp8_checkpoints import (
@@ -173,3 +173,19 @@ def test_unexpected_mismatched_and_missing_tensors_are_reported(tmp_path: Path) 
     assert report.unexpected == ["model.language_model.extra.weight"]
     assert report.mismatched == ["lm_head.weight"]
     assert report.missing == ["lm_head.weight", "model.language_model.norm.weight"]
+
+
+@pytest.mark.parametrize(("fmt", "scheme", "suffix"), [("bf16", "none", None), ("block", "block", "weight_scale_inv"),
+                                                        ("channel", "channel", "weight_scale")])
+def test_checkpoint_folder_format(tmp_path: Path, fmt: str, scheme: str, suffix: str | None) -> None:
+    write_checkpoint(tmp_path, random_state(), fmt, shards=2)
+    found, scales = checkpoint_weight_format(tmp_path)
+    assert found.scheme == scheme
+    assert scales == ({} if suffix is None else {f"{name}.weight": f"{name}.{suffix}" for name in language_linear_names()})
+
+
+def test_checkpoint_folder_with_a_broken_config(tmp_path: Path) -> None:
+    write_checkpoint(tmp_path, random_state(), "bf16")
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ModelLoadError, match="cannot be read as JSON"):
+        checkpoint_weight_format(tmp_path)
