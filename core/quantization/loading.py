@@ -28,6 +28,7 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from framewise.core.errors import QuantizationFormatError
 from framewise.core.quantization.formats import (
     WeightFormat,
     quantized_weight_scales,
@@ -66,7 +67,8 @@ def load_checkpoint(
     its quantized weights and scales are checked before anything is read. ``quantize_on_load``
     says, by module name, which of the remaining ``nn.Linear`` layers to quantize with ``scheme``
     (the family passes its language model's linear layers). Raises QuantizationFormatError when
-    the checkpoint's scales do not match its weights.
+    the checkpoint's scales do not match its weights, or an FP8 weight belongs to a module that
+    is not a linear layer.
     """
     headers = read_tensor_headers(files)
     scales = quantized_weight_scales(headers, fmt)
@@ -90,6 +92,11 @@ def load_checkpoint(
             elif tuple(place.shape) != headers[name].shape:
                 report.mismatched.append(name)
             elif name in scales:
+                if not isinstance(module, nn.Linear):
+                    raise QuantizationFormatError(
+                        f"{name} is stored in FP8, but {module_name} ({type(module).__name__}) is not a linear layer; "
+                        "Framewise runs FP8 linear layers only. Choose a checkpoint that quantizes only linear layers."
+                    )
                 scale = read(scales[name]).to(device, torch.float32).reshape(fmt.scale_shape(headers[name].shape))
                 _replace(model, module_name, Fp8Linear(read(name).to(device), scale, fmt.scheme, _bias_of(module)))
                 report.fp8_from_checkpoint.append(module_name)

@@ -189,3 +189,15 @@ def test_checkpoint_folder_with_a_broken_config(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ModelLoadError, match="cannot be read as JSON"):
         checkpoint_weight_format(tmp_path)
+
+
+def test_fp8_weight_of_a_module_that_is_not_linear_is_refused(tmp_path: Path) -> None:
+    """An FP8 embedding would otherwise be cast to bf16 code by code: wrong values, silently."""
+    state = random_state()
+    files = write_checkpoint(tmp_path, state, "channel")
+    tensors = load_file(files[0])
+    tensors["model.language_model.embed_tokens.weight"] = state["model.language_model.embed_tokens.weight"].to(torch.float8_e4m3fn)
+    tensors["model.language_model.embed_tokens.weight_scale"] = torch.ones(50, 1)
+    save_file(tensors, files[0])
+    with pytest.raises(QuantizationFormatError, match=r"embed_tokens \(Embedding\) is not a linear layer"):
+        load(tmp_path, files)
