@@ -178,7 +178,7 @@ def _compressed_tensors_group_scheme(name: str, group: Any) -> Scheme:
             f"(FP8_DYNAMIC) or 128x128-block scales. {_CHOOSE_INSTEAD}"
         )
     activations = group.get("input_activations")
-    if activations and not activations.get("dynamic", False):
+    if isinstance(activations, Mapping) and not activations.get("dynamic", False):
         raise QuantizationFormatError(
             f"The compressed-tensors group {name} has static activation scales (the FP8 scheme); Framewise runs "
             f"FP8_DYNAMIC. {_CHOOSE_INSTEAD}"

@@ -62,7 +62,7 @@ def quantize_blockwise(weight: torch.Tensor, block: int = BLOCK_SIZE) -> tuple[t
     padded = F.pad(weight.float(), (0, column_blocks * block - columns, 0, row_blocks * block - rows))
     blocks = padded.view(row_blocks, block, column_blocks, block)
     scales = (blocks.abs().amax(dim=(1, 3)) / E4M3_MAX).clamp(min=_MIN_SCALE)
-    quantized = (blocks / scales[:, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3)
+    quantized = (blocks / scales[:, None, :, None]).clamp_(-E4M3_MAX, E4M3_MAX).to(E4M3)
     return quantized.view(row_blocks * block, column_blocks * block)[:rows, :columns].contiguous(), scales
 
 
@@ -83,7 +83,7 @@ def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     """
     weight32 = weight.float()
     scales = (weight32.abs().amax(dim=1, keepdim=True) / E4M3_MAX).clamp(min=_MIN_SCALE)
-    return (weight32 / scales).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), scales
+    return (weight32 / scales).clamp_(-E4M3_MAX, E4M3_MAX).to(E4M3), scales
 
 
 def dequantize_per_channel(quantized: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:

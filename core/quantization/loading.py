@@ -9,7 +9,8 @@ moved to the target device and put in its place:
 - a weight of a linear layer the caller chose to quantize on load is moved to the device in the
   checkpoint's precision, quantized there, and replaced likewise; the full-precision copy is
   dropped before the next tensor is read, so the target device never holds more than one
-  full-precision weight that ends up in FP8;
+  full-precision weight that ends up in FP8 (with its quantization's float32 temporaries, about
+  11 bytes a weight at the peak);
 - anything else is cast to the model's dtype (floats only) and set as the parameter or buffer.
 
 Tied weights (an output head sharing the input embedding) come apart when one of them is set:

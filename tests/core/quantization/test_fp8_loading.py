@@ -21,6 +21,7 @@ from tests.core.quantization.fp8_checkpoints import (
     language_linear_names,
     random_state,
     read_config,
+    reference_e4m3,
     write_checkpoint,
 )
 
@@ -201,3 +202,9 @@ def test_fp8_weight_of_a_module_that_is_not_linear_is_refused(tmp_path: Path) ->
     save_file(tensors, files[0])
     with pytest.raises(QuantizationFormatError, match=r"embed_tokens \(Embedding\) is not a linear layer"):
         load(tmp_path, files)
+
+
+def test_the_writers_own_e4m3_rounding_is_torchs() -> None:
+    """The checkpoint writers round with a quantizer of their own; it agrees with torch's cast."""
+    values = torch.cat([torch.randn(10000) * scale for scale in (1e-3, 0.1, 10, 100)]).clamp(-448, 448)
+    assert torch.equal(reference_e4m3(values).view(torch.uint8), values.to(torch.float8_e4m3fn).view(torch.uint8))
