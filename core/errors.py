@@ -72,6 +72,11 @@ class ModelLoadError(FramewiseError):
     field = "model.source"
 
 
+class QuantizationFormatError(ModelLoadError):
+    """The checkpoint's weights are quantized in a way Framewise cannot run, or its quantized
+    weights and their scales do not match; the message names the format and what to choose instead."""
+
+
 class SettingsError(FramewiseError):
     """A setting, or a combination of settings, is invalid.
 

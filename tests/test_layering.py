@@ -13,6 +13,7 @@ OPTIONAL = {
     "framewise.core.qwen3_vl.step_kernels": "triton",
     "framewise.core.qwen3_vl.norm_kernel": "triton",
     "framewise.core.qwen3_vl.tile_attention": "triton",
+    "framewise.core.quantization.gemv_kernels": "triton",
 }
 
 
