@@ -3,10 +3,12 @@ and intact after the writing process is killed."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -194,3 +196,79 @@ def test_the_recorder_writes_nothing_for_an_unasked_clip_and_each_turn_as_it_goe
     recorder.resume(first, store.open(first).conversation)
     recorder.asked(Turn("Back to the first?", "demo", None), AppSettings())
     assert [turn.question for turn in store.open(first).conversation.turns] == ["What colour?", "Back to the first?"]
+
+
+@pytest.fixture
+def make_read_only(monkeypatch: pytest.MonkeyPatch):
+    """Take write permission away from a folder. Root writes through permission bits, so for root
+    (CI containers) creating a file in that folder is refused here the way the kernel refuses others."""
+
+    def make(folder: Path) -> Path:
+        folder.chmod(0o555)
+        if os.geteuid() == 0:
+            real = tempfile.TemporaryFile
+
+            def refusing(*args, dir=None, **kwargs):
+                if dir is not None and Path(dir) == folder:
+                    raise PermissionError(13, "Permission denied", str(folder))
+                return real(*args, dir=dir, **kwargs)
+
+            monkeypatch.setattr("framewise.core.conversation_store.tempfile.TemporaryFile", refusing)
+        return folder
+
+    return make
+
+
+def test_a_healthy_store_in_a_read_only_folder_opens_read_only_and_lists_what_it_keeps(tmp_path: Path, make_read_only):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    store = ConversationStore(folder / "c.sqlite3")
+    _keep(store, "/clips/a.mp4", ["one?", "two?"])
+    store.close()
+    before = (folder / "c.sqlite3").read_bytes()
+    make_read_only(folder)
+    try:
+        store = ConversationStore(folder / "c.sqlite3")
+        assert store.read_only and "read-only" in store.read_only_note() and str(folder) in store.read_only_note()
+        assert "delete" not in store.read_only_note().lower(), "a healthy store is never to be deleted"
+        assert [(item.clip_path, item.turn_count) for item in store.list()] == [("/clips/a.mp4", 2)]
+        assert [turn.question for turn in store.open(store.list()[0].id).conversation.turns] == ["one?", "two?"]
+        with pytest.raises(ConversationStoreError, match="read-only"):
+            store.create(Conversation("b.mp4", "/clips/b.mp4"), AppSettings())
+        store.close()
+    finally:
+        folder.chmod(0o755)
+    assert (folder / "c.sqlite3").read_bytes() == before
+
+
+def test_an_empty_read_only_folder_says_it_cannot_be_written_not_to_delete_a_file(tmp_path: Path, make_read_only):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    make_read_only(folder)
+    try:
+        with pytest.raises(ConversationStoreError) as raised:
+            ConversationStore(folder / "c.sqlite3")
+    finally:
+        folder.chmod(0o755)
+    message = str(raised.value)
+    assert f"the folder {folder} is read-only" in message and "FRAMEWISE_DATA_DIR" in message
+    assert "delete" not in message.lower()
+
+
+def test_a_data_folder_that_is_a_file_is_named_as_such(tmp_path: Path):
+    not_a_folder = tmp_path / "data"
+    not_a_folder.write_text("notes", encoding="utf-8")
+    with pytest.raises(ConversationStoreError) as raised:
+        ConversationStore(not_a_folder / "c.sqlite3")
+    message = str(raised.value)
+    assert f"{not_a_folder} is a file, not a folder" in message and "Errno" not in message
+    assert not_a_folder.read_text(encoding="utf-8") == "notes"
+
+
+def test_a_store_from_a_newer_version_is_not_called_broken(tmp_path: Path):
+    path = tmp_path / "c.sqlite3"
+    ConversationStore(path).close()
+    sqlite3.connect(path).execute("PRAGMA user_version = 99").connection.commit()
+    with pytest.raises(ConversationStoreError) as raised:
+        ConversationStore(path)
+    assert "newer Framewise" in str(raised.value) and "delete" not in str(raised.value).lower()
