@@ -27,6 +27,7 @@ class ConversationList(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self._deletable = True
         self.list = _KeyedList()
         self.list.setAccessibleName("Past conversations")
         self.list.setWordWrap(True)
@@ -75,6 +76,14 @@ class ConversationList(QWidget):
         self.empty_hint.setVisible(not summaries)
         self._update_buttons()
 
+    def set_deletable(self, deletable: bool) -> None:
+        """Offer Delete only where the store can be written (a read-only one lists and opens, no more)."""
+        self._deletable = deletable
+        self.delete_button.setToolTip(
+            "Forget this conversation (Delete)" if deletable else "The folder of kept conversations is read-only"
+        )
+        self._update_buttons()
+
     def ids(self) -> list[int]:
         return [self.list.item(row).data(_ID_ROLE) for row in range(self.list.count())]
 
@@ -92,12 +101,14 @@ class ConversationList(QWidget):
             signal.emit(item.data(_ID_ROLE))
 
     def _delete_selected(self) -> None:
-        self._emit_selected(self.delete_requested)
+        if self._deletable:
+            self._emit_selected(self.delete_requested)
 
     def _update_buttons(self) -> None:
         selected = self.list.currentItem() is not None
-        for button in (self.open_button, self.export_button, self.delete_button):
-            button.setEnabled(selected)
+        self.open_button.setEnabled(selected)
+        self.export_button.setEnabled(selected)
+        self.delete_button.setEnabled(selected and self._deletable)
 
 
 class _KeyedList(QListWidget):

@@ -3,7 +3,9 @@
 The window never calls the engine, and keeps no state of its own beyond its widgets: its
 :class:`~framewise.ui.session.Session` sends requests to :class:`~framewise.ui.worker.EngineHost`,
 follows the events that come back, and tells the window (a
-:class:`~framewise.ui.session.SessionListener`) what to redraw.
+:class:`~framewise.ui.session.SessionListener`) what to redraw. Its
+:class:`~framewise.ui.conversation_keeper.ConversationKeeper` writes the conversations to disk and
+fills the Past conversations list.
 """
 
 from __future__ import annotations
@@ -28,13 +30,8 @@ from PySide6.QtWidgets import (
 )
 
 from framewise.core.conversation import Conversation, Turn
-from framewise.core.conversation_store import (
-    ConversationRecorder,
-    ConversationStore,
-    StoredConversation,
-    default_store_path,
-)
-from framewise.core.errors import ConversationStoreError, ExportError, SettingsError
+from framewise.core.conversation_store import ConversationStore
+from framewise.core.errors import ExportError, SettingsError
 from framewise.core.events import (
     AnswerSpeed,
     AnswerStats,
@@ -48,6 +45,7 @@ from framewise.core.events import (
 from framewise.core.settings import AppSettings
 from framewise.ui.banners import Banner, BannerArea
 from framewise.ui.chat import ChatPanel
+from framewise.ui.conversation_keeper import ConversationKeeper
 from framewise.ui.conversation_list import ConversationList
 from framewise.ui.dialogs import AboutDialog, LogDialog, default_export_folder
 from framewise.ui.elided_label import ElidedLabel
@@ -84,12 +82,11 @@ class MainWindow(QMainWindow, SessionListener):
         self._settings_dialog: SettingsDialog | None = None
         self._shut_down = False
         self.session = Session(host, settings, listener=self)
-        self.recorder = self._open_recorder(conversation_store)
 
         self.setWindowTitle("Framewise")
         self.setAcceptDrops(True)
         self._build_widgets()
-        self._build_history()
+        self._build_history(conversation_store)
         self._build_menus()
         self._build_status_bar()
         self._restore_geometry()
@@ -155,7 +152,11 @@ class MainWindow(QMainWindow, SessionListener):
             action=lambda: self.open_settings("model"),
         )
         self.fallback_banner.label.setTextFormat(Qt.TextFormat.PlainText)
-        self.banners = BannerArea([self.error_banner, self.fallback_banner, self.demo_banner, self.cpu_banner])
+        self.store_banner = Banner("", icon=QStyle.StandardPixmap.SP_MessageBoxWarning)
+        self.store_banner.label.setTextFormat(Qt.TextFormat.PlainText)
+        self.banners = BannerArea(
+            [self.error_banner, self.fallback_banner, self.store_banner, self.demo_banner, self.cpu_banner]
+        )
 
         self.clip_title = ElidedLabel("No clip")
         self.clip_title.setTextFormat(Qt.TextFormat.PlainText)
@@ -210,7 +211,8 @@ class MainWindow(QMainWindow, SessionListener):
         self.main_splitter.setSizes([11 * DEFAULT_SIZE[0] // 20, 9 * DEFAULT_SIZE[0] // 20])
         self.left_splitter.setSizes([DEFAULT_SIZE[1] // 2, DEFAULT_SIZE[1] // 2])
 
-    def _build_history(self) -> None:
+    def _build_history(self, conversation_store: ConversationStore | None) -> None:
+        """The Past conversations dock, and the keeper that writes conversations and fills it."""
         self.history = ConversationList()
         self.history.open_requested.connect(self.open_kept_conversation)
         self.history.export_requested.connect(self.choose_kept_export_path)
@@ -223,7 +225,11 @@ class MainWindow(QMainWindow, SessionListener):
         )
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.history_dock)
         self.resizeDocks([self.history_dock], [self.fontMetrics().height() * 11], Qt.Orientation.Horizontal)
-        self._refresh_history()
+        self.keeper = ConversationKeeper(self.history, self.show_error, conversation_store)
+        if self.keeper.notice:
+            self.store_banner.set_text(self.keeper.notice)
+            self.banners.post(self.store_banner)
+        self.keeper.start(self.conversation)
 
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
@@ -415,7 +421,7 @@ class MainWindow(QMainWindow, SessionListener):
             self.export_conversation(path)
 
     def choose_kept_export_path(self, conversation_id: int) -> None:
-        kept = self._open_kept(conversation_id)
+        kept = self.keeper.open(conversation_id)
         if kept is None:
             return
         name = f"{Path(kept.conversation.clip_name or 'framewise').stem}-conversation.md"
@@ -442,11 +448,10 @@ class MainWindow(QMainWindow, SessionListener):
         if self.conversation.current is not None or self.opening_clip:
             self.set_status("Wait for the answer or the clip to finish before opening another conversation.")
             return
-        kept = self._open_kept(conversation_id)
+        kept = self.keeper.open(conversation_id)
         if kept is None:
             return
-        if self.recorder is not None:
-            self.recorder.resume(conversation_id, kept.conversation)
+        self.keeper.resume(conversation_id, kept.conversation)
         self.chat.clear()
         for turn in kept.conversation.turns:
             self.chat.start_turn(turn, "")
@@ -464,70 +469,17 @@ class MainWindow(QMainWindow, SessionListener):
         self.history.select(conversation_id)
 
     def delete_kept_conversation(self, conversation_id: int) -> None:
-        if self.recorder is None:
-            return
-        if conversation_id == self.recorder.conversation_id:
+        if conversation_id == self.keeper.conversation_id:
             if self.conversation.current is not None:
                 self.set_status("Wait for the answer to finish before deleting this conversation.")
                 return
             self.new_conversation()
-        try:
-            self.recorder.store.delete(conversation_id)
-        except ConversationStoreError as error:
-            self.show_error(str(error))
-        self._refresh_history()
-
-    def _open_kept(self, conversation_id: int) -> StoredConversation | None:
-        if self.recorder is None:
-            return None
-        try:
-            return self.recorder.store.open(conversation_id)
-        except ConversationStoreError as error:
-            self.show_error(str(error))
-            self._refresh_history()
-            return None
-
-    def _open_recorder(self, conversation_store: ConversationStore | None) -> ConversationRecorder | None:
-        try:
-            store = conversation_store or ConversationStore(default_store_path())
-        except ConversationStoreError as error:
-            log.warning("%s", error)
-            self._store_problem = str(error)
-            return None
-        self._store_problem = None
-        recorder = ConversationRecorder(store)
-        recorder.start(self.conversation)
-        return recorder
-
-    def _record(self, write) -> None:
-        """Write through the recorder; a failure is shown once and the conversation goes on unkept."""
-        if self.recorder is None:
-            return
-        try:
-            write(self.recorder)
-        except ConversationStoreError as error:
-            self.show_error(f"{error} This conversation is no longer being kept.")
-            self.recorder = None
-        self._refresh_history()
-
-    def _refresh_history(self) -> None:
-        if not hasattr(self, "history"):
-            return
-        if self.recorder is None:
-            self.history.set_conversations([], None)
-            self.history.empty_hint.setText(self._store_problem or "Conversations are not being kept")
-            return
-        try:
-            summaries = self.recorder.store.list()
-        except ConversationStoreError as error:
-            summaries = []
-            self.history.empty_hint.setText(str(error))
-        self.history.set_conversations(summaries, self.recorder.conversation_id)
+        self.keeper.delete(conversation_id)
 
     def _end_turn(self, turn: Turn) -> None:
         """A turn ended (done, stopped or failed): show it, keep it, and log its size and timing."""
         self.chat.finish_turn(turn)
-        self._record(lambda recorder: recorder.finished(turn))
+        self.keeper.finished(turn)
         stats = turn.stats
         if stats is not None:
             frames = len(self.clip.timestamps) if self.clip else 0
@@ -655,15 +607,13 @@ class MainWindow(QMainWindow, SessionListener):
 
     def conversation_reset(self, conversation: Conversation, notice: str | None) -> None:
         """A new conversation is on screen; the kept ones stay in the list."""
-        if self.recorder is not None:
-            self.recorder.start(conversation)
-        self._refresh_history()
+        self.keeper.start(conversation)
         self.chat.clear()
         if notice:
             self.chat.add_notice(notice)
 
     def turn_started(self, turn: Turn) -> None:
-        self._record(lambda recorder: recorder.asked(turn, self.settings))
+        self.keeper.asked(turn, self.settings)
         self.encoder_panel.clear_answer_stats()
         self.chat.start_turn(turn, "Thinking…")
 

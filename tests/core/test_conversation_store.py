@@ -198,35 +198,31 @@ def test_the_recorder_writes_nothing_for_an_unasked_clip_and_each_turn_as_it_goe
     assert [turn.question for turn in store.open(first).conversation.turns] == ["What colour?", "Back to the first?"]
 
 
-@pytest.fixture
-def make_read_only(monkeypatch: pytest.MonkeyPatch):
-    """Take write permission away from a folder. Root writes through permission bits, so for root
-    (CI containers) creating a file in that folder is refused here the way the kernel refuses others."""
+def make_read_only(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Take write permission away from ``folder`` (give it back with ``chmod(0o755)``). Root writes
+    through permission bits, so for root (CI containers) creating a file in that folder is refused
+    here the way the kernel refuses anyone else."""
+    folder.chmod(0o555)
+    if os.geteuid() == 0:
+        real = tempfile.TemporaryFile
 
-    def make(folder: Path) -> Path:
-        folder.chmod(0o555)
-        if os.geteuid() == 0:
-            real = tempfile.TemporaryFile
+        def refusing(*args, dir=None, **kwargs):
+            if dir is not None and Path(dir) == folder:
+                raise PermissionError(13, "Permission denied", str(folder))
+            return real(*args, dir=dir, **kwargs)
 
-            def refusing(*args, dir=None, **kwargs):
-                if dir is not None and Path(dir) == folder:
-                    raise PermissionError(13, "Permission denied", str(folder))
-                return real(*args, dir=dir, **kwargs)
-
-            monkeypatch.setattr("framewise.core.conversation_store.tempfile.TemporaryFile", refusing)
-        return folder
-
-    return make
+        monkeypatch.setattr("framewise.core.conversation_store.tempfile.TemporaryFile", refusing)
+    return folder
 
 
-def test_a_healthy_store_in_a_read_only_folder_opens_read_only_and_lists_what_it_keeps(tmp_path: Path, make_read_only):
+def test_a_healthy_store_in_a_read_only_folder_opens_read_only_and_lists_what_it_keeps(tmp_path: Path, monkeypatch):
     folder = tmp_path / "data"
     folder.mkdir()
     store = ConversationStore(folder / "c.sqlite3")
     _keep(store, "/clips/a.mp4", ["one?", "two?"])
     store.close()
     before = (folder / "c.sqlite3").read_bytes()
-    make_read_only(folder)
+    make_read_only(folder, monkeypatch)
     try:
         store = ConversationStore(folder / "c.sqlite3")
         assert store.read_only and "read-only" in store.read_only_note() and str(folder) in store.read_only_note()
@@ -241,10 +237,10 @@ def test_a_healthy_store_in_a_read_only_folder_opens_read_only_and_lists_what_it
     assert (folder / "c.sqlite3").read_bytes() == before
 
 
-def test_an_empty_read_only_folder_says_it_cannot_be_written_not_to_delete_a_file(tmp_path: Path, make_read_only):
+def test_an_empty_read_only_folder_says_it_cannot_be_written_not_to_delete_a_file(tmp_path: Path, monkeypatch):
     folder = tmp_path / "data"
     folder.mkdir()
-    make_read_only(folder)
+    make_read_only(folder, monkeypatch)
     try:
         with pytest.raises(ConversationStoreError) as raised:
             ConversationStore(folder / "c.sqlite3")
