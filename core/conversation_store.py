@@ -74,6 +74,28 @@ def default_store_path() -> Path:
     return data_dir() / STORE_FILE_NAME
 
 
+def store_note(path: Path) -> str | None:
+    """What a person should know about the store at ``path`` before using it (that new conversations
+    will not be kept, and why), or None when they will be. Writes nothing: a missing store is
+    made by whoever first keeps a conversation."""
+    existing = next((folder for folder in (path.parent, *path.parent.parents) if folder.exists()), None)
+    if existing is not None and not existing.is_dir():
+        return _not_a_folder(existing)
+    if not path.exists():
+        reason = _read_only_reason(path) if existing == path.parent else None
+        return _not_kept_because(reason) if reason else None
+    if _read_only_reason(path) is None:
+        return None  # a writable store is opened (and found damaged, if it is) only by the window
+    try:
+        store = ConversationStore(path)
+    except ConversationStoreError as error:
+        return str(error)
+    try:
+        return store.read_only_note()
+    finally:
+        store.close()
+
+
 @dataclass(frozen=True)
 class ConversationSummary:
     """One line of the list of past conversations."""
@@ -111,10 +133,7 @@ class ConversationStore:
         _make_folder(self.path.parent)
         self.read_only_reason = _read_only_reason(self.path)
         if self.read_only_reason is not None and not self.path.exists():
-            raise ConversationStoreError(
-                f"Conversations will not be kept: {self.read_only_reason}. "
-                "Make it writable, or set FRAMEWISE_DATA_DIR to a folder you can write to."
-            )
+            raise ConversationStoreError(_not_kept_because(self.read_only_reason))
         try:
             if self.read_only_reason is not None:
                 self._db = _connect_read_only(self.path)
@@ -279,15 +298,23 @@ def _make_folder(folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as error:
         blocker = Path(error.filename) if error.filename else folder
-        raise ConversationStoreError(
-            f"Conversations will not be kept: {blocker} is a file, not a folder. "
-            "Set FRAMEWISE_DATA_DIR to a folder."
-        ) from error
+        raise ConversationStoreError(_not_a_folder(blocker)) from error
     except OSError as error:
         raise ConversationStoreError(
             f"Conversations will not be kept: the folder {folder} could not be created ({error.strerror or error}). "
             "Set FRAMEWISE_DATA_DIR to a folder you can write to."
         ) from error
+
+
+def _not_a_folder(blocker: Path) -> str:
+    return f"Conversations will not be kept: {blocker} is a file, not a folder. Set FRAMEWISE_DATA_DIR to a folder."
+
+
+def _not_kept_because(read_only_reason: str) -> str:
+    return (
+        f"Conversations will not be kept: {read_only_reason}. "
+        "Make it writable, or set FRAMEWISE_DATA_DIR to a folder you can write to."
+    )
 
 
 def _read_only_reason(path: Path) -> str | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from framewise.core.conversation import Conversation, Turn
-from framewise.core.conversation_store import ConversationStore, data_dir, default_store_path
+from framewise.core.conversation_store import ConversationStore, data_dir, default_store_path, store_note
 from framewise.core.errors import ConversationStoreError
 from framewise.core.events import AnswerStats
 from framewise.core.settings import AppSettings
@@ -268,3 +268,17 @@ def test_a_store_from_a_newer_version_is_not_called_broken(tmp_path: Path):
     with pytest.raises(ConversationStoreError) as raised:
         ConversationStore(path)
     assert "newer Framewise" in str(raised.value) and "delete" not in str(raised.value).lower()
+
+
+def test_the_store_note_names_a_read_only_store_and_is_none_for_a_writable_one(tmp_path: Path, monkeypatch):
+    folder = tmp_path / "data"
+    assert store_note(folder / "c.sqlite3") is None and not folder.exists()
+    folder.mkdir()
+    _keep(ConversationStore(folder / "c.sqlite3"), "/clips/a.mp4", ["one?"])
+    assert store_note(folder / "c.sqlite3") is None
+    make_read_only(folder, monkeypatch)
+    try:
+        note = store_note(folder / "c.sqlite3")
+    finally:
+        folder.chmod(0o755)
+    assert note.startswith("Past conversations are shown, but new ones will not be kept")
