@@ -567,12 +567,20 @@ class MainWindow(QMainWindow, SessionListener):
         self.chat.set_answering(answering)
         self.chat.send_button.setEnabled(blocker is None)
         self.chat.send_button.setToolTip(blocker or "Ask the question (Enter or Ctrl+Return)")
-        self.chat.question_edit.setPlaceholderText(
+        self._set_question_hint(
             blocker if blocker and not answering else "Ask about the clip…  (Enter sends, Shift+Enter adds a line)"
         )
         self.stop_action.setEnabled(self.session.can_stop)
         self.export_action.setEnabled(self.session.can_export)
         self.new_conversation_action.setEnabled(self.session.can_start_new_conversation)
+
+    def _set_question_hint(self, text: str) -> None:
+        edit = self.chat.question_edit
+        if edit.placeholderText() == text:
+            return
+        edit.setPlaceholderText(text)
+        # QPlainTextEdit repaints only when its hint appears or disappears, not when the hint's text changes.
+        edit.viewport().update()
 
     def status_changed(self, text: str) -> None:
         self.set_status(text)
