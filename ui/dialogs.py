@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QStandardPaths, Qt, QUrl
-from PySide6.QtGui import QDesktopServices, QFontDatabase, QGuiApplication, QTextCursor
+from PySide6.QtGui import QDesktopServices, QFontDatabase, QGuiApplication, QShowEvent, QTextCursor
 from PySide6.QtWidgets import (
     QApplication,
     QDialog,
@@ -115,4 +115,16 @@ class LogDialog(QDialog):
         except OSError as error:
             content = f"No log to show yet ({error.strerror or error})."
         self.text.setPlainText(content)
+        self._scroll_to_end()
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt override
+        super().showEvent(event)
+        # Scrolled in reload() the viewport had not its final size yet: the end would sit below it.
+        self._scroll_to_end()
+
+    def _scroll_to_end(self) -> None:
+        """Show the newest lines, from their start."""
         self.text.moveCursor(QTextCursor.MoveOperation.End)
+        self.text.moveCursor(QTextCursor.MoveOperation.StartOfLine)
+        self.text.verticalScrollBar().setValue(self.text.verticalScrollBar().maximum())
+        self.text.horizontalScrollBar().setValue(0)

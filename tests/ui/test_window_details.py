@@ -34,3 +34,21 @@ def test_the_question_hint_is_repainted_when_it_changes(qtbot, make_window, samp
     qtbot.waitUntil(lambda: bool(painted), timeout=2000)
     assert "Open a clip first" in window.chat.question_edit.placeholderText()
     viewport.removeEventFilter(counter)
+
+
+def test_the_log_opens_at_its_newest_lines(qtbot, make_window, log_file):
+    """Help ▸ Show log shows the end of the log, scrolled to the left (issue 30, item 4)."""
+    lines = [f"2026-01-01 12:00:{index % 60:02d} INFO line {index} " + "x" * (index % 150) for index in range(3000)]
+    log_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    window = make_window()
+    wait_ready(qtbot, window)
+    dialog = window.show_log()
+    qtbot.waitExposed(dialog)
+    QApplication.processEvents()
+    text = dialog.text
+    bar = text.verticalScrollBar()
+    assert bar.maximum() > 0 and bar.value() == bar.maximum()
+    bottom = text.cursorForPosition(text.viewport().rect().bottomLeft()).block()
+    assert bottom.blockNumber() >= text.blockCount() - 2, "the newest line is in view"
+    assert text.horizontalScrollBar().value() == 0
+    dialog.close()
