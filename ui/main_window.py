@@ -14,7 +14,7 @@ import html
 import logging
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence, QPalette
 from PySide6.QtWidgets import (
     QDockWidget,
@@ -292,15 +292,27 @@ class MainWindow(QMainWindow, SessionListener):
         self._fit_to_screen()
 
     def _fit_to_screen(self) -> None:
-        """Open maximized where the window would not fit its screen's free area (a small screen, or
-        geometry saved on a larger one): the window manager then fits its frame too."""
+        """Open maximized where the window, with its title bar and frame, would not fit its screen's free
+        area (a small screen, or geometry saved on a larger one): the window manager then fits the frame too."""
         screen = self.screen()
         if screen is None:
             return
         available = screen.availableGeometry()
-        if self.width() > available.width() or self.height() > available.height():
+        frame = self._frame_allowance()
+        if self.width() + frame.width() > available.width() or self.height() + frame.height() > available.height():
             self.resize(min(self.width(), available.width()), min(self.height(), available.height()))
             self.setWindowState(self.windowState() | Qt.WindowState.WindowMaximized)
+
+    def _frame_allowance(self) -> QSize:
+        """What the window manager adds around the window: measured once it is shown; before that (a first
+        start) a title bar and borders of the style's size, since the real ones are not known yet."""
+        measured = self.frameGeometry().size() - self.geometry().size()
+        if measured.width() > 0 or measured.height() > 0:
+            return measured
+        style = self.style()
+        border = style.pixelMetric(QStyle.PixelMetric.PM_MdiSubWindowFrameWidth)
+        title = style.pixelMetric(QStyle.PixelMetric.PM_TitleBarHeight)
+        return QSize(2 * border, title + 2 * border)
 
     # -- start and stop ---------------------------------------------------------------------
 

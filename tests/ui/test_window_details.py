@@ -3,9 +3,14 @@ changes, the first start fits the screen with its frame, and the log opens at it
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject
+import pytest
+from PySide6.QtCore import QEvent, QObject, QRect, Qt
 from PySide6.QtWidgets import QApplication
 
+from framewise.core.settings import AppSettings
+from framewise.ui.main_window import DEFAULT_SIZE, MainWindow
+from framewise.ui.worker import EngineHost
+from tests.ui.fake_engine import FakeEngine
 from tests.ui.test_main_window import wait_ready
 
 def test_the_question_hint_is_repainted_when_it_changes(qtbot, make_window, sample_clip):
@@ -52,3 +57,29 @@ def test_the_log_opens_at_its_newest_lines(qtbot, make_window, log_file):
     assert bottom.blockNumber() >= text.blockCount() - 2, "the newest line is in view"
     assert text.horizontalScrollBar().value() == 0
     dialog.close()
+
+
+class _Screen:
+    """A screen whose free area is ``available``: the offscreen platform's own is 800×800."""
+
+    def __init__(self, available: QRect) -> None:
+        self._available = available
+
+    def availableGeometry(self) -> QRect:  # noqa: N802 - the QScreen name
+        return self._available
+
+
+@pytest.mark.parametrize(("screen_size", "maximized"), [((1280, 800), True), ((1920, 1080), False)])
+def test_the_first_start_maximizes_where_the_title_bar_would_push_the_bottom_off_screen(
+    qtbot, store, services, monkeypatch, screen_size, maximized
+):
+    """At 1280×800 the default 1280×800 window fits only without its title bar (issue 30, item 2)."""
+    monkeypatch.setattr(MainWindow, "screen", lambda self: _Screen(QRect(0, 0, *screen_size)))
+    window = MainWindow(EngineHost(FakeEngine, AppSettings()), store, services, AppSettings())
+    qtbot.addWidget(window)
+    try:
+        assert bool(window.windowState() & Qt.WindowState.WindowMaximized) is maximized
+        if not maximized:
+            assert (window.width(), window.height()) == DEFAULT_SIZE
+    finally:
+        window.shutdown()
