@@ -81,7 +81,7 @@ class LogDialog(QDialog):
     def __init__(self, path: Path, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.path = Path(path)
-        self.setWindowTitle("Framewise log")
+        self.setWindowTitle("Log")
         self.location = QLabel(str(self.path))
         self.location.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.text = QPlainTextEdit()

@@ -60,6 +60,7 @@ from framewise.ui.worker import EngineHost
 log = logging.getLogger(__name__)
 
 DEFAULT_SIZE = (1280, 800)
+CPU_ENCODER_TITLE = "eager on the CPU: no CUDA graphs"
 VIDEO_FILTER = "Video clips (*.mp4 *.mov *.mkv *.webm *.avi *.m4v *.mpg *.mpeg *.wmv *.gif);;All files (*)"
 
 
@@ -400,7 +401,7 @@ class MainWindow(QMainWindow, SessionListener):
             return
         self.clip_title.setText(
             f"{clip.clip_name} · {clip.width}×{clip.height} · {format_timestamp(clip.duration_s)} · "
-            f"{len(clip.timestamps)} frames sampled"
+            f"{len(clip.timestamps)} frames"
         )
         self.clip_title.setToolTip(clip.path)
         self.setWindowTitle(f"{clip.clip_name} — Framewise")
@@ -471,8 +472,8 @@ class MainWindow(QMainWindow, SessionListener):
         clip_path = kept.conversation.clip_path
         if self.session.resume(kept.conversation):
             self.chat.add_notice(
-                f"Kept conversation about {kept.conversation.clip_name}; opening the clip again. "
-                "The model starts without the earlier answers."
+                f"Kept conversation about {kept.conversation.clip_name}: its clip is opened again, "
+                "and the model answers what comes next without the earlier answers."
             )
         else:
             self.chat.add_notice(
@@ -663,10 +664,16 @@ class MainWindow(QMainWindow, SessionListener):
 
     def engine_changed(self, info: EngineInfo) -> None:
         log.info("engine ready: %s on %s, %s", model_text(info), info.device, encoder_text(info))
-        self.engine_label.setText(f"{model_text(info)} · {info.device} · {encoder_text(info)}")
+        # The model's label (the demo model's) is said by its banner and its answers; these say the name only.
+        self.engine_label.setText(f"{info.model_name} · {info.device} · {encoder_text(info)}")
+        self.engine_label.setToolTip(f"{model_text(info)} · {info.device} · {encoder_text(info)}")
         self.encoder_panel.set_engine_info(info)
-        self.encoder_title.setText(_encoder_title(info))
-        self.chat_title.setText(model_text(info))
+        title = _encoder_title(info)
+        self.encoder_title.setText(title)
+        if title == CPU_ENCODER_TITLE:
+            self.encoder_title.setToolTip(f"{CPU_ENCODER_TITLE}, so encoding is much slower than on a GPU")
+        self.chat_title.setText(info.model_name)
+        self.chat_title.setToolTip(model_text(info))
         self.demo_banner.set_text(
             f"Answers come from a small demo model (<b>{html.escape(info.model_label or '')}</b>), bundled so that "
             "Framewise runs anywhere without a download. To ask a real Qwen3-VL, open <b>Settings ▸ Model</b> and "
@@ -739,7 +746,7 @@ def _local_files(mime) -> list[str]:
 def _encoder_title(info: EngineInfo) -> str:
     """The Encoder panel's subtitle: on a CPU, the one line that says there are no CUDA graphs."""
     if info.server is None and not info.graphs_enabled and info.device.startswith("cpu"):
-        return "eager on the CPU: no CUDA graphs, so encoding is much slower than on a GPU"
+        return CPU_ENCODER_TITLE
     return encoder_text(info)
 
 

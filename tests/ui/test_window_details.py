@@ -11,7 +11,7 @@ from framewise.core.settings import AppSettings
 from framewise.ui.main_window import DEFAULT_SIZE, MainWindow
 from framewise.ui.worker import EngineHost
 from tests.ui.fake_engine import FakeEngine
-from tests.ui.test_main_window import wait_ready
+from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, open_and_wait, wait_ready
 
 def test_the_question_hint_is_repainted_when_it_changes(qtbot, make_window, sample_clip):
     """The hint's new text reaches the screen, not only the widget (issue 30, item 1)."""
@@ -83,3 +83,39 @@ def test_the_first_start_maximizes_where_the_title_bar_would_push_the_bottom_off
             assert (window.width(), window.height()) == DEFAULT_SIZE
     finally:
         window.shutdown()
+
+
+def _shown_title(title: str, application: str = "Framewise") -> str:
+    """The title a desktop shows: Qt appends the application's display name unless the title ends with it."""
+    return title if title.endswith(application) else f"{title} — {application}"
+
+
+def test_dialog_titles_name_the_product_once(qtbot, make_window):
+    window = make_window()
+    wait_ready(qtbot, window)
+    dialogs = [window.open_settings(None), window.show_log(), window.show_about()]
+    for dialog in dialogs:
+        assert _shown_title(dialog.windowTitle()).count("Framewise") == 1, dialog.windowTitle()
+        dialog.close()
+
+
+def test_the_demo_label_is_not_repeated_in_the_window_headers(qtbot, make_window):
+    window = make_window()
+    wait_ready(qtbot, window)
+    label = window.info.model_label
+    assert label and label in window.demo_banner.text()
+    for header in (window.chat_title, window.engine_label):
+        assert label not in header.text() and label in header.toolTip()
+
+
+def test_a_reopened_kept_conversation_does_not_say_it_is_still_opening(qtbot, make_window, sample_clip):
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    ask_and_wait(qtbot, window, "What moves?")
+    window.new_conversation()
+    qtbot.waitUntil(lambda: not window.conversation.turns, timeout=LOAD_TIMEOUT_MS)
+    window.open_kept_conversation(window.history.ids()[0])
+    qtbot.waitUntil(lambda: window.clip is not None and not window.opening_clip, timeout=LOAD_TIMEOUT_MS)
+    (notice,) = [card.text() for card in window.chat.cards() if card.text().startswith("Kept conversation")]
+    assert sample_clip.name in notice and "opening" not in notice, notice
