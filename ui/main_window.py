@@ -19,7 +19,6 @@ from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKe
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
-    QHBoxLayout,
     QLabel,
     QMainWindow,
     QProgressBar,
@@ -51,6 +50,7 @@ from framewise.ui.dialogs import AboutDialog, LogDialog, default_export_folder
 from framewise.ui.elided_label import ElidedLabel
 from framewise.ui.frames import ClipPreview, FrameStrip, format_timestamp
 from framewise.ui.metrics import EncoderPanel, live_speed_text
+from framewise.ui.section import Section
 from framewise.ui.services import AppServices
 from framewise.ui.session import Session, SessionListener, encoder_text, model_text
 from framewise.ui.settings_dialog import SettingsDialog
@@ -60,6 +60,9 @@ from framewise.ui.worker import EngineHost
 log = logging.getLogger(__name__)
 
 DEFAULT_SIZE = (1280, 800)
+# Below this width the Past conversations list starts hidden, below this height the Encoder panel starts
+# collapsed: at 1024×640 the clip and the conversation come first.
+ROOMY_SIZE = (1280, 720)
 CPU_ENCODER_TITLE = "eager on the CPU: no CUDA graphs"
 VIDEO_FILTER = "Video clips (*.mp4 *.mov *.mkv *.webm *.avi *.m4v *.mpg *.mpeg *.wmv *.gif);;All files (*)"
 
@@ -165,25 +168,26 @@ class MainWindow(QMainWindow, SessionListener):
         self.frame_strip = FrameStrip()
         self.preview.frame_changed.connect(self.frame_strip.select_frame)
         self.frame_strip.frame_selected.connect(self.preview.seek)
-        clip_box = _section("Clip", self.clip_title, self.preview, self.frame_strip)
+        clip_box = Section("Clip", self.clip_title, self.preview, self.frame_strip, fixed_height=(self.frame_strip,))
 
         self.encoder_panel = EncoderPanel()
         self.encoder_title = ElidedLabel("")
-        encoder_box = _section("Encoder", self.encoder_title, self.encoder_panel)
+        self.encoder_section = Section("Encoder", self.encoder_title, self.encoder_panel, collapsible=True)
 
         self.chat = ChatPanel()
         self.chat.question_edit.setAcceptDrops(False)
         self.chat.ask_requested.connect(self.ask)
         self.chat.stop_requested.connect(self.stop)
         self.chat_title = ElidedLabel("")
-        chat_box = _section("Conversation", self.chat_title, self.chat)
+        chat_box = Section("Conversation", self.chat_title, self.chat)
 
         self.left_splitter = QSplitter(Qt.Orientation.Vertical)
         self.left_splitter.addWidget(clip_box)
-        self.left_splitter.addWidget(encoder_box)
+        self.left_splitter.addWidget(self.encoder_section)
         self.left_splitter.setStretchFactor(0, 1)
         self.left_splitter.setStretchFactor(1, 1)
         self.left_splitter.setChildrenCollapsible(False)
+        self.encoder_section.toggle.toggled.connect(self._share_left_height)
         self.main_splitter = QSplitter(Qt.Orientation.Horizontal)
         self.main_splitter.addWidget(self.left_splitter)
         self.main_splitter.addWidget(chat_box)
@@ -212,6 +216,12 @@ class MainWindow(QMainWindow, SessionListener):
         self.main_splitter.setSizes([11 * DEFAULT_SIZE[0] // 20, 9 * DEFAULT_SIZE[0] // 20])
         self.left_splitter.setSizes([DEFAULT_SIZE[1] // 2, DEFAULT_SIZE[1] // 2])
 
+    def _share_left_height(self, encoder_shown: bool) -> None:
+        """Half the left side for the Encoder panel when it is shown; its header line only when collapsed."""
+        total = sum(self.left_splitter.sizes())
+        encoder = total // 2 if encoder_shown else self.encoder_section.maximumHeight()
+        self.left_splitter.setSizes([total - encoder, encoder])
+
     def _build_history(self, conversation_store: ConversationStore | None) -> None:
         """The Past conversations dock, and the keeper that writes conversations and fills it."""
         self.history = ConversationList()
@@ -225,7 +235,6 @@ class MainWindow(QMainWindow, SessionListener):
             QDockWidget.DockWidgetFeature.DockWidgetClosable | QDockWidget.DockWidgetFeature.DockWidgetMovable
         )
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.history_dock)
-        self.resizeDocks([self.history_dock], [self.fontMetrics().height() * 11], Qt.Orientation.Horizontal)
         self.keeper = ConversationKeeper(self.history, self.show_error, conversation_store)
         if self.keeper.notice:
             self.store_banner.set_text(self.keeper.notice)
@@ -291,6 +300,19 @@ class MainWindow(QMainWindow, SessionListener):
         if geometry is None or not self.restoreGeometry(geometry):
             self.resize(*DEFAULT_SIZE)
         self._fit_to_screen()
+        self._arrange_for_size()
+
+    def _arrange_for_size(self) -> None:
+        """Decide what the window shows first at its opening size: on a small screen the clip and the
+        conversation; the Encoder panel (collapsed to its header) and the list are a click away."""
+        if self.width() < ROOMY_SIZE[0]:
+            self.history_dock.hide()
+        if self.height() < ROOMY_SIZE[1]:
+            self.encoder_section.set_collapsed(True)
+        # The list is as wide as a clip's name and its first question read comfortably, and no wider.
+        line = self.fontMetrics().height()
+        width = min(max(line * 11, self.width() // 6), line * 20)
+        self.resizeDocks([self.history_dock], [width], Qt.Orientation.Horizontal)
 
     def _fit_to_screen(self) -> None:
         """Open maximized where the window, with its title bar and frame, would not fit its screen's free
@@ -705,28 +727,6 @@ class MainWindow(QMainWindow, SessionListener):
         self.banners.post(self.error_banner)
         self.set_status(text)
 
-
-
-def _section(title: str, subtitle: QLabel, *widgets: QWidget) -> QWidget:
-    """A titled area: bold title, a dimmer subtitle on the same line, then the widgets."""
-    box = QWidget()
-    layout = QVBoxLayout(box)
-    layout.setContentsMargins(0, 0, 0, 0)
-    header = QHBoxLayout()
-    heading = QLabel(title)
-    font = heading.font()
-    font.setBold(True)
-    font.setPointSizeF(font.pointSizeF() * 1.1)
-    heading.setFont(font)
-    subtitle.setForegroundRole(QPalette.ColorRole.PlaceholderText)
-    subtitle.setWordWrap(False)
-    header.addWidget(heading)
-    header.addSpacing(heading.fontMetrics().height() // 2)
-    header.addWidget(subtitle, 1)
-    layout.addLayout(header)
-    for widget in widgets:
-        layout.addWidget(widget, 1 if not isinstance(widget, FrameStrip) else 0)
-    return box
 
 
 def _action(window: QMainWindow, text: str, shortcut, slot) -> QAction:

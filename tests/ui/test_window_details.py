@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 from PySide6.QtCore import QEvent, QObject, QRect, Qt
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QLabel
 
 from framewise.core.settings import AppSettings
 from framewise.ui.main_window import DEFAULT_SIZE, MainWindow
 from framewise.ui.worker import EngineHost
 from tests.ui.fake_engine import FakeEngine
+from tests.ui.test_layout import clipped_labels
 from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, open_and_wait, wait_ready
 
 def test_the_question_hint_is_repainted_when_it_changes(qtbot, make_window, sample_clip):
@@ -119,3 +120,67 @@ def test_a_reopened_kept_conversation_does_not_say_it_is_still_opening(qtbot, ma
     qtbot.waitUntil(lambda: window.clip is not None and not window.opening_clip, timeout=LOAD_TIMEOUT_MS)
     (notice,) = [card.text() for card in window.chat.cards() if card.text().startswith("Kept conversation")]
     assert sample_clip.name in notice and "opening" not in notice, notice
+
+
+def test_the_about_dialog_shows_the_whole_model_name(qtbot, make_window):
+    window = make_window()
+    wait_ready(qtbot, window)
+    about = window.show_about()
+    qtbot.waitExposed(about)
+    QApplication.processEvents()
+    assert clipped_labels(about) == []
+    model = next(label for label in about.findChildren(QLabel) if label.text() == about.versions["Model"])
+    assert model.height() >= model.heightForWidth(model.width()) - 1
+    about.close()
+
+
+def _window_on_screen(qtbot, store, services, monkeypatch, size: tuple[int, int]) -> MainWindow:
+    monkeypatch.setattr(MainWindow, "screen", lambda self: _Screen(QRect(0, 0, *size)))
+    window = MainWindow(EngineHost(FakeEngine, AppSettings()), store, services, AppSettings())
+    qtbot.addWidget(window)
+    return window
+
+
+def test_at_1024_by_640_the_clip_and_the_conversation_come_first(qtbot, store, services, monkeypatch):
+    """The Encoder panel starts collapsed to its header and the list hidden; each is a click away (issue 30, item 3)."""
+    window = _window_on_screen(qtbot, store, services, monkeypatch, (1024, 640))
+    try:
+        window.setWindowState(Qt.WindowState.WindowNoState)
+        window.resize(1024, 640)
+        window.show()
+        qtbot.waitExposed(window)
+        assert window.encoder_section.is_collapsed() and not window.encoder_panel.isVisible()
+        assert not window.history_dock.isVisible() and not window.history_action.isChecked()
+        clip_height, encoder_height = window.left_splitter.sizes()
+        assert encoder_height <= window.encoder_section.header.sizeHint().height() < clip_height
+        window.encoder_section.toggle.click()
+        QApplication.processEvents()
+        assert window.encoder_panel.isVisible() and min(window.left_splitter.sizes()) > encoder_height * 3
+        window.history_action.trigger()
+        assert window.history_dock.isVisible()
+    finally:
+        window.shutdown()
+
+
+def test_on_a_large_screen_everything_is_shown_from_the_start(qtbot, store, services, monkeypatch):
+    window = _window_on_screen(qtbot, store, services, monkeypatch, (1920, 1080))
+    try:
+        window.show()
+        qtbot.waitExposed(window)
+        assert not window.encoder_section.is_collapsed() and window.encoder_panel.isVisible()
+        assert window.history_dock.isVisible()
+    finally:
+        window.shutdown()
+
+
+def test_past_conversations_about_one_clip_are_told_apart_by_their_first_question(qtbot, make_window, sample_clip):
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    ask_and_wait(qtbot, window, "What colour is the square?")
+    window.new_conversation()
+    qtbot.waitUntil(lambda: not window.conversation.turns, timeout=LOAD_TIMEOUT_MS)
+    ask_and_wait(qtbot, window, "Which way does it move?")
+    first, second = window.history.texts()
+    assert first.splitlines()[1] == "“Which way does it move?”" and second.splitlines()[1] == "“What colour is the square?”"
+    assert first.splitlines()[0] == second.splitlines()[0] == sample_clip.name
