@@ -187,7 +187,7 @@ class MainWindow(QMainWindow, SessionListener):
         self.left_splitter.setStretchFactor(0, 1)
         self.left_splitter.setStretchFactor(1, 1)
         self.left_splitter.setChildrenCollapsible(False)
-        self.encoder_section.toggle.toggled.connect(self._share_left_height)
+        self.encoder_section.collapsed_changed.connect(self._share_left_height)
         self.main_splitter = QSplitter(Qt.Orientation.Horizontal)
         self.main_splitter.addWidget(self.left_splitter)
         self.main_splitter.addWidget(chat_box)
@@ -216,10 +216,10 @@ class MainWindow(QMainWindow, SessionListener):
         self.main_splitter.setSizes([11 * DEFAULT_SIZE[0] // 20, 9 * DEFAULT_SIZE[0] // 20])
         self.left_splitter.setSizes([DEFAULT_SIZE[1] // 2, DEFAULT_SIZE[1] // 2])
 
-    def _share_left_height(self, encoder_shown: bool) -> None:
+    def _share_left_height(self, encoder_collapsed: bool) -> None:
         """Half the left side for the Encoder panel when it is shown; its header line only when collapsed."""
         total = sum(self.left_splitter.sizes())
-        encoder = total // 2 if encoder_shown else self.encoder_section.maximumHeight()
+        encoder = self.encoder_section.maximumHeight() if encoder_collapsed else total // 2
         self.left_splitter.setSizes([total - encoder, encoder])
 
     def _build_history(self, conversation_store: ConversationStore | None) -> None:

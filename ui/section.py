@@ -5,7 +5,7 @@ subtitle still says the gist) and gives its height back to the sections beside i
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizePolicy, QToolButton, QVBoxLayout, QWidget
 
@@ -13,7 +13,11 @@ _NO_LIMIT = 16777215  # QWIDGETSIZE_MAX
 
 
 class Section(QWidget):
-    """``widgets`` get the height in the order given; ``fixed_height`` ones keep their size hint's."""
+    """``widgets`` get the height in the order given; ``fixed_height`` ones keep their size hint's.
+
+    ``collapsed_changed(collapsed)`` follows :meth:`set_collapsed` and clicks on the arrow."""
+
+    collapsed_changed = Signal(bool)
 
     def __init__(
         self,
@@ -26,6 +30,7 @@ class Section(QWidget):
     ) -> None:
         super().__init__(parent)
         self.widgets = widgets
+        self._collapsed = False
         self.heading = QLabel(title)
         font = self.heading.font()
         font.setBold(True)
@@ -38,14 +43,11 @@ class Section(QWidget):
         if collapsible:
             self.toggle = QToolButton()
             self.toggle.setAutoRaise(True)
-            self.toggle.setCheckable(True)
-            self.toggle.setChecked(True)
             self.toggle.setArrowType(Qt.ArrowType.DownArrow)
             self.toggle.setToolTip(f"Hide or show the {title} panel")
-            self.toggle.setAccessibleName(f"Show the {title} panel")
-            self.toggle.toggled.connect(self._show_body)
+            self.toggle.setAccessibleName(f"Hide or show the {title} panel")
+            self.toggle.clicked.connect(lambda: self.set_collapsed(not self._collapsed))
             header.addWidget(self.toggle)
-            self.heading.setBuddy(self.toggle)
         header.addWidget(self.heading)
         header.addSpacing(self.heading.fontMetrics().height() // 2)
         header.addWidget(subtitle, 1)
@@ -57,19 +59,19 @@ class Section(QWidget):
             layout.addWidget(widget, 0 if widget in fixed_height else 1)
 
     def is_collapsed(self) -> bool:
-        return self.toggle is not None and not self.toggle.isChecked()
+        return self._collapsed
 
     def set_collapsed(self, collapsed: bool) -> None:
-        """Show only the header line (``collapsed``) or the whole section."""
-        if self.toggle is not None:
-            self.toggle.setChecked(not collapsed)
-
-    def _show_body(self, shown: bool) -> None:
-        self.toggle.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
+        """Show only the header line (``collapsed``) or the whole section (a section made collapsible)."""
+        if self.toggle is None or collapsed == self._collapsed:
+            return
+        self._collapsed = collapsed
+        self.toggle.setArrowType(Qt.ArrowType.RightArrow if collapsed else Qt.ArrowType.DownArrow)
         for widget in self.widgets:
-            widget.setVisible(shown)
+            widget.setVisible(not collapsed)
         # A splitter sizes its children within their maximum: collapsed, this one takes its header's height.
-        self.setMaximumHeight(_NO_LIMIT if shown else self.header.sizeHint().height())
+        self.setMaximumHeight(self.header.sizeHint().height() if collapsed else _NO_LIMIT)
         self.setSizePolicy(
-            QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred if shown else QSizePolicy.Policy.Fixed
+            QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed if collapsed else QSizePolicy.Policy.Preferred
         )
+        self.collapsed_changed.emit(collapsed)
