@@ -184,3 +184,19 @@ def test_past_conversations_about_one_clip_are_told_apart_by_their_first_questio
     first, second = window.history.texts()
     assert first.splitlines()[1] == "“Which way does it move?”" and second.splitlines()[1] == "“What colour is the square?”"
     assert first.splitlines()[0] == second.splitlines()[0] == sample_clip.name
+
+
+def test_the_encoder_figures_keep_whole_phrases_on_a_line_at_1024_by_640(qtbot, make_window, sample_clip):
+    """Shown at 1024×640 beside the list, the figures get the width of a phrase, the plot gives it up."""
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    window.setWindowState(Qt.WindowState.WindowNoState)
+    window.resize(1024, 640)
+    window.history_dock.show()
+    window.encoder_section.set_collapsed(False)
+    qtbot.waitUntil(lambda: window.width() == 1024 and window.height() == 640, timeout=3000)
+    QApplication.processEvents()
+    value = window.encoder_panel.timing_value
+    lines = value.heightForWidth(value.width()) / value.fontMetrics().lineSpacing()
+    assert lines <= 4, f"{value.text()!r} takes {lines:.1f} lines at {value.width()} px"
