@@ -46,11 +46,14 @@ class AboutDialog(QDialog):
         )
         blurb.setWordWrap(True)
         form = QFormLayout()
+        widest_caption = widest_value = 0
         for name, value in self.versions.items():
             label = QLabel(value)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             label.setWordWrap(True)
             form.addRow(f"{name}:", label)
+            widest_caption = max(widest_caption, label.fontMetrics().horizontalAdvance(f"{name}:"))
+            widest_value = max(widest_value, label.fontMetrics().horizontalAdvance(value))
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         copy = buttons.addButton("Copy versions", QDialogButtonBox.ButtonRole.ActionRole)
         copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.versions_text()))
@@ -69,7 +72,11 @@ class AboutDialog(QDialog):
         layout.addWidget(blurb)
         layout.addLayout(form)
         layout.addWidget(buttons)
-        self.setMinimumWidth(self.fontMetrics().height() * 28)
+        # Wide enough for every value on one line (a wrapped one can be cut where the form sized its row
+        # for one line), within the screen: on a small one the longest still wrap.
+        line = self.fontMetrics().height()
+        screen = self.screen().availableGeometry().width() if self.screen() else line * 60
+        self.setMinimumWidth(min(max(line * 28, widest_caption + widest_value + line * 3), screen * 9 // 10))
 
     def versions_text(self) -> str:
         return "\n".join(f"{name}: {value}" for name, value in self.versions.items())
