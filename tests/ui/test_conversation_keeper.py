@@ -17,9 +17,9 @@ from tests.ui.test_main_window import ask_and_wait, open_and_wait, wait_ready
 
 def _keep_one(folder: Path, question: str) -> None:
     store = ConversationStore(folder / "conversations.sqlite3")
-    recorder_id = store.create(Conversation("a.mp4", "/clips/a.mp4", timestamps=(0.0,)), AppSettings())
+    conversation_id = store.create(Conversation("a.mp4", "/clips/a.mp4", timestamps=(0.0,)), AppSettings())
     turn = Turn(question, "demo", None)
-    turn_id = store.add_question(recorder_id, turn)
+    turn_id = store.add_question(conversation_id, turn)
     turn.answer, turn.status = "Red.", "done"
     store.finish_turn(turn_id, turn)
     store.close()
