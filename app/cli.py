@@ -173,6 +173,11 @@ def _load_engine(settings: AppSettings, sink: Any) -> Any:
 
 
 def _info(settings: AppSettings, as_json: bool) -> int:
+    from framewise.core.conversation_store import default_store_path, store_note
+
+    note = store_note(default_store_path())  # the window keeps conversations there: say when it cannot
+    if note:
+        print(f"framewise: {note}", file=sys.stderr)
     engine = _load_engine(settings, _ProgressPrinter(sys.stderr, quiet=as_json))
     info = engine.info()
     if as_json:

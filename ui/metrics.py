@@ -43,6 +43,9 @@ from framewise.ui.latency_plot import LatencyPlot, describe_chunk
 _CHUNK_COLUMNS = ("Chunk", "Frames", "Patches", "Budget", "Padding", "ms/frame", "Ran as")
 
 
+FIGURES_MIN_CHARACTERS = 36
+
+
 class EncoderPanel(QWidget):
     """The latency plot, counters for graph hits and answer speed, and the last encode's chunks."""
 
@@ -124,6 +127,8 @@ class EncoderPanel(QWidget):
         self.figures_scroll.setWidgetResizable(True)
         self.figures_scroll.setFrameShape(QFrame.Shape.NoFrame)
         self.figures_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # Narrower than this, a figure wraps a word or two a line; the plot gives up the width instead.
+        self.figures_scroll.setMinimumWidth(self.fontMetrics().averageCharWidth() * FIGURES_MIN_CHARACTERS)
         layout.addWidget(self.figures_scroll, 0, 1)
         layout.addWidget(self.server_box, 1, 0, 1, 2)
         layout.addWidget(self.chunk_table, 2, 0, 1, 2)

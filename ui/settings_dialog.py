@@ -95,7 +95,7 @@ class SettingsDialog(QDialog):
         """``api_key_note`` says where the API key is kept (the secret store, or this session only)."""
         super().__init__(parent)
         self._api_key_note = api_key_note
-        self.setWindowTitle("Framewise Settings")
+        self.setWindowTitle("Settings")
         self._fields: dict[str, QWidget] = {}
         self._errors: dict[str, FieldError] = {}
         self._field_tabs: dict[str, int] = {}
