@@ -187,19 +187,23 @@ def _ask(settings: AppSettings, clip: str, question: str, as_json: bool) -> int:
     from framewise.core.video import probe_clip  # no torch: a bad path is found before the model loads
 
     probe_clip(clip)
+    if settings.backend.kind == "local":  # a server has its own tokenizer and context
+        from framewise.core.models import count_question_tokens  # the tokenizer only, no weights
+
+        settings.check_question_fits(count_question_tokens(settings.model.source, question))
     printer = _ProgressPrinter(sys.stderr, quiet=as_json)
     engine = _load_engine(settings, printer)
     info = engine.info()
     if not as_json:
         _note_unused_settings(settings, info)
     encoded = engine.open_clip(clip)
-    if info.model_label and not as_json:
-        print(f"[{info.model_label}]", flush=True)
-    printer.stream_tokens = not as_json
+    if not as_json:
+        printer.stream_answer(f"[{info.model_label}]\n" if info.model_label else "")
     done = engine.ask(question)
     if as_json:
         print(json.dumps(_result_json(info, encoded, done)))
     else:
+        printer.start_answer()  # the label, when an answer came without a token
         print()
         print(format_stats(done.stats, encoded, info))
     return 0
@@ -226,9 +230,23 @@ class _ProgressPrinter:
         self.stream = stream
         self.quiet = quiet
         self.stream_tokens = False
+        self._header: str | None = None
+
+    def stream_answer(self, header: str) -> None:
+        """Write answer tokens to stdout from now on, preceded by ``header`` (the model's label line)
+        once the first token comes, so that a failed question leaves no label without an answer."""
+        self.stream_tokens = True
+        self._header = header
+
+    def start_answer(self) -> None:
+        """Write the header now, unless the first token already did."""
+        if self._header is not None:
+            sys.stdout.write(self._header)
+            self._header = None
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, Token) and self.stream_tokens:
+            self.start_answer()
             sys.stdout.write(event.text)
             sys.stdout.flush()
         elif isinstance(event, Progress) and (not self.quiet or event.message.startswith("Warning:")):

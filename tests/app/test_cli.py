@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -205,6 +206,40 @@ def test_the_clip_and_the_question_are_checked_before_the_model_loads(
     assert "[load]" not in result.stderr, "the model was loaded before the input was checked"
     assert "Traceback" not in result.stderr
     assert_answers_afterwards()
+
+
+def test_a_question_too_long_for_the_context_is_refused_before_loading_with_the_flag_to_raise() -> None:
+    question = "why " * 25_000  # 100 KB
+    result = framewise("ask", str(RED_SQUARE), question, *FAST)
+    assert result.returncode == 2
+    message = result.stderr.strip().splitlines()[-1]
+    assert re.match(r"framewise: --max-context: the question is [\d,]{6,} tokens", message), message
+    assert "shorten the question, or raise the context to at least" in message
+    assert "new conversation" not in message and "decoding." not in message
+    assert "[load]" not in result.stderr, "the model was loaded before the question was checked"
+    assert result.stdout == ""
+
+
+def test_a_context_too_short_for_any_question_names_the_flag_and_its_bound() -> None:
+    result = framewise("ask", str(RED_SQUARE), "What color is the square?", *FAST, "--max-context", "1")
+    assert result.returncode == 2
+    assert "--max-context: 1 tokens cannot hold one question" in result.stderr
+    assert "min_bucket" not in result.stderr and "[load]" not in result.stderr
+
+
+def test_a_failed_question_prints_no_model_label_without_an_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    from framewise.core.engine import Engine
+    from framewise.core.errors import FramewiseError
+
+    def refused(self, question: str):
+        raise FramewiseError("The conversation no longer fits the decoder's context.")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Engine, "ask", refused)
+        result = framewise("ask", str(RED_SQUARE), "What color is the square?", *FAST)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "no longer fits" in result.stderr
 
 
 def test_help_lists_the_settings_flags(capsys: pytest.CaptureFixture[str]) -> None:
