@@ -11,7 +11,7 @@ stays out of shell histories and process lists).
 The answer streams to stdout, followed by the stats; ``--json`` prints one JSON object instead.
 Progress goes to stderr. The clip and the question are checked before the model loads. Exit
 status: 0 on success, 2 for a problem with the input (a bad clip, model or setting, or too little
-memory for the settings; said on stderr), 1 for an unexpected error (its traceback goes to the
+memory for the settings, or stdout that cannot be written; said on stderr), 1 for an unexpected error (its traceback goes to the
 log, whose path is printed), 130 when interrupted.
 """
 
@@ -24,8 +24,9 @@ import os
 import sys
 from typing import Any, Sequence, TextIO
 
+from framewise import __version__
 from framewise.app.logs import setup_logging
-from framewise.core.errors import EmptyQuestionError, SettingsError, describe_error
+from framewise.core.errors import EmptyQuestionError, OutputWriteError, SettingsError, describe_error
 from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo, Event, Progress, ServerInfo, Token
 from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, AppSettings
 
@@ -66,9 +67,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("framewise: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 - every failure becomes a message, never a traceback
+        if isinstance(error, OutputWriteError):
+            _discard_stdout()
         report = describe_error(error)
         print(f"framewise: {_in_flag_words(error, report.message)}", file=sys.stderr)
         return report.exit_code
+
+
+def write_stdout(text: str) -> None:
+    """Write ``text`` to stdout at once; a failed write (``>/dev/full``, a closed pipe) is an OutputWriteError."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as error:
+        raise OutputWriteError(
+            f"Cannot write the answer to standard output ({error.strerror or error}); send the output to a disk "
+            "with room, or to a program that reads all of it."
+        ) from error
+
+
+def _discard_stdout() -> None:
+    """Point stdout at the null device, so that the text still buffered for it cannot fail again at exit."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (captured in tests)
+        pass
 
 
 def _in_flag_words(error: BaseException, message: str) -> str:
@@ -84,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Ask Qwen3-VL questions about video clips.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"framewise {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     ask = commands.add_parser("ask", help="answer a question about a clip")
     ask.add_argument("clip", help="path of a video file")
@@ -174,10 +200,7 @@ def _load_engine(settings: AppSettings, sink: Any) -> Any:
 def _info(settings: AppSettings, as_json: bool) -> int:
     engine = _load_engine(settings, _ProgressPrinter(sys.stderr, quiet=as_json))
     info = engine.info()
-    if as_json:
-        print(json.dumps(dataclasses.asdict(info)))
-    else:
-        print(format_info(info))
+    write_stdout((json.dumps(dataclasses.asdict(info)) if as_json else format_info(info)) + "\n")
     return 0
 
 
@@ -201,11 +224,10 @@ def _ask(settings: AppSettings, clip: str, question: str, as_json: bool) -> int:
         printer.stream_answer(f"[{info.model_label}]\n" if info.model_label else "")
     done = engine.ask(question)
     if as_json:
-        print(json.dumps(_result_json(info, encoded, done)))
+        write_stdout(json.dumps(_result_json(info, encoded, done)) + "\n")
     else:
         printer.start_answer()  # the label, when an answer came without a token
-        print()
-        print(format_stats(done.stats, encoded, info))
+        write_stdout("\n" + format_stats(done.stats, encoded, info) + "\n")
     return 0
 
 
@@ -241,14 +263,13 @@ class _ProgressPrinter:
     def start_answer(self) -> None:
         """Write the header now, unless the first token already did."""
         if self._header is not None:
-            sys.stdout.write(self._header)
-            self._header = None
+            header, self._header = self._header, None
+            write_stdout(header)
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, Token) and self.stream_tokens:
             self.start_answer()
-            sys.stdout.write(event.text)
-            sys.stdout.flush()
+            write_stdout(event.text)
         elif isinstance(event, Progress) and (not self.quiet or event.message.startswith("Warning:")):
             print(f"[{event.stage}] {event.message}", file=self.stream, flush=True)
 

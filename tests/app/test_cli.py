@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import re
@@ -240,6 +241,44 @@ def test_a_failed_question_prints_no_model_label_without_an_answer(monkeypatch: 
     assert result.returncode == 2
     assert result.stdout == ""
     assert "no longer fits" in result.stderr
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from framewise import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"framewise {__version__}"
+
+
+class _FullDisk(io.StringIO):
+    """A stdout whose writes fail as they do on a full disk."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_an_answer_that_cannot_be_written_is_a_clear_error_not_a_bug() -> None:
+    stderr = io.StringIO()
+    with contextlib.redirect_stdout(_FullDisk()), contextlib.redirect_stderr(stderr):
+        returncode = main(["ask", str(RED_SQUARE), "What color is the square?", *FAST])
+    assert returncode == 2
+    message = stderr.getvalue().strip().splitlines()[-1]
+    assert message.startswith("framewise: Cannot write the answer to standard output (No space left on device)")
+    assert "Unexpected error" not in stderr.getvalue()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_output_to_a_full_device_exits_2_with_one_message() -> None:
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "framewise.app.cli", "info", "--device", "cpu", "--json"],
+            cwd=REPO_ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=240,
+        )
+    assert result.returncode == 2, result.stderr
+    assert "Cannot write the answer to standard output" in result.stderr
+    assert "Exception ignored" not in result.stderr and "Traceback" not in result.stderr
 
 
 def test_help_lists_the_settings_flags(capsys: pytest.CaptureFixture[str]) -> None:
