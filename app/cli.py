@@ -321,16 +321,16 @@ def format_stats(stats: AnswerStats, encoded: EncodeDone, info: EngineInfo) -> s
         return (
             f"--\nframes {encoded.frames} sent to {stats.server.url} (encoded there), "
             f"decode {encoded.decode_ms:.0f} ms, packing {encoded.preprocess_ms:.0f} ms\n"
-            f"first token {stats.time_to_first_token_ms:.0f} ms, {stats.new_tokens} tokens, "
-            f"{stats.tokens_per_second:.1f} tokens/s" + (", cancelled" if stats.cancelled else "")
+            f"first token {stats.time_to_first_token_ms:.0f} ms, {stats.speed_text()}"
+            + (", cancelled" if stats.cancelled else "")
             + f"\nserver: {stats.server.summary()}"
         )
     return (
         f"--\nframes {encoded.frames}, patches {encoded.patches}, "
         f"decode {encoded.decode_ms:.0f} ms, preprocess {encoded.preprocess_ms:.0f} ms, "
         f"encode {encoded.encode_ms:.1f} ms ({encoded.ms_per_frame:.2f} ms/frame, {_graph_words(encoded, info)})\n"
-        f"first token {stats.time_to_first_token_ms:.0f} ms, {stats.new_tokens} tokens, "
-        f"{stats.tokens_per_second:.1f} tokens/s" + (", cancelled" if stats.cancelled else "")
+        f"first token {stats.time_to_first_token_ms:.0f} ms, {stats.speed_text()}"
+        + (", cancelled" if stats.cancelled else "")
         + (f"\ndecoder: {stats.decoder.summary()}" if stats.decoder else "")
     )
 
