@@ -10,9 +10,9 @@ stays out of shell histories and process lists).
 
 The answer streams to stdout, followed by the stats; ``--json`` prints one JSON object instead.
 Progress goes to stderr. The clip and the question are checked before the model loads. Exit
-status: 0 on success, 2 for a problem with the input (a bad clip, model or setting, or too little
-memory for the settings, or stdout that cannot be written; said on stderr), 1 for an unexpected error (its traceback goes to the
-log, whose path is printed), 130 when interrupted.
+status: 0 on success, 2 for a problem with the input (a bad clip, model or setting, too little
+memory for the settings, or a stdout that cannot be written; said on stderr), 1 for an unexpected
+error (its traceback goes to the log, whose path is printed), 130 when interrupted.
 """
 
 from __future__ import annotations
