@@ -21,7 +21,7 @@ for variable, folder in [
     ("FRAMEWISE_CACHE_DIR", "cache"),
     ("XDG_CONFIG_HOME", "config"),
 ]:
-    os.environ.setdefault(variable, str(USER_FOLDERS_FOR_TESTS / folder))
+    os.environ[variable] = str(USER_FOLDERS_FOR_TESTS / folder)  # set, not defaulted: the person's own values name their folders
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_CLIPS = REPO_ROOT / "assets" / "clips"
