@@ -131,12 +131,9 @@ class Conversation:
 
 
 def format_answer_stats(stats: AnswerStats) -> str:
-    """One line: tokens, speed (from two tokens on), time to first token, GPU memory when known, and
-    the server's figures for an answer from a vLLM server."""
-    parts = [plural(stats.new_tokens, "token")]
-    if stats.new_tokens >= 2:  # the speed is measured after the first token, so one token has none
-        parts.append(f"{stats.tokens_per_second:.1f} tokens/s")
-    parts.append(f"first token {stats.time_to_first_token_ms:.0f} ms")
+    """One line: tokens and speed (:meth:`AnswerStats.speed_text`), time to first token, GPU memory when
+    known, and the server's figures for an answer from a vLLM server."""
+    parts = [stats.speed_text(), f"first token {stats.time_to_first_token_ms:.0f} ms"]
     if stats.gpu_memory_mb is not None:
         parts.append(f"GPU memory {stats.gpu_memory_mb:.0f} MiB")
     if stats.server is not None:

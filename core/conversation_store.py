@@ -62,12 +62,7 @@ CREATE INDEX IF NOT EXISTS conversations_by_clip ON conversations(clip_path, upd
 
 def data_dir() -> Path:
     """The folder that holds the conversation database (not created here)."""
-    return user_folder(
-        "FRAMEWISE_DATA_DIR",
-        linux=("XDG_DATA_HOME", ".local/share", "framewise"),
-        macos="Application Support/Framewise",
-        windows=("APPDATA", "AppData/Roaming", "Framewise"),
-    )
+    return user_folder("FRAMEWISE_DATA_DIR", "data")
 
 
 def default_store_path() -> Path:

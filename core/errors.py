@@ -176,6 +176,10 @@ class ServerStreamCutError(ServerError):
     field = None
 
 
+class OutputWriteError(FramewiseError):
+    """The answer could not be written where the program's output goes (a full disk, a closed pipe)."""
+
+
 class OutOfMemoryError(FramewiseError):
     """The work needed more memory (GPU or CPU) than the machine has."""
 

@@ -362,6 +362,16 @@ def _first_few(names: list[str], count: int = 5) -> str:
     return shown + (f", and {len(names) - count} more" if len(names) > count else "")
 
 
+def count_question_tokens(source: str, question: str) -> int:
+    """Tokens ``question`` takes in the tokenizer of the checkpoint ``source`` names, without loading its weights.
+
+    Raises ModelLoadError, as :func:`load_model` would, for a source that cannot be loaded.
+    """
+    path = resolve_model_source(source)
+    check_checkpoint(path)
+    return len(_load_tokenizer(path)(question, add_special_tokens=False)["input_ids"])
+
+
 def _load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
     try:
         return AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)

@@ -97,10 +97,10 @@ def smart_resize(
     Raises ClipTooLargeError when one side is more than 200 times the other.
     """
     _require_positive(num_frames=num_frames, height=height, width=width)
+    _check_aspect_ratio(height, width)  # on the file's own size, which the message names
     if height < factor or width < factor:
         scale = max(factor / height, factor / width)
         height, width = int(height * scale), int(width * scale)
-    _check_aspect_ratio(height, width)
     num_frames = max(num_frames, temporal_factor)  # a lone frame is padded to a pair
     budget_frames = round(num_frames / temporal_factor) * temporal_factor
     return _fit_to_budget(
@@ -173,8 +173,9 @@ def _fit_to_budget(
 def _check_aspect_ratio(height: int, width: int) -> None:
     ratio = max(height, width) / min(height, width)
     if ratio > MAX_ASPECT_RATIO:
+        shape = "wider than it is tall" if width > height else "taller than it is wide"
         raise ClipTooLargeError(
-            f"The picture is {width}x{height} pixels, {ratio:.0f} times longer than it is wide; "
+            f"The picture is {width}x{height} pixels, {ratio:.0f} times {shape}; "
             f"Qwen3-VL accepts at most {MAX_ASPECT_RATIO}:1. Crop it to a less extreme shape."
         )
 

@@ -323,8 +323,10 @@ class AppSettings:
 
     def validate(self) -> AppSettings:
         """Raise :class:`SettingsError` for the first invalid field; return ``self`` when valid."""
-        for section in (self.model, self.sampling, self.encoder, self.generation, self.decoding, self.backend):
+        for section in (self.model, self.sampling, self.encoder, self.generation):
             section.validate()
+        # Before the decoding section's own checks: a context too short for any question is what a
+        # person set (--max-context 1), not the internal bucket size that then exceeds it.
         needed = minimum_context_tokens(self.sampling, self.generation)
         if 0 < self.decoding.max_context_tokens < needed:
             raise SettingsError(
@@ -333,6 +335,8 @@ class AppSettings:
                 f"sampling settings allow ({needed} tokens with max new tokens {self.generation.max_new_tokens}); "
                 "raise it, use 0 (automatic), or lower sampling max pixels or max new tokens",
             )
+        for section in (self.decoding, self.backend):
+            section.validate()
         return self
 
     def context_tokens(self) -> int:
@@ -340,6 +344,26 @@ class AppSettings:
         if self.decoding.max_context_tokens:
             return self.decoding.max_context_tokens
         return automatic_context_tokens(self.sampling, self.generation)
+
+    def check_question_fits(self, question_tokens: int) -> None:
+        """Raise SettingsError (on max context) when a question of ``question_tokens`` tokens
+        cannot fit the context beside the largest clip the sampling settings allow and one answer.
+
+        A bound checked before the model loads; the chat template's few tokens are left to the
+        decoder's own check.
+        """
+        context = self.context_tokens()
+        clip = clip_context_tokens(self.sampling)
+        answer = self.generation.max_new_tokens
+        room = context - clip - answer
+        if question_tokens > room:
+            raise SettingsError(
+                "decoding.max_context_tokens",
+                f"the question is {question_tokens:,} tokens, but a context of {context:,} tokens leaves "
+                f"{max(room, 0):,} beside the largest clip the sampling settings allow ({clip:,} tokens) and one "
+                f"answer ({answer:,}); shorten the question, or raise the context to at least "
+                f"{question_tokens + clip + answer:,} tokens",
+            )
 
     def replace(self, section: str, **changes: Any) -> AppSettings:
         """A copy with fields of one section changed, e.g. ``replace("encoder", use_graphs=False)``."""

@@ -244,7 +244,7 @@ class EncoderPanel(QWidget):
 
     def set_answer_stats(self, stats: AnswerStats) -> None:
         self.first_token_value.setText(f"{stats.time_to_first_token_ms:.0f} ms")
-        self.speed_value.setText(speed_text(stats.new_tokens, stats.tokens_per_second))
+        self.speed_value.setText(stats.speed_text())
         if stats.server is not None:
             self.server_value.setText(f"{stats.server.url}: {stats.server.summary()}")
             self.memory_value.setText("– (on the server)")

@@ -358,12 +358,7 @@ def compile_cache_dir(visual: torch.nn.Module, device: torch.device) -> Path:
             config.out_hidden_size, tuple(config.deepstack_visual_indexes), config.hidden_act,
         )
     )
-    root = user_folder(
-        "FRAMEWISE_CACHE_DIR",
-        linux=("XDG_CACHE_HOME", ".cache", "framewise"),
-        macos="Caches/Framewise",
-        windows=("LOCALAPPDATA", "AppData/Local", "Framewise/Cache"),
-    )
+    root = user_folder("FRAMEWISE_CACHE_DIR", "cache")
     return root / "inductor" / hashlib.sha256(key.encode()).hexdigest()[:16]
 
 

@@ -76,6 +76,11 @@ def existing_file(path: str | Path) -> Path:
         if clip_path.is_dir():
             raise ClipNotFoundError(f"{clip_path} is a folder, not a video file. Choose a clip (an .mp4, say) inside it.")
         if not clip_path.exists():
+            if _is_link_loop(clip_path):
+                raise ClipNotFoundError(
+                    f"{clip_path} is a symbolic link that leads back to itself (through other links, perhaps), so it "
+                    "names no file. Point the link at the clip, or choose the clip itself."
+                )
             raise ClipNotFoundError(f"No file at {clip_path}. Check the path, or choose the clip again.")
         if not clip_path.is_file():
             raise ClipNotFoundError(
@@ -86,6 +91,15 @@ def existing_file(path: str | Path) -> Path:
     except OSError as error:
         raise path_error(clip_path, error) from None
     return clip_path
+
+
+def _is_link_loop(path: Path) -> bool:
+    """Whether resolving ``path`` goes round a loop of symbolic links (``Path.exists`` says False for one)."""
+    try:
+        path.stat()
+    except OSError as error:
+        return error.errno == errno.ELOOP
+    return False
 
 
 def path_error(path: Path, error: OSError) -> ClipNotFoundError | ClipAccessError:

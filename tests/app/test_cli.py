@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +42,8 @@ def test_ask_streams_a_labelled_answer_then_the_stats(sample_clip: Path) -> None
     lines = result.stdout.splitlines()
     assert lines[0].startswith("[Demo model")
     assert "frames 4, patches" in result.stdout
-    assert "tokens/s" in result.stdout
+    # a rate from RATE_MIN_TOKENS tokens on, below it the count and the time (the demo answers in a word)
+    assert re.search(r"first token \d+ ms, (\d+ tokens? in \d+ ms|\d+ tokens?$|[\d.]+ tokens/s \(\d+ tokens\))", result.stdout, re.M)
     assert "[load]" in result.stderr  # progress went to stderr, not into the answer
 
 
@@ -219,6 +222,78 @@ def test_the_clip_and_the_question_are_checked_before_the_model_loads(
     assert "[load]" not in result.stderr, "the model was loaded before the input was checked"
     assert "Traceback" not in result.stderr
     assert_answers_afterwards()
+
+
+def test_a_question_too_long_for_the_context_is_refused_before_loading_with_the_flag_to_raise() -> None:
+    question = "why " * 25_000  # 100 KB
+    result = framewise("ask", str(RED_SQUARE), question, *FAST)
+    assert result.returncode == 2
+    message = result.stderr.strip().splitlines()[-1]
+    assert re.match(r"framewise: --max-context: the question is [\d,]{6,} tokens", message), message
+    assert "shorten the question, or raise the context to at least" in message
+    assert "new conversation" not in message and "decoding." not in message
+    assert "[load]" not in result.stderr, "the model was loaded before the question was checked"
+    assert result.stdout == ""
+
+
+def test_a_context_too_short_for_any_question_names_the_flag_and_its_bound() -> None:
+    result = framewise("ask", str(RED_SQUARE), "What color is the square?", *FAST, "--max-context", "1")
+    assert result.returncode == 2
+    assert "--max-context: 1 tokens cannot hold one question" in result.stderr
+    assert "min_bucket" not in result.stderr and "[load]" not in result.stderr
+
+
+def test_a_failed_question_prints_no_model_label_without_an_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    from framewise.core.engine import Engine
+    from framewise.core.errors import FramewiseError
+
+    def refused(self, question: str):
+        raise FramewiseError("The conversation no longer fits the decoder's context.")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Engine, "ask", refused)
+        result = framewise("ask", str(RED_SQUARE), "What color is the square?", *FAST)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "no longer fits" in result.stderr
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from framewise import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"framewise {__version__}"
+
+
+class _FullDisk(io.StringIO):
+    """A stdout whose writes fail as they do on a full disk."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_an_answer_that_cannot_be_written_is_a_clear_error_not_a_bug() -> None:
+    stderr = io.StringIO()
+    with contextlib.redirect_stdout(_FullDisk()), contextlib.redirect_stderr(stderr):
+        returncode = main(["ask", str(RED_SQUARE), "What color is the square?", *FAST])
+    assert returncode == 2
+    message = stderr.getvalue().strip().splitlines()[-1]
+    assert message.startswith("framewise: Cannot write the answer to standard output (No space left on device)")
+    assert "Unexpected error" not in stderr.getvalue()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_output_to_a_full_device_exits_2_with_one_message() -> None:
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "framewise.app.cli", "info", "--device", "cpu", "--json"],
+            cwd=REPO_ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=240,
+        )
+    assert result.returncode == 2, result.stderr
+    assert "Cannot write the answer to standard output" in result.stderr
+    assert "Exception ignored" not in result.stderr and "Traceback" not in result.stderr
 
 
 def test_help_lists_the_settings_flags(capsys: pytest.CaptureFixture[str]) -> None:

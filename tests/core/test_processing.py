@@ -163,6 +163,17 @@ def test_extreme_aspect_ratio_is_a_clip_error(height, width):
         image_size(height, width, GEOMETRY)
 
 
+@pytest.mark.parametrize(
+    "height,width,words",
+    [(16, 4000, "4000x16 pixels, 250 times wider than it is tall"), (4000, 16, "16x4000 pixels, 250 times taller than it is wide")],
+)
+def test_extreme_aspect_ratio_message_names_the_files_own_size_and_shape(height, width, words):
+    """Sides under the 32-pixel factor are scaled up before resizing; the message still names the file's size."""
+    with pytest.raises(ClipTooLargeError) as raised:
+        smart_resize(4, height, width, min_pixels=1024, max_pixels=10**8)
+    assert words in str(raised.value)
+
+
 def test_video_frame_size_uses_the_whole_clip_budget_and_per_frame_minimum():
     sampling = SamplingSettings(max_pixels=16 * 128 * 128, min_pixels_per_frame=96 * 96)
     assert video_frame_size(16, 720, 1280, sampling) == smart_resize(

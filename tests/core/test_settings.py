@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from framewise.core.errors import SettingsError
-from framewise.core.settings import AppSettings, EncoderSettings, geometric_budgets
+from framewise.core.settings import AppSettings, EncoderSettings, clip_context_tokens, geometric_budgets
 
 
 def test_defaults_are_valid_and_budgets_are_finer_than_powers_of_two() -> None:
@@ -46,7 +46,7 @@ def test_geometric_budgets_cover_the_range_ascending(low: int, high: int, ratio:
         ("encoder", {"budgets": (256, 2**20)}, "encoder.budgets", "above 98,304"),
         ("encoder", {"max_frame_pairs_per_batch": 5000}, "encoder.max_frame_pairs_per_batch", "at most 4096"),
         ("decoding", {"min_bucket": 1 << 17}, "decoding.min_bucket", "at most 65536"),
-        ("decoding", {"min_bucket": 4096, "max_context_tokens": 2048}, "decoding.min_bucket", "must not exceed"),
+        ("decoding", {"min_bucket": 4096, "max_context_tokens": 3072}, "decoding.min_bucket", "must not exceed"),
         ("model", {"device": "tpu"}, "model.device", "cuda"),
         ("model", {"source": "  "}, "model.source", "demo"),
         ("generation", {"max_new_tokens": 0}, "generation.max_new_tokens", "between"),
@@ -91,3 +91,20 @@ def test_from_dict_rejects_wrong_types_with_the_field_name() -> None:
     with pytest.raises(SettingsError) as raised:
         AppSettings.from_dict({"sampling": {"max_frames": "many"}})
     assert raised.value.field == "sampling.max_frames"
+
+
+def test_a_context_below_one_question_is_named_before_the_bucket_size_that_exceeds_it() -> None:
+    with pytest.raises(SettingsError) as raised:
+        AppSettings().replace("decoding", max_context_tokens=1).validate()
+    assert raised.value.field == "decoding.max_context_tokens"
+    assert "1 tokens cannot hold one question" in raised.value.message
+
+
+def test_a_question_is_checked_against_the_room_beside_the_largest_clip_and_one_answer() -> None:
+    settings = AppSettings().replace("decoding", max_context_tokens=4096)
+    room = 4096 - clip_context_tokens(settings.sampling) - settings.generation.max_new_tokens
+    settings.check_question_fits(room)
+    with pytest.raises(SettingsError) as raised:
+        settings.check_question_fits(room + 1)
+    assert raised.value.field == "decoding.max_context_tokens"
+    assert f"leaves {room:,} beside" in raised.value.message and "at least 4,097 tokens" in raised.value.message

@@ -364,6 +364,14 @@ def test_resolution_is_checked_from_the_header_before_any_decoding(clips, monkey
         sample(clips["huge"])
 
 
+def test_a_loop_of_symbolic_links_is_named_as_one(tmp_path):
+    first, second = tmp_path / "a.mp4", tmp_path / "b.mp4"
+    first.symlink_to(second)
+    second.symlink_to(first)
+    with pytest.raises(ClipNotFoundError, match="a.mp4 is a symbolic link that leads back to itself"):
+        probe_clip(first)
+
+
 def test_missing_paths_and_folders_raise_clip_not_found(tmp_path):
     with pytest.raises(ClipNotFoundError, match="No file at .*nowhere.mp4"):
         sample(tmp_path / "nowhere.mp4")
