@@ -34,7 +34,7 @@ from encoder_profile import profile_pass  # noqa: E402
 
 from framewise.core.decoding.kv_cache import StaticKVCache  # noqa: E402
 from framewise.core.decoding.step_graphs import StepGraphs  # noqa: E402
-from framewise.core.qwen3_vl.language import Qwen3VLLanguageModel  # noqa: E402
+from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel  # noqa: E402
 
 STEP_MODES = {"kernels": dict(fused_steps=True, step_kernels=True), "ops": dict(fused_steps=True, step_kernels=False),
               "layers": dict(fused_steps=False)}

@@ -29,8 +29,8 @@ from framewise.core.demo_model import MODEL_INFO_FILE
 from framewise.core.errors import ModelLoadError, SettingsError
 from framewise.core.events import Progress
 from framewise.core.processing import chat_messages
-from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
-from framewise.core.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.resources import asset_path
 from framewise.core.settings import DEMO_MODEL, ModelSettings
 

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from framewise.core.encoding.defs import VisionItem
 from framewise.core.errors import ClipTooLargeError, FramewiseError, ModelLoadError
-from framewise.core.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.settings import SamplingSettings
 from framewise.core.video import FrameSizing
 

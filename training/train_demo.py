@@ -74,8 +74,8 @@ from framewise.core.demo_model import (
 )
 from framewise.core.encoding.defs import EncodedItem, VisionItem
 from framewise.core.processing import VIDEO_TOKEN, VideoInputs, VisionGeometry, build_chat_inputs, preprocess_video
-from framewise.core.qwen3_vl.injection import FeatureInjector
-from framewise.core.qwen3_vl.metadata import MetadataCache
+from framewise.core.families.qwen3_vl.injection import FeatureInjector
+from framewise.core.families.qwen3_vl.metadata import MetadataCache
 from framewise.core.settings import SamplingSettings
 from training.synthetic import (
     COLORS,
@@ -550,7 +550,7 @@ def use_varlen_vision_attention(model: Qwen3VLForConditionalGeneration, device: 
     per frame pair) when this machine can, checked by a forward and backward pass against SDPA."""
     if device.type != "cuda":
         return False
-    from framewise.core.qwen3_vl.attention import REGISTERED_NAMES, register_backends
+    from framewise.core.families.qwen3_vl.attention import REGISTERED_NAMES, register_backends
 
     register_backends()
     visual = model.model.visual

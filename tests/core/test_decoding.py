@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from framewise.core.decoding import Decoder, Prompt, SamplingRule, context_for
-from framewise.core.qwen3_vl.language import Qwen3VLLanguageModel
+from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.decoding import decoder as decoder_module
 from framewise.core.decoding.step_graphs import context_buckets
 from framewise.core.demo_model import build_demo_config, build_demo_tokenizer, init_demo_model, special_token_ids
@@ -19,7 +19,7 @@ from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.seam import EagerVisionEncoder
 from framewise.core.errors import FramewiseError, SettingsError
 from framewise.core.processing import VideoInputs, VisionGeometry, build_chat_inputs, preprocess_video
-from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
+from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
 from framewise.core.settings import AppSettings, minimum_context_tokens
 
 NEW_TOKENS = 40

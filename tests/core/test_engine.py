@@ -29,7 +29,7 @@ from framewise.core.events import (
     Token,
 )
 from framewise.core.metrics import DecodeSpeedMeter
-from framewise.core.qwen3_vl.attention import REGISTERED_NAMES
+from framewise.core.families.qwen3_vl.attention import REGISTERED_NAMES
 from framewise.core.settings import AppSettings
 from framewise.core.video import pyav_reader
 from tests.conftest import SAMPLE_CLIPS

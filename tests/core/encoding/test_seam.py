@@ -9,7 +9,7 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
 
 from framewise.core.encoding.defs import VisionItem
 from framewise.core.encoding.seam import EagerVisionEncoder
-from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
+from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
 
 
 @pytest.fixture(scope="module")

@@ -81,10 +81,10 @@ def triton_tile_attention(
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """Framewise's Triton tile kernel (:mod:`~framewise.core.qwen3_vl.tile_attention`); the tile
+    """Framewise's Triton tile kernel (:mod:`~framewise.core.families.qwen3_vl.tile_attention`); the tile
     list is made anew in every layer here (the fused forward makes it once a pass)."""
-    from framewise.core.qwen3_vl.tile_attention import tile_attention
-    from framewise.core.qwen3_vl.tile_schedule import tile_schedule
+    from framewise.core.families.qwen3_vl.tile_attention import tile_attention
+    from framewise.core.families.qwen3_vl.tile_schedule import tile_schedule
 
     cu_seqlens = kwargs["cu_seq_lens_q"]
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling

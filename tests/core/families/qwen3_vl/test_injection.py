@@ -15,9 +15,9 @@ from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.seam import EagerVisionEncoder
 from framewise.core.errors import FeatureInjectionError, FramewiseError
 from framewise.core.processing import build_chat_inputs, preprocess_video
-from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
-from framewise.core.qwen3_vl.geometry import VisionGeometry
-from framewise.core.qwen3_vl.injection import FeatureInjector
+from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.injection import FeatureInjector
 
 NEW_TOKENS = 6
 

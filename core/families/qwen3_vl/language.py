@@ -10,7 +10,7 @@ A prefill runs the model's own decoder layers, rotary embedding, norm and head, 
 ``Qwen3VLTextModel.forward`` calls them; only the cache and the attention function are Framewise's.
 A decode step (one token) runs the same weights laid out for it (:class:`_DenseLayer`: q, k and v
 stacked into one matrix, gate and up into another). On a CUDA device with Triton the step is seven
-kernel launches a layer (:mod:`framewise.core.qwen3_vl.step_kernels`: norms, rotary, SiLU and
+kernel launches a layer (:mod:`framewise.core.families.qwen3_vl.step_kernels`: norms, rotary, SiLU and
 residual adds done inside the matrix-vector products and the cache write, attention reading only
 the filled positions); elsewhere the same arithmetic runs as torch ops, the q and k norms and
 rotary applied to all heads at once and attention in one ``scaled_dot_product_attention`` call.
@@ -90,7 +90,7 @@ class Qwen3VLLanguageModel:
             if unavailable and step_kernels:
                 raise ValueError(f"the decode step kernels cannot run here: {unavailable}")
             if not unavailable:
-                from framewise.core.qwen3_vl import step_kernels as kernels
+                from framewise.core.families.qwen3_vl import step_kernels as kernels
 
                 self._kernels = kernels
 

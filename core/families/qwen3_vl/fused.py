@@ -13,8 +13,8 @@ compiled, with the row count dynamic so that one compile serves every token budg
 A block leaves its last residual add to whatever reads its output next (the next block's first
 layer norm, or a merger), so that the add and the norm are one pass over the rows. What runs
 inside a block comes from its :class:`BlockKernels`: on CUDA with Triton, Framewise's kernels
-for the rotary embedding, attention (:mod:`~framewise.core.qwen3_vl.tile_attention`) and the
-residual add with its layer norm (:mod:`~framewise.core.qwen3_vl.norm_kernel`); elsewhere plain
+for the rotary embedding, attention (:mod:`~framewise.core.families.qwen3_vl.tile_attention`) and the
+residual add with its layer norm (:mod:`~framewise.core.families.qwen3_vl.norm_kernel`); elsewhere plain
 torch, fused by inductor where compiled. The MLP's bias and tanh-GELU run in the matrix
 product's epilogue on CUDA. Per-pass attention preparation (the tile list) runs once, outside
 the blocks. Compiled code is cached on disk by inductor; :func:`compile_cache_dir` names the folder.
@@ -209,7 +209,7 @@ def block_kernels(backend: str) -> BlockKernels:
 
         _flash_varlen = flash_attn_varlen_func
     if backend == "triton":
-        from framewise.core.qwen3_vl import norm_kernel, tile_attention  # need Triton: imported when chosen
+        from framewise.core.families.qwen3_vl import norm_kernel, tile_attention  # need Triton: imported when chosen
 
         tile_attention.register_op()
         norm_kernel.register_op()
@@ -242,7 +242,7 @@ def _boundaries(cu_seqlens: torch.Tensor, max_seqlen: int, rows: int) -> tuple[t
 
 
 def _tile_schedule(cu_seqlens: torch.Tensor, max_seqlen: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    from framewise.core.qwen3_vl.tile_schedule import tile_schedule
+    from framewise.core.families.qwen3_vl.tile_schedule import tile_schedule
 
     return cu_seqlens, tile_schedule(cu_seqlens, rows)
 
