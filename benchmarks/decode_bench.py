@@ -51,7 +51,7 @@ from framewise.core.decoding import Decoder, Prompt, SamplingRule  # noqa: E402
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel  # noqa: E402
 from framewise.core.encoding.defs import EncodedItem  # noqa: E402
 from framewise.core.metrics import percentile  # noqa: E402
-from framewise.core.processing import TEXT_TOKEN, VIDEO_TOKEN  # noqa: E402
+from framewise.core.families.qwen3_vl.prompt import TEXT_TOKEN, VIDEO_TOKEN, vision_spans
 from framewise.core.families.qwen3_vl.injection import FeatureInjector  # noqa: E402
 
 # hidden, intermediate, layers, heads, kv heads, head_dim, tied embeddings (released Qwen3-VL text models)
@@ -238,7 +238,9 @@ class FramewiseRunner:
         input_ids = torch.tensor([ids])
         types = torch.full_like(input_ids, TEXT_TOKEN)
         types[input_ids == VIDEO_PAD] = VIDEO_TOKEN
-        prompt = Prompt(input_ids, types, self.grid, self.features, owner=self.features)
+        grids = (("video", self.grid),)
+        spans = vision_spans(types, grids, merge_area=4)
+        prompt = Prompt(input_ids, types, spans, grids, (self.features,), owner=self.features)
         times: list[float] = []
         started = time.perf_counter()
         result = self.decoder.answer(

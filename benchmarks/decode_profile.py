@@ -69,11 +69,10 @@ def graph_step_ms(language, cache: StaticKVCache, position: int, bucket: int, re
 def prefill_ms(language, cache: StaticKVCache, start: int, count: int) -> float:
     """Milliseconds of a prefill of ``count`` random tokens after ``start`` cached positions."""
     ids = torch.randint(1000, 100000, (1, count))
-    types = torch.zeros_like(ids)
     rope = torch.arange(start, start + count).expand(3, count)
     torch.cuda.synchronize()
     began = time.perf_counter()
-    language.prefill(cache, start, ids, types, rope, None, 0)
+    language.prefill(cache, start, ids, rope, None)
     torch.cuda.synchronize()
     return (time.perf_counter() - began) * 1e3
 

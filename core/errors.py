@@ -67,9 +67,13 @@ class ReaderStuckError(ClipError):
 
 
 class ModelLoadError(FramewiseError):
-    """A model folder or repo id could not be loaded as a Qwen3-VL checkpoint."""
+    """A model folder or repo id could not be loaded as a checkpoint of a supported model family."""
 
     field = "model.source"
+
+
+class UnsupportedModelError(ModelLoadError):
+    """The checkpoint's ``model_type`` belongs to no model family Framewise knows."""
 
 
 class SettingsError(FramewiseError):

@@ -30,7 +30,7 @@ from typing import Any, Literal
 import cv2
 import numpy as np
 
-from framewise.core.processing import (
+from framewise.core.families.qwen3_vl.processor import (
     VideoInputs,
     VisionGeometry,
     fit_video_frames,

@@ -61,7 +61,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
 
-from framewise.core.demo_model import (
+from framewise.core.families.qwen3_vl.demo_model import (
     DEMO_LABEL,
     DEMO_WORDS,
     IM_END,
@@ -73,7 +73,8 @@ from framewise.core.demo_model import (
     special_token_ids,
 )
 from framewise.core.encoding.defs import EncodedItem, VisionItem
-from framewise.core.processing import VIDEO_TOKEN, VideoInputs, VisionGeometry, build_chat_inputs, preprocess_video
+from framewise.core.families.qwen3_vl.processor import VideoInputs, VisionGeometry, preprocess_video
+from framewise.core.families.qwen3_vl.prompt import VIDEO_TOKEN, build_chat_inputs
 from framewise.core.families.qwen3_vl.injection import FeatureInjector
 from framewise.core.families.qwen3_vl.metadata import MetadataCache
 from framewise.core.settings import SamplingSettings
@@ -295,7 +296,7 @@ def make_example(
     size = frames.shape[1:3]
     video = prompt_video(frames, sampled.pair_timestamps, geometry)
     history = [(q.text, q.answer) for q in turns[:-1]]
-    prompt = build_chat_inputs(tokenizer, turns[-1].text, video=video, history=history, geometry=geometry)
+    prompt = build_chat_inputs(tokenizer, turns[-1].text, videos=[video], history=history, geometry=geometry)
     last = torch.tensor(answer_ids(tokenizer, turns[-1].answer))
     input_ids = torch.cat([prompt.input_ids[0], last])
     labels = torch.full_like(input_ids, IGNORE_INDEX)

@@ -67,9 +67,9 @@ from framewise.core.events import (
     Token,
     ignore_events,
 )
+from framewise.core.families import default_family, default_limits
 from framewise.core.metrics import DecodeSpeedMeter, decode_rate
 from framewise.core.resources import asset_path
-from framewise.core.processing import VisionGeometry, chat_messages, video_frame_sizing
 from framewise.core.settings import DEMO_MODEL, AppSettings, BackendSettings, EncoderSettings, SamplingSettings
 from framewise.core.video import sample_clip
 
@@ -107,6 +107,9 @@ class VllmServerEngine:
     def __init__(self, settings: AppSettings, sink: EventSink = ignore_events) -> None:
         self.settings = settings.validate()
         self.sink = sink
+        # The server serves a checkpoint of the default family (see vllm_serve_command).
+        self.family = default_family()
+        self.limits = default_limits()
         self.clip: RemoteClip | None = None
         self.history: list[tuple[str, str]] = []
         self._cancel = threading.Event()
@@ -197,7 +200,7 @@ class VllmServerEngine:
         started = time.perf_counter()
         sampling = self.settings.sampling
         sampled = sample_clip(
-            path, sampling, video_frame_sizing(sampling, VisionGeometry()), should_cancel=self._cancel.is_set
+            path, sampling, self.family.frame_sizing(sampling, self.limits), should_cancel=self._cancel.is_set
         )
         decode_ms = (time.perf_counter() - started) * 1e3
         info = sampled.info
@@ -244,10 +247,9 @@ class VllmServerEngine:
         pack_ms = (time.perf_counter() - started) * 1e3
         if self._cancel.is_set():
             raise CancelledError("Cancelled.")
-        geometry = VisionGeometry()
-        # Patch rows as the local engine counts them: one per 16x16 square of each frame pair.
-        pairs = -(-frames.shape[0] // geometry.temporal_patch_size)
-        patches = pairs * int(frames.shape[1] * frames.shape[2]) // (geometry.patch_size**2)
+        # Patch rows as the local engine counts them: one per patch square of each slice of frames.
+        slices = -(-frames.shape[0] // self.limits.frames_per_slice)
+        patches = slices * int(frames.shape[1] * frames.shape[2]) // self.limits.patch_pixels
         summary = EncodeDone(
             clip_name=name,
             frames=len(timestamps),
@@ -505,8 +507,8 @@ def media_io_kwargs(timestamps: Sequence[float]) -> dict[str, Any]:
 
 def openai_messages(question: str, clip: RemoteClip | None, history: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     """The conversation in the chat-completions form: the clip opens the first user turn (as
-    :func:`~framewise.core.processing.chat_messages` lays it out), then the earlier turns, then ``question``."""
-    messages = chat_messages(question, video=clip is not None, history=history)
+    the served family's chat layout puts it), then the earlier turns, then ``question``."""
+    messages = default_family().chat_messages(question, videos=int(clip is not None), history=history)
     for message in messages:
         if isinstance(message["content"], list):
             message["content"] = [
@@ -625,13 +627,13 @@ def vllm_serve_command(model: str, encoder: EncoderSettings, sampling: SamplingS
     encoder CUDA graphs sized like Framewise's encoder settings.
 
     Framewise's budgets count patch rows; vLLM's ``encoder_cudagraph_token_budgets`` count merged
-    output tokens (2x2 patches each), so each budget is divided by 4. Items per batch carry over;
+    output tokens (a merge block of patches each), so each budget is divided by the merge area. Items per batch carry over;
     frames per batch counts attention sequences (one per frame pair) in both. Per-request frame
     times need ``--trust-request-mm-kwargs``; ``num_frames -1`` keeps every frame sent (vLLM's
     default silently keeps 32).
     """
-    merge_area = VisionGeometry().merge_area
-    budgets = [budget // merge_area for budget in encoder.token_budgets()]
+    limits = default_limits()
+    budgets = [budget // limits.merge_area for budget in encoder.token_budgets(limits)]
     compilation = {
         "cudagraph_mm_encoder": True,
         "encoder_cudagraph_token_budgets": budgets,

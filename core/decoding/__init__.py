@@ -4,6 +4,8 @@ model family's language model comes in through :class:`~framewise.core.decoding.
 (Qwen3-VL's: :mod:`framewise.core.families.qwen3_vl.language`)."""
 
 from framewise.core.decoding.decoder import Decoded, Decoder, Prompt, SamplingRule, context_for
-from framewise.core.decoding.defs import LanguageModel, PromptPositions
+from framewise.core.decoding.defs import LanguageModel, PromptPositions, VisionRows
 
-__all__ = ["Decoded", "Decoder", "LanguageModel", "Prompt", "PromptPositions", "SamplingRule", "context_for"]
+__all__ = [
+    "Decoded", "Decoder", "LanguageModel", "Prompt", "PromptPositions", "SamplingRule", "VisionRows", "context_for",
+]
