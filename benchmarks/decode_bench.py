@@ -384,7 +384,7 @@ def make_runner(mode: str, model, features, conversation: Conversation, context:
     """The mode's runner and its warm-up (the static mode's warm-up is its compile)."""
     if mode in FRAMEWISE_STEPS:
         runner = FramewiseRunner(model, features, conversation.grid_thw, context, args.min_bucket, FRAMEWISE_STEPS[mode])
-        return runner, lambda ids: (runner.ask(ids, 4), runner.decoder.forget())
+        return runner, lambda ids: (runner.ask(ids, 4), runner.decoder.cache.forget())
     if mode in ("default", "static"):
         runner = GenerateRunner(model, features, conversation.grid_thw, context if mode == "static" else None)
         return runner, lambda ids: runner.ask(ids, args.warm_up_tokens if mode == "default" else args.new_tokens)

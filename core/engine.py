@@ -40,9 +40,8 @@ import numpy as np
 import torch
 
 from framewise.core.decoding import Decoded, Decoder, Prompt, SamplingRule, context_for
-from framewise.core.encoding.defs import EncodedItem
+from framewise.core.encoding.defs import EncodedItem, VisionEncoder
 from framewise.core.encoding.manager import make_vision_encoder
-from framewise.core.encoding.seam import VisionEncoder
 from framewise.core.errors import CancelledError, EmptyQuestionError, FramewiseError, is_out_of_memory
 from framewise.core.events import (
     AnswerStats,

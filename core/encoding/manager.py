@@ -28,10 +28,12 @@ from framewise.core.encoding.defs import (
     EncoderOutput,
     GraphBuffers,
     SupportsEncoderGraphs,
+    VisionEncoder,
     VisionItem,
 )
+from framewise.core.encoding.eager import EagerVisionEncoder, piece_frames
 from framewise.core.encoding.planning import Batch, BatchLimits, PlanItem, plan_batches
-from framewise.core.encoding.seam import EagerVisionEncoder, StageTimer, VisionEncoder, piece_frames
+from framewise.core.encoding.timing import StageTimer
 from framewise.core.errors import EncoderError, FramewiseError
 from framewise.core.events import ChunkStats, Progress
 from framewise.core.families import FamilyLimits

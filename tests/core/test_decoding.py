@@ -16,7 +16,7 @@ from framewise.core.decoding import decoder as decoder_module
 from framewise.core.decoding.step_graphs import context_buckets
 from framewise.core.families.qwen3_vl.demo_model import build_demo_config, build_demo_tokenizer, init_demo_model, special_token_ids
 from framewise.core.encoding.defs import EncodedItem
-from framewise.core.encoding.seam import EagerVisionEncoder
+from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.errors import FramewiseError, SettingsError
 from framewise.core.families.qwen3_vl.processor import VideoInputs, VisionGeometry, preprocess_image, preprocess_video
 from framewise.core.families.qwen3_vl.prompt import build_chat_inputs

@@ -12,7 +12,7 @@ import torch
 
 from framewise.core import engine as engine_module
 from framewise.core.encoding.manager import GraphVisionEncoder
-from framewise.core.encoding.seam import EagerVisionEncoder
+from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.engine import Engine
 from framewise.core.errors import CancelledError, ClipError, FramewiseError
 from framewise.core.events import (

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from framewise.core.encoding.defs import VisionItem
-from framewise.core.encoding.seam import item_frames, piece_frames
+from framewise.core.encoding.eager import item_frames, piece_frames
 from framewise.core.events import AnswerSpeed, ChunkStats
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
 from framewise.core.families.qwen3_vl.processor import preprocess_video

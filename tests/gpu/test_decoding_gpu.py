@@ -12,7 +12,7 @@ import torch
 
 from framewise.core.decoding import Decoder
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
-from framewise.core.encoding.seam import EagerVisionEncoder
+from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.engine import Engine
 from framewise.core.events import Progress
 from framewise.core.graph_capture import GraphCapture

@@ -24,10 +24,10 @@ from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel  #
 
 from framewise.core.encoding.defs import VisionItem  # noqa: E402
 from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_encoder  # noqa: E402
-from framewise.core.encoding.seam import EagerVisionEncoder  # noqa: E402
+from framewise.core.encoding.eager import EagerVisionEncoder  # noqa: E402
 from framewise.core.metrics import EncoderMetricsAccumulator  # noqa: E402
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
-from framewise.core.families.qwen3_vl.attention import stock_attention  # noqa: E402
+from tests.core.families.qwen3_vl.references import stock_attention  # noqa: E402
 from framewise.core.settings import EncoderSettings  # noqa: E402
 
 SETTINGS = EncoderSettings(budgets=(64, 256, 1024, 4096), max_items_per_batch=4, max_frames_per_batch=8)

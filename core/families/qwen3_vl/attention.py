@@ -1,21 +1,25 @@
-"""Attention backends for the vision tower that run inside a CUDA graph.
+"""Attention backends for the vision tower that run inside a CUDA graph: the one place both the
+tower's own forward (through transformers' attention interface) and the fused forward
+(:mod:`~framewise.core.families.qwen3_vl.fused`) get them from.
 
 Stock transformers ``sdpa``/``eager`` attention splits the packed rows per sequence with
 ``.tolist()``: a host sync and a Python loop, which a graph cannot capture. The functions here
-take the boundaries ``cu_seqlens`` as a device tensor instead. The vision attention hands
-``cu_seqlens``/``max_seqlen`` to the attention function only when the implementation's name
-contains "flash", hence the registered names; set one on the vision config *after* loading.
+take the boundaries ``cu_seqlens`` as a device tensor instead.
 
-Every function has transformers' attention signature: ``query``/``key``/``value`` are
-(1, heads, rows, head_dim) and the result is ((1, rows, heads, head_dim), None).
+- :func:`varlen_rows`, :func:`flash_attn_rows`, :func:`masked_rows`: packed rows in and out,
+  ``query``/``key``/``value`` and the result (rows, heads, head_dim), with ``boundaries`` =
+  (``cu_seqlens``, ``max_seqlen``); the fused forward calls them directly.
+- ``*_attention``: the same behind transformers' attention signature, ``query``/``key``/``value``
+  (1, heads, rows, head_dim) in, ((1, rows, heads, head_dim), None) out. The vision attention
+  hands ``cu_seqlens``/``max_seqlen`` to the attention function only when the implementation's
+  name contains "flash", hence the registered names; set one on the vision config *after* loading.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import inspect
-from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -32,13 +36,57 @@ REGISTERED_NAMES = {
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
-def _varlen_attn():
-    """``torch.nn.attention.varlen.varlen_attn``, or ``None`` in a torch without it."""
-    try:
-        from torch.nn.attention.varlen import varlen_attn
-    except ImportError:
-        return None
-    return varlen_attn
+try:
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # a torch without it: the varlen backend is not offered
+    varlen_attn = None
+# Some torch releases' varlen_attn has no scale argument: it always scales by head_dim ** -0.5.
+_VARLEN_TAKES_SCALE = varlen_attn is not None and "scale" in inspect.signature(varlen_attn).parameters
+_flash_varlen: Callable | None = None  # flash-attn's kernel, imported by flash_attn_kernel()
+
+Boundaries = tuple[torch.Tensor, int]
+
+
+def varlen_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, boundaries: Boundaries, scale: float):
+    """PyTorch's own flash kernel over every sequence at once, boundaries read on the device.
+
+    Raises EncoderError for a scale other than head_dim ** -0.5 where varlen_attn takes none."""
+    cu_seqlens, max_seqlen = boundaries
+    if _VARLEN_TAKES_SCALE:
+        options = {"scale": scale}
+    elif abs(scale - query.shape[-1] ** -0.5) > 1e-12:
+        raise EncoderError("This torch's varlen attention has no scale argument; choose sdpa_masked.")
+    else:
+        options = {}
+    return varlen_attn(query, key, value, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, **options)
+
+
+def flash_attn_kernel() -> Callable:
+    """The flash-attn package's variable-length kernel, imported once (outside any compiled code)."""
+    global _flash_varlen
+    if _flash_varlen is None:
+        from flash_attn import flash_attn_varlen_func
+
+        _flash_varlen = flash_attn_varlen_func
+    return _flash_varlen
+
+
+def flash_attn_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, boundaries: Boundaries, scale: float):
+    """The flash-attn package's variable-length kernel (import it first with :func:`flash_attn_kernel`)."""
+    cu_seqlens, max_seqlen = boundaries
+    return _flash_varlen(
+        query, key, value, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale=scale, causal=False
+    )
+
+
+def masked_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, boundaries: Boundaries, scale: float):
+    """One dense SDPA with a block-diagonal mask built from cu_seqlens (runs anywhere, O(rows^2))."""
+    segments = segment_ids(boundaries[0], query.shape[0])
+    mask = (segments[:, None] == segments[None, :])[None]
+    output = F.scaled_dot_product_attention(
+        query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), attn_mask=mask, scale=scale
+    )
+    return output.transpose(0, 1)
 
 
 def _packed(tensor: torch.Tensor) -> torch.Tensor:
@@ -46,29 +94,39 @@ def _packed(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.squeeze(0).transpose(0, 1)
 
 
-def varlen_attention(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """One flash kernel (shipped inside PyTorch) over all sequences, boundaries read on the device."""
-    varlen_attn = _varlen_attn()
-    cu_seqlens, max_seqlen = kwargs["cu_seq_lens_q"], kwargs["max_length_q"]
-    options = {}
-    if scaling is not None:
-        if "scale" in inspect.signature(varlen_attn).parameters:
-            options["scale"] = scaling
-        elif abs(scaling - query.shape[-1] ** -0.5) > 1e-12:
-            raise EncoderError("This torch's varlen attention has no scale argument; choose sdpa_masked.")
-    output = varlen_attn(
-        _packed(query), _packed(key), _packed(value), cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, **options
-    )
-    return output.unsqueeze(0), None
+def _interface(rows_attention: Callable) -> Callable:
+    """``rows_attention`` behind transformers' attention signature (see the module docstring)."""
+
+    def attention(
+        module: torch.nn.Module,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        scaling: float | None = None,
+        dropout: float = 0.0,
+        **kwargs,
+    ) -> tuple[torch.Tensor, None]:
+        boundaries = (kwargs["cu_seq_lens_q"], kwargs["max_length_q"])
+        scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+        output = rows_attention(_packed(query), _packed(key), _packed(value), boundaries, scale)
+        return output.unsqueeze(0), None
+
+    attention.__doc__ = rows_attention.__doc__
+    return attention
+
+
+varlen_attention = _interface(varlen_rows)
+masked_attention = _interface(masked_rows)
+
+
+def flash_attn_attention(*args, **kwargs) -> tuple[torch.Tensor, None]:
+    """The flash-attn package's variable-length kernel, behind transformers' attention signature."""
+    flash_attn_kernel()
+    return _flash_attn_interface(*args, **kwargs)
+
+
+_flash_attn_interface = _interface(flash_attn_rows)
 
 
 def triton_tile_attention(
@@ -93,55 +151,17 @@ def triton_tile_attention(
     return output.unsqueeze(0), None
 
 
-def flash_attn_attention(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """The flash-attn package's variable-length kernel."""
-    from flash_attn import flash_attn_varlen_func
-
-    cu_seqlens, max_seqlen = kwargs["cu_seq_lens_q"], kwargs["max_length_q"]
-    output = flash_attn_varlen_func(
-        _packed(query), _packed(key), _packed(value), cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
-        dropout_p=0.0, softmax_scale=scaling, causal=False,
-    )
-    return output.unsqueeze(0), None
-
-
 def segment_ids(cu_seqlens: torch.Tensor, rows: int) -> torch.Tensor:
     """(rows,) index of the sequence each row belongs to; zero-length sequences own no row."""
     positions = torch.arange(rows, device=cu_seqlens.device, dtype=cu_seqlens.dtype)
     return torch.searchsorted(cu_seqlens[1:].contiguous(), positions, right=True)
 
 
-def sdpa_masked_attention(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """One dense SDPA over all rows with a block-diagonal mask: runs anywhere, costs O(rows^2)."""
-    segments = segment_ids(kwargs["cu_seq_lens_q"], query.shape[2])
-    mask = segments[:, None] == segments[None, :]
-    output = F.scaled_dot_product_attention(query, key, value, attn_mask=mask[None, None], scale=scaling)
-    return output.transpose(1, 2), None
-
-
 _FUNCTIONS = {
     "triton": triton_tile_attention,
     "varlen": varlen_attention,
     "flash_attn": flash_attn_attention,
-    "sdpa_masked": sdpa_masked_attention,
+    "sdpa_masked": masked_attention,
 }
 
 
@@ -156,7 +176,7 @@ def available_attention_backends() -> list[str]:
     backends = []
     if torch.cuda.is_available() and importlib.util.find_spec("triton") is not None:
         backends.append("triton")
-    if torch.cuda.is_available() and _varlen_attn() is not None:
+    if torch.cuda.is_available() and varlen_attn is not None:
         backends.append("varlen")
     if torch.cuda.is_available() and importlib.util.find_spec("flash_attn") is not None:
         backends.append("flash_attn")
@@ -195,14 +215,3 @@ def resolve_backend(
             "choose sdpa_masked or a half-precision dtype."
         )
     return requested
-
-
-@contextmanager
-def stock_attention(visual: torch.nn.Module) -> Iterator[None]:
-    """Run ``visual`` with transformers' own ``sdpa`` attention inside the block (the eager reference)."""
-    saved = visual.config._attn_implementation
-    visual.config._attn_implementation = "sdpa"
-    try:
-        yield
-    finally:
-        visual.config._attn_implementation = saved

@@ -9,7 +9,7 @@ import torch
 
 from framewise.core.encoding.defs import VisionItem
 from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_encoder
-from framewise.core.encoding.seam import EagerVisionEncoder
+from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.errors import EncoderError
 from framewise.core.metrics import EncoderMetricsAccumulator
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter

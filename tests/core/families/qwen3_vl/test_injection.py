@@ -12,7 +12,7 @@ import torch
 
 from framewise.core.families.qwen3_vl.demo_model import build_demo_config, build_demo_tokenizer, init_demo_model, special_token_ids
 from framewise.core.encoding.defs import EncodedItem
-from framewise.core.encoding.seam import EagerVisionEncoder
+from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.errors import FeatureInjectionError, FramewiseError
 from framewise.core.families.qwen3_vl.processor import preprocess_video
 from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
