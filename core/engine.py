@@ -372,7 +372,7 @@ class Engine:
     ) -> EncodeDone:
         """Encode frames sampled elsewhere, as :meth:`open_clip` does after decoding.
 
-        ``frames``: (T, H, W, 3) uint8 RGB, already at a Qwen3-VL size (sides multiples of 32);
+        ``frames``: (T, H, W, 3) uint8 RGB, already at the model family's frame size (sides whole merge blocks);
         ``timestamps``: T seconds. Settings changes cannot re-sample such a clip.
         """
         self._require_model()
