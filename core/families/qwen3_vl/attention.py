@@ -6,10 +6,10 @@ Stock transformers ``sdpa``/``eager`` attention splits the packed rows per seque
 ``.tolist()``: a host sync and a Python loop, which a graph cannot capture. The functions here
 take the boundaries ``cu_seqlens`` as a device tensor instead.
 
-- :func:`varlen_rows`, :func:`flash_attn_rows`, :func:`masked_rows`: packed rows in and out,
+- :func:`varlen_rows`, :func:`flash_attn_rows`, :func:`masked_rows`, :func:`triton_rows`: packed rows in and out,
   ``query``/``key``/``value`` and the result (rows, heads, head_dim), with ``boundaries`` =
   (``cu_seqlens``, ``max_seqlen``); the fused forward calls them directly.
-- ``*_attention``: the same behind transformers' attention signature, ``query``/``key``/``value``
+- :func:`register_backends`: the same behind transformers' attention signature, ``query``/``key``/``value``
   (1, heads, rows, head_dim) in, ((1, rows, heads, head_dim), None) out. The vision attention
   hands ``cu_seqlens``/``max_seqlen`` to the attention function only when the implementation's
   name contains "flash", hence the registered names; set one on the vision config *after* loading.
@@ -72,11 +72,21 @@ def flash_attn_kernel() -> Callable:
 
 
 def flash_attn_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, boundaries: Boundaries, scale: float):
-    """The flash-attn package's variable-length kernel (import it first with :func:`flash_attn_kernel`)."""
+    """The flash-attn package's variable-length kernel."""
     cu_seqlens, max_seqlen = boundaries
-    return _flash_varlen(
+    return flash_attn_kernel()(
         query, key, value, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale=scale, causal=False
     )
+
+
+def triton_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, boundaries: Boundaries, scale: float):
+    """Framewise's Triton tile kernel (:mod:`~framewise.core.families.qwen3_vl.tile_attention`); the tile
+    list is made anew in every call here (the fused forward makes it once a pass)."""
+    from framewise.core.families.qwen3_vl.tile_attention import tile_attention
+    from framewise.core.families.qwen3_vl.tile_schedule import tile_schedule
+
+    cu_seqlens = boundaries[0]
+    return tile_attention(query, key, value, cu_seqlens, tile_schedule(cu_seqlens, query.shape[0]), scale)
 
 
 def masked_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, boundaries: Boundaries, scale: float):
@@ -116,53 +126,18 @@ def _interface(rows_attention: Callable) -> Callable:
     return attention
 
 
-varlen_attention = _interface(varlen_rows)
-masked_attention = _interface(masked_rows)
-
-
-def flash_attn_attention(*args, **kwargs) -> tuple[torch.Tensor, None]:
-    """The flash-attn package's variable-length kernel, behind transformers' attention signature."""
-    flash_attn_kernel()
-    return _flash_attn_interface(*args, **kwargs)
-
-
-_flash_attn_interface = _interface(flash_attn_rows)
-
-
-def triton_tile_attention(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """Framewise's Triton tile kernel (:mod:`~framewise.core.families.qwen3_vl.tile_attention`); the tile
-    list is made anew in every layer here (the fused forward makes it once a pass)."""
-    from framewise.core.families.qwen3_vl.tile_attention import tile_attention
-    from framewise.core.families.qwen3_vl.tile_schedule import tile_schedule
-
-    cu_seqlens = kwargs["cu_seq_lens_q"]
-    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    schedule = tile_schedule(cu_seqlens, query.shape[2])
-    output = tile_attention(_packed(query), _packed(key), _packed(value), cu_seqlens, schedule, scale)
-    return output.unsqueeze(0), None
+_FUNCTIONS = {
+    "triton": _interface(triton_rows),
+    "varlen": _interface(varlen_rows),
+    "flash_attn": _interface(flash_attn_rows),
+    "sdpa_masked": _interface(masked_rows),
+}
 
 
 def segment_ids(cu_seqlens: torch.Tensor, rows: int) -> torch.Tensor:
     """(rows,) index of the sequence each row belongs to; zero-length sequences own no row."""
     positions = torch.arange(rows, device=cu_seqlens.device, dtype=cu_seqlens.dtype)
     return torch.searchsorted(cu_seqlens[1:].contiguous(), positions, right=True)
-
-
-_FUNCTIONS = {
-    "triton": triton_tile_attention,
-    "varlen": varlen_attention,
-    "flash_attn": flash_attn_attention,
-    "sdpa_masked": masked_attention,
-}
 
 
 def register_backends() -> None:
