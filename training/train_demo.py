@@ -5,7 +5,7 @@
 Every example is built the way the application builds its inputs: a scene from
 :mod:`training.synthetic`, the frames ``core.video`` would sample at the default sampling
 settings, resized to the Qwen3-VL size for the clip, patchified by
-``core.processing.preprocess_video`` and prompted by ``build_chat_inputs``. An example is a
+``core.families.qwen3_vl.processor.preprocess_video`` and prompted by ``build_chat_inputs``. An example is a
 conversation about one clip that asks its questions in a random order, as a person asks
 follow-ups; each answer and its ``<|im_end|>`` carry the language-model loss, the prompt none.
 
@@ -73,7 +73,8 @@ from framewise.core.families.qwen3_vl.demo_model import (
     special_token_ids,
 )
 from framewise.core.encoding.defs import EncodedItem, VisionItem
-from framewise.core.families.qwen3_vl.processor import VideoInputs, VisionGeometry, preprocess_video
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.processor import VideoInputs, preprocess_video
 from framewise.core.families.qwen3_vl.prompt import VIDEO_TOKEN, build_chat_inputs
 from framewise.core.families.qwen3_vl.injection import FeatureInjector
 from framewise.core.families.qwen3_vl.metadata import MetadataCache

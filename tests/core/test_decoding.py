@@ -18,7 +18,8 @@ from framewise.core.families.qwen3_vl.demo_model import build_demo_config, build
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.errors import FramewiseError, SettingsError
-from framewise.core.families.qwen3_vl.processor import VideoInputs, VisionGeometry, preprocess_image, preprocess_video
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.processor import VideoInputs, preprocess_image, preprocess_video
 from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
 from framewise.core.settings import AppSettings, minimum_context_tokens

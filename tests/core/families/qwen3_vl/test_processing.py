@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from framewise.core.errors import ClipTooLargeError, FramewiseError, ModelLoadError
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.processor import (
-    VisionGeometry,
     fit_video_frames,
     image_size,
     patchify,
