@@ -381,6 +381,34 @@ def test_mm_token_type_ids_mark_exactly_the_pads(tokenizer):
     assert set(types.unique().tolist()) == {0, 1, 2}
 
 
+def test_spans_place_every_frame_pair_and_image_on_its_pads_in_item_order(tokenizer):
+    """Two clips and an image: items numbered clips first; a clip has one span per frame pair,
+    whose rows follow on from the previous pair's; every pad is in exactly one span."""
+    clips, image = [video_inputs(pairs=3), video_inputs(pairs=2, height=32)], image_item(64, 32)
+    inputs = build_chat_inputs(tokenizer, "Compare.", videos=clips, images=[image])
+    assert inputs.grids == (("video", (3, 4, 6)), ("video", (2, 2, 6)), ("image", (1, 4, 2)))
+    spans = inputs.spans
+    assert [(span.item, span.row, span.length) for span in spans] == [
+        (0, 0, 6), (0, 6, 6), (0, 12, 6), (1, 0, 3), (1, 3, 3), (2, 0, 2),
+    ]
+    covered = torch.zeros_like(inputs.input_ids[0], dtype=torch.bool)
+    for span in spans:
+        assert not covered[span.start : span.end].any()
+        covered[span.start : span.end] = True
+    assert torch.equal(covered, inputs.mm_token_type_ids[0] > 0)
+    assert all(earlier.end < later.start for earlier, later in zip(spans, spans[1:]))  # markers between pairs
+
+
+def test_a_tokenizer_that_merges_pads_is_refused(tokenizer):
+    """Spans need one token per pad; a pad run of the wrong length means the tokenizer merged them."""
+    from framewise.core.families.qwen3_vl.prompt import vision_spans
+
+    inputs = build_chat_inputs(tokenizer, "What moves?", videos=[video_inputs(pairs=1)])
+    grids = (("video", (1, 4, 8)),)  # 8 tokens expected where the prompt holds 6 pads
+    assert vision_spans(inputs.mm_token_type_ids, grids, 4) is None
+    assert vision_spans(inputs.mm_token_type_ids, inputs.grids, 4) == inputs.spans
+
+
 def test_images_only_prompt(tokenizer):
     images = [image_item(64, 64), image_item(64, 128)]
     inputs = build_chat_inputs(tokenizer, "Which is wider?", videos=(), images=images)
