@@ -208,7 +208,8 @@ def _read_model_type(path: Path) -> str:
     try:
         family_for(model_type)
     except UnsupportedModelError as error:
-        raise UnsupportedModelError(f"{path} holds a {model_type or 'model of unknown type'!s} checkpoint. {error}") from None
+        described = model_type or "model of unknown type"
+        raise UnsupportedModelError(f"{path} holds a {described!s} checkpoint. {error}") from None
     return model_type
 
 

@@ -72,7 +72,8 @@ class SamplingSettings:
             raise SettingsError("sampling.fps", "use a sampling rate between 0.05 and 60 frames per second")
         if self.min_frames < per_slice or self.min_frames % per_slice:
             raise SettingsError(
-                "sampling.min_frames", f"use {_multiple_words(per_slice)} of at least {per_slice} ({limits.frames_rule()})"
+                "sampling.min_frames",
+                f"use {_multiple_words(per_slice)} of at least {per_slice} ({limits.frames_rule()})",
             )
         if self.max_frames < self.min_frames or self.max_frames % per_slice:
             raise SettingsError(

@@ -31,7 +31,12 @@ import cv2
 import numpy as np
 
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
-from framewise.core.families.qwen3_vl.processor import VideoInputs, fit_video_frames, preprocess_video, video_frame_sizing
+from framewise.core.families.qwen3_vl.processor import (
+    VideoInputs,
+    fit_video_frames,
+    preprocess_video,
+    video_frame_sizing,
+)
 from framewise.core.settings import SamplingSettings
 from framewise.core.video import sample_clip, sample_count, sample_times
 

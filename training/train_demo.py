@@ -61,6 +61,7 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
 
+from framewise.core.encoding.defs import EncodedItem, VisionItem
 from framewise.core.families.qwen3_vl.demo_model import (
     DEMO_LABEL,
     DEMO_WORDS,
@@ -72,12 +73,11 @@ from framewise.core.families.qwen3_vl.demo_model import (
     save_demo_model,
     special_token_ids,
 )
-from framewise.core.encoding.defs import EncodedItem, VisionItem
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
-from framewise.core.families.qwen3_vl.processor import VideoInputs, preprocess_video
-from framewise.core.families.qwen3_vl.prompt import VIDEO_TOKEN, build_chat_inputs
 from framewise.core.families.qwen3_vl.injection import FeatureInjector
 from framewise.core.families.qwen3_vl.metadata import MetadataCache
+from framewise.core.families.qwen3_vl.processor import VideoInputs, preprocess_video
+from framewise.core.families.qwen3_vl.prompt import VIDEO_TOKEN, build_chat_inputs
 from framewise.core.settings import SamplingSettings
 from training.synthetic import (
     COLORS,

@@ -627,7 +627,8 @@ def vllm_serve_command(model: str, encoder: EncoderSettings, sampling: SamplingS
     encoder CUDA graphs sized like Framewise's encoder settings.
 
     Framewise's budgets count patch rows; vLLM's ``encoder_cudagraph_token_budgets`` count merged
-    output tokens (a merge block of patches each), so each budget is divided by the merge area. Items per batch carry over;
+    output tokens (a merge block of patches each), so each budget is divided by the merge area.
+    Items per batch carry over;
     frames per batch counts attention sequences (one per frame pair) in both. Per-request frame
     times need ``--trust-request-mm-kwargs``; ``num_frames -1`` keeps every frame sent (vLLM's
     default silently keeps 32).

@@ -19,8 +19,8 @@ from typing import Any, Callable
 
 import torch
 
-from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.decoding.defs import LanguageModel, VisionRows
+from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.decoding.prefill_graphs import PrefillGraphs
 from framewise.core.decoding.step_graphs import ProgressCallback, StepGraphs, context_buckets
 from framewise.core.encoding.defs import EncodedItem, PieceGrid

@@ -11,17 +11,22 @@ import pytest
 import torch
 
 from framewise.core.decoding import Decoder, Prompt, SamplingRule, context_for
-from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.decoding import decoder as decoder_module
 from framewise.core.decoding.step_graphs import context_buckets
-from framewise.core.families.qwen3_vl.demo_model import build_demo_config, build_demo_tokenizer, init_demo_model, special_token_ids
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.errors import FramewiseError, SettingsError
+from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
+from framewise.core.families.qwen3_vl.demo_model import (
+    build_demo_config,
+    build_demo_tokenizer,
+    init_demo_model,
+    special_token_ids,
+)
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.families.qwen3_vl.processor import VideoInputs, preprocess_image, preprocess_video
 from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
-from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
 from framewise.core.settings import AppSettings, minimum_context_tokens
 
 NEW_TOKENS = 40
@@ -187,7 +192,8 @@ def test_the_features_of_each_span_replace_its_tokens(setup: Setup) -> None:
     last = prompt.spans[-1]
     partial = prompt.vision_rows(last.start + 1)
     assert partial is not None and int(partial.mask.sum()) == last.length - 1
-    torch.testing.assert_close(partial.deepstack[0], prompt.items[last.item].deepstack[0][last.row + 1 : last.row + last.length])
+    expected_deepstack = prompt.items[last.item].deepstack[0][last.row + 1 : last.row + last.length]
+    torch.testing.assert_close(partial.deepstack[0], expected_deepstack)
     assert prompt.vision_rows(last.end) is None
 
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from framewise.core import engine as engine_module
-from framewise.core.encoding.manager import GraphVisionEncoder
 from framewise.core.encoding.eager import EagerVisionEncoder
+from framewise.core.encoding.manager import GraphVisionEncoder
 from framewise.core.engine import Engine
 from framewise.core.errors import CancelledError, ClipError, FramewiseError
 from framewise.core.events import (
@@ -28,8 +28,8 @@ from framewise.core.events import (
     Progress,
     Token,
 )
-from framewise.core.metrics import DecodeSpeedMeter
 from framewise.core.families.qwen3_vl.attention import REGISTERED_NAMES
+from framewise.core.metrics import DecodeSpeedMeter
 from framewise.core.settings import AppSettings
 from framewise.core.video import pyav_reader
 from tests.conftest import SAMPLE_CLIPS

@@ -18,6 +18,9 @@ from transformers import (
     Qwen3VLMoeForConditionalGeneration,
 )
 
+from framewise.core.encoding.defs import VisionItem
+from framewise.core.errors import ModelLoadError, SettingsError
+from framewise.core.events import Progress
 from framewise.core.families.qwen3_vl.demo_model import (
     CHAT_TEMPLATE,
     DEMO_WORDS,
@@ -30,9 +33,8 @@ from framewise.core.families.qwen3_vl.demo_model import (
     mrope_section,
     special_token_ids,
 )
-from framewise.core.encoding.defs import VisionItem
-from framewise.core.errors import ModelLoadError, SettingsError
-from framewise.core.events import Progress
+from framewise.core.families.qwen3_vl.processor import VideoInputs
+from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
 from framewise.core.loading import (
     DEMO_MODEL_DIR,
     LoadedModel,
@@ -42,8 +44,6 @@ from framewise.core.loading import (
     read_model_info,
     resolve_model_source,
 )
-from framewise.core.families.qwen3_vl.processor import VideoInputs
-from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
 from framewise.core.settings import ModelSettings
 from tests.conftest import REPO_ROOT
 
@@ -198,7 +198,8 @@ def test_demo_model_generates_from_a_small_video(demo: LoadedModel) -> None:
     grid = (2, 4, 4)  # two frame pairs of 64x64 pixels: 8 merged tokens in all
     pixels = torch.randn(grid[0] * grid[1] * grid[2], 3 * 2 * 16 * 16, generator=torch.Generator().manual_seed(0))
     video = VideoInputs(item=VisionItem(pixels, grid, "video"), pair_timestamps=(0.5, 1.5))
-    inputs = build_chat_inputs(demo.tokenizer, "What color is the square?", videos=[video], geometry=demo.adapter.geometry)
+    question = "What color is the square?"
+    inputs = build_chat_inputs(demo.tokenizer, question, videos=[video], geometry=demo.adapter.geometry)
     assert int((inputs.mm_token_type_ids == 2).sum()) == 8
     model_inputs = dict(
         input_ids=inputs.input_ids,

@@ -146,7 +146,10 @@ def vision_spans(
         ]
         if len(runs) != len(slices) or any(length != tokens for (_, length), (*_, tokens) in zip(runs, slices)):
             return None
-        spans += [VisionSpan(item, start, length, row=index * length) for (start, length), (item, index, _) in zip(runs, slices)]
+        spans += [
+            VisionSpan(item, start, length, row=index * length)
+            for (start, length), (item, index, _) in zip(runs, slices)
+        ]
     return tuple(sorted(spans, key=lambda span: span.start))
 
 

@@ -15,8 +15,8 @@ import torch
 
 from framewise.core.encoding import manager as manager_module
 from framewise.core.encoding.defs import BufferSpec, CaptureReport, GraphBuffers, PieceGrid, VisionItem
-from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_encoder
 from framewise.core.encoding.eager import EagerVisionEncoder
+from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_encoder
 from framewise.core.errors import EncoderError
 from framewise.core.settings import EncoderSettings
 

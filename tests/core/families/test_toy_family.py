@@ -35,7 +35,9 @@ class ToyFamily:
     model_types = ("toy_vl",)
     limits = TOY_LIMITS
 
-    def build_prompt(self, question_ids: list[int], item_tokens: list[int]) -> tuple[torch.Tensor, tuple[VisionSpan, ...]]:
+    def build_prompt(
+        self, question_ids: list[int], item_tokens: list[int]
+    ) -> tuple[torch.Tensor, tuple[VisionSpan, ...]]:
         """``[2] + per item: [3] + pads + [4] + question_ids`` as (1, L) ids, and the items' spans."""
         ids, spans = [2], []
         for item, tokens in enumerate(item_tokens):
@@ -71,7 +73,8 @@ class BagOfTokensModel:
         embeds = self.embedding[input_ids[0]]
         if vision is not None:
             embeds[vision.mask[0]] = vision.embeds
-        return self._write_and_read(cache, torch.arange(start, start + embeds.shape[0]), embeds, start + embeds.shape[0] - 1)
+        end = start + embeds.shape[0]
+        return self._write_and_read(cache, torch.arange(start, end), embeds, end - 1)
 
     def text_prefill(self, cache: StaticKVCache, input_ids, cache_positions, rope, last) -> torch.Tensor:
         embeds = self.embedding[input_ids[0]]
@@ -124,7 +127,10 @@ def test_the_default_family_loads_by_model_type() -> None:
         ("sampling", {"min_frames": 4, "max_frames": 12}, "sampling.min_frames", "multiple of 3"),
         ("sampling", {"min_frames": 3, "max_frames": 32}, "sampling.max_frames", "multiple of 3"),
         ("sampling", {"min_frames": 3, "max_frames": 33}, "sampling.max_frames", "Toy-VL takes at most 30"),
-        ("sampling", {"min_frames": 3, "max_frames": 30, "min_pixels_per_frame": 500}, "sampling.min_pixels_per_frame", "one 24x24 block"),
+        (
+            "sampling", {"min_frames": 3, "max_frames": 30, "min_pixels_per_frame": 500},
+            "sampling.min_pixels_per_frame", "one 24x24 block",
+        ),
         ("encoder", {"budgets": (256, 1024)}, "encoder.budgets", "multiple of 9 (the 3x3 patch merge)"),
         ("encoder", {"budgets": (90, 90000)}, "encoder.budgets", "above 45,000"),
     ],
@@ -187,7 +193,8 @@ def test_the_decoder_places_every_items_features_and_reuses_the_prefix_with_a_to
     answered: list[int] = []
     for turn, question in enumerate(([10, 11, 12], [10, 11, 12, 13, 14])):
         ids, spans = registered.build_prompt(question + answered, [5, 3])
-        prompt = Prompt(ids, torch.zeros_like(ids), spans, (("video", (1, 3, 5)), ("image", (1, 3, 3))), items, owner=items)
+        grids = (("video", (1, 3, 5)), ("image", (1, 3, 3)))
+        prompt = Prompt(ids, torch.zeros_like(ids), spans, grids, items, owner=items)
         result = decoder.answer(prompt, rule, lambda token: None, lambda: False)
         assert result.token_ids == reference_answer(model, prompt, 6), f"turn {turn}"
         assert (result.prefix_tokens_reused > spans[-1].end) == (turn > 0)

@@ -10,15 +10,20 @@ import numpy as np
 import pytest
 import torch
 
-from framewise.core.families.qwen3_vl.demo_model import build_demo_config, build_demo_tokenizer, init_demo_model, special_token_ids
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.errors import FeatureInjectionError, FramewiseError
-from framewise.core.families.qwen3_vl.processor import preprocess_video
-from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
+from framewise.core.families.qwen3_vl.demo_model import (
+    build_demo_config,
+    build_demo_tokenizer,
+    init_demo_model,
+    special_token_ids,
+)
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.injection import FeatureInjector
+from framewise.core.families.qwen3_vl.processor import preprocess_video
+from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
 
 NEW_TOKENS = 6
 

@@ -1,5 +1,5 @@
-"""Parity of the Qwen3-VL family's processor and prompt with transformers' own Qwen3-VL processors on the same frames, and
-of the application's own path (a file read by core.video, resized by its resampler) with them.
+"""Parity of the Qwen3-VL family's processor and prompt with transformers' own Qwen3-VL processors
+on the same frames, and of the application's own path (a file read by core.video, resized by its resampler) with them.
 
 transformers' ``Qwen3VLVideoProcessor`` and ``Qwen2VLImageProcessor`` need torchvision and
 Pillow; where either is missing the whole file is skipped, saying so. The processors are built
