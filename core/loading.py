@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 from jinja2 import TemplateError
@@ -22,6 +22,7 @@ from safetensors import SafetensorError, safe_open
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
 
+from framewise.core.decoding.defs import LanguageModel
 from framewise.core.encoding.defs import SupportsEncoderGraphs
 from framewise.core.errors import ModelLoadError, SettingsError, UnsupportedModelError
 from framewise.core.events import Progress
@@ -37,6 +38,12 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 LOAD_STEPS = 4
 
 ProgressCallback = Callable[[Progress], None]
+
+
+class FamilyAdapter(SupportsEncoderGraphs, Protocol):
+    """A loaded model's side of the encoder seam, which also gives the decoder its language model."""
+
+    def language_model(self) -> LanguageModel: ...
 
 
 @dataclass(frozen=True)
@@ -58,7 +65,7 @@ class LoadedModel:
     device: torch.device
     dtype: torch.dtype
     family: ModelFamily
-    adapter: SupportsEncoderGraphs
+    adapter: FamilyAdapter
     limits: FamilyLimits
     path: Path
 

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from framewise.core.encoding.defs import PieceGrid, SupportsEncoderGraphs, VisionItem
+    from framewise.core.encoding.defs import PieceGrid, VisionItem
+    from framewise.core.loading import FamilyAdapter
     from framewise.core.settings import SamplingSettings
     from framewise.core.video import FrameSizing
 
@@ -165,9 +166,8 @@ class ModelFamily(Protocol):
         (``missing_keys``, ``mismatched_keys``). The hook a quantized load takes over."""
         ...
 
-    def adapter(self, model: torch.nn.Module) -> SupportsEncoderGraphs:
-        """The model's side of the encoder seam; it also gives the decoder's language model
-        (``language_model()``) and the attention backends."""
+    def adapter(self, model: torch.nn.Module) -> FamilyAdapter:
+        """The model's side of the encoder seam, which also gives the decoder's language model."""
         ...
 
     def limits_of(self, model: torch.nn.Module) -> FamilyLimits:
