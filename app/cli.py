@@ -217,7 +217,7 @@ def _ask(settings: AppSettings, clip: str, question: str, as_json: bool) -> int:
 
     probe_clip(clip)
     if settings.backend.kind == "local":  # a server has its own tokenizer and context
-        from framewise.core.models import count_question_tokens  # the tokenizer only, no weights
+        from framewise.core.loading import count_question_tokens  # the tokenizer only, no weights
 
         settings.check_question_fits(count_question_tokens(settings.model.source, question))
     printer = _ProgressPrinter(sys.stderr, quiet=as_json)

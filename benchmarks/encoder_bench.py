@@ -44,12 +44,12 @@ from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionCon
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel  # noqa: E402
 
 from framewise.core.encoding.defs import VisionItem  # noqa: E402
+from framewise.core.encoding.eager import EagerVisionEncoder, item_frames  # noqa: E402
 from framewise.core.encoding.manager import GraphVisionEncoder  # noqa: E402
+from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
 from framewise.core.metrics import percentile  # noqa: E402
-from framewise.core.encoding.seam import EagerVisionEncoder, item_frames  # noqa: E402
-from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
-from framewise.core.qwen3_vl.attention import stock_attention  # noqa: E402
 from framewise.core.settings import EncoderSettings  # noqa: E402
+from tests.core.families.qwen3_vl.references import stock_attention  # noqa: E402
 from graph_timing import graph_replay_ms  # noqa: E402
 
 # depth, hidden, heads, mlp, out_hidden, deepstack layers (DESIGN §4)

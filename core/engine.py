@@ -40,9 +40,8 @@ import numpy as np
 import torch
 
 from framewise.core.decoding import Decoded, Decoder, Prompt, SamplingRule, context_for
-from framewise.core.encoding.defs import EncodedItem
+from framewise.core.encoding.defs import EncodedItem, VisionEncoder
 from framewise.core.encoding.manager import make_vision_encoder
-from framewise.core.encoding.seam import VisionEncoder
 from framewise.core.errors import CancelledError, EmptyQuestionError, FramewiseError, is_out_of_memory
 from framewise.core.events import (
     AnswerStats,
@@ -61,9 +60,9 @@ from framewise.core.events import (
     Token,
     ignore_events,
 )
+from framewise.core.families.base import PreparedVideo, PromptInputs
+from framewise.core.loading import LoadedModel, load_model
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
-from framewise.core.models import LoadedModel, load_model
-from framewise.core.processing import VideoInputs, build_chat_inputs, preprocess_video, video_frame_sizing
 from framewise.core.settings import AppSettings
 from framewise.core.video import ReadProgress, sample_clip
 
@@ -78,7 +77,7 @@ class EncodedClip:
     """
 
     path: Path | None
-    video: VideoInputs
+    video: PreparedVideo
     features: EncodedItem
     summary: EncodeDone
 
@@ -119,7 +118,7 @@ class _TokenStreamer:
 
 
 class Engine:
-    """Loads a Qwen3-VL model, encodes clips once, answers questions about them as a stream.
+    """Loads a vision-language model, encodes clips once, answers questions about them as a stream.
 
     Usage::
 
@@ -357,7 +356,7 @@ class Engine:
             sampled = sample_clip(
                 path,
                 sampling,
-                video_frame_sizing(sampling, loaded.geometry),
+                loaded.family.frame_sizing(sampling, loaded.limits),
                 should_cancel=self._cancel.is_set,
                 on_progress=lambda progress: self._emit(_decode_progress(path.name, progress)),
             )
@@ -373,7 +372,7 @@ class Engine:
     ) -> EncodeDone:
         """Encode frames sampled elsewhere, as :meth:`open_clip` does after decoding.
 
-        ``frames``: (T, H, W, 3) uint8 RGB, already at a Qwen3-VL size (sides multiples of 32);
+        ``frames``: (T, H, W, 3) uint8 RGB, already at the model family's frame size (sides whole merge blocks);
         ``timestamps``: T seconds. Settings changes cannot re-sample such a clip.
         """
         self._require_model()
@@ -398,12 +397,12 @@ class Engine:
         self._emit(clip_sampled(name, path, frames, timestamps, size_and_duration))
         self._raise_if_cancelled()
         started = time.perf_counter()
-        video = preprocess_video(frames, timestamps, loaded.geometry)
+        video = loaded.family.preprocess_video(frames, timestamps, loaded.limits)
         preprocess_ms = (time.perf_counter() - started) * 1e3
         self._raise_if_cancelled()
 
         self._emit(Progress("encode", 0, 1, f"Encoding {len(timestamps)} frames"))
-        with self._cancel_points(loaded.model.model.visual.blocks):
+        with self._cancel_points(loaded.family.cancel_points(loaded.model).vision):
             output = self._require_encoder().encode([video.item])
         self._raise_if_cancelled()  # a cancel during the last pass still keeps the previous clip
         chunks = tuple(self._requests.stamp(chunk) for chunk in output.chunks)
@@ -453,18 +452,18 @@ class Engine:
             raise EmptyQuestionError()
         with self._request():
             started = time.perf_counter()
-            inputs = build_chat_inputs(
+            inputs = loaded.family.build_prompt(
                 loaded.tokenizer,
                 question,
-                video=self.clip.video if self.clip else None,
+                videos=[self.clip.video] if self.clip else [],
                 history=self.history,
-                geometry=loaded.geometry,
+                limits=loaded.limits,
             )
             streamer = _TokenStreamer(loaded.tokenizer, self._emit)
             try:
                 # Inside the prefill (until the first token); the token loop checks between tokens.
                 prefilling = lambda: streamer.speed.first_token_time is None  # noqa: E731
-                with self._cancel_points(loaded.model.model.language_model.layers, while_=prefilling):
+                with self._cancel_points(loaded.family.cancel_points(loaded.model).language, while_=prefilling):
                     decoded = self._decode(inputs, streamer)
             except CancelledError:  # before the first token: during the prefill, or before it began
                 decoded = Decoded(prompt_tokens=int(inputs.input_ids.shape[1]), stop_reason="cancelled")
@@ -478,16 +477,17 @@ class Engine:
         stats = self._answer_stats(started, finished, streamer, decoded)
         return self._emit(Done(text=text, stats=stats, kept=not cancelled))
 
-    def _decode(self, inputs: Any, streamer: _TokenStreamer) -> Decoded:
+    def _decode(self, inputs: PromptInputs, streamer: _TokenStreamer) -> Decoded:
         """Decode the answer to ``inputs`` with the open clip's features, streaming through ``streamer``."""
         loaded = self._require_model()
         decoder = self._require_decoder()
         clip = self.clip
         prompt = Prompt(
             input_ids=inputs.input_ids,
-            token_types=inputs.mm_token_type_ids,
-            video_grid_thw=clip.video.item.grid_thw if clip else None,
-            video=clip.features if clip else None,
+            token_types=inputs.token_types,
+            spans=inputs.spans,
+            grids=inputs.grids,
+            items=(clip.features,) if clip else (),
             owner=clip,
         )
         generation = self.settings.generation
@@ -557,7 +557,7 @@ class Engine:
         loaded = self._require_model()
         self._drop_encoder()
         self.encoder, self._graphs_reason = make_vision_encoder(
-            loaded.adapter, self.settings.encoder, progress=self._emit
+            loaded.adapter, self.settings.encoder, progress=self._emit, limits=loaded.limits
         )
 
     def _drop_encoder(self) -> None:
@@ -575,7 +575,7 @@ class Engine:
         decoding = self.settings.decoding
         self.decoder = Decoder(
             language,
-            context_for(self.settings, language),
+            context_for(self.settings, language, loaded.limits),
             decoding.min_bucket,
             use_graphs=decoding.use_graphs,
             progress=self._emit,
@@ -625,7 +625,7 @@ class Engine:
 
     @contextmanager
     def _cancel_points(
-        self, modules: torch.nn.ModuleList, while_: Callable[[], bool] = lambda: True
+        self, modules: Sequence[torch.nn.Module], while_: Callable[[], bool] = lambda: True
     ) -> Iterator[None]:
         """Raise CancelledError before the next of ``modules`` runs once a cancel arrives (and
         ``while_()`` holds).

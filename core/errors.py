@@ -67,7 +67,7 @@ class ReaderStuckError(ClipError):
 
 
 class ModelLoadError(FramewiseError):
-    """A model folder or repo id could not be loaded as a Qwen3-VL checkpoint."""
+    """A model folder or repo id could not be loaded as a checkpoint of a supported model family."""
 
     field = "model.source"
 
@@ -75,6 +75,10 @@ class ModelLoadError(FramewiseError):
 class QuantizationFormatError(ModelLoadError):
     """The checkpoint's weights are quantized in a way Framewise cannot run, or its quantized
     weights and their scales do not match; the message names the format and what to choose instead."""
+
+
+class UnsupportedModelError(ModelLoadError):
+    """The checkpoint's ``model_type`` belongs to no model family Framewise knows."""
 
 
 class SettingsError(FramewiseError):

@@ -39,6 +39,7 @@ from PySide6.QtWidgets import (
 )
 
 from framewise.core.errors import SettingsError
+from framewise.core.families import default_limits
 from framewise.core.settings import ATTENTION_BACKENDS, DEMO_MODEL, DEVICES, DTYPES, AppSettings, BackendSettings
 
 GRAPH_ONLY_FIELDS = (
@@ -259,7 +260,10 @@ class SettingsDialog(QDialog):
         self.budget_mode.addItems(["Geometric series (min, max, ratio)", "Explicit list"])
         self.budget_mode.currentIndexChanged.connect(self._update_budget_mode)
         form.addRow("Token budgets", self.budget_mode)
-        self._add_field(form, "encoder.budgets", "Budget list", QLineEdit(), "Comma-separated multiples of 4, e.g. 256, 1024, 4096")
+        multiple = default_limits().budget_multiple
+        self._add_field(
+            form, "encoder.budgets", "Budget list", QLineEdit(), f"Comma-separated multiples of {multiple}, e.g. 256, 1024, 4096"
+        )
         self._add_field(form, "encoder.min_budget", "Min budget", _spin(0, _INT_MAX, 4))
         self._add_field(form, "encoder.max_budget", "Max budget", _spin(0, _INT_MAX, 4))
         self._add_field(form, "encoder.budget_ratio", "Budget ratio", _double_spin(0.0, 100.0, 3, 0.05))

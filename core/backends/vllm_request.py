@@ -24,7 +24,7 @@ import numpy as np
 
 from framewise.core.errors import FramewiseError
 from framewise.core.events import EncodeDone
-from framewise.core.processing import chat_messages
+from framewise.core.families import default_family
 
 MS_PER_SECOND = 1000.0
 # vLLM's num_frames for "keep every frame sent".
@@ -73,8 +73,8 @@ def media_io_kwargs(timestamps: Sequence[float]) -> dict[str, Any]:
 
 def openai_messages(question: str, clip: RemoteClip | None, history: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     """The conversation in the chat-completions form: the clip opens the first user turn (as
-    :func:`~framewise.core.processing.chat_messages` lays it out), then the earlier turns, then ``question``."""
-    messages = chat_messages(question, video=clip is not None, history=history)
+    the served family's chat layout puts it), then the earlier turns, then ``question``."""
+    messages = default_family().chat_messages(question, videos=int(clip is not None), history=history)
     for message in messages:
         if isinstance(message["content"], list):
             message["content"] = [

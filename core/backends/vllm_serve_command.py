@@ -8,7 +8,7 @@ import json
 import shlex
 
 from framewise.core.events import ServerInfo
-from framewise.core.processing import VisionGeometry
+from framewise.core.families import default_limits
 from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings
 
 
@@ -20,13 +20,13 @@ def vllm_serve_command(
     sized like Framewise's encoder settings.
 
     Framewise's budgets count patch rows; vLLM's ``encoder_cudagraph_token_budgets`` count merged
-    output tokens (2x2 patches each), so each budget is divided by 4. Items per batch carry over;
+    output tokens (a merge block of patches each), so each budget is divided by the merge area. Items per batch carry over;
     frames per batch counts attention sequences (one per frame pair) in both. Per-request frame
     times need ``--trust-request-mm-kwargs``; ``num_frames -1`` keeps every frame sent (vLLM's
     default silently keeps 32).
     """
-    merge_area = VisionGeometry().merge_area
-    budgets = [budget // merge_area for budget in encoder.token_budgets()]
+    limits = default_limits()
+    budgets = [budget // limits.merge_area for budget in encoder.token_budgets(limits)]
     compilation = {
         "cudagraph_mm_encoder": True,
         "encoder_cudagraph_token_budgets": budgets,

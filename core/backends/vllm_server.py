@@ -44,9 +44,9 @@ from framewise.core.events import (
     Token,
     ignore_events,
 )
+from framewise.core.families import default_family, default_limits
 from framewise.core.metrics import DecodeSpeedMeter, decode_rate
 from framewise.core.resources import asset_path
-from framewise.core.processing import VisionGeometry, video_frame_sizing
 from framewise.core.settings import DEMO_MODEL, AppSettings
 from framewise.core.video import sample_clip
 
@@ -64,6 +64,9 @@ class VllmServerEngine:
     def __init__(self, settings: AppSettings, sink: EventSink = ignore_events) -> None:
         self.settings = settings.validate()
         self.sink = sink
+        # The server serves a checkpoint of the default family (see vllm_serve_command).
+        self.family = default_family()
+        self.limits = default_limits()
         self.clip: RemoteClip | None = None
         self.history: list[tuple[str, str]] = []
         self._cancel = threading.Event()
@@ -154,7 +157,7 @@ class VllmServerEngine:
         started = time.perf_counter()
         sampling = self.settings.sampling
         sampled = sample_clip(
-            path, sampling, video_frame_sizing(sampling, VisionGeometry()), should_cancel=self._cancel.is_set
+            path, sampling, self.family.frame_sizing(sampling, self.limits), should_cancel=self._cancel.is_set
         )
         decode_ms = (time.perf_counter() - started) * 1e3
         info = sampled.info
@@ -201,10 +204,9 @@ class VllmServerEngine:
         pack_ms = (time.perf_counter() - started) * 1e3
         if self._cancel.is_set():
             raise CancelledError("Cancelled.")
-        geometry = VisionGeometry()
-        # Patch rows as the local engine counts them: one per 16x16 square of each frame pair.
-        pairs = -(-frames.shape[0] // geometry.temporal_patch_size)
-        patches = pairs * int(frames.shape[1] * frames.shape[2]) // (geometry.patch_size**2)
+        # Patch rows as the local engine counts them: one per patch square of each slice of frames.
+        slices = -(-frames.shape[0] // self.limits.frames_per_slice)
+        patches = slices * int(frames.shape[1] * frames.shape[2]) // self.limits.patch_pixels
         summary = EncodeDone(
             clip_name=name,
             frames=len(timestamps),

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
 from framewise.core.errors import ClipAccessError, ClipNotFoundError, ClipTooLargeError
+from framewise.core.families import default_limits
 
 MAX_SIDE = 8192
 MAX_FRAME_PIXELS = 50_000_000
@@ -58,11 +59,12 @@ class FrameSizing:
     ``size(count, height, width)`` is the (h, w) of each of ``count`` frames sampled from a clip
     displayed at ``height`` x ``width``; ``resize(frames, (h, w))`` turns (T, H, W, 3) uint8 frames
     into (T, h, w, 3). Readers call ``resize`` on each frame they keep, so a long clip is never
-    held at full resolution.
+    held at full resolution. The number of frames sampled is a multiple of ``frames_per_slice``.
     """
 
     size: Callable[[int, int, int], tuple[int, int]]
     resize: Callable[[np.ndarray, tuple[int, int]], np.ndarray]
+    frames_per_slice: int = field(default_factory=lambda: default_limits().frames_per_slice)
 
 
 class ReaderFailed(Exception):

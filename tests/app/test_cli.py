@@ -316,7 +316,7 @@ def test_help_lists_the_settings_flags(capsys: pytest.CaptureFixture[str]) -> No
 def test_an_incomplete_checkpoint_is_refused_with_what_is_missing(
     tmp_path: Path, break_checkpoint: str, expected: str
 ) -> None:
-    from tests.core.test_models import _one_tensor_only, copy_demo
+    from tests.core.test_loading import _one_tensor_only, copy_demo
 
     if break_checkpoint == "one_tensor":
         folder = copy_demo(tmp_path / "checkpoint")

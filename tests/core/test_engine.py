@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from framewise.core import engine as engine_module
+from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.encoding.manager import GraphVisionEncoder
-from framewise.core.encoding.seam import EagerVisionEncoder
 from framewise.core.engine import Engine
 from framewise.core.errors import CancelledError, ClipError, FramewiseError
 from framewise.core.events import (
@@ -28,8 +28,8 @@ from framewise.core.events import (
     Progress,
     Token,
 )
+from framewise.core.families.qwen3_vl.attention import REGISTERED_NAMES
 from framewise.core.metrics import DecodeSpeedMeter
-from framewise.core.qwen3_vl.attention import REGISTERED_NAMES
 from framewise.core.settings import AppSettings
 from framewise.core.video import pyav_reader
 from tests.conftest import SAMPLE_CLIPS
@@ -133,11 +133,11 @@ def test_the_engines_answer_is_generates_answer_with_the_models_own_vision_pass(
     engine_, _ = engine
     ours = engine_.ask("How many shapes are there?").text
 
-    from framewise.core.processing import build_chat_inputs
+    from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
 
     loaded = engine_.loaded
     item = engine_.clip.video.item
-    inputs = build_chat_inputs(loaded.tokenizer, "How many shapes are there?", video=engine_.clip.video)
+    inputs = build_chat_inputs(loaded.tokenizer, "How many shapes are there?", videos=[engine_.clip.video])
     with torch.inference_mode():
         output = loaded.model.generate(
             input_ids=inputs.input_ids,
@@ -270,7 +270,7 @@ def test_turning_graphs_off_gives_the_tower_back_its_stock_attention(monkeypatch
     Graphs run ``direct`` here (same buffers and forward, no CUDA graph), so the switch happens on the CPU.
     """
 
-    def direct_graphs(adapter, settings, progress=None):
+    def direct_graphs(adapter, settings, progress=None, limits=None):
         if not settings.use_graphs:
             return EagerVisionEncoder(adapter), "graphs off"
         return GraphVisionEncoder(adapter, settings, direct=True), "direct graphs on the CPU"

@@ -19,7 +19,7 @@ from framewise.core.events import Token
 from framewise.core.settings import AppSettings
 from tests.conftest import SAMPLE_CLIPS
 from tests.core.test_engine import FAST, Recorder, loaded_engine  # noqa: F401 - the module-scoped engine fixture
-from tests.core.test_models import copy_demo
+from tests.core.test_loading import copy_demo
 
 CLIP = SAMPLE_CLIPS / "red_square_moves_right.mp4"
 OTHER_CLIP = SAMPLE_CLIPS / "two_shapes_wide.mp4"
@@ -159,16 +159,17 @@ def test_a_cancel_during_an_encoder_pass_keeps_the_open_clip(engine: Engine) -> 
 
 
 def test_a_cancel_during_preprocessing_keeps_the_open_clip(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = engine_module.preprocess_video
+    family = engine.loaded.family
+    real = family.preprocess_video
 
     def preprocess_then_cancel(*args, **kwargs):
         engine.cancel()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine_module, "preprocess_video", preprocess_then_cancel)
+    monkeypatch.setattr(family, "preprocess_video", preprocess_then_cancel)
     with pytest.raises(CancelledError):
         engine.open_clip(OTHER_CLIP)
-    monkeypatch.setattr(engine_module, "preprocess_video", real)
+    monkeypatch.setattr(family, "preprocess_video", real)
     assert engine.clip.summary.clip_name == CLIP.name
     assert_still_answers(engine, 1)
 

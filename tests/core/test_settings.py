@@ -21,7 +21,7 @@ def test_defaults_are_valid_and_budgets_are_finer_than_powers_of_two() -> None:
     ("low", "high", "ratio"), [(256, 16384, 1.25), (100, 1000, 1.5), (4, 4, 2.0), (256, 16000, 3.9)]
 )
 def test_geometric_budgets_cover_the_range_ascending(low: int, high: int, ratio: float) -> None:
-    budgets = geometric_budgets(low, high, ratio)
+    budgets = geometric_budgets(low, high, ratio, 4)
     assert list(budgets) == sorted(set(budgets))
     assert budgets[-1] == high and budgets[0] >= low
     assert all(later / earlier <= ratio + 0.05 for earlier, later in zip(budgets, budgets[1:]) if earlier >= 64)

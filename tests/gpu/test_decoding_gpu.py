@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from framewise.core.decoding import Decoder
-from framewise.core.qwen3_vl.language import Qwen3VLLanguageModel
-from framewise.core.encoding.seam import EagerVisionEncoder
+from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.engine import Engine
 from framewise.core.events import Progress
+from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
+from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.graph_capture import GraphCapture
-from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
 from framewise.core.settings import AppSettings
 from tests.conftest import SAMPLE_CLIPS
 from tests.core.test_decoding import Setup, answer, prompt_for, reference, rule_for

@@ -22,7 +22,7 @@ from framewise.core.backends.vllm_serve_command import vllm_serve_command
 from framewise.core.backends.vllm_server import VllmServerEngine
 from framewise.core.errors import ServerModelError, ServerRequestError
 from framewise.core.events import Token
-from framewise.core.processing import _pair_timestamps
+from framewise.core.families.qwen3_vl.processor import pair_timestamps
 from framewise.core.resources import asset_path
 from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings
 from tests.app.test_cli import framewise
@@ -75,7 +75,7 @@ def test_the_server_writes_framewises_time_markers(vllm_server: str) -> None:
     detokenized = httpx.post(f"{vllm_server}/detokenize", json={"model": "demo", "tokens": tokens}, timeout=120)
     assert detokenized.status_code == 200, detokenized.text
     prompt = detokenized.json()["prompt"]
-    markers = [f"<{time:.1f} seconds>" for time in _pair_timestamps(opened.timestamps, 2)]
+    markers = [f"<{time:.1f} seconds>" for time in pair_timestamps(opened.timestamps, 2)]
     positions = [prompt.find(marker) for marker in markers]
     assert -1 not in positions and positions == sorted(positions), (markers, prompt[:400])
 

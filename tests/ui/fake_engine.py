@@ -31,7 +31,7 @@ from framewise.core.events import (
     ResetReason,
     Token,
 )
-from framewise.core.demo_model import DEMO_LABEL
+from framewise.core.families.qwen3_vl.demo_model import DEMO_LABEL
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator
 from framewise.core.settings import AppSettings
 

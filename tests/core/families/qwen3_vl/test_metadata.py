@@ -14,15 +14,15 @@ from transformers.vision_utils import (
 )
 
 from framewise.core.errors import EncoderError
-from framewise.core.qwen3_vl import attention as attention_module
-from framewise.core.qwen3_vl.attention import (
+from framewise.core.families.qwen3_vl import attention as attention_module
+from framewise.core.families.qwen3_vl.attention import (
     REGISTERED_NAMES,
     available_attention_backends,
     register_backends,
     resolve_backend,
 )
-from framewise.core.qwen3_vl.geometry import VisionGeometry
-from framewise.core.qwen3_vl.metadata import MetadataCache
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.metadata import MetadataCache
 
 GRIDS = [(1, 2, 2), (1, 4, 6), (1, 8, 8), (3, 6, 4), (2, 10, 14), (1, 48, 48), (1, 64, 32), (4, 2, 30)]
 

@@ -24,7 +24,7 @@ import transformers
 
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.errors import FeatureInjectionError
-from framewise.core.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 
 PROBE_ITEMS = 2
 

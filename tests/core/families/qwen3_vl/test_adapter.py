@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from framewise.core.encoding.defs import VisionItem
+from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_encoder
-from framewise.core.encoding.seam import EagerVisionEncoder
 from framewise.core.errors import EncoderError
+from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
+from framewise.core.families.qwen3_vl.attention import REGISTERED_NAMES
 from framewise.core.metrics import EncoderMetricsAccumulator
-from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
-from framewise.core.qwen3_vl.attention import REGISTERED_NAMES
 from framewise.core.settings import EncoderSettings
 
 SETTINGS = EncoderSettings(budgets=(64, 128, 256), max_items_per_batch=4, max_frame_pairs_per_batch=8)

@@ -18,7 +18,10 @@ from transformers import (
     Qwen3VLMoeForConditionalGeneration,
 )
 
-from framewise.core.demo_model import (
+from framewise.core.encoding.defs import VisionItem
+from framewise.core.errors import ModelLoadError, SettingsError
+from framewise.core.events import Progress
+from framewise.core.families.qwen3_vl.demo_model import (
     CHAT_TEMPLATE,
     DEMO_WORDS,
     MODEL_INFO_FILE,
@@ -30,10 +33,9 @@ from framewise.core.demo_model import (
     mrope_section,
     special_token_ids,
 )
-from framewise.core.encoding.defs import VisionItem
-from framewise.core.errors import ModelLoadError, SettingsError
-from framewise.core.events import Progress
-from framewise.core.models import (
+from framewise.core.families.qwen3_vl.processor import VideoInputs
+from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
+from framewise.core.loading import (
     DEMO_MODEL_DIR,
     LoadedModel,
     load_model,
@@ -42,7 +44,6 @@ from framewise.core.models import (
     read_model_info,
     resolve_model_source,
 )
-from framewise.core.processing import VideoInputs, build_chat_inputs
 from framewise.core.settings import ModelSettings
 from tests.conftest import REPO_ROOT
 
@@ -78,7 +79,7 @@ def test_demo_model_loads_on_the_cpu_with_its_label(demo: LoadedModel) -> None:
     assert demo.label == read_model_info(DEMO_MODEL_DIR)["label"] and demo.label.startswith("Demo model")
     assert demo.device == torch.device("cpu") and demo.dtype == torch.float32
     assert next(demo.model.parameters()).dtype == torch.float32
-    assert (demo.geometry.patch_size, demo.geometry.temporal_patch_size, demo.geometry.merge_size) == (16, 2, 2)
+    assert (demo.limits.patch_size, demo.limits.frames_per_slice, demo.limits.merge_size) == (16, 2, 2)
     assert demo.model.config._attn_implementation == "sdpa"
 
 
@@ -197,7 +198,8 @@ def test_demo_model_generates_from_a_small_video(demo: LoadedModel) -> None:
     grid = (2, 4, 4)  # two frame pairs of 64x64 pixels: 8 merged tokens in all
     pixels = torch.randn(grid[0] * grid[1] * grid[2], 3 * 2 * 16 * 16, generator=torch.Generator().manual_seed(0))
     video = VideoInputs(item=VisionItem(pixels, grid, "video"), pair_timestamps=(0.5, 1.5))
-    inputs = build_chat_inputs(demo.tokenizer, "What color is the square?", video=video, geometry=demo.geometry)
+    question = "What color is the square?"
+    inputs = build_chat_inputs(demo.tokenizer, question, videos=[video], geometry=demo.adapter.geometry)
     assert int((inputs.mm_token_type_ids == 2).sum()) == 8
     model_inputs = dict(
         input_ids=inputs.input_ids,

@@ -1,5 +1,5 @@
-"""Parity of core.processing with transformers' own Qwen3-VL processors on the same frames, and
-of the application's own path (a file read by core.video, resized by its resampler) with them.
+"""Parity of the Qwen3-VL family's processor and prompt with transformers' own Qwen3-VL processors
+on the same frames, and of the application's own path (a file read by core.video, resized by its resampler) with them.
 
 transformers' ``Qwen3VLVideoProcessor`` and ``Qwen2VLImageProcessor`` need torchvision and
 Pillow; where either is missing the whole file is skipped, saying so. The processors are built
@@ -27,11 +27,10 @@ from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor  #
 from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor  # noqa: E402
 from transformers.models.qwen3_vl.video_processing_qwen3_vl import smart_resize as hf_video_smart_resize  # noqa: E402
 
-from framewise.core.processing import (  # noqa: E402
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry  # noqa: E402
+from framewise.core.families.qwen3_vl.processor import (  # noqa: E402
     IMAGE_MAX_PIXELS,
     IMAGE_MIN_PIXELS,
-    VisionGeometry,
-    build_chat_inputs,
     fit_video_frames,
     image_size,
     preprocess_image,
@@ -40,6 +39,7 @@ from framewise.core.processing import (  # noqa: E402
     smart_resize,
     video_frame_sizing,
 )
+from framewise.core.families.qwen3_vl.prompt import build_chat_inputs  # noqa: E402
 from framewise.core.settings import SamplingSettings  # noqa: E402
 from framewise.core.video import sample_clip  # noqa: E402
 
@@ -112,7 +112,7 @@ def test_matches_qwen3vl_processor(case):
 
     video = preprocess_video(fit_video_frames(frames, sampling), timestamps, GEOMETRY)
     items = [preprocess_image(image, GEOMETRY, **IMAGE_BOUNDS) for image in images]
-    ours = build_chat_inputs(tokenizer, question, video=video, images=items, history=history)
+    ours = build_chat_inputs(tokenizer, question, videos=[video], images=items, history=history)
 
     first_turn = [{"type": "video"}, *({"type": "image"} for _ in images)]
     turns = [*history, (question, None)]
@@ -156,7 +156,7 @@ def test_the_applications_own_path_matches_qwen3vl_processor(tmp_path):
     assert indices == list(range(8))  # each frame once, so both sides see the same frames
     video = preprocess_video(sampled.frames, sampled.timestamps, GEOMETRY)
     question = "What moves, and where to?"
-    ours = build_chat_inputs(tokenizer, question, video=video)
+    ours = build_chat_inputs(tokenizer, question, videos=[video])
 
     messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": question}]}]
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

@@ -8,9 +8,9 @@ from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionCon
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
 
 from framewise.core.errors import EncoderError
-from framewise.core.qwen3_vl.fused import FusedVisionForward, compile_cache_dir
-from framewise.core.qwen3_vl.geometry import VisionGeometry
-from framewise.core.qwen3_vl.metadata import MetadataCache
+from framewise.core.families.qwen3_vl.fused import FusedVisionForward, compile_cache_dir
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.metadata import MetadataCache
 
 
 def tiny_tower(hidden_act: str = "gelu_pytorch_tanh") -> Qwen3VLVisionModel:

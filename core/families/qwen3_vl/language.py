@@ -1,8 +1,8 @@
 """Qwen3-VL's language model, run pass by pass over a :class:`StaticKVCache`.
 
-Everything the decoder needs to know about Qwen3-VL lives here: where the vision features go
-in the prompt (the video pad positions, with their deepstack features added after the first
-layers), the 3-D rotary positions (the model's own ``get_rope_index`` over the whole prompt, so
+Everything the decoder needs to know about Qwen3-VL's language model lives here: how the vision
+features enter (in place of the tokens the decoder marks, with their deepstack features added
+after the first layers), the 3-D rotary positions (the model's own ``get_rope_index`` over the whole prompt, so
 they agree with ``generate()``), and the offset that carries them on past the prompt: a token
 generated at cache position ``p`` has rotary position ``p + rope_offset`` on all three axes.
 
@@ -10,7 +10,7 @@ A prefill runs the model's own decoder layers, rotary embedding, norm and head, 
 ``Qwen3VLTextModel.forward`` calls them; only the cache and the attention function are Framewise's.
 A decode step (one token) runs the same weights laid out for it (:class:`_DenseLayer`: q, k and v
 stacked into one matrix, gate and up into another). On a CUDA device with Triton the step is seven
-kernel launches a layer (:mod:`framewise.core.qwen3_vl.step_kernels`: norms, rotary, SiLU and
+kernel launches a layer (:mod:`framewise.core.families.qwen3_vl.step_kernels`: norms, rotary, SiLU and
 residual adds done inside the matrix-vector products and the cache write, attention reading only
 the filled positions); elsewhere the same arithmetic runs as torch ops, the q and k norms and
 rotary applied to all heads at once and attention in one ``scaled_dot_product_attention`` call.
@@ -28,10 +28,9 @@ import torch
 import torch.nn.functional as F
 
 from framewise.core.decoding.attention import causal_mask, decoder_attention, prefill_mask
-from framewise.core.decoding.defs import PromptPositions
+from framewise.core.decoding.defs import PromptPositions, VisionRows
 from framewise.core.decoding.kv_cache import StaticKVCache
-from framewise.core.encoding.defs import EncodedItem
-from framewise.core.processing import VIDEO_TOKEN
+from framewise.core.encoding.defs import PieceGrid
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,7 @@ class Qwen3VLLanguageModel:
             if unavailable and step_kernels:
                 raise ValueError(f"the decode step kernels cannot run here: {unavailable}")
             if not unavailable:
-                from framewise.core.qwen3_vl import step_kernels as kernels
+                from framewise.core.families.qwen3_vl import step_kernels as kernels
 
                 self._kernels = kernels
 
@@ -144,17 +143,24 @@ class Qwen3VLLanguageModel:
     # ------------------------------------------------------------------ positions
 
     def positions(
-        self, input_ids: torch.Tensor, token_types: torch.Tensor, video_grid_thw: tuple[int, int, int] | None
+        self, input_ids: torch.Tensor, token_types: torch.Tensor, grids: tuple[PieceGrid, ...]
     ) -> PromptPositions:
         """Rotary positions of the prompt ``input_ids`` (1, n) with ``token_types`` (1, n) (0 text,
-        2 video), as ``generate()`` computes them; a prompt without a clip counts 0, 1, 2, ..."""
+        1 image, 2 video) about items of ``grids``, as ``generate()`` computes them; a prompt
+        without items counts 0, 1, 2, ..."""
         length = input_ids.shape[1]
-        if video_grid_thw is None:
+        if not grids:
             return PromptPositions(rope=torch.arange(length).expand(3, length), rope_offset=0)
+
+        def grids_of(modality: str) -> torch.Tensor | None:
+            chosen = [grid for kind, grid in grids if kind == modality]
+            return torch.tensor(chosen) if chosen else None
+
         rope, deltas = self.model.model.get_rope_index(
             input_ids,
             mm_token_type_ids=token_types,
-            video_grid_thw=torch.tensor([video_grid_thw]),
+            image_grid_thw=grids_of("image"),
+            video_grid_thw=grids_of("video"),
             attention_mask=torch.ones_like(input_ids),
         )
         return PromptPositions(rope=rope[:, 0], rope_offset=int(deltas.reshape(-1)[0]))
@@ -162,39 +168,25 @@ class Qwen3VLLanguageModel:
     # ------------------------------------------------------------------ passes
 
     def prefill(
-        self,
-        cache: StaticKVCache,
-        start: int,
-        input_ids: torch.Tensor,
-        token_types: torch.Tensor,
-        rope: torch.Tensor,
-        video: EncodedItem | None,
-        video_rows_before: int,
+        self, cache: StaticKVCache, start: int, input_ids: torch.Tensor, rope: torch.Tensor, vision: VisionRows | None
     ) -> torch.Tensor:
         """Run the prompt tail ``input_ids`` (1, n), whose first token goes to cache position
-        ``start``, and return the last token's logits (1, vocab) float32.
-
-        ``token_types`` (1, n) and ``rope`` (3, n) are the tail's; ``video`` holds the clip's
-        features, of which the tail's video pads take the rows from ``video_rows_before`` on.
-        """
+        ``start``, at rotary positions ``rope`` (3, n), and return the last token's logits
+        (1, vocab) float32. ``vision`` features replace the embeddings of the tokens it marks."""
         count = input_ids.shape[1]
         device = self.device
         input_ids = input_ids.to(device)
         embeds = self.text.embed_tokens(input_ids)
-        video_mask = (token_types == VIDEO_TOKEN).to(device)
+        vision_mask: torch.Tensor | None = None
         deepstack: list[torch.Tensor] = []
-        video_rows = int(video_mask.sum())
-        if video_rows:
-            if video is None:
-                raise ValueError("the prompt has video pads but no clip features were given")
-            rows = slice(video_rows_before, video_rows_before + video_rows)
-            features = video.embeds[rows].to(device, embeds.dtype)
-            embeds = embeds.masked_scatter(video_mask[..., None], features)
-            deepstack = [layer[rows] for layer in video.deepstack]
+        if vision is not None:
+            vision_mask = vision.mask.to(device)
+            embeds = embeds.masked_scatter(vision_mask[..., None], vision.embeds.to(device, embeds.dtype))
+            deepstack = [layer.to(device) for layer in vision.deepstack]
         cache.write_positions = torch.arange(start, start + count, device=device)
         cache.view_length = start + count
         mask = prefill_mask(start, count, device, embeds.dtype)
-        hidden = self._layers(embeds, rope.to(device)[:, None, :], cache, mask, video_mask, deepstack)
+        hidden = self._layers(embeds, rope.to(device)[:, None, :], cache, mask, vision_mask, deepstack)
         return self.model.lm_head(hidden[:, -1, :]).float()
 
     def text_prefill(
@@ -297,11 +289,11 @@ class Qwen3VLLanguageModel:
         rope: torch.Tensor,
         cache: StaticKVCache,
         mask: torch.Tensor | None,
-        video_mask: torch.Tensor | None,
+        vision_mask: torch.Tensor | None,
         deepstack: list[torch.Tensor],
     ) -> torch.Tensor:
         """The decoder stack on ``embeds`` (1, n, hidden) at rotary positions ``rope`` (3, 1, n);
-        deepstack features are added at the video positions after the first layers, as
+        deepstack features are added at the ``vision_mask`` (1, n) positions after the first layers, as
         ``Qwen3VLTextModel.forward`` does. Returns the normed hidden states (1, n, hidden)."""
         position_embeddings = self.text.rotary_emb(embeds, rope)
         hidden = embeds
@@ -314,7 +306,7 @@ class Qwen3VLLanguageModel:
                     **{self._cache_keyword: cache},
                 )
                 if index < len(deepstack):
-                    hidden = self.text._deepstack_process(hidden, video_mask, deepstack[index])
+                    hidden = self.text._deepstack_process(hidden, vision_mask, deepstack[index])
         return self.text.norm(hidden)
 
 

@@ -1,8 +1,10 @@
-"""Loading Qwen3-VL checkpoints: the bundled demo model, a local folder, or a cached repo id.
+"""Loading checkpoints: the bundled demo model, a local folder, or a cached repo id.
 
-Nothing here touches the network: a repo id is looked up in the local Hugging Face cache only.
-Only safetensors weights and the classes shipped with transformers are used (no remote code).
-A folder that is missing, incomplete or of another architecture gives a
+The checks here are generic (config, weight files, dtypes, tokenizer, chat template); the model
+family the checkpoint's ``model_type`` names (:func:`~framewise.core.families.family_for`) loads
+its own classes. Nothing here touches the network: a repo id is looked up in the local Hugging
+Face cache only. Only safetensors weights and the classes shipped with transformers are used (no
+remote code). A folder that is missing, incomplete or of another architecture gives a
 :class:`~framewise.core.errors.ModelLoadError` that says what is wrong and what to do.
 """
 
@@ -12,34 +14,24 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 from jinja2 import TemplateError
 from safetensors import SafetensorError, safe_open
-from transformers import (
-    AutoTokenizer,
-    PreTrainedTokenizerBase,
-    Qwen3VLForConditionalGeneration,
-    Qwen3VLMoeForConditionalGeneration,
-)
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
 
-from framewise.core.demo_model import MODEL_INFO_FILE
-from framewise.core.errors import ModelLoadError, SettingsError
+from framewise.core.decoding.defs import LanguageModel
+from framewise.core.encoding.defs import SupportsEncoderGraphs
+from framewise.core.errors import ModelLoadError, SettingsError, UnsupportedModelError
 from framewise.core.events import Progress
-from framewise.core.processing import chat_messages
-from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
-from framewise.core.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families import FamilyLimits, ModelFamily, family_for
 from framewise.core.resources import asset_path
 from framewise.core.settings import DEMO_MODEL, ModelSettings
 
 DEMO_MODEL_DIR = asset_path("demo_model")
-
-MODEL_CLASSES: dict[str, type[Qwen3VLForConditionalGeneration] | type[Qwen3VLMoeForConditionalGeneration]] = {
-    "qwen3_vl": Qwen3VLForConditionalGeneration,
-    "qwen3_vl_moe": Qwen3VLMoeForConditionalGeneration,
-}
+MODEL_INFO_FILE = "framewise.json"
 FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
 PICKLE_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -48,25 +40,33 @@ LOAD_STEPS = 4
 ProgressCallback = Callable[[Progress], None]
 
 
+class FamilyAdapter(SupportsEncoderGraphs, Protocol):
+    """A loaded model's side of the encoder seam, which also gives the decoder its language model."""
+
+    def language_model(self) -> LanguageModel: ...
+
+
 @dataclass(frozen=True)
 class LoadedModel:
     """A model ready to answer: weights on ``device`` in ``dtype``, in eval mode.
 
     ``label`` is shown next to the model's answers when set: it comes from the folder's
-    ``framewise.json`` (the demo model's says its weights are random). ``adapter`` is the model
-    family's side of the encoder seam (graphs, eager forward, feature injection); ``geometry``
-    the vision tower's patch geometry, for preprocessing; ``path`` the checkpoint folder.
+    ``framewise.json`` (the demo model's says its weights are random). ``family`` is the model
+    family that loaded it (preprocessing, prompt, cancel points); ``adapter`` the family's side of
+    the encoder seam (graphs, eager forward, feature injection, the decoder's language model);
+    ``limits`` this checkpoint's vision limits; ``path`` the checkpoint folder.
     """
 
-    model: Qwen3VLForConditionalGeneration | Qwen3VLMoeForConditionalGeneration
+    model: torch.nn.Module
     tokenizer: PreTrainedTokenizerBase
     name: str
     is_demo: bool
     label: str | None
     device: torch.device
     dtype: torch.dtype
-    adapter: Qwen3VLAdapter
-    geometry: VisionGeometry
+    family: ModelFamily
+    adapter: FamilyAdapter
+    limits: FamilyLimits
     path: Path
 
 
@@ -85,14 +85,15 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
     report(Progress("load", 0, LOAD_STEPS, f"Reading the configuration of {name}"))
     path = resolve_model_source(settings.source)
     model_type = check_checkpoint(path)
+    family = family_for(model_type)
     label = read_model_info(path).get("label")
 
     report(Progress("load", 1, LOAD_STEPS, f"Loading the weights of {name}"))
-    model = _load_weights(path, model_type, dtype)
+    model = _load_weights(family, path, model_type, dtype)
 
     report(Progress("load", 2, LOAD_STEPS, "Loading the tokenizer"))
     tokenizer = _load_tokenizer(path)
-    check_chat_template(tokenizer, path)
+    check_chat_template(tokenizer, path, family)
 
     report(Progress("load", 3, LOAD_STEPS, f"Moving the model to {device.type}"))
     try:
@@ -102,7 +103,7 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
             f"{name} does not fit in the memory of {device}; choose a smaller model, the CPU, or a smaller dtype."
         ) from error
 
-    adapter = Qwen3VLAdapter.for_model(model)
+    adapter = family.adapter(model)
     report(Progress("load", LOAD_STEPS, LOAD_STEPS, f"Loaded {name}"))
     return LoadedModel(
         model=model,
@@ -112,8 +113,9 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
         label=label,
         device=device,
         dtype=dtype,
+        family=family,
         adapter=adapter,
-        geometry=adapter.geometry,
+        limits=family.limits_of(model),
         path=path,
     )
 
@@ -184,9 +186,9 @@ def hub_cache_dir() -> Path:
 
 
 def check_checkpoint(path: Path) -> str:
-    """Check that ``path`` holds a complete Qwen3-VL checkpoint; return its ``model_type``.
+    """Check that ``path`` holds a complete checkpoint of a supported family; return its ``model_type``.
 
-    Checks, in order: config.json readable, model_type qwen3_vl or qwen3_vl_moe, safetensors
+    Checks, in order: config.json readable, a model_type some family loads, safetensors
     weights present (pickle weights are refused), every shard of the safetensors index present,
     every tensor floating point, tokenizer files present. Raises ModelLoadError saying which check
     failed. Loading then checks that every weight the architecture needs came with the right shape
@@ -210,12 +212,11 @@ def _read_model_type(path: Path) -> str:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ModelLoadError(f"{config_file} cannot be read as JSON ({error}); the download may be damaged.") from error
     model_type = config.get("model_type") if isinstance(config, dict) else None
-    if model_type not in MODEL_CLASSES:
-        expected = " or ".join(MODEL_CLASSES)
-        raise ModelLoadError(
-            f"{path} holds a {model_type or 'model of unknown type'!s} checkpoint; Framewise runs Qwen3-VL "
-            f"(model_type {expected}). Choose a Qwen3-VL checkpoint such as Qwen/Qwen3-VL-2B-Instruct."
-        )
+    try:
+        family_for(model_type)
+    except UnsupportedModelError as error:
+        described = model_type or "model of unknown type"
+        raise UnsupportedModelError(f"{path} holds a {described!s} checkpoint. {error}") from None
     return model_type
 
 
@@ -265,24 +266,13 @@ def read_model_info(path: Path) -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-def _load_weights(
-    path: Path, model_type: str, dtype: torch.dtype
-) -> Qwen3VLForConditionalGeneration | Qwen3VLMoeForConditionalGeneration:
-    model_class = MODEL_CLASSES[model_type]
+def _load_weights(family: ModelFamily, path: Path, model_type: str, dtype: torch.dtype) -> torch.nn.Module:
     bars_enabled = transformers_logging.is_progress_bar_enabled()
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.disable_progress_bar()  # progress goes through our own events
     transformers_logging.set_verbosity_error()  # so does the load report: check_loaded_weights words it
     try:
-        model, loading_info = model_class.from_pretrained(
-            path,
-            dtype=dtype,
-            local_files_only=True,
-            use_safetensors=True,
-            attn_implementation="sdpa",
-            output_loading_info=True,
-            ignore_mismatched_sizes=True,  # reported, with names, by check_loaded_weights
-        )
+        model, loading_info = family.load_weights(path, model_type, dtype)
     except (OSError, ValueError, RuntimeError, KeyError, TypeError, SafetensorError) as error:
         raise ModelLoadError(
             f"The weights in {path} could not be loaded ({error}); the download may be damaged or incomplete."
@@ -319,7 +309,7 @@ def check_loaded_weights(path: Path, loading_info: dict[str, Any]) -> None:
 
 def check_weight_dtypes(path: Path) -> None:
     """Refuse safetensors files holding tensors that are not floating point (a quantized export, say):
-    Qwen3-VL's weights are all floats, and loading integers into them would give nonsense."""
+    the supported checkpoints' weights are all floats, and loading integers into them would give nonsense."""
     wrong: list[str] = []
     for weights in sorted(path.glob("*.safetensors")):
         try:
@@ -333,11 +323,11 @@ def check_weight_dtypes(path: Path) -> None:
     if wrong:
         raise ModelLoadError(
             f"{path} holds {len(wrong)} tensors that are not floating point ({_first_few(wrong)}); Framewise loads "
-            "unquantized Qwen3-VL checkpoints (bfloat16, float16 or float32 weights)."
+            "unquantized checkpoints (bfloat16, float16 or float32 weights)."
         )
 
 
-def check_chat_template(tokenizer: PreTrainedTokenizerBase, path: Path) -> None:
+def check_chat_template(tokenizer: PreTrainedTokenizerBase, path: Path, family: ModelFamily) -> None:
     """Render a question about a video with the tokenizer's chat template, as every question will be.
 
     Raises ModelLoadError when the checkpoint has no template or it does not render.
@@ -349,7 +339,7 @@ def check_chat_template(tokenizer: PreTrainedTokenizerBase, path: Path) -> None:
         )
     try:
         tokenizer.apply_chat_template(
-            chat_messages("What happens?", video=True, image_count=0, history=()),
+            family.chat_messages("What happens?", videos=1),
             tokenize=False,
             add_generation_prompt=True,
         )

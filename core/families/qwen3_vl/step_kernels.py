@@ -19,7 +19,7 @@ Rounding follows the model's own layers (transformers' Qwen3-VL text model): eve
 model rounds to its dtype (the normed hidden state before the norm weight, the product with the
 norm weight, the rotated q and k, ``silu(gate)``, each projection's output, each residual sum) is
 rounded here too; sums run in float32. This module needs Triton and a CUDA device; the decoder
-runs the same arithmetic in torch ops elsewhere (:mod:`framewise.core.qwen3_vl.language`).
+runs the same arithmetic in torch ops elsewhere (:mod:`framewise.core.families.qwen3_vl.language`).
 """
 
 from __future__ import annotations

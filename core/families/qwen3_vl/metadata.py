@@ -19,7 +19,7 @@ from typing import Callable, Hashable, Sequence, TypeVar
 import torch
 
 from framewise.core.errors import EncoderError
-from framewise.core.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 
 T = TypeVar("T")
 

@@ -24,7 +24,8 @@ import torch
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
-from framewise.core.processing import IMAGE_PAD, VIDEO_PAD, VISION_END, VISION_START
+from framewise.core.families.qwen3_vl.prompt import IMAGE_PAD, VIDEO_PAD, VISION_END, VISION_START
+from framewise.core.loading import MODEL_INFO_FILE
 
 ENDOFTEXT = "<|endoftext|>"
 IM_START = "<|im_start|>"
@@ -32,7 +33,6 @@ IM_END = "<|im_end|>"
 VISION_PAD = "<|vision_pad|>"
 SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END, VISION_START, VISION_END, VISION_PAD, IMAGE_PAD, VIDEO_PAD)
 
-MODEL_INFO_FILE = "framewise.json"
 DEMO_SEED = 20250101
 # Shown next to the demo model's answers (framewise.json's "label"): the trained model that ships
 # in assets/demo_model, and the random-weights model of scripts/make_demo_model.py.

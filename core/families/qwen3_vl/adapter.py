@@ -20,17 +20,17 @@ import torch
 
 from framewise.core.encoding.defs import BufferSpec, EncodedItem, GraphBuffers, PieceGrid, VisionItem
 from framewise.core.errors import EncoderError, FramewiseError
-from framewise.core.qwen3_vl.attention import (
+from framewise.core.families.qwen3_vl.attention import (
     REGISTERED_NAMES,
     available_attention_backends,
     register_backends,
     resolve_backend,
 )
-from framewise.core.qwen3_vl.fused import FusedVisionForward, compile_cache_dir, use_compile_cache
-from framewise.core.qwen3_vl.geometry import VisionGeometry
-from framewise.core.qwen3_vl.injection import FeatureInjector
-from framewise.core.qwen3_vl.language import Qwen3VLLanguageModel
-from framewise.core.qwen3_vl.metadata import MetadataCache
+from framewise.core.families.qwen3_vl.fused import FusedVisionForward, compile_cache_dir, use_compile_cache
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.injection import FeatureInjector
+from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
+from framewise.core.families.qwen3_vl.metadata import MetadataCache
 
 # The metadata inputs of the tower's forward: (trailing shape, dtype), leading dim the rows.
 _ROW_INPUTS = {
@@ -50,7 +50,7 @@ class Qwen3VLAdapter:
     :attr:`graph_tower` is the module :meth:`graph_forward` runs (the one captured into every
     graph); it defaults to ``visual`` and may be replaced by any module with the same weights and
     keyword interface. With :meth:`use_fused_forward` the graphs capture
-    :class:`~framewise.core.qwen3_vl.fused.FusedVisionForward` instead.
+    :class:`~framewise.core.families.qwen3_vl.fused.FusedVisionForward` instead.
     """
 
     def __init__(
@@ -110,7 +110,7 @@ class Qwen3VLAdapter:
         self._fused = FusedVisionForward(self.visual, backend, compiled=compiled) if self._fuse else None
 
     def use_fused_forward(self, enabled: bool) -> bool:
-        """Compiled kernels land in the user's cache (:func:`~framewise.core.qwen3_vl.fused.compile_cache_dir`)."""
+        """Compiled kernels land in the user's cache (:func:`~framewise.core.families.qwen3_vl.fused.compile_cache_dir`)."""
         self._fuse = enabled
         if enabled:
             use_compile_cache(compile_cache_dir(self.visual, self.device))

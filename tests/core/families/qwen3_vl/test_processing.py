@@ -1,7 +1,7 @@
 """Qwen3-VL preprocessing: frame sizes, resize, patch layout, prompt expansion.
 
 The tokenizer is built here (byte-level, no merges, Qwen's special tokens and a Qwen-format chat
-template) so the tests need no model files. ``tests/core/test_processing_parity.py`` reuses it.
+template) so the tests need no model files. ``test_processing_parity.py`` reuses it.
 """
 
 from __future__ import annotations
@@ -17,10 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from framewise.core.errors import ClipTooLargeError, FramewiseError, ModelLoadError
-from framewise.core.processing import (
-    ChatInputs,
-    VisionGeometry,
-    build_chat_inputs,
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.processor import (
     fit_video_frames,
     image_size,
     patchify,
@@ -30,6 +28,7 @@ from framewise.core.processing import (
     smart_resize,
     video_frame_size,
 )
+from framewise.core.families.qwen3_vl.prompt import ChatInputs, build_chat_inputs
 from framewise.core.settings import SamplingSettings
 
 SPECIAL_TOKENS = (
@@ -357,7 +356,7 @@ def ids_of(tokenizer, token: str) -> int:
 
 def test_video_prompt_expansion(tokenizer):
     video = video_inputs(pairs=3, height=64, width=96)
-    inputs = build_chat_inputs(tokenizer, "What moves?", video=video)
+    inputs = build_chat_inputs(tokenizer, "What moves?", videos=[video])
     assert isinstance(inputs, ChatInputs)
     t, h, w = video.item.grid_thw
     video_pads = inputs.input_ids == ids_of(tokenizer, "<|video_pad|>")
@@ -374,7 +373,7 @@ def test_video_prompt_expansion(tokenizer):
 
 
 def test_token_tensors_match_the_prompt(tokenizer):
-    inputs = build_chat_inputs(tokenizer, "What moves?", video=video_inputs(), images=[image_item()])
+    inputs = build_chat_inputs(tokenizer, "What moves?", videos=[video_inputs()], images=[image_item()])
     length = inputs.input_ids.shape[1]
     for tensor in (inputs.input_ids, inputs.attention_mask, inputs.mm_token_type_ids):
         assert tensor.shape == (1, length) and tensor.dtype == torch.long
@@ -384,7 +383,7 @@ def test_token_tensors_match_the_prompt(tokenizer):
 
 def test_mm_token_type_ids_mark_exactly_the_pads(tokenizer):
     video, images = video_inputs(), [image_item(64, 64), image_item(32, 96)]
-    inputs = build_chat_inputs(tokenizer, "Compare.", video=video, images=images)
+    inputs = build_chat_inputs(tokenizer, "Compare.", videos=[video], images=images)
     ids, types = inputs.input_ids, inputs.mm_token_type_ids
     assert torch.equal(types == 2, ids == ids_of(tokenizer, "<|video_pad|>"))
     assert torch.equal(types == 1, ids == ids_of(tokenizer, "<|image_pad|>"))
@@ -393,23 +392,51 @@ def test_mm_token_type_ids_mark_exactly_the_pads(tokenizer):
     assert set(types.unique().tolist()) == {0, 1, 2}
 
 
+def test_spans_place_every_frame_pair_and_image_on_its_pads_in_item_order(tokenizer):
+    """Two clips and an image: items numbered clips first; a clip has one span per frame pair,
+    whose rows follow on from the previous pair's; every pad is in exactly one span."""
+    clips, image = [video_inputs(pairs=3), video_inputs(pairs=2, height=32)], image_item(64, 32)
+    inputs = build_chat_inputs(tokenizer, "Compare.", videos=clips, images=[image])
+    assert inputs.grids == (("video", (3, 4, 6)), ("video", (2, 2, 6)), ("image", (1, 4, 2)))
+    spans = inputs.spans
+    assert [(span.item, span.row, span.length) for span in spans] == [
+        (0, 0, 6), (0, 6, 6), (0, 12, 6), (1, 0, 3), (1, 3, 3), (2, 0, 2),
+    ]
+    covered = torch.zeros_like(inputs.input_ids[0], dtype=torch.bool)
+    for span in spans:
+        assert not covered[span.start : span.end].any()
+        covered[span.start : span.end] = True
+    assert torch.equal(covered, inputs.mm_token_type_ids[0] > 0)
+    assert all(earlier.end < later.start for earlier, later in zip(spans, spans[1:]))  # markers between pairs
+
+
+def test_a_tokenizer_that_merges_pads_is_refused(tokenizer):
+    """Spans need one token per pad; a pad run of the wrong length means the tokenizer merged them."""
+    from framewise.core.families.qwen3_vl.prompt import vision_spans
+
+    inputs = build_chat_inputs(tokenizer, "What moves?", videos=[video_inputs(pairs=1)])
+    grids = (("video", (1, 4, 8)),)  # 8 tokens expected where the prompt holds 6 pads
+    assert vision_spans(inputs.mm_token_type_ids, grids, 4) is None
+    assert vision_spans(inputs.mm_token_type_ids, inputs.grids, 4) == inputs.spans
+
+
 def test_images_only_prompt(tokenizer):
     images = [image_item(64, 64), image_item(64, 128)]
-    inputs = build_chat_inputs(tokenizer, "Which is wider?", video=None, images=images)
+    inputs = build_chat_inputs(tokenizer, "Which is wider?", videos=(), images=images)
     pad_runs = re.findall(r"<\|vision_start\|>((?:<\|image_pad\|>)+)<\|vision_end\|>", inputs.prompt_text)
     assert [run.count("<|image_pad|>") for run in pad_runs] == [4, 8]
     assert "seconds>" not in inputs.prompt_text and not torch.any(inputs.mm_token_type_ids == 2)
 
 
 def test_text_only_prompt(tokenizer):
-    inputs = build_chat_inputs(tokenizer, "Hello", video=None)
+    inputs = build_chat_inputs(tokenizer, "Hello", videos=())
     assert inputs.prompt_text == "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n"
     assert not torch.any(inputs.mm_token_type_ids)
 
 
 def test_history_turns_in_order_with_the_clip_in_the_first(tokenizer):
     history = [("What is red?", "A ball."), ("Where does it go?", "Left.")]
-    inputs = build_chat_inputs(tokenizer, "And then?", video=video_inputs(pairs=1), history=history)
+    inputs = build_chat_inputs(tokenizer, "And then?", videos=[video_inputs(pairs=1)], history=history)
     text = inputs.prompt_text
     turns = re.findall(r"<\|im_start\|>(\w+)\n(.*?)<\|im_end\|>", text, flags=re.S)
     assert [role for role, _ in turns] == ["user", "assistant", "user", "assistant", "user"]
@@ -422,22 +449,22 @@ def test_history_turns_in_order_with_the_clip_in_the_first(tokenizer):
 
 def test_unicode_question_round_trips(tokenizer):
     question = "¿Qué pasa aquí? 日本語の説明 🎬"
-    inputs = build_chat_inputs(tokenizer, question, video=video_inputs(pairs=1))
+    inputs = build_chat_inputs(tokenizer, question, videos=[video_inputs(pairs=1)])
     assert question in inputs.prompt_text
     assert tokenizer.decode(inputs.input_ids[0]) == inputs.prompt_text
 
 
 def test_reserved_markers_in_text_are_refused(tokenizer):
     with pytest.raises(FramewiseError, match="reserved marker"):
-        build_chat_inputs(tokenizer, "what is <|video_pad|>?", video=video_inputs(pairs=1))
+        build_chat_inputs(tokenizer, "what is <|video_pad|>?", videos=[video_inputs(pairs=1)])
     with pytest.raises(FramewiseError, match="reserved marker"):
-        build_chat_inputs(tokenizer, "ok", video=None, history=[("q", "a <|vision_start|>")])
+        build_chat_inputs(tokenizer, "ok", videos=(), history=[("q", "a <|vision_start|>")])
 
 
 def test_tokenizer_without_vision_tokens_is_a_model_error():
     plain = make_tokenizer(special_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>"))
     with pytest.raises(ModelLoadError, match="no <\\|vision_start\\|> token"):
-        build_chat_inputs(plain, "Hi", video=None)
+        build_chat_inputs(plain, "Hi", videos=())
 
 
 def test_template_that_drops_the_clip_is_a_model_error():
@@ -445,4 +472,4 @@ def test_template_that_drops_the_clip_is_a_model_error():
         chat_template="{%- for m in messages -%}{{ m.role }}{%- endfor -%}{{ 'assistant' }}"
     )
     with pytest.raises(ModelLoadError, match="chat template placed 0 clip"):
-        build_chat_inputs(text_only, "Hi", video=video_inputs(pairs=1))
+        build_chat_inputs(text_only, "Hi", videos=[video_inputs(pairs=1)])

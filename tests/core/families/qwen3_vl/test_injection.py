@@ -10,14 +10,20 @@ import numpy as np
 import pytest
 import torch
 
-from framewise.core.demo_model import build_demo_config, build_demo_tokenizer, init_demo_model, special_token_ids
 from framewise.core.encoding.defs import EncodedItem
-from framewise.core.encoding.seam import EagerVisionEncoder
+from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.errors import FeatureInjectionError, FramewiseError
-from framewise.core.processing import build_chat_inputs, preprocess_video
-from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
-from framewise.core.qwen3_vl.geometry import VisionGeometry
-from framewise.core.qwen3_vl.injection import FeatureInjector
+from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
+from framewise.core.families.qwen3_vl.demo_model import (
+    build_demo_config,
+    build_demo_tokenizer,
+    init_demo_model,
+    special_token_ids,
+)
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.injection import FeatureInjector
+from framewise.core.families.qwen3_vl.processor import preprocess_video
+from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
 
 NEW_TOKENS = 6
 
@@ -39,7 +45,7 @@ def prompt(model, tokenizer):
     geometry = VisionGeometry.from_vision_config(model.config.vision_config)
     frames = np.random.default_rng(0).integers(0, 256, (4, 64, 96, 3), dtype=np.uint8)
     video = preprocess_video(frames, [0.0, 0.5, 1.0, 1.5], geometry)
-    inputs = build_chat_inputs(tokenizer, "What moves?", video=video, geometry=geometry)
+    inputs = build_chat_inputs(tokenizer, "What moves?", videos=[video], geometry=geometry)
     return inputs, video.item
 
 

@@ -8,8 +8,8 @@ from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionCon
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
 
 from framewise.core.encoding.defs import VisionItem
-from framewise.core.encoding.seam import EagerVisionEncoder
-from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
+from framewise.core.encoding.eager import EagerVisionEncoder
+from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
 
 
 @pytest.fixture(scope="module")

@@ -1,14 +1,12 @@
-"""The vision-encoder seam: the one place the engine calls a model's vision tower through.
-
-:class:`VisionEncoder` is the protocol; :class:`EagerVisionEncoder` runs the tower's own
-forward through its adapter (the reference path, and the only one on a CPU). The CUDA-graph
-manager in :mod:`framewise.core.encoding.manager` implements the same protocol.
+"""The eager vision encoder: :class:`EagerVisionEncoder` runs the tower's own forward through its
+adapter (the reference path, and the only one on a CPU), one of the two
+:class:`~framewise.core.encoding.defs.VisionEncoder` implementations beside the CUDA-graph
+manager (:mod:`framewise.core.encoding.manager`); and the frame counts both report per pass.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import torch
 
@@ -19,73 +17,8 @@ from framewise.core.encoding.defs import (
     SupportsEncoderGraphs,
     VisionItem,
 )
+from framewise.core.encoding.timing import StageTimer
 from framewise.core.events import ChunkStats
-
-
-class VisionEncoder(Protocol):
-    """What the engine needs of a vision encoder.
-
-    ``captured``: whether graphs run the tower; ``budgets``: the captured token budgets
-    (empty without graphs); ``report``: what capturing cost, ``None`` without graphs.
-    """
-
-    name: str
-
-    @property
-    def captured(self) -> bool: ...
-
-    @property
-    def budgets(self) -> tuple[int, ...]: ...
-
-    @property
-    def report(self) -> CaptureReport | None: ...
-
-    def encode(self, items: Sequence[VisionItem]) -> EncoderOutput:
-        """Encode ``items``; outputs keep their order."""
-        ...
-
-    def clear(self) -> None:
-        """Give back what the encoder holds and undo what it changed on the model."""
-        ...
-
-
-class StageTimer:
-    """Times a region of work: CUDA events on a GPU (read after the stream is done), else a host clock.
-
-    ``events`` (start, end) lets a caller reuse timing events it keeps instead of creating two, and
-    ``stream`` spares looking the current stream up at every record.
-    """
-
-    def __init__(
-        self,
-        device: torch.device,
-        events: tuple[torch.cuda.Event, torch.cuda.Event] | None = None,
-        stream: torch.cuda.Stream | None = None,
-    ) -> None:
-        self._cuda = device.type == "cuda"
-        if self._cuda:
-            self._start, self._end = events or (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            self._stream = stream
-
-    def __enter__(self) -> StageTimer:
-        if self._cuda:
-            self._start.record(self._stream)
-        else:
-            self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._cuda:
-            self._end.record(self._stream)
-        else:
-            self._elapsed_ms = (time.perf_counter() - self._t0) * 1e3
-
-    def elapsed_ms(self) -> float:
-        """Milliseconds between enter and exit; synchronizes on the end event on a GPU."""
-        if self._cuda:
-            self._end.synchronize()
-            return self._start.elapsed_time(self._end)
-        return self._elapsed_ms
 
 
 class EagerVisionEncoder:

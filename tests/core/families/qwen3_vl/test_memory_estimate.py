@@ -11,7 +11,8 @@ import torch
 from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
 from framewise.core.decoding.kv_cache import StaticKVCache
-from framewise.core.quantization import loading, memory
+from framewise.core.families.qwen3_vl import memory
+from framewise.core.quantization import loading
 from framewise.core.quantization.formats import UNQUANTIZED, read_tensor_headers
 from framewise.core.quantization.linear import Fp8Linear
 from framewise.core.resources import asset_path

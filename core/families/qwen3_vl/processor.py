@@ -10,28 +10,26 @@ Turns decoded frames into what the vision tower and the language model take:
   sizes and resizes a whole clip's frames at once);
 - :func:`patchify`: normalize and lay patches out in Qwen's order -> (N, 3*2*16*16) rows and a
   ``(t, h, w)`` grid, one temporal patch per frame pair;
-- :func:`build_chat_inputs`: the chat prompt, its placeholders expanded (one ``<t.t seconds>``
-  marker and one vision block per frame pair), token ids and ``mm_token_type_ids``.
+- :func:`pair_timestamps`: one time per frame pair, for the prompt's ``<t.t seconds>`` markers.
 
-The behaviour follows transformers' ``Qwen3VLVideoProcessor``, ``Qwen2VLImageProcessor`` and
-``Qwen3VLProcessor``; ``tests/core/test_processing_parity.py`` checks it against them.
+The prompt is :mod:`~framewise.core.families.qwen3_vl.prompt`'s. The behaviour follows
+transformers' ``Qwen3VLVideoProcessor`` and ``Qwen2VLImageProcessor``;
+``tests/core/families/qwen3_vl/test_processing_parity.py`` checks it against them.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from framewise.core.encoding.defs import VisionItem
-from framewise.core.errors import ClipTooLargeError, FramewiseError, ModelLoadError
-from framewise.core.qwen3_vl.geometry import VisionGeometry
+from framewise.core.errors import ClipTooLargeError
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.settings import SamplingSettings
 from framewise.core.video import FrameSizing
 
@@ -40,14 +38,6 @@ MAX_ASPECT_RATIO = 200
 IMAGE_MIN_PIXELS = 64 * 32 * 32
 IMAGE_MAX_PIXELS = 16384 * 32 * 32
 
-VISION_START = "<|vision_start|>"
-VISION_END = "<|vision_end|>"
-IMAGE_PAD = "<|image_pad|>"
-VIDEO_PAD = "<|video_pad|>"
-
-# Values of mm_token_type_ids.
-TEXT_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN = 0, 1, 2
-
 
 @dataclass(frozen=True)
 class VideoInputs:
@@ -55,20 +45,6 @@ class VideoInputs:
 
     item: VisionItem
     pair_timestamps: tuple[float, ...]
-
-
-@dataclass(frozen=True)
-class ChatInputs:
-    """Token inputs of the language model, all shaped (1, L).
-
-    ``mm_token_type_ids`` marks each token: 0 text, 1 image pad, 2 video pad. ``prompt_text`` is
-    the text that was tokenized, placeholders expanded.
-    """
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    mm_token_type_ids: torch.Tensor
-    prompt_text: str
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,7 +197,7 @@ def video_frame_sizing(sampling: SamplingSettings, geometry: VisionGeometry = Vi
     def size(count: int, height: int, width: int) -> tuple[int, int]:
         return video_frame_size(count, height, width, sampling, geometry=geometry)
 
-    return FrameSizing(size=size, resize=resize_frames)
+    return FrameSizing(size=size, resize=resize_frames, frames_per_slice=geometry.temporal_patch_size)
 
 
 def fit_video_frames(
@@ -287,7 +263,7 @@ def preprocess_video(
     repeated = grid[0] * geometry.temporal_patch_size - frames.shape[0]
     return VideoInputs(
         item=VisionItem(pixel_values=pixel_values, grid_thw=grid, modality="video", repeated_frames=repeated),
-        pair_timestamps=_pair_timestamps(timestamps, geometry.temporal_patch_size),
+        pair_timestamps=pair_timestamps(timestamps, geometry.temporal_patch_size),
     )
 
 
@@ -308,7 +284,9 @@ def preprocess_image(
     return VisionItem(pixel_values=pixel_values, grid_thw=grid, modality="image")
 
 
-def _pair_timestamps(timestamps: Sequence[float], temporal_patch_size: int) -> tuple[float, ...]:
+def pair_timestamps(timestamps: Sequence[float], temporal_patch_size: int) -> tuple[float, ...]:
+    """One time per frame pair: the mean of its first and last frame's ``timestamps`` (seconds);
+    an odd last frame is paired with itself."""
     times = [float(t) for t in timestamps]
     times += times[-1:] * (-len(times) % temporal_patch_size)
     return tuple(
@@ -321,150 +299,3 @@ def _check_frames(video: torch.Tensor) -> None:
         raise ValueError(f"expected (T, H, W, 3) uint8 frames, got {tuple(video.shape)} {video.dtype}")
     if video.shape[0] == 0:
         raise ValueError("expected at least one frame")
-
-
-# ---------------------------------------------------------------------------------------------
-# Prompt
-
-
-def chat_messages(
-    question: str, *, video: bool, image_count: int = 0, history: Sequence[tuple[str, str]] = ()
-) -> list[dict[str, Any]]:
-    """Chat messages in the transformers format: the visual content (video first, then the
-    images) opens the first user turn, earlier (question, answer) turns follow in order, and
-    ``question`` is the last user turn."""
-    visuals: list[dict[str, Any]] = [{"type": "video"}] if video else []
-    visuals += [{"type": "image"} for _ in range(image_count)]
-    turns = [*history, (question, None)]
-    messages: list[dict[str, Any]] = []
-    for index, (asked, answer) in enumerate(turns):
-        if index == 0:
-            messages.append({"role": "user", "content": [*visuals, {"type": "text", "text": asked}]})
-        else:
-            messages.append({"role": "user", "content": asked})
-        if answer is not None:
-            messages.append({"role": "assistant", "content": answer})
-    return messages
-
-
-def build_chat_inputs(
-    tokenizer: Any,
-    question: str,
-    *,
-    video: VideoInputs | None,
-    images: Sequence[VisionItem] = (),
-    history: Sequence[tuple[str, str]] = (),
-    geometry: VisionGeometry = VisionGeometry(),
-) -> ChatInputs:
-    """Token inputs for asking ``question`` about ``video`` and/or ``images``.
-
-    The prompt comes from the tokenizer's chat template (:func:`chat_messages` lays out the
-    turns). Then, as transformers' Qwen3VLProcessor does, the template's video pad becomes, per
-    frame pair, ``<t.t seconds>`` + vision start + video pad x (h*w/merge^2) + vision end (the
-    template's own vision start/end stay around the whole), and each image pad becomes
-    (h*w/merge^2) image pads. Special-token ids are looked up in the tokenizer.
-
-    Raises FramewiseError when a question or answer contains one of the reserved vision
-    markers, and ModelLoadError when the tokenizer or its chat template lacks them.
-    """
-    tokens = _VisionTokens.of(tokenizer)
-    for text in (question, *(part for turn in history for part in turn)):
-        for marker in tokens.reserved:
-            if marker in text:
-                raise FramewiseError(f"The text contains the reserved marker {marker}; remove it and ask again.")
-
-    messages = chat_messages(question, video=video is not None, image_count=len(images), history=history)
-    template_text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    prompt_text = _expand_placeholders(template_text, tokens, video, images, geometry.merge_area)
-
-    ids = torch.tensor([tokenizer.encode(prompt_text, add_special_tokens=False)], dtype=torch.long)
-    token_types = torch.full_like(ids, TEXT_TOKEN)
-    token_types[ids == tokens.image_pad_id] = IMAGE_TOKEN
-    token_types[ids == tokens.video_pad_id] = VIDEO_TOKEN
-    expected = {
-        IMAGE_TOKEN: sum(item.patches for item in images) // geometry.merge_area,
-        VIDEO_TOKEN: video.item.patches // geometry.merge_area if video is not None else 0,
-    }
-    for token_type, count in expected.items():
-        if int((token_types == token_type).sum()) != count:
-            raise ModelLoadError(
-                f"The tokenizer splits the vision pad tokens ({tokens.image_pad}, {tokens.video_pad}); "
-                "use the tokenizer that came with the model."
-            )
-    return ChatInputs(
-        input_ids=ids,
-        attention_mask=torch.ones_like(ids),
-        mm_token_type_ids=token_types,
-        prompt_text=prompt_text,
-    )
-
-
-@dataclass(frozen=True)
-class _VisionTokens:
-    """The tokenizer's vision marker tokens and the ids of its two pad tokens."""
-
-    vision_start: str
-    vision_end: str
-    image_pad: str
-    video_pad: str
-    image_pad_id: int
-    video_pad_id: int
-
-    @property
-    def reserved(self) -> tuple[str, ...]:
-        return (self.vision_start, self.vision_end, self.image_pad, self.video_pad)
-
-    @classmethod
-    def of(cls, tokenizer: Any) -> _VisionTokens:
-        # A tokenizer may name its own vision tokens; transformers reads the same attributes.
-        names = [
-            getattr(tokenizer, attribute, None) or default
-            for attribute, default in (
-                ("vision_start_token", VISION_START),
-                ("vision_end_token", VISION_END),
-                ("image_token", IMAGE_PAD),
-                ("video_token", VIDEO_PAD),
-            )
-        ]
-        ids = []
-        for token in names:
-            token_id = tokenizer.convert_tokens_to_ids(token)
-            if token_id is None or token_id == tokenizer.unk_token_id:
-                raise ModelLoadError(
-                    f"The tokenizer has no {token} token, so it cannot take pictures or clips; "
-                    "use a Qwen3-VL checkpoint's tokenizer."
-                )
-            ids.append(token_id)
-        return cls(*names, image_pad_id=ids[2], video_pad_id=ids[3])
-
-
-def _expand_placeholders(
-    text: str, tokens: _VisionTokens, video: VideoInputs | None, images: Sequence[VisionItem], merge_area: int
-) -> str:
-    found_videos = text.count(tokens.video_pad)
-    found_images = text.count(tokens.image_pad)
-    if found_videos != (video is not None) or found_images != len(images):
-        raise ModelLoadError(
-            f"The chat template placed {found_videos} clip(s) and {found_images} image(s) where "
-            f"{int(video is not None)} and {len(images)} were given; use a Qwen3-VL chat template."
-        )
-    replacements = iter(tokens.image_pad * (item.patches // merge_area) for item in images)
-
-    def expand(match: re.Match[str]) -> str:
-        if match.group() == tokens.image_pad:
-            return next(replacements)
-        return _video_blocks(tokens, video, merge_area)
-
-    pattern = "|".join(re.escape(token) for token in (tokens.video_pad, tokens.image_pad))
-    return re.sub(pattern, expand, text)
-
-
-def _video_blocks(tokens: _VisionTokens, video: VideoInputs | None, merge_area: int) -> str:
-    assert video is not None, "a video pad is only expanded when a video was given"
-    t, h, w = video.item.grid_thw
-    if len(video.pair_timestamps) != t:
-        raise ValueError(f"{len(video.pair_timestamps)} pair timestamps for {t} frame pairs")
-    pads = tokens.video_pad * (h * w // merge_area)
-    return "".join(
-        f"<{seconds:.1f} seconds>{tokens.vision_start}{pads}{tokens.vision_end}" for seconds in video.pair_timestamps
-    )

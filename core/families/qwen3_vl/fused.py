@@ -13,8 +13,8 @@ compiled, with the row count dynamic so that one compile serves every token budg
 A block leaves its last residual add to whatever reads its output next (the next block's first
 layer norm, or a merger), so that the add and the norm are one pass over the rows. What runs
 inside a block comes from its :class:`BlockKernels`: on CUDA with Triton, Framewise's kernels
-for the rotary embedding, attention (:mod:`~framewise.core.qwen3_vl.tile_attention`) and the
-residual add with its layer norm (:mod:`~framewise.core.qwen3_vl.norm_kernel`); elsewhere plain
+for the rotary embedding, attention (:mod:`~framewise.core.families.qwen3_vl.tile_attention`) and the
+residual add with its layer norm (:mod:`~framewise.core.families.qwen3_vl.norm_kernel`); elsewhere plain
 torch, fused by inductor where compiled. The MLP's bias and tanh-GELU run in the matrix
 product's epilogue on CUDA. Per-pass attention preparation (the tile list) runs once, outside
 the blocks. Compiled code is cached on disk by inductor; :func:`compile_cache_dir` names the folder.
@@ -31,13 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from framewise.core.errors import EncoderError
+from framewise.core.families.qwen3_vl.attention import flash_attn_kernel, flash_attn_rows, masked_rows, varlen_rows
 from framewise.core.user_folders import user_folder
-
-try:
-    from torch.nn.attention.varlen import varlen_attn
-except ImportError:  # a torch without it: the varlen backend is not offered (see attention.py)
-    varlen_attn = None
-_flash_varlen: Callable | None = None  # flash-attn's kernel, imported when that backend is chosen
 
 LAYER_NORM_EPS = 1e-6
 # transformers' activation names for the blocks' MLP -> F.gelu's ``approximate`` argument.
@@ -203,21 +198,18 @@ class BlockKernels(NamedTuple):
 def block_kernels(backend: str) -> BlockKernels:
     """The block kernels that go with a graph-safe attention backend (EncoderError for any other):
     Framewise's Triton kernels with ``triton``, plain torch with the others."""
-    global _flash_varlen
-    if backend == "flash_attn" and _flash_varlen is None:
-        from flash_attn import flash_attn_varlen_func
-
-        _flash_varlen = flash_attn_varlen_func
+    if backend == "flash_attn":
+        flash_attn_kernel()
     if backend == "triton":
-        from framewise.core.qwen3_vl import norm_kernel, tile_attention  # need Triton: imported when chosen
+        from framewise.core.families.qwen3_vl import norm_kernel, tile_attention  # need Triton: imported when chosen
 
         tile_attention.register_op()
         norm_kernel.register_op()
         return BlockKernels(_tile_schedule, _rotate_qk_triton, _tile_attention, _add_layer_norm_triton)
     backends = {
-        "varlen": BlockKernels(_boundaries, _rotate_qk, _varlen_attention, _add_layer_norm),
-        "flash_attn": BlockKernels(_boundaries, _rotate_qk, _flash_attention, _add_layer_norm),
-        "sdpa_masked": BlockKernels(_boundaries, _rotate_qk, _masked_attention, _add_layer_norm),
+        "varlen": BlockKernels(_boundaries, _rotate_qk, varlen_rows, _add_layer_norm),
+        "flash_attn": BlockKernels(_boundaries, _rotate_qk, flash_attn_rows, _add_layer_norm),
+        "sdpa_masked": BlockKernels(_boundaries, _rotate_qk, masked_rows, _add_layer_norm),
     }
     if backend not in backends:
         raise EncoderError(
@@ -242,7 +234,7 @@ def _boundaries(cu_seqlens: torch.Tensor, max_seqlen: int, rows: int) -> tuple[t
 
 
 def _tile_schedule(cu_seqlens: torch.Tensor, max_seqlen: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    from framewise.core.qwen3_vl.tile_schedule import tile_schedule
+    from framewise.core.families.qwen3_vl.tile_schedule import tile_schedule
 
     return cu_seqlens, tile_schedule(cu_seqlens, rows)
 
@@ -257,33 +249,6 @@ def _tile_attention(query, key, value, arguments, scale):
     """Framewise's Triton tile kernel; the tile list was made once for the pass."""
     cu_seqlens, schedule = arguments
     return torch.ops.framewise.tile_attention(query, key, value, cu_seqlens, schedule, scale)
-
-
-def _varlen_attention(query, key, value, boundaries, scale):
-    """PyTorch's own flash kernel over every sequence at once, boundaries read on the device."""
-    cu_seqlens, max_seqlen = boundaries
-    return varlen_attn(query, key, value, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, scale=scale)
-
-
-def _flash_attention(query, key, value, boundaries, scale):
-    """The flash-attn package's variable-length kernel (imported when the backend is chosen)."""
-    cu_seqlens, max_seqlen = boundaries
-    return _flash_varlen(
-        query, key, value, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, softmax_scale=scale, causal=False
-    )
-
-
-def _masked_attention(query, key, value, boundaries, scale):
-    """One dense SDPA with a block-diagonal mask built from cu_seqlens (runs anywhere, O(rows^2))."""
-    cu_seqlens, _ = boundaries
-    rows = query.shape[0]
-    positions = torch.arange(rows, device=query.device, dtype=cu_seqlens.dtype)
-    segments = torch.searchsorted(cu_seqlens[1:].contiguous(), positions, right=True)
-    mask = (segments[:, None] == segments[None, :])[None]
-    output = F.scaled_dot_product_attention(
-        query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), attn_mask=mask, scale=scale
-    )
-    return output.transpose(0, 1)
 
 
 class FusedVisionForward:
