@@ -37,6 +37,7 @@ import httpx
 import numpy as np
 import openai
 
+from framewise.core.backends.base import BackendBase
 from framewise.core.errors import (
     CancelledError,
     EmptyQuestionError,
@@ -53,14 +54,11 @@ from framewise.core.errors import (
 )
 from framewise.core.events import (
     AnswerStats,
-    ConversationReset,
     Done,
-    E,
     EncodeDone,
     EngineInfo,
     EventSink,
     Progress,
-    RequestScope,
     ResetReason,
     ServerInfo,
     ServerStats,
@@ -72,6 +70,7 @@ from framewise.core.resources import asset_path
 from framewise.core.processing import VisionGeometry, chat_messages, video_frame_sizing
 from framewise.core.settings import DEMO_MODEL, AppSettings, BackendSettings, EncoderSettings, SamplingSettings
 from framewise.core.video import sample_clip
+from framewise.core.video.thumbnails import clip_sampled
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +95,7 @@ class RemoteClip:
     summary: EncodeDone
 
 
-class VllmServerEngine:
+class VllmServerEngine(BackendBase[RemoteClip]):
     """The engine's seam over a vLLM server: same calls, same events as :class:`~framewise.core.engine.Engine`.
 
     ``load()`` checks the server (``/health``, ``/v1/models``, the model name); ``open_clip()``
@@ -105,14 +104,9 @@ class VllmServerEngine:
     """
 
     def __init__(self, settings: AppSettings, sink: EventSink = ignore_events) -> None:
-        self.settings = settings.validate()
-        self.sink = sink
-        self.clip: RemoteClip | None = None
-        self.history: list[tuple[str, str]] = []
-        self._cancel = threading.Event()
+        super().__init__(settings, sink)
         self._server: ServerInfo | None = None
         self._client: openai.OpenAI | None = None
-        self._requests = RequestScope()
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -175,11 +169,6 @@ class VllmServerEngine:
         (``request_id`` is accepted for the seam's sake)."""
         self._cancel.set()
 
-    def new_conversation(self, request_id: int | None = None) -> None:
-        """Forget earlier questions and answers; the open clip stays."""
-        with self._requests.serving(request_id):
-            self._reset_conversation("asked")
-
     # ----------------------------------------------------------------- clips
 
     def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
@@ -211,19 +200,13 @@ class VllmServerEngine:
             reason,
         )
 
-    def open_frames(
-        self, frames: np.ndarray, timestamps: Sequence[float], name: str, request_id: int | None = None
+    def _use_frames(
+        self, frames: np.ndarray, timestamps: Sequence[float], name: str, size_and_duration: tuple[int, int, float]
     ) -> EncodeDone:
-        """Use frames (T, H, W, 3) uint8 RGB sampled elsewhere, with their T timestamps in seconds."""
-        with self._requests.serving(request_id):
-            self._require_server()
-            self._cancel.clear()
-            rows, cols = frames.shape[1:3]
-            return self._pack(frames, timestamps, name, None, 0.0, (cols, rows, float(timestamps[-1])), "new_clip")
-
-    def open_clip_path(self) -> Path | None:
-        """The file of the open clip (``None`` with no clip, or frames given directly)."""
-        return self.clip.path if self.clip else None
+        """Pack frames (T, H, W, 3) uint8 RGB sampled elsewhere for the server."""
+        self._require_server()
+        self._cancel.clear()
+        return self._pack(frames, timestamps, name, None, 0.0, size_and_duration, "new_clip")
 
     def _pack(
         self,
@@ -236,8 +219,6 @@ class VllmServerEngine:
         reason: ResetReason,
     ) -> EncodeDone:
         """Pack sampled frames (T, H, W, 3) uint8 for the server and make them the open clip."""
-        from framewise.core.engine import clip_sampled  # the same event, thumbnails included, as locally
-
         self._emit(clip_sampled(name, path, frames, timestamps, size_and_duration))
         started = time.perf_counter()
         url = video_data_url(frames)
@@ -280,7 +261,7 @@ class VllmServerEngine:
         if not question:
             raise EmptyQuestionError()
         self._cancel.clear()
-        messages = openai_messages(question, self.clip, self.history)
+        messages = openai_messages(question, self.clip, self.turns)
         generation = self.settings.generation
         request: dict[str, Any] = {
             "model": server.model,
@@ -299,7 +280,7 @@ class VllmServerEngine:
         finished = time.perf_counter()
         text = "".join(answer.pieces).strip()
         if not answer.cancelled:
-            self.history.append((question, text))
+            self.turns.append((question, text))
         stats = self._answer_stats(server, answer, started, finished)
         return self._emit(Done(text=text, stats=stats, kept=not answer.cancelled))
 
@@ -328,16 +309,6 @@ class VllmServerEngine:
         )
 
     # ----------------------------------------------------------------- helpers
-
-    def _emit(self, event: E) -> E:
-        """Send ``event`` as part of the request being served; returns it as sent."""
-        return self._requests.send(self.sink, event)
-
-    def _reset_conversation(self, reason: ResetReason) -> None:
-        self.history.clear()
-        clip = self.clip
-        name = clip.summary.clip_name if clip else None
-        self._emit(ConversationReset(reason, name, None if clip is None else str(clip.path or "")))
 
     def _require_server(self) -> ServerInfo:
         if self._server is None:

@@ -116,10 +116,10 @@ def test_a_refused_request_quotes_the_server_and_the_conversation_stays() -> Non
     with FakeVllmServer(behaviour) as server:
         engine = loaded(server.url)
         engine.open_clip(CLIP)
-        engine.history.append(("earlier?", "yes"))
+        engine.turns.append(("earlier?", "yes"))
         with pytest.raises(ServerRequestError, match=r"At most 1 video\(s\)"):
             engine.ask("What color is the square?")
-    assert engine.clip is not None and engine.history == [("earlier?", "yes")]
+    assert engine.clip is not None and engine.turns == [("earlier?", "yes")]
     assert len(behaviour.chat_requests) == 1  # nothing retried
 
 
@@ -150,7 +150,7 @@ def test_a_stream_cut_mid_answer_is_said_and_the_answer_is_not_kept() -> None:
         with pytest.raises(ServerStreamCutError, match="stopped|broke"):
             engine.ask("What color is the square?")
     assert [event.text for event in events if isinstance(event, Token)] == ["re", "d"]
-    assert engine.history == [] and engine.clip is not None
+    assert engine.turns == [] and engine.clip is not None
 
 
 def test_cancel_closes_the_stream_within_half_a_second() -> None:
@@ -171,7 +171,7 @@ def test_cancel_closes_the_stream_within_half_a_second() -> None:
         deadline = time.monotonic() + 2
         while not behaviour.disconnects and time.monotonic() < deadline:
             time.sleep(0.02)
-    assert done.stats.cancelled and engine.history == []
+    assert done.stats.cancelled and engine.turns == []
     assert returned - pressed[0] < 0.5
     assert behaviour.disconnects and behaviour.disconnects[0] - pressed[0] < 0.5  # the server saw the close
 

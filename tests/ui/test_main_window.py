@@ -177,7 +177,7 @@ def test_follow_up_questions_keep_the_conversation(qtbot, make_window, sample_cl
 
     assert [turn.question for turn in window.conversation.turns] == ["What moves?", "And then?"]
     kept = [(turn.question, turn.answer) for turn in window.conversation.turns]
-    assert engines[-1].history == kept, "the window shows the engine's conversation record"
+    assert engines[-1].turns == kept, "the window shows the engine's conversation record"
     assert len(window.chat.answer_cards()) == 2
 
 
