@@ -185,6 +185,7 @@ class Engine(BackendBase[EncodedClip]):
         report = encoder.report if encoder else None
         return EngineInfo(
             device=_device_description(loaded.device),
+            device_kind=loaded.device.type,
             dtype=str(loaded.dtype).removeprefix("torch."),
             model_name=loaded.name,
             model_label=loaded.label,

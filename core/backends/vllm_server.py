@@ -160,6 +160,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             graphs_reason="the vision encoder runs on the vLLM server",
             attention_backends=(),
             server=server,
+            device_kind="server",
         )
 
     def cancel(self, request_id: int | None = None) -> None:

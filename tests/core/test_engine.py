@@ -81,6 +81,7 @@ def engine(loaded_engine: tuple[Engine, Recorder], clip: Path) -> tuple[Engine, 
 def test_load_reports_eager_on_the_cpu_and_the_demo_label(loaded_engine: tuple[Engine, Recorder]) -> None:
     info = loaded_engine[0].info()
     assert info.device == "cpu" and not info.graphs_enabled
+    assert info.device_kind == "cpu" and info.on_cpu
     assert "CPU" in info.graphs_reason
     assert info.model_label and info.model_label.startswith("Demo model")
 

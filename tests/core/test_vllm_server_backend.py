@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import subprocess
+import sys
 import threading
 import time
 
@@ -32,7 +34,7 @@ from framewise.core.errors import (
 from framewise.core.events import AnswerSpeed, Done, Progress, Token
 from framewise.core.metrics import DecodeSpeedMeter
 from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings
-from tests.conftest import SAMPLE_CLIPS
+from tests.conftest import REPO_ROOT, SAMPLE_CLIPS
 from tests.fake_vllm_server import Behaviour, FakeVllmServer
 
 CLIP = SAMPLE_CLIPS / "red_square_moves_right.mp4"
@@ -61,6 +63,7 @@ def test_load_checks_the_server_and_picks_its_only_model() -> None:
         assert isinstance(engine, VllmServerEngine)
         info = engine.load()
     assert info.server is not None
+    assert info.device_kind == "server" and not info.on_cpu, "a server is no CPU of this machine"
     assert info.server.url == server.url
     assert info.server.model == "demo" and info.model_label.startswith("Demo model")
     assert info.server.version == "0.32.0-fake"
@@ -292,3 +295,31 @@ def test_an_exported_conversation_carries_the_servers_figures() -> None:
     exported = json.loads(conversation.export_text(engine.settings, ".json"))
     assert exported["turns"][0]["stats"]["server"]["completion_tokens"] == 2
     assert "api_key" not in exported["settings"]["backend"]
+
+
+# Loads, opens the sample clip and asks, against the fake server, then names the heavy modules loaded.
+_IMPORTS_SCRIPT = f"""
+import json, sys
+from framewise.core.backends.vllm_server import VllmServerEngine
+from framewise.core.settings import AppSettings
+from tests.fake_vllm_server import FakeVllmServer
+with FakeVllmServer() as server:
+    settings = AppSettings().replace("backend", kind="vllm", server_url=server.url).replace("sampling", max_frames=4)
+    engine = VllmServerEngine(settings)
+    engine.load()
+    engine.open_clip({str(CLIP)!r})
+    engine.ask("What color is the square?")
+print(json.dumps(sorted(name for name in ("torch", "transformers") if name in sys.modules)))
+"""
+
+
+def _heavy_modules_after_answering() -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_SCRIPT], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_the_vllm_backend_answers_without_importing_transformers() -> None:
+    assert "transformers" not in _heavy_modules_after_answering()

@@ -94,6 +94,7 @@ class FakeEngine(BackendBase[FakeClip]):
     def info(self) -> EngineInfo:
         return EngineInfo(
             device="cpu",
+            device_kind="cpu",
             dtype="float32",
             model_name="framewise-demo",
             model_label=DEMO_LABEL,
