@@ -418,7 +418,7 @@ class Engine(BackendBase[EncodedClip]):
             stop_reason=decoded.stop_reason,
         )
 
-    # ----------------------------------------------------------------- helpers
+    # ----------------------------------------------------------------- parts (the settings transaction swaps them)
 
     def load_weights(self) -> None:
         """Load the model the settings name (its encoder and decoder are built separately)."""
@@ -466,6 +466,8 @@ class Engine(BackendBase[EncodedClip]):
         """Hand the memory cached by dropped tensors back to the device."""
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+    # ----------------------------------------------------------------- helpers
 
     def _require_model(self) -> LoadedModel:
         if self.loaded is None:

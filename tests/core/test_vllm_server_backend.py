@@ -4,6 +4,7 @@ it reads, cancel, and every failure a person must be able to act on."""
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import subprocess
@@ -313,6 +314,7 @@ print(json.dumps(sorted(name for name in ("torch", "transformers") if name in sy
 """
 
 
+@functools.cache
 def _heavy_modules_after_answering() -> list[str]:
     result = subprocess.run(
         [sys.executable, "-c", _IMPORTS_SCRIPT], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
@@ -323,3 +325,13 @@ def _heavy_modules_after_answering() -> list[str]:
 
 def test_the_vllm_backend_answers_without_importing_transformers() -> None:
     assert "transformers" not in _heavy_modules_after_answering()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the vLLM backend takes its frame sizing and chat messages from core/processing.py, which imports "
+    "torch at its top for patchify; once the model family's package keeps those apart from the tensor code, "
+    "this passes and its mark goes",
+)
+def test_the_vllm_backend_answers_without_importing_torch() -> None:
+    assert "torch" not in _heavy_modules_after_answering()
