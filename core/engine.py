@@ -44,7 +44,7 @@ from framewise.core.decoding import Decoded, Decoder, Prompt, SamplingRule, cont
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.manager import make_vision_encoder
 from framewise.core.encoding.seam import VisionEncoder
-from framewise.core.errors import CancelledError, EmptyQuestionError, FramewiseError
+from framewise.core.errors import CancelledError, FramewiseError
 from framewise.core.events import (
     AnswerStats,
     DecoderInfo,
@@ -175,7 +175,7 @@ class Engine(BackendBase[EncodedClip]):
             return None
         with self._requests.serving(request_id):
             with self._request():
-                info = SettingsTransaction(self, settings).run()
+                info = SettingsTransaction(self, settings, reopen_clip=self._open_clip).run()
             return None if info is None else self._emit(info)
 
     def info(self) -> EngineInfo:
@@ -228,19 +228,13 @@ class Engine(BackendBase[EncodedClip]):
 
     # ----------------------------------------------------------------- clips
 
-    def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
-        """Sample, preprocess and encode a clip; later questions are about it.
+    def _open_clip(self, path: Path, reason: ResetReason | None) -> EncodeDone:
+        """Sample, preprocess and encode ``path``; ``reason`` is why the conversation empties (``None``:
+        it is being put back).
 
         Emits Progress (decode, encode), ClipSampled, one ChunkStats per encoder pass,
-        EncoderMetrics, ConversationReset (reason ``new_clip``) and EncodeDone. A failure leaves
-        the previously open clip and the conversation as they were.
+        EncoderMetrics, ConversationReset and EncodeDone.
         """
-        with self._requests.serving(request_id):
-            return self.reopen_clip(Path(path), "new_clip")
-
-    def reopen_clip(self, path: Path, reason: ResetReason | None) -> EncodeDone:
-        """Open ``path`` in the request being served; ``reason`` is why the conversation empties
-        (``None``: it is being put back)."""
         loaded = self._require_model()
         with self._request():
             self._raise_if_cancelled()
@@ -320,20 +314,8 @@ class Engine(BackendBase[EncodedClip]):
 
     # ----------------------------------------------------------------- questions
 
-    def ask(self, question: str, request_id: int | None = None) -> Done:
-        """Answer ``question`` about the open clip (or as plain text with none), streaming Token events.
-
-        A cancelled answer ends early with ``stats.cancelled`` set and is not kept in the
-        conversation; a completed one is (``Done.kept``), so follow-up questions see it.
-        """
-        with self._requests.serving(request_id):
-            return self._ask(question)
-
     def _ask(self, question: str) -> Done:
         loaded = self._require_model()
-        question = question.strip()
-        if not question:
-            raise EmptyQuestionError()
         with self._request():
             started = time.perf_counter()
             inputs = build_chat_inputs(

@@ -4,14 +4,14 @@
 the decoder's cache and graphs, the open clip's sampling) and, when any part fails, puts back the
 settings, model, encoder, decoder, clip and conversation the engine had. The engine keeps the
 orchestration (:meth:`~framewise.core.engine.Engine.apply_settings`); the transaction knows it only
-through :class:`SwitchableEngine`.
+through :class:`SwitchableEngine` and the function that re-opens its clip.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from framewise.core.errors import is_out_of_memory
 from framewise.core.events import EncodeDone, EngineInfo, ResetReason
@@ -36,7 +36,11 @@ class SwitchableEngine(Protocol):
     def build_decoder(self) -> None: ...
     def release_model(self) -> None: ...
     def free_cached_memory(self) -> None: ...
-    def reopen_clip(self, path: Path, reason: ResetReason | None) -> EncodeDone: ...
+
+
+# Re-open the clip at a path in the request being served; the reason is why the conversation
+# empties (None: it is being put back).
+ReopenClip = Callable[[Path, ResetReason | None], EncodeDone]
 
 
 @dataclass
@@ -57,9 +61,10 @@ class _Parts:
 class SettingsTransaction:
     """One switch of ``engine`` to ``settings``: :meth:`run` it inside the engine's request."""
 
-    def __init__(self, engine: SwitchableEngine, settings: AppSettings) -> None:
+    def __init__(self, engine: SwitchableEngine, settings: AppSettings, reopen_clip: ReopenClip) -> None:
         self.engine = engine
         self.settings = settings
+        self.reopen_clip = reopen_clip
         self.before = _Parts(
             engine.settings,
             engine.loaded,
@@ -100,7 +105,7 @@ class SettingsTransaction:
                 rebuilt = True
         clip_path = before.clip.path if before.clip else None
         if clip_path and (self.settings.model != old.model or self.settings.sampling != old.sampling):
-            engine.reopen_clip(clip_path, "resampled")
+            self.reopen_clip(clip_path, "resampled")
         return engine.info() if rebuilt else None
 
     def _load_beside(self) -> None:
@@ -148,7 +153,7 @@ class SettingsTransaction:
             engine.clip = None
             engine.load()
             if before.clip is not None and before.clip.path is not None:
-                engine.reopen_clip(before.clip.path, reason=None)  # the conversation stays: it is put back
+                self.reopen_clip(before.clip.path, None)  # the conversation stays: it is put back
             engine.turns = before.turns
             return
         engine.loaded, engine.encoder, engine.graphs_reason = before.loaded, before.encoder, before.graphs_reason

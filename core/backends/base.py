@@ -9,11 +9,13 @@ open clip's bookkeeping and how frames given directly are sized.
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Callable, Generic, Protocol, Sequence, TypeVar
 
 import numpy as np
 
+from framewise.core.errors import EmptyQuestionError
 from framewise.core.events import (
     ConversationReset,
     Done,
@@ -72,12 +74,13 @@ class OpenClip(Protocol):
 ClipT = TypeVar("ClipT", bound=OpenClip)
 
 
-class BackendBase(Generic[ClipT]):
+class BackendBase(ABC, Generic[ClipT]):
     """The plumbing :class:`AnsweringBackend` implementations share; ``ClipT`` is what each keeps of
     its open clip.
 
-    A subclass serves each public call inside ``self._requests.serving(request_id)``, sends events
-    through :meth:`_emit`, and encodes (or packs) frames given directly in :meth:`_use_frames`.
+    A subclass serves each of its own public calls inside ``self._requests.serving(request_id)`` and
+    sends events through :meth:`_emit`. Opening a clip, frames given directly and a question reach
+    it, inside their request, as :meth:`_open_clip`, :meth:`_use_frames` and :meth:`_ask`.
     """
 
     def __init__(self, settings: AppSettings | None = None, sink: EventSink = ignore_events) -> None:
@@ -87,6 +90,26 @@ class BackendBase(Generic[ClipT]):
         self.turns: Turns = []
         self._cancel = threading.Event()
         self._requests = RequestScope()
+
+    def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
+        """Sample the clip at ``path`` and make it the one later questions are about.
+
+        A failure leaves the open clip and the conversation as they were.
+        """
+        with self._requests.serving(request_id):
+            return self._open_clip(Path(path), "new_clip")
+
+    def ask(self, question: str, request_id: int | None = None) -> Done:
+        """Answer ``question`` about the open clip (or as plain text with none), streaming Token events.
+
+        A cancelled answer ends early with ``stats.cancelled`` set and is not kept in the
+        conversation; a completed one is (``Done.kept``), so follow-up questions see it.
+        """
+        with self._requests.serving(request_id):
+            question = question.strip()
+            if not question:
+                raise EmptyQuestionError()
+            return self._ask(question)
 
     def open_clip_path(self) -> Path | None:
         """The file of the open clip (``None`` with no clip, or frames given directly)."""
@@ -108,6 +131,15 @@ class BackendBase(Generic[ClipT]):
         with self._requests.serving(request_id):
             return self._use_frames(frames, timestamps, name, frames_size_and_duration(frames, timestamps))
 
+    @abstractmethod
+    def _open_clip(self, path: Path, reason: ResetReason) -> EncodeDone:
+        """Open the clip at ``path`` in the request being served; ``reason`` is why the conversation empties."""
+
+    @abstractmethod
+    def _ask(self, question: str) -> Done:
+        """Answer ``question`` (stripped, not empty) in the request being served."""
+
+    @abstractmethod
     def _use_frames(
         self,
         frames: np.ndarray,
@@ -116,7 +148,6 @@ class BackendBase(Generic[ClipT]):
         size_and_duration: tuple[int, int, float],
     ) -> EncodeDone:
         """Make frames (T, H, W, 3) given directly the open clip, in the request being served."""
-        raise NotImplementedError
 
     def _emit(self, event: E) -> E:
         """Send ``event`` as part of the request being served; returns it as sent."""

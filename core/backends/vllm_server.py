@@ -40,7 +40,6 @@ import openai
 from framewise.core.backends.base import BackendBase
 from framewise.core.errors import (
     CancelledError,
-    EmptyQuestionError,
     FramewiseError,
     ServerAuthError,
     ServerError,
@@ -172,15 +171,8 @@ class VllmServerEngine(BackendBase[RemoteClip]):
 
     # ----------------------------------------------------------------- clips
 
-    def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
-        """Sample the clip as the local engine does and pack its frames for the server.
-
-        A failure leaves the open clip and the conversation as they were.
-        """
-        with self._requests.serving(request_id):
-            return self._open_clip(Path(path), "new_clip")
-
     def _open_clip(self, path: Path, reason: ResetReason) -> EncodeDone:
+        """Sample the clip as the local engine does and pack its frames for the server."""
         self._require_server()
         self._cancel.clear()
         self._emit(Progress("decode", 0, 1, f"Reading {path.name}"))
@@ -248,19 +240,9 @@ class VllmServerEngine(BackendBase[RemoteClip]):
 
     # ----------------------------------------------------------------- questions
 
-    def ask(self, question: str, request_id: int | None = None) -> Done:
-        """Stream the answer to ``question`` about the open clip (or as plain text with none).
-
-        A cancelled answer ends early with ``stats.cancelled`` and is not kept in the conversation.
-        """
-        with self._requests.serving(request_id):
-            return self._ask(question)
-
     def _ask(self, question: str) -> Done:
+        """Stream the answer to ``question`` from the server, with the conversation so far."""
         server = self._require_server()
-        question = question.strip()
-        if not question:
-            raise EmptyQuestionError()
         self._cancel.clear()
         messages = openai_messages(question, self.clip, self.turns)
         generation = self.settings.generation

@@ -13,7 +13,7 @@ import pytest
 from framewise.core.backends.base import AnsweringBackend, BackendBase, frames_size_and_duration
 from framewise.core.backends.vllm_server import VllmServerEngine
 from framewise.core.engine import Engine
-from framewise.core.events import ConversationReset, EncodeDone, ignore_events
+from framewise.core.events import ConversationReset, Done, EncodeDone, ignore_events
 from framewise.core.settings import AppSettings
 from tests.ui.fake_engine import FakeEngine
 
@@ -107,7 +107,13 @@ class _Frames:
 
 
 class _Plumbed(BackendBase[_Frames]):
-    """The least a backend adds to the shared plumbing: keeping frames given directly."""
+    """A backend that only keeps frames given directly, on the shared plumbing."""
+
+    def _open_clip(self, path, reason) -> EncodeDone:
+        raise NotImplementedError
+
+    def _ask(self, question) -> Done:
+        raise NotImplementedError
 
     def _use_frames(self, frames, timestamps, name, size_and_duration) -> EncodeDone:
         summary = EncodeDone(name, len(timestamps), 0, tuple(timestamps), 0.0, 0.0, 0.0, 0.0, False)
@@ -130,6 +136,14 @@ def test_the_shared_plumbing_stamps_events_and_keeps_the_record() -> None:
     backend.new_conversation()
     assert backend.turns == [] and events[-1] == ConversationReset("asked", "frames", "", request_id=events[-1].request_id)
     assert events[-1].request_id not in (0, 7), "a call without an id gets a new one"
+
+
+def test_a_backend_without_its_part_of_a_request_cannot_be_made() -> None:
+    class WithoutFrames(_Plumbed):
+        _use_frames = BackendBase._use_frames
+
+    with pytest.raises(TypeError, match="_use_frames"):
+        WithoutFrames(AppSettings())
 
 
 def test_frames_size_and_duration_reads_width_height_and_the_last_time() -> None:

@@ -88,7 +88,7 @@ class FakeEngine(BackendBase[FakeClip]):
                 info = self._emit(self.info())
             path = self.open_clip_path()
             if path and (settings.model != old.model or settings.sampling != old.sampling):
-                self._open_clip(str(path), "resampled")
+                self._open_clip(path, "resampled")
             return info
 
     def info(self) -> EngineInfo:
@@ -107,18 +107,16 @@ class FakeEngine(BackendBase[FakeClip]):
     def cancel(self, request_id: int | None = None) -> None:
         self._cancel.set()
 
-    def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
-        with self._requests.serving(request_id):
-            return self._open_clip(str(path), "new_clip")
-
-    def _open_clip(self, path: str, reason: ResetReason) -> EncodeDone:
+    def _open_clip(self, path: Path, reason: ResetReason) -> EncodeDone:
         self._cancel.clear()
         self.calls.append(("open_clip", time.perf_counter()))
-        if not Path(path).is_file():
+        if not path.is_file():
             raise ClipNotFoundError(f"{path} does not exist")
-        frames, timestamps, duration = _sample_with_opencv(path, self.settings.sampling.fps, self.settings.sampling.max_frames)
+        frames, timestamps, duration = _sample_with_opencv(
+            str(path), self.settings.sampling.fps, self.settings.sampling.max_frames
+        )
         size_and_duration = (frames[0].shape[1], frames[0].shape[0], duration)
-        return self._encode(frames, timestamps, Path(path).name, Path(path), size_and_duration, reason)
+        return self._encode(frames, timestamps, path.name, path, size_and_duration, reason)
 
     def _use_frames(
         self, frames: np.ndarray, timestamps: Sequence[float], name: str, size_and_duration: tuple[int, int, float]
@@ -156,10 +154,6 @@ class FakeEngine(BackendBase[FakeClip]):
         self._reset_conversation(reason)
         self._emit(Progress("encode", 1, 1, f"{name} is ready"))
         return self._emit(done)
-
-    def ask(self, question: str, request_id: int | None = None) -> Done:
-        with self._requests.serving(request_id):
-            return self._ask(question)
 
     def _ask(self, question: str) -> Done:
         self._cancel.clear()
