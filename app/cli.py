@@ -243,7 +243,7 @@ def _note_unused_settings(settings: AppSettings, info: EngineInfo) -> None:
     if backend != "auto" and info.server is not None:
         print(f"framewise: --attention {backend} has no effect: the vision encoder runs on the server", file=sys.stderr)
     elif backend != "auto" and not info.graphs_enabled:
-        where = "on the CPU" if info.device == "cpu" else "without CUDA graphs"
+        where = "on the CPU" if info.on_cpu else "without CUDA graphs"
         print(
             f"framewise: --attention {backend} has no effect {where}: the vision encoder runs eager, "
             "with transformers' own attention",
@@ -345,7 +345,7 @@ def _graph_words(encoded: EncodeDone, info: EngineInfo) -> str:
     if info.graphs_enabled:
         verdict = "graph hit" if encoded.graph_hit else "graph miss"
         return f"{verdict}, {len(encoded.chunks)} encoder passes"
-    if info.device == "cpu":
+    if info.on_cpu:
         return "no CUDA graphs on this machine"
     return f"eager: {info.graphs_reason}"
 

@@ -380,7 +380,9 @@ class ServerInfo:
 class EngineInfo:
     """What the engine runs on, for ``framewise info``, the About box and the window's banners.
 
-    ``server`` is set when a vLLM server answers (the vision encoder then runs there).
+    ``device`` describes the device for people ("cuda (NVIDIA H200)"); ``device_kind`` is what code
+    tests: the torch device type the model runs on (``cpu``, ``cuda``, ``mps``), or ``server`` when
+    a vLLM server answers. ``server`` is set then (the vision encoder runs there).
 
     Sent once per change: when a model is loaded and when new settings change the model or the encoder.
     """
@@ -398,7 +400,13 @@ class EngineInfo:
     graph_memory_mb: float | None = None
     decoder: DecoderInfo | None = None
     server: ServerInfo | None = None
+    device_kind: str = "cpu"
     request_id: int = _request_id()
+
+    @property
+    def on_cpu(self) -> bool:
+        """The model runs on this machine's CPU (no CUDA graphs, no GPU memory to report)."""
+        return self.device_kind == "cpu"
 
 
 Event = Union[

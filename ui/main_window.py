@@ -547,7 +547,7 @@ class MainWindow(QMainWindow, SessionListener):
         else:
             self._settings_dialog.set_settings(self.settings)
         info = self.info
-        on_cpu = info is not None and info.server is None and info.device.startswith("cpu")
+        on_cpu = info is not None and info.on_cpu
         self._settings_dialog.set_graphs_available(not on_cpu, info.graphs_reason if info else "")
         if section:
             self._settings_dialog.show_section(section)
@@ -716,7 +716,7 @@ class MainWindow(QMainWindow, SessionListener):
         self.banners.set_raised(self.demo_banner, bool(info.model_label))
         # On a CPU the Encoder panel's title says, once, that there are no CUDA graphs; a banner is kept
         # for a GPU that runs without them, where it is a surprise worth the space.
-        if info.graphs_enabled or info.server is not None or info.device.startswith("cpu"):
+        if info.graphs_enabled or info.server is not None or info.on_cpu:
             self.banners.dismiss(self.cpu_banner)
         else:
             self.cpu_banner.set_text(f"<b>No CUDA graphs:</b> {html.escape(info.graphs_reason)}.")
@@ -757,7 +757,7 @@ def _local_files(mime) -> list[str]:
 
 def _encoder_title(info: EngineInfo) -> str:
     """The Encoder panel's subtitle: on a CPU, the one line that says there are no CUDA graphs."""
-    if info.server is None and not info.graphs_enabled and info.device.startswith("cpu"):
+    if info.on_cpu and not info.graphs_enabled:
         return CPU_ENCODER_TITLE
     return encoder_text(info)
 

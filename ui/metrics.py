@@ -146,10 +146,9 @@ class EncoderPanel(QWidget):
             self._show_server(info.server)
             return
         self.server_value.setText("– (answers on this machine)")
-        on_cpu = info.device.startswith("cpu")
         # Show the figures that exist where it runs: no graph counters without graphs, no GPU memory on a CPU.
         self._set_row_visible("Graph hits", info.graphs_enabled)
-        self._set_row_visible("GPU memory", not on_cpu)
+        self._set_row_visible("GPU memory", not info.on_cpu)
         self._set_row_visible("Server", False)
         self._set_row_visible("Decoder", info.decoder is not None)
         for column in (_CHUNK_COLUMNS.index("Budget"), _CHUNK_COLUMNS.index("Padding")):

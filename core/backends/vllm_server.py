@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -27,17 +26,15 @@ from framewise.core.backends.vllm_http import StreamPiece, openai_client, stream
 from framewise.core.backends.vllm_metrics import read_mm_cache_counters
 from framewise.core.backends.vllm_request import RemoteClip, media_io_kwargs, openai_messages, video_data_url
 from framewise.core.backends.vllm_serve_command import with_serve_command
-from framewise.core.errors import CancelledError, EmptyQuestionError, FramewiseError
+from framewise.core.backends.base import BackendBase
+from framewise.core.errors import CancelledError, FramewiseError
 from framewise.core.events import (
     AnswerStats,
-    ConversationReset,
     Done,
-    E,
     EncodeDone,
     EngineInfo,
     EventSink,
     Progress,
-    RequestScope,
     ResetReason,
     ServerInfo,
     ServerStats,
@@ -49,11 +46,12 @@ from framewise.core.metrics import DecodeSpeedMeter, decode_rate
 from framewise.core.resources import asset_path
 from framewise.core.settings import DEMO_MODEL, AppSettings
 from framewise.core.video import sample_clip
+from framewise.core.video.thumbnails import clip_sampled
 
 log = logging.getLogger(__name__)
 
 
-class VllmServerEngine:
+class VllmServerEngine(BackendBase[RemoteClip]):
     """The engine's seam over a vLLM server: same calls, same events as :class:`~framewise.core.engine.Engine`.
 
     ``load()`` checks the server (``/health``, ``/v1/models``, the model name); ``open_clip()``
@@ -62,17 +60,12 @@ class VllmServerEngine:
     """
 
     def __init__(self, settings: AppSettings, sink: EventSink = ignore_events) -> None:
-        self.settings = settings.validate()
-        self.sink = sink
+        super().__init__(settings, sink)
         # The server serves a checkpoint of the default family (see vllm_serve_command).
         self.family = default_family()
         self.limits = default_limits()
-        self.clip: RemoteClip | None = None
-        self.history: list[tuple[str, str]] = []
-        self._cancel = threading.Event()
         self._server: ServerInfo | None = None
         self._client: openai.OpenAI | None = None
-        self._requests = RequestScope()
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -126,6 +119,7 @@ class VllmServerEngine:
             graphs_reason="the vision encoder runs on the vLLM server",
             attention_backends=(),
             server=server,
+            device_kind="server",
         )
 
     def cancel(self, request_id: int | None = None) -> None:
@@ -135,22 +129,10 @@ class VllmServerEngine:
         (``request_id`` is accepted for the seam's sake)."""
         self._cancel.set()
 
-    def new_conversation(self, request_id: int | None = None) -> None:
-        """Forget earlier questions and answers; the open clip stays."""
-        with self._requests.serving(request_id):
-            self._reset_conversation("asked")
-
     # ----------------------------------------------------------------- clips
 
-    def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
-        """Sample the clip as the local engine does and pack its frames for the server.
-
-        A failure leaves the open clip and the conversation as they were.
-        """
-        with self._requests.serving(request_id):
-            return self._open_clip(Path(path), "new_clip")
-
     def _open_clip(self, path: Path, reason: ResetReason) -> EncodeDone:
+        """Sample the clip as the local engine does and pack its frames for the server."""
         self._require_server()
         self._cancel.clear()
         self._emit(Progress("decode", 0, 1, f"Reading {path.name}"))
@@ -171,19 +153,13 @@ class VllmServerEngine:
             reason,
         )
 
-    def open_frames(
-        self, frames: np.ndarray, timestamps: Sequence[float], name: str, request_id: int | None = None
+    def _use_frames(
+        self, frames: np.ndarray, timestamps: Sequence[float], name: str, size_and_duration: tuple[int, int, float]
     ) -> EncodeDone:
-        """Use frames (T, H, W, 3) uint8 RGB sampled elsewhere, with their T timestamps in seconds."""
-        with self._requests.serving(request_id):
-            self._require_server()
-            self._cancel.clear()
-            rows, cols = frames.shape[1:3]
-            return self._pack(frames, timestamps, name, None, 0.0, (cols, rows, float(timestamps[-1])), "new_clip")
-
-    def open_clip_path(self) -> Path | None:
-        """The file of the open clip (``None`` with no clip, or frames given directly)."""
-        return self.clip.path if self.clip else None
+        """Pack frames (T, H, W, 3) uint8 RGB sampled elsewhere for the server."""
+        self._require_server()
+        self._cancel.clear()
+        return self._pack(frames, timestamps, name, None, 0.0, size_and_duration, "new_clip")
 
     def _pack(
         self,
@@ -196,8 +172,6 @@ class VllmServerEngine:
         reason: ResetReason,
     ) -> EncodeDone:
         """Pack sampled frames (T, H, W, 3) uint8 for the server and make them the open clip."""
-        from framewise.core.engine import clip_sampled  # the same event, thumbnails included, as locally
-
         self._emit(clip_sampled(name, path, frames, timestamps, size_and_duration))
         started = time.perf_counter()
         url = video_data_url(frames)
@@ -225,21 +199,11 @@ class VllmServerEngine:
 
     # ----------------------------------------------------------------- questions
 
-    def ask(self, question: str, request_id: int | None = None) -> Done:
-        """Stream the answer to ``question`` about the open clip (or as plain text with none).
-
-        A cancelled answer ends early with ``stats.cancelled`` and is not kept in the conversation.
-        """
-        with self._requests.serving(request_id):
-            return self._ask(question)
-
     def _ask(self, question: str) -> Done:
+        """Stream the answer to ``question`` from the server, with the conversation so far."""
         server = self._require_server()
-        question = question.strip()
-        if not question:
-            raise EmptyQuestionError()
         self._cancel.clear()
-        messages = openai_messages(question, self.clip, self.history)
+        messages = openai_messages(question, self.clip, self.turns)
         generation = self.settings.generation
         request: dict[str, Any] = {
             "model": server.model,
@@ -258,7 +222,7 @@ class VllmServerEngine:
         finished = time.perf_counter()
         text = "".join(answer.pieces).strip()
         if not answer.cancelled:
-            self.history.append((question, text))
+            self.turns.append((question, text))
         stats = self._answer_stats(server, answer, started, finished)
         return self._emit(Done(text=text, stats=stats, kept=not answer.cancelled))
 
@@ -287,16 +251,6 @@ class VllmServerEngine:
         )
 
     # ----------------------------------------------------------------- helpers
-
-    def _emit(self, event: E) -> E:
-        """Send ``event`` as part of the request being served; returns it as sent."""
-        return self._requests.send(self.sink, event)
-
-    def _reset_conversation(self, reason: ResetReason) -> None:
-        self.history.clear()
-        clip = self.clip
-        name = clip.summary.clip_name if clip else None
-        self._emit(ConversationReset(reason, name, None if clip is None else str(clip.path or "")))
 
     def _require_server(self) -> ServerInfo:
         if self._server is None:

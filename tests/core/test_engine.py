@@ -81,6 +81,7 @@ def engine(loaded_engine: tuple[Engine, Recorder], clip: Path) -> tuple[Engine, 
 def test_load_reports_eager_on_the_cpu_and_the_demo_label(loaded_engine: tuple[Engine, Recorder]) -> None:
     info = loaded_engine[0].info()
     assert info.device == "cpu" and not info.graphs_enabled
+    assert info.device_kind == "cpu" and info.on_cpu
     assert "CPU" in info.graphs_reason
     assert info.model_label and info.model_label.startswith("Demo model")
 
@@ -123,7 +124,7 @@ def test_follow_up_questions_reuse_the_features_and_keep_the_conversation(engine
     finally:
         del engine_.encoder.encode
     assert calls == []
-    assert engine_.history == [("What color is the square?", first.text), ("And which way does it move?", second.text)]
+    assert engine_.turns == [("What color is the square?", first.text), ("And which way does it move?", second.text)]
 
 
 def test_the_engines_answer_is_generates_answer_with_the_models_own_vision_pass(
@@ -180,7 +181,7 @@ def test_a_new_clip_is_prefilled_from_the_start(engine: tuple[Engine, Recorder],
 def test_cancel_from_another_thread_stops_within_half_a_second(engine: tuple[Engine, Recorder]) -> None:
     engine_, recorder = engine
     engine_.apply_settings(FAST.replace("generation", max_new_tokens=4000))
-    engine_.history.clear()
+    engine_.turns.clear()
     first_token, cancel_sent = threading.Event(), threading.Event()
     recorder_call = engine_.sink
 
@@ -208,7 +209,7 @@ def test_cancel_from_another_thread_stops_within_half_a_second(engine: tuple[Eng
     assert not worker.is_alive()
     assert stopped_after < 0.5
     assert result[0].stats.cancelled and result[0].stats.new_tokens < 4000
-    assert engine_.history == []  # a cancelled answer is not part of the conversation
+    assert engine_.turns == []  # a cancelled answer is not part of the conversation
 
 
 def test_a_stop_for_an_answer_that_has_ended_does_not_stop_the_next_question(engine: tuple[Engine, Recorder]) -> None:
@@ -237,10 +238,10 @@ def test_a_bad_clip_keeps_the_open_clip_and_the_conversation(
 ) -> None:
     engine_, _ = engine
     engine_.ask("What color is the square?")
-    before_clip, before_history = engine_.clip, list(engine_.history)
+    before_clip, before_history = engine_.clip, list(engine_.turns)
     with pytest.raises(ClipError):
         engine_.open_clip(bad_clip(tmp_path))
-    assert engine_.clip is before_clip and engine_.history == before_history
+    assert engine_.clip is before_clip and engine_.turns == before_history
     assert engine_.ask("Which way does it move?").text is not None
 
 
@@ -364,7 +365,7 @@ def test_the_engine_says_why_it_empties_the_conversation(loaded_engine: tuple[En
     engine.apply_settings(resampled)
     engine.apply_settings(resampled.replace("generation", max_new_tokens=5))  # nothing to re-sample: no reset
     reasons = [event.reason for event in recorder.of(ConversationReset)]
-    assert reasons == ["new_clip", "resampled"] and engine.history == []
+    assert reasons == ["new_clip", "resampled"] and engine.turns == []
     assert not recorder.of(EngineInfo), "neither the model nor the encoder changed"
 
 

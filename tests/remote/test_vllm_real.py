@@ -50,7 +50,7 @@ def test_the_engine_seam_answers_and_follows_up_over_the_wire(vllm_server: str) 
     first = engine.ask("What color is the square?")
     second = engine.ask("Which way does the square move?")
     assert "red" in first.text.lower() and "right" in second.text.lower()
-    assert [turn[0] for turn in engine.history] == ["What color is the square?", "Which way does the square move?"]
+    assert [turn[0] for turn in engine.turns] == ["What color is the square?", "Which way does the square move?"]
     assert "".join(event.text for event in events if isinstance(event, Token)).strip() == first.text + second.text
     server = second.stats.server
     video_tokens = opened.patches // 4
@@ -104,7 +104,7 @@ def test_a_model_it_does_not_serve_and_a_prompt_too_long_are_said(vllm_server: s
     engine.load()
     with pytest.raises(ServerRequestError, match="maximum context length"):
         engine.ask("square " * 9000)
-    assert engine.history == []
+    assert engine.turns == []
 
 
 def test_the_cli_streams_an_answer_from_the_server(vllm_server: str) -> None:

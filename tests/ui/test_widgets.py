@@ -20,6 +20,7 @@ from framewise.ui.settings_store import MAX_RECENT_FILES, SettingsStore
 
 GPU_INFO = EngineInfo(
     device="cuda (NVIDIA H200)",
+    device_kind="cuda",
     dtype="bfloat16",
     model_name="Qwen3-VL-8B-Instruct",
     model_label=None,
