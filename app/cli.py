@@ -10,9 +10,9 @@ stays out of shell histories and process lists).
 
 The answer streams to stdout, followed by the stats; ``--json`` prints one JSON object instead.
 Progress goes to stderr. The clip and the question are checked before the model loads. Exit
-status: 0 on success, 2 for a problem with the input (a bad clip, model or setting, or too little
-memory for the settings; said on stderr), 1 for an unexpected error (its traceback goes to the
-log, whose path is printed), 130 when interrupted.
+status: 0 on success, 2 for a problem with the input (a bad clip, model or setting, too little
+memory for the settings, or a stdout that cannot be written; said on stderr), 1 for an unexpected
+error (its traceback goes to the log, whose path is printed), 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ import os
 import sys
 from typing import Any, Sequence, TextIO
 
+from framewise import __version__
 from framewise.app.logs import setup_logging
-from framewise.core.errors import EmptyQuestionError, SettingsError, describe_error
+from framewise.core.errors import EmptyQuestionError, OutputWriteError, SettingsError, describe_error
 from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo, Event, Progress, ServerInfo, Token
 from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, FAST_MODES, AppSettings
+from framewise.core.timecodes import find_times
 
 # The flag that sets each settings field, so messages name what a person can type.
 FLAGS = {
@@ -67,9 +69,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("framewise: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001 - every failure becomes a message, never a traceback
+        if isinstance(error, OutputWriteError):
+            _discard_stdout()
         report = describe_error(error)
         print(f"framewise: {_in_flag_words(error, report.message)}", file=sys.stderr)
         return report.exit_code
+
+
+def write_stdout(text: str) -> None:
+    """Write ``text`` to stdout at once; a failed write (``>/dev/full``, a closed pipe) is an OutputWriteError."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as error:
+        raise OutputWriteError(
+            f"Cannot write the answer to standard output ({error.strerror or error}); send the output to a disk "
+            "with room, or to a program that reads all of it."
+        ) from error
+
+
+def _discard_stdout() -> None:
+    """Point stdout at the null device, so that the text still buffered for it cannot fail again at exit."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (captured in tests)
+        pass
 
 
 def _in_flag_words(error: BaseException, message: str) -> str:
@@ -85,6 +111,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Ask Qwen3-VL questions about video clips.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"framewise {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     ask = commands.add_parser("ask", help="answer a question about a clip")
     ask.add_argument("clip", help="path of a video file")
@@ -180,12 +207,14 @@ def _load_engine(settings: AppSettings, sink: Any) -> Any:
 
 
 def _info(settings: AppSettings, as_json: bool) -> int:
+    from framewise.core.conversation_store import default_store_path, store_note
+
+    note = store_note(default_store_path())  # the window keeps conversations there: say when it cannot
+    if note:
+        print(f"framewise: {note}", file=sys.stderr)
     engine = _load_engine(settings, _ProgressPrinter(sys.stderr, quiet=as_json))
     info = engine.info()
-    if as_json:
-        print(json.dumps(dataclasses.asdict(info)))
-    else:
-        print(format_info(info))
+    write_stdout((json.dumps(dataclasses.asdict(info)) if as_json else format_info(info)) + "\n")
     return 0
 
 
@@ -195,21 +224,24 @@ def _ask(settings: AppSettings, clip: str, question: str, as_json: bool) -> int:
     from framewise.core.video import probe_clip  # no torch: a bad path is found before the model loads
 
     probe_clip(clip)
+    if settings.backend.kind == "local":  # a server has its own tokenizer and context
+        from framewise.core.loading import count_question_tokens  # the tokenizer only, no weights
+
+        settings.check_question_fits(count_question_tokens(settings.model.source, question))
     printer = _ProgressPrinter(sys.stderr, quiet=as_json)
     engine = _load_engine(settings, printer)
     info = engine.info()
     if not as_json:
         _note_unused_settings(settings, info)
     encoded = engine.open_clip(clip)
-    if info.model_label and not as_json:
-        print(f"[{info.model_label}]", flush=True)
-    printer.stream_tokens = not as_json
+    if not as_json:
+        printer.stream_answer(f"[{info.model_label}]\n" if info.model_label else "")
     done = engine.ask(question)
     if as_json:
-        print(json.dumps(_result_json(info, encoded, done)))
+        write_stdout(json.dumps(_result_json(info, encoded, done)) + "\n")
     else:
-        print()
-        print(format_stats(done.stats, encoded, info))
+        printer.start_answer()  # the label, when an answer came without a token
+        write_stdout("\n" + format_stats(done.stats, encoded, info) + "\n")
     return 0
 
 
@@ -219,7 +251,7 @@ def _note_unused_settings(settings: AppSettings, info: EngineInfo) -> None:
     if backend != "auto" and info.server is not None:
         print(f"framewise: --attention {backend} has no effect: the vision encoder runs on the server", file=sys.stderr)
     elif backend != "auto" and not info.graphs_enabled:
-        where = "on the CPU" if info.device == "cpu" else "without CUDA graphs"
+        where = "on the CPU" if info.on_cpu else "without CUDA graphs"
         print(
             f"framewise: --attention {backend} has no effect {where}: the vision encoder runs eager, "
             "with transformers' own attention",
@@ -234,11 +266,24 @@ class _ProgressPrinter:
         self.stream = stream
         self.quiet = quiet
         self.stream_tokens = False
+        self._header: str | None = None
+
+    def stream_answer(self, header: str) -> None:
+        """Write answer tokens to stdout from now on, preceded by ``header`` (the model's label line)
+        once the first token comes, so that a failed question leaves no label without an answer."""
+        self.stream_tokens = True
+        self._header = header
+
+    def start_answer(self) -> None:
+        """Write the header now, unless the first token already did."""
+        if self._header is not None:
+            header, self._header = self._header, None
+            write_stdout(header)
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, Token) and self.stream_tokens:
-            sys.stdout.write(event.text)
-            sys.stdout.flush()
+            self.start_answer()
+            write_stdout(event.text)
         elif isinstance(event, Progress) and (not self.quiet or event.message.startswith("Warning:")):
             print(f"[{event.stage}] {event.message}", file=self.stream, flush=True)
 
@@ -290,16 +335,16 @@ def format_stats(stats: AnswerStats, encoded: EncodeDone, info: EngineInfo) -> s
         return (
             f"--\nframes {encoded.frames} sent to {stats.server.url} (encoded there), "
             f"decode {encoded.decode_ms:.0f} ms, packing {encoded.preprocess_ms:.0f} ms\n"
-            f"first token {stats.time_to_first_token_ms:.0f} ms, {stats.new_tokens} tokens, "
-            f"{stats.tokens_per_second:.1f} tokens/s" + (", cancelled" if stats.cancelled else "")
+            f"first token {stats.time_to_first_token_ms:.0f} ms, {stats.speed_text()}"
+            + (", cancelled" if stats.cancelled else "")
             + f"\nserver: {stats.server.summary()}"
         )
     return (
         f"--\nframes {encoded.frames}, patches {encoded.patches}, "
         f"decode {encoded.decode_ms:.0f} ms, preprocess {encoded.preprocess_ms:.0f} ms, "
         f"encode {encoded.encode_ms:.1f} ms ({encoded.ms_per_frame:.2f} ms/frame, {_graph_words(encoded, info)})\n"
-        f"first token {stats.time_to_first_token_ms:.0f} ms, {stats.new_tokens} tokens, "
-        f"{stats.tokens_per_second:.1f} tokens/s" + (", cancelled" if stats.cancelled else "")
+        f"first token {stats.time_to_first_token_ms:.0f} ms, {stats.speed_text()}"
+        + (", cancelled" if stats.cancelled else "")
         + (f"\ndecoder: {stats.decoder.summary()}" if stats.decoder else "")
     )
 
@@ -308,7 +353,7 @@ def _graph_words(encoded: EncodeDone, info: EngineInfo) -> str:
     if info.graphs_enabled:
         verdict = "graph hit" if encoded.graph_hit else "graph miss"
         return f"{verdict}, {len(encoded.chunks)} encoder passes"
-    if info.device == "cpu":
+    if info.on_cpu:
         return "no CUDA graphs on this machine"
     return f"eager: {info.graphs_reason}"
 
@@ -316,6 +361,7 @@ def _graph_words(encoded: EncodeDone, info: EngineInfo) -> str:
 def _result_json(info: EngineInfo, encoded: EncodeDone, done: Done) -> dict[str, Any]:
     return {
         "answer": done.text,
+        "times": [time.to_json() for time in find_times(done.text)],
         "model": info.model_name,
         "model_label": info.model_label,
         "device": info.device,

@@ -22,13 +22,14 @@ from PySide6.QtWidgets import QApplication
 from framewise.app.diagnostics import collect_versions
 from framewise.app.logs import log_file_path, setup_logging
 from framewise import __version__
+from framewise.core.backends.base import AnsweringBackend
 from framewise.core.events import EventSink, Failed, Progress, RequestFinished
 from framewise.core.resources import asset_path
 from framewise.core.settings import AppSettings
 from framewise.ui.main_window import MainWindow
 from framewise.ui.services import AppServices
 from framewise.ui.settings_store import SettingsStore
-from framewise.ui.worker import EngineHost, EngineLike
+from framewise.ui.worker import EngineHost
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def display_problem(environ: Mapping[str, str], platform: str) -> str | None:
     )
 
 
-def create_engine(settings: AppSettings, sink: EventSink) -> EngineLike:
+def create_engine(settings: AppSettings, sink: EventSink) -> AnsweringBackend:
     """Build the engine the settings' backend names. Runs on the worker thread, so importing torch never blocks the window."""
     sink(Progress("load", 0, 0, "Starting PyTorch"))
     from framewise.core.backends import create_engine

@@ -30,12 +30,7 @@ logger = logging.getLogger(__name__)
 
 def log_dir() -> Path:
     """The folder that holds framewise.log and its rotated backups (not created here)."""
-    return user_folder(
-        "FRAMEWISE_LOG_DIR",
-        linux=("XDG_STATE_HOME", ".local/state", "framewise/log"),
-        macos="Logs/Framewise",
-        windows=("LOCALAPPDATA", "AppData/Local", "Framewise/Logs"),
-    )
+    return user_folder("FRAMEWISE_LOG_DIR", "log")
 
 
 def log_file_path() -> Path:

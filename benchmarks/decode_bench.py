@@ -48,11 +48,11 @@ from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, StaticC
 from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 from framewise.core.decoding import Decoder, Prompt, SamplingRule  # noqa: E402
-from framewise.core.qwen3_vl.language import Qwen3VLLanguageModel  # noqa: E402
 from framewise.core.encoding.defs import EncodedItem  # noqa: E402
+from framewise.core.families.qwen3_vl.injection import FeatureInjector  # noqa: E402
+from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel  # noqa: E402
+from framewise.core.families.qwen3_vl.prompt import TEXT_TOKEN, VIDEO_TOKEN, vision_spans
 from framewise.core.metrics import percentile  # noqa: E402
-from framewise.core.processing import TEXT_TOKEN, VIDEO_TOKEN  # noqa: E402
-from framewise.core.qwen3_vl.injection import FeatureInjector  # noqa: E402
 
 # hidden, intermediate, layers, heads, kv heads, head_dim, tied embeddings (released Qwen3-VL text models)
 TEXT_SIZES = {
@@ -238,7 +238,9 @@ class FramewiseRunner:
         input_ids = torch.tensor([ids])
         types = torch.full_like(input_ids, TEXT_TOKEN)
         types[input_ids == VIDEO_PAD] = VIDEO_TOKEN
-        prompt = Prompt(input_ids, types, self.grid, self.features, owner=self.features)
+        grids = (("video", self.grid),)
+        spans = vision_spans(types, grids, merge_area=4)
+        prompt = Prompt(input_ids, types, spans, grids, (self.features,), owner=self.features)
         times: list[float] = []
         started = time.perf_counter()
         result = self.decoder.answer(
@@ -382,7 +384,7 @@ def make_runner(mode: str, model, features, conversation: Conversation, context:
     """The mode's runner and its warm-up (the static mode's warm-up is its compile)."""
     if mode in FRAMEWISE_STEPS:
         runner = FramewiseRunner(model, features, conversation.grid_thw, context, args.min_bucket, FRAMEWISE_STEPS[mode])
-        return runner, lambda ids: (runner.ask(ids, 4), runner.decoder.forget())
+        return runner, lambda ids: (runner.ask(ids, 4), runner.decoder.cache.forget())
     if mode in ("default", "static"):
         runner = GenerateRunner(model, features, conversation.grid_thw, context if mode == "static" else None)
         return runner, lambda ids: runner.ask(ids, args.warm_up_tokens if mode == "default" else args.new_tokens)

@@ -34,7 +34,7 @@ from encoder_profile import profile_pass  # noqa: E402
 
 from framewise.core.decoding.kv_cache import StaticKVCache  # noqa: E402
 from framewise.core.decoding.step_graphs import StepGraphs  # noqa: E402
-from framewise.core.qwen3_vl.language import Qwen3VLLanguageModel  # noqa: E402
+from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel  # noqa: E402
 
 STEP_MODES = {"kernels": dict(fused_steps=True, step_kernels=True), "ops": dict(fused_steps=True, step_kernels=False),
               "layers": dict(fused_steps=False)}
@@ -69,11 +69,10 @@ def graph_step_ms(language, cache: StaticKVCache, position: int, bucket: int, re
 def prefill_ms(language, cache: StaticKVCache, start: int, count: int) -> float:
     """Milliseconds of a prefill of ``count`` random tokens after ``start`` cached positions."""
     ids = torch.randint(1000, 100000, (1, count))
-    types = torch.zeros_like(ids)
     rope = torch.arange(start, start + count).expand(3, count)
     torch.cuda.synchronize()
     began = time.perf_counter()
-    language.prefill(cache, start, ids, types, rope, None, 0)
+    language.prefill(cache, start, ids, rope, None)
     torch.cuda.synchronize()
     return (time.perf_counter() - began) * 1e3
 

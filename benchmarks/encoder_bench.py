@@ -44,12 +44,12 @@ from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionCon
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel  # noqa: E402
 
 from framewise.core.encoding.defs import VisionItem  # noqa: E402
+from framewise.core.encoding.eager import EagerVisionEncoder, item_frames  # noqa: E402
 from framewise.core.encoding.manager import GraphVisionEncoder  # noqa: E402
+from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
 from framewise.core.metrics import percentile  # noqa: E402
-from framewise.core.encoding.seam import EagerVisionEncoder, item_frames  # noqa: E402
-from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
-from framewise.core.qwen3_vl.attention import stock_attention  # noqa: E402
 from framewise.core.settings import EncoderSettings  # noqa: E402
+from tests.core.families.qwen3_vl.references import stock_attention  # noqa: E402
 from graph_timing import graph_replay_ms  # noqa: E402
 
 # depth, hidden, heads, mlp, out_hidden, deepstack layers (DESIGN §4)
@@ -168,7 +168,7 @@ def bench_workload(
     modality, frames, height, width = spec
     item = make_item(modality, frames, height, width, torch.Generator(device="cuda").manual_seed(0))
     t, _, _ = item.grid_thw
-    exact_settings = EncoderSettings(budgets=(item.patches,), max_items_per_batch=1, max_frames_per_batch=t)
+    exact_settings = EncoderSettings(budgets=(item.patches,), max_items_per_batch=1, max_frame_pairs_per_batch=t)
     exact = GraphVisionEncoder(adapter, exact_settings)
     floor = dense_floor_ms(adapter.visual, item.patches)
     modes = {"eager": EagerVisionEncoder(adapter), **encoders, "exact": exact}

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from encoder_bench import WORKLOADS, build_tower, make_item  # noqa: E402
 
-from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
+from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
 
 GEMM_MARKERS = ("gemm", "cutlass", "cublas", "sm90_xmma", "nvjet", "wgmma")
 ATTENTION_MARKERS = ("flash", "fmha", "attention", "varlen")

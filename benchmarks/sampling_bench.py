@@ -117,7 +117,7 @@ def peak_rss_mib() -> float:
 
 def measure_sampling(path: Path, frames: int, fast_mode: str, workers: int | None) -> dict[str, object]:
     """Open-to-ready time of ``sample_clip`` as the app calls it, in this process."""
-    from framewise.core.processing import video_frame_sizing
+    from framewise.core.families.qwen3_vl.processor import video_frame_sizing
     from framewise.core.settings import MAX_CLIP_PIXELS, SamplingSettings
     from framewise.core.video import pyav_reader, sample_clip
 

@@ -2,7 +2,7 @@
 
 Plain data: the window records questions and answers here, :mod:`framewise.core.conversation_store`
 keeps them on disk, and the exports are built from it, so they carry the clip's name, the sampled
-timestamps, the settings used and each answer's model label.
+timestamps, the settings used, each answer's model label and the times it mentions, in seconds.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, Literal
 from framewise.core.errors import ExportError
 from framewise.core.events import AnswerStats
 from framewise.core.settings import AppSettings
+from framewise.core.timecodes import TimeMention, find_times
 from framewise.core.wording import plural
 
 TurnStatus = Literal["waiting", "streaming", "done", "stopped", "failed", "interrupted"]
@@ -48,6 +49,7 @@ class Turn:
             "model_label": self.model_label,
             "asked_at": self.asked_at,
             "stats": dataclasses.asdict(self.stats) if self.stats else None,
+            "times": [time.to_json() for time in find_times(self.answer)],
         }
 
 
@@ -99,6 +101,9 @@ class Conversation:
             if turn.answer:
                 lines.append(turn.answer)
                 lines.append("")
+                times = find_times(turn.answer)
+                if times:
+                    lines += [f"_Times: {'; '.join(_time_in_seconds(time) for time in times)}_", ""]
             if turn.status == "failed":
                 lines += [f"> Error: {turn.error}", ""]
             elif turn.status == "stopped":
@@ -126,17 +131,20 @@ class Conversation:
 
 
 def format_answer_stats(stats: AnswerStats) -> str:
-    """One line: tokens, speed (from two tokens on), time to first token, GPU memory when known, and
-    the server's figures for an answer from a vLLM server."""
-    parts = [plural(stats.new_tokens, "token")]
-    if stats.new_tokens >= 2:  # the speed is measured after the first token, so one token has none
-        parts.append(f"{stats.tokens_per_second:.1f} tokens/s")
-    parts.append(f"first token {stats.time_to_first_token_ms:.0f} ms")
+    """One line: tokens and speed (:meth:`AnswerStats.speed_text`), time to first token, GPU memory when
+    known, and the server's figures for an answer from a vLLM server."""
+    parts = [stats.speed_text(), f"first token {stats.time_to_first_token_ms:.0f} ms"]
     if stats.gpu_memory_mb is not None:
         parts.append(f"GPU memory {stats.gpu_memory_mb:.0f} MiB")
     if stats.server is not None:
         parts.append(f"vLLM server {stats.server.url}: {stats.server.summary()}")
     return " · ".join(parts)
+
+
+def _time_in_seconds(time: TimeMention) -> str:
+    """A time as the answer wrote it (as code: Qwen3-VL's `<t seconds>` markers are not HTML) and in seconds."""
+    seconds = f"{time.start_s:g}" if time.end_s is None else f"{time.start_s:g}–{time.end_s:g}"
+    return f"`{time.text}` = {seconds} s"
 
 
 def _model_text(model_name: str, model_label: str | None) -> str:

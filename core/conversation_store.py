@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
+import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -61,16 +62,33 @@ CREATE INDEX IF NOT EXISTS conversations_by_clip ON conversations(clip_path, upd
 
 def data_dir() -> Path:
     """The folder that holds the conversation database (not created here)."""
-    return user_folder(
-        "FRAMEWISE_DATA_DIR",
-        linux=("XDG_DATA_HOME", ".local/share", "framewise"),
-        macos="Application Support/Framewise",
-        windows=("APPDATA", "AppData/Roaming", "Framewise"),
-    )
+    return user_folder("FRAMEWISE_DATA_DIR", "data")
 
 
 def default_store_path() -> Path:
     return data_dir() / STORE_FILE_NAME
+
+
+def store_note(path: Path) -> str | None:
+    """What a person should know about the store at ``path`` before using it (that new conversations
+    will not be kept, and why), or None when they will be. Writes nothing: a missing store is
+    made by whoever first keeps a conversation."""
+    existing = next((folder for folder in (path.parent, *path.parent.parents) if folder.exists()), None)
+    if existing is not None and not existing.is_dir():
+        return _not_a_folder(existing)
+    if not path.exists():
+        reason = _read_only_reason(path) if existing == path.parent else None
+        return _not_kept_because(reason) if reason else None
+    if _read_only_reason(path) is None:
+        return None  # a writable store is opened (and found damaged, if it is) only by the window
+    try:
+        store = ConversationStore(path)
+    except ConversationStoreError as error:
+        return str(error)
+    try:
+        return store.read_only_note()
+    finally:
+        store.close()
 
 
 @dataclass(frozen=True)
@@ -100,12 +118,22 @@ class StoredConversation:
 
 
 class ConversationStore:
-    """Creates, lists, reads and deletes kept conversations. One connection; use it from one thread."""
+    """Creates, lists, reads and deletes kept conversations. One connection; use it from one thread.
+
+    A healthy store in a folder that cannot be written opens read-only: it lists and opens what it
+    keeps, :attr:`read_only_reason` says why nothing new can be written, and writes raise."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        _make_folder(self.path.parent)
+        self.read_only_reason = _read_only_reason(self.path)
+        if self.read_only_reason is not None and not self.path.exists():
+            raise ConversationStoreError(_not_kept_because(self.read_only_reason))
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.read_only_reason is not None:
+                self._db = _connect_read_only(self.path)
+                self._check_version()
+                return
             self._db = sqlite3.connect(self.path, isolation_level=None)
             self._db.execute("PRAGMA foreign_keys = ON")
             self._db.execute("PRAGMA journal_mode = WAL")
@@ -113,11 +141,30 @@ class ConversationStore:
             # (a crash or kill); only a power loss may take the last commits with it.
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._migrate()
+        except _NewerSchemaError as error:
+            raise ConversationStoreError(
+                f"Past conversations cannot be shown: {self.path} {error}. "
+                "Update Framewise, or set FRAMEWISE_DATA_DIR to another folder."
+            ) from error
         except (OSError, sqlite3.Error) as error:
             raise ConversationStoreError(
                 f"Past conversations cannot be kept: {self.path} could not be opened ({error}). "
                 "Move or delete that file, or set FRAMEWISE_DATA_DIR to another folder."
             ) from error
+
+    @property
+    def read_only(self) -> bool:
+        """True when kept conversations can be read but new ones cannot be written."""
+        return self.read_only_reason is not None
+
+    def read_only_note(self) -> str | None:
+        """What a person should be told about a read-only store (None when it is writable)."""
+        if self.read_only_reason is None:
+            return None
+        return (
+            f"Past conversations are shown, but new ones will not be kept: {self.read_only_reason}. "
+            "Make it writable, or set FRAMEWISE_DATA_DIR to a folder you can write to."
+        )
 
     def close(self) -> None:
         self._db.close()
@@ -209,13 +256,20 @@ class ConversationStore:
     # -- internals --------------------------------------------------------------------------
 
     def _migrate(self) -> None:
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise sqlite3.DatabaseError(f"it was written by a newer Framewise (schema {version})")
+        self._check_version()
         self._db.executescript(_SCHEMA)
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
+    def _check_version(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise _NewerSchemaError(f"was written by a newer Framewise (schema {version})")
+
     def _write(self) -> _Transaction:
+        if self.read_only_reason is not None:
+            raise ConversationStoreError(
+                f"The conversation could not be kept in {self.path}: {self.read_only_reason}."
+            )
         return _Transaction(self._db, self.path)
 
     def _read(self, query: str, arguments: tuple[Any, ...]) -> list[tuple[Any, ...]]:
@@ -227,6 +281,66 @@ class ConversationStore:
     @staticmethod
     def _touch(db: sqlite3.Connection, conversation_id: int) -> None:
         db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (_now(), conversation_id))
+
+
+class _NewerSchemaError(Exception):
+    """The store was written by a newer Framewise: healthy, but not this version's to read."""
+
+
+def _make_folder(folder: Path) -> None:
+    """Create ``folder`` (and its parents) for the store, or say in a typed error why it cannot be."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as error:
+        blocker = Path(error.filename) if error.filename else folder
+        raise ConversationStoreError(_not_a_folder(blocker)) from error
+    except OSError as error:
+        raise ConversationStoreError(
+            f"Conversations will not be kept: the folder {folder} could not be created ({error.strerror or error}). "
+            "Set FRAMEWISE_DATA_DIR to a folder you can write to."
+        ) from error
+
+
+def _not_a_folder(blocker: Path) -> str:
+    return f"Conversations will not be kept: {blocker} is a file, not a folder. Set FRAMEWISE_DATA_DIR to a folder."
+
+
+def _not_kept_because(read_only_reason: str) -> str:
+    return (
+        f"Conversations will not be kept: {read_only_reason}. "
+        "Make it writable, or set FRAMEWISE_DATA_DIR to a folder you can write to."
+    )
+
+
+def _read_only_reason(path: Path) -> str | None:
+    """Why SQLite could not write ``path`` and its journal beside it, or None when it could.
+
+    Tried, not read from the permission bits: a read-only mount or an ACL says no where the bits say yes."""
+    try:
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError:
+        return f"the folder {path.parent} is read-only"
+    if path.exists():
+        try:
+            with path.open("r+b"):
+                pass
+        except OSError:
+            return f"the file {path} is read-only"
+    return None
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """Open ``path`` for reading only. A WAL database wants its shared-memory file beside it; where that
+    cannot be created (a read-only folder after a clean exit removed it), open it as immutable."""
+    uri = path.resolve().as_uri()
+    db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None)
+    try:
+        db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        return db
+    except sqlite3.OperationalError:
+        db.close()
+        return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, isolation_level=None)
 
 
 class _Transaction:

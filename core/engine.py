@@ -6,7 +6,7 @@ Only :meth:`Engine.cancel` may be called from another thread.
 
 Each public call is one request: every event sent while serving it carries its id (the caller's
 ``request_id``, or a new one), so listeners route events without inferring from their order. The
-engine keeps the one conversation record (:attr:`Engine.history`) and announces every time it
+engine keeps the one conversation record (:attr:`Engine.turns`) and announces every time it
 empties it, with the reason, as a :class:`~framewise.core.events.ConversationReset`.
 
 A cancel applies to the request that is running, or, when none is, to the next one that starts:
@@ -14,8 +14,9 @@ a cancel that arrives just before a call begins is never lost. It is consumed wh
 ends. Cancelling reaches every stage: reading the clip, preprocessing, every vision-tower block of
 every encoder pass, every decoder layer of the prefill and every generated token.
 
-:meth:`Engine.apply_settings` is a transaction: when any part of the switch fails, the engine
-keeps the model, encoder, decoder, clip and conversation it had, and the error says what failed.
+:meth:`Engine.apply_settings` is a transaction (:class:`~framewise.core.settings_transaction.SettingsTransaction`):
+when any part of the switch fails, the engine keeps the model, encoder, decoder, clip and
+conversation it had, and the error says what failed.
 
 A clip is encoded once, when it is opened; every question about it reuses the vision features.
 Answers are decoded by :class:`~framewise.core.decoding.Decoder` over a static KV cache allocated
@@ -32,43 +33,38 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-import cv2
 import numpy as np
 import torch
 
+from framewise.core.backends.base import BackendBase
 from framewise.core.decoding import Decoded, Decoder, Prompt, SamplingRule, context_for
-from framewise.core.encoding.defs import EncodedItem
+from framewise.core.encoding.defs import EncodedItem, VisionEncoder
 from framewise.core.encoding.manager import make_vision_encoder
-from framewise.core.encoding.seam import VisionEncoder
-from framewise.core.errors import CancelledError, EmptyQuestionError, FramewiseError, is_out_of_memory
+from framewise.core.errors import CancelledError, FramewiseError
 from framewise.core.events import (
     AnswerStats,
-    ClipSampled,
-    ConversationReset,
     DecoderInfo,
     DecoderStats,
     Done,
-    E,
     EncodeDone,
     EngineInfo,
     EventSink,
     Progress,
-    RequestScope,
     ResetReason,
     Token,
     ignore_events,
 )
+from framewise.core.families.base import PreparedVideo, PromptInputs
+from framewise.core.loading import LoadedModel, load_model
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
-from framewise.core.models import LoadedModel, load_model
-from framewise.core.processing import VideoInputs, build_chat_inputs, preprocess_video, video_frame_sizing
 from framewise.core.settings import AppSettings
+from framewise.core.settings_transaction import SettingsTransaction
 from framewise.core.video import ReadProgress, sample_clip
-
-THUMBNAIL_HEIGHT = 256
+from framewise.core.video.thumbnails import clip_sampled
 
 
 @dataclass(frozen=True)
@@ -79,7 +75,7 @@ class EncodedClip:
     """
 
     path: Path | None
-    video: VideoInputs
+    video: PreparedVideo
     features: EncodedItem
     summary: EncodeDone
 
@@ -119,8 +115,8 @@ class _TokenStreamer:
         self.text = text
 
 
-class Engine:
-    """Loads a Qwen3-VL model, encodes clips once, answers questions about them as a stream.
+class Engine(BackendBase[EncodedClip]):
+    """Loads a vision-language model, encodes clips once, answers questions about them as a stream.
 
     Usage::
 
@@ -132,23 +128,21 @@ class Engine:
     Every public method takes an optional ``request_id``; the events it sends carry it (a caller that
     passes ids passes them on every call). Without one, a call gets the next id of the engine's own,
     except that a call made while serving a request is part of that request.
+
+    :meth:`new_conversation` keeps the decoder's KV entries of the prompt's part that does not
+    depend on the conversation (system text and clip); everything after it is prefilled anew.
     """
 
     def __init__(self, settings: AppSettings | None = None, sink: EventSink = ignore_events) -> None:
-        self.settings = (settings or AppSettings()).validate()
-        self.sink = sink
+        super().__init__(settings, sink)
         self.loaded: LoadedModel | None = None
         self.encoder: VisionEncoder | None = None
         self.decoder: Decoder | None = None
-        self.clip: EncodedClip | None = None
-        self.history: list[tuple[str, str]] = []
         self.metrics = EncoderMetricsAccumulator()
-        self._cancel = threading.Event()
+        self.graphs_reason = ""
         self._cancel_lock = threading.Lock()  # a cancel and the end of a request do not interleave
         self._ended_through = 0  # the highest request id that has ended
         self._request_depth = 0
-        self._requests = RequestScope()
-        self._graphs_reason = ""
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -157,9 +151,9 @@ class Engine:
         the encoder's graphs, then the decode step graphs, on CUDA)."""
         with self._requests.serving(request_id):
             with self._request():
-                self.loaded = load_model(self.settings.model, progress=self._emit)
-                self._build_encoder()
-                self._build_decoder()
+                self.load_weights()
+                self.build_encoder()
+                self.build_decoder()
                 info = self.info()
             return self._emit(info)
 
@@ -181,103 +175,8 @@ class Engine:
             return None
         with self._requests.serving(request_id):
             with self._request():
-                before = self._parts()
-                try:
-                    info = self._switch(before, settings)
-                except BaseException:
-                    self._restore(before)
-                    raise
-                self._close_replaced(before)
+                info = SettingsTransaction(self, settings, reopen_clip=self._open_clip).run()
             return None if info is None else self._emit(info)
-
-    def _switch(self, before: _EngineParts, settings: AppSettings) -> EngineInfo | None:
-        old, self.settings = before.settings, settings
-        rebuilt = False
-        if settings.model != old.model:
-            self._load_beside(before)
-            rebuilt = True
-        else:
-            if settings.encoder != old.encoder:
-                # Two encoders cannot share a tower (the attention switch is the tower's): the old
-                # one is cleared first, and _restore builds it again should the new one fail.
-                before.encoder = None
-                self._build_encoder()
-                rebuilt = True
-            if _decoder_shape(settings) != _decoder_shape(old):
-                self._rebuild_decoder(before)
-                rebuilt = True
-        clip_path = before.clip.path if before.clip else None
-        if clip_path and (settings.model != old.model or settings.sampling != old.sampling):
-            self._open_clip(clip_path, "resampled")
-        return self.info() if rebuilt else None
-
-    def _load_beside(self, before: _EngineParts) -> None:
-        """Load the new model while the old one stays in memory; if that runs out of memory,
-        release the old one (``before.released`` tells :meth:`_restore` to load it again) and retry."""
-        try:
-            self.loaded = load_model(self.settings.model, progress=self._emit)
-        except Exception as error:
-            if not is_out_of_memory(error):
-                raise
-            self._release_model()
-            before.released = True
-            self.loaded = load_model(self.settings.model, progress=self._emit)
-        self.encoder = None
-        self.decoder = None
-        self._build_encoder()
-        self._build_decoder()
-
-    def _rebuild_decoder(self, before: _EngineParts) -> None:
-        """A decoder for the new settings while the old one stays usable; if both do not fit,
-        the old one is closed first (``before.decoder`` becomes ``None``: :meth:`_restore` rebuilds it)."""
-        self.decoder = None
-        try:
-            self._build_decoder()
-        except Exception as error:
-            if not is_out_of_memory(error) or before.decoder is None:
-                raise
-            before.decoder.close()
-            before.decoder = None
-            self._build_decoder()
-
-    def _parts(self) -> _EngineParts:
-        return _EngineParts(
-            self.settings, self.loaded, self.encoder, self._graphs_reason, self.decoder, self.clip, list(self.history)
-        )
-
-    def _restore(self, before: _EngineParts) -> None:
-        """Put back what :meth:`_parts` saw; a released model is loaded again and its clip re-opened,
-        a cleared encoder or closed decoder built again."""
-        if self.decoder is not None and self.decoder is not before.decoder:
-            self.decoder.close()
-        if self.encoder is not None and self.encoder is not before.encoder:
-            self.encoder.clear()
-        self.settings = before.settings
-        if before.released:
-            self.loaded = self.encoder = self.decoder = None
-            self.clip = None
-            self.load()
-            if before.clip is not None and before.clip.path is not None:
-                self._open_clip(before.clip.path, reason=None)  # the conversation stays: it is put back
-            self.history = before.history
-            return
-        self.loaded, self.encoder, self._graphs_reason = before.loaded, before.encoder, before.graphs_reason
-        self.decoder, self.clip, self.history = before.decoder, before.clip, before.history
-        if self.encoder is None:
-            self._build_encoder()
-        if self.decoder is None:
-            self._build_decoder()
-
-    def _close_replaced(self, before: _EngineParts) -> None:
-        """Give back what the old model's parts held once the new ones are in use."""
-        if before.released:
-            return
-        if before.decoder is not None and before.decoder is not self.decoder:
-            before.decoder.close()
-        if before.encoder is not None and before.encoder is not self.encoder:
-            before.encoder.clear()
-        if before.loaded is not self.loaded and torch.cuda.is_available():
-            torch.cuda.empty_cache()
 
     def info(self) -> EngineInfo:
         """What the engine runs on now."""
@@ -286,12 +185,13 @@ class Engine:
         report = encoder.report if encoder else None
         return EngineInfo(
             device=_device_description(loaded.device),
+            device_kind=loaded.device.type,
             dtype=str(loaded.dtype).removeprefix("torch."),
             model_name=loaded.name,
             model_label=loaded.label,
             encoder_name=encoder.name if encoder else "none",
             graphs_enabled=encoder is not None and encoder.captured,
-            graphs_reason=self._graphs_reason,
+            graphs_reason=self.graphs_reason,
             attention_backends=tuple(loaded.adapter.attention_backends()),
             graph_budgets=encoder.budgets if encoder else (),
             capture_seconds=report.seconds if report else None,
@@ -326,29 +226,15 @@ class Engine:
                 return
             self._cancel.set()
 
-    def new_conversation(self, request_id: int | None = None) -> None:
-        """Forget earlier questions and answers; the open clip stays encoded.
-
-        The decoder keeps the KV entries of the prompt's part that does not depend on the
-        conversation (system text and clip); everything after it is prefilled anew.
-        """
-        with self._requests.serving(request_id):
-            self._reset_conversation("asked")
-
     # ----------------------------------------------------------------- clips
 
-    def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
-        """Sample, preprocess and encode a clip; later questions are about it.
+    def _open_clip(self, path: Path, reason: ResetReason | None) -> EncodeDone:
+        """Sample, preprocess and encode ``path``; ``reason`` is why the conversation empties (``None``:
+        it is being put back).
 
         Emits Progress (decode, encode), ClipSampled, one ChunkStats per encoder pass,
-        EncoderMetrics, ConversationReset (reason ``new_clip``) and EncodeDone. A failure leaves
-        the previously open clip and the conversation as they were.
+        EncoderMetrics, ConversationReset and EncodeDone.
         """
-        with self._requests.serving(request_id):
-            return self._open_clip(Path(path), "new_clip")
-
-    def _open_clip(self, path: Path, reason: ResetReason | None) -> EncodeDone:
-        """Open ``path``; ``reason`` is why the conversation empties (``None``: it is being put back)."""
         loaded = self._require_model()
         with self._request():
             self._raise_if_cancelled()
@@ -358,7 +244,7 @@ class Engine:
             sampled = sample_clip(
                 path,
                 sampling,
-                video_frame_sizing(sampling, loaded.geometry),
+                loaded.family.frame_sizing(sampling, loaded.limits),
                 should_cancel=self._cancel.is_set,
                 on_progress=lambda progress: self._emit(_decode_progress(path.name, progress)),
             )
@@ -370,18 +256,16 @@ class Engine:
                 sampling_mode=sampled.mode,
             )
 
-    def open_frames(
-        self, frames: np.ndarray, timestamps: Sequence[float], name: str, request_id: int | None = None
+    def _use_frames(
+        self, frames: np.ndarray, timestamps: Sequence[float], name: str, size_and_duration: tuple[int, int, float]
     ) -> EncodeDone:
         """Encode frames sampled elsewhere, as :meth:`open_clip` does after decoding.
 
-        ``frames``: (T, H, W, 3) uint8 RGB, already at a Qwen3-VL size (sides multiples of 32);
+        ``frames``: (T, H, W, 3) uint8 RGB, already at the model family's frame size (sides whole merge blocks);
         ``timestamps``: T seconds. Settings changes cannot re-sample such a clip.
         """
         self._require_model()
-        rows, cols = frames.shape[1:3]
-        size_and_duration = (cols, rows, float(timestamps[-1]))
-        with self._requests.serving(request_id), self._request():
+        with self._request():
             return self._encode_frames(frames, timestamps, name, None, 0.0, size_and_duration, "new_clip")
 
     def _encode_frames(
@@ -402,12 +286,12 @@ class Engine:
         self._emit(dataclasses.replace(sampled, sampling_mode=sampling_mode))
         self._raise_if_cancelled()
         started = time.perf_counter()
-        video = preprocess_video(frames, timestamps, loaded.geometry)
+        video = loaded.family.preprocess_video(frames, timestamps, loaded.limits)
         preprocess_ms = (time.perf_counter() - started) * 1e3
         self._raise_if_cancelled()
 
         self._emit(Progress("encode", 0, 1, f"Encoding {len(timestamps)} frames"))
-        with self._cancel_points(loaded.model.model.visual.blocks):
+        with self._cancel_points(loaded.family.cancel_points(loaded.model).vision):
             output = self._require_encoder().encode([video.item])
         self._raise_if_cancelled()  # a cancel during the last pass still keeps the previous clip
         chunks = tuple(self._requests.stamp(chunk) for chunk in output.chunks)
@@ -436,40 +320,24 @@ class Engine:
         self._emit(Progress("encode", 1, 1, f"{name} is ready"))
         return self._emit(summary)
 
-    def open_clip_path(self) -> Path | None:
-        """The file of the open clip (``None`` with no clip, or frames given directly)."""
-        return self.clip.path if self.clip else None
-
     # ----------------------------------------------------------------- questions
-
-    def ask(self, question: str, request_id: int | None = None) -> Done:
-        """Answer ``question`` about the open clip (or as plain text with none), streaming Token events.
-
-        A cancelled answer ends early with ``stats.cancelled`` set and is not kept in the
-        conversation; a completed one is (``Done.kept``), so follow-up questions see it.
-        """
-        with self._requests.serving(request_id):
-            return self._ask(question)
 
     def _ask(self, question: str) -> Done:
         loaded = self._require_model()
-        question = question.strip()
-        if not question:
-            raise EmptyQuestionError()
         with self._request():
             started = time.perf_counter()
-            inputs = build_chat_inputs(
+            inputs = loaded.family.build_prompt(
                 loaded.tokenizer,
                 question,
-                video=self.clip.video if self.clip else None,
-                history=self.history,
-                geometry=loaded.geometry,
+                videos=[self.clip.video] if self.clip else [],
+                history=self.turns,
+                limits=loaded.limits,
             )
             streamer = _TokenStreamer(loaded.tokenizer, self._emit)
             try:
                 # Inside the prefill (until the first token); the token loop checks between tokens.
                 prefilling = lambda: streamer.speed.first_token_time is None  # noqa: E731
-                with self._cancel_points(loaded.model.model.language_model.layers, while_=prefilling):
+                with self._cancel_points(loaded.family.cancel_points(loaded.model).language, while_=prefilling):
                     decoded = self._decode(inputs, streamer)
             except CancelledError:  # before the first token: during the prefill, or before it began
                 decoded = Decoded(prompt_tokens=int(inputs.input_ids.shape[1]), stop_reason="cancelled")
@@ -479,20 +347,21 @@ class Engine:
         cancelled = decoded.stop_reason == "cancelled"
         text = streamer.text.strip()
         if not cancelled:
-            self.history.append((question, text))
+            self.turns.append((question, text))
         stats = self._answer_stats(started, finished, streamer, decoded)
         return self._emit(Done(text=text, stats=stats, kept=not cancelled))
 
-    def _decode(self, inputs: Any, streamer: _TokenStreamer) -> Decoded:
+    def _decode(self, inputs: PromptInputs, streamer: _TokenStreamer) -> Decoded:
         """Decode the answer to ``inputs`` with the open clip's features, streaming through ``streamer``."""
         loaded = self._require_model()
         decoder = self._require_decoder()
         clip = self.clip
         prompt = Prompt(
             input_ids=inputs.input_ids,
-            token_types=inputs.mm_token_type_ids,
-            video_grid_thw=clip.video.item.grid_thw if clip else None,
-            video=clip.features if clip else None,
+            token_types=inputs.token_types,
+            spans=inputs.spans,
+            grids=inputs.grids,
+            items=(clip.features,) if clip else (),
             owner=clip,
         )
         generation = self.settings.generation
@@ -528,7 +397,7 @@ class Engine:
         return DecoderStats(
             graphs_enabled=decoder.graphs_enabled,
             graph_steps=decoded.graph_steps,
-            eager_steps=decoded.direct_steps,
+            eager_steps=decoded.eager_steps,
             prompt_tokens=decoded.prompt_tokens,
             prefix_tokens_reused=decoded.prefix_tokens_reused,
             prefill_tokens=decoded.prompt_tokens - decoded.prefix_tokens_reused,
@@ -540,29 +409,18 @@ class Engine:
             stop_reason=decoded.stop_reason,
         )
 
-    # ----------------------------------------------------------------- helpers
+    # ----------------------------------------------------------------- parts (the settings transaction swaps them)
 
-    def _emit(self, event: E) -> E:
-        """Send ``event`` as part of the request being served; returns it as sent."""
-        return self._requests.send(self.sink, event)
+    def load_weights(self) -> None:
+        """Load the model the settings name (its encoder and decoder are built separately)."""
+        self.loaded = load_model(self.settings.model, progress=self._emit)
 
-    def _reset_conversation(self, reason: ResetReason) -> None:
-        self.history.clear()
-        clip = self.clip
-        self._emit(
-            ConversationReset(
-                reason=reason,
-                clip_name=clip.summary.clip_name if clip else None,
-                path=None if clip is None else str(clip.path or ""),
-            )
-        )
-
-    def _build_encoder(self) -> None:
+    def build_encoder(self) -> None:
         """Replace the encoder: the old one gives back its graphs and the tower's attention first."""
         loaded = self._require_model()
         self._drop_encoder()
-        self.encoder, self._graphs_reason = make_vision_encoder(
-            loaded.adapter, self.settings.encoder, progress=self._emit
+        self.encoder, self.graphs_reason = make_vision_encoder(
+            loaded.adapter, self.settings.encoder, progress=self._emit, limits=loaded.limits
         )
 
     def _drop_encoder(self) -> None:
@@ -570,7 +428,7 @@ class Engine:
             self.encoder.clear()
         self.encoder = None
 
-    def _build_decoder(self) -> None:
+    def build_decoder(self) -> None:
         """Allocate the KV cache for the settings' context and capture the decode step graphs."""
         loaded = self._require_model()
         if self.decoder is not None:
@@ -580,20 +438,27 @@ class Engine:
         decoding = self.settings.decoding
         self.decoder = Decoder(
             language,
-            context_for(self.settings, language),
+            context_for(self.settings, language, loaded.limits),
             decoding.min_bucket,
             use_graphs=decoding.use_graphs,
             progress=self._emit,
         )
 
-    def _release_model(self) -> None:
+    def release_model(self) -> None:
+        """Drop the model with its encoder and decoder, giving their memory back."""
         if self.decoder is not None:
             self.decoder.close()
         self.decoder = None
         self._drop_encoder()
         self.loaded = None
+        self.free_cached_memory()
+
+    def free_cached_memory(self) -> None:
+        """Hand the memory cached by dropped tensors back to the device."""
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
+
+    # ----------------------------------------------------------------- helpers
 
     def _require_model(self) -> LoadedModel:
         if self.loaded is None:
@@ -630,7 +495,7 @@ class Engine:
 
     @contextmanager
     def _cancel_points(
-        self, modules: torch.nn.ModuleList, while_: Callable[[], bool] = lambda: True
+        self, modules: Sequence[torch.nn.Module], while_: Callable[[], bool] = lambda: True
     ) -> Iterator[None]:
         """Raise CancelledError before the next of ``modules`` runs once a cancel arrives (and
         ``while_()`` holds).
@@ -650,49 +515,6 @@ class Engine:
                 handle.remove()
 
 
-@dataclass
-class _EngineParts:
-    """What :meth:`Engine.apply_settings` restores when a switch fails. ``released``: the model
-    had to be dropped to make room, so restoring loads it again."""
-
-    settings: AppSettings
-    loaded: LoadedModel | None
-    encoder: VisionEncoder | None
-    graphs_reason: str
-    decoder: Decoder | None
-    clip: EncodedClip | None
-    history: list[tuple[str, str]] = field(default_factory=list)
-    released: bool = False
-
-
-def clip_sampled(
-    name: str,
-    path: Path | None,
-    frames: np.ndarray,
-    timestamps: Sequence[float],
-    size_and_duration: tuple[int, int, float],
-) -> ClipSampled:
-    """The :class:`ClipSampled` event of T sampled frames (T, H, W, 3) uint8, with their thumbnails."""
-    width, height, duration_s = size_and_duration
-    return ClipSampled(
-        clip_name=name,
-        path=str(path or ""),
-        timestamps=tuple(timestamps),
-        thumbnails=tuple(thumbnail(frame) for frame in frames),
-        width=width,
-        height=height,
-        duration_s=duration_s,
-    )
-
-
-def thumbnail(frame: np.ndarray, height: int = THUMBNAIL_HEIGHT) -> np.ndarray:
-    """A copy of ``frame`` (H, W, 3) uint8 with at most ``height`` rows (never enlarged), aspect kept."""
-    rows, cols = frame.shape[:2]
-    height = min(height, rows)
-    width = max(1, round(cols * height / rows))
-    return np.ascontiguousarray(cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA))
-
-
 def _decode_progress(name: str, progress: ReadProgress) -> Progress:
     """How far reading a clip has got, in whole seconds of video (of the total when known)."""
     seconds, total = int(progress.seconds), int(progress.total_s or 0)
@@ -700,11 +522,6 @@ def _decode_progress(name: str, progress: ReadProgress) -> Progress:
     of_total = f" of {total}" if total else ""
     current = min(seconds, total) if total else seconds
     return Progress("decode", current, total, f"{verb} {name}: {seconds}{of_total} s of video")
-
-
-def _decoder_shape(settings: AppSettings) -> tuple[Any, int]:
-    """The settings that decide the decoder's cache and graphs."""
-    return settings.decoding, settings.context_tokens()
 
 
 def _eos_token_ids(loaded: LoadedModel) -> frozenset[int]:

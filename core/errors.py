@@ -67,9 +67,18 @@ class ReaderStuckError(ClipError):
 
 
 class ModelLoadError(FramewiseError):
-    """A model folder or repo id could not be loaded as a Qwen3-VL checkpoint."""
+    """A model folder or repo id could not be loaded as a checkpoint of a supported model family."""
 
     field = "model.source"
+
+
+class QuantizationFormatError(ModelLoadError):
+    """The checkpoint's weights are quantized in a way Framewise cannot run, or its quantized
+    weights and their scales do not match; the message names the format and what to choose instead."""
+
+
+class UnsupportedModelError(ModelLoadError):
+    """The checkpoint's ``model_type`` belongs to no model family Framewise knows."""
 
 
 class SettingsError(FramewiseError):
@@ -153,6 +162,12 @@ class ServerFailedError(ServerError):
     field = None
 
 
+class ServerAddressError(ServerFailedError):
+    """Something answers at the address, but it is not a vLLM server's root (``/health`` is missing)."""
+
+    field = "backend.server_url"
+
+
 class ServerTimeoutError(ServerError):
     """The server did not answer within the timeout."""
 
@@ -163,6 +178,10 @@ class ServerStreamCutError(ServerError):
     """The answer's stream ended before the server said it was complete."""
 
     field = None
+
+
+class OutputWriteError(FramewiseError):
+    """The answer could not be written where the program's output goes (a full disk, a closed pipe)."""
 
 
 class OutOfMemoryError(FramewiseError):

@@ -19,7 +19,15 @@ from typing import Any, Callable, Iterator, Literal, TypeVar, Union
 
 import numpy as np
 
+from framewise.core.wording import plural
+
 NO_REQUEST = 0
+
+RATE_MIN_TOKENS = 8
+"""From this many tokens on, an answer's speed is shown as tokens per second; below, its count and
+time. The rate is measured over the gaps after the first token, so under 8 tokens it rests on at
+most six gaps, and one uneven step (the first after the prefill, a pause of the process) sways it
+more than it tells: a 2-token answer, one gap, read 922.4 tokens/s."""
 
 RequestKind = Literal["load", "open_clip", "ask", "apply_settings", "new_conversation"]
 RequestOutcome = Literal["done", "cancelled", "failed"]
@@ -232,13 +240,21 @@ class DecoderStats:
     stop_reason: str
 
     def summary(self) -> str:
-        """One line for a person: graph hits and misses, the prefill, the reused prefix, the speed."""
+        """One line for a person: graph hits and misses, the prefill, the reused prefix, the speed
+        (the mean step's time instead below :data:`RATE_MIN_TOKENS` tokens)."""
         return (
             f"graph steps {self.graph_steps}, eager steps {self.eager_steps}, "
             f"prefill {self.prefill_tokens} tokens in {self.prefill_ms:.0f} ms, "
-            f"{self.prefix_tokens_reused} of {self.prompt_tokens} prompt tokens reused, "
-            f"{self.tokens_per_second:.1f} tokens/s"
+            f"{self.prefix_tokens_reused} of {self.prompt_tokens} prompt tokens reused, {self._step_speed()}"
         )
+
+    def _step_speed(self) -> str:
+        steps = self.graph_steps + self.eager_steps
+        if steps + 1 >= RATE_MIN_TOKENS:  # the first token comes from the prefill, not a step
+            return f"{self.tokens_per_second:.1f} tokens/s"
+        if self.ms_per_token_mean is None:
+            return "no decode step"
+        return f"{plural(steps, 'decode step')} of {self.ms_per_token_mean:.1f} ms"
 
 
 @dataclass(frozen=True)
@@ -290,6 +306,21 @@ class AnswerStats:
     decoder: DecoderStats | None = None
     server: ServerStats | None = None
 
+    def speed_text(self) -> str:
+        """The answer's speed and the tokens it covers, "41.2 tokens/s (96 tokens)", from
+        :data:`RATE_MIN_TOKENS` tokens on; below, the count and the time from the question to the last
+        token, "2 tokens in 140 ms" (just "1 token": its time is the first token's)."""
+        if self.new_tokens >= RATE_MIN_TOKENS and self.tokens_per_second > 0:
+            return f"{self.tokens_per_second:.1f} tokens/s ({plural(self.new_tokens, 'token')})"
+        if self.new_tokens < 2:
+            return plural(self.new_tokens, "token")
+        return f"{plural(self.new_tokens, 'token')} in {self.answer_ms():.0f} ms"
+
+    def answer_ms(self) -> float:
+        """Milliseconds from the question to the last token: the first token's wait, then the decode."""
+        decode_s = (self.new_tokens - 1) / self.tokens_per_second if self.tokens_per_second > 0 else 0.0
+        return self.time_to_first_token_ms + decode_s * 1e3
+
 
 @dataclass(frozen=True)
 class Done:
@@ -334,7 +365,9 @@ class DecoderInfo:
 class ServerInfo:
     """The vLLM server answering the questions: its address, the model used, every model it
     serves, its version (``None`` when it does not say) and the command line that starts such a
-    server with its encoder CUDA graphs sized like Framewise's encoder settings."""
+    server with its encoder CUDA graphs sized like Framewise's encoder settings. ``model_source``
+    is where the server loaded the model from (vLLM's ``root``: a folder or a hub id), ``None``
+    when it does not say."""
 
     url: str
     model: str
@@ -343,13 +376,16 @@ class ServerInfo:
     version: str | None
     serve_command: str
     plain_http_warning: str | None = None
+    model_source: str | None = None
 
 
 @dataclass(frozen=True)
 class EngineInfo:
     """What the engine runs on, for ``framewise info``, the About box and the window's banners.
 
-    ``server`` is set when a vLLM server answers (the vision encoder then runs there).
+    ``device`` describes the device for people ("cuda (NVIDIA H200)"); ``device_kind`` is what code
+    tests: the torch device type the model runs on (``cpu``, ``cuda``, ``mps``), or ``server`` when
+    a vLLM server answers. ``server`` is set then (the vision encoder runs there).
 
     Sent once per change: when a model is loaded and when new settings change the model or the encoder.
     """
@@ -367,7 +403,13 @@ class EngineInfo:
     graph_memory_mb: float | None = None
     decoder: DecoderInfo | None = None
     server: ServerInfo | None = None
+    device_kind: str = "cpu"
     request_id: int = _request_id()
+
+    @property
+    def on_cpu(self) -> bool:
+        """The model runs on this machine's CPU (no CUDA graphs, no GPU memory to report)."""
+        return self.device_kind == "cpu"
 
 
 Event = Union[

@@ -3,6 +3,10 @@
 Settings are frozen dataclasses grouped in sections. ``AppSettings.validate()`` raises a
 :class:`~framewise.core.errors.SettingsError` naming the offending field (``section.name``) with a message
 that says what to change. ``to_dict``/``from_dict`` give a plain JSON-able form for persistence.
+
+Bounds that come from the model (frame counts, pixel budgets, budget multiples) are read from a
+:class:`~framewise.core.families.base.FamilyLimits`: the loaded model's where one is given, else
+:func:`~framewise.core.families.default_limits`.
 """
 
 from __future__ import annotations
@@ -15,21 +19,18 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from framewise.core.errors import SettingsError
+from framewise.core.families import FamilyLimits, default_limits
 
 ATTENTION_BACKENDS = ("auto", "triton", "varlen", "flash_attn", "sdpa_masked", "eager")
 BACKENDS = ("local", "vllm")
 SECRET_FIELDS = frozenset({"backend.api_key"})
 """Fields never written by ``to_dict`` nor read back by ``from_dict``."""
+RENAMED_FIELDS = {"encoder.max_frames_per_batch": "encoder.max_frame_pairs_per_batch"}
+"""Earlier names of fields: ``from_dict`` reads a value saved under one when the current name is absent."""
 """``local``: this machine's engine; ``vllm``: a vLLM server's OpenAI-compatible API."""
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEMO_MODEL = "demo"
-# Qwen3-VL's own video preprocessing caps a whole clip at 24576 blocks of 32x32 pixels; more pixels
-# than that only cost memory (10^12 would allocate until the machine runs out).
-MAX_CLIP_PIXELS = 24576 * 32 * 32
-PATCH_PIXELS = 16 * 16
-# The most patch rows one clip can give, so the largest token budget ever worth capturing.
-MAX_BUDGET = MAX_CLIP_PIXELS // PATCH_PIXELS
 MAX_MIN_BUCKET = 1 << 16  # the first decode bucket; every step of a short answer reads this much cache
 FAST_MODES = ("auto", "on", "off")
 # Fast mode's automatic threshold. From 6.4 minutes on, 2 frames per second already reach the
@@ -63,7 +64,7 @@ class ModelSettings:
 class SamplingSettings:
     """How frames are taken from a clip and how large they may be.
 
-    ``max_pixels`` bounds the whole sampled clip (frames x height x width), as Qwen3-VL's own
+    ``max_pixels`` bounds the whole sampled clip (frames x height x width), as the model's own
     preprocessing does, so longer clips get smaller frames.
 
     ``fast_mode``: ``"off"`` takes the frame on screen at each target time, resized by the model's
@@ -79,24 +80,35 @@ class SamplingSettings:
     min_pixels_per_frame: int = 64 * 64
     fast_mode: str = "auto"
 
-    def validate(self) -> None:
+    def validate(self, limits: FamilyLimits | None = None) -> None:
+        limits = limits or default_limits()
+        per_slice = limits.frames_per_slice
         _require_choice("sampling.fast_mode", self.fast_mode, FAST_MODES)
         if not (0.05 <= self.fps <= 60):
             raise SettingsError("sampling.fps", "use a sampling rate between 0.05 and 60 frames per second")
-        if self.min_frames < 2 or self.min_frames % 2:
-            raise SettingsError("sampling.min_frames", "use an even number of at least 2 (frames are encoded in pairs)")
-        if self.max_frames < self.min_frames or self.max_frames % 2:
+        if self.min_frames < per_slice or self.min_frames % per_slice:
             raise SettingsError(
-                "sampling.max_frames", f"use an even number of at least min frames ({self.min_frames})"
+                "sampling.min_frames",
+                f"use {_multiple_words(per_slice)} of at least {per_slice} ({limits.frames_rule()})",
             )
-        if self.max_frames > 768:
-            raise SettingsError("sampling.max_frames", "Qwen3-VL takes at most 768 frames; lower max frames")
-        if self.min_pixels_per_frame < 32 * 32:
-            raise SettingsError("sampling.min_pixels_per_frame", "use at least 1024 pixels (one 32x32 block)")
-        if self.max_pixels > MAX_CLIP_PIXELS:
+        if self.max_frames < self.min_frames or self.max_frames % per_slice:
+            raise SettingsError(
+                "sampling.max_frames", f"use {_multiple_words(per_slice)} of at least min frames ({self.min_frames})"
+            )
+        if self.max_frames > limits.max_frames:
+            raise SettingsError(
+                "sampling.max_frames", f"{limits.name} takes at most {limits.max_frames} frames; lower max frames"
+            )
+        side = limits.block_side
+        if self.min_pixels_per_frame < limits.block_pixels:
+            raise SettingsError(
+                "sampling.min_pixels_per_frame", f"use at least {limits.block_pixels} pixels (one {side}x{side} block)"
+            )
+        if self.max_pixels > limits.max_clip_pixels:
             raise SettingsError(
                 "sampling.max_pixels",
-                f"use at most {MAX_CLIP_PIXELS:,} (Qwen3-VL's largest clip: 24,576 blocks of 32x32 pixels); lower max pixels",
+                f"use at most {limits.max_clip_pixels:,} ({limits.name}'s largest clip: "
+                f"{limits.max_clip_blocks:,} blocks of {side}x{side} pixels); lower max pixels",
             )
         if self.max_pixels < self.min_frames * self.min_pixels_per_frame:
             raise SettingsError(
@@ -112,7 +124,7 @@ class EncoderSettings:
 
     A token budget is the number of patch rows one captured graph processes. Budgets are either
     the explicit list ``budgets`` or a geometric series from ``min_budget`` to ``max_budget``
-    with ratio ``budget_ratio`` (the max always included). ``max_frames_per_batch`` counts
+    with ratio ``budget_ratio`` (the max always included). ``max_frame_pairs_per_batch`` counts
     attention sequences: an image is one, a video is one per frame pair. ``fuse_kernels`` captures
     a compiled forward whose elementwise work is fused (compiled on the first start, then cached
     on disk); off, the graphs replay the tower's own kernels.
@@ -126,36 +138,38 @@ class EncoderSettings:
     max_budget: int = 16384
     budget_ratio: float = 1.1
     max_items_per_batch: int = 8
-    max_frames_per_batch: int = 64
+    max_frame_pairs_per_batch: int = 64
 
-    def token_budgets(self) -> tuple[int, ...]:
-        """The budgets graphs are captured for, ascending; each a multiple of 4."""
+    def token_budgets(self, limits: FamilyLimits | None = None) -> tuple[int, ...]:
+        """The budgets graphs are captured for, ascending; each a multiple of ``limits.budget_multiple``."""
         if self.budgets:
             return tuple(sorted(set(self.budgets)))
-        return geometric_budgets(self.min_budget, self.max_budget, self.budget_ratio)
+        multiple = (limits or default_limits()).budget_multiple
+        return geometric_budgets(self.min_budget, self.max_budget, self.budget_ratio, multiple)
 
-    def validate(self) -> None:
+    def validate(self, limits: FamilyLimits | None = None) -> None:
+        limits = limits or default_limits()
+        multiple, merge = limits.budget_multiple, limits.merge_size
+        why = f"(the {merge}x{merge} patch merge)"
         _require_choice("encoder.attention_backend", self.attention_backend, ATTENTION_BACKENDS)
         if self.budgets:
             for budget in self.budgets:
-                if budget <= 0 or budget % 4:
-                    raise SettingsError(
-                        "encoder.budgets", f"{budget} is not a positive multiple of 4 (the 2x2 patch merge)"
-                    )
-                if budget > MAX_BUDGET:
-                    raise SettingsError("encoder.budgets", f"{budget} is above {_budget_bound()}")
+                if budget <= 0 or budget % multiple:
+                    raise SettingsError("encoder.budgets", f"{budget} is not a positive multiple of {multiple} {why}")
+                if budget > limits.max_budget:
+                    raise SettingsError("encoder.budgets", f"{budget} is above {_budget_bound(limits)}")
         else:
-            if self.min_budget <= 0 or self.min_budget % 4:
-                raise SettingsError("encoder.min_budget", "use a positive multiple of 4 (the 2x2 patch merge)")
-            if self.max_budget < self.min_budget or self.max_budget % 4:
+            if self.min_budget <= 0 or self.min_budget % multiple:
+                raise SettingsError("encoder.min_budget", f"use a positive multiple of {multiple} {why}")
+            if self.max_budget < self.min_budget or self.max_budget % multiple:
                 raise SettingsError(
-                    "encoder.max_budget", f"use a multiple of 4 that is at least min budget ({self.min_budget})"
+                    "encoder.max_budget", f"use a multiple of {multiple} that is at least min budget ({self.min_budget})"
                 )
-            if self.max_budget > MAX_BUDGET:
-                raise SettingsError("encoder.max_budget", f"lower it to at most {_budget_bound()}")
+            if self.max_budget > limits.max_budget:
+                raise SettingsError("encoder.max_budget", f"lower it to at most {_budget_bound(limits)}")
             if not (1.01 <= self.budget_ratio <= 4.0):
                 raise SettingsError("encoder.budget_ratio", "use a spacing ratio between 1.01 and 4")
-        budgets = self.token_budgets()
+        budgets = self.token_budgets(limits)
         if len(budgets) > 64:
             raise SettingsError(
                 "encoder.budget_ratio", f"{len(budgets)} graphs is too many; raise the ratio or narrow the range"
@@ -167,15 +181,15 @@ class EncoderSettings:
                 "encoder.max_items_per_batch",
                 f"must not exceed the smallest budget ({budgets[0]}); lower it or raise the smallest budget",
             )
-        most_sequences = budgets[-1] // 4  # every image or frame pair holds at least one 2x2 block
-        if self.max_frames_per_batch > most_sequences:
+        most_sequences = budgets[-1] // multiple  # every image or frame pair holds at least one merge block
+        if self.max_frame_pairs_per_batch > most_sequences:
             raise SettingsError(
-                "encoder.max_frames_per_batch",
+                "encoder.max_frame_pairs_per_batch",
                 f"lower it to at most {most_sequences}: no more frame pairs fit the largest budget ({budgets[-1]})",
             )
-        if self.max_frames_per_batch < self.max_items_per_batch:
+        if self.max_frame_pairs_per_batch < self.max_items_per_batch:
             raise SettingsError(
-                "encoder.max_frames_per_batch",
+                "encoder.max_frame_pairs_per_batch",
                 f"must be at least max items per batch ({self.max_items_per_batch})",
             )
 
@@ -195,14 +209,12 @@ class GenerationSettings:
 
 
 # Context the decoder reserves for text around the clip: the chat template, the questions, and
-# per frame pair a "<t.t seconds>" marker with its vision start and end tokens.
+# per slice of frames a time marker with the tokens around its vision block.
 PROMPT_TEXT_TOKENS = 1024
-TOKENS_PER_FRAME_PAIR_MARKER = 10
+TOKENS_PER_SLICE_MARKER = 10
 # Answers the automatic context holds: a first question and three follow-ups.
 ANSWERS_IN_CONTEXT = 4
 CONTEXT_ROUNDING = 256
-# Qwen3-VL turns a 32x32-pixel block of two frames into one video token.
-PIXELS_PER_VIDEO_TOKEN = 2 * 32 * 32
 
 
 @dataclass(frozen=True)
@@ -234,19 +246,25 @@ class DecodingSettings:
             )
 
 
-def clip_context_tokens(sampling: SamplingSettings) -> int:
+def clip_context_tokens(sampling: SamplingSettings, limits: FamilyLimits | None = None) -> int:
     """The most context one clip can take under ``sampling``: its video tokens and time markers."""
-    return sampling.max_pixels // PIXELS_PER_VIDEO_TOKEN + (sampling.max_frames // 2) * TOKENS_PER_FRAME_PAIR_MARKER
+    limits = limits or default_limits()
+    slices = sampling.max_frames // limits.frames_per_slice
+    return sampling.max_pixels // limits.pixels_per_video_token + slices * TOKENS_PER_SLICE_MARKER
 
 
-def minimum_context_tokens(sampling: SamplingSettings, generation: GenerationSettings) -> int:
+def minimum_context_tokens(
+    sampling: SamplingSettings, generation: GenerationSettings, limits: FamilyLimits | None = None
+) -> int:
     """The context one question about the largest clip needs: clip, prompt text and one answer."""
-    return clip_context_tokens(sampling) + PROMPT_TEXT_TOKENS + generation.max_new_tokens
+    return clip_context_tokens(sampling, limits) + PROMPT_TEXT_TOKENS + generation.max_new_tokens
 
 
-def automatic_context_tokens(sampling: SamplingSettings, generation: GenerationSettings) -> int:
+def automatic_context_tokens(
+    sampling: SamplingSettings, generation: GenerationSettings, limits: FamilyLimits | None = None
+) -> int:
     """The default context: the largest clip, the prompt text and ``ANSWERS_IN_CONTEXT`` answers."""
-    tokens = clip_context_tokens(sampling) + PROMPT_TEXT_TOKENS + ANSWERS_IN_CONTEXT * generation.max_new_tokens
+    tokens = clip_context_tokens(sampling, limits) + PROMPT_TEXT_TOKENS + ANSWERS_IN_CONTEXT * generation.max_new_tokens
     return CONTEXT_ROUNDING * math.ceil(tokens / CONTEXT_ROUNDING)
 
 
@@ -333,11 +351,17 @@ class AppSettings:
     decoding: DecodingSettings = field(default_factory=DecodingSettings)
     backend: BackendSettings = field(default_factory=BackendSettings)
 
-    def validate(self) -> AppSettings:
-        """Raise :class:`SettingsError` for the first invalid field; return ``self`` when valid."""
-        for section in (self.model, self.sampling, self.encoder, self.generation, self.decoding, self.backend):
-            section.validate()
-        needed = minimum_context_tokens(self.sampling, self.generation)
+    def validate(self, limits: FamilyLimits | None = None) -> AppSettings:
+        """Raise :class:`SettingsError` for the first invalid field; return ``self`` when valid.
+
+        ``limits``: the loaded model's family limits (default: :func:`default_limits`)."""
+        self.model.validate()
+        self.sampling.validate(limits)
+        self.encoder.validate(limits)
+        self.generation.validate()
+        # Before the decoding section's own checks: a context too short for any question is what a
+        # person set (--max-context 1), not the internal bucket size that then exceeds it.
+        needed = minimum_context_tokens(self.sampling, self.generation, limits)
         if 0 < self.decoding.max_context_tokens < needed:
             raise SettingsError(
                 "decoding.max_context_tokens",
@@ -345,13 +369,35 @@ class AppSettings:
                 f"sampling settings allow ({needed} tokens with max new tokens {self.generation.max_new_tokens}); "
                 "raise it, use 0 (automatic), or lower sampling max pixels or max new tokens",
             )
+        for section in (self.decoding, self.backend):
+            section.validate()
         return self
 
-    def context_tokens(self) -> int:
+    def context_tokens(self, limits: FamilyLimits | None = None) -> int:
         """The decoder's context length: the setting, or the automatic one when it is 0."""
         if self.decoding.max_context_tokens:
             return self.decoding.max_context_tokens
-        return automatic_context_tokens(self.sampling, self.generation)
+        return automatic_context_tokens(self.sampling, self.generation, limits)
+
+    def check_question_fits(self, question_tokens: int) -> None:
+        """Raise SettingsError (on max context) when a question of ``question_tokens`` tokens
+        cannot fit the context beside the largest clip the sampling settings allow and one answer.
+
+        A bound checked before the model loads; the chat template's few tokens are left to the
+        decoder's own check.
+        """
+        context = self.context_tokens()
+        clip = clip_context_tokens(self.sampling)
+        answer = self.generation.max_new_tokens
+        room = context - clip - answer
+        if question_tokens > room:
+            raise SettingsError(
+                "decoding.max_context_tokens",
+                f"the question is {question_tokens:,} tokens, but a context of {context:,} tokens leaves "
+                f"{max(room, 0):,} beside the largest clip the sampling settings allow ({clip:,} tokens) and one "
+                f"answer ({answer:,}); shorten the question, or raise the context to at least "
+                f"{question_tokens + clip + answer:,} tokens",
+            )
 
     def replace(self, section: str, **changes: Any) -> AppSettings:
         """A copy with fields of one section changed, e.g. ``replace("encoder", use_graphs=False)``."""
@@ -371,40 +417,58 @@ class AppSettings:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AppSettings:
-        """Build settings from :meth:`to_dict`'s form; unknown keys are ignored, missing ones default.
+        """Build settings from :meth:`to_dict`'s form; unknown keys are ignored, missing ones default,
+        and values saved under a field's earlier name (:data:`RENAMED_FIELDS`) are kept.
 
         Raises :class:`SettingsError` when a value has the wrong type.
         """
         sections = {}
         for section_field in dataclasses.fields(cls):
             section_type = section_field.default_factory  # type: ignore[misc]
-            values = data.get(section_field.name) or {}
+            values = _under_current_names(section_field.name, data.get(section_field.name) or {})
             sections[section_field.name] = _section_from_dict(section_field.name, section_type, values)
         return cls(**sections)
 
 
-def geometric_budgets(min_budget: int, max_budget: int, ratio: float) -> tuple[int, ...]:
-    """Token budgets from ``min_budget`` to ``max_budget`` spaced by ``ratio``, rounded up to 4s.
+def geometric_budgets(min_budget: int, max_budget: int, ratio: float, multiple: int) -> tuple[int, ...]:
+    """Token budgets from ``min_budget`` to ``max_budget`` spaced by ``ratio``, rounded up to
+    multiples of ``multiple``.
 
-    >>> geometric_budgets(256, 1024, 2.0)
+    >>> geometric_budgets(256, 1024, 2.0, 4)
     (256, 512, 1024)
     """
     budgets = []
     value = float(min_budget)
     while value < max_budget:
-        budgets.append(min(max_budget, 4 * math.ceil(value / 4)))
+        budgets.append(min(max_budget, multiple * math.ceil(value / multiple)))
         value *= ratio
     budgets.append(max_budget)
     return tuple(sorted(set(budgets)))
 
 
-def _budget_bound() -> str:
-    return f"{MAX_BUDGET:,}, the patches of the largest clip Qwen3-VL takes (a larger graph is never used)"
+def _budget_bound(limits: FamilyLimits) -> str:
+    return f"{limits.max_budget:,}, the patches of the largest clip {limits.name} takes (a larger graph is never used)"
+
+
+def _multiple_words(multiple: int) -> str:
+    return "an even number" if multiple == 2 else f"a multiple of {multiple}"
 
 
 def _require_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise SettingsError(name, f"{value!r} is not one of {', '.join(choices)}")
+
+
+def _under_current_names(section_name: str, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` of one section with each field saved under an earlier name moved to its current one."""
+    values = dict(values)
+    for old, new in RENAMED_FIELDS.items():
+        old_section, old_name = old.split(".")
+        new_name = new.split(".")[1]
+        if old_section == section_name and old_name in values:
+            value = values.pop(old_name)
+            values.setdefault(new_name, value)
+    return values
 
 
 def _section_from_dict(section_name: str, section_type: type, values: dict[str, Any]) -> Any:

@@ -1,29 +1,40 @@
-"""The per-user folders Framewise writes to, by platform, each with an environment override."""
+"""The per-user folders Framewise writes to, from ``platformdirs``, each with an environment override."""
 
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
+from typing import Literal
+
+from platformdirs.api import PlatformDirsABC
+from platformdirs.macos import MacOS
+from platformdirs.unix import Unix
+from platformdirs.windows import Windows
+
+FolderKind = Literal["data", "cache", "log"]
 
 
-def user_folder(override: str, *, linux: tuple[str, str, str], macos: str, windows: tuple[str, str, str]) -> Path:
-    """The folder named by the environment variable ``override``, else the platform's own.
+def user_folder(override: str, kind: FolderKind) -> Path:
+    """The folder named by the environment variable ``override``, else the platform's own folder of ``kind``.
 
-    ``linux``: (XDG variable, its default under the home folder, the path below it);
-    ``macos``: the path below ``~/Library``; ``windows``: (variable, its default under the home
-    folder, the path below it). A relative XDG value is ignored, as the XDG rules say.
+    On Linux ``~/.local/share/framewise``, ``~/.cache/framewise`` and ``~/.local/state/framewise/log``
+    (or below ``$XDG_DATA_HOME``, ``$XDG_CACHE_HOME``, ``$XDG_STATE_HOME``); on macOS
+    ``~/Library/Application Support/Framewise``, ``~/Library/Caches/Framewise`` and
+    ``~/Library/Logs/Framewise``; on Windows ``%APPDATA%\\Framewise`` (roaming: conversations
+    follow the user) and ``%LOCALAPPDATA%\\Framewise\\Cache`` and ``...\\Logs``.
     """
     value = os.environ.get(override)
     if value:
         return Path(value).expanduser()
-    home = Path.home()
+    return Path(getattr(_platform_dirs(roaming=kind == "data"), f"user_{kind}_dir"))
+
+
+def _platform_dirs(*, roaming: bool) -> PlatformDirsABC:
+    # Chosen from sys.platform on each call, not once at import as platformdirs.PlatformDirs is,
+    # so that the mapping of every platform can be checked on any one machine.
     if sys.platform == "darwin":
-        return home / "Library" / macos
+        return MacOS("Framewise")
     if sys.platform == "win32":
-        variable, default, below = windows
-        base = os.environ.get(variable)
-        return (Path(base) if base else home / default) / below
-    variable, default, below = linux
-    base = os.environ.get(variable, "")
-    return (Path(base) if os.path.isabs(base) else home / default) / below
+        return Windows("Framewise", appauthor=False, roaming=roaming)
+    return Unix("framewise")

@@ -1,9 +1,13 @@
 """Render docs/screenshot.png: the window after the demo model answered questions about a sample clip.
 
 The sample clips are opened one after another (so the encoder plot shows each), then the questions
-are asked about the last one.
+are asked about the last one. With ``--click-time`` the first time the last answer mentions is
+clicked (the preview goes there); ``--draft`` leaves a question typed but not sent.
 
     python scripts/render_screenshot.py [--clip CLIP ...] [--question QUESTION ...] [--output docs/screenshot.png]
+    python scripts/render_screenshot.py --clip assets/clips/two_shapes_wide.mp4 \
+        --question "When does the circle appear?" --click-time --draft "What happens from 1 to 3 seconds?" \
+        --output docs/screenshot-time-link.png
 
 Runs offscreen (no display needed), with a throw-away settings file and log folder, on the CPU.
 """
@@ -72,7 +76,12 @@ def main(argv: list[str] | None = None) -> int:
             window.chat.question_edit.setPlainText(question)
             window.chat.submit()
             _wait(app, lambda: window.conversation.current is None and window.operation is None, 300, "the answer")
-        window.preview.seek(len(window.clip.timestamps) // 2)
+        if args.click_time:
+            _click_first_time(window)
+        else:
+            window.preview.seek(len(window.clip.timestamps) // 2)
+        if args.draft:
+            window.chat.question_edit.setPlainText(args.draft)
         window.frame_strip.setFocus()
         _wait(app, lambda: True, 0.5, "")
         image = window.grab().toImage()
@@ -83,6 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         window.shutdown()
     return 0
+
+
+def _click_first_time(window) -> None:
+    """Click the first time the last answer mentions, as a person would; stop when it has none."""
+    answers = window.chat.answer_cards()
+    if not answers or not answers[-1].times:
+        raise SystemExit("the last answer mentions no time to click; ask a question whose answer gives one")
+    answers[-1].click_time(0)
 
 
 def _wait(app, condition: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -120,6 +137,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--question", action="append", help="a question to ask (repeat for follow-ups)")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "docs" / "screenshot.png")
+    parser.add_argument("--click-time", action="store_true", help="click the first time the last answer mentions")
+    parser.add_argument("--draft", help="a question left typed in the box, not sent (its times show on the timeline)")
     parser.add_argument("--scheme", choices=("system", "light", "dark"), default="system", help="colour scheme to render in")
     parser.add_argument("--size", type=_size, help="window size as WIDTHxHEIGHT (default: the window's default size)")
     parser.add_argument("--max-frames", type=int, default=16)

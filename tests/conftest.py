@@ -10,8 +10,18 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# The CLI and the window write their log here during tests, not into the user's log folder.
-os.environ.setdefault("FRAMEWISE_LOG_DIR", tempfile.mkdtemp(prefix="framewise-test-log-"))
+# Tests never write into the user's own folders: the log, the kept conversations and the compiled
+# kernels go to one temporary folder per session (subprocesses inherit these variables). The native
+# QSettings store follows XDG_CONFIG_HOME; the Hugging Face cache (XDG_CACHE_HOME) stays the user's,
+# read only, so that tests on a GPU machine find its downloaded models.
+USER_FOLDERS_FOR_TESTS = Path(tempfile.mkdtemp(prefix="framewise-test-home-"))
+for variable, folder in [
+    ("FRAMEWISE_LOG_DIR", "log"),
+    ("FRAMEWISE_DATA_DIR", "data"),
+    ("FRAMEWISE_CACHE_DIR", "cache"),
+    ("XDG_CONFIG_HOME", "config"),
+]:
+    os.environ[variable] = str(USER_FOLDERS_FOR_TESTS / folder)  # set, not defaulted: the person's own values name their folders
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_CLIPS = REPO_ROOT / "assets" / "clips"

@@ -2,7 +2,8 @@
 
 It speaks the parts of the OpenAI-compatible API Framewise uses (``/health``, ``/v1/models``,
 ``/version``, ``/metrics``, streamed ``/v1/chat/completions`` with chunked transfer encoding) and
-can be told to answer a status and body, to cut the stream mid-answer, or to stall. It binds a
+can be told to answer a status and body, to cut the stream mid-answer, or to stall. Like vLLM, it
+refuses a video of more frames than the request lets it keep. It binds a
 free port, records every chat request's JSON body, and shuts itself down after ``lifetime_s``
 even if a test forgets to stop it.
 """
@@ -24,6 +25,7 @@ class Behaviour:
     waits that long before the first piece (a disconnect during the wait is recorded)."""
 
     models: tuple[str, ...] = ("demo",)
+    roots: dict[str, str] = field(default_factory=dict)  # served name -> where vLLM loaded it from
     health_status: int = 200
     models_status: int = 200
     models_body: Any = None
@@ -69,6 +71,33 @@ class FakeVllmServer:
         self._server.server_close()
 
 
+# vLLM's default for how many of a video's frames it keeps.
+DEFAULT_NUM_FRAMES = 32
+
+
+def _frames_refusal(request: dict[str, Any]) -> str | None:
+    """vLLM 0.32's refusal of a video with more frames than the request's ``num_frames`` (32 when
+    the request does not say; -1 keeps every frame), else ``None``."""
+    urls = [
+        part["video_url"]["url"]
+        for message in request.get("messages", [])
+        if isinstance(message.get("content"), list)
+        for part in message["content"]
+        if part.get("type") == "video_url"
+    ]
+    if not urls:
+        return None
+    kept = ((request.get("media_io_kwargs") or {}).get("video") or {}).get("num_frames", DEFAULT_NUM_FRAMES)
+    sent = urls[0].count(",")  # one comma after the data: prefix, then one between frames
+    if kept == -1 or sent <= kept:
+        return None
+    return f"frames_indices length ({sent}) must match number of frames sent ({kept})"
+
+
+def _root(behaviour: Behaviour, name: str) -> dict[str, str]:
+    return {"root": behaviour.roots[name]} if name in behaviour.roots else {}
+
+
 class _Handler(BaseHTTPRequestHandler):
     behaviour: Behaviour
     protocol_version = "HTTP/1.1"
@@ -89,7 +118,10 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             body = behaviour.models_body or {
                 "object": "list",
-                "data": [{"id": name, "object": "model", "max_model_len": 8192} for name in behaviour.models],
+                "data": [
+                    {"id": name, "object": "model", "max_model_len": 8192, **_root(behaviour, name)}
+                    for name in behaviour.models
+                ],
             }
             self._reply(behaviour.models_status, body)
         else:
@@ -110,6 +142,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if behaviour.chat_status != 200:
             self._reply(behaviour.chat_status, behaviour.chat_body)
+            return
+        refusal = _frames_refusal(body)
+        if refusal:
+            self._reply(400, {"error": {"message": refusal, "type": "BadRequestError", "code": 400}})
             return
         self._stream(body)
 

@@ -10,9 +10,10 @@ from tests.conftest import REPO_ROOT
 
 # Modules that need an optional package, which the application imports only where it is installed.
 OPTIONAL = {
-    "framewise.core.qwen3_vl.step_kernels": "triton",
-    "framewise.core.qwen3_vl.norm_kernel": "triton",
-    "framewise.core.qwen3_vl.tile_attention": "triton",
+    "framewise.core.families.qwen3_vl.step_kernels": "triton",
+    "framewise.core.families.qwen3_vl.norm_kernel": "triton",
+    "framewise.core.families.qwen3_vl.tile_attention": "triton",
+    "framewise.core.quantization.gemv_kernels": "triton",
 }
 
 

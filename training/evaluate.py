@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from framewise.core.engine import Engine
-from framewise.core.processing import VisionGeometry, fit_video_frames
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.processor import fit_video_frames
 from framewise.core.settings import AppSettings, EncoderSettings, GenerationSettings, ModelSettings, SamplingSettings
 from training.synthetic import HELD_OUT_SEEDS, QUESTION_KINDS, WORDINGS, make_scene, questions_for, sample_scene
 
@@ -96,7 +97,7 @@ class Answerer:
 
     @property
     def geometry(self) -> VisionGeometry:
-        return self.engine.loaded.geometry
+        return self.engine.loaded.adapter.geometry
 
 
 def paraphrase_wording(seed: int, place: int, kind: str) -> int:

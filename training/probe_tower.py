@@ -19,8 +19,9 @@ import torch
 import torch.nn.functional as F
 from transformers import Qwen3VLForConditionalGeneration
 
-from framewise.core.models import DEMO_MODEL_DIR
-from framewise.core.processing import VisionGeometry, preprocess_video
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.processor import preprocess_video
+from framewise.core.loading import DEMO_MODEL_DIR
 from framewise.core.settings import SamplingSettings
 from training.synthetic import HELD_OUT_SEEDS, TRAIN_SEEDS, make_scene, model_frames, sample_scene
 from training.train_demo import token_labels

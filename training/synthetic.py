@@ -30,9 +30,9 @@ from typing import Any, Literal
 import cv2
 import numpy as np
 
-from framewise.core.processing import (
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.processor import (
     VideoInputs,
-    VisionGeometry,
     fit_video_frames,
     preprocess_video,
     video_frame_sizing,
@@ -393,7 +393,7 @@ def sample_scene_file(
 def model_frames(sampled: SampledScene, sampling: SamplingSettings, geometry: VisionGeometry) -> np.ndarray:
     """(T, h, w, 3) uint8 frames at the Qwen3-VL size for the clip, as the application hands
     them to the engine: decoded frames already are; rendered ones are resized as the clip readers
-    resize (``core.processing.fit_video_frames``)."""
+    resize (``core.families.qwen3_vl.processor.fit_video_frames``)."""
     if sampled.decoded:
         return sampled.frames
     return fit_video_frames(sampled.frames, sampling, geometry=geometry)
@@ -401,7 +401,7 @@ def model_frames(sampled: SampledScene, sampling: SamplingSettings, geometry: Vi
 
 def video_inputs(sampled: SampledScene, sampling: SamplingSettings, geometry: VisionGeometry) -> VideoInputs:
     """The vision input the application builds from these frames: at the Qwen3-VL size for the
-    clip (:func:`model_frames`), then patchified (``core.processing``)."""
+    clip (:func:`model_frames`), then patchified (``core.families.qwen3_vl.processor``)."""
     return preprocess_video(model_frames(sampled, sampling, geometry), sampled.timestamps, geometry)
 
 

@@ -5,7 +5,7 @@
 Every example is built the way the application builds its inputs: a scene from
 :mod:`training.synthetic`, the frames ``core.video`` would sample at the default sampling
 settings, resized to the Qwen3-VL size for the clip, patchified by
-``core.processing.preprocess_video`` and prompted by ``build_chat_inputs``. An example is a
+``core.families.qwen3_vl.processor.preprocess_video`` and prompted by ``build_chat_inputs``. An example is a
 conversation about one clip that asks its questions in a random order, as a person asks
 follow-ups; each answer and its ``<|im_end|>`` carry the language-model loss, the prompt none.
 
@@ -61,7 +61,8 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
 
-from framewise.core.demo_model import (
+from framewise.core.encoding.defs import EncodedItem, VisionItem
+from framewise.core.families.qwen3_vl.demo_model import (
     DEMO_LABEL,
     DEMO_WORDS,
     IM_END,
@@ -72,10 +73,11 @@ from framewise.core.demo_model import (
     save_demo_model,
     special_token_ids,
 )
-from framewise.core.encoding.defs import EncodedItem, VisionItem
-from framewise.core.processing import VIDEO_TOKEN, VideoInputs, VisionGeometry, build_chat_inputs, preprocess_video
-from framewise.core.qwen3_vl.injection import FeatureInjector
-from framewise.core.qwen3_vl.metadata import MetadataCache
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.injection import FeatureInjector
+from framewise.core.families.qwen3_vl.metadata import MetadataCache
+from framewise.core.families.qwen3_vl.processor import VideoInputs, preprocess_video
+from framewise.core.families.qwen3_vl.prompt import VIDEO_TOKEN, build_chat_inputs
 from framewise.core.settings import SamplingSettings
 from training.synthetic import (
     COLORS,
@@ -295,7 +297,7 @@ def make_example(
     size = frames.shape[1:3]
     video = prompt_video(frames, sampled.pair_timestamps, geometry)
     history = [(q.text, q.answer) for q in turns[:-1]]
-    prompt = build_chat_inputs(tokenizer, turns[-1].text, video=video, history=history, geometry=geometry)
+    prompt = build_chat_inputs(tokenizer, turns[-1].text, videos=[video], history=history, geometry=geometry)
     last = torch.tensor(answer_ids(tokenizer, turns[-1].answer))
     input_ids = torch.cat([prompt.input_ids[0], last])
     labels = torch.full_like(input_ids, IGNORE_INDEX)
@@ -550,7 +552,7 @@ def use_varlen_vision_attention(model: Qwen3VLForConditionalGeneration, device: 
     per frame pair) when this machine can, checked by a forward and backward pass against SDPA."""
     if device.type != "cuda":
         return False
-    from framewise.core.qwen3_vl.attention import REGISTERED_NAMES, register_backends
+    from framewise.core.families.qwen3_vl.attention import REGISTERED_NAMES, register_backends
 
     register_backends()
     visual = model.model.visual

@@ -3,10 +3,13 @@
 Enter sends (Shift+Enter adds a line); Stop cancels the answer being written. Each answer is
 headed by the model that wrote it, including the demo model's label, and can be copied with its
 button or its context menu. Under an answer being written is its speed so far; under a finished
-one, its figures.
+one, its figures. Every time a message mentions ("at 0:12", "from 3 to 5 seconds") is a link:
+clicking it emits ``time_clicked``.
 """
 
 from __future__ import annotations
+
+import html
 
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeyEvent, QPalette
@@ -28,6 +31,7 @@ from PySide6.QtWidgets import (
 from framewise.ui.elided_label import ElidedLabel
 from framewise.ui.icons import glyph_icon
 from framewise.core.conversation import INTERRUPTED_TEXT, Turn, format_answer_stats
+from framewise.core.timecodes import TimeMention, find_times
 
 _STREAM_FLUSH_MS = 30
 
@@ -55,7 +59,13 @@ class QuestionEdit(QPlainTextEdit):
 
 
 class MessageCard(QFrame):
-    """One message: a header (who wrote it), the text, and for answers a stats line and Copy."""
+    """One message: a header (who wrote it), the text, and for answers a stats line and Copy.
+
+    ``time_clicked(start_s, end_s)`` is emitted when a time in the text is clicked; ``end_s`` is
+    ``None`` for a single time.
+    """
+
+    time_clicked = Signal(float, object)
 
     def __init__(self, role: str, header: str, text: str = "", parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -72,10 +82,17 @@ class MessageCard(QFrame):
         header_font = self.header.font()
         header_font.setBold(True)
         self.header.setFont(header_font)
-        self.body = QLabel(text)
-        self.body.setTextFormat(Qt.TextFormat.PlainText)
+        self._text = ""
+        self._times: list[TimeMention] = []
+        self.body = QLabel()
         self.body.setWordWrap(True)
-        self.body.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.body.setTextInteractionFlags(
+            Qt.TextInteractionFlag.TextSelectableByMouse
+            | Qt.TextInteractionFlag.LinksAccessibleByMouse
+            | Qt.TextInteractionFlag.LinksAccessibleByKeyboard
+        )
+        self.body.setOpenExternalLinks(False)
+        self.body.linkActivated.connect(self._on_link)
         self.body.setContextMenuPolicy(Qt.ContextMenuPolicy.NoContextMenu)
         self.body.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Minimum)
         self.body.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
@@ -101,21 +118,49 @@ class MessageCard(QFrame):
         layout.addWidget(self.body)
         layout.addWidget(self.footer)
         self.copy_button.setVisible(role == "answer")  # only once parented: a parentless widget shown is a window
-        self.body.setVisible(bool(text))
+        self.set_text(text)
 
     def text(self) -> str:
-        return self.body.text()
+        """The message as written (without the links' markup)."""
+        return self._text
 
-    def set_text(self, text: str) -> None:
-        self.body.setText(text)
+    @property
+    def times(self) -> list[TimeMention]:
+        """The times shown as links, in order."""
+        return list(self._times)
+
+    def set_text(self, text: str, *, complete: bool = True, linked_length: int | None = None) -> None:
+        """Show ``text`` with its times as links: those in its first ``linked_length`` characters (all
+        of it by default; an error added after an answer is not the model's and gets none). While an
+        answer streams (``complete`` false) a time that ends the text so far may still grow ("0:1" of
+        "0:12"), so it is linked once text follows it."""
+        limit = len(text) if linked_length is None else linked_length
+        times = [time for time in find_times(text[:limit]) if complete or time.end < len(text)]
+        self._text = text
+        self._times = times
+        if times:
+            self.body.setTextFormat(Qt.TextFormat.RichText)
+            self.body.setText(linked_html(text, times))
+        else:
+            self.body.setTextFormat(Qt.TextFormat.PlainText)
+            self.body.setText(text)
         self.body.setVisible(bool(text))
+
+    def click_time(self, index: int) -> None:
+        """Act as a click on the ``index``-th linked time."""
+        self._on_link(time_href(self._times[index]))
 
     def set_footer(self, text: str) -> None:
         self.footer.setText(text)
         self.footer.setVisible(bool(text))
 
     def copy_text(self) -> None:
-        QGuiApplication.clipboard().setText(self.body.text())
+        QGuiApplication.clipboard().setText(self._text)
+
+    def _on_link(self, href: str) -> None:
+        parsed = parse_time_href(href)
+        if parsed is not None:
+            self.time_clicked.emit(*parsed)
 
     def _show_context_menu(self, position) -> None:
         menu = QMenu(self)
@@ -128,10 +173,15 @@ class MessageCard(QFrame):
 
 
 class ChatPanel(QWidget):
-    """Transcript plus question box. ``ask_requested(question)`` and ``stop_requested()`` go to the window."""
+    """Transcript plus question box. ``ask_requested(question)`` and ``stop_requested()`` go to the window;
+    so do ``time_clicked(start_s, end_s)``, a time clicked in a message (``end_s`` ``None`` unless a
+    range), and ``question_times_changed(times)``, the list of :class:`TimeMention` in the question
+    being typed, whenever it changes."""
 
     ask_requested = Signal(str)
     stop_requested = Signal()
+    time_clicked = Signal(float, object)
+    question_times_changed = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -165,6 +215,8 @@ class ChatPanel(QWidget):
 
         self.question_edit = QuestionEdit()
         self.question_edit.submitted.connect(self.submit)
+        self._question_times: list[TimeMention] = []
+        self.question_edit.textChanged.connect(self._on_question_edited)
         self.send_button = QPushButton("Ask")
         self.send_button.setToolTip("Ask the question (Enter or Ctrl+Return)")
         self.send_button.setDefault(True)
@@ -270,7 +322,7 @@ class ChatPanel(QWidget):
         card.header.setText(answer_header(turn))
         card.set_text(turn.answer)
         if turn.status == "failed":
-            card.set_text((turn.answer + "\n\n" if turn.answer else "") + f"⚠ {turn.error}")
+            card.set_text((turn.answer + "\n\n" if turn.answer else "") + f"⚠ {turn.error}", linked_length=len(turn.answer))
         footer = []
         if turn.status == "done" and not turn.answer:
             footer.append("The model wrote no text (only spaces or special tokens)")
@@ -290,11 +342,18 @@ class ChatPanel(QWidget):
             self._flush_timer.stop()
             return
         card.set_footer(self._speed_text)
-        card.set_text(card.text() + self._pending_text)
+        card.set_text(card.text() + self._pending_text, complete=False)
         self._pending_text = ""
+
+    def _on_question_edited(self) -> None:
+        times = find_times(self.question_edit.toPlainText())
+        if times != self._question_times:
+            self._question_times = times
+            self.question_times_changed.emit(times)
 
     def _append(self, card: MessageCard) -> None:
         self.empty_hint.hide()
+        card.time_clicked.connect(self.time_clicked)
         self._messages_layout.insertWidget(self._messages_layout.count() - 1, card)
 
     def _remember_position(self, value: int) -> None:
@@ -309,3 +368,34 @@ class ChatPanel(QWidget):
 def answer_header(turn: Turn) -> str:
     """Who wrote an answer: the model, and its label when it has one (the demo model does)."""
     return f"{turn.model_name} · {turn.model_label}" if turn.model_label else turn.model_name
+
+
+_TIME_SCHEME = "time:"
+
+
+def time_href(time: TimeMention) -> str:
+    """The link target of a time: ``time:12.5`` or, for a range, ``time:40.0,52.0``."""
+    return f"{_TIME_SCHEME}{time.start_s!r}" + (f",{time.end_s!r}" if time.end_s is not None else "")
+
+
+def parse_time_href(href: str) -> tuple[float, float | None] | None:
+    """``(start_s, end_s)`` from :func:`time_href`'s link target; ``None`` for any other link."""
+    if not href.startswith(_TIME_SCHEME):
+        return None
+    start, _, end = href[len(_TIME_SCHEME) :].partition(",")
+    try:
+        return float(start), float(end) if end else None
+    except ValueError:
+        return None
+
+
+def linked_html(text: str, times: list[TimeMention]) -> str:
+    """``text`` as rich text keeping its spaces and line breaks, each of ``times`` (spans of it) a link."""
+    pieces: list[str] = []
+    position = 0
+    for time in times:
+        pieces.append(html.escape(text[position : time.start]))
+        pieces.append(f'<a href="{time_href(time)}">{html.escape(time.text)}</a>')
+        position = time.end
+    pieces.append(html.escape(text[position:]))
+    return f'<span style="white-space: pre-wrap;">{"".join(pieces)}</span>'

@@ -1,5 +1,8 @@
 """The list of past conversations: by clip and date, newest first, with Open, Export and Delete.
 
+Each entry shows its clip's name, its first question (two conversations about one clip in the same
+minute differ there) and when it was last asked in, with a line between entries.
+
 Keyboard: Enter opens the selected conversation, Delete removes it; the buttons have mnemonics.
 """
 
@@ -8,9 +11,21 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QKeyEvent, QPalette
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtCore import QModelIndex, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QKeyEvent, QPainter, QPalette
+from PySide6.QtWidgets import (
+    QApplication,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from framewise.core.conversation_store import ConversationSummary
 from framewise.core.wording import plural
@@ -27,11 +42,11 @@ class ConversationList(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self._deletable = True
         self.list = _KeyedList()
         self.list.setAccessibleName("Past conversations")
-        self.list.setWordWrap(True)
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.list.setItemDelegate(_EntryDelegate(self.list))
         self.list.itemActivated.connect(lambda item: self.open_requested.emit(item.data(_ID_ROLE)))
         self.list.currentItemChanged.connect(lambda *_: self._update_buttons())
         self.list.delete_pressed.connect(self._delete_selected)
@@ -75,6 +90,14 @@ class ConversationList(QWidget):
         self.empty_hint.setVisible(not summaries)
         self._update_buttons()
 
+    def set_deletable(self, deletable: bool) -> None:
+        """Offer Delete only where the store can be written (a read-only one lists and opens, no more)."""
+        self._deletable = deletable
+        self.delete_button.setToolTip(
+            "Forget this conversation (Delete)" if deletable else "The folder of kept conversations is read-only"
+        )
+        self._update_buttons()
+
     def ids(self) -> list[int]:
         return [self.list.item(row).data(_ID_ROLE) for row in range(self.list.count())]
 
@@ -92,12 +115,14 @@ class ConversationList(QWidget):
             signal.emit(item.data(_ID_ROLE))
 
     def _delete_selected(self) -> None:
-        self._emit_selected(self.delete_requested)
+        if self._deletable:
+            self._emit_selected(self.delete_requested)
 
     def _update_buttons(self) -> None:
         selected = self.list.currentItem() is not None
-        for button in (self.open_button, self.export_button, self.delete_button):
-            button.setEnabled(selected)
+        self.open_button.setEnabled(selected)
+        self.export_button.setEnabled(selected)
+        self.delete_button.setEnabled(selected and self._deletable)
 
 
 class _KeyedList(QListWidget):
@@ -110,12 +135,52 @@ class _KeyedList(QListWidget):
         super().keyPressEvent(event)
 
 
+class _EntryDelegate(QStyledItemDelegate):
+    """Draws an entry's three lines, each shortened to the list's width on its own, and a line under it.
+
+    The clip's name is shortened in the middle (its start and its extension tell clips apart), the
+    question and the date at their end."""
+
+    _MODES = (Qt.TextElideMode.ElideMiddle, Qt.TextElideMode.ElideRight, Qt.TextElideMode.ElideRight)
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
+        self.initStyleOption(option, index)
+        lines = str(index.data(Qt.ItemDataRole.DisplayRole) or "").split("\n")
+        option.text = ""
+        style = option.widget.style() if option.widget else QApplication.style()
+        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, option, painter, option.widget)
+        selected = bool(option.state & QStyle.StateFlag.State_Selected)
+        metrics = option.fontMetrics
+        pad = metrics.height() // 4
+        text_rect = option.rect.adjusted(pad * 2, pad, -pad * 2, -pad)
+        painter.save()
+        for number, line in enumerate(lines):
+            role = QPalette.ColorRole.HighlightedText if selected else (
+                QPalette.ColorRole.Text if number == 0 else QPalette.ColorRole.PlaceholderText
+            )
+            painter.setPen(option.palette.color(role))
+            row = QRect(text_rect.left(), text_rect.top() + number * metrics.lineSpacing(), text_rect.width(), metrics.height())
+            mode = self._MODES[min(number, len(self._MODES) - 1)]
+            painter.drawText(row, int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), metrics.elidedText(line, mode, row.width()))
+        painter.setPen(option.palette.color(QPalette.ColorRole.Mid))
+        painter.drawLine(option.rect.bottomLeft(), option.rect.bottomRight())
+        painter.restore()
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:  # noqa: N802 - Qt override
+        lines = str(index.data(Qt.ItemDataRole.DisplayRole) or "").count("\n") + 1
+        metrics = option.fontMetrics
+        return QSize(metrics.height() * 8, lines * metrics.lineSpacing() + metrics.height() // 2 + 1)
+
+
 def describe(summary: ConversationSummary) -> str:
-    """Two lines: the clip's name, then when and how many questions."""
+    """Three lines: the clip's name, the first question, then when and how many questions."""
     name = summary.clip_name or (Path(summary.clip_path).name if summary.clip_path else "No clip")
-    return f"{name}\n{_local_time(summary.updated_at)} · {plural(summary.turn_count, 'question')}"
+    when = f"{_local_time(summary.updated_at)} · {plural(summary.turn_count, 'question')}"
+    question = " ".join((summary.first_question or "").split())
+    return f"{name}\n“{question}”\n{when}" if question else f"{name}\n{when}"
 
 
 def _local_time(iso_utc: str) -> str:
+    """Day, month and time; the year only when it is not this one (the list is narrow)."""
     moment = datetime.fromisoformat(iso_utc).astimezone()
-    return moment.strftime("%d %b %Y, %H:%M")
+    return moment.strftime("%d %b, %H:%M" if moment.year == datetime.now().year else "%d %b %Y, %H:%M")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QStandardPaths, Qt, QUrl
-from PySide6.QtGui import QDesktopServices, QFontDatabase, QGuiApplication, QTextCursor
+from PySide6.QtGui import QDesktopServices, QFontDatabase, QGuiApplication, QShowEvent, QTextCursor
 from PySide6.QtWidgets import (
     QApplication,
     QDialog,
@@ -46,11 +46,14 @@ class AboutDialog(QDialog):
         )
         blurb.setWordWrap(True)
         form = QFormLayout()
+        widest_caption = widest_value = 0
         for name, value in self.versions.items():
             label = QLabel(value)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             label.setWordWrap(True)
             form.addRow(f"{name}:", label)
+            widest_caption = max(widest_caption, label.fontMetrics().horizontalAdvance(f"{name}:"))
+            widest_value = max(widest_value, label.fontMetrics().horizontalAdvance(value))
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         copy = buttons.addButton("Copy versions", QDialogButtonBox.ButtonRole.ActionRole)
         copy.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.versions_text()))
@@ -69,7 +72,11 @@ class AboutDialog(QDialog):
         layout.addWidget(blurb)
         layout.addLayout(form)
         layout.addWidget(buttons)
-        self.setMinimumWidth(self.fontMetrics().height() * 28)
+        # Wide enough for every value on one line (a wrapped one can be cut where the form sized its row
+        # for one line), within the screen: on a small one the longest still wrap.
+        line = self.fontMetrics().height()
+        screen = self.screen().availableGeometry().width() if self.screen() else line * 60
+        self.setMinimumWidth(min(max(line * 28, widest_caption + widest_value + line * 3), screen * 9 // 10))
 
     def versions_text(self) -> str:
         return "\n".join(f"{name}: {value}" for name, value in self.versions.items())
@@ -81,7 +88,7 @@ class LogDialog(QDialog):
     def __init__(self, path: Path, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.path = Path(path)
-        self.setWindowTitle("Framewise log")
+        self.setWindowTitle("Log")
         self.location = QLabel(str(self.path))
         self.location.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.text = QPlainTextEdit()
@@ -115,4 +122,16 @@ class LogDialog(QDialog):
         except OSError as error:
             content = f"No log to show yet ({error.strerror or error})."
         self.text.setPlainText(content)
+        self._scroll_to_end()
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 - Qt override
+        super().showEvent(event)
+        # Scrolled in reload() the viewport had not its final size yet: the end would sit below it.
+        self._scroll_to_end()
+
+    def _scroll_to_end(self) -> None:
+        """Show the newest lines, from their start."""
         self.text.moveCursor(QTextCursor.MoveOperation.End)
+        self.text.moveCursor(QTextCursor.MoveOperation.StartOfLine)
+        self.text.verticalScrollBar().setValue(self.text.verticalScrollBar().maximum())
+        self.text.horizontalScrollBar().setValue(0)

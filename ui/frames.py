@@ -2,7 +2,9 @@
 
 The preview plays the clip itself (decoded on :class:`~framewise.ui.playback.PlaybackThread`), with a
 timeline whose ticks mark the frames the model sees; the strip lists those frames
-(``ClipSampled.thumbnails``) with their timestamps, and picking one seeks the preview there.
+(``ClipSampled.thumbnails``) with their timestamps, and picking one seeks the preview there. The
+timeline also shows a selected span (a time range clicked in an answer) and the times the question
+being typed mentions.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import bisect
 
 import numpy as np
 from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QIcon, QImage, QPainter, QPalette, QPen, QPixmap
+from PySide6.QtGui import QColor, QIcon, QImage, QPainter, QPalette, QPen, QPixmap, QPolygonF
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -27,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from framewise.core.events import ClipSampled
+from framewise.core.timecodes import TimeMention
 from framewise.ui.icons import glyph_icon
 from framewise.ui.playback import PlaybackThread
 
@@ -37,6 +40,13 @@ def image_from_array(frame: np.ndarray) -> QImage:
     frame = np.ascontiguousarray(frame)
     height, width, _ = frame.shape
     return QImage(frame.data, width, height, 3 * width, QImage.Format.Format_RGB888).copy()
+
+
+def nearest_index(timestamps: tuple[float, ...], seconds: float) -> int:
+    """The index of the timestamp nearest ``seconds`` (the earlier one on a tie); -1 when there are none."""
+    if not timestamps:
+        return -1
+    return min(range(len(timestamps)), key=lambda index: abs(timestamps[index] - seconds))
 
 
 def format_timestamp(seconds: float) -> str:
@@ -91,7 +101,9 @@ class FrameView(QWidget):
 class Timeline(QWidget):
     """The clip's time as a track: a tick for each sampled frame, the playhead, and seeking by click, drag or keys.
 
-    ``seek_requested(seconds)`` is emitted when a person moves the playhead.
+    Over the track: the selected span, filled (:meth:`select_span`), and the times the question being
+    typed mentions, outlined (:meth:`set_question_times`). ``seek_requested(seconds)`` is emitted when a
+    person moves the playhead.
     """
 
     seek_requested = Signal(float)
@@ -101,9 +113,14 @@ class Timeline(QWidget):
         self._duration = 0.0
         self._marks: tuple[float, ...] = ()
         self._position = 0.0
+        self._span: tuple[float, float] | None = None
+        self._question_times: tuple[tuple[float, float | None], ...] = ()
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.setToolTip("The clip's timeline; ticks mark the frames the model sees. Click or drag to seek, arrow keys step")
+        self.setToolTip(
+            "The clip's timeline; ticks mark the frames the model sees, a filled span is a time range clicked in "
+            "the conversation, outlines are the times in the question being typed. Click or drag to seek, arrow keys step"
+        )
         self.setAccessibleName("Clip timeline")
 
     @property
@@ -114,10 +131,35 @@ class Timeline(QWidget):
     def marks(self) -> tuple[float, ...]:
         return self._marks
 
+    @property
+    def selected_span(self) -> tuple[float, float] | None:
+        """The selected span ``(start_s, end_s)``, within the clip; ``None`` when none is."""
+        return self._span
+
+    @property
+    def question_times(self) -> tuple[tuple[float, float | None], ...]:
+        """The ``(start_s, end_s or None)`` of each time the question being typed mentions."""
+        return self._question_times
+
     def set_clip(self, duration_s: float, marks: tuple[float, ...]) -> None:
         self._duration = max(0.0, duration_s)
         self._marks = marks
         self._position = 0.0
+        self._span = None
+        self.update()
+
+    def select_span(self, start_s: float, end_s: float) -> None:
+        """Select ``start_s``..``end_s``, cut to the clip; a span wholly outside it selects nothing."""
+        start, end = max(0.0, start_s), min(self._duration, end_s)
+        self._span = (start, end) if end > start else None
+        self.update()
+
+    def clear_span(self) -> None:
+        self._span = None
+        self.update()
+
+    def set_question_times(self, times: list[TimeMention]) -> None:
+        self._question_times = tuple((time.start_s, time.end_s) for time in times)
         self.update()
 
     def set_position(self, seconds: float) -> None:
@@ -145,6 +187,8 @@ class Timeline(QWidget):
         painter.fillRect(QRectF(left, middle - 2, width, 4), palette.color(QPalette.ColorRole.Mid))
         if not self._duration:
             return
+        self._paint_span(painter)
+        self._paint_question_times(painter)
         painter.setPen(QPen(palette.color(QPalette.ColorRole.Highlight), 2))
         for mark in self._marks:
             x = self.x_of(mark)
@@ -157,6 +201,34 @@ class Timeline(QWidget):
             painter.setPen(QPen(palette.color(QPalette.ColorRole.Highlight), 1, Qt.PenStyle.DotLine))
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.drawRect(self.rect().adjusted(0, 0, -1, -1))
+
+    def _paint_span(self, painter: QPainter) -> None:
+        if self._span is None:
+            return
+        fill = QColor(self.palette().color(QPalette.ColorRole.Highlight))
+        fill.setAlpha(110)
+        start, end = self.x_of(self._span[0]), self.x_of(self._span[1])
+        painter.fillRect(QRectF(start, 1, max(2.0, end - start), self.height() - 2), fill)
+
+    def _paint_question_times(self, painter: QPainter) -> None:
+        """Each time in the question: a range as an outlined box, a single time as a notch from the top."""
+        color = self.palette().color(QPalette.ColorRole.Link)
+        painter.save()
+        painter.setPen(QPen(color, 2))
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        for start_s, end_s in self._question_times:
+            if start_s > self._duration:
+                continue
+            start = self.x_of(start_s)
+            if end_s is None:
+                size = self.height() * 0.3
+                painter.setBrush(color)
+                painter.drawPolygon(QPolygonF([QPointF(start - size, 0), QPointF(start + size, 0), QPointF(start, size * 1.3)]))
+                painter.setBrush(Qt.BrushStyle.NoBrush)
+            else:
+                end = self.x_of(min(end_s, self._duration))
+                painter.drawRect(QRectF(start, 2, max(2.0, end - start), self.height() - 4))
+        painter.restore()
 
     def mousePressEvent(self, event) -> None:  # noqa: N802 - Qt override
         self._seek_to_x(event.position().x())
@@ -279,6 +351,19 @@ class ClipPreview(QWidget):
         if self._clip is not None and 0 <= index < len(self._clip.timestamps):
             self.seek_time(self._clip.timestamps[index])
 
+    def show_moment(self, start_s: float, end_s: float | None = None) -> int:
+        """Go to a time an answer or a question mentions: seek to ``start_s`` and select the span to
+        ``end_s`` on the timeline (or clear the span for a single time). Returns the index of the
+        sampled frame nearest ``start_s`` (-1 with no clip)."""
+        if self._clip is None:
+            return -1
+        if end_s is None:
+            self.timeline.clear_span()
+        else:
+            self.timeline.select_span(start_s, end_s)
+        self.seek_time(min(start_s, self._clip.duration_s))
+        return nearest_index(self._clip.timestamps, start_s)
+
     def seek_time(self, seconds: float) -> None:
         if self._clip is None:
             return
@@ -348,8 +433,7 @@ class ClipPreview(QWidget):
     def _nearest_thumbnail(self, seconds: float) -> QImage | None:
         if not self._thumbnails or self._clip is None:
             return None
-        nearest = min(range(len(self._thumbnails)), key=lambda i: abs(self._clip.timestamps[i] - seconds))
-        return self._thumbnails[nearest]
+        return self._thumbnails[nearest_index(self._clip.timestamps, seconds)]
 
     def _update_play_icon(self) -> None:
         icon = QStyle.StandardPixmap.SP_MediaPause if self.is_playing else QStyle.StandardPixmap.SP_MediaPlay

@@ -3,7 +3,9 @@
 The window never calls the engine, and keeps no state of its own beyond its widgets: its
 :class:`~framewise.ui.session.Session` sends requests to :class:`~framewise.ui.worker.EngineHost`,
 follows the events that come back, and tells the window (a
-:class:`~framewise.ui.session.SessionListener`) what to redraw.
+:class:`~framewise.ui.session.SessionListener`) what to redraw. Its
+:class:`~framewise.ui.conversation_keeper.ConversationKeeper` writes the conversations to disk and
+fills the Past conversations list.
 """
 
 from __future__ import annotations
@@ -12,12 +14,11 @@ import html
 import logging
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QKeySequence, QPalette
 from PySide6.QtWidgets import (
     QDockWidget,
     QFileDialog,
-    QHBoxLayout,
     QLabel,
     QMainWindow,
     QProgressBar,
@@ -28,13 +29,8 @@ from PySide6.QtWidgets import (
 )
 
 from framewise.core.conversation import Conversation, Turn
-from framewise.core.conversation_store import (
-    ConversationRecorder,
-    ConversationStore,
-    StoredConversation,
-    default_store_path,
-)
-from framewise.core.errors import ConversationStoreError, ExportError, SettingsError
+from framewise.core.conversation_store import ConversationStore
+from framewise.core.errors import ExportError, SettingsError
 from framewise.core.events import (
     AnswerSpeed,
     AnswerStats,
@@ -48,11 +44,13 @@ from framewise.core.events import (
 from framewise.core.settings import AppSettings
 from framewise.ui.banners import Banner, BannerArea
 from framewise.ui.chat import ChatPanel
+from framewise.ui.conversation_keeper import ConversationKeeper
 from framewise.ui.conversation_list import ConversationList
 from framewise.ui.dialogs import AboutDialog, LogDialog, default_export_folder
 from framewise.ui.elided_label import ElidedLabel
 from framewise.ui.frames import ClipPreview, FrameStrip, format_timestamp
 from framewise.ui.metrics import EncoderPanel, live_speed_text
+from framewise.ui.section import Section
 from framewise.ui.services import AppServices
 from framewise.ui.session import Session, SessionListener, encoder_text, model_text
 from framewise.ui.settings_dialog import SettingsDialog
@@ -62,6 +60,10 @@ from framewise.ui.worker import EngineHost
 log = logging.getLogger(__name__)
 
 DEFAULT_SIZE = (1280, 800)
+# Below this width the Past conversations list starts hidden, below this height the Encoder panel starts
+# collapsed: at 1024×640 the clip and the conversation come first.
+ROOMY_SIZE = (1280, 720)
+CPU_ENCODER_TITLE = "eager on the CPU: no CUDA graphs"
 VIDEO_FILTER = "Video clips (*.mp4 *.mov *.mkv *.webm *.avi *.m4v *.mpg *.mpeg *.wmv *.gif);;All files (*)"
 
 
@@ -84,12 +86,11 @@ class MainWindow(QMainWindow, SessionListener):
         self._settings_dialog: SettingsDialog | None = None
         self._shut_down = False
         self.session = Session(host, settings, listener=self)
-        self.recorder = self._open_recorder(conversation_store)
 
         self.setWindowTitle("Framewise")
         self.setAcceptDrops(True)
         self._build_widgets()
-        self._build_history()
+        self._build_history(conversation_store)
         self._build_menus()
         self._build_status_bar()
         self._restore_geometry()
@@ -155,7 +156,11 @@ class MainWindow(QMainWindow, SessionListener):
             action=lambda: self.open_settings("model"),
         )
         self.fallback_banner.label.setTextFormat(Qt.TextFormat.PlainText)
-        self.banners = BannerArea([self.error_banner, self.fallback_banner, self.demo_banner, self.cpu_banner])
+        self.store_banner = Banner("", icon=QStyle.StandardPixmap.SP_MessageBoxWarning)
+        self.store_banner.label.setTextFormat(Qt.TextFormat.PlainText)
+        self.banners = BannerArea(
+            [self.error_banner, self.fallback_banner, self.store_banner, self.demo_banner, self.cpu_banner]
+        )
 
         self.clip_title = ElidedLabel("No clip")
         self.clip_title.setTextFormat(Qt.TextFormat.PlainText)
@@ -163,25 +168,28 @@ class MainWindow(QMainWindow, SessionListener):
         self.frame_strip = FrameStrip()
         self.preview.frame_changed.connect(self.frame_strip.select_frame)
         self.frame_strip.frame_selected.connect(self.preview.seek)
-        clip_box = _section("Clip", self.clip_title, self.preview, self.frame_strip)
+        clip_box = Section("Clip", self.clip_title, self.preview, self.frame_strip, fixed_height=(self.frame_strip,))
 
         self.encoder_panel = EncoderPanel()
         self.encoder_title = ElidedLabel("")
-        encoder_box = _section("Encoder", self.encoder_title, self.encoder_panel)
+        self.encoder_section = Section("Encoder", self.encoder_title, self.encoder_panel, collapsible=True)
 
         self.chat = ChatPanel()
         self.chat.question_edit.setAcceptDrops(False)
         self.chat.ask_requested.connect(self.ask)
         self.chat.stop_requested.connect(self.stop)
+        self.chat.time_clicked.connect(self.show_moment)
+        self.chat.question_times_changed.connect(self.preview.timeline.set_question_times)
         self.chat_title = ElidedLabel("")
-        chat_box = _section("Conversation", self.chat_title, self.chat)
+        chat_box = Section("Conversation", self.chat_title, self.chat)
 
         self.left_splitter = QSplitter(Qt.Orientation.Vertical)
         self.left_splitter.addWidget(clip_box)
-        self.left_splitter.addWidget(encoder_box)
+        self.left_splitter.addWidget(self.encoder_section)
         self.left_splitter.setStretchFactor(0, 1)
         self.left_splitter.setStretchFactor(1, 1)
         self.left_splitter.setChildrenCollapsible(False)
+        self.encoder_section.collapsed_changed.connect(self._share_left_height)
         self.main_splitter = QSplitter(Qt.Orientation.Horizontal)
         self.main_splitter.addWidget(self.left_splitter)
         self.main_splitter.addWidget(chat_box)
@@ -210,7 +218,14 @@ class MainWindow(QMainWindow, SessionListener):
         self.main_splitter.setSizes([11 * DEFAULT_SIZE[0] // 20, 9 * DEFAULT_SIZE[0] // 20])
         self.left_splitter.setSizes([DEFAULT_SIZE[1] // 2, DEFAULT_SIZE[1] // 2])
 
-    def _build_history(self) -> None:
+    def _share_left_height(self, encoder_collapsed: bool) -> None:
+        """Half the left side for the Encoder panel when it is shown; its header line only when collapsed."""
+        total = sum(self.left_splitter.sizes())
+        encoder = self.encoder_section.maximumHeight() if encoder_collapsed else total // 2
+        self.left_splitter.setSizes([total - encoder, encoder])
+
+    def _build_history(self, conversation_store: ConversationStore | None) -> None:
+        """The Past conversations dock, and the keeper that writes conversations and fills it."""
         self.history = ConversationList()
         self.history.open_requested.connect(self.open_kept_conversation)
         self.history.export_requested.connect(self.choose_kept_export_path)
@@ -222,8 +237,11 @@ class MainWindow(QMainWindow, SessionListener):
             QDockWidget.DockWidgetFeature.DockWidgetClosable | QDockWidget.DockWidgetFeature.DockWidgetMovable
         )
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.history_dock)
-        self.resizeDocks([self.history_dock], [self.fontMetrics().height() * 11], Qt.Orientation.Horizontal)
-        self._refresh_history()
+        self.keeper = ConversationKeeper(self.history, self.show_error, conversation_store)
+        if self.keeper.notice:
+            self.store_banner.set_text(self.keeper.notice)
+            self.banners.post(self.store_banner)
+        self.keeper.start(self.conversation)
 
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
@@ -284,17 +302,42 @@ class MainWindow(QMainWindow, SessionListener):
         if geometry is None or not self.restoreGeometry(geometry):
             self.resize(*DEFAULT_SIZE)
         self._fit_to_screen()
+        self._arrange_for_size()
+
+    def _arrange_for_size(self) -> None:
+        """Decide what the window shows first at its opening size: on a small screen the clip and the
+        conversation; the Encoder panel (collapsed to its header) and the list are a click away."""
+        if self.width() < ROOMY_SIZE[0]:
+            self.history_dock.hide()
+        if self.height() < ROOMY_SIZE[1]:
+            self.encoder_section.set_collapsed(True)
+        # The list is as wide as a clip's name and its first question read comfortably, and no wider.
+        line = self.fontMetrics().height()
+        width = min(max(line * 11, self.width() // 6), line * 20)
+        self.resizeDocks([self.history_dock], [width], Qt.Orientation.Horizontal)
 
     def _fit_to_screen(self) -> None:
-        """Open maximized where the window would not fit its screen's free area (a small screen, or
-        geometry saved on a larger one): the window manager then fits its frame too."""
+        """Open maximized where the window, with its title bar and frame, would not fit its screen's free
+        area (a small screen, or geometry saved on a larger one): the window manager then fits the frame too."""
         screen = self.screen()
         if screen is None:
             return
         available = screen.availableGeometry()
-        if self.width() > available.width() or self.height() > available.height():
+        frame = self._frame_allowance()
+        if self.width() + frame.width() > available.width() or self.height() + frame.height() > available.height():
             self.resize(min(self.width(), available.width()), min(self.height(), available.height()))
             self.setWindowState(self.windowState() | Qt.WindowState.WindowMaximized)
+
+    def _frame_allowance(self) -> QSize:
+        """What the window manager adds around the window: measured once it is shown; before that (a first
+        start) a title bar and borders of the style's size, since the real ones are not known yet."""
+        measured = self.frameGeometry().size() - self.geometry().size()
+        if measured.width() > 0 or measured.height() > 0:
+            return measured
+        style = self.style()
+        border = style.pixelMetric(QStyle.PixelMetric.PM_MdiSubWindowFrameWidth)
+        title = style.pixelMetric(QStyle.PixelMetric.PM_TitleBarHeight)
+        return QSize(2 * border, title + 2 * border)
 
     # -- start and stop ---------------------------------------------------------------------
 
@@ -380,10 +423,10 @@ class MainWindow(QMainWindow, SessionListener):
             self.clip_title.setText("No clip")
             self.setWindowTitle("Framewise")
             return
-        fast = " (fast mode: nearest keyframes)" if clip.sampling_mode == "fast" else ""
+        fast = " · fast mode" if clip.sampling_mode == "fast" else ""
         self.clip_title.setText(
             f"{clip.clip_name} · {clip.width}×{clip.height} · {format_timestamp(clip.duration_s)} · "
-            f"{len(clip.timestamps)} frames sampled{fast}"
+            f"{len(clip.timestamps)} frames{fast}"
         )
         self.clip_title.setToolTip(clip.path)
         self.setWindowTitle(f"{clip.clip_name} — Framewise")
@@ -402,6 +445,16 @@ class MainWindow(QMainWindow, SessionListener):
         """Start afresh about the open clip; the chat empties when the engine has forgotten the conversation."""
         self.session.new_conversation()
 
+    def show_moment(self, start_s: float, end_s: float | None) -> None:
+        """A time clicked in the conversation: the preview goes there (a range is selected on the
+        timeline) and the strip selects the sampled frame nearest it."""
+        nearest = self.preview.show_moment(start_s, end_s)
+        if nearest < 0:
+            return
+        self.frame_strip.select_frame(nearest)
+        if self.clip is not None and start_s > self.clip.duration_s:
+            self.set_status(f"{format_timestamp(start_s)} is past the clip's end ({format_timestamp(self.clip.duration_s)})")
+
     def copy_last_answer(self) -> None:
         cards = self.chat.answer_cards()
         if cards:
@@ -416,7 +469,7 @@ class MainWindow(QMainWindow, SessionListener):
             self.export_conversation(path)
 
     def choose_kept_export_path(self, conversation_id: int) -> None:
-        kept = self._open_kept(conversation_id)
+        kept = self.keeper.open(conversation_id)
         if kept is None:
             return
         name = f"{Path(kept.conversation.clip_name or 'framewise').stem}-conversation.md"
@@ -443,11 +496,10 @@ class MainWindow(QMainWindow, SessionListener):
         if self.conversation.current is not None or self.opening_clip:
             self.set_status("Wait for the answer or the clip to finish before opening another conversation.")
             return
-        kept = self._open_kept(conversation_id)
+        kept = self.keeper.open(conversation_id)
         if kept is None:
             return
-        if self.recorder is not None:
-            self.recorder.resume(conversation_id, kept.conversation)
+        self.keeper.resume(conversation_id, kept.conversation)
         self.chat.clear()
         for turn in kept.conversation.turns:
             self.chat.start_turn(turn, "")
@@ -455,8 +507,8 @@ class MainWindow(QMainWindow, SessionListener):
         clip_path = kept.conversation.clip_path
         if self.session.resume(kept.conversation):
             self.chat.add_notice(
-                f"Kept conversation about {kept.conversation.clip_name}; opening the clip again. "
-                "The model starts without the earlier answers."
+                f"Kept conversation about {kept.conversation.clip_name}: its clip is opened again, "
+                "and the model answers what comes next without the earlier answers."
             )
         else:
             self.chat.add_notice(
@@ -465,70 +517,17 @@ class MainWindow(QMainWindow, SessionListener):
         self.history.select(conversation_id)
 
     def delete_kept_conversation(self, conversation_id: int) -> None:
-        if self.recorder is None:
-            return
-        if conversation_id == self.recorder.conversation_id:
+        if conversation_id == self.keeper.conversation_id:
             if self.conversation.current is not None:
                 self.set_status("Wait for the answer to finish before deleting this conversation.")
                 return
             self.new_conversation()
-        try:
-            self.recorder.store.delete(conversation_id)
-        except ConversationStoreError as error:
-            self.show_error(str(error))
-        self._refresh_history()
-
-    def _open_kept(self, conversation_id: int) -> StoredConversation | None:
-        if self.recorder is None:
-            return None
-        try:
-            return self.recorder.store.open(conversation_id)
-        except ConversationStoreError as error:
-            self.show_error(str(error))
-            self._refresh_history()
-            return None
-
-    def _open_recorder(self, conversation_store: ConversationStore | None) -> ConversationRecorder | None:
-        try:
-            store = conversation_store or ConversationStore(default_store_path())
-        except ConversationStoreError as error:
-            log.warning("%s", error)
-            self._store_problem = str(error)
-            return None
-        self._store_problem = None
-        recorder = ConversationRecorder(store)
-        recorder.start(self.conversation)
-        return recorder
-
-    def _record(self, write) -> None:
-        """Write through the recorder; a failure is shown once and the conversation goes on unkept."""
-        if self.recorder is None:
-            return
-        try:
-            write(self.recorder)
-        except ConversationStoreError as error:
-            self.show_error(f"{error} This conversation is no longer being kept.")
-            self.recorder = None
-        self._refresh_history()
-
-    def _refresh_history(self) -> None:
-        if not hasattr(self, "history"):
-            return
-        if self.recorder is None:
-            self.history.set_conversations([], None)
-            self.history.empty_hint.setText(self._store_problem or "Conversations are not being kept")
-            return
-        try:
-            summaries = self.recorder.store.list()
-        except ConversationStoreError as error:
-            summaries = []
-            self.history.empty_hint.setText(str(error))
-        self.history.set_conversations(summaries, self.recorder.conversation_id)
+        self.keeper.delete(conversation_id)
 
     def _end_turn(self, turn: Turn) -> None:
         """A turn ended (done, stopped or failed): show it, keep it, and log its size and timing."""
         self.chat.finish_turn(turn)
-        self._record(lambda recorder: recorder.finished(turn))
+        self.keeper.finished(turn)
         stats = turn.stats
         if stats is not None:
             frames = len(self.clip.timestamps) if self.clip else 0
@@ -549,7 +548,7 @@ class MainWindow(QMainWindow, SessionListener):
         else:
             self._settings_dialog.set_settings(self.settings)
         info = self.info
-        on_cpu = info is not None and info.server is None and info.device.startswith("cpu")
+        on_cpu = info is not None and info.on_cpu
         self._settings_dialog.set_graphs_available(not on_cpu, info.graphs_reason if info else "")
         if section:
             self._settings_dialog.show_section(section)
@@ -616,12 +615,20 @@ class MainWindow(QMainWindow, SessionListener):
         self.chat.set_answering(answering)
         self.chat.send_button.setEnabled(blocker is None)
         self.chat.send_button.setToolTip(blocker or "Ask the question (Enter or Ctrl+Return)")
-        self.chat.question_edit.setPlaceholderText(
+        self._set_question_hint(
             blocker if blocker and not answering else "Ask about the clip…  (Enter sends, Shift+Enter adds a line)"
         )
         self.stop_action.setEnabled(self.session.can_stop)
         self.export_action.setEnabled(self.session.can_export)
         self.new_conversation_action.setEnabled(self.session.can_start_new_conversation)
+
+    def _set_question_hint(self, text: str) -> None:
+        edit = self.chat.question_edit
+        if edit.placeholderText() == text:
+            return
+        edit.setPlaceholderText(text)
+        # QPlainTextEdit repaints only when its hint appears or disappears, not when the hint's text changes.
+        edit.viewport().update()
 
     def status_changed(self, text: str) -> None:
         self.set_status(text)
@@ -656,15 +663,13 @@ class MainWindow(QMainWindow, SessionListener):
 
     def conversation_reset(self, conversation: Conversation, notice: str | None) -> None:
         """A new conversation is on screen; the kept ones stay in the list."""
-        if self.recorder is not None:
-            self.recorder.start(conversation)
-        self._refresh_history()
+        self.keeper.start(conversation)
         self.chat.clear()
         if notice:
             self.chat.add_notice(notice)
 
     def turn_started(self, turn: Turn) -> None:
-        self._record(lambda recorder: recorder.asked(turn, self.settings))
+        self.keeper.asked(turn, self.settings)
         self.encoder_panel.clear_answer_stats()
         self.chat.start_turn(turn, "Thinking…")
 
@@ -694,10 +699,16 @@ class MainWindow(QMainWindow, SessionListener):
 
     def engine_changed(self, info: EngineInfo) -> None:
         log.info("engine ready: %s on %s, %s", model_text(info), info.device, encoder_text(info))
-        self.engine_label.setText(f"{model_text(info)} · {info.device} · {encoder_text(info)}")
+        # The model's label (the demo model's) is said by its banner and its answers; these say the name only.
+        self.engine_label.setText(f"{info.model_name} · {info.device} · {encoder_text(info)}")
+        self.engine_label.setToolTip(f"{model_text(info)} · {info.device} · {encoder_text(info)}")
         self.encoder_panel.set_engine_info(info)
-        self.encoder_title.setText(_encoder_title(info))
-        self.chat_title.setText(model_text(info))
+        title = _encoder_title(info)
+        self.encoder_title.setText(title)
+        if title == CPU_ENCODER_TITLE:
+            self.encoder_title.setToolTip(f"{CPU_ENCODER_TITLE}, so encoding is much slower than on a GPU")
+        self.chat_title.setText(info.model_name)
+        self.chat_title.setToolTip(model_text(info))
         self.demo_banner.set_text(
             f"Answers come from a small demo model (<b>{html.escape(info.model_label or '')}</b>), bundled so that "
             "Framewise runs anywhere without a download. To ask a real Qwen3-VL, open <b>Settings ▸ Model</b> and "
@@ -706,7 +717,7 @@ class MainWindow(QMainWindow, SessionListener):
         self.banners.set_raised(self.demo_banner, bool(info.model_label))
         # On a CPU the Encoder panel's title says, once, that there are no CUDA graphs; a banner is kept
         # for a GPU that runs without them, where it is a surprise worth the space.
-        if info.graphs_enabled or info.server is not None or info.device.startswith("cpu"):
+        if info.graphs_enabled or info.server is not None or info.on_cpu:
             self.banners.dismiss(self.cpu_banner)
         else:
             self.cpu_banner.set_text(f"<b>No CUDA graphs:</b> {html.escape(info.graphs_reason)}.")
@@ -731,28 +742,6 @@ class MainWindow(QMainWindow, SessionListener):
 
 
 
-def _section(title: str, subtitle: QLabel, *widgets: QWidget) -> QWidget:
-    """A titled area: bold title, a dimmer subtitle on the same line, then the widgets."""
-    box = QWidget()
-    layout = QVBoxLayout(box)
-    layout.setContentsMargins(0, 0, 0, 0)
-    header = QHBoxLayout()
-    heading = QLabel(title)
-    font = heading.font()
-    font.setBold(True)
-    font.setPointSizeF(font.pointSizeF() * 1.1)
-    heading.setFont(font)
-    subtitle.setForegroundRole(QPalette.ColorRole.PlaceholderText)
-    subtitle.setWordWrap(False)
-    header.addWidget(heading)
-    header.addSpacing(heading.fontMetrics().height() // 2)
-    header.addWidget(subtitle, 1)
-    layout.addLayout(header)
-    for widget in widgets:
-        layout.addWidget(widget, 1 if not isinstance(widget, FrameStrip) else 0)
-    return box
-
-
 def _action(window: QMainWindow, text: str, shortcut, slot) -> QAction:
     action = QAction(text, window)
     if shortcut is not None:
@@ -769,8 +758,8 @@ def _local_files(mime) -> list[str]:
 
 def _encoder_title(info: EngineInfo) -> str:
     """The Encoder panel's subtitle: on a CPU, the one line that says there are no CUDA graphs."""
-    if info.server is None and not info.graphs_enabled and info.device.startswith("cpu"):
-        return "eager on the CPU: no CUDA graphs, so encoding is much slower than on a GPU"
+    if info.on_cpu and not info.graphs_enabled:
+        return CPU_ENCODER_TITLE
     return encoder_text(info)
 
 

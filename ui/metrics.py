@@ -43,6 +43,9 @@ from framewise.ui.latency_plot import LatencyPlot, describe_chunk
 _CHUNK_COLUMNS = ("Chunk", "Frames", "Patches", "Budget", "Padding", "ms/frame", "Ran as")
 
 
+FIGURES_MIN_CHARACTERS = 36
+
+
 class EncoderPanel(QWidget):
     """The latency plot, counters for graph hits and answer speed, and the last encode's chunks."""
 
@@ -124,6 +127,8 @@ class EncoderPanel(QWidget):
         self.figures_scroll.setWidgetResizable(True)
         self.figures_scroll.setFrameShape(QFrame.Shape.NoFrame)
         self.figures_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # Narrower than this, a figure wraps a word or two a line; the plot gives up the width instead.
+        self.figures_scroll.setMinimumWidth(self.fontMetrics().averageCharWidth() * FIGURES_MIN_CHARACTERS)
         layout.addWidget(self.figures_scroll, 0, 1)
         layout.addWidget(self.server_box, 1, 0, 1, 2)
         layout.addWidget(self.chunk_table, 2, 0, 1, 2)
@@ -141,10 +146,9 @@ class EncoderPanel(QWidget):
             self._show_server(info.server)
             return
         self.server_value.setText("– (answers on this machine)")
-        on_cpu = info.device.startswith("cpu")
         # Show the figures that exist where it runs: no graph counters without graphs, no GPU memory on a CPU.
         self._set_row_visible("Graph hits", info.graphs_enabled)
-        self._set_row_visible("GPU memory", not on_cpu)
+        self._set_row_visible("GPU memory", not info.on_cpu)
         self._set_row_visible("Server", False)
         self._set_row_visible("Decoder", info.decoder is not None)
         for column in (_CHUNK_COLUMNS.index("Budget"), _CHUNK_COLUMNS.index("Padding")):
@@ -239,7 +243,7 @@ class EncoderPanel(QWidget):
 
     def set_answer_stats(self, stats: AnswerStats) -> None:
         self.first_token_value.setText(f"{stats.time_to_first_token_ms:.0f} ms")
-        self.speed_value.setText(speed_text(stats.new_tokens, stats.tokens_per_second))
+        self.speed_value.setText(stats.speed_text())
         if stats.server is not None:
             self.server_value.setText(f"{stats.server.url}: {stats.server.summary()}")
             self.memory_value.setText("– (on the server)")

@@ -2,7 +2,8 @@
 
 :class:`Session` is the one owner of what the window shows. It sends requests through a
 :class:`RequestPort` (the worker's :class:`~framewise.ui.worker.EngineHost` in the application,
-a recorder in tests), follows the engine's events in :meth:`Session.handle`, and tells a
+a recorder in tests): each is a call on the engine's one API,
+:class:`~framewise.core.backends.base.AnsweringBackend`, that the port runs in the background. It follows the engine's events in :meth:`Session.handle`, and tells a
 :class:`SessionListener` (the window) what to redraw. Nothing is inferred from the order of events:
 every event carries the id of its request, and the engine says when and why it emptied the
 conversation (:class:`~framewise.core.events.ConversationReset`).
@@ -18,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from framewise.core.backends.base import BackendCall
 from framewise.core.events import (
     NO_REQUEST,
     AnswerSpeed,
@@ -66,13 +68,15 @@ def progress_text(progress: Progress) -> str:
 
 
 class RequestPort(Protocol):
-    """Where the session sends requests; each call returns the id the request's events will carry."""
+    """Where the session sends requests; each returns the id the request's events will carry.
+
+    :meth:`submit` runs any call on the loaded engine (a new kind of request needs nothing more of
+    the port); :meth:`load` and :meth:`apply_settings` also decide which engine answers.
+    """
 
     def load(self) -> int: ...
-    def open_clip(self, path: str) -> int: ...
-    def ask(self, question: str) -> int: ...
     def apply_settings(self, settings: AppSettings) -> int: ...
-    def new_conversation(self) -> int: ...
+    def submit(self, kind: RequestKind, call: BackendCall, cancellable: bool = False) -> int: ...
     def cancel(self) -> None: ...
 
 
@@ -248,7 +252,9 @@ class Session:
 
     def open_clip(self, path: str) -> None:
         """Open ``path``; an open still under way is superseded (its progress is no longer shown)."""
-        request_id = self.port.open_clip(path)
+        request_id = self.port.submit(
+            "open_clip", lambda backend, rid: backend.open_clip(path, request_id=rid), cancellable=True
+        )
         self._opens[request_id] = path
         self._latest_open = request_id
         self.listener.status_changed(f"Opening {Path(path).name}…")
@@ -266,7 +272,8 @@ class Session:
             model_label=info.model_label if info else None,
         )
         self.conversation.turns.append(turn)
-        self._answering = (self.port.ask(question), turn)
+        request_id = self.port.submit("ask", lambda backend, rid: backend.ask(question, request_id=rid), cancellable=True)
+        self._answering = (request_id, turn)
         self.listener.turn_started(turn)
         self.listener.state_changed()
         return True
@@ -298,7 +305,9 @@ class Session:
         ConversationReset for this request as the confirmation."""
         if not self.can_start_new_conversation:
             return
-        self._asked_reset = self.port.new_conversation()
+        self._asked_reset = self.port.submit(
+            "new_conversation", lambda backend, rid: backend.new_conversation(request_id=rid)
+        )
         clip = self.clip
         path = None if clip is None else clip.path
         self._on_reset(ConversationReset("asked", clip.clip_name if clip else None, path))

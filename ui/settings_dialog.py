@@ -39,6 +39,7 @@ from PySide6.QtWidgets import (
 )
 
 from framewise.core.errors import SettingsError
+from framewise.core.families import default_limits
 from framewise.core.settings import ATTENTION_BACKENDS, DEMO_MODEL, DEVICES, DTYPES, AppSettings, BackendSettings
 
 GRAPH_ONLY_FIELDS = (
@@ -95,7 +96,7 @@ class SettingsDialog(QDialog):
         """``api_key_note`` says where the API key is kept (the secret store, or this session only)."""
         super().__init__(parent)
         self._api_key_note = api_key_note
-        self.setWindowTitle("Framewise Settings")
+        self.setWindowTitle("Settings")
         self._fields: dict[str, QWidget] = {}
         self._errors: dict[str, FieldError] = {}
         self._field_tabs: dict[str, int] = {}
@@ -259,7 +260,10 @@ class SettingsDialog(QDialog):
         self.budget_mode.addItems(["Geometric series (min, max, ratio)", "Explicit list"])
         self.budget_mode.currentIndexChanged.connect(self._update_budget_mode)
         form.addRow("Token budgets", self.budget_mode)
-        self._add_field(form, "encoder.budgets", "Budget list", QLineEdit(), "Comma-separated multiples of 4, e.g. 256, 1024, 4096")
+        multiple = default_limits().budget_multiple
+        self._add_field(
+            form, "encoder.budgets", "Budget list", QLineEdit(), f"Comma-separated multiples of {multiple}, e.g. 256, 1024, 4096"
+        )
         self._add_field(form, "encoder.min_budget", "Min budget", _spin(0, _INT_MAX, 4))
         self._add_field(form, "encoder.max_budget", "Max budget", _spin(0, _INT_MAX, 4))
         self._add_field(form, "encoder.budget_ratio", "Budget ratio", _double_spin(0.0, 100.0, 3, 0.05))
@@ -270,10 +274,10 @@ class SettingsDialog(QDialog):
         self._add_field(form, "encoder.max_items_per_batch", "Max items per batch", _spin(0, _INT_MAX, 1))
         self._add_field(
             form,
-            "encoder.max_frames_per_batch",
-            "Max frames per batch",
+            "encoder.max_frame_pairs_per_batch",
+            "Max frame pairs",
             _spin(0, _INT_MAX, 1),
-            "Attention sequences per graph replay: one per image, one per frame pair of a video.",
+            "Frame pairs per graph replay, an image counting as one: each is one attention sequence.",
         )
         for name in ("encoder.min_budget", "encoder.max_budget", "encoder.budget_ratio"):
             self._fields[name].valueChanged.connect(self._update_budget_preview)
@@ -474,7 +478,7 @@ class SettingsDialog(QDialog):
         try:
             encoder = AppSettings.from_dict(self.values()).encoder
             # Validate the budget fields alone (batch limits of 1 always fit) before expanding the series.
-            encoder = dataclasses.replace(encoder, max_items_per_batch=1, max_frames_per_batch=1)
+            encoder = dataclasses.replace(encoder, max_items_per_batch=1, max_frame_pairs_per_batch=1)
             encoder.validate()
             budgets = encoder.token_budgets()
         except SettingsError:

@@ -5,8 +5,8 @@ CLI agree on field names. By default the store is the platform's native one for 
 and application "Framewise"; tests point it at an ini file instead.
 
 The vLLM server's API key is never part of that value. With the native store it goes to the
-desktop's secret store through ``keyring`` (an optional dependency: ``framewise[keyring]``) when
-one is available; otherwise it lives in the running application only.
+desktop's secret store (:mod:`framewise.core.backends.server_keys`) when one is available;
+otherwise it lives in the running application only.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
-
 from PySide6.QtCore import QByteArray, QSettings
 
+from framewise.core.backends.server_keys import desktop_server_keys
 from framewise.core.errors import SettingsError
 from framewise.core.settings import AppSettings
 from framewise.ui.settings_dialog import SESSION_ONLY_KEY_NOTE
@@ -31,8 +30,6 @@ MAX_RECENT_FILES = 10
 _SETTINGS_KEY = "engine/settings_json"
 _RECENT_KEY = "files/recent_json"
 _GEOMETRY_KEY = "window/geometry"
-KEYRING_SERVICE = "Framewise vLLM server"
-"""The secret store's service name; the user name is the server's address."""
 
 
 class SettingsStore:
@@ -48,16 +45,16 @@ class SettingsStore:
         else:
             self._qsettings = QSettings(str(ini_path), QSettings.Format.IniFormat)
         self.load_problem: str | None = None
-        self._keyring = _usable_keyring() if (ini_path is None if use_keyring is None else use_keyring) else None
+        self._keys = desktop_server_keys() if (ini_path is None if use_keyring is None else use_keyring) else None
 
     @property
     def keeps_api_keys(self) -> bool:
         """Whether API keys outlive the session (in the desktop's secret store)."""
-        return self._keyring is not None
+        return self._keys is not None
 
     def api_key_note(self) -> str:
         """Where the API key is kept, for the Settings dialog."""
-        if self._keyring is None:
+        if self._keys is None:
             return SESSION_ONLY_KEY_NOTE
         return "Kept in the desktop's secret store (keyring), never in the settings file or the log."
 
@@ -76,7 +73,9 @@ class SettingsStore:
             return AppSettings()
         try:
             settings = AppSettings.from_dict(json.loads(str(raw))).validate()
-            return settings.replace("backend", api_key=self._saved_api_key(settings))
+            if self._keys is None:
+                return settings
+            return settings.replace("backend", api_key=self._keys.key_for(settings.backend))
         except (ValueError, TypeError, AttributeError) as error:
             self.load_problem = f"Saved settings could not be read ({error}); using the defaults."
         except SettingsError as error:
@@ -88,25 +87,8 @@ class SettingsStore:
         """Keep ``settings`` (without the API key) and the key in the secret store when there is one."""
         self._qsettings.setValue(_SETTINGS_KEY, json.dumps(settings.to_dict(), sort_keys=True))
         self._qsettings.sync()
-        backend = settings.backend
-        if self._keyring is None or backend.kind != "vllm":
-            return
-        try:
-            if backend.api_key:
-                self._keyring.set_password(KEYRING_SERVICE, backend.base_url(), backend.api_key)
-            elif self._keyring.get_password(KEYRING_SERVICE, backend.base_url()) is not None:
-                self._keyring.delete_password(KEYRING_SERVICE, backend.base_url())
-        except Exception as error:  # noqa: BLE001 - a locked or broken secret store must not stop saving
-            log.warning("the API key could not be kept in the secret store (%s); it stays for this session", type(error).__name__)
-
-    def _saved_api_key(self, settings: AppSettings) -> str:
-        if self._keyring is None or settings.backend.kind != "vllm":
-            return ""
-        try:
-            return self._keyring.get_password(KEYRING_SERVICE, settings.backend.base_url()) or ""
-        except Exception as error:  # noqa: BLE001
-            log.warning("the secret store could not be read (%s); type the API key again", type(error).__name__)
-            return ""
+        if self._keys is not None:
+            self._keys.keep(settings.backend)
 
     def recent_files(self) -> list[str]:
         raw = self._qsettings.value(_RECENT_KEY)
@@ -136,18 +118,3 @@ class SettingsStore:
         self._qsettings.setValue(_GEOMETRY_KEY, geometry)
         self._qsettings.sync()
 
-
-def _usable_keyring() -> Any:
-    """The ``keyring`` module when it is installed and has a real backend (not its fail or null one), else ``None``."""
-    try:
-        import keyring
-        from keyring.backends import fail
-    except ImportError:
-        return None
-    try:
-        backend = keyring.get_keyring()
-    except Exception:  # noqa: BLE001 - a misconfigured keyring counts as none
-        return None
-    if isinstance(backend, fail.Keyring) or getattr(backend, "priority", 0) <= 0:
-        return None
-    return keyring

@@ -1,10 +1,14 @@
 """The engine's thread: a worker ``QObject`` that owns the engine, and the GUI-side host that drives it.
 
 Every engine call runs on one ``QThread``. The GUI reaches the worker only through queued signals
-(:class:`EngineHost`'s ``load``, ``open_clip``, ``ask``, ``apply_settings``, ``new_conversation``,
-each of which returns the id of the request it sent) and hears back through ``EngineHost.event``,
-which carries the engine's plain event dataclasses. Each request is bracketed by a
-``RequestStarted`` and a ``RequestFinished`` event, and every event in between carries its id.
+and hears back through ``EngineHost.event``, which carries the engine's plain event dataclasses.
+As Anki's ``CollectionOp`` runs any collection call in the background, :meth:`EngineHost.submit`
+runs any call on the engine (an :class:`~framewise.core.backends.base.AnsweringBackend`) for a
+request of a given kind, so a new kind of request needs no new method here. Only
+:meth:`EngineHost.load` and :meth:`EngineHost.apply_settings` are the host's own: they decide which
+engine answers (built by the factory, or swapped for another backend). Each of these returns the id
+of the request it sent; each request is bracketed by a ``RequestStarted`` and a ``RequestFinished``
+event, and every event in between carries its id.
 
 The single exception is cancelling: :meth:`EngineHost.cancel` calls ``engine.cancel()`` directly
 from the GUI thread, because the worker thread is busy with exactly the work being cancelled.
@@ -16,17 +20,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from framewise.core.backends import same_backend
+from framewise.core.backends import AnsweringBackend, BackendCall, same_backend
 from framewise.core.errors import CancelledError, FramewiseError, describe_error
 from framewise.core.events import (
-    Done,
-    EncodeDone,
-    EngineInfo,
     Event,
     EventSink,
     Failed,
@@ -41,20 +41,7 @@ from framewise.core.settings import AppSettings
 log = logging.getLogger(__name__)
 
 
-class EngineLike(Protocol):
-    """What the window needs of ``core.engine.Engine`` (kept as a protocol so ``ui`` never imports torch)."""
-
-    def load(self, request_id: int | None = None) -> EngineInfo: ...
-    def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None: ...
-    def open_clip(self, path: str, request_id: int | None = None) -> EncodeDone: ...
-    def ask(self, question: str, request_id: int | None = None) -> Done: ...
-    def cancel(self, request_id: int | None = None) -> None: ...
-    def new_conversation(self, request_id: int | None = None) -> None: ...
-    def info(self) -> EngineInfo: ...
-    def open_clip_path(self) -> Path | None: ...
-
-
-EngineFactory = Callable[[AppSettings, EventSink], EngineLike]
+EngineFactory = Callable[[AppSettings, EventSink], AnsweringBackend]
 
 
 def failure_from_exception(error: BaseException) -> Failed:
@@ -66,9 +53,9 @@ def failure_from_exception(error: BaseException) -> Failed:
 class EngineWorker(QObject):
     """Owns the engine and runs its calls on the thread it was moved to.
 
-    Every request carries the id the host gave it. Requests that can be cancelled (``open_clip``,
-    ``ask``) whose id is at or below the last cancelled one are dropped before they start (they
-    finish as ``cancelled``), so Stop also clears work still waiting in the queue.
+    Every request carries the id the host gave it. Cancellable requests (opening a clip, an answer)
+    whose id is at or below the last cancelled one are dropped before they start (they finish as
+    ``cancelled``), so Stop also clears work still waiting in the queue.
     """
 
     event = Signal(object)
@@ -77,7 +64,7 @@ class EngineWorker(QObject):
         super().__init__()
         self._engine_factory = engine_factory
         self._settings = settings
-        self._engine: EngineLike | None = None
+        self._engine: AnsweringBackend | None = None
         self._loaded = False
         self._lock = threading.Lock()
         self._cancelled_through = 0
@@ -115,19 +102,14 @@ class EngineWorker(QObject):
 
         self._run(request_id, "apply_settings", apply)
 
-    @Slot(int, str)
-    def open_clip(self, request_id: int, path: str) -> None:
-        self._run_unless_cancelled(
-            request_id, "open_clip", lambda: self._require_engine().open_clip(path, request_id=request_id)
-        )
+    @Slot(int, str, object, bool)
+    def run_call(self, request_id: int, kind: RequestKind, call: BackendCall, cancellable: bool) -> None:
+        """Run ``call`` on the loaded engine as request ``request_id`` of ``kind``."""
+        def work() -> object:
+            return call(self._require_engine(), request_id)
 
-    @Slot(int, str)
-    def ask(self, request_id: int, question: str) -> None:
-        self._run_unless_cancelled(request_id, "ask", lambda: self._require_engine().ask(question, request_id=request_id))
-
-    @Slot(int)
-    def new_conversation(self, request_id: int) -> None:
-        self._run(request_id, "new_conversation", lambda: self._require_engine().new_conversation(request_id=request_id))
+        run = self._run_unless_cancelled if cancellable else self._run
+        run(request_id, kind, work)
 
     @Slot()
     def release(self) -> None:
@@ -159,13 +141,13 @@ class EngineWorker(QObject):
         self._settings = settings
         self._loaded = True
         if clip_path is not None:
-            engine.open_clip(str(clip_path), request_id=request_id)
+            engine.open_clip(clip_path, request_id=request_id)
 
     def _send(self, event: Event) -> None:
         """The engine's sink. The engine stamps its events; those the factory sends before the engine exists are stamped here."""
         self.event.emit(stamped(event, self._request_id))
 
-    def _require_engine(self) -> EngineLike:
+    def _require_engine(self) -> AnsweringBackend:
         if self._engine is None or not self._loaded:
             raise FramewiseError(
                 "The model is not loaded. Fix the model in Settings ▸ Model and press Apply."
@@ -209,17 +191,16 @@ class EngineWorker(QObject):
 class EngineHost(QObject):
     """The GUI thread's handle on the worker: starts its thread, forwards requests, shuts it down.
 
-    Each request method returns the id its events will carry. ``event`` re-emits the worker's
-    events in the GUI thread, ``RequestStarted`` / ``RequestFinished`` included.
+    It is the window session's request port. Each request method returns the id its events will
+    carry. ``event`` re-emits the worker's events in the GUI thread, ``RequestStarted`` /
+    ``RequestFinished`` included.
     """
 
     event = Signal(object)
 
     _load_requested = Signal(int)
     _apply_requested = Signal(int, object)
-    _open_requested = Signal(int, str)
-    _ask_requested = Signal(int, str)
-    _new_conversation_requested = Signal(int)
+    _call_requested = Signal(int, str, object, bool)
     _release_requested = Signal()
 
     def __init__(self, engine_factory: EngineFactory, settings: AppSettings, parent: QObject | None = None) -> None:
@@ -232,9 +213,7 @@ class EngineHost(QObject):
         self._worker.event.connect(self.event)
         self._load_requested.connect(self._worker.load)
         self._apply_requested.connect(self._worker.apply_settings)
-        self._open_requested.connect(self._worker.open_clip)
-        self._ask_requested.connect(self._worker.ask)
-        self._new_conversation_requested.connect(self._worker.new_conversation)
+        self._call_requested.connect(self._worker.run_call)
         self._release_requested.connect(self._worker.release)
         self._thread.start()
 
@@ -252,19 +231,11 @@ class EngineHost(QObject):
         self._apply_requested.emit(request_id, settings)
         return request_id
 
-    def open_clip(self, path: str) -> int:
+    def submit(self, kind: RequestKind, call: BackendCall, cancellable: bool = False) -> int:
+        """Run ``call(engine, request_id)`` on the worker thread as a request of ``kind``; a
+        ``cancellable`` one still queued when Stop is pressed is dropped."""
         request_id = self._next_request_id()
-        self._open_requested.emit(request_id, path)
-        return request_id
-
-    def ask(self, question: str) -> int:
-        request_id = self._next_request_id()
-        self._ask_requested.emit(request_id, question)
-        return request_id
-
-    def new_conversation(self) -> int:
-        request_id = self._next_request_id()
-        self._new_conversation_requested.emit(request_id)
+        self._call_requested.emit(request_id, kind, call, cancellable)
         return request_id
 
     def cancel(self) -> None:

@@ -1,6 +1,7 @@
 """Where questions are answered: the engine's seam and its two implementations.
 
-:class:`AnsweringBackend` is what the CLI and the window's worker hold. ``local`` is
+:class:`~framewise.core.backends.base.AnsweringBackend` (in ``base``, with the plumbing both
+backends share) is what the CLI, the window's worker and session, and the test fake hold. ``local`` is
 :class:`framewise.core.engine.Engine` (transformers and Framewise's CUDA graphs on this machine);
 ``vllm`` is :class:`framewise.core.backends.vllm_server.VllmServerEngine`, which samples the clip
 here and asks a vLLM server over its OpenAI-compatible API. :func:`create_engine` picks one from
@@ -9,37 +10,11 @@ here and asks a vLLM server over its OpenAI-compatible API. :func:`create_engine
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Protocol, Sequence
-
-import numpy as np
-
-from framewise.core.events import Done, EncodeDone, EngineInfo, EventSink, ignore_events
+from framewise.core.backends.base import AnsweringBackend, BackendCall
+from framewise.core.events import EventSink, ignore_events
 from framewise.core.settings import AppSettings
 
-
-class AnsweringBackend(Protocol):
-    """A clip and questions in, streamed answers out (``Engine``'s public API).
-
-    Only :meth:`cancel` may be called from another thread. ``history`` holds the finished
-    (question, answer) turns about the open clip: the one conversation record, whose every reset is
-    sent as a ``ConversationReset``. Every event a call sends carries its ``request_id``.
-    """
-
-    settings: AppSettings
-    history: list[tuple[str, str]]
-
-    def load(self, request_id: int | None = None) -> EngineInfo: ...
-    def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None: ...
-    def info(self) -> EngineInfo: ...
-    def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone: ...
-    def open_frames(
-        self, frames: np.ndarray, timestamps: Sequence[float], name: str, request_id: int | None = None
-    ) -> EncodeDone: ...
-    def ask(self, question: str, request_id: int | None = None) -> Done: ...
-    def cancel(self, request_id: int | None = None) -> None: ...
-    def new_conversation(self, request_id: int | None = None) -> None: ...
-    def open_clip_path(self) -> Path | None: ...
+__all__ = ["AnsweringBackend", "BackendCall", "create_engine", "same_backend"]
 
 
 def create_engine(settings: AppSettings, sink: EventSink = ignore_events) -> AnsweringBackend:

@@ -51,8 +51,8 @@ def decoder_attention_forward(
 
 def prefill_attention_backends():
     """SDPA's kernels without cuDNN's, for a prefill: cuDNN builds an execution plan for every new
-    key length, and every follow-up attends over a new one (on an H200, 8B: 80-105 ms for a
-    31-token follow-up with cuDNN, 36-39 ms without; benchmarks/decode_profile.py)."""
+    key length, and every follow-up attends over a new one, so with cuDNN each follow-up's prefill
+    took about twice as long (docs/benchmarks.md, "A follow-up's prefill")."""
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 

@@ -19,13 +19,13 @@ from typing import Any, Callable
 
 import torch
 
+from framewise.core.decoding.defs import LanguageModel, VisionRows
 from framewise.core.decoding.kv_cache import StaticKVCache
-from framewise.core.decoding.defs import LanguageModel
 from framewise.core.decoding.prefill_graphs import PrefillGraphs
 from framewise.core.decoding.step_graphs import ProgressCallback, StepGraphs, context_buckets
-from framewise.core.encoding.defs import EncodedItem
+from framewise.core.encoding.defs import EncodedItem, PieceGrid
 from framewise.core.errors import FramewiseError, SettingsError
-from framewise.core.processing import VIDEO_TOKEN
+from framewise.core.families.base import FamilyLimits, VisionSpan
 from framewise.core.settings import AppSettings, minimum_context_tokens
 
 # Share of the free device memory the cache may take; the rest is left for activations.
@@ -36,15 +36,45 @@ CONTEXT_ALIGNMENT = 64
 
 @dataclass(frozen=True)
 class Prompt:
-    """A prompt to answer: ``input_ids`` and ``token_types`` (1, n) int64 on the CPU, the clip's
-    ``video_grid_thw`` and encoded ``video`` (``None`` for a text-only prompt), and ``owner``,
-    the object that identifies the clip (cache entries are re-used only for the same owner)."""
+    """A prompt to answer: ``input_ids`` and the family's ``token_types`` (1, n) int64 on the CPU;
+    ``spans``, where the encoded ``items`` go (none for a text-only prompt), and ``grids``, each
+    item's ``(modality, grid_thw)``; ``owner``, the object that identifies the items (cache
+    entries are re-used only for the same owner)."""
 
     input_ids: torch.Tensor
     token_types: torch.Tensor
-    video_grid_thw: tuple[int, int, int] | None = None
-    video: EncodedItem | None = None
+    spans: tuple[VisionSpan, ...] = ()
+    grids: tuple[PieceGrid, ...] = ()
+    items: tuple[EncodedItem, ...] = ()
     owner: Any = None
+
+    def vision_rows(self, start: int) -> VisionRows | None:
+        """The features of the tokens from ``start`` on, or ``None`` when no span reaches past it.
+
+        Raises ValueError when a span points outside the prompt or past its item's features.
+        """
+        length = self.input_ids.shape[1]
+        placed = sorted((span for span in self.spans if span.end > start), key=lambda span: span.start)
+        if not placed:
+            return None
+        mask = torch.zeros(1, length - start, dtype=torch.bool)
+        embeds, deepstack = [], []
+        for span in placed:
+            if span.item >= len(self.items) or span.end > length:
+                raise ValueError(f"{span} points outside the prompt ({length} tokens, {len(self.items)} items)")
+            item = self.items[span.item]
+            skipped = max(start - span.start, 0)  # tokens of the span the cache already holds
+            rows = slice(span.row + skipped, span.row + span.length)
+            if rows.stop > item.embeds.shape[0]:
+                raise ValueError(f"{span} reads past item {span.item}'s {item.embeds.shape[0]} feature rows")
+            mask[0, span.start + skipped - start : span.end - start] = True
+            embeds.append(item.embeds[rows])
+            deepstack.append([layer[rows] for layer in item.deepstack])
+        return VisionRows(
+            mask=mask,
+            embeds=torch.cat(embeds),
+            deepstack=tuple(torch.cat(layers) for layers in zip(*deepstack)),
+        )
 
 
 @dataclass(frozen=True)
@@ -67,7 +97,7 @@ class Decoded:
     prefill_ms: float = 0.0
     prefill_graph: bool = False
     graph_steps: int = 0
-    direct_steps: int = 0
+    eager_steps: int = 0
     step_ms: list[float] = field(default_factory=list)
     stop_reason: str = ""
 
@@ -108,10 +138,6 @@ class Decoder:
     @property
     def max_tokens(self) -> int:
         return self.cache.max_tokens
-
-    def forget(self) -> None:
-        """Drop the cached prefix (a new model state, or memory to give back)."""
-        self.cache.forget()
 
     def close(self) -> None:
         """Release the graphs; the decoder must not be used afterwards."""
@@ -209,22 +235,21 @@ class Decoder:
         cache.tokens = ids[:reused]
         cache.owner = prompt.owner
         started = time.perf_counter()
-        video_rows_before = int((prompt.token_types[0, :reused] == VIDEO_TOKEN).sum())
-        tail_types = prompt.token_types[:, reused:]
-        text_tail = reused > 0 and not (tail_types == VIDEO_TOKEN).any()
+        vision = prompt.vision_rows(reused)
+        text_tail = reused > 0 and vision is None
         if text_tail:
             # Text after the cached prefix counts on from it: position p has rotary position
             # p + the offset the prefix's prefill found, on every axis.
             tail_rope = torch.arange(reused, len(ids)).expand(self.language.rope_axes, -1) + self._rope_offset
         else:
-            positions = self.language.positions(prompt.input_ids, prompt.token_types, prompt.video_grid_thw)
+            positions = self.language.positions(prompt.input_ids, prompt.token_types, prompt.grids)
             self._rope_offset = positions.rope_offset
             tail_rope = positions.rope[:, reused:]
         tail_ids = prompt.input_ids[:, reused:]
         if text_tail and self.prefills.takes(reused, tail_ids.shape[1]):
             logits, result.prefill_graph = self.prefills.run(reused, tail_ids, tail_rope)
         else:
-            logits = self.language.prefill(cache, reused, tail_ids, tail_types, tail_rope, prompt.video, video_rows_before)
+            logits = self.language.prefill(cache, reused, tail_ids, tail_rope, vision)
         token = _pick(logits, rule.temperature)
         token.item()  # waits for the pass
         cache.tokens = list(ids)
@@ -264,7 +289,7 @@ class Decoder:
             cache.tokens.append(last)
             result.step_ms.append((time.perf_counter() - started) * 1e3)
             result.graph_steps += graph_hit
-            result.direct_steps += not graph_hit
+            result.eager_steps += not graph_hit
             result.token_ids.append(token_id)
             position += 1
             on_token(token_id)
@@ -279,11 +304,12 @@ def _pick(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
-def context_for(settings: AppSettings, language: LanguageModel) -> int:
-    """The decoder's context length for ``settings`` on ``language``'s device, checked against the
-    model's position limit and the free memory. An explicit setting that does not fit is a
-    SettingsError saying how far to lower it; the automatic length is capped at what fits."""
-    requested = settings.context_tokens()
+def context_for(settings: AppSettings, language: LanguageModel, limits: FamilyLimits | None = None) -> int:
+    """The decoder's context length for ``settings`` on ``language``'s device (a model of the
+    family ``limits``), checked against the model's position limit and the free memory. An
+    explicit setting that does not fit is a SettingsError saying how far to lower it; the
+    automatic length is capped at what fits."""
+    requested = settings.context_tokens(limits)
     explicit = settings.decoding.max_context_tokens > 0
     per_token = StaticKVCache.bytes_needed(language.layers, language.kv_heads, language.head_dim, 1, language.dtype)
     free = free_memory_bytes(language.device)
@@ -291,7 +317,7 @@ def context_for(settings: AppSettings, language: LanguageModel) -> int:
     fits -= fits % CONTEXT_ALIGNMENT
     if requested <= fits:
         return requested
-    needed = minimum_context_tokens(settings.sampling, settings.generation)
+    needed = minimum_context_tokens(settings.sampling, settings.generation, limits)
     if explicit or fits < needed:
         raise SettingsError(
             "decoding.max_context_tokens",

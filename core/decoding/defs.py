@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from framewise.core.encoding.defs import EncodedItem
+from framewise.core.encoding.defs import PieceGrid
 
 if TYPE_CHECKING:
     from framewise.core.decoding.kv_cache import StaticKVCache
@@ -21,6 +21,17 @@ class PromptPositions:
 
     rope: torch.Tensor
     rope_offset: int
+
+
+@dataclass(frozen=True)
+class VisionRows:
+    """Encoded vision features placed in a run of n prompt tokens: ``mask`` (1, n) bool marks the
+    tokens that take a feature row, ``embeds`` (k, hidden) holds those rows in token order (k true
+    entries in ``mask``), ``deepstack`` one (k, hidden) tensor per extra feature layer."""
+
+    mask: torch.Tensor
+    embeds: torch.Tensor
+    deepstack: tuple[torch.Tensor, ...]
 
 
 class LanguageModel(Protocol):
@@ -68,22 +79,18 @@ class LanguageModel(Protocol):
         ...
 
     def positions(
-        self, input_ids: torch.Tensor, token_types: torch.Tensor, video_grid_thw: tuple[int, int, int] | None
+        self, input_ids: torch.Tensor, token_types: torch.Tensor, grids: tuple[PieceGrid, ...]
     ) -> PromptPositions:
-        """Rotary positions of the prompt ``input_ids`` (1, n) with ``token_types`` (1, n)."""
+        """Rotary positions of the prompt ``input_ids`` (1, n) with the family's ``token_types``
+        (1, n), whose vision items have ``grids`` ((modality, grid_thw) each, in item order)."""
         ...
 
     def prefill(
-        self,
-        cache: StaticKVCache,
-        start: int,
-        input_ids: torch.Tensor,
-        token_types: torch.Tensor,
-        rope: torch.Tensor,
-        video: EncodedItem | None,
-        video_rows_before: int,
+        self, cache: StaticKVCache, start: int, input_ids: torch.Tensor, rope: torch.Tensor, vision: VisionRows | None
     ) -> torch.Tensor:
-        """Run the prompt tail (1, n) from cache position ``start``; the last token's logits (1, vocab)."""
+        """Run the prompt tail ``input_ids`` (1, n) from cache position ``start`` at rotary
+        positions ``rope`` (axes, n), ``vision`` features in place of the tokens it marks; the
+        last token's logits (1, vocab) float32."""
         ...
 
     def text_prefill(

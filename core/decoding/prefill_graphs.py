@@ -2,7 +2,7 @@
 
 A follow-up question adds a few dozen text tokens after a conversation whose clip and earlier
 turns the cache already holds. Run op by op, that prefill is bound by the host launching the
-model's layers (8B on an H200: about 40 ms, against 15 ms of GPU work). Here the new tokens are
+model's layers, not by the GPU (docs/benchmarks.md, "A follow-up's prefill"). Here the new tokens are
 padded to a token bucket and the prefill replays a graph captured for that bucket and for the
 context bucket holding its last position. The padding comes after the real tokens, so causal
 attention keeps it out of their results; its cache entries lie past the conversation's end,

@@ -1,6 +1,7 @@
 """The plain types of the vision-encoder seam, and the protocol a model family implements for graphs.
 
-Nothing here names a model: :class:`SupportsEncoderGraphs` is what the graph manager
+Nothing here names a model: :class:`VisionEncoder` is what the engine asks of an encoder (the
+eager one or the graph manager); :class:`SupportsEncoderGraphs` is what the graph manager
 (:mod:`framewise.core.encoding.manager`) asks of a model family's adapter, as vLLM's
 ``EncoderCudaGraphManager`` asks a model for ``SupportsEncoderCudaGraph``. The dataclasses are
 shared by the manager, the eager encoder and the adapters, which keeps their imports one-way.
@@ -186,4 +187,31 @@ class SupportsEncoderGraphs(Protocol):
 
     def metadata_counts(self) -> tuple[int, int]:
         """Hits and misses of the adapter's metadata caches so far (per pass and per grid, summed)."""
+        ...
+
+
+class VisionEncoder(Protocol):
+    """What the engine needs of a vision encoder.
+
+    ``captured``: whether graphs run the tower; ``budgets``: the captured token budgets
+    (empty without graphs); ``report``: what capturing cost, ``None`` without graphs.
+    """
+
+    name: str
+
+    @property
+    def captured(self) -> bool: ...
+
+    @property
+    def budgets(self) -> tuple[int, ...]: ...
+
+    @property
+    def report(self) -> CaptureReport | None: ...
+
+    def encode(self, items: Sequence[VisionItem]) -> EncoderOutput:
+        """Encode ``items``; outputs keep their order."""
+        ...
+
+    def clear(self) -> None:
+        """Give back what the encoder holds and undo what it changed on the model."""
         ...

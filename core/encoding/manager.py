@@ -28,12 +28,15 @@ from framewise.core.encoding.defs import (
     EncoderOutput,
     GraphBuffers,
     SupportsEncoderGraphs,
+    VisionEncoder,
     VisionItem,
 )
+from framewise.core.encoding.eager import EagerVisionEncoder, piece_frames
 from framewise.core.encoding.planning import Batch, BatchLimits, PlanItem, plan_batches
-from framewise.core.encoding.seam import EagerVisionEncoder, StageTimer, VisionEncoder, piece_frames
+from framewise.core.encoding.timing import StageTimer
 from framewise.core.errors import EncoderError, FramewiseError
 from framewise.core.events import ChunkStats, Progress
+from framewise.core.families import FamilyLimits
 from framewise.core.graph_capture import GraphCapture, memory_reserved
 from framewise.core.settings import EncoderSettings
 
@@ -96,8 +99,10 @@ class GraphVisionEncoder:
     """A vision tower replayed through one CUDA graph per token budget.
 
     ``adapter`` is the model family's side of the seam, its tower already on its device and
-    dtype. Graphs are captured at construction unless ``capture=False``. ``direct=True`` runs
-    the same buffers and forward without a graph, which lets the whole path be tested on a CPU.
+    dtype; ``limits`` the family's (budget multiple, largest clip), default
+    :func:`~framewise.core.families.default_limits`. Graphs are captured at construction unless
+    ``capture=False``. ``direct=True`` runs the same buffers and forward without a graph, which
+    lets the whole path be tested on a CPU.
     """
 
     def __init__(
@@ -108,8 +113,10 @@ class GraphVisionEncoder:
         progress: ProgressCallback | None = None,
         capture: bool = True,
         direct: bool = False,
+        limits: FamilyLimits | None = None,
     ) -> None:
-        settings.validate()
+        self.family_limits = limits
+        settings.validate(limits)
         self.adapter = adapter
         self.device = adapter.device
         self.dtype = adapter.dtype
@@ -214,16 +221,6 @@ class GraphVisionEncoder:
             torch.cuda.synchronize(self.device)
             torch.cuda.empty_cache()
 
-    def reconfigure(self, settings: EncoderSettings) -> bool:
-        """Apply new encoder settings; re-capture when they change the graphs. Returns whether it did."""
-        settings.validate()
-        if settings == self.settings and self._graphs:
-            return False
-        self.clear()
-        self._configure(settings)
-        self.capture()
-        return True
-
     # ------------------------------------------------------------------ encoding
 
     def encode(self, items: Sequence[VisionItem]) -> EncoderOutput:
@@ -254,7 +251,7 @@ class GraphVisionEncoder:
 
     def _configure(self, settings: EncoderSettings) -> None:
         self.settings = settings
-        self.limits = BatchLimits.from_settings(settings)
+        self.limits = BatchLimits.from_settings(settings, self.family_limits)
         self.attention_backend = self.adapter.resolve_attention(settings.attention_backend)
 
     def _reset_counters(self) -> None:
@@ -388,8 +385,10 @@ def make_vision_encoder(
     adapter: SupportsEncoderGraphs,
     settings: EncoderSettings,
     progress: ProgressCallback | None = None,
+    limits: FamilyLimits | None = None,
 ) -> tuple[VisionEncoder, str]:
-    """The encoder the settings and the machine call for, and a plain sentence saying why.
+    """The encoder the settings and the machine call for, and a plain sentence saying why;
+    ``limits`` are the model family's.
 
     Graphs on CUDA when the settings ask for them, tried in the order of
     :func:`_capture_attempts` until one captures; the stock eager forward otherwise (and when
@@ -405,7 +404,7 @@ def make_vision_encoder(
     failures: list[str] = []
     for attempt in _capture_attempts(adapter, settings):
         try:
-            encoder = GraphVisionEncoder(adapter, attempt, progress=progress)
+            encoder = GraphVisionEncoder(adapter, attempt, progress=progress, limits=limits)
         except FramewiseError as error:
             kernels = "fused kernels" if attempt.fuse_kernels else "the tower's own kernels"
             failures.append(f"{attempt.attention_backend} attention with {kernels} unavailable ({error})")

@@ -10,10 +10,11 @@ with a reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from framewise.core.errors import SettingsError
+from framewise.core.families import FamilyLimits, default_limits
 from framewise.core.settings import EncoderSettings
 
 SUPPORTED_MODALITIES = ("image", "video")
@@ -34,28 +35,35 @@ class PlanItem:
 
 @dataclass(frozen=True)
 class BatchLimits:
-    """What one graph can hold: the captured budgets (ascending), items and attention sequences per pass."""
+    """What one graph can hold: the captured budgets (ascending), items and attention sequences per
+    pass. Every budget is a multiple of ``budget_multiple`` (whole merge blocks of the model family)."""
 
     budgets: tuple[int, ...]
     max_items: int
     max_sequences: int
+    budget_multiple: int = field(default_factory=lambda: default_limits().budget_multiple)
 
     @classmethod
-    def from_settings(cls, settings: EncoderSettings) -> BatchLimits:
+    def from_settings(cls, settings: EncoderSettings, limits: FamilyLimits | None = None) -> BatchLimits:
+        limits = limits or default_limits()
         return cls(
-            budgets=settings.token_budgets(),
+            budgets=settings.token_budgets(limits),
             max_items=settings.max_items_per_batch,
-            max_sequences=settings.max_frames_per_batch,
+            max_sequences=settings.max_frame_pairs_per_batch,
+            budget_multiple=limits.budget_multiple,
         )
 
     def __post_init__(self) -> None:
         if not self.budgets or list(self.budgets) != sorted(set(self.budgets)):
             raise SettingsError("encoder.budgets", f"need distinct ascending budgets, got {self.budgets}")
-        if any(budget <= 0 or budget % 4 for budget in self.budgets):
-            raise SettingsError("encoder.budgets", "every budget must be a positive multiple of 4 (the 2x2 merge)")
+        multiple = self.budget_multiple
+        if any(budget <= 0 or budget % multiple for budget in self.budgets):
+            raise SettingsError(
+                "encoder.budgets", f"every budget must be a positive multiple of {multiple} (whole merge blocks)"
+            )
         if self.max_items < 1 or self.max_sequences < self.max_items:
             raise SettingsError(
-                "encoder.max_frames_per_batch", "need at least one item per batch and max frames >= max items"
+                "encoder.max_frame_pairs_per_batch", "need at least one item per batch and max frame pairs >= max items"
             )
 
     @property

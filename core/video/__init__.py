@@ -1,12 +1,13 @@
-"""Reading clips: probe a file and sample frames uniformly in time, ready for Qwen3-VL.
+"""Reading clips: probe a file and sample frames uniformly in time, ready for the model.
 
 PyAV is the reader (:mod:`.pyav_reader`); OpenCV is the fallback for files PyAV cannot open or
 decode (:mod:`.opencv_reader`). Both hand their frames to one sampling loop
 (:mod:`.sampling`), which builds the :class:`ClipInfo` and picks and sizes the frames:
 
 * **How many frames.** ``floor(duration x sampling.fps)``, clamped to ``[min_frames, max_frames]``
-  and rounded up to an even count (Qwen3-VL encodes frames in pairs). A clip with fewer frames
-  than that count keeps its own frame count (rounded up to even), but never fewer than
+  and rounded up to a multiple of the model family's frames per slice (Qwen3-VL encodes frames in
+  pairs: an even count). A clip with fewer frames than that count keeps its own frame count
+  (rounded up the same way), but never fewer than
   ``min_frames``: a clip with too few frames has frames repeated, evenly spread, so a still or a
   two-frame clip becomes pairs of identical frames, the way Qwen3-VL encodes still images.
 * **Which frames.** Target times are the middles of equal slices of the clip; in exact mode each
@@ -22,7 +23,7 @@ decode (:mod:`.opencv_reader`). Both hand their frames to one sampling loop
 * **Size.** The caller's :class:`FrameSizing` gives the size for the clip and the resampler;
   only the chosen frames are converted, each as it is kept, so a long clip is never held at full
   resolution. In fast mode the decoder's scaler converts and scales a kept frame in one step.
-  :mod:`framewise.core.processing` supplies both for Qwen3-VL (``video_frame_sizing``), so the
+  The model family supplies it (``ModelFamily.frame_sizing``, with its frames per slice), so the
   readers never import the model's code.
 * **Bounded** (:mod:`.bounded`): reading runs on a worker thread under a :class:`ReadBudget` that
   follows the work (a time to start, then a time per second of video), reports

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
 from framewise.core.errors import ClipAccessError, ClipNotFoundError, ClipTooLargeError
+from framewise.core.families import default_limits
 from framewise.core.video.reads import SamplingMode
 
 MAX_SIDE = 8192
@@ -66,11 +67,12 @@ class FrameSizing:
     ``size(count, height, width)`` is the (h, w) of each of ``count`` frames sampled from a clip
     displayed at ``height`` x ``width``; ``resize(frames, (h, w))`` turns (T, H, W, 3) uint8 frames
     into (T, h, w, 3). Readers call ``resize`` on each frame they keep, so a long clip is never
-    held at full resolution.
+    held at full resolution. The number of frames sampled is a multiple of ``frames_per_slice``.
     """
 
     size: Callable[[int, int, int], tuple[int, int]]
     resize: Callable[[np.ndarray, tuple[int, int]], np.ndarray]
+    frames_per_slice: int = field(default_factory=lambda: default_limits().frames_per_slice)
 
 
 class ReaderFailed(Exception):
@@ -84,6 +86,11 @@ def existing_file(path: str | Path) -> Path:
         if clip_path.is_dir():
             raise ClipNotFoundError(f"{clip_path} is a folder, not a video file. Choose a clip (an .mp4, say) inside it.")
         if not clip_path.exists():
+            if _is_link_loop(clip_path):
+                raise ClipNotFoundError(
+                    f"{clip_path} is a symbolic link that leads back to itself (through other links, perhaps), so it "
+                    "names no file. Point the link at the clip, or choose the clip itself."
+                )
             raise ClipNotFoundError(f"No file at {clip_path}. Check the path, or choose the clip again.")
         if not clip_path.is_file():
             raise ClipNotFoundError(
@@ -94,6 +101,15 @@ def existing_file(path: str | Path) -> Path:
     except OSError as error:
         raise path_error(clip_path, error) from None
     return clip_path
+
+
+def _is_link_loop(path: Path) -> bool:
+    """Whether resolving ``path`` goes round a loop of symbolic links (``Path.exists`` says False for one)."""
+    try:
+        path.stat()
+    except OSError as error:
+        return error.errno == errno.ELOOP
+    return False
 
 
 def path_error(path: Path, error: OSError) -> ClipNotFoundError | ClipAccessError:

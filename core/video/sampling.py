@@ -13,23 +13,29 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from framewise.core.families import default_limits
 from framewise.core.settings import FAST_MODE_AUTO_ABOVE_S, SamplingSettings
 from framewise.core.video.clip import ClipInfo, FrameSizing, Reader, check_resolution
 from framewise.core.video.reads import SamplingMode
 
 
-def sample_count(duration_s: float, sampling: SamplingSettings, frame_count: int | None = None) -> int:
-    """How many frames to sample from a clip: even, within ``[min_frames, max_frames]``.
+def sample_count(
+    duration_s: float, sampling: SamplingSettings, frame_count: int | None = None, multiple: int | None = None
+) -> int:
+    """How many frames to sample from a clip: a multiple of ``multiple`` (the model family's frames
+    per slice, by default :func:`~framewise.core.families.default_limits`'s: even), within
+    ``[min_frames, max_frames]``.
 
     >>> sample_count(4.0, SamplingSettings(fps=2.0, min_frames=4, max_frames=32))
     8
     >>> sample_count(4.0, SamplingSettings(fps=2.0, min_frames=4, max_frames=32), frame_count=5)
     6
     """
+    multiple = multiple or default_limits().frames_per_slice
     count = math.floor(max(duration_s, 0.0) * sampling.fps + 1e-6)
-    count = _even_up(min(max(count, sampling.min_frames), sampling.max_frames))
+    count = _round_up(min(max(count, sampling.min_frames), sampling.max_frames), multiple)
     if frame_count:
-        count = min(count, max(sampling.min_frames, _even_up(frame_count)))
+        count = min(count, max(sampling.min_frames, _round_up(frame_count, multiple)))
     return count
 
 
@@ -43,8 +49,8 @@ def sample_times(duration_s: float, count: int) -> tuple[float, ...]:
     return tuple((index + 0.5) * duration_s / count for index in range(count))
 
 
-def _even_up(count: int) -> int:
-    return count + count % 2
+def _round_up(count: int, multiple: int) -> int:
+    return count + -count % multiple
 
 
 @dataclass(frozen=True)
@@ -165,7 +171,7 @@ def read_clip(
     if sampling is None:
         return info, None
     assert sizing is not None, "sampling needs a FrameSizing"
-    count = sample_count(info.duration_s, sampling, info.frame_count)
+    count = sample_count(info.duration_s, sampling, info.frame_count, sizing.frames_per_slice)
     request = TakeRequest(
         targets=sample_times(info.duration_s, count),
         interval_s=info.duration_s / count,

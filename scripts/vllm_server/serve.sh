@@ -54,7 +54,7 @@ fi
 
 rm -rf "$COPY"
 cp -a "$(cd "$MODEL_DIR" && pwd)/." "$COPY/"
-# Sizes are Framewise's (core/processing.py, core/settings.py SamplingSettings): images 64..16384
+# Sizes are Framewise's (core/families/qwen3_vl/processor.py, core/settings.py SamplingSettings): images 64..16384
 # blocks of 32x32 pixels; video 64x64 pixels per frame at least, 32x256x256 for the whole clip at
 # most; 4..32 frames at 2 fps; mean/std 0.5. Framewise sends frames already sampled and sized.
 "$VENV/bin/python" - "$COPY" <<'PYEOF'

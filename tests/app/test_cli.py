@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from framewise.app.cli import main
+from framewise.app.cli import _result_json, main
+from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo
+from framewise.core.timecodes import find_times
 from tests.conftest import REPO_ROOT, SAMPLE_CLIPS
 
 FAST = ["--max-frames", "4", "--max-new-tokens", "8", "--device", "cpu"]
@@ -38,7 +42,8 @@ def test_ask_streams_a_labelled_answer_then_the_stats(sample_clip: Path) -> None
     lines = result.stdout.splitlines()
     assert lines[0].startswith("[Demo model")
     assert "frames 4, patches" in result.stdout
-    assert "tokens/s" in result.stdout
+    # a rate from RATE_MIN_TOKENS tokens on, below it the count and the time (the demo answers in a word)
+    assert re.search(r"first token \d+ ms, (\d+ tokens? in \d+ ms|\d+ tokens?$|[\d.]+ tokens/s \(\d+ tokens\))", result.stdout, re.M)
     assert "[load]" in result.stderr  # progress went to stderr, not into the answer
 
 
@@ -52,6 +57,18 @@ def test_ask_json_is_one_object_with_answer_and_stats(sample_clip: Path) -> None
     assert payload["model_label"].startswith("Demo model")
     assert 0 < payload["stats"]["new_tokens"] <= 8
     assert payload["stats"]["time_to_first_token_ms"] > 0
+    assert payload["times"] == [time.to_json() for time in find_times(payload["answer"])]
+
+
+def test_ask_json_lists_every_time_the_answer_mentions_in_seconds() -> None:
+    info = EngineInfo("cpu", "float32", "demo", None, "eager", False, "CPU", ("sdpa",))
+    encoded = EncodeDone("clip.mp4", 4, 64, (0.0, 1.0, 2.0, 3.0), 1.0, 1.0, 1.0, 0.5, False)
+    done = Done("It appears at <1.5 seconds> and stays from 0:02 to 0:03.", AnswerStats(5.0, 12, 30.0, False), kept=True)
+    payload = json.loads(json.dumps(_result_json(info, encoded, done)))
+    assert payload["times"] == [
+        {"text": "<1.5 seconds>", "start_s": 1.5, "end_s": None},
+        {"text": "0:02 to 0:03", "start_s": 2.0, "end_s": 3.0},
+    ]
 
 
 def test_ask_about_a_missing_clip_says_so_and_exits_2(tmp_path: Path) -> None:
@@ -208,6 +225,78 @@ def test_the_clip_and_the_question_are_checked_before_the_model_loads(
     assert_answers_afterwards()
 
 
+def test_a_question_too_long_for_the_context_is_refused_before_loading_with_the_flag_to_raise() -> None:
+    question = "why " * 25_000  # 100 KB
+    result = framewise("ask", str(RED_SQUARE), question, *FAST)
+    assert result.returncode == 2
+    message = result.stderr.strip().splitlines()[-1]
+    assert re.match(r"framewise: --max-context: the question is [\d,]{6,} tokens", message), message
+    assert "shorten the question, or raise the context to at least" in message
+    assert "new conversation" not in message and "decoding." not in message
+    assert "[load]" not in result.stderr, "the model was loaded before the question was checked"
+    assert result.stdout == ""
+
+
+def test_a_context_too_short_for_any_question_names_the_flag_and_its_bound() -> None:
+    result = framewise("ask", str(RED_SQUARE), "What color is the square?", *FAST, "--max-context", "1")
+    assert result.returncode == 2
+    assert "--max-context: 1 tokens cannot hold one question" in result.stderr
+    assert "min_bucket" not in result.stderr and "[load]" not in result.stderr
+
+
+def test_a_failed_question_prints_no_model_label_without_an_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    from framewise.core.engine import Engine
+    from framewise.core.errors import FramewiseError
+
+    def refused(self, question: str):
+        raise FramewiseError("The conversation no longer fits the decoder's context.")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Engine, "ask", refused)
+        result = framewise("ask", str(RED_SQUARE), "What color is the square?", *FAST)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "no longer fits" in result.stderr
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from framewise import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"framewise {__version__}"
+
+
+class _FullDisk(io.StringIO):
+    """A stdout whose writes fail as they do on a full disk."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_an_answer_that_cannot_be_written_is_a_clear_error_not_a_bug() -> None:
+    stderr = io.StringIO()
+    with contextlib.redirect_stdout(_FullDisk()), contextlib.redirect_stderr(stderr):
+        returncode = main(["ask", str(RED_SQUARE), "What color is the square?", *FAST])
+    assert returncode == 2
+    message = stderr.getvalue().strip().splitlines()[-1]
+    assert message.startswith("framewise: Cannot write the answer to standard output (No space left on device)")
+    assert "Unexpected error" not in stderr.getvalue()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_output_to_a_full_device_exits_2_with_one_message() -> None:
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "framewise.app.cli", "info", "--device", "cpu", "--json"],
+            cwd=REPO_ROOT, stdout=full, stderr=subprocess.PIPE, text=True, timeout=240,
+        )
+    assert result.returncode == 2, result.stderr
+    assert "Cannot write the answer to standard output" in result.stderr
+    assert "Exception ignored" not in result.stderr and "Traceback" not in result.stderr
+
+
 def test_help_lists_the_settings_flags(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["--help"])
@@ -228,7 +317,7 @@ def test_help_lists_the_settings_flags(capsys: pytest.CaptureFixture[str]) -> No
 def test_an_incomplete_checkpoint_is_refused_with_what_is_missing(
     tmp_path: Path, break_checkpoint: str, expected: str
 ) -> None:
-    from tests.core.test_models import _one_tensor_only, copy_demo
+    from tests.core.test_loading import _one_tensor_only, copy_demo
 
     if break_checkpoint == "one_tensor":
         folder = copy_demo(tmp_path / "checkpoint")

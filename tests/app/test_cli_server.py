@@ -39,17 +39,20 @@ def test_ask_json_carries_the_server_and_its_usage(monkeypatch: pytest.MonkeyPat
 
 
 def test_info_lists_the_served_models_and_the_serve_command() -> None:
-    with FakeVllmServer(Behaviour(models=("demo",))) as server:
+    with FakeVllmServer(Behaviour(models=("demo",), roots={"demo": "/srv/run/model-8001"})) as server:
         result = framewise("info", "--server", server.url)
     assert result.returncode == 0, result.stderr
     assert f"vLLM server {server.url} (vLLM 0.32.0-fake)" in result.stdout
     assert "encoder_cudagraph_token_budgets" in result.stdout and "--trust-request-mm-kwargs" in result.stdout
+    # A path the server loaded, not the served name (which `--model` could not load), named as served.
+    assert "--model /srv/run/model-8001 --served-model-name demo " in result.stdout
+    assert "--model demo " not in result.stdout
 
 
 @pytest.mark.parametrize(
     ("behaviour", "flags", "said"),
     [
-        (Behaviour(api_key="needed"), [], "refused the API key (401: Unauthorized)"),
+        (Behaviour(api_key="needed"), [], "needs an API key and none was given (401: Unauthorized)"),
         (Behaviour(models=("demo",)), ["--server-model", "big"], "does not serve 'big'; it serves demo"),
         (Behaviour(chat_status=400, chat_body={"error": {"message": "This model's maximum context length is 8192"}}),
          [], "refused the request: This model's maximum context length is 8192"),
@@ -60,6 +63,22 @@ def test_server_failures_exit_2_with_what_to_change(behaviour: Behaviour, flags:
         result = framewise("ask", CLIP, "What color?", "--server", server.url, "--max-frames", "4", *flags)
     assert result.returncode == 2
     assert said in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_wrong_key_is_said_to_be_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FRAMEWISE_SERVER_API_KEY", "wrong")
+    with FakeVllmServer(Behaviour(api_key="needed")) as server:
+        result = framewise("ask", CLIP, "What color?", "--server", server.url, "--max-frames", "4")
+    assert result.returncode == 2
+    assert "refused the API key (401: Unauthorized)" in result.stderr and "wrong" not in result.stderr
+
+
+def test_an_address_below_the_servers_root_says_so_and_names_the_flag() -> None:
+    with FakeVllmServer() as server:
+        result = framewise("info", "--server", server.url + "/foo")
+    assert result.returncode == 2
+    assert "/foo/health does not exist (404): the address is not a vLLM server's root" in result.stderr
+    assert "(--server)" in result.stderr and "finish starting" not in result.stderr
 
 
 def test_an_address_that_is_not_http_is_refused_before_anything_loads() -> None:

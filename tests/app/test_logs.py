@@ -12,6 +12,7 @@ import pytest
 
 from framewise.app import logs
 from tests.conftest import REPO_ROOT
+from tests.core.test_user_folders import read_windows_folders_from_the_environment
 
 
 @pytest.fixture
@@ -52,6 +53,7 @@ def test_macos_and_windows_folders(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     monkeypatch.setattr(sys, "platform", "darwin")
     assert logs.log_dir() == tmp_path / "Library" / "Logs" / "Framewise"
     monkeypatch.setattr(sys, "platform", "win32")
+    read_windows_folders_from_the_environment(monkeypatch)
     monkeypatch.setenv("LOCALAPPDATA", str(tmp_path / "Local"))
     assert logs.log_dir() == tmp_path / "Local" / "Framewise" / "Logs"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from framewise.core.conversation import Conversation, Turn, format_answer_stats
 from framewise.core.errors import ExportError
-from framewise.core.events import AnswerStats
+from framewise.core.events import RATE_MIN_TOKENS, AnswerStats, DecoderStats
 from framewise.core.settings import AppSettings
 from framewise.core.wording import plural
 
@@ -54,5 +55,38 @@ def test_export_to_an_unwritable_place_is_a_typed_error(tmp_path: Path):
 
 def test_answer_stats_words_count_right_and_skip_the_speed_of_one_token():
     assert format_answer_stats(_stats(1, tokens_per_second=0.0)).startswith("1 token · first token")
-    assert format_answer_stats(_stats(2)).startswith("2 tokens · 40.0 tokens/s")
+    assert format_answer_stats(_stats(8)).startswith("40.0 tokens/s (8 tokens) · first token 30 ms")
     assert plural(1, "pass", "passes") == "1 pass" and plural(1200, "chunk") == "1,200 chunks" and plural(0, "frame") == "0 frames"
+
+
+def test_exports_keep_the_times_an_answer_mentions_with_their_seconds():
+    answer = "It enters at <2.5 seconds> and stays from 0:40 to 0:52."
+    conversation = Conversation("clip.mp4", "/clips/clip.mp4", [Turn("When?", "demo", None, answer=answer, status="done")])
+    data = json.loads(conversation.export_text(AppSettings(), ".json"))
+    assert data["turns"][0]["times"] == [
+        {"text": "<2.5 seconds>", "start_s": 2.5, "end_s": None},
+        {"text": "0:40 to 0:52", "start_s": 40.0, "end_s": 52.0},
+    ]
+    markdown = conversation.to_markdown(AppSettings())
+    assert answer in markdown
+    assert "_Times: `<2.5 seconds>` = 2.5 s; `0:40 to 0:52` = 40–52 s_" in markdown
+    quiet = Conversation("clip.mp4", None, [Turn("What?", "demo", None, answer="A red square.", status="done")])
+    assert "Times:" not in quiet.to_markdown(AppSettings())
+    assert quiet.to_json(AppSettings())["turns"][0]["times"] == []
+
+
+def test_below_a_handful_of_tokens_the_count_and_time_show_instead_of_a_rate():
+    """A 2-token answer once read 922.4 tokens/s: one gap between tokens is no rate."""
+    two = AnswerStats(30.0, 2, 922.4, False)
+    assert two.speed_text() == "2 tokens in 31 ms"  # 30 ms to the first token, 1/922.4 s to the second
+    assert format_answer_stats(two).startswith("2 tokens in 31 ms · first token 30 ms")
+    assert "tokens/s" not in format_answer_stats(two)
+    assert AnswerStats(30.0, RATE_MIN_TOKENS - 1, 40.0, False).speed_text() == "7 tokens in 180 ms"
+    assert AnswerStats(30.0, RATE_MIN_TOKENS, 40.0, False).speed_text() == "40.0 tokens/s (8 tokens)"
+
+
+def test_the_decoder_line_gives_a_rate_only_over_enough_steps():
+    few = DecoderStats(False, 0, 1, 192, 0, 192, 3206.0, 1084.6, 0.92, 0.92, 2816, "end of answer")
+    assert few.summary().endswith("0 of 192 prompt tokens reused, 1 decode step of 0.9 ms")
+    many = dataclasses.replace(few, eager_steps=RATE_MIN_TOKENS - 1, tokens_per_second=210.5)
+    assert many.summary().endswith("210.5 tokens/s")

@@ -3,17 +3,19 @@ and intact after the writing process is killed."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from framewise.core.conversation import Conversation, Turn
-from framewise.core.conversation_store import ConversationStore, data_dir, default_store_path
+from framewise.core.conversation_store import ConversationStore, data_dir, default_store_path, store_note
 from framewise.core.errors import ConversationStoreError
 from framewise.core.events import AnswerStats
 from framewise.core.settings import AppSettings
@@ -194,3 +196,89 @@ def test_the_recorder_writes_nothing_for_an_unasked_clip_and_each_turn_as_it_goe
     recorder.resume(first, store.open(first).conversation)
     recorder.asked(Turn("Back to the first?", "demo", None), AppSettings())
     assert [turn.question for turn in store.open(first).conversation.turns] == ["What colour?", "Back to the first?"]
+
+
+def make_read_only(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Take write permission away from ``folder`` (give it back with ``chmod(0o755)``). Root writes
+    through permission bits, so for root (CI containers) creating a file in that folder is refused
+    here the way the kernel refuses anyone else."""
+    folder.chmod(0o555)
+    if os.geteuid() == 0:
+        real = tempfile.TemporaryFile
+
+        def refusing(*args, dir=None, **kwargs):
+            if dir is not None and Path(dir) == folder:
+                raise PermissionError(13, "Permission denied", str(folder))
+            return real(*args, dir=dir, **kwargs)
+
+        monkeypatch.setattr("framewise.core.conversation_store.tempfile.TemporaryFile", refusing)
+    return folder
+
+
+def test_a_healthy_store_in_a_read_only_folder_opens_read_only_and_lists_what_it_keeps(tmp_path: Path, monkeypatch):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    store = ConversationStore(folder / "c.sqlite3")
+    _keep(store, "/clips/a.mp4", ["one?", "two?"])
+    store.close()
+    before = (folder / "c.sqlite3").read_bytes()
+    make_read_only(folder, monkeypatch)
+    try:
+        store = ConversationStore(folder / "c.sqlite3")
+        assert store.read_only and "read-only" in store.read_only_note() and str(folder) in store.read_only_note()
+        assert "delete" not in store.read_only_note().lower(), "a healthy store is never to be deleted"
+        assert [(item.clip_path, item.turn_count) for item in store.list()] == [("/clips/a.mp4", 2)]
+        assert [turn.question for turn in store.open(store.list()[0].id).conversation.turns] == ["one?", "two?"]
+        with pytest.raises(ConversationStoreError, match="read-only"):
+            store.create(Conversation("b.mp4", "/clips/b.mp4"), AppSettings())
+        store.close()
+    finally:
+        folder.chmod(0o755)
+    assert (folder / "c.sqlite3").read_bytes() == before
+
+
+def test_an_empty_read_only_folder_says_it_cannot_be_written_not_to_delete_a_file(tmp_path: Path, monkeypatch):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    make_read_only(folder, monkeypatch)
+    try:
+        with pytest.raises(ConversationStoreError) as raised:
+            ConversationStore(folder / "c.sqlite3")
+    finally:
+        folder.chmod(0o755)
+    message = str(raised.value)
+    assert f"the folder {folder} is read-only" in message and "FRAMEWISE_DATA_DIR" in message
+    assert "delete" not in message.lower()
+
+
+def test_a_data_folder_that_is_a_file_is_named_as_such(tmp_path: Path):
+    not_a_folder = tmp_path / "data"
+    not_a_folder.write_text("notes", encoding="utf-8")
+    with pytest.raises(ConversationStoreError) as raised:
+        ConversationStore(not_a_folder / "c.sqlite3")
+    message = str(raised.value)
+    assert f"{not_a_folder} is a file, not a folder" in message and "Errno" not in message
+    assert not_a_folder.read_text(encoding="utf-8") == "notes"
+
+
+def test_a_store_from_a_newer_version_is_not_called_broken(tmp_path: Path):
+    path = tmp_path / "c.sqlite3"
+    ConversationStore(path).close()
+    sqlite3.connect(path).execute("PRAGMA user_version = 99").connection.commit()
+    with pytest.raises(ConversationStoreError) as raised:
+        ConversationStore(path)
+    assert "newer Framewise" in str(raised.value) and "delete" not in str(raised.value).lower()
+
+
+def test_the_store_note_names_a_read_only_store_and_is_none_for_a_writable_one(tmp_path: Path, monkeypatch):
+    folder = tmp_path / "data"
+    assert store_note(folder / "c.sqlite3") is None and not folder.exists()
+    folder.mkdir()
+    _keep(ConversationStore(folder / "c.sqlite3"), "/clips/a.mp4", ["one?"])
+    assert store_note(folder / "c.sqlite3") is None
+    make_read_only(folder, monkeypatch)
+    try:
+        note = store_note(folder / "c.sqlite3")
+    finally:
+        folder.chmod(0o755)
+    assert note.startswith("Past conversations are shown, but new ones will not be kept")

@@ -11,15 +11,22 @@ import pytest
 import torch
 
 from framewise.core.decoding import Decoder, Prompt, SamplingRule, context_for
-from framewise.core.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.decoding import decoder as decoder_module
 from framewise.core.decoding.step_graphs import context_buckets
-from framewise.core.demo_model import build_demo_config, build_demo_tokenizer, init_demo_model, special_token_ids
 from framewise.core.encoding.defs import EncodedItem
-from framewise.core.encoding.seam import EagerVisionEncoder
+from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.errors import FramewiseError, SettingsError
-from framewise.core.processing import VideoInputs, VisionGeometry, build_chat_inputs, preprocess_video
-from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
+from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
+from framewise.core.families.qwen3_vl.demo_model import (
+    build_demo_config,
+    build_demo_tokenizer,
+    init_demo_model,
+    special_token_ids,
+)
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
+from framewise.core.families.qwen3_vl.processor import VideoInputs, preprocess_image, preprocess_video
+from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
 from framewise.core.settings import AppSettings, minimum_context_tokens
 
 NEW_TOKENS = 40
@@ -60,10 +67,10 @@ def make_decoder(setup: Setup, max_tokens: int = 512, min_bucket: int = 16) -> D
 
 def prompt_for(setup: Setup, question: str, history=(), clip: int = 0):
     inputs = build_chat_inputs(
-        setup.tokenizer, question, video=setup.clips[clip], history=list(history), geometry=setup.geometry
+        setup.tokenizer, question, videos=[setup.clips[clip]], history=list(history), geometry=setup.geometry
     )
     prompt = Prompt(
-        inputs.input_ids, inputs.mm_token_type_ids, setup.clips[clip].item.grid_thw, setup.features[clip],
+        inputs.input_ids, inputs.token_types, inputs.spans, inputs.grids, (setup.features[clip],),
         owner=setup.clips[clip],
     )
     return inputs, prompt
@@ -84,6 +91,30 @@ def reference(setup: Setup, inputs, clip: int = 0, **options) -> list[int]:
             **(options or {"do_sample": False}),
         )
     return output[0, inputs.input_ids.shape[1]:].tolist()
+
+
+def two_item_prompt(setup: Setup, question: str, with_image: bool, history=()):
+    """A prompt about two items: both clips, or the first clip and an image; with their reference
+    inputs for generate() (``pixel_values_videos`` and ``pixel_values`` as transformers takes them)."""
+    if with_image:
+        image = preprocess_image(np.random.default_rng(1).integers(0, 256, (64, 64, 3), dtype=np.uint8), setup.geometry)
+        with torch.inference_mode():
+            image_features = EagerVisionEncoder(Qwen3VLAdapter(setup.model.model.visual)).encode([image]).items[0]
+        videos, images, items = setup.clips[:1], [image], (setup.features[0], image_features)
+    else:
+        videos, images, items = setup.clips, [], tuple(setup.features)
+    inputs = build_chat_inputs(
+        setup.tokenizer, question, videos=videos, images=images, history=list(history), geometry=setup.geometry
+    )
+    owner = setup.features[0] if with_image else setup.features  # the same object on every turn
+    prompt = Prompt(inputs.input_ids, inputs.token_types, inputs.spans, inputs.grids, items, owner=owner)
+    visual_inputs = {
+        "pixel_values_videos": torch.cat([clip.item.pixel_values for clip in videos]),
+        "video_grid_thw": torch.tensor([clip.item.grid_thw for clip in videos]),
+    }
+    if images:
+        visual_inputs |= {"pixel_values": images[0].pixel_values, "image_grid_thw": torch.tensor([images[0].grid_thw])}
+    return inputs, prompt, visual_inputs
 
 
 def rule_for(setup: Setup, temperature: float = 0.0, max_new_tokens: int = NEW_TOKENS) -> SamplingRule:
@@ -119,9 +150,58 @@ def test_first_question_and_follow_ups_match_generate_token_for_token(setup: Set
         else:  # the clip and the turns so far come from the cache; only the new turn is prefilled
             assert result.prefix_tokens_reused >= previous_prompt_tokens > video_tokens
         assert decoder.cache.tokens == prompt.input_ids[0].tolist() + result.token_ids[:-1]
-        assert result.graph_steps == 0 and result.direct_steps == len(result.token_ids) - 1  # no CUDA here
+        assert result.graph_steps == 0 and result.eager_steps == len(result.token_ids) - 1  # no CUDA here
         previous_prompt_tokens = result.prompt_tokens
         history.append((question, setup.tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()))
+
+
+@pytest.mark.parametrize("with_image", [False, True], ids=["two clips", "a clip and an image"])
+def test_two_items_in_one_prompt_match_generate_on_the_first_question_and_a_follow_up(
+    setup: Setup, with_image: bool
+) -> None:
+    """Several vision spans in one prompt: each item's features land on its own tokens, in the
+    first prefill and when a follow-up reuses the cached prefix."""
+    decoder = make_decoder(setup)
+    rule = rule_for(setup)
+    history: list[tuple[str, str]] = []
+    for turn, question in enumerate(["Which one is brighter?", "And the other one?"]):
+        inputs, prompt, visual_inputs = two_item_prompt(setup, question, with_image, history)
+        assert {span.item for span in prompt.spans} == {0, 1}
+        with torch.inference_mode():
+            expected = setup.model.generate(
+                input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
+                mm_token_type_ids=inputs.mm_token_type_ids, max_new_tokens=NEW_TOKENS, do_sample=False,
+                **visual_inputs,
+            )[0, inputs.input_ids.shape[1]:].tolist()
+        result = answer(decoder, prompt, rule)
+        assert result.token_ids == expected, f"turn {turn}"
+        assert (result.prefix_tokens_reused > prompt.spans[-1].end) == (turn > 0)
+        history.append((question, setup.tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()))
+
+
+def test_the_features_of_each_span_replace_its_tokens(setup: Setup) -> None:
+    """The rows a prompt hands the prefill: every span's rows of its own item, in token order,
+    and only the part of a span after the cached prefix."""
+    _, prompt, _ = two_item_prompt(setup, "Which one is brighter?", with_image=False)
+    rows = prompt.vision_rows(0)
+    assert rows is not None
+    marked = rows.mask[0].nonzero().flatten().tolist()
+    assert marked == [index for span in prompt.spans for index in range(span.start, span.end)]
+    expected = torch.cat([prompt.items[span.item].embeds[span.row : span.row + span.length] for span in prompt.spans])
+    torch.testing.assert_close(rows.embeds, expected, rtol=0, atol=0)
+    last = prompt.spans[-1]
+    partial = prompt.vision_rows(last.start + 1)
+    assert partial is not None and int(partial.mask.sum()) == last.length - 1
+    expected_deepstack = prompt.items[last.item].deepstack[0][last.row + 1 : last.row + last.length]
+    torch.testing.assert_close(partial.deepstack[0], expected_deepstack)
+    assert prompt.vision_rows(last.end) is None
+
+
+def test_a_span_past_its_items_features_is_refused(setup: Setup) -> None:
+    _, prompt, _ = two_item_prompt(setup, "Which one is brighter?", with_image=False)
+    short = Prompt(prompt.input_ids, prompt.token_types, prompt.spans, prompt.grids, prompt.items[:1])
+    with pytest.raises(ValueError, match="outside the prompt"):
+        short.vision_rows(0)
 
 
 def test_steps_read_only_their_bucket_of_the_cache(setup: Setup) -> None:
@@ -179,7 +259,7 @@ def test_rotary_positions_carry_the_clips_offset_across_turns(setup: Setup) -> N
     inputs, prompt = prompt_for(setup, "What color is the square?")
     first = answer(decoder, prompt, rule)
     language = decoder.language
-    offset = language.positions(prompt.input_ids, prompt.token_types, prompt.video_grid_thw).rope_offset
+    offset = language.positions(prompt.input_ids, prompt.token_types, prompt.grids).rope_offset
     assert offset < 0  # a clip's tokens take fewer rotary positions than cache positions
 
     history = [("What color is the square?", setup.tokenizer.decode(first.token_ids, skip_special_tokens=True))]
@@ -187,11 +267,10 @@ def test_rotary_positions_carry_the_clips_offset_across_turns(setup: Setup) -> N
     ids = prompt.input_ids[0].tolist()
     reused = decoder.cache.reusable_prefix(prompt.owner, ids)
     assert reused > 0
-    positions = language.positions(prompt.input_ids, prompt.token_types, prompt.video_grid_thw)
+    positions = language.positions(prompt.input_ids, prompt.token_types, prompt.grids)
     with torch.inference_mode():
         ours = language.prefill(
-            decoder.cache, reused, prompt.input_ids[:, reused:], prompt.token_types[:, reused:],
-            positions.rope[:, reused:], prompt.video, int((prompt.token_types[0, :reused] == 2).sum()),
+            decoder.cache, reused, prompt.input_ids[:, reused:], positions.rope[:, reused:], prompt.vision_rows(reused)
         )
         item = setup.clips[0].item
         theirs = setup.model(
@@ -200,8 +279,8 @@ def test_rotary_positions_carry_the_clips_offset_across_turns(setup: Setup) -> N
             video_grid_thw=torch.tensor([item.grid_thw]),
         ).logits[:, -1].float()
         wrong = language.prefill(
-            decoder.cache, reused, prompt.input_ids[:, reused:], prompt.token_types[:, reused:],
-            positions.rope[:, reused:] - offset, prompt.video, int((prompt.token_types[0, :reused] == 2).sum()),
+            decoder.cache, reused, prompt.input_ids[:, reused:], positions.rope[:, reused:] - offset,
+            prompt.vision_rows(reused),
         )
     torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
     assert not torch.allclose(wrong, theirs, rtol=1e-4, atol=1e-4)  # the offset matters
@@ -216,7 +295,7 @@ def test_a_follow_ups_text_counts_on_from_the_cached_prefix(setup: Setup, monkey
     history = [("What color is the square?", setup.tokenizer.decode(first.token_ids, skip_special_tokens=True))]
     _, prompt = prompt_for(setup, "Where does it go?", history)
     language = decoder.language
-    expected = language.positions(prompt.input_ids, prompt.token_types, prompt.video_grid_thw).rope
+    expected = language.positions(prompt.input_ids, prompt.token_types, prompt.grids).rope
     passed: list[tuple[int, torch.Tensor]] = []
     text_prefill = language.text_prefill
     monkeypatch.setattr(language, "text_prefill", lambda cache, ids, positions, rope, last: (
@@ -240,11 +319,11 @@ def test_a_padded_follow_up_prefill_computes_what_the_plain_prefill_computes(set
     ids = prompt.input_ids[0].tolist()
     start = padded.cache.reusable_prefix(prompt.owner, ids)
     tail = prompt.input_ids[:, start:]
-    rope = padded.language.positions(prompt.input_ids, prompt.token_types, prompt.video_grid_thw).rope[:, start:]
+    rope = padded.language.positions(prompt.input_ids, prompt.token_types, prompt.grids).rope[:, start:]
     assert padded.prefills.takes(start, tail.shape[1]) and tail.shape[1] not in padded.prefills.token_buckets
     with torch.inference_mode():
         ours, graph_ran = padded.prefills.run(start, tail, rope)
-        theirs = plain.language.prefill(plain.cache, start, tail, prompt.token_types[:, start:], rope, prompt.video, 0)
+        theirs = plain.language.prefill(plain.cache, start, tail, rope, prompt.vision_rows(start))
     assert not graph_ran
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
     end = start + tail.shape[1]

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from framewise.core import engine as engine_module
+from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.encoding.manager import GraphVisionEncoder
-from framewise.core.encoding.seam import EagerVisionEncoder
 from framewise.core.engine import Engine
 from framewise.core.errors import CancelledError, ClipError, FramewiseError
 from framewise.core.events import (
@@ -28,8 +28,8 @@ from framewise.core.events import (
     Progress,
     Token,
 )
+from framewise.core.families.qwen3_vl.attention import REGISTERED_NAMES
 from framewise.core.metrics import DecodeSpeedMeter
-from framewise.core.qwen3_vl.attention import REGISTERED_NAMES
 from framewise.core.settings import AppSettings
 from framewise.core.video import pyav_reader
 from tests.conftest import SAMPLE_CLIPS
@@ -81,6 +81,7 @@ def engine(loaded_engine: tuple[Engine, Recorder], clip: Path) -> tuple[Engine, 
 def test_load_reports_eager_on_the_cpu_and_the_demo_label(loaded_engine: tuple[Engine, Recorder]) -> None:
     info = loaded_engine[0].info()
     assert info.device == "cpu" and not info.graphs_enabled
+    assert info.device_kind == "cpu" and info.on_cpu
     assert "CPU" in info.graphs_reason
     assert info.model_label and info.model_label.startswith("Demo model")
 
@@ -123,7 +124,7 @@ def test_follow_up_questions_reuse_the_features_and_keep_the_conversation(engine
     finally:
         del engine_.encoder.encode
     assert calls == []
-    assert engine_.history == [("What color is the square?", first.text), ("And which way does it move?", second.text)]
+    assert engine_.turns == [("What color is the square?", first.text), ("And which way does it move?", second.text)]
 
 
 def test_the_engines_answer_is_generates_answer_with_the_models_own_vision_pass(
@@ -133,11 +134,11 @@ def test_the_engines_answer_is_generates_answer_with_the_models_own_vision_pass(
     engine_, _ = engine
     ours = engine_.ask("How many shapes are there?").text
 
-    from framewise.core.processing import build_chat_inputs
+    from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
 
     loaded = engine_.loaded
     item = engine_.clip.video.item
-    inputs = build_chat_inputs(loaded.tokenizer, "How many shapes are there?", video=engine_.clip.video)
+    inputs = build_chat_inputs(loaded.tokenizer, "How many shapes are there?", videos=[engine_.clip.video])
     with torch.inference_mode():
         output = loaded.model.generate(
             input_ids=inputs.input_ids,
@@ -180,7 +181,7 @@ def test_a_new_clip_is_prefilled_from_the_start(engine: tuple[Engine, Recorder],
 def test_cancel_from_another_thread_stops_within_half_a_second(engine: tuple[Engine, Recorder]) -> None:
     engine_, recorder = engine
     engine_.apply_settings(FAST.replace("generation", max_new_tokens=4000))
-    engine_.history.clear()
+    engine_.turns.clear()
     first_token, cancel_sent = threading.Event(), threading.Event()
     recorder_call = engine_.sink
 
@@ -208,7 +209,7 @@ def test_cancel_from_another_thread_stops_within_half_a_second(engine: tuple[Eng
     assert not worker.is_alive()
     assert stopped_after < 0.5
     assert result[0].stats.cancelled and result[0].stats.new_tokens < 4000
-    assert engine_.history == []  # a cancelled answer is not part of the conversation
+    assert engine_.turns == []  # a cancelled answer is not part of the conversation
 
 
 def test_a_stop_for_an_answer_that_has_ended_does_not_stop_the_next_question(engine: tuple[Engine, Recorder]) -> None:
@@ -237,10 +238,10 @@ def test_a_bad_clip_keeps_the_open_clip_and_the_conversation(
 ) -> None:
     engine_, _ = engine
     engine_.ask("What color is the square?")
-    before_clip, before_history = engine_.clip, list(engine_.history)
+    before_clip, before_history = engine_.clip, list(engine_.turns)
     with pytest.raises(ClipError):
         engine_.open_clip(bad_clip(tmp_path))
-    assert engine_.clip is before_clip and engine_.history == before_history
+    assert engine_.clip is before_clip and engine_.turns == before_history
     assert engine_.ask("Which way does it move?").text is not None
 
 
@@ -278,13 +279,13 @@ def test_turning_graphs_off_gives_the_tower_back_its_stock_attention(monkeypatch
     Graphs run ``direct`` here (same buffers and forward, no CUDA graph), so the switch happens on the CPU.
     """
 
-    def direct_graphs(adapter, settings, progress=None):
+    def direct_graphs(adapter, settings, progress=None, limits=None):
         if not settings.use_graphs:
             return EagerVisionEncoder(adapter), "graphs off"
         return GraphVisionEncoder(adapter, settings, direct=True), "direct graphs on the CPU"
 
     monkeypatch.setattr(engine_module, "make_vision_encoder", direct_graphs)
-    settings = FAST.replace("encoder", budgets=(64, 256), max_items_per_batch=4, max_frames_per_batch=8)
+    settings = FAST.replace("encoder", budgets=(64, 256), max_items_per_batch=4, max_frame_pairs_per_batch=8)
     engine = Engine(settings)
     engine.load()
     visual = engine.loaded.model.model.visual
@@ -372,7 +373,7 @@ def test_the_engine_says_why_it_empties_the_conversation(loaded_engine: tuple[En
     engine.apply_settings(resampled)
     engine.apply_settings(resampled.replace("generation", max_new_tokens=5))  # nothing to re-sample: no reset
     reasons = [event.reason for event in recorder.of(ConversationReset)]
-    assert reasons == ["new_clip", "resampled"] and engine.history == []
+    assert reasons == ["new_clip", "resampled"] and engine.turns == []
     assert not recorder.of(EngineInfo), "neither the model nor the encoder changed"
 
 

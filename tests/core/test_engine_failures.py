@@ -19,7 +19,7 @@ from framewise.core.events import Token
 from framewise.core.settings import AppSettings
 from tests.conftest import SAMPLE_CLIPS
 from tests.core.test_engine import FAST, Recorder, loaded_engine  # noqa: F401 - the module-scoped engine fixture
-from tests.core.test_models import copy_demo
+from tests.core.test_loading import copy_demo
 
 CLIP = SAMPLE_CLIPS / "red_square_moves_right.mp4"
 OTHER_CLIP = SAMPLE_CLIPS / "two_shapes_wide.mp4"
@@ -39,18 +39,18 @@ def engine(loaded_engine: tuple[Engine, Recorder]) -> Engine:
 def assert_still_answers(engine: Engine, turns_before: int) -> None:
     done = engine.ask("How many shapes are there?")
     assert not done.stats.cancelled and done.stats.new_tokens > 0
-    assert len(engine.history) == turns_before + 1
+    assert len(engine.turns) == turns_before + 1
 
 
 # -- settings as a transaction -------------------------------------------------------------------
 
 
 def test_a_failed_model_switch_keeps_the_model_the_clip_and_the_conversation(engine: Engine, tmp_path: Path) -> None:
-    before = (engine.settings, engine.loaded, engine.encoder, engine.decoder, engine.clip, list(engine.history))
+    before = (engine.settings, engine.loaded, engine.encoder, engine.decoder, engine.clip, list(engine.turns))
     with pytest.raises(ModelLoadError, match="does not exist") as error:
         engine.apply_settings(FAST.replace("model", source=str(tmp_path / "missing-model")))
     assert describe_error(error.value).field == "model.source"
-    assert (engine.settings, engine.loaded, engine.encoder, engine.decoder, engine.clip, engine.history) == before
+    assert (engine.settings, engine.loaded, engine.encoder, engine.decoder, engine.clip, engine.turns) == before
     assert_still_answers(engine, len(before[-1]))
 
 
@@ -68,13 +68,13 @@ def test_a_model_switch_out_of_memory_releases_the_old_model_then_loads_it_again
         return real_load(settings, progress=progress)
 
     monkeypatch.setattr(engine_module, "load_model", load_model)
-    old_settings, old_clip_name, history = engine.settings, engine.clip.summary.clip_name, list(engine.history)
+    old_settings, old_clip_name, history = engine.settings, engine.clip.summary.clip_name, list(engine.turns)
     with pytest.raises(torch.OutOfMemoryError):
         engine.apply_settings(FAST.replace("model", source=str(too_big)))
     assert len(attempts) == 2, "the new model is tried beside the old one, then again after releasing it"
     assert engine.settings == old_settings and engine.loaded is not None and engine.loaded.is_demo
     assert engine.clip is not None and engine.clip.summary.clip_name == old_clip_name
-    assert engine.history == history
+    assert engine.turns == history
     assert_still_answers(engine, len(history))
 
 
@@ -116,7 +116,7 @@ def test_a_cancel_just_before_a_question_is_not_lost(engine: Engine, loaded_engi
     engine.cancel()
     done = engine.ask("What moves?")
     assert done.stats.cancelled and done.stats.new_tokens == 0 and not loaded_engine[1].of(Token)
-    assert len(engine.history) == 1, "a cancelled answer is not kept"
+    assert len(engine.turns) == 1, "a cancelled answer is not kept"
     assert_still_answers(engine, 1)  # the cancel was used up by the question it stopped
 
 
@@ -154,21 +154,22 @@ def test_a_cancel_during_an_encoder_pass_keeps_the_open_clip(engine: Engine) -> 
     finally:
         handle.remove()
     assert len(calls) == 1, "the pass stopped at the next block"
-    assert engine.clip.summary.clip_name == CLIP.name and len(engine.history) == 1
+    assert engine.clip.summary.clip_name == CLIP.name and len(engine.turns) == 1
     assert_still_answers(engine, 1)
 
 
 def test_a_cancel_during_preprocessing_keeps_the_open_clip(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = engine_module.preprocess_video
+    family = engine.loaded.family
+    real = family.preprocess_video
 
     def preprocess_then_cancel(*args, **kwargs):
         engine.cancel()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine_module, "preprocess_video", preprocess_then_cancel)
+    monkeypatch.setattr(family, "preprocess_video", preprocess_then_cancel)
     with pytest.raises(CancelledError):
         engine.open_clip(OTHER_CLIP)
-    monkeypatch.setattr(engine_module, "preprocess_video", real)
+    monkeypatch.setattr(family, "preprocess_video", real)
     assert engine.clip.summary.clip_name == CLIP.name
     assert_still_answers(engine, 1)
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from framewise.core.encoding.defs import VisionItem
-from framewise.core.encoding.seam import item_frames, piece_frames
+from framewise.core.encoding.eager import item_frames, piece_frames
 from framewise.core.events import AnswerSpeed, ChunkStats
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.processor import preprocess_video
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
-from framewise.core.processing import preprocess_video
-from framewise.core.qwen3_vl.geometry import VisionGeometry
 
 
 def a_pass(ms_per_frame: float, frames: int = 2, hit: bool = True, index: int = 0) -> ChunkStats:

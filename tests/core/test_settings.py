@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from framewise.core.errors import SettingsError
-from framewise.core.settings import AppSettings, EncoderSettings, geometric_budgets
+from framewise.core.settings import AppSettings, EncoderSettings, clip_context_tokens, geometric_budgets
 
 
 def test_defaults_are_valid_and_budgets_are_finer_than_powers_of_two() -> None:
@@ -21,7 +21,7 @@ def test_defaults_are_valid_and_budgets_are_finer_than_powers_of_two() -> None:
     ("low", "high", "ratio"), [(256, 16384, 1.25), (100, 1000, 1.5), (4, 4, 2.0), (256, 16000, 3.9)]
 )
 def test_geometric_budgets_cover_the_range_ascending(low: int, high: int, ratio: float) -> None:
-    budgets = geometric_budgets(low, high, ratio)
+    budgets = geometric_budgets(low, high, ratio, 4)
     assert list(budgets) == sorted(set(budgets))
     assert budgets[-1] == high and budgets[0] >= low
     assert all(later / earlier <= ratio + 0.05 for earlier, later in zip(budgets, budgets[1:]) if earlier >= 64)
@@ -33,7 +33,7 @@ def test_geometric_budgets_cover_the_range_ascending(low: int, high: int, ratio:
         ("encoder", {"attention_backend": "magic"}, "encoder.attention_backend", "varlen"),
         ("encoder", {"budgets": (256, 1000, 1001)}, "encoder.budgets", "multiple of 4"),
         ("encoder", {"max_items_per_batch": 512}, "encoder.max_items_per_batch", "smallest budget"),
-        ("encoder", {"max_frames_per_batch": 2}, "encoder.max_frames_per_batch", "max items per batch"),
+        ("encoder", {"max_frame_pairs_per_batch": 2}, "encoder.max_frame_pairs_per_batch", "max items per batch"),
         ("encoder", {"min_budget": 1024, "max_budget": 512}, "encoder.max_budget", "at least min budget"),
         ("encoder", {"budget_ratio": 1.0}, "encoder.budget_ratio", "between"),
         ("encoder", {"budget_ratio": 1.011, "min_budget": 4}, "encoder.budget_ratio", "too many"),
@@ -44,9 +44,9 @@ def test_geometric_budgets_cover_the_range_ascending(low: int, high: int, ratio:
         ("sampling", {"max_pixels": 10**12}, "sampling.max_pixels", "lower max pixels"),
         ("encoder", {"max_budget": 10**6}, "encoder.max_budget", "at most 98,304"),
         ("encoder", {"budgets": (256, 2**20)}, "encoder.budgets", "above 98,304"),
-        ("encoder", {"max_frames_per_batch": 5000}, "encoder.max_frames_per_batch", "at most 4096"),
+        ("encoder", {"max_frame_pairs_per_batch": 5000}, "encoder.max_frame_pairs_per_batch", "at most 4096"),
         ("decoding", {"min_bucket": 1 << 17}, "decoding.min_bucket", "at most 65536"),
-        ("decoding", {"min_bucket": 4096, "max_context_tokens": 2048}, "decoding.min_bucket", "must not exceed"),
+        ("decoding", {"min_bucket": 4096, "max_context_tokens": 3072}, "decoding.min_bucket", "must not exceed"),
         ("model", {"device": "tpu"}, "model.device", "cuda"),
         ("model", {"source": "  "}, "model.source", "demo"),
         ("generation", {"max_new_tokens": 0}, "generation.max_new_tokens", "between"),
@@ -81,7 +81,30 @@ def test_from_dict_ignores_unknown_keys_and_fills_missing_ones() -> None:
     assert settings.sampling == AppSettings().sampling
 
 
+def test_from_dict_reads_a_value_saved_under_the_fields_earlier_name() -> None:
+    assert AppSettings.from_dict({"encoder": {"max_frames_per_batch": 12}}).encoder.max_frame_pairs_per_batch == 12
+    both = {"encoder": {"max_frames_per_batch": 12, "max_frame_pairs_per_batch": 24}}
+    assert AppSettings.from_dict(both).encoder.max_frame_pairs_per_batch == 24  # the current name wins
+
+
 def test_from_dict_rejects_wrong_types_with_the_field_name() -> None:
     with pytest.raises(SettingsError) as raised:
         AppSettings.from_dict({"sampling": {"max_frames": "many"}})
     assert raised.value.field == "sampling.max_frames"
+
+
+def test_a_context_below_one_question_is_named_before_the_bucket_size_that_exceeds_it() -> None:
+    with pytest.raises(SettingsError) as raised:
+        AppSettings().replace("decoding", max_context_tokens=1).validate()
+    assert raised.value.field == "decoding.max_context_tokens"
+    assert "1 tokens cannot hold one question" in raised.value.message
+
+
+def test_a_question_is_checked_against_the_room_beside_the_largest_clip_and_one_answer() -> None:
+    settings = AppSettings().replace("decoding", max_context_tokens=4096)
+    room = 4096 - clip_context_tokens(settings.sampling) - settings.generation.max_new_tokens
+    settings.check_question_fits(room)
+    with pytest.raises(SettingsError) as raised:
+        settings.check_question_fits(room + 1)
+    assert raised.value.field == "decoding.max_context_tokens"
+    assert f"leaves {room:,} beside" in raised.value.message and "at least 4,097 tokens" in raised.value.message

@@ -8,7 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from framewise.core.processing import VisionGeometry, preprocess_video
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.processor import preprocess_video
 from framewise.core.settings import SamplingSettings
 from training.synthetic import (
     COLORS,

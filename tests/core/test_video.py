@@ -27,7 +27,7 @@ from framewise.core.errors import (
     NoVideoStreamError,
     UnreadableClipError,
 )
-from framewise.core.processing import fit_video_frames, video_frame_size, video_frame_sizing
+from framewise.core.families.qwen3_vl.processor import fit_video_frames, video_frame_size, video_frame_sizing
 from framewise.core.settings import SamplingSettings
 from framewise.core.video import ReadBudget, SampledClip, probe_clip, pyav_reader, sample_count, sample_times
 from framewise.core.video.clip import ReaderFailed
@@ -362,6 +362,14 @@ def test_resolution_is_checked_from_the_header_before_any_decoding(clips, monkey
     monkeypatch.setattr(pyav_reader, "scan_packets", no_decoding)
     with pytest.raises(ClipTooLargeError):
         sample(clips["huge"])
+
+
+def test_a_loop_of_symbolic_links_is_named_as_one(tmp_path):
+    first, second = tmp_path / "a.mp4", tmp_path / "b.mp4"
+    first.symlink_to(second)
+    second.symlink_to(first)
+    with pytest.raises(ClipNotFoundError, match="a.mp4 is a symbolic link that leads back to itself"):
+        probe_clip(first)
 
 
 def test_missing_paths_and_folders_raise_clip_not_found(tmp_path):

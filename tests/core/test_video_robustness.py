@@ -191,7 +191,7 @@ def test_a_name_longer_than_the_file_system_allows_is_a_typed_error(tmp_path):
 AS_ANOTHER_USER = r"""
 import json, os, sys
 import cv2, av  # everything is imported before root's rights are given up
-from framewise.core.processing import video_frame_sizing
+from framewise.core.families.qwen3_vl.processor import video_frame_sizing
 from framewise.core.settings import SamplingSettings
 from framewise.core.video import sample_clip
 
@@ -291,7 +291,7 @@ def test_an_audio_file_with_only_a_cover_picture_says_so(tmp_path):
 
 READ_BAD_FILES = r"""
 import json, logging, sys
-from framewise.core.processing import video_frame_sizing
+from framewise.core.families.qwen3_vl.processor import video_frame_sizing
 from framewise.core.settings import SamplingSettings
 from framewise.core.video import sample_clip
 

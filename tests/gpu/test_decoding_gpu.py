@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from framewise.core.decoding import Decoder
-from framewise.core.qwen3_vl.language import Qwen3VLLanguageModel
-from framewise.core.encoding.seam import EagerVisionEncoder
+from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.engine import Engine
 from framewise.core.events import Progress
+from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
+from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.graph_capture import GraphCapture
-from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter
 from framewise.core.settings import AppSettings
 from tests.conftest import SAMPLE_CLIPS
 from tests.core.test_decoding import Setup, answer, prompt_for, reference, rule_for
@@ -55,13 +55,13 @@ def test_graph_steps_answer_like_generate_on_first_question_and_follow_ups(cuda_
         inputs, prompt = prompt_for(cuda_fp32, question, history)
         result = answer(decoder, prompt, rule)
         assert result.token_ids == reference(cuda_fp32, inputs)
-        assert result.graph_steps == len(result.token_ids) - 1 and result.direct_steps == 0
+        assert result.graph_steps == len(result.token_ids) - 1 and result.eager_steps == 0
         assert result.prefill_graph == bool(history)  # follow-ups replay a prefill graph
         history.append((question, cuda_fp32.tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()))
     assert result.prefix_tokens_reused > 0
 
 
-def test_graphs_replay_exactly_what_the_direct_steps_compute_in_bfloat16(cuda_bf16: Setup) -> None:
+def test_graphs_replay_exactly_what_the_eager_steps_compute_in_bfloat16(cuda_bf16: Setup) -> None:
     language = Qwen3VLLanguageModel(cuda_bf16.model)
     graphs = Decoder(language, 512, 16, use_graphs=True)
     direct = Decoder(language, 512, 16, use_graphs=False)
@@ -82,7 +82,7 @@ def test_graphs_replay_exactly_what_the_direct_steps_compute_in_bfloat16(cuda_bf
         torch.testing.assert_close(graphs.cache.keys[layer][:, :, :length], direct.cache.keys[layer][:, :, :length])
 
 
-def test_a_failed_capture_falls_back_to_direct_steps_with_the_reason(
+def test_a_failed_capture_falls_back_to_eager_steps_with_the_reason(
     cuda_fp32: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def fail(capture, forward):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from framewise.core.demo_model import DEMO_LABEL
-from framewise.core.models import DEMO_MODEL_DIR, read_model_info
+from framewise.core.families.qwen3_vl.demo_model import DEMO_LABEL
+from framewise.core.loading import DEMO_MODEL_DIR, read_model_info
 from framewise.core.settings import EncoderSettings, ModelSettings
 from tests.core.test_demo_accuracy import PARAPHRASE_TARGET, TARGET
 from training.evaluate import Report, evaluate

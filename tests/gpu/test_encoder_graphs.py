@@ -23,14 +23,14 @@ from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionCon
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel  # noqa: E402
 
 from framewise.core.encoding.defs import VisionItem  # noqa: E402
+from framewise.core.encoding.eager import EagerVisionEncoder  # noqa: E402
 from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_encoder  # noqa: E402
-from framewise.core.encoding.seam import EagerVisionEncoder  # noqa: E402
+from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
 from framewise.core.metrics import EncoderMetricsAccumulator  # noqa: E402
-from framewise.core.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
-from framewise.core.qwen3_vl.attention import stock_attention  # noqa: E402
 from framewise.core.settings import EncoderSettings  # noqa: E402
+from tests.core.families.qwen3_vl.references import stock_attention  # noqa: E402
 
-SETTINGS = EncoderSettings(budgets=(64, 256, 1024, 4096), max_items_per_batch=4, max_frames_per_batch=8)
+SETTINGS = EncoderSettings(budgets=(64, 256, 1024, 4096), max_items_per_batch=4, max_frame_pairs_per_batch=8)
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 TOWERS = {"head_dim_72": (288, 4), "head_dim_64": (256, 4)}
 # dtype, attention backend, fused kernels (the default) or the tower's own

@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 
 pytestmark = pytest.mark.gpu
-kernel = pytest.importorskip("framewise.core.qwen3_vl.norm_kernel", reason="needs Triton")
+kernel = pytest.importorskip("framewise.core.families.qwen3_vl.norm_kernel", reason="needs Triton")
 
-from framewise.core.qwen3_vl.fused import _linear_gelu  # noqa: E402
+from framewise.core.families.qwen3_vl.fused import _linear_gelu  # noqa: E402
 
 DEVICE = "cuda"
 EPS = 1e-6

@@ -8,19 +8,25 @@ shape of the exchange.
 from __future__ import annotations
 
 import json
+import shlex
+import re
 import subprocess
+from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
-from framewise.core.backends.vllm_server import VllmServerEngine, openai_messages, vllm_serve_command
+from framewise.core.backends.vllm_request import openai_messages
+from framewise.core.backends.vllm_serve_command import vllm_serve_command
+from framewise.core.backends.vllm_server import VllmServerEngine
 from framewise.core.errors import ServerModelError, ServerRequestError
 from framewise.core.events import Token
-from framewise.core.processing import _pair_timestamps
+from framewise.core.families.qwen3_vl.processor import pair_timestamps
 from framewise.core.resources import asset_path
 from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings
 from tests.app.test_cli import framewise
-from tests.conftest import SAMPLE_CLIPS
+from tests.conftest import REPO_ROOT, SAMPLE_CLIPS
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]  # the first test waits for the server to start
 CLIP = SAMPLE_CLIPS / "red_square_moves_right.mp4"
@@ -38,11 +44,13 @@ def test_the_engine_seam_answers_and_follows_up_over_the_wire(vllm_server: str) 
     info = engine.load()
     assert info.server.model == "demo" and info.server.version == "0.32.0"
     assert info.model_label.startswith("Demo model")
+    assert (Path(info.server.model_source) / "config.json").is_file()  # a folder the offered command can load
+    assert f"--model {info.server.model_source} --served-model-name demo " in info.server.serve_command
     opened = engine.open_clip(CLIP)
     first = engine.ask("What color is the square?")
     second = engine.ask("Which way does the square move?")
     assert "red" in first.text.lower() and "right" in second.text.lower()
-    assert [turn[0] for turn in engine.history] == ["What color is the square?", "Which way does the square move?"]
+    assert [turn[0] for turn in engine.turns] == ["What color is the square?", "Which way does the square move?"]
     assert "".join(event.text for event in events if isinstance(event, Token)).strip() == first.text + second.text
     server = second.stats.server
     video_tokens = opened.patches // 4
@@ -67,9 +75,26 @@ def test_the_server_writes_framewises_time_markers(vllm_server: str) -> None:
     detokenized = httpx.post(f"{vllm_server}/detokenize", json={"model": "demo", "tokens": tokens}, timeout=120)
     assert detokenized.status_code == 200, detokenized.text
     prompt = detokenized.json()["prompt"]
-    markers = [f"<{time:.1f} seconds>" for time in _pair_timestamps(opened.timestamps, 2)]
+    markers = [f"<{time:.1f} seconds>" for time in pair_timestamps(opened.timestamps, 2)]
     positions = [prompt.find(marker) for marker in markers]
     assert -1 not in positions and positions == sorted(positions), (markers, prompt[:400])
+
+
+def test_a_clip_of_64_frames_reaches_the_model_whole(vllm_server: str) -> None:
+    """vLLM keeps 32 frames of a video unless the request says otherwise (the server's own
+    ``--media-io-kwargs`` does not reach a request that brings its frame times)."""
+    engine = VllmServerEngine(settings_for(vllm_server))
+    engine.load()
+    prompt_tokens = {}
+    for count in (32, 64):
+        frames = np.zeros((count, 64, 64, 3), dtype=np.uint8)
+        frames[..., 0] = np.linspace(0, 255, count, dtype=np.uint8)[:, None, None]
+        opened = engine.open_frames(frames, [index / 2 for index in range(count)], f"{count}.mp4")
+        done = engine.ask("What color is it?")
+        assert opened.frames == count and done.stats.server.finish_reason in ("stop", "length")
+        prompt_tokens[count] = done.stats.server.prompt_tokens
+    tokens_per_pair = (64 // 16) ** 2 // 4  # 64x64 frames: 16 patches, 4 merged tokens a frame pair
+    assert prompt_tokens[64] - prompt_tokens[32] >= 16 * tokens_per_pair  # 16 more frame pairs, with their times
 
 
 def test_a_model_it_does_not_serve_and_a_prompt_too_long_are_said(vllm_server: str) -> None:
@@ -79,7 +104,7 @@ def test_a_model_it_does_not_serve_and_a_prompt_too_long_are_said(vllm_server: s
     engine.load()
     with pytest.raises(ServerRequestError, match="maximum context length"):
         engine.ask("square " * 9000)
-    assert engine.history == []
+    assert engine.turns == []
 
 
 def test_the_cli_streams_an_answer_from_the_server(vllm_server: str) -> None:
@@ -87,7 +112,8 @@ def test_the_cli_streams_an_answer_from_the_server(vllm_server: str) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("[Demo model")
     assert "red" in result.stdout.splitlines()[1].lower()
-    assert "server: prompt" in result.stdout and "tokens/s" in result.stdout
+    assert "server: prompt" in result.stdout
+    assert re.search(r"first token \d+ ms, (\d+ tokens? in \d+ ms|\d+ tokens?|[\d.]+ tokens/s \(\d+ tokens\))$", result.stdout, re.M)
 
 
 # vLLM's own parser reads the command line as `vllm serve` would (flag names, JSON values, the
@@ -112,7 +138,7 @@ print(json.dumps({
 
 
 def test_vllm_reads_the_offered_serve_command_as_meant(server_python: list[str]) -> None:
-    encoder = EncoderSettings(min_budget=256, max_budget=4096, budget_ratio=2.0, max_items_per_batch=4, max_frames_per_batch=32)
+    encoder = EncoderSettings(min_budget=256, max_budget=4096, budget_ratio=2.0, max_items_per_batch=4, max_frame_pairs_per_batch=32)
     command = vllm_serve_command(str(asset_path("demo_model")), encoder, SamplingSettings())  # a folder: no hub lookup
     result = subprocess.run(
         [*server_python, "-c", PARSE_SERVE_COMMAND, command], capture_output=True, text=True, timeout=600
@@ -127,3 +153,23 @@ def test_vllm_reads_the_offered_serve_command_as_meant(server_python: list[str])
         "trust_request_mm_kwargs": True,
         "media_io_kwargs": {"video": {"num_frames": -1}},
     }
+
+
+def readme_serve_command() -> str:
+    """The README's by-hand ``python -m vllm...`` command, its continuation lines joined."""
+    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("python -m vllm.entrypoints.openai.api_server --model ")
+    return text[start:text.index("\n```", start)].replace("\\\n", " ")
+
+
+def test_vllm_reads_the_readmes_serve_command_as_meant(server_python: list[str]) -> None:
+    arguments = shlex.split(readme_serve_command())
+    arguments[arguments.index("--model") + 1] = str(asset_path("demo_model"))  # a folder: no hub lookup
+    result = subprocess.run(
+        [*server_python, "-c", PARSE_SERVE_COMMAND, shlex.join(arguments)], capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    understood = json.loads(result.stdout.strip().splitlines()[-1])
+    assert understood["trust_request_mm_kwargs"] is True and understood["cudagraph_mm_encoder"] is True
+    assert understood["media_io_kwargs"] == {"video": {"num_frames": -1}}
+    assert understood["budgets"] == [64, 128, 256, 512, 1024, 2048, 4096]

@@ -1,6 +1,7 @@
 """A stand-in for ``core.engine.Engine`` with the same API: frames from the clip (OpenCV), canned answers.
 
-It follows the engine's event protocol: every event carries the request's id, EngineInfo is sent
+It implements :class:`~framewise.core.backends.base.AnsweringBackend` on the backends' shared
+plumbing (a test holds it to the protocol) and follows the engine's event protocol: every event carries the request's id, EngineInfo is sent
 when a model loads and when settings change the model or encoder, the conversation record is
 emptied with a ConversationReset saying why, the encoder numbers come from the core accumulator,
 and the answer's speed so far from the core meter (its final figures are canned).
@@ -10,33 +11,41 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import cv2
 import numpy as np
 
+from framewise.core.backends.base import BackendBase
 from framewise.core.errors import CancelledError, ClipNotFoundError, ModelLoadError, UnreadableClipError
 from framewise.core.events import (
     AnswerStats,
     ChunkStats,
     ClipSampled,
-    ConversationReset,
     Done,
     EncodeDone,
     EngineInfo,
-    E,
     EventSink,
     Progress,
-    RequestScope,
     ResetReason,
     Token,
 )
-from framewise.core.demo_model import DEMO_LABEL
+from framewise.core.families.qwen3_vl.demo_model import DEMO_LABEL
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator
 from framewise.core.settings import AppSettings
 
 
-class FakeEngine:
+@dataclass(frozen=True)
+class FakeClip:
+    """The fake's open clip: its file (``None`` for frames given directly) and what opening it reported."""
+
+    path: Path | None
+    summary: EncodeDone
+
+
+class FakeEngine(BackendBase[FakeClip]):
     """``core.engine.Engine``'s API without a model: frames come from the clip (OpenCV), answers are canned.
 
     Class attributes let a test slow answers down, make them run to ``max_new_tokens`` (``endless``),
@@ -51,15 +60,9 @@ class FakeEngine:
     fail_load_for_source: str | None = None
 
     def __init__(self, settings: AppSettings, sink: EventSink) -> None:
-        self.settings = settings
-        self.sink = sink
-        self.history: list[tuple[str, str]] = []
-        self.clip_name: str | None = None
-        self.clip_path: Path | None = None
+        super().__init__(settings, sink)
         self.calls: list[tuple[str, float]] = []
         self.metrics = EncoderMetricsAccumulator()
-        self._cancel = threading.Event()
-        self._requests = RequestScope()
 
     def load(self, request_id: int | None = None) -> EngineInfo:
         with self._requests.serving(request_id):
@@ -83,13 +86,15 @@ class FakeEngine:
             info = None
             if settings.model != old.model or settings.encoder != old.encoder:
                 info = self._emit(self.info())
-            if self.clip_path and (settings.model != old.model or settings.sampling != old.sampling):
-                self._open_clip(str(self.clip_path), "resampled")
+            path = self.open_clip_path()
+            if path and (settings.model != old.model or settings.sampling != old.sampling):
+                self._open_clip(path, "resampled")
             return info
 
     def info(self) -> EngineInfo:
         return EngineInfo(
             device="cpu",
+            device_kind="cpu",
             dtype="float32",
             model_name="framewise-demo",
             model_label=DEMO_LABEL,
@@ -102,25 +107,35 @@ class FakeEngine:
     def cancel(self, request_id: int | None = None) -> None:
         self._cancel.set()
 
-    def new_conversation(self, request_id: int | None = None) -> None:
-        with self._requests.serving(request_id):
-            self._reset_conversation("asked")
-
-    def open_clip_path(self) -> Path | None:
-        return self.clip_path
-
-    def open_clip(self, path: str, request_id: int | None = None) -> EncodeDone:
-        with self._requests.serving(request_id):
-            return self._open_clip(path, "new_clip")
-
-    def _open_clip(self, path: str, reason: ResetReason) -> EncodeDone:
+    def _open_clip(self, path: Path, reason: ResetReason) -> EncodeDone:
         self._cancel.clear()
         self.calls.append(("open_clip", time.perf_counter()))
-        if not Path(path).is_file():
+        if not path.is_file():
             raise ClipNotFoundError(f"{path} does not exist")
-        frames, timestamps, duration = _sample_with_opencv(path, self.settings.sampling.fps, self.settings.sampling.max_frames)
-        name = Path(path).name
-        self._emit(ClipSampled(name, path, timestamps, tuple(frames), frames[0].shape[1], frames[0].shape[0], duration))
+        frames, timestamps, duration = _sample_with_opencv(
+            str(path), self.settings.sampling.fps, self.settings.sampling.max_frames
+        )
+        size_and_duration = (frames[0].shape[1], frames[0].shape[0], duration)
+        return self._encode(frames, timestamps, path.name, path, size_and_duration, reason)
+
+    def _use_frames(
+        self, frames: np.ndarray, timestamps: Sequence[float], name: str, size_and_duration: tuple[int, int, float]
+    ) -> EncodeDone:
+        self._cancel.clear()
+        return self._encode(list(frames), tuple(timestamps), name, None, size_and_duration, "new_clip")
+
+    def _encode(
+        self,
+        frames: list[np.ndarray],
+        timestamps: tuple[float, ...],
+        name: str,
+        path: Path | None,
+        size_and_duration: tuple[int, int, float],
+        reason: ResetReason,
+    ) -> EncodeDone:
+        """Pretend to encode frames (each H, W, 3 uint8) in passes of four, and make them the open clip."""
+        width, height, duration = size_and_duration
+        self._emit(ClipSampled(name, str(path or ""), timestamps, tuple(frames), width, height, duration))
         self._emit(Progress("encode", 0, 1, f"Encoding {len(frames)} frames"))
         chunks = []
         for index in range(0, len(frames), 4):
@@ -130,19 +145,15 @@ class FakeEngine:
             chunks.append(self._emit(ChunkStats(index // 4, 1, count, count * 64, None, 0.0, (2.0 + index / 10) * count, False, "no CUDA")))
         metrics = self.metrics.add_item(chunks)
         self._emit(metrics)
-        self.clip_name, self.clip_path = name, Path(path)
         encode_ms = sum(chunk.encode_ms for chunk in chunks)
         done = EncodeDone(
             name, len(frames), len(frames) * 64, timestamps, 5.0, 1.0, encode_ms, metrics.last_item_ms_per_frame,
             metrics.last_item_hit, tuple(chunks),
         )
+        self.clip = FakeClip(path, done)
         self._reset_conversation(reason)
         self._emit(Progress("encode", 1, 1, f"{name} is ready"))
         return self._emit(done)
-
-    def ask(self, question: str, request_id: int | None = None) -> Done:
-        with self._requests.serving(request_id):
-            return self._ask(question)
 
     def _ask(self, question: str) -> Done:
         self._cancel.clear()
@@ -167,17 +178,9 @@ class FakeEngine:
             time.sleep(self.token_delay_s)
         cancelled = self._cancel.is_set()
         if not cancelled:
-            self.history.append((question, text.strip()))
+            self.turns.append((question, text.strip()))
         stats = AnswerStats(12.0, count, 150.0, cancelled)
         return self._emit(Done(text.strip(), stats, kept=not cancelled))
-
-    def _emit(self, event: E) -> E:
-        """Send ``event`` as part of the request being served; returns it as sent."""
-        return self._requests.send(self.sink, event)
-
-    def _reset_conversation(self, reason: ResetReason) -> None:
-        self.history.clear()
-        self._emit(ConversationReset(reason, self.clip_name, str(self.clip_path) if self.clip_path else None))
 
 
 def _sample_with_opencv(path: str, fps: float, max_frames: int) -> tuple[list[np.ndarray], tuple[float, ...], float]:

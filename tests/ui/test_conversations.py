@@ -27,7 +27,7 @@ def test_a_setting_that_resamples_starts_a_new_conversation_and_keeps_the_old(qt
     open_and_wait(qtbot, window, sample_clip)
     ask_and_wait(qtbot, window, "What moves?")
     ask_and_wait(qtbot, window, "Which way?")
-    first_id = window.recorder.conversation_id
+    first_id = window.keeper.conversation_id
 
     window.apply_settings(window.settings.replace("sampling", fps=1.0))
     qtbot.waitUntil(lambda: window.operation is None and not window.conversation.turns, timeout=LOAD_TIMEOUT_MS)
@@ -36,7 +36,7 @@ def test_a_setting_that_resamples_starts_a_new_conversation_and_keeps_the_old(qt
     ask_and_wait(qtbot, window, "And now?")
     assert kept_questions() == [["And now?"], ["What moves?", "Which way?"]]
     assert window.history.ids()[1] == first_id and window.history.texts()[1].endswith("2 questions")
-    stored = kept().open(window.recorder.conversation_id)
+    stored = kept().open(window.keeper.conversation_id)
     assert stored.settings.sampling.fps == 1.0 and stored.conversation.timestamps == window.clip.timestamps
 
 

@@ -178,7 +178,7 @@ def test_follow_up_questions_keep_the_conversation(qtbot, make_window, sample_cl
 
     assert [turn.question for turn in window.conversation.turns] == ["What moves?", "And then?"]
     kept = [(turn.question, turn.answer) for turn in window.conversation.turns]
-    assert engines[-1].history == kept, "the window shows the engine's conversation record"
+    assert engines[-1].turns == kept, "the window shows the engine's conversation record"
     assert len(window.chat.answer_cards()) == 2
 
 
@@ -542,14 +542,19 @@ def test_stop_drops_work_still_waiting_in_the_queue(qtbot, make_window, sample_c
         engines.append(FakeEngine(settings, sink))
         return engines[-1]
 
+    def ask(question):
+        return window.host.submit("ask", lambda backend, rid: backend.ask(question, request_id=rid), cancellable=True)
+
     FakeEngine.load_gate = threading.Event()
     window = make_window(factory)
-    window.host.ask("queued behind the model load")
-    window.host.open_clip(str(sample_clip))
+    ask("queued behind the model load")
+    window.host.submit(
+        "open_clip", lambda backend, rid: backend.open_clip(str(sample_clip), request_id=rid), cancellable=True
+    )
     window.host.cancel()
     FakeEngine.load_gate.set()
     wait_ready(qtbot, window)
-    window.host.ask("asked after Stop")
+    ask("asked after Stop")
     qtbot.waitUntil(lambda: len(engines[0].calls) == 1, timeout=LOAD_TIMEOUT_MS)
     assert engines[0].calls[0][0] == "ask"
 

@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
+from framewise.core.backends.base import BackendCall
 from framewise.core.errors import CancelledError, FramewiseError
 from framewise.core.events import (
     AnswerSpeed,
@@ -58,20 +59,24 @@ class RecordingPort:
     def load(self) -> int:
         return self._send("load")
 
-    def open_clip(self, path: str) -> int:
-        return self._send("open_clip", path)
-
-    def ask(self, question: str) -> int:
-        return self._send("ask", question)
-
     def apply_settings(self, settings: AppSettings) -> int:
         return self._send("apply_settings", settings)
 
-    def new_conversation(self) -> int:
-        return self._send("new_conversation")
+    def submit(self, kind: RequestKind, call: BackendCall, cancellable: bool = False) -> int:
+        return self._send(kind, (call, cancellable))
 
     def cancel(self) -> None:
         self.cancels += 1
+
+
+class CallRecorder:
+    """Stands in for the engine: records each call the session submits, with its arguments."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[object, ...], dict[str, object]]] = []
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **kwargs: self.calls.append((name, args, kwargs))
 
 
 class Recorder(SessionListener):
@@ -330,6 +335,24 @@ def test_a_resumed_conversation_stays_on_screen_when_its_clip_opens_again(sessio
     assert session.stale_clip is None and session.conversation.clip_name == "b.mp4" and session.can_ask
 
 
+def test_each_request_is_one_engine_call_carrying_its_id(session: Session, port: RecordingPort) -> None:
+    """The session's requests are calls on the engine's one API, run by the port with the id it gave."""
+    open_clip(session, "a.mp4")
+    ask(session, "What moves?", "A square.")
+    session.new_conversation()
+    engine = CallRecorder()
+    submitted = []
+    for request_id, (kind, (call, cancellable)) in enumerate(port.sent[1:], start=2):  # after the load
+        call(engine, request_id)  # type: ignore[arg-type]
+        submitted.append((kind, cancellable))
+    assert submitted == [("open_clip", True), ("ask", True), ("new_conversation", False)], "Stop drops only opens and answers"
+    assert engine.calls == [
+        ("open_clip", ("/clips/a.mp4",), {"request_id": 2}),
+        ("ask", ("What moves?",), {"request_id": 3}),
+        ("new_conversation", (), {"request_id": 4}),
+    ]
+
+
 def test_a_failure_of_a_request_not_running_is_ignored(session: Session, view: Recorder) -> None:
     session.handle(Failed("ModelLoadError", "old news", request_id=1))
     assert view.errors == []
@@ -441,17 +464,11 @@ class QueuedPort:
     def load(self) -> int:
         return self._queue_request("load", lambda rid: self.engine.load(request_id=rid))
 
-    def open_clip(self, path: str) -> int:
-        return self._queue_request("open_clip", lambda rid: self.engine.open_clip(path, request_id=rid))
-
-    def ask(self, question: str) -> int:
-        return self._queue_request("ask", lambda rid: self.engine.ask(question, request_id=rid))
-
     def apply_settings(self, settings: AppSettings) -> int:
         return self._queue_request("apply_settings", lambda rid: self.engine.apply_settings(settings, request_id=rid))
 
-    def new_conversation(self) -> int:
-        return self._queue_request("new_conversation", lambda rid: self.engine.new_conversation(request_id=rid))
+    def submit(self, kind: RequestKind, call: BackendCall, cancellable: bool = False) -> int:
+        return self._queue_request(kind, lambda rid: call(self.engine, rid))
 
     def cancel(self) -> None:
         self.engine.cancel()
@@ -473,15 +490,15 @@ def test_the_window_record_is_the_engines_through_clips_questions_and_settings(s
     then(lambda: session.open_clip(str(sample_clip)))
     then(lambda: session.ask("What moves?"))
     then(lambda: session.ask("And then?"))
-    assert port.engine.history == kept() and len(kept()) == 2
+    assert port.engine.turns == kept() and len(kept()) == 2
 
     then(lambda: session.open_clip(str(tmp_path / "missing.mp4")))
-    assert port.engine.history == kept() and len(kept()) == 2, "a failed open changes neither record"
+    assert port.engine.turns == kept() and len(kept()) == 2, "a failed open changes neither record"
 
     then(lambda: session.apply_settings(AppSettings().replace("sampling", max_frames=8)))
-    assert port.engine.history == kept() == [], "re-sampled: both start afresh"
+    assert port.engine.turns == kept() == [], "re-sampled: both start afresh"
     assert len(session.clip.timestamps) == 8
     then(lambda: session.ask("What now?"))
-    assert port.engine.history == kept() and len(kept()) == 1
+    assert port.engine.turns == kept() and len(kept()) == 1
     then(session.new_conversation)
-    assert port.engine.history == kept() == [] and session.clip.path == str(sample_clip)
+    assert port.engine.turns == kept() == [] and session.clip.path == str(sample_clip)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
+from PySide6.QtCore import QSettings
 from PySide6.QtGui import QColor
 
 from framewise.core.events import AnswerStats, ChunkStats, ClipSampled, DecoderInfo, DecoderStats, EncodeDone, EngineInfo
@@ -18,6 +20,7 @@ from framewise.ui.settings_store import MAX_RECENT_FILES, SettingsStore
 
 GPU_INFO = EngineInfo(
     device="cuda (NVIDIA H200)",
+    device_kind="cuda",
     dtype="bfloat16",
     model_name="Qwen3-VL-8B-Instruct",
     model_label=None,
@@ -125,6 +128,20 @@ def test_settings_store_round_trip_and_bad_saved_settings(tmp_path):
     reread = SettingsStore(tmp_path / "s.ini")
     assert reread.load_settings() == AppSettings()
     assert "sampling.max_frames" in reread.load_problem
+
+
+def test_a_settings_file_saved_before_a_rename_keeps_its_value(tmp_path):
+    saved = AppSettings().to_dict()
+    saved["encoder"].pop("max_frame_pairs_per_batch")
+    saved["encoder"]["max_frames_per_batch"] = 12  # the name before frame pairs were called so
+    older = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    older.setValue("engine/settings_json", json.dumps(saved))
+    older.sync()
+    store = SettingsStore(tmp_path / "s.ini")
+    assert store.load_settings().encoder.max_frame_pairs_per_batch == 12 and store.load_problem is None
+    store.save_settings(store.load_settings())
+    rewritten = json.loads(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat).value("engine/settings_json"))
+    assert rewritten["encoder"]["max_frame_pairs_per_batch"] == 12 and "max_frames_per_batch" not in rewritten["encoder"]
 
 
 def test_recent_files_newest_first_without_duplicates(tmp_path):

@@ -15,13 +15,13 @@ import torch
 
 from framewise.core.encoding import manager as manager_module
 from framewise.core.encoding.defs import BufferSpec, CaptureReport, GraphBuffers, PieceGrid, VisionItem
+from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_encoder
-from framewise.core.encoding.seam import EagerVisionEncoder
 from framewise.core.errors import EncoderError
 from framewise.core.settings import EncoderSettings
 
 ROW_WIDTH, HIDDEN, OUT = 6, 8, 5
-SETTINGS = EncoderSettings(budgets=(16, 32, 64), max_items_per_batch=3, max_frames_per_batch=6)
+SETTINGS = EncoderSettings(budgets=(16, 32, 64), max_items_per_batch=3, max_frame_pairs_per_batch=6)
 
 
 class ToyTower(torch.nn.Module):
@@ -272,7 +272,7 @@ def capturing_only(monkeypatch, works) -> list[tuple[str, bool]]:
     attempts: list[tuple[str, bool]] = []
 
     class Graphs:
-        def __init__(self, adapter, settings, progress=None):
+        def __init__(self, adapter, settings, progress=None, limits=None):
             attempts.append((settings.attention_backend, settings.fuse_kernels))
             if not works(settings.attention_backend, settings.fuse_kernels):
                 raise EncoderError(f"{settings.attention_backend} broke")

@@ -104,7 +104,7 @@ def test_unsupported_modality_runs_eager_with_a_reason():
 
 
 def test_limits_from_settings_match_the_settings():
-    encoder = EncoderSettings(budgets=(256, 1024), max_items_per_batch=4, max_frames_per_batch=16)
+    encoder = EncoderSettings(budgets=(256, 1024), max_items_per_batch=4, max_frame_pairs_per_batch=16)
     assert BatchLimits.from_settings(encoder) == BatchLimits(budgets=(256, 1024), max_items=4, max_sequences=16)
 
 

@@ -1,0 +1,173 @@
+"""The one answering API and the request plumbing every backend shares.
+
+:class:`AnsweringBackend` is what the CLI, the window's worker, the window's session (through the
+calls it submits) and the test fake hold. :class:`BackendBase` is written once for every
+implementation: the request id each event carries, the conversation record and its resets, the
+open clip's bookkeeping and how frames given directly are sized.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Callable, Generic, Protocol, Sequence, TypeVar
+
+import numpy as np
+
+from framewise.core.errors import EmptyQuestionError
+from framewise.core.events import (
+    ConversationReset,
+    Done,
+    E,
+    EncodeDone,
+    EngineInfo,
+    EventSink,
+    RequestScope,
+    ResetReason,
+    ignore_events,
+)
+from framewise.core.settings import AppSettings
+
+Turns = list[tuple[str, str]]
+
+
+class AnsweringBackend(Protocol):
+    """A clip and questions in, streamed answers out.
+
+    Only :meth:`cancel` may be called from another thread. ``turns`` holds the finished
+    (question, answer) turns about the open clip: the one conversation record, whose every reset is
+    sent as a ``ConversationReset``. Every event a call sends carries its ``request_id`` (a new one
+    when ``None``).
+    """
+
+    settings: AppSettings
+    turns: Turns
+
+    def load(self, request_id: int | None = None) -> EngineInfo: ...
+    def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None: ...
+    def info(self) -> EngineInfo: ...
+    def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone: ...
+    def open_frames(
+        self, frames: np.ndarray, timestamps: Sequence[float], name: str, request_id: int | None = None
+    ) -> EncodeDone: ...
+    def ask(self, question: str, request_id: int | None = None) -> Done: ...
+    def cancel(self, request_id: int | None = None) -> None: ...
+    def new_conversation(self, request_id: int | None = None) -> None: ...
+    def open_clip_path(self) -> Path | None: ...
+
+
+# One call on a backend, run in the background for a request: (backend, request_id) -> its result.
+BackendCall = Callable[[AnsweringBackend, int], object]
+
+
+class OpenClip(Protocol):
+    """What every backend keeps of its open clip: the file (``None`` for frames given directly) and
+    what opening it reported."""
+
+    @property
+    def path(self) -> Path | None: ...
+    @property
+    def summary(self) -> EncodeDone: ...
+
+
+ClipT = TypeVar("ClipT", bound=OpenClip)
+
+
+class BackendBase(ABC, Generic[ClipT]):
+    """The plumbing :class:`AnsweringBackend` implementations share; ``ClipT`` is what each keeps of
+    its open clip.
+
+    A subclass serves each of its own public calls inside ``self._requests.serving(request_id)`` and
+    sends events through :meth:`_emit`. Opening a clip, frames given directly and a question reach
+    it, inside their request, as :meth:`_open_clip`, :meth:`_use_frames` and :meth:`_ask`.
+    """
+
+    def __init__(self, settings: AppSettings | None = None, sink: EventSink = ignore_events) -> None:
+        self.settings = (settings or AppSettings()).validate()
+        self.sink = sink
+        self.clip: ClipT | None = None
+        self.turns: Turns = []
+        self._cancel = threading.Event()
+        self._requests = RequestScope()
+
+    def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
+        """Sample the clip at ``path`` and make it the one later questions are about.
+
+        A failure leaves the open clip and the conversation as they were.
+        """
+        with self._requests.serving(request_id):
+            return self._open_clip(Path(path), "new_clip")
+
+    def ask(self, question: str, request_id: int | None = None) -> Done:
+        """Answer ``question`` about the open clip (or as plain text with none), streaming Token events.
+
+        A cancelled answer ends early with ``stats.cancelled`` set and is not kept in the
+        conversation; a completed one is (``Done.kept``), so follow-up questions see it.
+        """
+        with self._requests.serving(request_id):
+            question = question.strip()
+            if not question:
+                raise EmptyQuestionError()
+            return self._ask(question)
+
+    def open_clip_path(self) -> Path | None:
+        """The file of the open clip (``None`` with no clip, or frames given directly)."""
+        return self.clip.path if self.clip else None
+
+    def new_conversation(self, request_id: int | None = None) -> None:
+        """Forget earlier questions and answers; the open clip stays."""
+        with self._requests.serving(request_id):
+            self._reset_conversation("asked")
+
+    def open_frames(
+        self, frames: np.ndarray, timestamps: Sequence[float], name: str, request_id: int | None = None
+    ) -> EncodeDone:
+        """Use frames sampled elsewhere, as :meth:`open_clip` does after decoding.
+
+        ``frames``: (T, H, W, 3) uint8 RGB at a size the model takes; ``timestamps``: T seconds.
+        Settings changes cannot re-sample such a clip.
+        """
+        with self._requests.serving(request_id):
+            return self._use_frames(frames, timestamps, name, frames_size_and_duration(frames, timestamps))
+
+    @abstractmethod
+    def _open_clip(self, path: Path, reason: ResetReason) -> EncodeDone:
+        """Open the clip at ``path`` in the request being served; ``reason`` is why the conversation empties."""
+
+    @abstractmethod
+    def _ask(self, question: str) -> Done:
+        """Answer ``question`` (stripped, not empty) in the request being served."""
+
+    @abstractmethod
+    def _use_frames(
+        self,
+        frames: np.ndarray,
+        timestamps: Sequence[float],
+        name: str,
+        size_and_duration: tuple[int, int, float],
+    ) -> EncodeDone:
+        """Make frames (T, H, W, 3) given directly the open clip, in the request being served."""
+
+    def _emit(self, event: E) -> E:
+        """Send ``event`` as part of the request being served; returns it as sent."""
+        return self._requests.send(self.sink, event)
+
+    def _reset_conversation(self, reason: ResetReason) -> None:
+        """Empty the conversation record and say so, with ``reason`` and the open clip."""
+        self.turns.clear()
+        clip = self.clip
+        self._emit(
+            ConversationReset(
+                reason=reason,
+                clip_name=clip.summary.clip_name if clip else None,
+                path=None if clip is None else str(clip.path or ""),
+            )
+        )
+
+
+def frames_size_and_duration(frames: np.ndarray, timestamps: Sequence[float]) -> tuple[int, int, float]:
+    """(width, height, duration in seconds) of frames (T, H, W, 3) given directly, the last one's time
+    standing for the duration."""
+    rows, cols = frames.shape[1:3]
+    return int(cols), int(rows), float(timestamps[-1])

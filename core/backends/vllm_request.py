@@ -1,0 +1,85 @@
+"""What a question to a vLLM server carries: the clip's frames as one data: URL, their times, and
+the conversation in the chat-completions form.
+
+vLLM 0.32 takes a video made of images as ONE ``video_url`` item whose URL is
+``data:video/jpeg;base64,<frame 1>,<frame 2>,...`` (each frame's base64 after a single prefix;
+every frame is opened with Pillow, so lossless PNG frames go inside that ``video/jpeg`` URL). The
+frames' times travel as ``media_io_kwargs`` (``fps`` and ``frames_indices``: here milliseconds),
+so the server writes the same ``<t.t seconds>`` markers as Framewise; that needs the server's
+``--trust-request-mm-kwargs``. vLLM keeps at most ``num_frames`` of the frames sent, 32 unless
+told; a request that brings its own video kwargs does not get the server's ``--media-io-kwargs``
+``num_frames`` (seen with vLLM 0.32: 64 frames sent, "frames_indices length (64) must match number
+of frames sent (32)"), so every request says ``num_frames: -1`` (keep them all) itself.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import cv2
+import numpy as np
+
+from framewise.core.errors import FramewiseError
+from framewise.core.events import EncodeDone
+from framewise.core.families import default_family
+
+MS_PER_SECOND = 1000.0
+# vLLM's num_frames for "keep every frame sent".
+KEEP_EVERY_FRAME = -1
+
+
+@dataclass(frozen=True)
+class RemoteClip:
+    """A clip sampled here and made ready to send: ``video_url`` is the frames' data: URL,
+    ``media_io_kwargs`` their times; ``summary`` what opening it cost."""
+
+    path: Path | None
+    video_url: str
+    media_io_kwargs: dict[str, Any]
+    summary: EncodeDone
+
+
+def video_data_url(frames: np.ndarray) -> str:
+    """Frames (T, H, W, 3) uint8 RGB as one ``data:video/jpeg;base64,...`` URL of lossless PNG frames."""
+    encoded = []
+    for frame in frames:
+        ok, png = cv2.imencode(".png", np.ascontiguousarray(frame[..., ::-1]))
+        if not ok:
+            raise FramewiseError("A sampled frame could not be encoded as PNG for the server.")
+        encoded.append(base64.b64encode(png.tobytes()).decode("ascii"))
+    return "data:video/jpeg;base64," + ",".join(encoded)
+
+
+def media_io_kwargs(timestamps: Sequence[float]) -> dict[str, Any]:
+    """The frames' times for vLLM: a 1000 fps source whose frame indices are the milliseconds,
+    every frame kept (``num_frames: -1``).
+
+    vLLM computes each frame's time as ``frames_indices[i] / fps`` and marks each frame pair with
+    the mean of its two times, as Framewise does.
+    """
+    indices = [round(float(t) * MS_PER_SECOND) for t in timestamps]
+    return {
+        "video": {
+            "fps": MS_PER_SECOND,
+            "frames_indices": indices,
+            "total_num_frames": (max(indices) + 1) if indices else 0,
+            "num_frames": KEEP_EVERY_FRAME,
+        }
+    }
+
+
+def openai_messages(question: str, clip: RemoteClip | None, history: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The conversation in the chat-completions form: the clip opens the first user turn (as
+    the served family's chat layout puts it), then the earlier turns, then ``question``."""
+    messages = default_family().chat_messages(question, videos=int(clip is not None), history=history)
+    for message in messages:
+        if isinstance(message["content"], list):
+            message["content"] = [
+                {"type": "video_url", "video_url": {"url": clip.video_url}} if part["type"] == "video" else part
+                for part in message["content"]
+                if clip is not None or part["type"] != "video"
+            ]
+    return messages

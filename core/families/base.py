@@ -1,0 +1,214 @@
+"""What the rest of core asks of a model family: its limits, where vision features go in a prompt,
+and the :class:`ModelFamily` protocol.
+
+Nothing here names a model. Settings validation, encoder planning, clip sampling and the decoder
+read a :class:`FamilyLimits` value and :class:`VisionSpan` records instead of constants and token
+ids; the family's own package supplies them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+    from framewise.core.encoding.defs import PieceGrid, VisionItem
+    from framewise.core.loading import FamilyAdapter
+    from framewise.core.settings import SamplingSettings
+    from framewise.core.video import FrameSizing
+
+
+@dataclass(frozen=True)
+class FamilyLimits:
+    """The sizes and bounds of one model family's vision input, as the generic code reads them.
+
+    ``patch_size``: side of one patch in pixels; ``merge_size``: patches per side merged into one
+    language-model token; ``frames_per_slice``: frames one attention sequence of the tower covers
+    (a clip's frame count is a multiple of it); ``max_frames``: the most frames one clip may have;
+    ``max_clip_blocks``: the most merge blocks (``block_side`` squared pixels each) a whole clip's
+    frames may hold together. ``name`` is the family as messages name it.
+    """
+
+    name: str
+    patch_size: int
+    merge_size: int
+    frames_per_slice: int
+    max_frames: int
+    max_clip_blocks: int
+
+    @property
+    def patch_pixels(self) -> int:
+        """Pixels of one frame in one patch."""
+        return self.patch_size * self.patch_size
+
+    @property
+    def merge_area(self) -> int:
+        """Patches merged into one language-model token."""
+        return self.merge_size * self.merge_size
+
+    @property
+    def block_side(self) -> int:
+        """Frame sides are multiples of this: one merge block, in pixels."""
+        return self.patch_size * self.merge_size
+
+    @property
+    def block_pixels(self) -> int:
+        """Pixels of one frame in one merge block."""
+        return self.block_side * self.block_side
+
+    @property
+    def budget_multiple(self) -> int:
+        """Every token budget of the encoder is a multiple of this (whole merge blocks)."""
+        return self.merge_area
+
+    @property
+    def pixels_per_video_token(self) -> int:
+        """Pixels of a clip (frames x height x width) that become one video token."""
+        return self.frames_per_slice * self.block_pixels
+
+    @property
+    def max_clip_pixels(self) -> int:
+        """The most pixels (frames x height x width) of one sampled clip."""
+        return self.max_clip_blocks * self.block_pixels
+
+    @property
+    def max_budget(self) -> int:
+        """The largest token budget worth capturing: the patches of the largest clip."""
+        return self.max_clip_pixels // self.patch_pixels
+
+    def frames_rule(self) -> str:
+        """Why frame counts are multiples of ``frames_per_slice``, in a few words for messages."""
+        if self.frames_per_slice == 1:
+            return "frames are encoded one by one"
+        if self.frames_per_slice == 2:
+            return "frames are encoded in pairs"
+        return f"frames are encoded in groups of {self.frames_per_slice}"
+
+
+@dataclass(frozen=True)
+class VisionSpan:
+    """Where encoded vision features go in a prompt's token sequence.
+
+    Tokens ``start .. start + length - 1`` take rows ``row .. row + length - 1`` of the encoded
+    features of item ``item`` (its index among the prompt's items). An item may have several spans
+    (one per frame pair of a clip, with text between them); spans do not overlap.
+    """
+
+    item: int
+    start: int
+    length: int
+    row: int = 0
+
+    @property
+    def end(self) -> int:
+        """The token index just past the span."""
+        return self.start + self.length
+
+
+class PromptInputs(Protocol):
+    """A prompt the language model takes, tensors (1, L) int64 on the CPU.
+
+    ``token_types`` are the family's own per-token kinds, passed through to its language model;
+    ``spans`` place the items' features; ``grids`` give every item's ``(modality, grid_thw)`` in
+    item order; ``text`` is the prompt as tokenized.
+    """
+
+    @property
+    def input_ids(self) -> torch.Tensor: ...
+
+    @property
+    def token_types(self) -> torch.Tensor: ...
+
+    @property
+    def spans(self) -> tuple[VisionSpan, ...]: ...
+
+    @property
+    def grids(self) -> tuple[PieceGrid, ...]: ...
+
+    @property
+    def text(self) -> str: ...
+
+
+class PreparedVideo(Protocol):
+    """A clip the family preprocessed: ``item`` is the tower's input; the rest is what the
+    family's prompt needs of the clip (its frame times)."""
+
+    @property
+    def item(self) -> VisionItem: ...
+
+
+@dataclass(frozen=True)
+class CancelPoints:
+    """Modules before each of which a cancel is checked: the vision tower's blocks and the
+    language model's layers (hooks fire where Python calls them, not inside a graph replay)."""
+
+    vision: Sequence[torch.nn.Module]
+    language: Sequence[torch.nn.Module]
+
+
+class ModelFamily(Protocol):
+    """One family of vision-language checkpoints (e.g. Qwen3-VL), as the rest of core uses it.
+
+    ``limits`` are those of the family's released checkpoints, against which settings are checked
+    before a model is loaded; :meth:`limits_of` gives a loaded model's own.
+    """
+
+    name: str
+    model_types: tuple[str, ...]
+    limits: FamilyLimits
+
+    def load_weights(self, path: Path, model_type: str, dtype: torch.dtype) -> tuple[torch.nn.Module, dict[str, Any]]:
+        """The checkpoint in ``path`` on the CPU in ``dtype``, and transformers' loading report
+        (``missing_keys``, ``mismatched_keys``). The hook a quantized load takes over."""
+        ...
+
+    def adapter(self, model: torch.nn.Module) -> FamilyAdapter:
+        """The model's side of the encoder seam, which also gives the decoder's language model."""
+        ...
+
+    def limits_of(self, model: torch.nn.Module) -> FamilyLimits:
+        """The limits of one loaded checkpoint (its patch and merge sizes)."""
+        ...
+
+    def cancel_points(self, model: torch.nn.Module) -> CancelPoints:
+        """Where a running pass of ``model`` checks for a cancel."""
+        ...
+
+    def frame_sizing(self, sampling: SamplingSettings, limits: FamilyLimits) -> FrameSizing:
+        """How clip readers size and resize sampled frames for this family."""
+        ...
+
+    def preprocess_video(
+        self, frames: np.ndarray, timestamps: Sequence[float], limits: FamilyLimits
+    ) -> PreparedVideo:
+        """Sampled frames (T, h, w, 3) uint8 at :meth:`frame_sizing`'s size and their T times in
+        seconds, ready for the tower and the prompt."""
+        ...
+
+    def preprocess_image(self, image: np.ndarray, limits: FamilyLimits) -> VisionItem:
+        """One (H, W, 3) uint8 image resized and patchified."""
+        ...
+
+    def build_prompt(
+        self,
+        tokenizer: Any,
+        question: str,
+        *,
+        videos: Sequence[PreparedVideo] = (),
+        images: Sequence[VisionItem] = (),
+        history: Sequence[tuple[str, str]] = (),
+        limits: FamilyLimits,
+    ) -> PromptInputs:
+        """The prompt asking ``question`` after the ``history`` turns about ``videos`` (from
+        :meth:`preprocess_video`) and ``images``; items are numbered videos first, then images."""
+        ...
+
+    def chat_messages(
+        self, question: str, *, videos: int = 0, images: int = 0, history: Sequence[tuple[str, str]] = ()
+    ) -> list[dict[str, Any]]:
+        """The conversation in the transformers chat format, visual content first."""
+        ...

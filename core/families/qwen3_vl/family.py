@@ -1,0 +1,113 @@
+"""Qwen3-VL as a :class:`~framewise.core.families.base.ModelFamily`: its classes and loading, its
+limits, preprocessing, prompt and cancel points, each delegated to the module that holds it.
+
+transformers and the encoder adapter are imported when a model is loaded, not with this module,
+so that the vLLM backend can size frames and lay out prompts without them."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from framewise.core.encoding.defs import VisionItem
+from framewise.core.families.base import CancelPoints, FamilyLimits
+from framewise.core.families.qwen3_vl import processor, prompt
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.limits import MODEL_TYPES, QWEN3_VL_LIMITS
+from framewise.core.settings import SamplingSettings
+from framewise.core.video import FrameSizing
+
+if TYPE_CHECKING:
+    from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
+
+# transformers' class of each model type, by name (imported when a checkpoint is loaded).
+MODEL_CLASSES = {"qwen3_vl": "Qwen3VLForConditionalGeneration", "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration"}
+
+
+def geometry_of(limits: FamilyLimits) -> VisionGeometry:
+    """The preprocessing geometry of a Qwen3-VL checkpoint with ``limits`` (released mean and std)."""
+    return VisionGeometry(
+        patch_size=limits.patch_size, temporal_patch_size=limits.frames_per_slice, merge_size=limits.merge_size
+    )
+
+
+def limits_of_geometry(geometry: VisionGeometry) -> FamilyLimits:
+    """The limits of a Qwen3-VL tower of ``geometry``: the released bounds at its patch sizes."""
+    return dataclasses.replace(
+        QWEN3_VL_LIMITS,
+        patch_size=geometry.patch_size,
+        merge_size=geometry.merge_size,
+        frames_per_slice=geometry.temporal_patch_size,
+    )
+
+
+class Qwen3VLFamily:
+    """Qwen3-VL and Qwen3-VL-MoE checkpoints (the two share the vision tower and the prompt)."""
+
+    name = QWEN3_VL_LIMITS.name
+    model_types = MODEL_TYPES
+    limits = QWEN3_VL_LIMITS
+
+    def load_weights(self, path: Path, model_type: str, dtype: torch.dtype) -> tuple[torch.nn.Module, dict[str, Any]]:
+        """The checkpoint's weights through transformers' own classes (safetensors only, no remote
+        code), and its loading report. Errors propagate to the generic loader, which words them."""
+        import transformers
+
+        return getattr(transformers, MODEL_CLASSES[model_type]).from_pretrained(
+            path,
+            dtype=dtype,
+            local_files_only=True,
+            use_safetensors=True,
+            attn_implementation="sdpa",
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,  # reported, with names, by the loader's weight check
+        )
+
+    def adapter(self, model: torch.nn.Module) -> Qwen3VLAdapter:
+        from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
+
+        return Qwen3VLAdapter.for_model(model)
+
+    def limits_of(self, model: torch.nn.Module) -> FamilyLimits:
+        return limits_of_geometry(VisionGeometry.from_vision_config(model.config.vision_config))
+
+    def cancel_points(self, model: torch.nn.Module) -> CancelPoints:
+        return CancelPoints(vision=model.model.visual.blocks, language=model.model.language_model.layers)
+
+    def frame_sizing(self, sampling: SamplingSettings, limits: FamilyLimits) -> FrameSizing:
+        return processor.video_frame_sizing(sampling, geometry_of(limits))
+
+    def preprocess_video(
+        self, frames: np.ndarray, timestamps: Sequence[float], limits: FamilyLimits
+    ) -> processor.VideoInputs:
+        return processor.preprocess_video(frames, timestamps, geometry_of(limits))
+
+    def preprocess_image(self, image: np.ndarray, limits: FamilyLimits) -> VisionItem:
+        return processor.preprocess_image(image, geometry_of(limits))
+
+    def build_prompt(
+        self,
+        tokenizer: Any,
+        question: str,
+        *,
+        videos: Sequence[processor.VideoInputs] = (),
+        images: Sequence[VisionItem] = (),
+        history: Sequence[tuple[str, str]] = (),
+        limits: FamilyLimits,
+    ) -> prompt.ChatInputs:
+        return prompt.build_chat_inputs(
+            tokenizer, question, videos=videos, images=images, history=history, geometry=geometry_of(limits)
+        )
+
+    def chat_messages(
+        self, question: str, *, videos: int = 0, images: int = 0, history: Sequence[tuple[str, str]] = ()
+    ) -> list[dict[str, Any]]:
+        return prompt.chat_messages(question, videos=videos, images=images, history=history)
+
+
+FAMILY = Qwen3VLFamily()

@@ -1,0 +1,371 @@
+"""Qwen3-VL's language model, run pass by pass over a :class:`StaticKVCache`.
+
+Everything the decoder needs to know about Qwen3-VL's language model lives here: how the vision
+features enter (in place of the tokens the decoder marks, with their deepstack features added
+after the first layers), the 3-D rotary positions (the model's own ``get_rope_index`` over the whole prompt, so
+they agree with ``generate()``), and the offset that carries them on past the prompt: a token
+generated at cache position ``p`` has rotary position ``p + rope_offset`` on all three axes.
+
+A prefill runs the model's own decoder layers, rotary embedding, norm and head, called the way
+``Qwen3VLTextModel.forward`` calls them; only the cache and the attention function are Framewise's.
+A decode step (one token) runs the same weights laid out for it (:class:`_DenseLayer`: q, k and v
+stacked into one matrix, gate and up into another). On a CUDA device with Triton the step is seven
+kernel launches a layer (:mod:`framewise.core.families.qwen3_vl.step_kernels`: norms, rotary, SiLU and
+residual adds done inside the matrix-vector products and the cache write, attention reading only
+the filled positions); elsewhere the same arithmetic runs as torch ops, the q and k norms and
+rotary applied to all heads at once and attention in one ``scaled_dot_product_attention`` call.
+Layers of another shape (the MoE model's experts) step through the model's own layers instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import weakref
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from framewise.core.decoding.attention import causal_mask, decoder_attention, prefill_mask
+from framewise.core.decoding.defs import PromptPositions, VisionRows
+from framewise.core.decoding.kv_cache import StaticKVCache
+from framewise.core.encoding.defs import PieceGrid
+
+
+@dataclass(frozen=True)
+class _DenseLayer:
+    """One dense decoder layer's weights laid out for a one-token step.
+
+    ``qkv`` ((heads + 2 kv_heads) * head_dim, hidden) and ``gate_up`` (2 intermediate, hidden)
+    are the q/k/v and gate/up projections stacked; the layer's own parameters are views into
+    them, so the layout costs no memory. ``qk_norm`` (heads + kv_heads, head_dim) repeats the
+    q norm's weight per query head, then the k norm's per key/value head; ``qk_norms``
+    (2, head_dim) holds the two once.
+    """
+
+    input_norm: torch.Tensor
+    qkv: torch.Tensor
+    qk_norm: torch.Tensor
+    qk_norms: torch.Tensor
+    o: torch.Tensor
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+    eps: float
+    scaling: float
+
+
+# Stacked weights by the first projection they hold, with that projection's data pointer then:
+# a model whose parameters were moved since gets stacked anew.
+_STACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class Qwen3VLLanguageModel:
+    """The language half of a ``Qwen3VLForConditionalGeneration`` (or its MoE sibling), as the
+    decoder's :class:`~framewise.core.decoding.defs.LanguageModel`. Rotary positions have three
+    axes (temporal, height, width).
+
+    ``fused_steps`` (default) lays dense layers out for few-kernel decode steps; ``False`` steps
+    through the model's own layers (the reference the fused step is tested against).
+    ``step_kernels`` runs fused steps through the Triton kernels; by default they are used where
+    they can run (:func:`step_kernels_unavailable`).
+    """
+
+    def __init__(self, model: torch.nn.Module, fused_steps: bool = True, step_kernels: bool | None = None) -> None:
+        self.model = model
+        self.text = model.model.language_model
+        self.config = model.config.text_config
+        parameter = next(self.text.parameters())
+        self.device = parameter.device
+        self.dtype = parameter.dtype
+        layer_parameters = inspect.signature(self.text.layers[0].forward).parameters
+        # transformers renamed the layers' cache argument after 5.17.
+        self._cache_keyword = "cache" if "cache" in layer_parameters else "past_key_values"
+        self._dense = _dense_layers(self.text, self.config) if fused_steps else None
+        self._kernels = None
+        if self._dense is not None and step_kernels is not False:
+            unavailable = step_kernels_unavailable(self.device, self.config)
+            if unavailable and step_kernels:
+                raise ValueError(f"the decode step kernels cannot run here: {unavailable}")
+            if not unavailable:
+                from framewise.core.families.qwen3_vl import step_kernels as kernels
+
+                self._kernels = kernels
+
+    @property
+    def fused_steps(self) -> bool:
+        """Whether decode steps run the few-kernel layout (dense layers) or the model's own layers."""
+        return self._dense is not None
+
+    @property
+    def step_kernels(self) -> bool:
+        """Whether decode steps run through the Triton kernels."""
+        return self._kernels is not None
+
+    def disable_step_kernels(self) -> None:
+        """Run later decode steps as torch ops (after the kernels failed to compile or capture)."""
+        self._kernels = None
+
+    @property
+    def step_description(self) -> str:
+        """How a decode step runs, in a few words."""
+        if self._kernels is not None:
+            return "Triton kernels, 7 launches a layer"
+        return "few-kernel torch ops" if self._dense is not None else "the model's own layers"
+
+    # ------------------------------------------------------------------ sizes
+
+    @property
+    def layers(self) -> int:
+        return len(self.text.layers)
+
+    @property
+    def kv_heads(self) -> int:
+        return self.config.num_key_value_heads
+
+    @property
+    def head_dim(self) -> int:
+        return getattr(self.config, "head_dim", None) or self.config.hidden_size // self.config.num_attention_heads
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def max_positions(self) -> int:
+        return self.config.max_position_embeddings
+
+    @property
+    def rope_axes(self) -> int:
+        return 3  # temporal, height, width
+
+    # ------------------------------------------------------------------ positions
+
+    def positions(
+        self, input_ids: torch.Tensor, token_types: torch.Tensor, grids: tuple[PieceGrid, ...]
+    ) -> PromptPositions:
+        """Rotary positions of the prompt ``input_ids`` (1, n) with ``token_types`` (1, n) (0 text,
+        1 image, 2 video) about items of ``grids``, as ``generate()`` computes them; a prompt
+        without items counts 0, 1, 2, ..."""
+        length = input_ids.shape[1]
+        if not grids:
+            return PromptPositions(rope=torch.arange(length).expand(3, length), rope_offset=0)
+
+        def grids_of(modality: str) -> torch.Tensor | None:
+            chosen = [grid for kind, grid in grids if kind == modality]
+            return torch.tensor(chosen) if chosen else None
+
+        rope, deltas = self.model.model.get_rope_index(
+            input_ids,
+            mm_token_type_ids=token_types,
+            image_grid_thw=grids_of("image"),
+            video_grid_thw=grids_of("video"),
+            attention_mask=torch.ones_like(input_ids),
+        )
+        return PromptPositions(rope=rope[:, 0], rope_offset=int(deltas.reshape(-1)[0]))
+
+    # ------------------------------------------------------------------ passes
+
+    def prefill(
+        self, cache: StaticKVCache, start: int, input_ids: torch.Tensor, rope: torch.Tensor, vision: VisionRows | None
+    ) -> torch.Tensor:
+        """Run the prompt tail ``input_ids`` (1, n), whose first token goes to cache position
+        ``start``, at rotary positions ``rope`` (3, n), and return the last token's logits
+        (1, vocab) float32. ``vision`` features replace the embeddings of the tokens it marks."""
+        count = input_ids.shape[1]
+        device = self.device
+        input_ids = input_ids.to(device)
+        embeds = self.text.embed_tokens(input_ids)
+        vision_mask: torch.Tensor | None = None
+        deepstack: list[torch.Tensor] = []
+        if vision is not None:
+            vision_mask = vision.mask.to(device)
+            embeds = embeds.masked_scatter(vision_mask[..., None], vision.embeds.to(device, embeds.dtype))
+            deepstack = [layer.to(device) for layer in vision.deepstack]
+        cache.write_positions = torch.arange(start, start + count, device=device)
+        cache.view_length = start + count
+        mask = prefill_mask(start, count, device, embeds.dtype)
+        hidden = self._layers(embeds, rope.to(device)[:, None, :], cache, mask, vision_mask, deepstack)
+        return self.model.lm_head(hidden[:, -1, :]).float()
+
+    def text_prefill(
+        self,
+        cache: StaticKVCache,
+        input_ids: torch.Tensor,
+        cache_positions: torch.Tensor,
+        rope: torch.Tensor,
+        last: torch.Tensor,
+    ) -> torch.Tensor:
+        """A prefill of text tokens, graph-safe: ``input_ids`` (1, n) at ``cache_positions`` (n,)
+        with rotary positions ``rope`` (3, n), all on the device; attends over
+        ``cache.view_length`` positions. Returns the logits (1, vocab) float32 of the token at
+        index ``last`` (1,) of the n."""
+        embeds = self.text.embed_tokens(input_ids)
+        cache.write_positions = cache_positions
+        mask = causal_mask(cache.view_length, cache_positions, embeds.dtype)
+        hidden = self._layers(embeds, rope[:, None, :], cache, mask, None, [])
+        return self.model.lm_head(hidden[0].index_select(0, last)).float()
+
+    def step(self, cache: StaticKVCache, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor):
+        """One decode step, graph-safe: ``token`` (1, 1) int64 at ``cache_position`` (1,) with
+        rotary position ``rope_position`` (1,) on every axis. Reads ``cache.view_length`` positions;
+        returns logits (1, vocab) float32."""
+        if self._kernels is not None:
+            return self._kernel_step(cache, token, cache_position, rope_position)
+        embeds = self.text.embed_tokens(token)
+        rope = rope_position.view(1, 1, 1).expand(3, 1, 1)
+        cache.write_positions = cache_position
+        mask = causal_mask(cache.view_length, cache_position, embeds.dtype)
+        if self._dense is None:
+            hidden = self._layers(embeds, rope, cache, mask, None, [])[:, -1, :]
+        else:
+            hidden = self._dense_step(embeds.view(1, -1), self.text.rotary_emb(embeds, rope), cache, mask)
+        return self.model.lm_head(hidden).float()
+
+    def _kernel_step(
+        self, cache: StaticKVCache, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor
+    ) -> torch.Tensor:
+        """:meth:`step` through the Triton kernels: seven launches a layer, none reading more of the
+        cache than ``cache_position`` has filled. Logits (1, vocab) float32."""
+        kernels, rotary = self._kernels, self.text.rotary_emb
+        heads = self.config.num_attention_heads
+        hidden = self.text.embed_tokens(token).view(-1)
+        for index, layer in enumerate(self._dense):
+            keys, values = cache.keys[index], cache.values[index]
+            qkv = kernels.rms_norm_linear(hidden, layer.input_norm, layer.qkv, layer.eps)
+            query = kernels.qk_norm_rope_cache(
+                qkv, layer.qk_norms, rotary.inv_freq, rotary.attention_scaling,
+                rope_position, cache_position, keys, values, heads, layer.eps,
+            )
+            attended = kernels.decode_attention(query, keys, values, cache_position, cache.view_length, layer.scaling)
+            hidden = kernels.linear_residual(attended, layer.o, hidden)
+            gate_up = kernels.rms_norm_linear(hidden, layer.post_norm, layer.gate_up, layer.eps)
+            hidden = kernels.linear_residual(gate_up, layer.down, hidden, silu_mul=True)
+        norm = self.text.norm
+        logits = kernels.rms_norm_linear(
+            hidden, norm.weight, self.model.lm_head.weight, norm.variance_epsilon, out_dtype=torch.float32
+        )
+        return logits.view(1, -1)
+
+    def _dense_step(
+        self,
+        hidden: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        cache: StaticKVCache,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """The decoder stack for one token ``hidden`` (1, hidden) through :class:`_DenseLayer`s as
+        torch ops, the same arithmetic as the model's layers; returns the normed hidden state (1, hidden)."""
+        assert self._dense is not None
+        heads, kv_heads, head_dim = self.config.num_attention_heads, self.kv_heads, self.head_dim
+        half = head_dim // 2
+        cos, sin = (part.reshape(1, head_dim) for part in position_embeddings)
+        # rotate_half(x) * sin == roll(x, half) * sin with its first half negated
+        sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+        size = self.config.hidden_size
+        for index, layer in enumerate(self._dense):
+            normed = F.rms_norm(hidden, (size,), layer.input_norm, layer.eps)
+            qkv = F.linear(normed, layer.qkv)
+            qk = qkv[:, : (heads + kv_heads) * head_dim].view(heads + kv_heads, head_dim)
+            qk = F.rms_norm(qk, (head_dim,), None, layer.eps) * layer.qk_norm
+            qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), sin_signed)
+            key = qk[heads:].view(1, kv_heads, 1, head_dim)
+            value = qkv[:, (heads + kv_heads) * head_dim :].view(1, kv_heads, 1, head_dim)
+            keys, values = cache.update(key, value, index)
+            # The query heads of one key/value head attend as that head's queries: no copies.
+            query = qk[:heads].view(1, kv_heads, heads // kv_heads, head_dim)
+            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=layer.scaling)
+            hidden = hidden + F.linear(attended.reshape(1, heads * head_dim), layer.o)
+            normed = F.rms_norm(hidden, (size,), layer.post_norm, layer.eps)
+            gate, up = F.linear(normed, layer.gate_up).chunk(2, dim=-1)
+            hidden = hidden + F.linear(F.silu(gate) * up, layer.down)
+        norm = self.text.norm
+        return F.rms_norm(hidden, (size,), norm.weight, norm.variance_epsilon)
+
+    def _layers(
+        self,
+        embeds: torch.Tensor,
+        rope: torch.Tensor,
+        cache: StaticKVCache,
+        mask: torch.Tensor | None,
+        vision_mask: torch.Tensor | None,
+        deepstack: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """The decoder stack on ``embeds`` (1, n, hidden) at rotary positions ``rope`` (3, 1, n);
+        deepstack features are added at the ``vision_mask`` (1, n) positions after the first layers, as
+        ``Qwen3VLTextModel.forward`` does. Returns the normed hidden states (1, n, hidden)."""
+        position_embeddings = self.text.rotary_emb(embeds, rope)
+        hidden = embeds
+        with decoder_attention(self.config):
+            for index, layer in enumerate(self.text.layers):
+                hidden = layer(
+                    hidden,
+                    attention_mask=mask,
+                    position_embeddings=position_embeddings,
+                    **{self._cache_keyword: cache},
+                )
+                if index < len(deepstack):
+                    hidden = self.text._deepstack_process(hidden, vision_mask, deepstack[index])
+        return self.text.norm(hidden)
+
+
+def _dense_layers(text: torch.nn.Module, config) -> list[_DenseLayer] | None:
+    """The layers of ``text`` laid out for fused steps, or ``None`` when a layer is not the dense
+    Qwen3-VL layer (no bias, SiLU gated MLP)."""
+    if config.hidden_act != "silu" or getattr(config, "attention_bias", False):
+        return None
+    layers = []
+    for layer in text.layers:
+        attention, mlp = layer.self_attn, layer.mlp
+        if not all(hasattr(mlp, name) for name in ("gate_proj", "up_proj", "down_proj")):
+            return None
+        heads = attention.q_proj.out_features // attention.head_dim
+        kv_heads = attention.k_proj.out_features // attention.head_dim
+        q_norm, k_norm = attention.q_norm.weight.detach(), attention.k_norm.weight.detach()
+        qk_norm = torch.cat((q_norm.expand(heads, -1), k_norm.expand(kv_heads, -1)))
+        layers.append(
+            _DenseLayer(
+                input_norm=layer.input_layernorm.weight.detach(),
+                qkv=_stacked(attention.q_proj, attention.k_proj, attention.v_proj),
+                qk_norm=qk_norm,
+                qk_norms=torch.stack((q_norm, k_norm)),
+                o=attention.o_proj.weight.detach(),
+                post_norm=layer.post_attention_layernorm.weight.detach(),
+                gate_up=_stacked(mlp.gate_proj, mlp.up_proj),
+                down=mlp.down_proj.weight.detach(),
+                eps=layer.input_layernorm.variance_epsilon,
+                scaling=attention.scaling,
+            )
+        )
+    return layers
+
+
+def step_kernels_unavailable(device: torch.device, config) -> str:
+    """Why the Triton decode-step kernels cannot run for a text model of ``config`` on ``device``
+    ("" when they can)."""
+    if device.type != "cuda":
+        return "they need a CUDA device"
+    if importlib.util.find_spec("triton") is None:
+        return "Triton is not installed"
+    rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    if rope_type != "default":
+        return f"they compute plain rotary angles, not {rope_type!r} ones"
+    return ""
+
+
+def _stacked(*linears: torch.nn.Linear) -> torch.Tensor:
+    """The weights of ``linears`` stacked by rows; their parameters become views into it, once."""
+    first = linears[0]
+    known = _STACKED.get(first)
+    if known is not None and known[1] == first.weight.data_ptr():
+        return known[0]
+    with torch.no_grad():
+        stacked = torch.cat([linear.weight for linear in linears])
+        row = 0
+        for linear in linears:
+            rows = linear.weight.shape[0]
+            linear.weight = torch.nn.Parameter(stacked[row : row + rows], requires_grad=linear.weight.requires_grad)
+            row += rows
+    _STACKED[first] = (stacked, first.weight.data_ptr())
+    return stacked

@@ -1,0 +1,189 @@
+"""How much device memory a model will take, estimated from its config before anything is loaded.
+
+Four parts, in bytes: the weights, the KV cache, the encoder graphs and the decode graphs.
+
+- Weights are counted exactly from the shapes. In FP8 the language model's linear layers take
+  one byte a weight plus float32 scales; the vision tower, embeddings, norms and the output head
+  stay in bf16.
+- The KV cache is :meth:`~framewise.core.decoding.kv_cache.StaticKVCache.bytes_needed` for the
+  context (keys and values stay in the activations' dtype in FP8 too).
+- The encoder graphs hold, per token budget, their static inputs (patches, interpolation taps,
+  rotary positions) and outputs (merged tokens and deepstack features), and share one pool whose
+  size is set by the largest budget's live activations inside one vision block: the residual,
+  the normed input, q/k/v, the attention output and the MLP's hidden rows before and after GELU.
+- The decode graphs hold the float32 logits and share a pool set by the largest follow-up
+  prefill bucket's activations in one decoder layer (hidden, q/k/v, gate/up, their product).
+
+The graph parts are a model of what the captures allocate, not a measurement; they are to be
+checked against ``torch.cuda.max_memory_reserved()`` on the GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from framewise.core.decoding.kv_cache import StaticKVCache
+from framewise.core.quantization.formats import BLOCK_SIZE
+
+WeightDtype = Literal["float32", "bfloat16", "float16", "fp8"]
+# Bytes of each element of the tensors that stay in floating point.
+_ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 2}
+_SCALE_BYTES = 4
+# The follow-up prefill's largest token bucket (framewise.core.decoding.prefill_graphs.TOKEN_BUCKETS).
+PREFILL_TOKENS = 256
+
+
+@dataclass(frozen=True)
+class DecoderShape:
+    """A dense decoder's sizes (the keys of a transformers text config).
+
+    Each layer has q/k/v/o projections, per-head q and k norms, a gated MLP (gate, up, down) and
+    two norms; one final norm; an output head unless it is tied to the input embedding.
+    """
+
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied_embeddings: bool
+
+    @classmethod
+    def from_config(cls, text: Mapping[str, Any], tied_embeddings: bool) -> DecoderShape:
+        return cls(
+            hidden=text["hidden_size"], intermediate=text["intermediate_size"], layers=text["num_hidden_layers"],
+            heads=text["num_attention_heads"], kv_heads=text["num_key_value_heads"],
+            head_dim=text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"],
+            vocab=text["vocab_size"], tied_embeddings=tied_embeddings,
+        )
+
+    def linear_shapes(self) -> list[tuple[int, int]]:
+        """(N, K) of every linear layer of one decoder layer: q, k, v, o, gate, up, down."""
+        query, key_value = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return [
+            (query, self.hidden), (key_value, self.hidden), (key_value, self.hidden), (self.hidden, query),
+            (self.intermediate, self.hidden), (self.intermediate, self.hidden), (self.hidden, self.intermediate),
+        ]
+
+    def other_parameters(self) -> int:
+        """Parameters outside the layers' linear projections: embeddings, norms, the head."""
+        per_layer_norms = 2 * self.hidden + 2 * self.head_dim
+        heads = 1 if self.tied_embeddings else 2
+        return heads * self.vocab * self.hidden + self.layers * per_layer_norms + self.hidden
+
+
+@dataclass(frozen=True)
+class EncoderShape:
+    """A vision tower's sizes: ``depth`` pre-norm blocks (layer norms with bias, fused qkv with
+    bias, GELU MLP), a patch embedding of ``patch_elements`` inputs a patch, a learned position
+    table, and ``1 + deepstack_layers`` mergers from 2x2 patches to ``out_hidden`` (the first
+    normalises before merging, the deepstack ones after)."""
+
+    hidden: int
+    intermediate: int
+    depth: int
+    out_hidden: int
+    patch_elements: int
+    positions: int
+    deepstack_layers: int
+    merge_area: int
+
+    @classmethod
+    def from_config(cls, vision: Mapping[str, Any]) -> EncoderShape:
+        patch = vision["patch_size"]
+        return cls(
+            hidden=vision["hidden_size"], intermediate=vision["intermediate_size"], depth=vision["depth"],
+            out_hidden=vision["out_hidden_size"],
+            patch_elements=vision.get("in_channels", 3) * vision.get("temporal_patch_size", 2) * patch * patch,
+            positions=vision["num_position_embeddings"], deepstack_layers=len(vision.get("deepstack_visual_indexes", ())),
+            merge_area=vision.get("spatial_merge_size", 2) ** 2,
+        )
+
+    def parameters(self) -> int:
+        hidden, intermediate = self.hidden, self.intermediate
+        block = 4 * hidden + (3 * hidden * hidden + 3 * hidden) + (hidden * hidden + hidden) + (
+            2 * intermediate * hidden + intermediate + hidden
+        )
+        merged = self.merge_area * hidden
+        merger_linears = merged * merged + merged + self.out_hidden * merged + self.out_hidden
+        mergers = (2 * hidden + merger_linears) + self.deepstack_layers * (2 * merged + merger_linears)
+        embeddings = hidden * self.patch_elements + hidden + self.positions * hidden
+        return embeddings + self.depth * block + mergers
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes each part of a loaded model takes on the device."""
+
+    weights: int
+    kv_cache: int
+    encoder_graphs: int
+    decode_graphs: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.encoder_graphs + self.decode_graphs
+
+
+def weight_bytes(decoder: DecoderShape, encoder: EncoderShape, dtype: WeightDtype,
+                 scheme: Literal["block", "channel"] = "channel") -> int:
+    """Bytes of every weight; in ``fp8`` the decoder's linear layers are e4m3 with ``scheme`` scales."""
+    element = _ELEMENT_BYTES[dtype]
+    linears = decoder.layers * sum(_linear_bytes(shape, dtype, scheme) for shape in decoder.linear_shapes())
+    return linears + element * (decoder.other_parameters() + encoder.parameters())
+
+
+def _linear_bytes(shape: tuple[int, int], dtype: WeightDtype, scheme: Literal["block", "channel"]) -> int:
+    rows, columns = shape
+    if dtype != "fp8":
+        return rows * columns * _ELEMENT_BYTES[dtype]
+    scales = rows if scheme == "channel" else math.ceil(rows / BLOCK_SIZE) * math.ceil(columns / BLOCK_SIZE)
+    return rows * columns + scales * _SCALE_BYTES
+
+
+def encoder_graph_bytes(encoder: EncoderShape, budgets: Sequence[int], element: int) -> int:
+    """Static buffers of a graph per budget, and the pool the largest budget's block needs."""
+    if not budgets:
+        return 0
+    # patches; interpolation taps (4 int64 indices, 4 float32 weights); rotary positions (2 int64)
+    inputs_per_row = encoder.patch_elements * element + 4 * 8 + 4 * 4 + 2 * 8
+    outputs_per_merged_row = (1 + encoder.deepstack_layers) * encoder.out_hidden * element
+    buffers = sum(budget * inputs_per_row + budget // encoder.merge_area * outputs_per_merged_row for budget in budgets)
+    live_per_row = (2 * encoder.hidden + 3 * encoder.hidden + encoder.hidden + 2 * encoder.intermediate) * element
+    return buffers + max(budgets) * live_per_row
+
+
+def decode_graph_bytes(decoder: DecoderShape, element: int) -> int:
+    """The float32 logits, and the pool a follow-up prefill bucket's decoder layer needs."""
+    query_key_value = (decoder.heads + 2 * decoder.kv_heads) * decoder.head_dim
+    live_per_token = (2 * decoder.hidden + query_key_value + 3 * decoder.intermediate) * element
+    return decoder.vocab * 4 + PREFILL_TOKENS * live_per_token
+
+
+def estimate_memory(
+    config: Mapping[str, Any],
+    dtype: WeightDtype,
+    context_tokens: int,
+    encoder_budgets: Sequence[int],
+    scheme: Literal["block", "channel"] = "channel",
+) -> MemoryEstimate:
+    """The device memory a model with this config.json (a dict with ``text_config`` and
+    ``vision_config``) takes in ``dtype``, with a KV cache of ``context_tokens`` positions and
+    encoder graphs for ``encoder_budgets`` (patch rows each; none when graphs are off)."""
+    decoder = DecoderShape.from_config(config["text_config"], bool(config.get("tie_word_embeddings", False)))
+    encoder = EncoderShape.from_config(config["vision_config"])
+    element = _ELEMENT_BYTES[dtype]
+    activation_dtype = {"float32": torch.float32, "float16": torch.float16}.get(dtype, torch.bfloat16)
+    return MemoryEstimate(
+        weights=weight_bytes(decoder, encoder, dtype, scheme),
+        kv_cache=StaticKVCache.bytes_needed(decoder.layers, decoder.kv_heads, decoder.head_dim, context_tokens, activation_dtype),
+        encoder_graphs=encoder_graph_bytes(encoder, encoder_budgets, element),
+        decode_graphs=decode_graph_bytes(decoder, element),
+    )

@@ -1,0 +1,231 @@
+"""Qwen3-VL's prompt: the chat layout, the vision placeholder tokens and their expansion.
+
+:func:`build_chat_inputs` renders the tokenizer's chat template, expands its placeholders (per
+frame pair of a clip one ``<t.t seconds>`` marker and one vision block, per image one block of
+image pads), tokenizes, and records where each item's features go (:class:`VisionSpan`) and what
+kind every token is (``mm_token_type_ids``: 0 text, 1 image pad, 2 video pad). It follows
+transformers' ``Qwen3VLProcessor``; ``tests/core/families/qwen3_vl/test_processing_parity.py``
+checks it against it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from framewise.core.encoding.defs import PieceGrid, VisionItem
+from framewise.core.errors import FramewiseError, ModelLoadError
+from framewise.core.families.base import VisionSpan
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.processor import VideoInputs
+
+VISION_START = "<|vision_start|>"
+VISION_END = "<|vision_end|>"
+IMAGE_PAD = "<|image_pad|>"
+VIDEO_PAD = "<|video_pad|>"
+
+# Values of mm_token_type_ids.
+TEXT_TOKEN, IMAGE_TOKEN, VIDEO_TOKEN = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class ChatInputs:
+    """Token inputs of the language model, tensors shaped (1, L).
+
+    ``mm_token_type_ids`` marks each token: 0 text, 1 image pad, 2 video pad. ``spans`` place the
+    items' features (items numbered clips first, then images; a clip has one span per frame pair);
+    ``grids`` give every item's ``(modality, grid_thw)`` in that order. ``prompt_text`` is the text
+    that was tokenized, placeholders expanded.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    mm_token_type_ids: torch.Tensor
+    spans: tuple[VisionSpan, ...]
+    grids: tuple[PieceGrid, ...]
+    prompt_text: str
+
+    @property
+    def token_types(self) -> torch.Tensor:
+        """The per-token kinds the language model takes (``mm_token_type_ids``)."""
+        return self.mm_token_type_ids
+
+    @property
+    def text(self) -> str:
+        return self.prompt_text
+
+
+def chat_messages(
+    question: str, *, videos: int = 0, images: int = 0, history: Sequence[tuple[str, str]] = ()
+) -> list[dict[str, Any]]:
+    """Chat messages in the transformers format: the visual content (``videos`` clips first, then
+    ``images`` images) opens the first user turn, earlier (question, answer) turns follow in order,
+    and ``question`` is the last user turn."""
+    visuals: list[dict[str, Any]] = [{"type": "video"} for _ in range(videos)]
+    visuals += [{"type": "image"} for _ in range(images)]
+    turns = [*history, (question, None)]
+    messages: list[dict[str, Any]] = []
+    for index, (asked, answer) in enumerate(turns):
+        if index == 0:
+            messages.append({"role": "user", "content": [*visuals, {"type": "text", "text": asked}]})
+        else:
+            messages.append({"role": "user", "content": asked})
+        if answer is not None:
+            messages.append({"role": "assistant", "content": answer})
+    return messages
+
+
+def build_chat_inputs(
+    tokenizer: Any,
+    question: str,
+    *,
+    videos: Sequence[VideoInputs] = (),
+    images: Sequence[VisionItem] = (),
+    history: Sequence[tuple[str, str]] = (),
+    geometry: VisionGeometry = VisionGeometry(),
+) -> ChatInputs:
+    """Token inputs for asking ``question`` about ``videos`` and/or ``images``.
+
+    The prompt comes from the tokenizer's chat template (:func:`chat_messages` lays out the
+    turns). Then, as transformers' Qwen3VLProcessor does, each of the template's video pads
+    becomes, per frame pair, ``<t.t seconds>`` + vision start + video pad x (h*w/merge^2) + vision
+    end (the template's own vision start/end stay around the whole), and each image pad becomes
+    (h*w/merge^2) image pads. Special-token ids are looked up in the tokenizer.
+
+    Raises FramewiseError when a question or answer contains one of the reserved vision
+    markers, and ModelLoadError when the tokenizer or its chat template lacks them.
+    """
+    tokens = _VisionTokens.of(tokenizer)
+    for text in (question, *(part for turn in history for part in turn)):
+        for marker in tokens.reserved:
+            if marker in text:
+                raise FramewiseError(f"The text contains the reserved marker {marker}; remove it and ask again.")
+
+    messages = chat_messages(question, videos=len(videos), images=len(images), history=history)
+    template_text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    prompt_text = _expand_placeholders(template_text, tokens, videos, images, geometry.merge_area)
+
+    ids = torch.tensor([tokenizer.encode(prompt_text, add_special_tokens=False)], dtype=torch.long)
+    token_types = torch.full_like(ids, TEXT_TOKEN)
+    token_types[ids == tokens.image_pad_id] = IMAGE_TOKEN
+    token_types[ids == tokens.video_pad_id] = VIDEO_TOKEN
+    grids = (*(("video", video.item.grid_thw) for video in videos), *(("image", item.grid_thw) for item in images))
+    spans = vision_spans(token_types, grids, geometry.merge_area)
+    if spans is None:
+        raise ModelLoadError(
+            f"The tokenizer splits the vision pad tokens ({tokens.image_pad}, {tokens.video_pad}); "
+            "use the tokenizer that came with the model."
+        )
+    return ChatInputs(
+        input_ids=ids,
+        attention_mask=torch.ones_like(ids),
+        mm_token_type_ids=token_types,
+        spans=spans,
+        grids=grids,
+        prompt_text=prompt_text,
+    )
+
+
+def vision_spans(
+    token_types: torch.Tensor, grids: Sequence[PieceGrid], merge_area: int
+) -> tuple[VisionSpan, ...] | None:
+    """Where the features of items of ``grids`` ((modality, grid_thw) each, in item order) go in
+    a prompt of ``token_types`` (1, L): one span per run of that modality's pads, a clip's frame
+    pairs and the images each in order. ``None`` when the runs do not match the grids (a
+    tokenizer that does not keep every pad a token of its own)."""
+    spans: list[VisionSpan] = []
+    for modality, token_type in (("video", VIDEO_TOKEN), ("image", IMAGE_TOKEN)):
+        runs = _runs(token_types[0] == token_type)
+        slices = [
+            (item, index, h * w // merge_area)
+            for item, (kind, (t, h, w)) in enumerate(grids) if kind == modality for index in range(t)
+        ]
+        if len(runs) != len(slices) or any(length != tokens for (_, length), (*_, tokens) in zip(runs, slices)):
+            return None
+        spans += [
+            VisionSpan(item, start, length, row=index * length)
+            for (start, length), (item, index, _) in zip(runs, slices)
+        ]
+    return tuple(sorted(spans, key=lambda span: span.start))
+
+
+def _runs(mask: torch.Tensor) -> list[tuple[int, int]]:
+    """(start, length) of every run of True in the 1-D ``mask``, in order."""
+    padded = torch.cat([torch.zeros(1, dtype=torch.int8), mask.to(torch.int8), torch.zeros(1, dtype=torch.int8)])
+    edges = torch.diff(padded)
+    starts = (edges == 1).nonzero().flatten().tolist()
+    ends = (edges == -1).nonzero().flatten().tolist()
+    return [(start, end - start) for start, end in zip(starts, ends)]
+
+
+@dataclass(frozen=True)
+class _VisionTokens:
+    """The tokenizer's vision marker tokens and the ids of its two pad tokens."""
+
+    vision_start: str
+    vision_end: str
+    image_pad: str
+    video_pad: str
+    image_pad_id: int
+    video_pad_id: int
+
+    @property
+    def reserved(self) -> tuple[str, ...]:
+        return (self.vision_start, self.vision_end, self.image_pad, self.video_pad)
+
+    @classmethod
+    def of(cls, tokenizer: Any) -> _VisionTokens:
+        # A tokenizer may name its own vision tokens; transformers reads the same attributes.
+        names = [
+            getattr(tokenizer, attribute, None) or default
+            for attribute, default in (
+                ("vision_start_token", VISION_START),
+                ("vision_end_token", VISION_END),
+                ("image_token", IMAGE_PAD),
+                ("video_token", VIDEO_PAD),
+            )
+        ]
+        ids = []
+        for token in names:
+            token_id = tokenizer.convert_tokens_to_ids(token)
+            if token_id is None or token_id == tokenizer.unk_token_id:
+                raise ModelLoadError(
+                    f"The tokenizer has no {token} token, so it cannot take pictures or clips; "
+                    "use a Qwen3-VL checkpoint's tokenizer."
+                )
+            ids.append(token_id)
+        return cls(*names, image_pad_id=ids[2], video_pad_id=ids[3])
+
+
+def _expand_placeholders(
+    text: str, tokens: _VisionTokens, videos: Sequence[VideoInputs], images: Sequence[VisionItem], merge_area: int
+) -> str:
+    found_videos = text.count(tokens.video_pad)
+    found_images = text.count(tokens.image_pad)
+    if found_videos != len(videos) or found_images != len(images):
+        raise ModelLoadError(
+            f"The chat template placed {found_videos} clip(s) and {found_images} image(s) where "
+            f"{len(videos)} and {len(images)} were given; use a Qwen3-VL chat template."
+        )
+    image_blocks = iter(tokens.image_pad * (item.patches // merge_area) for item in images)
+    video_blocks = iter(_video_blocks(tokens, video, merge_area) for video in videos)
+
+    def expand(match: re.Match[str]) -> str:
+        return next(image_blocks if match.group() == tokens.image_pad else video_blocks)
+
+    pattern = "|".join(re.escape(token) for token in (tokens.video_pad, tokens.image_pad))
+    return re.sub(pattern, expand, text)
+
+
+def _video_blocks(tokens: _VisionTokens, video: VideoInputs, merge_area: int) -> str:
+    t, h, w = video.item.grid_thw
+    if len(video.pair_timestamps) != t:
+        raise ValueError(f"{len(video.pair_timestamps)} pair timestamps for {t} frame pairs")
+    pads = tokens.video_pad * (h * w // merge_area)
+    return "".join(
+        f"<{seconds:.1f} seconds>{tokens.vision_start}{pads}{tokens.vision_end}" for seconds in video.pair_timestamps
+    )

@@ -1,0 +1,404 @@
+"""Loading checkpoints: the bundled demo model, a local folder, or a cached repo id.
+
+The checks here are generic (config, weight files, dtypes, tokenizer, chat template); the model
+family the checkpoint's ``model_type`` names (:func:`~framewise.core.families.family_for`) loads
+its own classes. Nothing here touches the network: a repo id is looked up in the local Hugging
+Face cache only. Only safetensors weights and the classes shipped with transformers are used (no
+remote code). A folder that is missing, incomplete or of another architecture gives a
+:class:`~framewise.core.errors.ModelLoadError` that says what is wrong and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import torch
+from jinja2 import TemplateError
+from safetensors import SafetensorError, safe_open
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers.utils import logging as transformers_logging
+
+from framewise.core.decoding.defs import LanguageModel
+from framewise.core.encoding.defs import SupportsEncoderGraphs
+from framewise.core.errors import ModelLoadError, SettingsError, UnsupportedModelError
+from framewise.core.events import Progress
+from framewise.core.families import FamilyLimits, ModelFamily, family_for
+from framewise.core.resources import asset_path
+from framewise.core.settings import DEMO_MODEL, ModelSettings
+
+DEMO_MODEL_DIR = asset_path("demo_model")
+MODEL_INFO_FILE = "framewise.json"
+FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
+PICKLE_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+LOAD_STEPS = 4
+
+ProgressCallback = Callable[[Progress], None]
+
+
+class FamilyAdapter(SupportsEncoderGraphs, Protocol):
+    """A loaded model's side of the encoder seam, which also gives the decoder its language model."""
+
+    def language_model(self) -> LanguageModel: ...
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A model ready to answer: weights on ``device`` in ``dtype``, in eval mode.
+
+    ``label`` is shown next to the model's answers when set: it comes from the folder's
+    ``framewise.json`` (the demo model's says its weights are random). ``family`` is the model
+    family that loaded it (preprocessing, prompt, cancel points); ``adapter`` the family's side of
+    the encoder seam (graphs, eager forward, feature injection, the decoder's language model);
+    ``limits`` this checkpoint's vision limits; ``path`` the checkpoint folder.
+    """
+
+    model: torch.nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    name: str
+    is_demo: bool
+    label: str | None
+    device: torch.device
+    dtype: torch.dtype
+    family: ModelFamily
+    adapter: FamilyAdapter
+    limits: FamilyLimits
+    path: Path
+
+
+def load_model(settings: ModelSettings, progress: ProgressCallback | None = None) -> LoadedModel:
+    """Load the checkpoint ``settings.source`` names onto the chosen device and dtype.
+
+    Emits ``Progress(stage="load")`` before each step (config, weights, tokenizer, device) and
+    once when done. Raises ModelLoadError for a source that cannot be loaded, SettingsError for
+    a device or dtype this machine lacks.
+    """
+    report = progress or (lambda event: None)
+    device = pick_device(settings.device)
+    dtype = pick_dtype(settings.dtype, device)
+    name = _display_name(settings.source)
+
+    report(Progress("load", 0, LOAD_STEPS, f"Reading the configuration of {name}"))
+    path = resolve_model_source(settings.source)
+    model_type = check_checkpoint(path)
+    family = family_for(model_type)
+    label = read_model_info(path).get("label")
+
+    report(Progress("load", 1, LOAD_STEPS, f"Loading the weights of {name}"))
+    model = _load_weights(family, path, model_type, dtype)
+
+    report(Progress("load", 2, LOAD_STEPS, "Loading the tokenizer"))
+    tokenizer = _load_tokenizer(path)
+    check_chat_template(tokenizer, path, family)
+
+    report(Progress("load", 3, LOAD_STEPS, f"Moving the model to {device.type}"))
+    try:
+        model = model.to(device).eval()
+    except torch.OutOfMemoryError as error:
+        raise ModelLoadError(
+            f"{name} does not fit in the memory of {device}; choose a smaller model, the CPU, or a smaller dtype."
+        ) from error
+
+    adapter = family.adapter(model)
+    report(Progress("load", LOAD_STEPS, LOAD_STEPS, f"Loaded {name}"))
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        name=name,
+        is_demo=path == DEMO_MODEL_DIR,
+        label=label,
+        device=device,
+        dtype=dtype,
+        family=family,
+        adapter=adapter,
+        limits=family.limits_of(model),
+        path=path,
+    )
+
+
+def resolve_model_source(source: str) -> Path:
+    """The folder a model source points to.
+
+    ``"demo"`` is the bundled demo model; an existing folder is itself; anything else is a
+    Hugging Face repo id looked up in the local cache (``HF_HUB_CACHE`` / ``HF_HOME``, read now),
+    never downloaded. Raises ModelLoadError when there is no such folder or cached repo.
+    """
+    source = source.strip()
+    if source == DEMO_MODEL:
+        if not DEMO_MODEL_DIR.is_dir():
+            raise ModelLoadError(
+                f"The bundled demo model is missing from {DEMO_MODEL_DIR}; reinstall Framewise "
+                "(in a clone of the repository: git checkout -- assets/demo_model)."
+            )
+        return DEMO_MODEL_DIR
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    if path.exists():
+        raise ModelLoadError(f"{source} is a file; choose the checkpoint folder that holds config.json.")
+    if _looks_like_path(source):
+        raise ModelLoadError(f"The model folder {source} does not exist; check the path.")
+    return _cached_snapshot(source)
+
+
+def _looks_like_path(source: str) -> bool:
+    return (
+        os.path.isabs(source)
+        or source.startswith(("~", "."))
+        or "\\" in source
+        or source.count("/") > 1
+    )
+
+
+def _cached_snapshot(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    cache_dir = hub_cache_dir()
+    try:
+        return Path(snapshot_download(repo_id, cache_dir=cache_dir, local_files_only=True))
+    except HFValidationError as error:
+        raise ModelLoadError(
+            f"{repo_id} is neither an existing folder nor a Hugging Face repo id (like Qwen/Qwen3-VL-2B-Instruct); "
+            "check the spelling."
+        ) from error
+    except (LocalEntryNotFoundError, FileNotFoundError) as error:
+        raise ModelLoadError(
+            f"{repo_id} is not a folder and is not in the local Hugging Face cache ({cache_dir}). "
+            f"Framewise never downloads: run `hf download {repo_id}` on a machine with network access "
+            "(and copy the cache here), or choose the checkpoint folder."
+        ) from error
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face hub cache folder, from the environment as it is now."""
+    if cache := os.environ.get("HF_HUB_CACHE"):
+        return Path(cache).expanduser()
+    if home := os.environ.get("HF_HOME"):
+        return Path(home).expanduser() / "hub"
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def check_checkpoint(path: Path) -> str:
+    """Check that ``path`` holds a complete checkpoint of a supported family; return its ``model_type``.
+
+    Checks, in order: config.json readable, a model_type some family loads, safetensors
+    weights present (pickle weights are refused), every shard of the safetensors index present,
+    every tensor floating point, tokenizer files present. Raises ModelLoadError saying which check
+    failed. Loading then checks that every weight the architecture needs came with the right shape
+    (:func:`check_loaded_weights`) and that the chat template renders (:func:`check_chat_template`).
+    """
+    model_type = _read_model_type(path)
+    _check_weights(path)
+    check_weight_dtypes(path)
+    _check_tokenizer_files(path)
+    return model_type
+
+
+def _read_model_type(path: Path) -> str:
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ModelLoadError(
+            f"{path} has no config.json, so it is not a model checkpoint folder (or it is incomplete)."
+        )
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ModelLoadError(f"{config_file} cannot be read as JSON ({error}); the download may be damaged.") from error
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    try:
+        family_for(model_type)
+    except UnsupportedModelError as error:
+        described = model_type or "model of unknown type"
+        raise UnsupportedModelError(f"{path} holds a {described!s} checkpoint. {error}") from None
+    return model_type
+
+
+def _check_weights(path: Path) -> None:
+    index_file = path / SAFETENSORS_INDEX
+    if index_file.is_file():
+        try:
+            shards = set(json.loads(index_file.read_text(encoding="utf-8"))["weight_map"].values())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, AttributeError) as error:
+            raise ModelLoadError(f"{index_file} cannot be read ({error}); the download may be damaged.") from error
+        missing = sorted(shard for shard in shards if not (path / shard).is_file())
+        if missing:
+            raise ModelLoadError(
+                f"{path} is incomplete: {len(missing)} of {len(shards)} weight shards are missing "
+                f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}). Finish or repeat the download."
+            )
+        return
+    if any(path.glob("*.safetensors")):
+        return
+    pickled = sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_WEIGHT_SUFFIXES)
+    if pickled:
+        raise ModelLoadError(
+            f"{path} has weights only in pickle format ({', '.join(pickled[:3])}); Framewise loads only "
+            ".safetensors weights, since pickle files can run code. Download the safetensors version of the model."
+        )
+    raise ModelLoadError(f"{path} has no weights (*.safetensors); finish or repeat the download.")
+
+
+def _check_tokenizer_files(path: Path) -> None:
+    has_fast = (path / "tokenizer.json").is_file()
+    has_bpe_files = (path / "vocab.json").is_file() and (path / "merges.txt").is_file()
+    if not (has_fast or has_bpe_files):
+        raise ModelLoadError(
+            f"{path} has no tokenizer (tokenizer.json, or vocab.json and merges.txt); finish or repeat the download."
+        )
+
+
+def read_model_info(path: Path) -> dict[str, Any]:
+    """Framewise's own notes on a model folder (``framewise.json``: label, description), or {}."""
+    info_file = path / MODEL_INFO_FILE
+    if not info_file.is_file():
+        return {}
+    try:
+        info = json.loads(info_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ModelLoadError(f"{info_file} cannot be read as JSON ({error}).") from error
+    return info if isinstance(info, dict) else {}
+
+
+def _load_weights(family: ModelFamily, path: Path, model_type: str, dtype: torch.dtype) -> torch.nn.Module:
+    bars_enabled = transformers_logging.is_progress_bar_enabled()
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.disable_progress_bar()  # progress goes through our own events
+    transformers_logging.set_verbosity_error()  # so does the load report: check_loaded_weights words it
+    try:
+        model, loading_info = family.load_weights(path, model_type, dtype)
+    except (OSError, ValueError, RuntimeError, KeyError, TypeError, SafetensorError) as error:
+        raise ModelLoadError(
+            f"The weights in {path} could not be loaded ({error}); the download may be damaged or incomplete."
+        ) from error
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+        if bars_enabled:
+            transformers_logging.enable_progress_bar()
+    check_loaded_weights(path, loading_info)
+    return model
+
+
+def check_loaded_weights(path: Path, loading_info: dict[str, Any]) -> None:
+    """Refuse a model some of whose weights the checkpoint did not supply (transformers would leave
+    them randomly initialised) or supplied with another shape; the message lists them.
+
+    ``loading_info`` is ``from_pretrained(..., output_loading_info=True)``'s report: its
+    ``missing_keys`` already leave out weights tied to others (the output embedding).
+    """
+    missing = sorted(loading_info.get("missing_keys") or ())
+    mismatched = sorted(str(entry[0] if isinstance(entry, (tuple, list)) else entry)
+                        for entry in loading_info.get("mismatched_keys") or ())
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} weights the architecture needs are missing ({_first_few(missing)})")
+    if mismatched:
+        problems.append(f"{len(mismatched)} weights have another shape than config.json gives them ({_first_few(mismatched)})")
+    if problems:
+        raise ModelLoadError(
+            f"{path} is incomplete: {'; '.join(problems)}. Finish or repeat the download, or choose the checkpoint "
+            "whose config.json matches its weights."
+        )
+
+
+def check_weight_dtypes(path: Path) -> None:
+    """Refuse safetensors files holding tensors that are not floating point (a quantized export, say):
+    the supported checkpoints' weights are all floats, and loading integers into them would give nonsense."""
+    wrong: list[str] = []
+    for weights in sorted(path.glob("*.safetensors")):
+        try:
+            with safe_open(weights, framework="pt") as handle:
+                wrong += [f"{name} ({handle.get_slice(name).get_dtype()})" for name in handle.keys()
+                          if handle.get_slice(name).get_dtype() not in FLOAT_DTYPES]
+        except (OSError, SafetensorError) as error:
+            raise ModelLoadError(
+                f"The weights in {weights} could not be loaded ({error}); the download may be damaged or incomplete."
+            ) from error
+    if wrong:
+        raise ModelLoadError(
+            f"{path} holds {len(wrong)} tensors that are not floating point ({_first_few(wrong)}); Framewise loads "
+            "unquantized checkpoints (bfloat16, float16 or float32 weights)."
+        )
+
+
+def check_chat_template(tokenizer: PreTrainedTokenizerBase, path: Path, family: ModelFamily) -> None:
+    """Render a question about a video with the tokenizer's chat template, as every question will be.
+
+    Raises ModelLoadError when the checkpoint has no template or it does not render.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelLoadError(
+            f"{path} has no chat template (chat_template.jinja, or chat_template in tokenizer_config.json), which "
+            "Framewise needs to write its prompts. Copy chat_template.jinja from the model's original repository."
+        )
+    try:
+        tokenizer.apply_chat_template(
+            family.chat_messages("What happens?", videos=1),
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+    except (TemplateError, ValueError, TypeError, KeyError) as error:
+        raise ModelLoadError(f"The chat template in {path} does not render a question about a video: {error}") from error
+
+
+def _first_few(names: list[str], count: int = 5) -> str:
+    shown = ", ".join(names[:count])
+    return shown + (f", and {len(names) - count} more" if len(names) > count else "")
+
+
+def count_question_tokens(source: str, question: str) -> int:
+    """Tokens ``question`` takes in the tokenizer of the checkpoint ``source`` names, without loading its weights.
+
+    Raises ModelLoadError, as :func:`load_model` would, for a source that cannot be loaded.
+    """
+    path = resolve_model_source(source)
+    check_checkpoint(path)
+    return len(_load_tokenizer(path)(question, add_special_tokens=False)["input_ids"])
+
+
+def _load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+    except (OSError, ValueError, RuntimeError, KeyError, TypeError) as error:
+        raise ModelLoadError(f"The tokenizer in {path} could not be loaded: {error}") from error
+
+
+def _display_name(source: str) -> str:
+    source = source.strip()
+    if source == DEMO_MODEL:
+        return "demo"
+    path = Path(source).expanduser()
+    if path.is_dir() or _looks_like_path(source):
+        return path.resolve().name or source
+    return source
+
+
+def pick_device(name: str) -> torch.device:
+    """``"auto"``: CUDA when available, else the CPU. Asking for CUDA without it is a SettingsError."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SettingsError("model.device", "CUDA is not available on this machine; choose auto or cpu.")
+    if name not in ("cpu", "cuda"):
+        raise SettingsError("model.device", f"unknown device {name!r}; choose auto, cpu or cuda.")
+    return torch.device(name)
+
+
+def pick_dtype(name: str, device: torch.device) -> torch.dtype:
+    """``"auto"``: bfloat16 on a GPU that supports it, else float32. A named dtype is used as is,
+    except bfloat16 on a GPU without it (a SettingsError)."""
+    supports_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    if name == "auto":
+        return torch.bfloat16 if supports_bf16 else torch.float32
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if name not in dtypes:
+        raise SettingsError("model.dtype", f"unknown dtype {name!r}; choose auto, float32, bfloat16 or float16.")
+    if name == "bfloat16" and device.type == "cuda" and not supports_bf16:
+        raise SettingsError("model.dtype", "this GPU has no bfloat16; choose float16, float32 or auto.")
+    return dtypes[name]

@@ -1,0 +1,280 @@
+"""Which FP8 format a checkpoint's weights are stored in, and whether its scales match its weights.
+
+Framewise runs three weight formats:
+
+- unquantized floats (bf16, fp16, fp32): no ``quantization_config`` in config.json;
+- Qwen's official block-wise FP8 (``quant_method: "fp8"``, ``weight_block_size: [128, 128]``):
+  each quantized ``X.weight`` is e4m3 (N, K) with ``X.weight_scale_inv`` (ceil(N/128),
+  ceil(K/128)), the factor each 128x128 block is multiplied by to give the real weight;
+- compressed-tensors FP8 (``quant_method: "compressed-tensors"``, ``format: "float-quantized"``,
+  the ``FP8_DYNAMIC`` scheme): each quantized ``X.weight`` is e4m3 (N, K) with ``X.weight_scale``
+  (N, 1), one factor per output channel; activations, when quantized, are quantized per token at
+  run time, so the checkpoint holds no activation scales. Its block strategy (``FP8_BLOCK``,
+  ``weight_scale`` per 128x128 block) is read as the block-wise format.
+
+In both FP8 formats the scale multiplies (``real = e4m3 * scale``) despite the ``_inv`` in
+Qwen's name. The checkpoint itself says which tensors are quantized: every e4m3 tensor is one, and
+the config's exclusion list (``modules_to_not_convert`` / ``ignore``) names modules that must not
+be. Anything else (int8, int4, AWQ, GPTQ, per-tensor FP8 with static activation scales) raises
+:class:`~framewise.core.errors.QuantizationFormatError` naming the format and what to choose
+instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from safetensors import SafetensorError, safe_open
+
+from framewise.core.errors import ModelLoadError, QuantizationFormatError
+
+# Side of the square weight blocks that share one scale in the block-wise format.
+BLOCK_SIZE = 128
+E4M3_DTYPE = "F8_E4M3"
+FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
+
+Scheme = Literal["none", "block", "channel"]
+
+_CHOOSE_INSTEAD = (
+    "Choose Qwen's official FP8 checkpoint (a repo ending in -FP8), a compressed-tensors FP8_DYNAMIC export, "
+    "or the bf16 checkpoint with Settings ▸ Model ▸ dtype fp8 (--dtype fp8) to quantize it while loading."
+)
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """How a checkpoint stores its weights.
+
+    ``scheme`` is ``"none"`` for unquantized floats, ``"block"`` for one scale per 128x128 block,
+    ``"channel"`` for one scale per output row. ``scale_suffix`` is the name that replaces
+    ``weight`` for a quantized weight's scale (``None`` when unquantized). ``not_converted`` lists
+    the config's module names (or ``re:`` patterns) that stay unquantized. ``description`` is for
+    messages.
+    """
+
+    scheme: Scheme
+    description: str
+    scale_suffix: str | None = None
+    not_converted: tuple[str, ...] = ()
+
+    def scale_name(self, weight_name: str) -> str:
+        """The scale tensor's name for the quantized weight ``weight_name`` (``X.weight``)."""
+        if self.scale_suffix is None:
+            raise ValueError(f"{self.description} weights have no scales")
+        return weight_name.removesuffix("weight") + self.scale_suffix
+
+    def scale_shape(self, weight_shape: tuple[int, ...]) -> tuple[int, int]:
+        """The shape a (N, K) weight's scale must have: (ceil(N/128), ceil(K/128)) or (N, 1)."""
+        rows, columns = weight_shape
+        if self.scheme == "block":
+            return math.ceil(rows / BLOCK_SIZE), math.ceil(columns / BLOCK_SIZE)
+        return rows, 1
+
+    def excludes(self, module_name: str) -> bool:
+        """True when the config says the module ``module_name`` stays unquantized."""
+        for entry in self.not_converted:
+            if entry.startswith("re:"):
+                if re.match(entry[3:], module_name):
+                    return True
+            elif module_name == entry or module_name.endswith("." + entry) or module_name.startswith(entry + "."):
+                return True
+        return False
+
+
+UNQUANTIZED = WeightFormat("none", "unquantized (bf16, fp16 or fp32)")
+
+
+@dataclass(frozen=True)
+class TensorHeader:
+    """A stored tensor's safetensors dtype (``"BF16"``, ``"F8_E4M3"``, ...) and shape."""
+
+    dtype: str
+    shape: tuple[int, ...]
+
+
+def detect_weight_format(config: Mapping[str, Any]) -> WeightFormat:
+    """The weight format a checkpoint's config.json (as a dict) declares.
+
+    Raises QuantizationFormatError for a quantization Framewise cannot run.
+    """
+    quantization = config.get("quantization_config")
+    if quantization is None:
+        return UNQUANTIZED
+    if not isinstance(quantization, Mapping):
+        raise QuantizationFormatError(f"config.json's quantization_config is not an object. {_CHOOSE_INSTEAD}")
+    method = str(quantization.get("quant_method", "unknown"))
+    if method == "fp8":
+        return _block_fp8_format(quantization)
+    if method == "compressed-tensors":
+        return _compressed_tensors_format(quantization)
+    raise QuantizationFormatError(f"The checkpoint is quantized with {method}, which Framewise does not run. {_CHOOSE_INSTEAD}")
+
+
+def _block_fp8_format(quantization: Mapping[str, Any]) -> WeightFormat:
+    block = list(quantization.get("weight_block_size") or [])
+    if block != [BLOCK_SIZE, BLOCK_SIZE]:
+        shape = "per-tensor" if not block else "x".join(map(str, block))
+        raise QuantizationFormatError(
+            f"The checkpoint holds FP8 weights with {shape} scales; Framewise runs FP8 with 128x128 blocks. {_CHOOSE_INSTEAD}"
+        )
+    if quantization.get("activation_scheme", "dynamic") != "dynamic":
+        raise QuantizationFormatError(
+            "The checkpoint's FP8 weights come with static activation scales, which Framewise does not use. "
+            f"{_CHOOSE_INSTEAD}"
+        )
+    fmt = str(quantization.get("fmt", "e4m3"))
+    if fmt != "e4m3":
+        raise QuantizationFormatError(f"The checkpoint holds FP8 weights in {fmt}; Framewise runs e4m3. {_CHOOSE_INSTEAD}")
+    return WeightFormat(
+        "block", "block-wise FP8 (128x128, weight_scale_inv)", "weight_scale_inv",
+        tuple(quantization.get("modules_to_not_convert") or ()),
+    )
+
+
+def _compressed_tensors_format(quantization: Mapping[str, Any]) -> WeightFormat:
+    storage = quantization.get("format", "unknown")
+    if storage != "float-quantized":
+        raise QuantizationFormatError(
+            f"The checkpoint is a compressed-tensors {storage} export; Framewise runs its float-quantized (FP8) "
+            f"format only. {_CHOOSE_INSTEAD}"
+        )
+    groups = quantization.get("config_groups") or {}
+    if not isinstance(groups, Mapping) or not groups:
+        raise QuantizationFormatError(f"The compressed-tensors config names no quantization groups. {_CHOOSE_INSTEAD}")
+    schemes = {_compressed_tensors_group_scheme(name, group) for name, group in groups.items()}
+    if len(schemes) > 1:
+        raise QuantizationFormatError(
+            f"The compressed-tensors checkpoint mixes block and per-channel FP8 groups. {_CHOOSE_INSTEAD}"
+        )
+    scheme = schemes.pop()
+    description = "compressed-tensors FP8 (per-channel)" if scheme == "channel" else "compressed-tensors FP8 (128x128 blocks)"
+    return WeightFormat(scheme, description, "weight_scale", tuple(quantization.get("ignore") or ()))
+
+
+def _compressed_tensors_group_scheme(name: str, group: Any) -> Scheme:
+    """``"channel"`` or ``"block"`` for one config group of FP8 weights with dynamic (or no)
+    activation quantization; any other group raises QuantizationFormatError."""
+    weights = group.get("weights") if isinstance(group, Mapping) else None
+    if not isinstance(weights, Mapping) or weights.get("type") != "float" or weights.get("num_bits") != 8:
+        kind = f"{weights.get('type')} {weights.get('num_bits')}-bit" if isinstance(weights, Mapping) else "unknown"
+        raise QuantizationFormatError(
+            f"The compressed-tensors group {name} stores {kind} weights; Framewise runs 8-bit float (FP8) weights. "
+            f"{_CHOOSE_INSTEAD}"
+        )
+    strategy = weights.get("strategy")
+    if strategy == "block" and list(weights.get("block_structure") or []) == [BLOCK_SIZE, BLOCK_SIZE]:
+        scheme: Scheme = "block"
+    elif strategy == "channel":
+        scheme = "channel"
+    else:
+        raise QuantizationFormatError(
+            f"The compressed-tensors group {name} scales its FP8 weights per {strategy}; Framewise runs per-channel "
+            f"(FP8_DYNAMIC) or 128x128-block scales. {_CHOOSE_INSTEAD}"
+        )
+    activations = group.get("input_activations")
+    if isinstance(activations, Mapping) and not activations.get("dynamic", False):
+        raise QuantizationFormatError(
+            f"The compressed-tensors group {name} has static activation scales (the FP8 scheme); Framewise runs "
+            f"FP8_DYNAMIC. {_CHOOSE_INSTEAD}"
+        )
+    return scheme
+
+
+def checkpoint_weight_format(folder: Path) -> tuple[WeightFormat, dict[str, str]]:
+    """The weight format of the checkpoint in ``folder`` (config.json and its ``*.safetensors``
+    files), checked against the stored tensors; also every quantized weight's scale name.
+
+    Raises QuantizationFormatError for a format Framewise cannot run or scales that do not match,
+    ModelLoadError for an unreadable config.json or weights file.
+    """
+    config_file = folder / "config.json"
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ModelLoadError(f"{config_file} cannot be read as JSON ({error}); the download may be damaged.") from error
+    fmt = detect_weight_format(config if isinstance(config, Mapping) else {})
+    return fmt, quantized_weight_scales(read_tensor_headers(sorted(folder.glob("*.safetensors"))), fmt)
+
+
+def read_tensor_headers(files: Iterable[Path]) -> dict[str, TensorHeader]:
+    """Every tensor's dtype and shape in the safetensors ``files``, read from their headers only."""
+    headers: dict[str, TensorHeader] = {}
+    for file in files:
+        try:
+            with safe_open(file, framework="pt") as handle:
+                for name in handle.keys():
+                    tensor = handle.get_slice(name)
+                    headers[name] = TensorHeader(tensor.get_dtype(), tuple(tensor.get_shape()))
+        except (OSError, SafetensorError) as error:
+            raise ModelLoadError(
+                f"The weights in {file} could not be read ({error}); the download may be damaged or incomplete."
+            ) from error
+    return headers
+
+
+def quantized_weight_scales(headers: Mapping[str, TensorHeader], fmt: WeightFormat) -> dict[str, str]:
+    """Check a checkpoint's quantized weights against its format; return weight name -> scale name.
+
+    Every e4m3 tensor must be a 2-D ``.weight`` with its scale of the right shape, in a module the
+    config does not exclude; every scale must belong to an e4m3 weight; every other tensor must be
+    floating point. Raises QuantizationFormatError listing the first problems.
+    """
+    quantized = sorted(name for name, header in headers.items() if header.dtype == E4M3_DTYPE)
+    problems: list[str] = []
+    if fmt.scheme == "none":
+        if quantized:
+            problems.append(f"{len(quantized)} tensors are FP8 but config.json has no quantization_config ({_few(quantized)})")
+        _check_floats(headers, set(), problems)
+        _raise_if_any(problems)
+        return {}
+    if not quantized:
+        problems.append(f"config.json declares {fmt.description} but no tensor is stored in FP8")
+    scales: dict[str, str] = {}
+    for name in quantized:
+        header = headers[name]
+        if not name.endswith(".weight") or len(header.shape) != 2:
+            problems.append(f"{name} is FP8 but not a 2-D weight")
+            continue
+        module = name.removesuffix(".weight")
+        if fmt.excludes(module):
+            problems.append(f"{name} is FP8 although config.json keeps {module} unquantized")
+        scale = fmt.scale_name(name)
+        expected = fmt.scale_shape(header.shape)
+        found = headers.get(scale)
+        if found is None:
+            problems.append(f"{name} has no {fmt.scale_suffix}")
+        elif found.shape not in ({expected, expected[:1]} if fmt.scheme == "channel" else {expected}):
+            problems.append(f"{scale} has shape {list(found.shape)}, {list(expected)} expected for a {list(header.shape)} weight")
+        scales[name] = scale
+    orphans = sorted(name for name in headers if name.endswith("." + fmt.scale_suffix) and
+                     name.removesuffix(fmt.scale_suffix) + "weight" not in scales)
+    if orphans:
+        problems.append(f"{len(orphans)} scales belong to no FP8 weight ({_few(orphans)})")
+    _check_floats(headers, set(quantized), problems)
+    _raise_if_any(problems)
+    return scales
+
+
+def _check_floats(headers: Mapping[str, TensorHeader], quantized: set[str], problems: list[str]) -> None:
+    wrong = sorted(f"{name} ({header.dtype})" for name, header in headers.items()
+                   if name not in quantized and header.dtype not in FLOAT_DTYPES)
+    if wrong:
+        problems.append(f"{len(wrong)} tensors are neither floating point nor FP8 weights ({_few(wrong)})")
+
+
+def _raise_if_any(problems: list[str]) -> None:
+    if problems:
+        raise QuantizationFormatError(
+            f"The checkpoint's weights do not match its quantization: {'; '.join(problems)}. Repeat the download, "
+            "or choose a checkpoint whose config.json matches its weights."
+        )
+
+
+def _few(names: list[str], count: int = 3) -> str:
+    return ", ".join(names[:count]) + (f", and {len(names) - count} more" if len(names) > count else "")

@@ -1,0 +1,105 @@
+"""Quantize weights to FP8 (e4m3) with block-wise or per-channel scales, and back.
+
+A quantized (N, K) weight is an e4m3 tensor of the same shape and a float32 scale that multiplies
+it back: one scale per 128x128 block, (ceil(N/128), ceil(K/128)), where a weight whose sides are
+not multiples of 128 has partial blocks at its edges; or one scale per output row, (N, 1). Each
+scale maps the block's (or row's) largest magnitude to e4m3's largest finite value (448), so
+nothing saturates. These are the layouts of Qwen's official FP8 checkpoints and of
+compressed-tensors' FP8_DYNAMIC scheme, so a weight quantized on load and one read from such a
+checkpoint run through the same code.
+
+Quantize-on-load uses per-channel scales (:data:`QUANTIZE_ON_LOAD_SCHEME`). The measurement,
+``python3 benchmarks/fp8_scheme_error.py`` on the CPU (relative error of the dequantized weight W
+and of its product with random activations Wx; seed 0):
+
+===================================  =======  ========  =======  ========
+weights                              block W  block Wx  chan W   chan Wx
+===================================  =======  ========  =======  ========
+Gaussian 4096x4096                   0.0264   0.0264    0.0265   0.0264
+Gaussian, 8 input columns x30        0.0262   0.0263    0.0224   0.0225
+Gaussian, log-normal row scales      0.0262   0.0259    0.0265   0.0265
+Student-t (3 dof), heavy tails       0.0258   0.0259    0.0253   0.0253
+demo model language linear layers    0.0265   0.0264    0.0261   0.0260
+===================================  =======  ========  =======  ========
+
+e4m3 is a floating-point format: its error is set by its 3-bit mantissa (about 2.6 % here) far
+more than by how finely the scales are placed, so neither layout is more accurate by more than
+the spread between weight families. What decided is the hardware: row-wise scales run on FP8
+tensor cores through ``torch._scaled_mm`` on compute capability 8.9 (the RTX 40 desktop cards
+Framewise is for) and 9.0, while 128x128-block scales run there only on 9.0 with CUDA 12.9 or
+newer; in the decode kernels a row's scale is one multiply after its sum instead of a scale
+vector loaded with every chunk. Checkpoints already in the block format run as they are. The speed
+side (decode tok/s and prefill time of each layout) is to be measured on the GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from framewise.core.quantization.formats import BLOCK_SIZE
+
+E4M3 = torch.float8_e4m3fn
+E4M3_MAX = torch.finfo(E4M3).max
+# Smallest scale used, so that an all-zero block or row quantizes to zeros instead of 0/0.
+_MIN_SCALE = 1e-12
+
+QUANTIZE_ON_LOAD_SCHEME: Literal["block", "channel"] = "channel"
+
+
+def quantize_blockwise(weight: torch.Tensor, block: int = BLOCK_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize a (N, K) weight to e4m3 with one float32 scale per ``block`` x ``block`` block.
+
+    Returns the e4m3 weight (N, K) and the scales (ceil(N/block), ceil(K/block)), so that
+    ``weight ≈ dequantize_blockwise(e4m3, scales)``. Edges short of a full block are padded with
+    zeros for the maximum, which leaves each partial block's scale its own.
+    """
+    rows, columns = weight.shape
+    row_blocks, column_blocks = math.ceil(rows / block), math.ceil(columns / block)
+    padded = F.pad(weight.float(), (0, column_blocks * block - columns, 0, row_blocks * block - rows))
+    blocks = padded.view(row_blocks, block, column_blocks, block)
+    scales = (blocks.abs().amax(dim=(1, 3)) / E4M3_MAX).clamp(min=_MIN_SCALE)
+    quantized = (blocks / scales[:, None, :, None]).clamp_(-E4M3_MAX, E4M3_MAX).to(E4M3)
+    return quantized.view(row_blocks * block, column_blocks * block)[:rows, :columns].contiguous(), scales
+
+
+def dequantize_blockwise(
+    quantized: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype = torch.bfloat16, block: int = BLOCK_SIZE
+) -> torch.Tensor:
+    """The (N, K) weight in ``dtype`` from its e4m3 values (N, K) and block scales
+    (ceil(N/block), ceil(K/block))."""
+    rows, columns = quantized.shape
+    expanded = scales.float().repeat_interleave(block, dim=0)[:rows].repeat_interleave(block, dim=1)[:, :columns]
+    return (quantized.float() * expanded).to(dtype)
+
+
+def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize a (N, K) weight to e4m3 with one float32 scale per output row.
+
+    Returns the e4m3 weight (N, K) and the scales (N, 1).
+    """
+    weight32 = weight.float()
+    scales = (weight32.abs().amax(dim=1, keepdim=True) / E4M3_MAX).clamp(min=_MIN_SCALE)
+    return (weight32 / scales).clamp_(-E4M3_MAX, E4M3_MAX).to(E4M3), scales
+
+
+def dequantize_per_channel(quantized: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    """The (N, K) weight in ``dtype`` from its e4m3 values (N, K) and row scales (N, 1) or (N,)."""
+    return (quantized.float() * scales.float().reshape(-1, 1)).to(dtype)
+
+
+def quantize(weight: torch.Tensor, scheme: Literal["block", "channel"]) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`quantize_blockwise` or :func:`quantize_per_channel`, by ``scheme``."""
+    return quantize_blockwise(weight) if scheme == "block" else quantize_per_channel(weight)
+
+
+def dequantize(
+    quantized: torch.Tensor, scales: torch.Tensor, scheme: Literal["block", "channel"], dtype: torch.dtype = torch.bfloat16
+) -> torch.Tensor:
+    """:func:`dequantize_blockwise` or :func:`dequantize_per_channel`, by ``scheme``."""
+    if scheme == "block":
+        return dequantize_blockwise(quantized, scales, dtype)
+    return dequantize_per_channel(quantized, scales, dtype)

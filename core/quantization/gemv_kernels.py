@@ -1,0 +1,177 @@
+"""Triton matrix-vector products with FP8 weights, for one decode step (one token).
+
+The same fused products as the bf16 step kernels of the model family, with the weight read as
+e4m3 (half the bytes, which is the decode step's time) and dequantized in registers:
+
+- :func:`fp8_rms_norm_linear`: ``linear(rms_norm(x) * norm_weight, W)``;
+- :func:`fp8_linear_residual`: ``residual + linear(x, W)``, optionally on ``silu(gate) * up``;
+- :func:`fp8_gemv`: ``linear(x, W)``.
+
+``W`` is an e4m3 (N, K) weight and ``scale`` its float32 scales: (N, 1) per output row, applied
+once to each row's sum; or (ceil(N/128), ceil(K/128)) per 128x128 block, applied to the input
+chunk before it meets the weight (a program's rows lie in one block row, so each column has one
+scale). The two shapes coincide only for a one-row weight of at most 128 columns, where both
+readings give the same product.
+
+Rounding follows the bf16 kernels: the values the model rounds to its dtype (normed input, the
+product with the norm weight, ``silu(gate)``, the projection, the residual sum) are rounded
+here too; sums run in float32. Cards of compute capability 8.9 and newer convert e4m3 in
+hardware; older ones (Ampere) decode its bits with integer operations (``native_fp8=False``).
+This module needs Triton and a CUDA device.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from framewise.core.quantization.formats import BLOCK_SIZE
+
+
+def _fp8_gemv_config(rows: int, columns: int) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_K, num_warps) for a (rows, columns) e4m3 weight: the bf16 kernels' programs
+    per multiprocessor, with twice the columns a load so each thread still reads 16 bytes. BLOCK_N
+    divides 128, so a program's rows share one row of block scales."""
+    block_k = 1024 if columns % 1024 == 0 else triton.next_power_of_2(min(columns, 1024))
+    block_n = 4 if rows <= 8192 else 8
+    return block_n, block_k, 4
+
+
+@triton.jit
+def _e4m3_bits_to_float(bits):
+    """e4m3fn bytes (uint8) to float32 without FP8 hardware: sign, exponent and mantissa move into
+    a float16's fields (exponent bias 15 instead of 7), then a multiply by 2**8 restores the bias.
+    Subnormals come out exact; quantizers never store the one NaN code."""
+    wide = bits.to(tl.uint16)
+    half = ((wide & 0x80) << 8) | ((wide & 0x7F) << 7)
+    return half.to(tl.float16, bitcast=True).to(tl.float32) * 256.0
+
+
+@triton.jit
+def _fp8_gemv_kernel(
+    x_ptr, norm_ptr, w_ptr, scale_ptr, residual_ptr, out_ptr, N, eps,
+    K: tl.constexpr, SCALE_COLUMNS: tl.constexpr, BLOCK_SCALES: tl.constexpr, NORM: tl.constexpr,
+    SILU_MUL: tl.constexpr, RESIDUAL: tl.constexpr, NATIVE_FP8: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
+):
+    first_row = tl.program_id(0) * BLOCK_N
+    rows = first_row + tl.arange(0, BLOCK_N)
+    row_mask = rows < N
+    columns = tl.arange(0, BLOCK_K)
+    inverse_rms = 0.0
+    if NORM:
+        squares = tl.zeros([BLOCK_K], dtype=tl.float32)
+        for start in range(0, K, BLOCK_K):
+            x = tl.load(x_ptr + start + columns, mask=start + columns < K, other=0.0).to(tl.float32)
+            squares += x * x
+        inverse_rms = tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    for start in range(0, K, BLOCK_K):
+        in_range = start + columns < K
+        if SILU_MUL:
+            gate = tl.load(x_ptr + start + columns, mask=in_range, other=0.0)
+            up = tl.load(x_ptr + K + start + columns, mask=in_range, other=0.0)
+            gate32 = gate.to(tl.float32)
+            x = (gate32 * tl.sigmoid(gate32)).to(gate.dtype) * up
+        else:
+            x = tl.load(x_ptr + start + columns, mask=in_range, other=0.0)
+        if NORM:
+            g = tl.load(norm_ptr + start + columns, mask=in_range, other=0.0)
+            x = (x.to(tl.float32) * inverse_rms).to(x.dtype) * g
+        x32 = x.to(tl.float32)
+        if BLOCK_SCALES:
+            block_row = first_row // SCALE_BLOCK
+            column_scale = tl.load(scale_ptr + block_row * SCALE_COLUMNS + (start + columns) // SCALE_BLOCK,
+                                   mask=in_range, other=0.0)
+            x32 = x32 * column_scale
+        offsets = rows[:, None] * K + (start + columns)[None, :]
+        mask = row_mask[:, None] & in_range[None, :]
+        if NATIVE_FP8:
+            w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        else:
+            w = _e4m3_bits_to_float(tl.load(w_ptr + offsets, mask=mask, other=0))
+        acc += w * x32[None, :]
+    y = tl.sum(acc, axis=1)
+    if not BLOCK_SCALES:
+        y = y * tl.load(scale_ptr + rows, mask=row_mask, other=0.0)
+    y = y.to(x_ptr.dtype.element_ty)
+    if RESIDUAL:
+        residual = tl.load(residual_ptr + rows, mask=row_mask, other=0.0)
+        y = residual + y
+    tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_mask)
+
+
+def _launch(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    norm_weight: torch.Tensor | None = None,
+    eps: float = 0.0,
+    residual: torch.Tensor | None = None,
+    silu_mul: bool = False,
+    native_fp8: bool | None,
+) -> torch.Tensor:
+    rows, columns = weight.shape
+    block_scales = scale.shape != (rows, 1)
+    if native_fp8 is None:
+        native_fp8 = torch.cuda.get_device_capability(weight.device) >= (8, 9)
+    block_n, block_k, warps = _fp8_gemv_config(rows, columns)
+    _fp8_gemv_kernel[(triton.cdiv(rows, block_n),)](
+        x, x if norm_weight is None else norm_weight, weight if native_fp8 else weight.view(torch.uint8), scale,
+        out if residual is None else residual, out, rows, eps,
+        K=columns, SCALE_COLUMNS=scale.shape[1], BLOCK_SCALES=block_scales, NORM=norm_weight is not None,
+        SILU_MUL=silu_mul, RESIDUAL=residual is not None, NATIVE_FP8=native_fp8,
+        BLOCK_N=block_n, BLOCK_K=block_k, SCALE_BLOCK=BLOCK_SIZE, num_warps=warps,
+    )
+    return out
+
+
+def fp8_rms_norm_linear(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    eps: float,
+    out_dtype: torch.dtype | None = None,
+    *,
+    native_fp8: bool | None = None,
+) -> torch.Tensor:
+    """``linear(rms_norm(x) * norm_weight, W)`` for one token, ``W`` = e4m3 ``weight`` (N, K) with
+    ``scale`` ((N, 1) or (ceil(N/128), ceil(K/128)), float32).
+
+    ``x`` (K,) and ``norm_weight`` (K,) in the model's dtype; returns (N,) in ``out_dtype`` (default
+    the model's; the product is rounded to the model's dtype first).
+    """
+    out = torch.empty(weight.shape[0], dtype=out_dtype or x.dtype, device=x.device)
+    return _launch(x, weight, scale, out, norm_weight=norm_weight, eps=eps, native_fp8=native_fp8)
+
+
+def fp8_linear_residual(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    residual: torch.Tensor,
+    *,
+    silu_mul: bool = False,
+    native_fp8: bool | None = None,
+) -> torch.Tensor:
+    """``residual + linear(x, W)`` for one token; with ``silu_mul``, ``x`` is the gate/up product
+    (2K,), gate first, and the input is ``silu(gate) * up``.
+
+    ``weight`` e4m3 (N, K) with ``scale`` as in :func:`fp8_rms_norm_linear`; ``residual`` (N,);
+    returns a new (N,) tensor.
+    """
+    return _launch(x, weight, scale, torch.empty_like(residual), residual=residual, silu_mul=silu_mul,
+                   native_fp8=native_fp8)
+
+
+def fp8_gemv(
+    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, native_fp8: bool | None = None
+) -> torch.Tensor:
+    """``linear(x, W)`` for one token: ``x`` (K,), ``weight`` e4m3 (N, K) with ``scale`` as in
+    :func:`fp8_rms_norm_linear`; returns (N,) in ``x``'s dtype."""
+    out = torch.empty(weight.shape[0], dtype=x.dtype, device=x.device)
+    return _launch(x, weight, scale, out, native_fp8=native_fp8)

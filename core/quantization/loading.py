@@ -1,0 +1,157 @@
+"""Streaming a safetensors checkpoint into a module tree, one tensor at a time, with FP8 linears.
+
+The module tree is built beforehand by the model family, best on the meta device (then no
+weight exists anywhere before it is read). Each tensor is read from the memory-mapped files,
+moved to the target device and put in its place:
+
+- an e4m3 weight from an FP8 checkpoint replaces its ``nn.Linear`` by an
+  :class:`~framewise.core.quantization.linear.Fp8Linear` with its scale;
+- a weight of a linear layer the caller chose to quantize on load is moved to the device in the
+  checkpoint's precision, quantized there, and replaced likewise; the full-precision copy is
+  dropped before the next tensor is read, so the target device never holds more than one
+  full-precision weight that ends up in FP8 (with its quantization's float32 temporaries, about
+  11 bytes a weight at the peak);
+- anything else is cast to the model's dtype (floats only) and set as the parameter or buffer.
+
+Tied weights (an output head sharing the input embedding) come apart when one of them is set:
+the family ties them again after loading, as ``from_pretrained`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+from safetensors import safe_open
+from torch import nn
+
+from framewise.core.errors import QuantizationFormatError
+from framewise.core.quantization.formats import (
+    WeightFormat,
+    quantized_weight_scales,
+    read_tensor_headers,
+)
+from framewise.core.quantization.fp8 import QUANTIZE_ON_LOAD_SCHEME, quantize
+from framewise.core.quantization.linear import Fp8Linear
+
+
+@dataclass
+class LoadReport:
+    """What :func:`load_checkpoint` did. ``fp8_from_checkpoint`` and ``quantized_on_load`` name
+    the linear modules now in FP8; ``unexpected`` the stored tensors the module tree has no place
+    for; ``mismatched`` those whose shape differs from their place's (left unloaded); ``missing``
+    the parameters and buffers still on the meta device (never loaded)."""
+
+    fp8_from_checkpoint: list[str] = field(default_factory=list)
+    quantized_on_load: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    mismatched: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+def load_checkpoint(
+    model: nn.Module,
+    files: Sequence[Path],
+    fmt: WeightFormat,
+    device: torch.device,
+    dtype: torch.dtype,
+    quantize_on_load: Callable[[str], bool] = lambda module_name: False,
+    scheme: Literal["block", "channel"] = QUANTIZE_ON_LOAD_SCHEME,
+) -> LoadReport:
+    """Fill ``model`` (in place) with the tensors of the safetensors ``files`` on ``device``.
+
+    ``fmt`` is the checkpoint's format (:func:`~framewise.core.quantization.formats.detect_weight_format`);
+    its quantized weights and scales are checked before anything is read. ``quantize_on_load``
+    says, by module name, which of the remaining ``nn.Linear`` layers to quantize with ``scheme``
+    (the family passes its language model's linear layers). Raises QuantizationFormatError when
+    the checkpoint's scales do not match its weights, or an FP8 weight belongs to a module that
+    is not a linear layer.
+    """
+    headers = read_tensor_headers(files)
+    scales = quantized_weight_scales(headers, fmt)
+    scale_names = set(scales.values())
+    report = LoadReport()
+    with ExitStack() as stack:
+        handles = {file: stack.enter_context(safe_open(file, framework="pt", device="cpu")) for file in files}
+        file_of = {name: file for file, handle in handles.items() for name in handle.keys()}
+
+        def read(name: str) -> torch.Tensor:
+            return handles[file_of[name]].get_tensor(name)
+
+        for name in file_of:
+            if name in scale_names:
+                continue  # read with its weight
+            module_name, _, leaf = name.rpartition(".")
+            module = _submodule(model, module_name)
+            place = _place(module, leaf)
+            if place is None:
+                report.unexpected.append(name)
+            elif tuple(place.shape) != headers[name].shape:
+                report.mismatched.append(name)
+            elif name in scales:
+                if not isinstance(module, nn.Linear):
+                    raise QuantizationFormatError(
+                        f"{name} is stored in FP8, but {module_name} ({type(module).__name__}) is not a linear layer; "
+                        "Framewise runs FP8 linear layers only. Choose a checkpoint that quantizes only linear layers."
+                    )
+                scale = read(scales[name]).to(device, torch.float32).reshape(fmt.scale_shape(headers[name].shape))
+                _replace(model, module_name, Fp8Linear(read(name).to(device), scale, fmt.scheme, _bias_of(module)))
+                report.fp8_from_checkpoint.append(module_name)
+            elif leaf == "weight" and isinstance(module, nn.Linear) and quantize_on_load(module_name):
+                weight, weight_scale = quantize(read(name).to(device), scheme)
+                _replace(model, module_name, Fp8Linear(weight, weight_scale, scheme, _bias_of(module)))
+                report.quantized_on_load.append(module_name)
+            else:
+                _set_tensor(module, leaf, _cast(read(name).to(device), dtype))
+    report.missing = meta_tensors(model)
+    return report
+
+
+def meta_tensors(model: nn.Module) -> list[str]:
+    """Names of the parameters and buffers of ``model`` that are still on the meta device."""
+    tensors = [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
+    return sorted(name for name, tensor in tensors if tensor.is_meta)
+
+
+def _submodule(model: nn.Module, name: str) -> nn.Module | None:
+    try:
+        return model.get_submodule(name)
+    except AttributeError:
+        return None
+
+
+def _place(module: nn.Module | None, leaf: str) -> torch.Tensor | None:
+    """``module``'s parameter or buffer ``leaf``, or None when it has no such tensor."""
+    if module is None:
+        return None
+    if leaf in module._parameters:
+        return module._parameters[leaf]
+    return module._buffers.get(leaf)
+
+
+def _replace(model: nn.Module, name: str, replacement: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent_name), child, replacement)
+
+
+def _bias_of(module: nn.Module) -> torch.Tensor | None:
+    """A linear layer's bias, to carry over into its FP8 replacement (may still be on meta: the
+    checkpoint's bias, read later, replaces it)."""
+    bias = getattr(module, "bias", None)
+    return None if bias is None else bias.detach()
+
+
+def _cast(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return tensor.to(dtype) if tensor.is_floating_point() else tensor
+
+
+def _set_tensor(module: nn.Module, leaf: str, tensor: torch.Tensor) -> None:
+    """Put ``tensor`` in place of ``module``'s parameter or buffer ``leaf``."""
+    if leaf in module._parameters:
+        module._parameters[leaf] = nn.Parameter(tensor, requires_grad=False)
+    else:
+        module._buffers[leaf] = tensor

@@ -1,0 +1,45 @@
+"""What a window shows of sampled frames: small copies of them, in the :class:`ClipSampled` event.
+
+Both backends send the same event for the frames they sampled (the vLLM backend imports this
+module, not the engine, so it needs neither torch nor transformers for it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import cv2
+import numpy as np
+
+from framewise.core.events import ClipSampled
+
+THUMBNAIL_HEIGHT = 256
+
+
+def clip_sampled(
+    name: str,
+    path: Path | None,
+    frames: np.ndarray,
+    timestamps: Sequence[float],
+    size_and_duration: tuple[int, int, float],
+) -> ClipSampled:
+    """The :class:`ClipSampled` event of T sampled frames (T, H, W, 3) uint8, with their thumbnails."""
+    width, height, duration_s = size_and_duration
+    return ClipSampled(
+        clip_name=name,
+        path=str(path or ""),
+        timestamps=tuple(timestamps),
+        thumbnails=tuple(thumbnail(frame) for frame in frames),
+        width=width,
+        height=height,
+        duration_s=duration_s,
+    )
+
+
+def thumbnail(frame: np.ndarray, height: int = THUMBNAIL_HEIGHT) -> np.ndarray:
+    """A copy of ``frame`` (H, W, 3) uint8 with at most ``height`` rows (never enlarged), aspect kept."""
+    rows, cols = frame.shape[:2]
+    height = min(height, rows)
+    width = max(1, round(cols * height / rows))
+    return np.ascontiguousarray(cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA))

@@ -1,0 +1,22 @@
+"""The vLLM serve command Framewise offers: its encoder CUDA graphs sized like Framewise's."""
+
+from __future__ import annotations
+
+import json
+
+from framewise.core.backends.vllm_serve_command import vllm_serve_command
+from framewise.core.settings import EncoderSettings, SamplingSettings
+
+
+def test_the_serve_command_sizes_the_servers_encoder_graphs_like_framewise() -> None:
+    encoder = EncoderSettings(budgets=(1024, 4096, 16384), max_items_per_batch=4, max_frame_pairs_per_batch=48)
+    command = vllm_serve_command("Qwen/Qwen3-VL-8B-Instruct", encoder, SamplingSettings(max_frames=64))
+    config = json.loads(command.split("--compilation-config ")[1].strip("'"))
+    assert config == {
+        "cudagraph_mm_encoder": True,
+        "encoder_cudagraph_token_budgets": [256, 1024, 4096],  # merged tokens: patches / 4
+        "encoder_cudagraph_max_vision_items_per_batch": 4,
+        "encoder_cudagraph_max_frames_per_batch": 48,
+    }
+    assert command.startswith("python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen3-VL-8B-Instruct")
+    assert "--trust-request-mm-kwargs" in command and '"num_frames": 64' in command

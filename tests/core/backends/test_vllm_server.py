@@ -1,0 +1,354 @@
+"""The vLLM-server backend against a fake server on 127.0.0.1: the requests it sends, the stream
+it reads, cancel, and every failure a person must be able to act on."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import logging
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from framewise.core.backends import create_engine, same_backend
+from framewise.core.backends.vllm_server import VllmServerEngine
+from framewise.core.errors import (
+    ServerAddressError,
+    ServerAuthError,
+    ServerFailedError,
+    ServerModelError,
+    ServerRequestError,
+    ServerStreamCutError,
+    ServerTimeoutError,
+    ServerTlsError,
+    ServerUnreachableError,
+    describe_error,
+)
+from framewise.core.events import AnswerSpeed, Done, Progress, Token
+from framewise.core.metrics import DecodeSpeedMeter
+from framewise.core.settings import AppSettings
+from tests.conftest import REPO_ROOT, SAMPLE_CLIPS
+from tests.fake_vllm_server import Behaviour, FakeVllmServer
+
+CLIP = SAMPLE_CLIPS / "red_square_moves_right.mp4"
+
+
+def remote_settings(url: str, **backend: object) -> AppSettings:
+    settings = AppSettings().replace("backend", kind="vllm", server_url=url, **{"timeout_s": 3.0, **backend})
+    return settings.replace("sampling", max_frames=4).replace("generation", max_new_tokens=8)
+
+
+def loaded(url: str, events: list | None = None, **backend: object) -> VllmServerEngine:
+    engine = VllmServerEngine(remote_settings(url, **backend), sink=(events.append if events is not None else print))
+    engine.load()
+    return engine
+
+
+def frames_in(url: str) -> list[bytes]:
+    prefix = "data:video/jpeg;base64,"
+    assert url.startswith(prefix)
+    return [base64.b64decode(part) for part in url[len(prefix):].split(",")]
+
+
+def test_load_checks_the_server_and_picks_its_only_model() -> None:
+    with FakeVllmServer(Behaviour(models=("demo",))) as server:
+        engine = create_engine(remote_settings(server.url + "/v1/"))
+        assert isinstance(engine, VllmServerEngine)
+        info = engine.load()
+    assert info.server is not None
+    assert info.device_kind == "server" and not info.on_cpu, "a server is no CPU of this machine"
+    assert info.server.url == server.url
+    assert info.server.model == "demo" and info.model_label.startswith("Demo model")
+    assert info.server.version == "0.32.0-fake"
+    assert info.encoder_name == "on the server" and "runs on the vLLM server" in info.graphs_reason
+
+
+def test_a_model_the_server_does_not_serve_names_the_ones_it_does() -> None:
+    with FakeVllmServer(Behaviour(models=("qwen3-vl-32b", "demo"))) as server:
+        with pytest.raises(ServerModelError) as raised:
+            loaded(server.url, server_model="qwen3-vl-8b")
+        assert "qwen3-vl-32b, demo" in str(raised.value) and raised.value.field == "backend.server_model"
+        with pytest.raises(ServerModelError, match="several models"):
+            loaded(server.url)
+
+
+def test_nothing_listening_is_unreachable_and_says_to_start_the_server() -> None:
+    with FakeVllmServer() as server:
+        url = server.url
+    started = time.monotonic()
+    with pytest.raises(ServerUnreachableError, match="Start the vLLM server") as raised:
+        loaded(url)
+    assert time.monotonic() - started < 3
+    assert describe_error(raised.value).field == "backend.server_url"
+
+
+def test_https_to_a_plain_http_server_is_a_tls_failure() -> None:
+    with FakeVllmServer() as server:
+        with pytest.raises(ServerTlsError, match="TLS"):
+            loaded(server.url.replace("http://", "https://"))
+
+
+def test_a_missing_or_wrong_key_is_refused_and_the_key_never_reaches_the_settings_file_or_the_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    with FakeVllmServer(Behaviour(api_key="s3cret-key")) as server:
+        for key in ("", "wrong"):
+            with pytest.raises(ServerAuthError, match="API key") as raised:
+                loaded(server.url, api_key=key)
+            assert raised.value.field == "backend.api_key"
+        engine = loaded(server.url, api_key="s3cret-key")
+        engine.ask("What color?")
+        settings = engine.settings
+    assert "s3cret-key" not in json.dumps(settings.to_dict())
+    assert "s3cret-key" not in repr(settings)
+    assert "s3cret-key" not in caplog.text
+    assert AppSettings.from_dict({"backend": {"api_key": "from-a-file"}}).backend.api_key == ""
+
+
+def test_no_key_where_the_server_needs_one_says_a_key_is_needed_not_that_it_was_refused() -> None:
+    with FakeVllmServer(Behaviour(api_key="s3cret-key")) as server:
+        with pytest.raises(ServerAuthError) as missing:
+            loaded(server.url)
+        with pytest.raises(ServerAuthError) as wrong:
+            loaded(server.url, api_key="wrong")
+    assert "needs an API key and none was given (401" in str(missing.value) and "refused" not in str(missing.value)
+    assert "refused the API key (401" in str(wrong.value)
+
+
+def test_an_address_below_the_servers_root_is_said_to_be_no_vllm_root() -> None:
+    with FakeVllmServer() as server:
+        with pytest.raises(ServerAddressError) as raised:
+            loaded(server.url + "/foo")
+    assert f"{server.url}/foo/health does not exist (404)" in str(raised.value)
+    assert "not a vLLM server's root" in str(raised.value) and "finish starting" not in str(raised.value)
+    assert describe_error(raised.value).field == "backend.server_url"
+
+
+def test_the_offered_serve_command_loads_the_model_from_where_the_server_did() -> None:
+    roots = {"demo": "/srv/models/demo_model"}
+    with FakeVllmServer(Behaviour(models=("demo",), roots=roots)) as server:
+        info = loaded(server.url).info()
+    assert info.server.model_source == "/srv/models/demo_model"
+    assert "--model /srv/models/demo_model --served-model-name demo " in info.server.serve_command
+    with FakeVllmServer(Behaviour(models=("Qwen/Qwen3-VL-8B-Instruct",))) as server:  # no root said: the name
+        command = loaded(server.url).info().server.serve_command
+    assert "--model Qwen/Qwen3-VL-8B-Instruct --trust-request-mm-kwargs" in command
+
+
+def test_a_refused_request_quotes_the_server_and_the_conversation_stays() -> None:
+    message = "At most 1 video(s) may be provided in one prompt. (parameter=video)"
+    behaviour = Behaviour(chat_status=400, chat_body={"error": {"message": message, "type": "BadRequestError"}})
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url)
+        engine.open_clip(CLIP)
+        engine.turns.append(("earlier?", "yes"))
+        with pytest.raises(ServerRequestError, match=r"At most 1 video\(s\)"):
+            engine.ask("What color is the square?")
+    assert engine.clip is not None and engine.turns == [("earlier?", "yes")]
+    assert len(behaviour.chat_requests) == 1  # nothing retried
+
+
+@pytest.mark.parametrize("status", [500, 503])
+def test_a_server_failure_says_to_check_its_log(status: int) -> None:
+    behaviour = Behaviour(chat_status=status, chat_body={"error": {"message": "engine dead"}})
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url)
+        with pytest.raises(ServerFailedError, match=f"{status}: engine dead.*log"):
+            engine.ask("What color?")
+    assert len(behaviour.chat_requests) == 1
+
+
+def test_a_server_that_goes_quiet_times_out() -> None:
+    with FakeVllmServer(Behaviour(stall_s=6)) as server:
+        engine = loaded(server.url, answer_timeout_s=1.0)
+        started = time.monotonic()
+        with pytest.raises(ServerTimeoutError, match="timeout"):
+            engine.ask("What color?")
+    assert time.monotonic() - started < 4
+
+
+def test_a_stream_cut_mid_answer_is_said_and_the_answer_is_not_kept() -> None:
+    events: list = []
+    with FakeVllmServer(Behaviour(pieces=("re", "d", " square", ""), cut_after=2)) as server:
+        engine = loaded(server.url, events)
+        engine.open_clip(CLIP)
+        with pytest.raises(ServerStreamCutError, match="stopped|broke"):
+            engine.ask("What color is the square?")
+    assert [event.text for event in events if isinstance(event, Token)] == ["re", "d"]
+    assert engine.turns == [] and engine.clip is not None
+
+
+def test_cancel_closes_the_stream_within_half_a_second() -> None:
+    behaviour = Behaviour(stall_s=20)
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url)
+        engine.open_clip(CLIP)
+        pressed: list[float] = []
+
+        def press_stop() -> None:
+            time.sleep(0.5)
+            pressed.append(time.monotonic())
+            engine.cancel()
+
+        threading.Thread(target=press_stop).start()
+        done = engine.ask("What color is the square?")
+        returned = time.monotonic()
+        deadline = time.monotonic() + 2
+        while not behaviour.disconnects and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert done.stats.cancelled and engine.turns == []
+    assert returned - pressed[0] < 0.5
+    assert behaviour.disconnects and behaviour.disconnects[0] - pressed[0] < 0.5  # the server saw the close
+
+
+def test_the_clip_travels_as_frames_with_their_times_and_follow_ups_keep_the_history() -> None:
+    events: list = []
+    behaviour = Behaviour(pieces=("re", "d", ""))
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url, events)
+        opened = engine.open_clip(CLIP)
+        first = engine.ask("What color is the square?")
+        second = engine.ask("Which way does it move?")
+    assert first.text == "red" and second.text == "red"
+    assert opened.frames == 4  # sampling.max_frames caps what is sent
+    request = behaviour.chat_requests[0]
+    content = request["messages"][0]["content"]
+    assert [part["type"] for part in content] == ["video_url", "text"]
+    frames = frames_in(content[0]["video_url"]["url"])
+    assert len(frames) == 4 and all(frame.startswith(b"\x89PNG") for frame in frames)
+    times = request["media_io_kwargs"]["video"]
+    assert times["fps"] == 1000.0
+    assert [index / 1000 for index in times["frames_indices"]] == pytest.approx(opened.timestamps, abs=1e-3)
+    assert request["stream"] is True and request["max_tokens"] == 8 and request["temperature"] == 0.0
+    follow_up = behaviour.chat_requests[1]["messages"]
+    assert [message["role"] for message in follow_up] == ["user", "assistant", "user"]
+    assert follow_up[1]["content"] == "red" and follow_up[2]["content"] == "Which way does it move?"
+    assert follow_up[0]["content"][0]["video_url"]["url"] == content[0]["video_url"]["url"]
+
+
+def test_every_frame_of_a_long_clip_is_kept_by_the_server() -> None:
+    behaviour = Behaviour(pieces=("red", ""))
+    frames = np.zeros((64, 32, 32, 3), dtype=np.uint8)
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url)
+        engine.open_frames(frames, [index / 2 for index in range(64)], "long.mp4")
+        done = engine.ask("What color?")
+    assert done.text == "red"
+    request = behaviour.chat_requests[0]
+    assert len(frames_in(request["messages"][0]["content"][0]["video_url"]["url"])) == 64
+    assert request["media_io_kwargs"]["video"]["num_frames"] == -1  # vLLM keeps 32 unless the request says
+
+
+def test_the_answer_streams_with_the_servers_figures() -> None:
+    events: list = []
+    with FakeVllmServer(Behaviour(pieces=("re", "d", ""), piece_delay_s=0.05)) as server:
+        engine = loaded(server.url, events)
+        done = engine.ask("What color?")
+    assert [event.text for event in events if isinstance(event, Token)] == ["re", "d"]
+    assert events[-1] == done and isinstance(done, Done)
+    stats = done.stats
+    assert stats.server is not None and stats.server.model == "demo"
+    assert (stats.server.prompt_tokens, stats.server.completion_tokens, stats.server.cached_prompt_tokens) == (368, 2, 256)
+    assert (stats.server.mm_cache_queries, stats.server.mm_cache_hits) == (2.0, 1.0)
+    assert stats.time_to_first_token_ms > 0 and stats.tokens_per_second > 0
+    assert "multimodal cache 1 hits of 2 queries" in stats.server.summary()
+
+
+def test_the_answers_speed_so_far_streams_with_it_as_on_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(DecodeSpeedMeter, "interval_s", 0.0)  # a report for every token from the second on
+    events: list = []
+    with FakeVllmServer(Behaviour(pieces=("The", " red", " square", ""), piece_delay_s=0.05)) as server:
+        engine = loaded(server.url, events)
+        done = engine.ask("What color?")
+    speeds = [event for event in events if isinstance(event, AnswerSpeed)]
+    assert [speed.tokens_so_far for speed in speeds] == [2, 3]
+    assert all(speed.request_id == done.request_id and speed.tokens_per_second_so_far > 0 for speed in speeds)
+    # The same count over the time since the first token; the final figure's clock stops after the last token.
+    assert done.stats.new_tokens == 3 and 0 < done.stats.tokens_per_second <= speeds[-1].tokens_per_second_so_far
+
+
+def test_metrics_without_the_mm_cache_leave_the_counters_unknown() -> None:
+    with FakeVllmServer(Behaviour(metrics="vllm:num_requests_running 0\n")) as server:
+        done = loaded(server.url).ask("What color?")
+    assert done.stats.server.mm_cache_queries is None and "multimodal" not in done.stats.server.summary()
+
+
+def test_plain_http_to_another_host_warns_before_the_first_request() -> None:
+    events: list = []
+    with pytest.raises(ServerUnreachableError):
+        loaded("http://framewise-test.invalid:8000", events, timeout_s=2.0)
+    assert isinstance(events[0], Progress) and "unencrypted" in events[0].message
+    assert not remote_settings("http://127.0.0.1:8000").backend.is_plain_http_to_remote_host()
+    assert not remote_settings("https://gpu.example.org").backend.is_plain_http_to_remote_host()
+
+
+def test_settings_refuse_addresses_that_are_not_http() -> None:
+    from framewise.core.errors import SettingsError
+
+    for url in ("", "ftp://host", "127.0.0.1:8000", "http://host:99999", "http://host/?q=1"):
+        with pytest.raises(SettingsError) as raised:
+            remote_settings(url).validate()
+        assert raised.value.field == "backend.server_url"
+    assert same_backend(AppSettings(), AppSettings().replace("sampling", max_frames=8))
+    assert not same_backend(AppSettings(), remote_settings("http://127.0.0.1:1"))
+
+
+def test_an_exported_conversation_carries_the_servers_figures() -> None:
+    from framewise.core.conversation import Conversation, Turn
+
+    with FakeVllmServer(Behaviour(pieces=("re", "d", ""))) as server:
+        engine = loaded(server.url)
+        done = engine.ask("What color?")
+    turn = Turn(question="What color?", model_name="demo", model_label=engine.info().model_label,
+                answer=done.text, status="done", stats=done.stats)
+    conversation = Conversation(clip_name="clip.mp4", turns=[turn])
+    markdown = conversation.to_markdown(engine.settings)
+    assert f"vLLM server {server.url}: prompt 368 tokens (256 cached)" in markdown
+    exported = json.loads(conversation.export_text(engine.settings, ".json"))
+    assert exported["turns"][0]["stats"]["server"]["completion_tokens"] == 2
+    assert "api_key" not in exported["settings"]["backend"]
+
+
+# Loads, opens the sample clip and asks, against the fake server, then names the heavy modules loaded.
+_IMPORTS_SCRIPT = f"""
+import json, sys
+from framewise.core.backends.vllm_server import VllmServerEngine
+from framewise.core.settings import AppSettings
+from tests.fake_vllm_server import FakeVllmServer
+with FakeVllmServer() as server:
+    settings = AppSettings().replace("backend", kind="vllm", server_url=server.url).replace("sampling", max_frames=4)
+    engine = VllmServerEngine(settings)
+    engine.load()
+    engine.open_clip({str(CLIP)!r})
+    engine.ask("What color is the square?")
+print(json.dumps(sorted(name for name in ("torch", "transformers") if name in sys.modules)))
+"""
+
+
+@functools.cache
+def _heavy_modules_after_answering() -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_SCRIPT], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_the_vllm_backend_answers_without_importing_transformers() -> None:
+    assert "transformers" not in _heavy_modules_after_answering()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the vLLM backend takes its frame sizing and chat messages from the Qwen3-VL family package, which imports "
+    "torch at its top for patchify; once the model family's package keeps those apart from the tensor code, "
+    "this passes and its mark goes",
+)
+def test_the_vllm_backend_answers_without_importing_torch() -> None:
+    assert "torch" not in _heavy_modules_after_answering()

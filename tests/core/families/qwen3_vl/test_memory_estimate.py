@@ -1,0 +1,102 @@
+"""The memory estimate against what the demo model actually takes, in bf16 and quantized on load
+to FP8 (the demo model's own Qwen3-VL architecture, on the CPU)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+from framewise.core.decoding.kv_cache import StaticKVCache
+from framewise.core.families.qwen3_vl import memory
+from framewise.core.quantization import loading
+from framewise.core.quantization.formats import UNQUANTIZED, read_tensor_headers
+from framewise.core.quantization.linear import Fp8Linear
+from framewise.core.resources import asset_path
+
+DEMO = asset_path("demo_model")
+DEMO_CONFIG = json.loads((DEMO / "config.json").read_text())
+LANGUAGE_LINEAR = re.compile(r"model\.language_model\.layers\.\d+\.(self_attn|mlp)\.\w+_proj$")
+# 8B shapes (Qwen3-VL-8B's config), for sizes that must come out as published
+EIGHT_B = {
+    "tie_word_embeddings": False,
+    "text_config": {"hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+                    "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936},
+    "vision_config": {"hidden_size": 1152, "intermediate_size": 4304, "depth": 27, "out_hidden_size": 4096,
+                      "patch_size": 16, "temporal_patch_size": 2, "in_channels": 3, "num_position_embeddings": 2304,
+                      "deepstack_visual_indexes": [8, 16, 24], "spatial_merge_size": 2},
+}
+
+
+def stored_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the model's distinct weights (a tied head counted once; rotary tables left out)."""
+    tensors = {tensor.data_ptr(): tensor for tensor in model.state_dict().values()}
+    return sum(tensor.numel() * tensor.element_size() for tensor in tensors.values())
+
+
+def demo_model(quantize: bool) -> Qwen3VLForConditionalGeneration:
+    """The demo model in bf16, its language linear layers quantized on load or not."""
+    torch.manual_seed(0)
+    model = Qwen3VLForConditionalGeneration(Qwen3VLConfig.from_dict(DEMO_CONFIG)).to(torch.bfloat16).eval()
+    report = loading.load_checkpoint(
+        model, [DEMO / "model.safetensors"], UNQUANTIZED, torch.device("cpu"), torch.bfloat16,
+        quantize_on_load=lambda name: quantize and bool(LANGUAGE_LINEAR.fullmatch(name)),
+    )
+    model.tie_weights()
+    assert report.unexpected == [] and report.mismatched == [] and report.missing == []
+    assert len(report.quantized_on_load) == (42 if quantize else 0)  # 6 layers x 7 projections
+    return model
+
+
+def test_bf16_weights_are_the_checkpoints_bytes() -> None:
+    stored = sum(2 * torch.Size(header.shape).numel() for header in read_tensor_headers([DEMO / "model.safetensors"]).values())
+    estimate = memory.estimate_memory(DEMO_CONFIG, "bfloat16", 1024, ())
+    assert estimate.weights == stored == stored_bytes(demo_model(quantize=False))
+
+
+def test_fp8_weights_are_what_quantize_on_load_holds() -> None:
+    model = demo_model(quantize=True)
+    assert sum(isinstance(module, Fp8Linear) for module in model.modules()) == 42
+    assert memory.estimate_memory(DEMO_CONFIG, "fp8", 1024, ()).weights == stored_bytes(model)
+
+
+def test_demo_model_quantized_on_load_answers_like_bf16() -> None:
+    tokens = torch.tensor([[826, 5, 17, 300, 42, 99, 7, 128, 64, 3]])
+    with torch.no_grad():
+        reference = demo_model(quantize=False)(input_ids=tokens).logits.float()
+        quantized = demo_model(quantize=True)(input_ids=tokens).logits.float()
+    assert float((quantized - reference).norm() / reference.norm()) < 0.05
+    assert (quantized.argmax(-1) == reference.argmax(-1)).float().mean() >= 0.8
+
+
+def test_kv_cache_is_the_caches_own_size() -> None:
+    estimate = memory.estimate_memory(DEMO_CONFIG, "fp8", 4096, ())
+    cache = StaticKVCache(6, 2, 64, 4096, torch.bfloat16, torch.device("cpu"))
+    assert estimate.kv_cache == cache.nbytes == 6 * 2 * 2 * 64 * 4096 * 2
+
+
+def test_8b_shapes() -> None:
+    """Qwen3-VL-8B: 8.77 billion parameters (8.19 in the language model), about 7.6 GB of FP8
+    language weights; the KV cache takes 144 KiB a token."""
+    decoder = memory.DecoderShape.from_config(EIGHT_B["text_config"], tied_embeddings=False)
+    encoder = memory.EncoderShape.from_config(EIGHT_B["vision_config"])
+    language = decoder.layers * sum(n * k for n, k in decoder.linear_shapes()) + decoder.other_parameters()
+    assert language == pytest.approx(8.19e9, rel=0.005)
+    assert language + encoder.parameters() == pytest.approx(8.77e9, rel=0.005)
+    bf16 = memory.estimate_memory(EIGHT_B, "bfloat16", 32768, [256, 16384])
+    fp8 = memory.estimate_memory(EIGHT_B, "fp8", 32768, [256, 16384])
+    assert bf16.weights - fp8.weights == pytest.approx(decoder.layers * sum(n * k for n, k in decoder.linear_shapes()), rel=0.001)
+    assert fp8.kv_cache == bf16.kv_cache == 32768 * 36 * 2 * 8 * 128 * 2
+    assert fp8.total < bf16.total and fp8.encoder_graphs == bf16.encoder_graphs
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "fp8"])
+def test_graph_parts_grow_with_their_settings(dtype: str) -> None:
+    small = memory.estimate_memory(EIGHT_B, dtype, 8192, [256, 1024])
+    large = memory.estimate_memory(EIGHT_B, dtype, 8192, [256, 1024, 16384])
+    assert large.encoder_graphs > small.encoder_graphs > 0
+    assert memory.estimate_memory(EIGHT_B, dtype, 8192, ()).encoder_graphs == 0
+    assert large.total == large.weights + large.kv_cache + large.encoder_graphs + large.decode_graphs

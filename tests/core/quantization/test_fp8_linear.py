@@ -1,0 +1,72 @@
+"""``Fp8Linear`` and the prefill products: each path against the dequantized weight's product."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from framewise.core.quantization.fp8 import dequantize
+from framewise.core.quantization.linear import Fp8Linear
+from framewise.core.quantization.matmul import fp8_linear, prefill_path
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    actual, expected = actual.detach().double(), expected.detach().double()
+    return float((actual - expected).norm() / expected.norm())
+
+
+@pytest.mark.parametrize("scheme", ["block", "channel"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fp8_linear_matches_its_dequantized_weight(scheme: str, dtype: torch.dtype) -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(200, 300, bias=True, dtype=dtype)
+    layer = Fp8Linear.from_linear(linear, scheme)
+    assert (layer.in_features, layer.out_features) == (200, 300)
+    assert layer.weight.dtype == torch.float8_e4m3fn and layer.weight_scale.dtype == torch.float32
+    assert [name for name, _ in layer.named_parameters()] == ["bias"]  # the FP8 weight is a buffer
+    x = torch.randn(2, 7, 200, dtype=dtype)
+    out = layer(x)
+    assert out.shape == (2, 7, 300) and out.dtype == dtype
+    expected = F.linear(x, dequantize(layer.weight, layer.weight_scale, scheme, dtype), linear.bias)
+    assert relative_error(out, expected) < (1e-6 if dtype == torch.float32 else 1e-2)
+    # and near the unquantized layer: e4m3 rounds each weight to within about 2.6 %
+    assert relative_error(out, linear(x)) < 0.03
+
+
+def test_fp8_linear_moves_with_the_model() -> None:
+    layer = Fp8Linear.from_linear(nn.Linear(16, 32, bias=False), "channel")
+    state = layer.state_dict()
+    assert set(state) == {"weight", "weight_scale"} and state["weight_scale"].shape == (32, 1)
+    weight = layer.weight.clone()
+    layer.to(torch.bfloat16)  # a dtype cast leaves the FP8 weight and its float32 scales alone
+    assert layer.weight.dtype == torch.float8_e4m3fn and layer.weight_scale.dtype == torch.float32
+    assert torch.equal(layer.weight.view(torch.uint8), weight.view(torch.uint8))
+    assert layer.to("meta").weight.is_meta  # while a move still moves them
+
+
+def test_row_wise_tensor_core_arithmetic_on_the_cpu() -> None:
+    """The tensor-core path's own arithmetic (activations quantized per token, both scales applied
+    to float32 sums), forced on the CPU, where torch runs row-wise scaled products too."""
+    torch.manual_seed(1)
+    weight = torch.randn(384, 256) / 16
+    layer = Fp8Linear.from_linear(_linear(weight), "channel")
+    x = torch.randn(33, 256, dtype=torch.bfloat16) * torch.logspace(-2, 2, 33)[:, None].to(torch.bfloat16)
+    fast = fp8_linear(x, layer.weight, layer.weight_scale, "channel", path="tensor_cores")
+    reference = F.linear(x.float(), weight)
+    assert fast.dtype == torch.bfloat16 and fast.shape == (33, 384)
+    # every token keeps its own precision: activations are scaled per token
+    for token in range(33):
+        assert relative_error(fast[token], reference[token]) < 0.05
+
+
+def _linear(weight: torch.Tensor) -> nn.Linear:
+    linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    linear.weight.data = weight
+    return linear
+
+
+@pytest.mark.parametrize("scheme", ["block", "channel"])
+def test_the_cpu_dequantizes(scheme: str) -> None:
+    assert prefill_path(torch.device("cpu"), scheme, (256, 256), torch.bfloat16) == "dequantize"

@@ -1,0 +1,210 @@
+"""Loading checkpoints in each weight format into a module tree, tensor by tensor, with FP8 linears."""
+
+from __future__ import annotations
+
+import weakref
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from framewise.core.errors import ModelLoadError, QuantizationFormatError
+from framewise.core.quantization import loading
+from framewise.core.quantization.formats import checkpoint_weight_format, detect_weight_format
+from framewise.core.quantization.fp8 import dequantize
+from framewise.core.quantization.linear import Fp8Linear
+from tests.core.quantization.fp8_checkpoints import (
+    TinyModel,
+    is_language_linear,
+    language_linear_names,
+    random_state,
+    read_config,
+    reference_e4m3,
+    write_checkpoint,
+)
+
+CPU = torch.device("cpu")
+# e4m3's rounding of each weight (about 2.6 % relative), through two layers and the head
+LOGIT_BOUND = 0.08
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    actual, expected = actual.detach().double(), expected.detach().double()
+    return float((actual - expected).norm() / expected.norm())
+
+
+def meta_model() -> TinyModel:
+    with torch.device("meta"):
+        return TinyModel()
+
+
+def bf16_model(state: dict[str, torch.Tensor]) -> TinyModel:
+    model = TinyModel().to(torch.bfloat16)
+    model.load_state_dict(state)
+    return model
+
+
+def load(folder: Path, files: list[Path], quantize: bool = False) -> tuple[TinyModel, loading.LoadReport]:
+    model = meta_model()
+    fmt = detect_weight_format(read_config(folder))
+    report = loading.load_checkpoint(
+        model, files, fmt, CPU, torch.bfloat16, quantize_on_load=is_language_linear if quantize else lambda name: False
+    )
+    return model, report
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+@pytest.mark.parametrize("fmt", ["block", "channel"])
+def test_fp8_checkpoint_loads_as_written(tmp_path: Path, fmt: str, shards: int) -> None:
+    state = random_state()
+    files = write_checkpoint(tmp_path, state, fmt, shards)
+    model, report = load(tmp_path, files)
+    assert sorted(report.fp8_from_checkpoint) == sorted(language_linear_names())
+    assert report.quantized_on_load == [] and report.unexpected == [] and report.mismatched == [] and report.missing == []
+    stored = {name: tensor for file in files for name, tensor in load_file(file).items()}
+    scale_suffix = "weight_scale_inv" if fmt == "block" else "weight_scale"
+    for name in language_linear_names():
+        layer = model.get_submodule(name)
+        assert isinstance(layer, Fp8Linear) and layer.scheme == fmt
+        assert torch.equal(layer.weight.view(torch.uint8), stored[f"{name}.weight"].view(torch.uint8))
+        expected = stored[f"{name}.weight"].float() * _expanded(stored[f"{name}.{scale_suffix}"].float(), fmt, layer.weight.shape)
+        assert torch.equal(dequantize(layer.weight, layer.weight_scale, fmt, torch.float32), expected)
+        assert relative_error(expected, state[f"{name}.weight"]) < 0.03
+    # the vision tower, embeddings, norms and head stay in the model's dtype, unquantized
+    assert type(model.model.visual.proj) is nn.Linear and model.model.visual.proj.bias.dtype == torch.bfloat16
+    assert type(model.lm_head) is nn.Linear
+    assert torch.equal(model.model.language_model.norm.weight, state["model.language_model.norm.weight"])
+    tokens = torch.arange(20) % 50
+    assert relative_error(model(tokens), bf16_model(state)(tokens)) < LOGIT_BOUND
+
+
+def _expanded(scales: torch.Tensor, fmt: str, shape: torch.Size) -> torch.Tensor:
+    if fmt == "channel":
+        return scales.reshape(-1, 1)
+    return scales.repeat_interleave(128, 0).repeat_interleave(128, 1)[: shape[0], : shape[1]]
+
+
+def test_bf16_checkpoint_quantized_on_load(tmp_path: Path) -> None:
+    state = random_state(1)
+    files = write_checkpoint(tmp_path, state, "bf16")
+    model, report = load(tmp_path, files, quantize=True)
+    assert sorted(report.quantized_on_load) == sorted(language_linear_names()) and report.fp8_from_checkpoint == []
+    assert report.missing == [] and report.unexpected == []
+    for name in language_linear_names():
+        layer = model.get_submodule(name)
+        assert isinstance(layer, Fp8Linear) and layer.weight.dtype == torch.float8_e4m3fn
+        assert relative_error(dequantize(layer.weight, layer.weight_scale, layer.scheme), state[f"{name}.weight"]) < 0.03
+    assert type(model.model.visual.proj) is nn.Linear and type(model.lm_head) is nn.Linear
+    tokens = torch.arange(20) % 50
+    assert relative_error(model(tokens), bf16_model(state)(tokens)) < LOGIT_BOUND
+
+
+def test_bf16_checkpoint_without_quantizing_is_exact(tmp_path: Path) -> None:
+    state = random_state(2)
+    files = write_checkpoint(tmp_path, state, "bf16")
+    model, report = load(tmp_path, files)
+    assert report.quantized_on_load == [] and report.missing == []
+    assert not any(isinstance(module, Fp8Linear) for module in model.modules())
+    assert all(torch.equal(model.state_dict()[name], tensor) for name, tensor in state.items())
+
+
+def test_quantize_on_load_holds_one_full_precision_weight_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Count, at every read, the weights read for quantizing that are still alive: never more than
+    the one just read (the loader drops each full-precision weight once it is quantized)."""
+    files = write_checkpoint(tmp_path, random_state(3), "bf16")
+    targets = {f"{name}.weight" for name in language_linear_names()}
+    alive: set[str] = set()
+    most_alive = 0
+    real_safe_open = loading.safe_open
+
+    class CountingHandle:
+        def __init__(self, handle) -> None:
+            self.handle = handle
+
+        def keys(self):
+            return self.handle.keys()
+
+        def get_tensor(self, name: str) -> torch.Tensor:
+            nonlocal most_alive
+            tensor = self.handle.get_tensor(name)
+            if name in targets:
+                alive.add(name)
+                weakref.finalize(tensor, alive.discard, name)
+                most_alive = max(most_alive, len(alive))
+            return tensor
+
+    class CountingOpen:
+        def __init__(self, *args, **kwargs) -> None:
+            self.opened = real_safe_open(*args, **kwargs)
+
+        def __enter__(self) -> CountingHandle:
+            return CountingHandle(self.opened.__enter__())
+
+        def __exit__(self, *exc) -> None:
+            self.opened.__exit__(*exc)
+
+    monkeypatch.setattr(loading, "safe_open", CountingOpen)
+    _, report = load(tmp_path, files, quantize=True)
+    assert len(report.quantized_on_load) == len(targets)
+    assert most_alive == 1 and not alive
+
+
+def test_mismatched_scales_are_refused_before_loading(tmp_path: Path) -> None:
+    state = random_state()
+    files = write_checkpoint(tmp_path, state, "block")
+    tensors = load_file(files[0])
+    name = "model.language_model.layers.0.mlp.up_proj.weight_scale_inv"
+    tensors[name] = torch.ones(1, 1)
+    save_file(tensors, files[0])
+    model = meta_model()
+    with pytest.raises(QuantizationFormatError, match=r"up_proj.weight_scale_inv has shape \[1, 1\], \[3, 2\] expected"):
+        loading.load_checkpoint(model, files, detect_weight_format(read_config(tmp_path)), CPU, torch.bfloat16)
+    assert loading.meta_tensors(model)  # nothing was read
+
+
+def test_unexpected_mismatched_and_missing_tensors_are_reported(tmp_path: Path) -> None:
+    state = random_state()
+    state["model.language_model.extra.weight"] = torch.ones(3)
+    state["lm_head.weight"] = torch.ones(7, 7, dtype=torch.bfloat16)
+    del state["model.language_model.norm.weight"]
+    files = write_checkpoint(tmp_path, state, "bf16")
+    _, report = load(tmp_path, files)
+    assert report.unexpected == ["model.language_model.extra.weight"]
+    assert report.mismatched == ["lm_head.weight"]
+    assert report.missing == ["lm_head.weight", "model.language_model.norm.weight"]
+
+
+@pytest.mark.parametrize(("fmt", "scheme", "suffix"), [("bf16", "none", None), ("block", "block", "weight_scale_inv"),
+                                                        ("channel", "channel", "weight_scale")])
+def test_checkpoint_folder_format(tmp_path: Path, fmt: str, scheme: str, suffix: str | None) -> None:
+    write_checkpoint(tmp_path, random_state(), fmt, shards=2)
+    found, scales = checkpoint_weight_format(tmp_path)
+    assert found.scheme == scheme
+    assert scales == ({} if suffix is None else {f"{name}.weight": f"{name}.{suffix}" for name in language_linear_names()})
+
+
+def test_checkpoint_folder_with_a_broken_config(tmp_path: Path) -> None:
+    write_checkpoint(tmp_path, random_state(), "bf16")
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(ModelLoadError, match="cannot be read as JSON"):
+        checkpoint_weight_format(tmp_path)
+
+
+def test_fp8_weight_of_a_module_that_is_not_linear_is_refused(tmp_path: Path) -> None:
+    """An FP8 embedding would otherwise be cast to bf16 code by code: wrong values, silently."""
+    state = random_state()
+    files = write_checkpoint(tmp_path, state, "channel")
+    tensors = load_file(files[0])
+    tensors["model.language_model.embed_tokens.weight"] = state["model.language_model.embed_tokens.weight"].to(torch.float8_e4m3fn)
+    tensors["model.language_model.embed_tokens.weight_scale"] = torch.ones(50, 1)
+    save_file(tensors, files[0])
+    with pytest.raises(QuantizationFormatError, match=r"embed_tokens \(Embedding\) is not a linear layer"):
+        load(tmp_path, files)
+
+
+def test_the_writers_own_e4m3_rounding_is_torchs() -> None:
+    """The checkpoint writers round with a quantizer of their own; it agrees with torch's cast."""
+    values = torch.cat([torch.randn(10000) * scale for scale in (1e-3, 0.1, 10, 100)]).clamp(-448, 448)
+    assert torch.equal(reference_e4m3(values).view(torch.uint8), values.to(torch.float8_e4m3fn).view(torch.uint8))

@@ -1,0 +1,173 @@
+"""FP8 weights on the GPU: the decode step's matrix-vector kernels (hardware e4m3 conversion and
+the bit-decoding path Ampere takes), the prefill's FP8 tensor-core and dequantize paths, each
+against the product with the dequantized weight; a kernel inside a CUDA graph; and
+quantize-on-load's peak memory on the device."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from torch import nn
+
+from framewise.core.quantization import loading
+from framewise.core.quantization.formats import UNQUANTIZED
+from framewise.core.quantization.fp8 import dequantize, quantize
+from framewise.core.quantization.matmul import fp8_linear, prefill_path
+
+pytestmark = pytest.mark.gpu
+kernels = pytest.importorskip("framewise.core.quantization.gemv_kernels", reason="needs Triton")
+
+DEVICE = "cuda"
+# bf16 results are rounded to 8 bits of mantissa; float32 ones differ by summation order only
+BF16_TOLERANCE = 2e-2
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: BF16_TOLERANCE}
+SHAPES = [(40, 256), (300, 200), (1000, 4096), (4096, 12288), (12288, 4096)]
+
+
+def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    actual, expected = actual.double(), expected.double()
+    return float((actual - expected).norm() / expected.norm())
+
+
+def fp8_weight(rows: int, columns: int, scheme: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(e4m3 weight, scales, the dequantized bf16 weight the kernels must match)."""
+    weight = torch.randn(rows, columns, device=DEVICE) / math.sqrt(columns)
+    quantized, scales = quantize(weight, scheme)
+    return quantized, scales, dequantize(quantized, scales, scheme, torch.bfloat16)
+
+
+def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    x32 = x.float()
+    return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+native_paths = pytest.mark.parametrize("native", [
+    pytest.param(True, id="hardware-e4m3"), pytest.param(False, id="bit-decoded-e4m3"),
+])
+
+
+@native_paths
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scheme", ["block", "channel"])
+@pytest.mark.parametrize(("rows", "columns"), SHAPES)
+def test_fp8_gemv_and_rms_norm_linear(native: bool, dtype: torch.dtype, scheme: str, rows: int, columns: int) -> None:
+    if native and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("hardware e4m3 conversion needs compute capability 8.9")
+    weight, scales, reference = fp8_weight(rows, columns, scheme)
+    reference = reference.to(dtype) if dtype == torch.bfloat16 else dequantize(weight, scales, scheme, dtype)
+    tolerance = TOLERANCE[dtype]
+    x = torch.randn(columns, device=DEVICE, dtype=dtype) * 3
+    assert relative_error(kernels.fp8_gemv(x, weight, scales, native_fp8=native), F.linear(x, reference)) < tolerance
+    norm = torch.rand(columns, device=DEVICE, dtype=dtype) + 0.5
+    expected = F.linear(rms_norm_reference(x, norm, 1e-6), reference)
+    actual = kernels.fp8_rms_norm_linear(x, norm, weight, scales, 1e-6, native_fp8=native)
+    assert actual.dtype == dtype and relative_error(actual, expected) < tolerance
+    logits = kernels.fp8_rms_norm_linear(x, norm, weight, scales, 1e-6, out_dtype=torch.float32, native_fp8=native)
+    assert logits.dtype == torch.float32 and relative_error(logits, expected.float()) < tolerance
+
+
+@native_paths
+@pytest.mark.parametrize("scheme", ["block", "channel"])
+@pytest.mark.parametrize("silu_mul", [False, True])
+@pytest.mark.parametrize(("rows", "columns"), [(64, 512), (33, 768), (4096, 12288)])
+def test_fp8_linear_residual(native: bool, scheme: str, silu_mul: bool, rows: int, columns: int) -> None:
+    if native and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("hardware e4m3 conversion needs compute capability 8.9")
+    weight, scales, reference = fp8_weight(rows, columns, scheme)
+    x = torch.randn(2 * columns if silu_mul else columns, device=DEVICE, dtype=torch.bfloat16)
+    residual = torch.randn(rows, device=DEVICE, dtype=torch.bfloat16)
+    inputs = F.silu(x[:columns]) * x[columns:] if silu_mul else x
+    actual = kernels.fp8_linear_residual(x, weight, scales, residual, silu_mul=silu_mul, native_fp8=native)
+    assert relative_error(actual, residual + F.linear(inputs, reference)) < BF16_TOLERANCE
+
+
+def test_bit_decoding_matches_every_e4m3_code() -> None:
+    """All 254 finite e4m3 codes (subnormals, both signs) through the bit-decoding path: an
+    identity weight row per code and a per-channel scale of one give each code back exactly."""
+    codes = torch.tensor([c for c in range(256) if c & 0x7F != 0x7F], dtype=torch.uint8, device=DEVICE)
+    weight = torch.diag(codes.view(torch.float8_e4m3fn).float()).to(torch.float8_e4m3fn)
+    ones = torch.ones(len(codes), 1, device=DEVICE)
+    x = torch.ones(len(codes), device=DEVICE, dtype=torch.float32)
+    decoded = kernels.fp8_gemv(x, weight, ones, native_fp8=False)
+    assert torch.equal(decoded, codes.view(torch.float8_e4m3fn).float())
+
+
+@pytest.mark.parametrize("scheme", ["block", "channel"])
+def test_fp8_kernel_in_a_cuda_graph(scheme: str) -> None:
+    weight, scales, reference = fp8_weight(4096, 4096, scheme)
+    x = torch.randn(4096, device=DEVICE, dtype=torch.bfloat16)
+    residual = torch.randn(4096, device=DEVICE, dtype=torch.bfloat16)
+    kernels.fp8_linear_residual(x, weight, scales, residual)  # compile before capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = kernels.fp8_linear_residual(x, weight, scales, residual)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    assert relative_error(out, residual + F.linear(x, reference)) < BF16_TOLERANCE
+
+
+def forced_paths(scheme: str) -> list:
+    """Both prefill paths, the tensor-core one skipped (with why) where this card and CUDA lack it."""
+    fits = torch.cuda.is_available() and (
+        prefill_path(torch.device(DEVICE), scheme, (4096, 4096), torch.bfloat16) == "tensor_cores"
+    )
+    reason = "FP8 tensor cores need compute capability 8.9 (9.0 and CUDA 12.9 for 128x128 blocks)"
+    return ["dequantize", pytest.param("tensor_cores", marks=pytest.mark.skipif(not fits, reason=reason))]
+
+
+@pytest.mark.parametrize(("scheme", "path"), [(s, p) for s in ("block", "channel") for p in forced_paths(s)])
+@pytest.mark.parametrize("tokens", [1, 37, 1116])
+def test_prefill_paths(scheme: str, path: str, tokens: int) -> None:
+    weight, scales, reference = fp8_weight(4096, 4096, scheme)
+    bias = torch.randn(4096, device=DEVICE, dtype=torch.bfloat16)
+    x = torch.randn(tokens, 4096, device=DEVICE, dtype=torch.bfloat16) * torch.logspace(-1, 1, tokens, device=DEVICE)[:, None].to(torch.bfloat16)
+    out = fp8_linear(x, weight, scales, scheme, bias, path=path)
+    expected = F.linear(x, reference, bias)
+    assert out.dtype == torch.bfloat16 and out.shape == (tokens, 4096)
+    # the tensor-core path also rounds the activations to e4m3 (about 2.6 %, per token or 128 columns)
+    bound = BF16_TOLERANCE if path == "dequantize" else 0.05
+    for token in range(0, tokens, max(1, tokens // 8)):
+        assert relative_error(out[token], expected[token]) < bound
+
+
+def test_prefill_picks_tensor_cores_where_the_card_has_them() -> None:
+    capability = torch.cuda.get_device_capability()
+    expected = "tensor_cores" if capability >= (8, 9) else "dequantize"
+    assert prefill_path(torch.device(DEVICE), "channel", (4096, 4096), torch.bfloat16) == expected
+    assert prefill_path(torch.device(DEVICE), "channel", (4096, 4096), torch.float16) == "dequantize"
+    assert prefill_path(torch.device(DEVICE), "block", (4096, 4100), torch.bfloat16) == "dequantize"
+
+
+def test_quantize_on_load_never_holds_the_bf16_model_on_the_device(tmp_path: Path) -> None:
+    """16 linear layers of 1024x1024 (32 MiB in bf16, 16 MiB in FP8) quantized while loading: the
+    device's peak stays within one layer's temporaries of the FP8 steady state."""
+    names = [f"model.language_model.layers.{i}.mlp.up_proj" for i in range(16)]
+    save_file({f"{name}.weight": torch.randn(1024, 1024, dtype=torch.bfloat16) for name in names},
+              tmp_path / "model.safetensors")
+    with torch.device("meta"):
+        model = nn.Module()
+        for name in names:
+            parent = model
+            for part in name.split(".")[:-1]:
+                if not hasattr(parent, part):
+                    parent.add_module(part, nn.Module())
+                parent = getattr(parent, part)
+            parent.add_module("up_proj", nn.Linear(1024, 1024, bias=False))
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    report = loading.load_checkpoint(model, [tmp_path / "model.safetensors"], UNQUANTIZED, torch.device(DEVICE),
+                                     torch.bfloat16, quantize_on_load=lambda name: True)
+    torch.cuda.synchronize()
+    steady = torch.cuda.memory_allocated() - before
+    peak = torch.cuda.max_memory_allocated() - before
+    assert len(report.quantized_on_load) == 16 and report.missing == []
+    assert steady == pytest.approx(16 * (1024 * 1024 + 1024 * 4), rel=0.01)
+    # one layer's bf16 source, its float32 copy, the scaled copy, the e4m3 result
+    one_layer_temporaries = 1024 * 1024 * (2 + 4 + 4 + 1)
+    assert peak <= steady + one_layer_temporaries < 32 * 2**20
