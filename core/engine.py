@@ -57,7 +57,7 @@ from framewise.core.events import (
     Token,
     ignore_events,
 )
-from framewise.core.families.base import PreparedVideo, PromptInputs
+from framewise.core.families.base import DecodedAnswer, PreparedVideo, PromptInputs
 from framewise.core.loading import LoadedModel, load_model
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
 from framewise.core.settings import AppSettings
@@ -342,7 +342,7 @@ class Engine(BackendBase[EncodedClip]):
         cancelled = decoded.stop_reason == "cancelled"
         text = streamer.text.strip()
         if not cancelled:
-            self.turns.append((question, text))
+            self.turns.append((question, _decoded_answer(text, decoded.token_ids, loaded)))
         stats = self._answer_stats(started, finished, streamer, decoded)
         return self._emit(Done(text=text, stats=stats, kept=not cancelled))
 
@@ -517,6 +517,15 @@ def _decode_progress(name: str, progress: ReadProgress) -> Progress:
     of_total = f" of {total}" if total else ""
     current = min(seconds, total) if total else seconds
     return Progress("decode", current, total, f"{verb} {name}: {seconds}{of_total} s of video")
+
+
+def _decoded_answer(text: str, token_ids: Sequence[int], loaded: LoadedModel) -> DecodedAnswer:
+    """The answer ``text`` with the ids it was decoded from, less the end-of-answer token the
+    decoder never feeds back (the chat layout closes the turn with its own)."""
+    ids = list(token_ids)
+    if ids and ids[-1] in _eos_token_ids(loaded):
+        ids.pop()
+    return DecodedAnswer(text, ids)
 
 
 def _eos_token_ids(loaded: LoadedModel) -> frozenset[int]:

@@ -89,6 +89,23 @@ class FamilyLimits:
         return f"frames are encoded in groups of {self.frames_per_slice}"
 
 
+class DecodedAnswer(str):
+    """An answer's text that also keeps the token ids it was decoded from (end-of-answer token
+    left out).
+
+    A follow-up prompt splices these ids where the answer goes instead of tokenizing the text
+    again: the text need not tokenize back to the same ids, and the decoder's cache holds the ids,
+    so only then does a follow-up prefill just its new tokens. Compares and prints as its text.
+    """
+
+    token_ids: tuple[int, ...]
+
+    def __new__(cls, text: str, token_ids: Sequence[int]) -> DecodedAnswer:
+        answer = super().__new__(cls, text)
+        answer.token_ids = tuple(token_ids)
+        return answer
+
+
 @dataclass(frozen=True)
 class VisionSpan:
     """Where encoded vision features go in a prompt's token sequence.
@@ -204,7 +221,8 @@ class ModelFamily(Protocol):
         limits: FamilyLimits,
     ) -> PromptInputs:
         """The prompt asking ``question`` after the ``history`` turns about ``videos`` (from
-        :meth:`preprocess_video`) and ``images``; items are numbered videos first, then images."""
+        :meth:`preprocess_video`) and ``images``; items are numbered videos first, then images.
+        An answer that is a :class:`DecodedAnswer` enters the prompt as its token ids."""
         ...
 
     def chat_messages(
