@@ -196,6 +196,7 @@ class Engine(BackendBase[EncodedClip]):
             capture_seconds=report.seconds if report else None,
             graph_memory_mb=report.graph_memory_bytes / 2**20 if report else None,
             decoder=self._decoder_info(),
+            limits=loaded.limits,
         )
 
     def _decoder_info(self) -> DecoderInfo | None:

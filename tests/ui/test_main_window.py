@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -13,8 +14,9 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
-from framewise.core.events import AnswerSpeed
+from framewise.core.events import AnswerSpeed, EngineInfo
 from framewise.core.settings import AppSettings
+from tests.core.families.test_toy_family import TOY_LIMITS
 from tests.ui.fake_engine import DEMO_LABEL, FakeEngine
 from framewise.ui.frames import format_timestamp
 from framewise.ui.main_window import MainWindow
@@ -420,6 +422,28 @@ def test_invalid_setting_is_refused_next_to_its_field(qtbot, make_window, store)
     assert dialog.error_text("sampling.max_frames") == ""
     assert "smallest budget" in dialog.error_text("encoder.max_items_per_batch")
     assert dialog.isVisible()
+
+
+class ToyFamilyEngine(FakeEngine):
+    """A fake engine whose loaded model is of the toy family (3 frames per slice, 3x3 merge)."""
+
+    def info(self) -> EngineInfo:
+        return dataclasses.replace(super().info(), limits=TOY_LIMITS)
+
+
+def test_the_settings_dialog_follows_the_loaded_familys_limits(qtbot, make_window):
+    window = make_window(ToyFamilyEngine, settings=AppSettings().replace("sampling", min_frames=6, max_frames=30))
+    wait_ready(qtbot, window)
+    dialog = window.open_settings("sampling")
+    frames = dialog.field_widget("sampling.max_frames")
+    assert frames.singleStep() == 3 and dialog.field_widget("encoder.min_budget").singleStep() == 9
+    assert "Toy-VL takes at most 30 frames" in dialog._hints["sampling.max_frames"].text()
+    assert "multiples of 9, e.g. 576, 2304, 9216" in dialog._hints["encoder.budgets"].text()
+
+    frames.setValue(32)
+    dialog.buttons.button(QDialogButtonBox.StandardButton.Apply).click()
+    assert "multiple of 3" in dialog.error_text("sampling.max_frames"), "checked against the toy's limits"
+    dialog.reject()
 
 
 def test_empty_model_folder_is_refused(qtbot, make_window):
