@@ -24,7 +24,13 @@ import openai
 from framewise.core.backends.vllm_check import check_server
 from framewise.core.backends.vllm_http import StreamPiece, openai_client, stream_chat
 from framewise.core.backends.vllm_metrics import read_mm_cache_counters
-from framewise.core.backends.vllm_request import RemoteClip, media_io_kwargs, openai_messages, video_data_url
+from framewise.core.backends.vllm_request import (
+    RemoteClip,
+    media_io_kwargs,
+    openai_messages,
+    resize_with_opencv,
+    video_data_url,
+)
 from framewise.core.backends.vllm_serve_command import with_serve_command
 from framewise.core.backends.base import BackendBase
 from framewise.core.errors import CancelledError, FramewiseError
@@ -139,7 +145,10 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         started = time.perf_counter()
         sampling = self.settings.sampling
         sampled = sample_clip(
-            path, sampling, self.family.frame_sizing(sampling, self.limits), should_cancel=self._cancel.is_set
+            path,
+            sampling,
+            self.family.frame_sizing(sampling, self.limits, resize=resize_with_opencv),
+            should_cancel=self._cancel.is_set,
         )
         decode_ms = (time.perf_counter() - started) * 1e3
         info = sampled.info

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from framewise.core.encoding.defs import PieceGrid, VisionItem
     from framewise.core.loading import FamilyAdapter
     from framewise.core.settings import SamplingSettings
-    from framewise.core.video import FrameSizing
+    from framewise.core.video import FrameSizing, Resize
 
 
 @dataclass(frozen=True)
@@ -195,8 +195,12 @@ class ModelFamily(Protocol):
         """Where a running pass of ``model`` checks for a cancel."""
         ...
 
-    def frame_sizing(self, sampling: SamplingSettings, limits: FamilyLimits) -> FrameSizing:
-        """How clip readers size and resize sampled frames for this family."""
+    def frame_sizing(
+        self, sampling: SamplingSettings, limits: FamilyLimits, resize: Resize | None = None
+    ) -> FrameSizing:
+        """How clip readers size sampled frames for this family, resampled by ``resize`` (``None``:
+        the family's own resampler, as its tower was trained on; a backend that sends the frames
+        elsewhere may pass one that needs no torch)."""
         ...
 
     def preprocess_video(

@@ -52,6 +52,10 @@ class SampledClip:
     reader: Reader
 
 
+# Resamples (T, H, W, 3) uint8 frames to (T, h, w, 3) uint8 for ``(h, w)``.
+Resize = Callable[[np.ndarray, tuple[int, int]], np.ndarray]
+
+
 @dataclass(frozen=True)
 class FrameSizing:
     """How sampled frames are sized, given by the caller (the model decides, not the reader).
@@ -63,7 +67,7 @@ class FrameSizing:
     """
 
     size: Callable[[int, int, int], tuple[int, int]]
-    resize: Callable[[np.ndarray, tuple[int, int]], np.ndarray]
+    resize: Resize
     frames_per_slice: int = field(default_factory=lambda: default_limits().frames_per_slice)
 
 

@@ -20,6 +20,7 @@ import torch
 from framewise.core.encoding.defs import PieceGrid, VisionItem
 from framewise.core.errors import FramewiseError, ModelLoadError
 from framewise.core.families.base import DecodedAnswer, VisionSpan
+from framewise.core.families.qwen3_vl.chat import chat_messages
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.processor import VideoInputs
 
@@ -57,26 +58,6 @@ class ChatInputs:
     @property
     def text(self) -> str:
         return self.prompt_text
-
-
-def chat_messages(
-    question: str, *, videos: int = 0, images: int = 0, history: Sequence[tuple[str, str]] = ()
-) -> list[dict[str, Any]]:
-    """Chat messages in the transformers format: the visual content (``videos`` clips first, then
-    ``images`` images) opens the first user turn, earlier (question, answer) turns follow in order,
-    and ``question`` is the last user turn."""
-    visuals: list[dict[str, Any]] = [{"type": "video"} for _ in range(videos)]
-    visuals += [{"type": "image"} for _ in range(images)]
-    turns = [*history, (question, None)]
-    messages: list[dict[str, Any]] = []
-    for index, (asked, answer) in enumerate(turns):
-        if index == 0:
-            messages.append({"role": "user", "content": [*visuals, {"type": "text", "text": asked}]})
-        else:
-            messages.append({"role": "user", "content": asked})
-        if answer is not None:
-            messages.append({"role": "assistant", "content": answer})
-    return messages
 
 
 def build_chat_inputs(

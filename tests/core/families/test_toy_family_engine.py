@@ -26,7 +26,7 @@ from framewise.core.families import FamilyLimits, VisionSpan
 from framewise.core.families.base import CancelPoints, DecodedAnswer
 from framewise.core.loading import DEMO_MODEL_DIR
 from framewise.core.settings import AppSettings, SamplingSettings
-from framewise.core.video import FrameSizing
+from framewise.core.video import FrameSizing, Resize
 from tests.conftest import SAMPLE_CLIPS
 from tests.core.encoding.test_manager import ToyAdapter
 from tests.core.families.test_toy_family import TOY_LIMITS, VISION_PAD, VOCAB, BagOfTokensModel
@@ -119,13 +119,13 @@ class EngineToyFamily:
     def cancel_points(self, model: torch.nn.Module) -> CancelPoints:
         return CancelPoints(vision=[model.tower], language=[])
 
-    def frame_sizing(self, sampling: SamplingSettings, limits: FamilyLimits) -> FrameSizing:
-        def resize(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    def frame_sizing(self, sampling: SamplingSettings, limits: FamilyLimits, resize: Resize | None = None) -> FrameSizing:
+        def nearest(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
             rows = np.linspace(0, frames.shape[1] - 1, size[0]).astype(int)
             columns = np.linspace(0, frames.shape[2] - 1, size[1]).astype(int)
             return frames[:, rows][:, :, columns]
 
-        return FrameSizing(lambda count, height, width: FRAME_SIZE, resize, limits.frames_per_slice)
+        return FrameSizing(lambda count, height, width: FRAME_SIZE, resize or nearest, limits.frames_per_slice)
 
     def preprocess_video(self, frames: np.ndarray, timestamps: Sequence[float], limits: FamilyLimits) -> ToyVideo:
         self.calls.append(f"preprocess {frames.shape}")
