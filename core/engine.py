@@ -43,7 +43,7 @@ from framewise.core.backends.base import BackendBase
 from framewise.core.decoding import Decoded, Decoder, Prompt, SamplingRule, context_for
 from framewise.core.encoding.defs import EncodedItem, VisionEncoder
 from framewise.core.encoding.manager import make_vision_encoder
-from framewise.core.errors import CancelledError, FramewiseError
+from framewise.core.errors import CancelledError, FramewiseError, QuestionTooLongError
 from framewise.core.events import (
     AnswerStats,
     DecoderInfo,
@@ -329,6 +329,7 @@ class Engine(BackendBase[EncodedClip]):
                 history=self.turns,
                 limits=loaded.limits,
             )
+            self._check_prompt_fits(inputs, question)
             streamer = _TokenStreamer(loaded.tokenizer, self._emit)
             try:
                 # Inside the prefill (until the first token); the token loop checks between tokens.
@@ -346,6 +347,29 @@ class Engine(BackendBase[EncodedClip]):
             self.turns.append((question, _decoded_answer(text, decoded.token_ids, loaded)))
         stats = self._answer_stats(started, finished, streamer, decoded)
         return self._emit(Done(text=text, stats=stats, kept=not cancelled))
+
+    def _check_prompt_fits(self, inputs: PromptInputs, question: str) -> None:
+        """Refuse, before any of it runs, a prompt the decoder's context cannot hold, saying whether
+        the question itself or the conversation grown around it is too long (QuestionTooLongError)."""
+        context = self._require_decoder().max_tokens
+        prompt_tokens = int(inputs.input_ids.shape[1])
+        if prompt_tokens < context:
+            return
+        loaded = self._require_model()
+        alone = loaded.family.build_prompt(
+            loaded.tokenizer, question, videos=[self.clip.video] if self.clip else [], limits=loaded.limits
+        )
+        alone_tokens = int(alone.input_ids.shape[1])
+        if alone_tokens >= context:
+            question_tokens = len(loaded.tokenizer.encode(question, add_special_tokens=False))
+            raise QuestionTooLongError(
+                f"This question is {question_tokens:,} tokens: with the clip it needs {alone_tokens:,} of the "
+                f"{context:,} tokens the model's context holds. Shorten the question."
+            )
+        raise QuestionTooLongError(
+            f"With this question the conversation needs {prompt_tokens:,} tokens, more than the {context:,} the "
+            "model's context holds. Start a new conversation (File ▸ New Conversation) and ask again."
+        )
 
     def _decode(self, inputs: PromptInputs, streamer: _TokenStreamer) -> Decoded:
         """Decode the answer to ``inputs`` with the open clip's features, streaming through ``streamer``."""

@@ -128,7 +128,8 @@ def test_answer_streams_then_metrics_update(qtbot, make_window, sample_clip):
     assert turn.answer == "The red square moves to the right."
     card = window.chat.answer_cards()[-1]
     assert card.text() == turn.answer
-    assert DEMO_LABEL in card.header.text()
+    assert DEMO_LABEL not in card.header.text() and DEMO_LABEL in card.header.toolTip()
+    assert card.header.text().endswith("· Demo model"), "a short demo tag on every answer, the label once"
     assert "tokens/s" in card.footer.text()
     assert "(2 eager passes)" in window.encoder_panel.hits_text()
     assert window.encoder_panel.first_token_value.text() == "12 ms"
