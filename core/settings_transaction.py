@@ -4,7 +4,8 @@
 the decoder's cache and graphs, the open clip's sampling) and, when any part fails, puts back the
 settings, model, encoder, decoder, clip and conversation the engine had. The engine keeps the
 orchestration (:meth:`~framewise.core.engine.Engine.apply_settings`); the transaction knows it only
-through :class:`SwitchableEngine` and the function that re-opens its clip.
+through :class:`SwitchableEngine` (its steps), :class:`EngineParts` (the parts it snapshots and
+puts back) and the function that re-opens its clip.
 """
 
 from __future__ import annotations
