@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
 from framewise.core.backends.base import BackendBase
@@ -62,7 +61,7 @@ from framewise.core.loading import LoadedModel, load_model
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
 from framewise.core.settings import AppSettings
 from framewise.core.settings_transaction import SettingsTransaction
-from framewise.core.video import ReadProgress, sample_clip
+from framewise.core.video import ReadProgress, SampledFrames, sample_clip
 from framewise.core.video.thumbnails import clip_sampled
 
 
@@ -249,41 +248,27 @@ class Engine(BackendBase[EncodedClip]):
                 on_progress=lambda progress: self._emit(_decode_progress(path.name, progress)),
             )
             decode_ms = (time.perf_counter() - started) * 1e3
-            info = sampled.info
-            size_and_duration = (info.width, info.height, info.duration_s)
-            return self._encode_frames(
-                sampled.frames, sampled.timestamps, path.name, path, decode_ms, size_and_duration, reason
-            )
+            return self._encode_frames(SampledFrames.read(sampled, path, decode_ms), reason)
 
-    def _use_frames(
-        self, frames: np.ndarray, timestamps: Sequence[float], name: str, size_and_duration: tuple[int, int, float]
-    ) -> EncodeDone:
+    def _use_frames(self, sampled: SampledFrames) -> EncodeDone:
         """Encode frames sampled elsewhere, as :meth:`open_clip` does after decoding.
 
-        ``frames``: (T, H, W, 3) uint8 RGB, already at the model family's frame size (sides whole merge blocks);
-        ``timestamps``: T seconds. Settings changes cannot re-sample such a clip.
+        The frames are already at the model family's frame size (sides whole merge blocks).
+        Settings changes cannot re-sample such a clip.
         """
         self._require_model()
         with self._request():
-            return self._encode_frames(frames, timestamps, name, None, 0.0, size_and_duration, "new_clip")
+            return self._encode_frames(sampled, "new_clip")
 
-    def _encode_frames(
-        self,
-        frames: np.ndarray,
-        timestamps: Sequence[float],
-        name: str,
-        path: Path | None,
-        decode_ms: float,
-        size_and_duration: tuple[int, int, float],
-        reason: ResetReason | None,
-    ) -> EncodeDone:
+    def _encode_frames(self, sampled: SampledFrames, reason: ResetReason | None) -> EncodeDone:
         """Preprocess and encode sampled frames (T, H, W, 3) uint8, make them the open clip and, unless
         ``reason`` is ``None``, start its conversation afresh."""
         loaded = self._require_model()
-        self._emit(clip_sampled(name, path, frames, timestamps, size_and_duration))
+        self._emit(clip_sampled(sampled))
         self._raise_if_cancelled()
         started = time.perf_counter()
-        video = loaded.family.preprocess_video(frames, timestamps, loaded.limits)
+        timestamps, name = sampled.timestamps, sampled.name
+        video = loaded.family.preprocess_video(sampled.frames, timestamps, loaded.limits)
         preprocess_ms = (time.perf_counter() - started) * 1e3
         self._raise_if_cancelled()
 
@@ -302,7 +287,7 @@ class Engine(BackendBase[EncodedClip]):
                 frames=len(timestamps),
                 patches=video.item.patches,
                 timestamps=tuple(timestamps),
-                decode_ms=decode_ms,
+                decode_ms=sampled.decode_ms,
                 preprocess_ms=preprocess_ms,
                 encode_ms=sum(chunk.encode_ms for chunk in chunks),
                 ms_per_frame=metrics.last_item_ms_per_frame,
@@ -310,7 +295,7 @@ class Engine(BackendBase[EncodedClip]):
                 chunks=chunks,
             )
         )
-        self.clip = EncodedClip(path=path, video=video, features=output.items[0], summary=summary)
+        self.clip = EncodedClip(path=sampled.path, video=video, features=output.items[0], summary=summary)
         if reason is not None:
             self._reset_conversation(reason)
         self._emit(Progress("encode", 1, 1, f"{name} is ready"))

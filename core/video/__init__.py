@@ -44,7 +44,9 @@ from framewise.core.video.clip import (
     Resize,
     ReaderFailed,
     SampledClip,
+    SampledFrames,
     existing_file,
+    frames_size_and_duration,
 )
 from framewise.core.video.opencv_reader import OpenCVClip
 from framewise.core.video.pyav_reader import PyAVClip
@@ -60,6 +62,7 @@ __all__ = [
     "ReadProgress",
     "Reader",
     "SampledClip",
+    "SampledFrames",
     "StuckRead",
     "probe_clip",
     "sample_clip",
