@@ -28,7 +28,7 @@ from framewise import __version__
 from framewise.app.logs import setup_logging
 from framewise.core.errors import EmptyQuestionError, OutputWriteError, SettingsError, describe_error
 from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo, Event, Progress, ServerInfo, Token
-from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, FAST_MODES, AppSettings
+from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, FAST_MODES, FIELD_WORDS, AppSettings
 from framewise.core.timecodes import find_times
 
 # The flag that sets each settings field, so messages name what a person can type.
@@ -99,9 +99,13 @@ def _discard_stdout() -> None:
 
 
 def _in_flag_words(error: BaseException, message: str) -> str:
-    """A settings error as the flag that sets the field (``--max-frames: ...``), other messages as they are."""
+    """A settings error as the flag that sets the field (``--max-frames: ...``), with the other fields
+    it names as their flags too; other messages as they are."""
     if isinstance(error, SettingsError) and error.field in FLAGS:
-        return f"{FLAGS[error.field]}: {error.message}"
+        text = error.message
+        for field, words in FIELD_WORDS.items():
+            text = text.replace(words, FLAGS[field])
+        return f"{FLAGS[error.field]}: {text}"
     return message
 
 

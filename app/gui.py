@@ -12,7 +12,6 @@ import logging
 import os
 import signal
 import sys
-from pathlib import Path
 from typing import Mapping, Sequence
 
 from PySide6.QtCore import QTimer

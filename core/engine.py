@@ -28,7 +28,6 @@ own ``generate()`` for one call (the demo model's training and the tests use it)
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,14 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
 from framewise.core.backends.base import BackendBase
 from framewise.core.decoding import Decoded, Decoder, Prompt, SamplingRule, context_for
 from framewise.core.encoding.defs import EncodedItem, VisionEncoder
 from framewise.core.encoding.manager import make_vision_encoder
-from framewise.core.errors import CancelledError, FramewiseError
+from framewise.core.errors import CancelledError, FramewiseError, QuestionTooLongError
 from framewise.core.events import (
     AnswerStats,
     DecoderInfo,
@@ -58,12 +56,12 @@ from framewise.core.events import (
     Token,
     ignore_events,
 )
-from framewise.core.families.base import PreparedVideo, PromptInputs
+from framewise.core.families.base import DecodedAnswer, PreparedVideo, PromptInputs
 from framewise.core.loading import LoadedModel, load_model
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
 from framewise.core.settings import AppSettings
 from framewise.core.settings_transaction import SettingsTransaction
-from framewise.core.video import ReadProgress, sample_clip
+from framewise.core.video import ReadProgress, SampledFrames, sample_clip
 from framewise.core.video.thumbnails import clip_sampled
 
 
@@ -197,6 +195,7 @@ class Engine(BackendBase[EncodedClip]):
             capture_seconds=report.seconds if report else None,
             graph_memory_mb=report.graph_memory_bytes / 2**20 if report else None,
             decoder=self._decoder_info(),
+            limits=loaded.limits,
         )
 
     def _decoder_info(self) -> DecoderInfo | None:
@@ -249,44 +248,27 @@ class Engine(BackendBase[EncodedClip]):
                 on_progress=lambda progress: self._emit(_decode_progress(path.name, progress)),
             )
             decode_ms = (time.perf_counter() - started) * 1e3
-            info = sampled.info
-            size_and_duration = (info.width, info.height, info.duration_s)
-            return self._encode_frames(
-                sampled.frames, sampled.timestamps, path.name, path, decode_ms, size_and_duration, reason,
-                sampling_mode=sampled.mode,
-            )
+            return self._encode_frames(SampledFrames.read(sampled, path, decode_ms), reason)
 
-    def _use_frames(
-        self, frames: np.ndarray, timestamps: Sequence[float], name: str, size_and_duration: tuple[int, int, float]
-    ) -> EncodeDone:
+    def _use_frames(self, sampled: SampledFrames) -> EncodeDone:
         """Encode frames sampled elsewhere, as :meth:`open_clip` does after decoding.
 
-        ``frames``: (T, H, W, 3) uint8 RGB, already at the model family's frame size (sides whole merge blocks);
-        ``timestamps``: T seconds. Settings changes cannot re-sample such a clip.
+        The frames are already at the model family's frame size (sides whole merge blocks).
+        Settings changes cannot re-sample such a clip.
         """
         self._require_model()
         with self._request():
-            return self._encode_frames(frames, timestamps, name, None, 0.0, size_and_duration, "new_clip")
+            return self._encode_frames(sampled, "new_clip")
 
-    def _encode_frames(
-        self,
-        frames: np.ndarray,
-        timestamps: Sequence[float],
-        name: str,
-        path: Path | None,
-        decode_ms: float,
-        size_and_duration: tuple[int, int, float],
-        reason: ResetReason | None,
-        sampling_mode: str = "exact",
-    ) -> EncodeDone:
+    def _encode_frames(self, sampled: SampledFrames, reason: ResetReason | None) -> EncodeDone:
         """Preprocess and encode sampled frames (T, H, W, 3) uint8, make them the open clip and, unless
         ``reason`` is ``None``, start its conversation afresh."""
         loaded = self._require_model()
-        sampled = clip_sampled(name, path, frames, timestamps, size_and_duration)
-        self._emit(dataclasses.replace(sampled, sampling_mode=sampling_mode))
+        self._emit(clip_sampled(sampled))
         self._raise_if_cancelled()
         started = time.perf_counter()
-        video = loaded.family.preprocess_video(frames, timestamps, loaded.limits)
+        timestamps, name = sampled.timestamps, sampled.name
+        video = loaded.family.preprocess_video(sampled.frames, timestamps, loaded.limits)
         preprocess_ms = (time.perf_counter() - started) * 1e3
         self._raise_if_cancelled()
 
@@ -305,16 +287,16 @@ class Engine(BackendBase[EncodedClip]):
                 frames=len(timestamps),
                 patches=video.item.patches,
                 timestamps=tuple(timestamps),
-                decode_ms=decode_ms,
+                decode_ms=sampled.decode_ms,
                 preprocess_ms=preprocess_ms,
                 encode_ms=sum(chunk.encode_ms for chunk in chunks),
                 ms_per_frame=metrics.last_item_ms_per_frame,
                 graph_hit=metrics.last_item_hit,
-                sampling_mode=sampling_mode,
+                sampling_mode=sampled.mode,
                 chunks=chunks,
             )
         )
-        self.clip = EncodedClip(path=path, video=video, features=output.items[0], summary=summary)
+        self.clip = EncodedClip(path=sampled.path, video=video, features=output.items[0], summary=summary)
         if reason is not None:
             self._reset_conversation(reason)
         self._emit(Progress("encode", 1, 1, f"{name} is ready"))
@@ -333,6 +315,7 @@ class Engine(BackendBase[EncodedClip]):
                 history=self.turns,
                 limits=loaded.limits,
             )
+            self._check_prompt_fits(inputs, question)
             streamer = _TokenStreamer(loaded.tokenizer, self._emit)
             try:
                 # Inside the prefill (until the first token); the token loop checks between tokens.
@@ -347,9 +330,32 @@ class Engine(BackendBase[EncodedClip]):
         cancelled = decoded.stop_reason == "cancelled"
         text = streamer.text.strip()
         if not cancelled:
-            self.turns.append((question, text))
+            self.turns.append((question, _decoded_answer(text, decoded.token_ids, loaded)))
         stats = self._answer_stats(started, finished, streamer, decoded)
         return self._emit(Done(text=text, stats=stats, kept=not cancelled))
+
+    def _check_prompt_fits(self, inputs: PromptInputs, question: str) -> None:
+        """Refuse, before any of it runs, a prompt the decoder's context cannot hold, saying whether
+        the question itself or the conversation grown around it is too long (QuestionTooLongError)."""
+        context = self._require_decoder().max_tokens
+        prompt_tokens = int(inputs.input_ids.shape[1])
+        if prompt_tokens < context:
+            return
+        loaded = self._require_model()
+        alone = loaded.family.build_prompt(
+            loaded.tokenizer, question, videos=[self.clip.video] if self.clip else [], limits=loaded.limits
+        )
+        alone_tokens = int(alone.input_ids.shape[1])
+        if alone_tokens >= context:
+            question_tokens = len(loaded.tokenizer.encode(question, add_special_tokens=False))
+            raise QuestionTooLongError(
+                f"This question is {question_tokens:,} tokens: with the clip it needs {alone_tokens:,} of the "
+                f"{context:,} tokens the model's context holds. Shorten the question."
+            )
+        raise QuestionTooLongError(
+            f"With this question the conversation needs {prompt_tokens:,} tokens, more than the {context:,} the "
+            "model's context holds. Start a new conversation (File ▸ New Conversation) and ask again."
+        )
 
     def _decode(self, inputs: PromptInputs, streamer: _TokenStreamer) -> Decoded:
         """Decode the answer to ``inputs`` with the open clip's features, streaming through ``streamer``."""
@@ -522,6 +528,15 @@ def _decode_progress(name: str, progress: ReadProgress) -> Progress:
     of_total = f" of {total}" if total else ""
     current = min(seconds, total) if total else seconds
     return Progress("decode", current, total, f"{verb} {name}: {seconds}{of_total} s of video")
+
+
+def _decoded_answer(text: str, token_ids: Sequence[int], loaded: LoadedModel) -> DecodedAnswer:
+    """The answer ``text`` with the ids it was decoded from, less the end-of-answer token the
+    decoder never feeds back (the chat layout closes the turn with its own)."""
+    ids = list(token_ids)
+    if ids and ids[-1] in _eos_token_ids(loaded):
+        ids.pop()
+    return DecodedAnswer(text, ids)
 
 
 def _eos_token_ids(loaded: LoadedModel) -> frozenset[int]:

@@ -105,6 +105,10 @@ class EmptyQuestionError(FramewiseError):
         super().__init__("Type a question first.")
 
 
+class QuestionTooLongError(FramewiseError):
+    """The question, or the conversation with it, does not fit the model's context."""
+
+
 class FeatureInjectionError(FramewiseError):
     """The installed transformers does not take precomputed vision features the way Framewise gives them."""
 

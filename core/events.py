@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator, Literal, TypeVar, Union
 
 import numpy as np
 
+from framewise.core.families.base import FamilyLimits
 from framewise.core.wording import plural
 
 NO_REQUEST = 0
@@ -385,7 +386,9 @@ class EngineInfo:
 
     ``device`` describes the device for people ("cuda (NVIDIA H200)"); ``device_kind`` is what code
     tests: the torch device type the model runs on (``cpu``, ``cuda``, ``mps``), or ``server`` when
-    a vLLM server answers. ``server`` is set then (the vision encoder runs there).
+    a vLLM server answers. ``server`` is set then (the vision encoder runs there). ``limits`` are
+    the loaded model family's (the settings dialog sizes its steps and hints by them); ``None`` where
+    the model is not loaded here.
 
     Sent once per change: when a model is loaded and when new settings change the model or the encoder.
     """
@@ -404,6 +407,7 @@ class EngineInfo:
     decoder: DecoderInfo | None = None
     server: ServerInfo | None = None
     device_kind: str = "cpu"
+    limits: FamilyLimits | None = None
     request_id: int = _request_id()
 
     @property

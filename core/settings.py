@@ -25,6 +25,9 @@ ATTENTION_BACKENDS = ("auto", "triton", "varlen", "flash_attn", "sdpa_masked", "
 BACKENDS = ("local", "vllm")
 SECRET_FIELDS = frozenset({"backend.api_key"})
 """Fields never written by ``to_dict`` nor read back by ``from_dict``."""
+# How messages name a field other than the one they are about, in the window's words; the CLI
+# puts the flag that sets the field in their place.
+FIELD_WORDS = {"sampling.max_pixels": "sampling max pixels", "generation.max_new_tokens": "max new tokens"}
 RENAMED_FIELDS = {"encoder.max_frames_per_batch": "encoder.max_frame_pairs_per_batch"}
 """Earlier names of fields: ``from_dict`` reads a value saved under one when the current name is absent."""
 """``local``: this machine's engine; ``vllm``: a vLLM server's OpenAI-compatible API."""
@@ -366,8 +369,9 @@ class AppSettings:
             raise SettingsError(
                 "decoding.max_context_tokens",
                 f"{self.decoding.max_context_tokens} tokens cannot hold one question about the largest clip the "
-                f"sampling settings allow ({needed} tokens with max new tokens {self.generation.max_new_tokens}); "
-                "raise it, use 0 (automatic), or lower sampling max pixels or max new tokens",
+                f"sampling settings allow ({needed} tokens with {FIELD_WORDS['generation.max_new_tokens']} "
+                f"{self.generation.max_new_tokens}); raise it, use 0 (automatic), or lower "
+                f"{FIELD_WORDS['sampling.max_pixels']} or {FIELD_WORDS['generation.max_new_tokens']}",
             )
         for section in (self.decoding, self.backend):
             section.validate()

@@ -4,12 +4,13 @@
 the decoder's cache and graphs, the open clip's sampling) and, when any part fails, puts back the
 settings, model, encoder, decoder, clip and conversation the engine had. The engine keeps the
 orchestration (:meth:`~framewise.core.engine.Engine.apply_settings`); the transaction knows it only
-through :class:`SwitchableEngine` and the function that re-opens its clip.
+through :class:`SwitchableEngine` (its steps), :class:`EngineParts` (the parts it snapshots and
+puts back) and the function that re-opens its clip.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -18,8 +19,10 @@ from framewise.core.events import EncodeDone, EngineInfo, ResetReason
 from framewise.core.settings import AppSettings
 
 
-class SwitchableEngine(Protocol):
-    """The engine's parts a transaction swaps, and the steps that build them for ``settings``."""
+@dataclass
+class EngineParts:
+    """The engine's parts a transaction swaps: a snapshot of them is what a failed switch puts back.
+    ``turns`` is the conversation record (copied: the engine empties and extends its own in place)."""
 
     settings: AppSettings
     loaded: Any
@@ -28,6 +31,21 @@ class SwitchableEngine(Protocol):
     decoder: Any
     clip: Any
     turns: list[tuple[str, str]]
+
+    @classmethod
+    def of(cls, engine: SwitchableEngine) -> EngineParts:
+        parts = cls(**{part.name: getattr(engine, part.name) for part in fields(cls)})
+        parts.turns = list(parts.turns)
+        return parts
+
+    def put_back(self, engine: SwitchableEngine) -> None:
+        for part in fields(self):
+            setattr(engine, part.name, getattr(self, part.name))
+
+
+class SwitchableEngine(Protocol):
+    """An engine with the attributes :class:`EngineParts` names, and the steps that build them for
+    its ``settings``."""
 
     def load(self, request_id: int | None = None) -> EngineInfo: ...
     def info(self) -> EngineInfo: ...
@@ -43,37 +61,16 @@ class SwitchableEngine(Protocol):
 ReopenClip = Callable[[Path, ResetReason | None], EncodeDone]
 
 
-@dataclass
-class _Parts:
-    """What the transaction restores when a switch fails. ``released``: the model had to be dropped
-    to make room, so restoring loads it again."""
-
-    settings: AppSettings
-    loaded: Any
-    encoder: Any
-    graphs_reason: str
-    decoder: Any
-    clip: Any
-    turns: list[tuple[str, str]] = field(default_factory=list)
-    released: bool = False
-
-
 class SettingsTransaction:
     """One switch of ``engine`` to ``settings``: :meth:`run` it inside the engine's request."""
 
     def __init__(self, engine: SwitchableEngine, settings: AppSettings, reopen_clip: ReopenClip) -> None:
-        self.engine = engine
+        self.engine: Any = engine  # its parts are read and set by name (EngineParts)
         self.settings = settings
         self.reopen_clip = reopen_clip
-        self.before = _Parts(
-            engine.settings,
-            engine.loaded,
-            engine.encoder,
-            engine.graphs_reason,
-            engine.decoder,
-            engine.clip,
-            list(engine.turns),
-        )
+        self.before = EngineParts.of(engine)
+        # The model had to be dropped to make room for the new one, so restoring loads it again.
+        self.released = False
 
     def run(self) -> EngineInfo | None:
         """Switch; returns the new :class:`EngineInfo` when the model, encoder or decoder changed.
@@ -110,7 +107,7 @@ class SettingsTransaction:
 
     def _load_beside(self) -> None:
         """Load the new model while the old one stays in memory; if that runs out of memory,
-        release the old one (``before.released`` tells :meth:`_restore` to load it again) and retry."""
+        release the old one (``released`` tells :meth:`_restore` to load it again) and retry."""
         engine = self.engine
         try:
             engine.load_weights()
@@ -118,7 +115,7 @@ class SettingsTransaction:
             if not is_out_of_memory(error):
                 raise
             engine.release_model()
-            self.before.released = True
+            self.released = True
             engine.load_weights()
         engine.encoder = None
         engine.decoder = None
@@ -147,8 +144,8 @@ class SettingsTransaction:
             engine.decoder.close()
         if engine.encoder is not None and engine.encoder is not before.encoder:
             engine.encoder.clear()
-        engine.settings = before.settings
-        if before.released:
+        if self.released:
+            engine.settings = before.settings
             engine.loaded = engine.encoder = engine.decoder = None
             engine.clip = None
             engine.load()
@@ -156,8 +153,7 @@ class SettingsTransaction:
                 self.reopen_clip(before.clip.path, None)  # the conversation stays: it is put back
             engine.turns = before.turns
             return
-        engine.loaded, engine.encoder, engine.graphs_reason = before.loaded, before.encoder, before.graphs_reason
-        engine.decoder, engine.clip, engine.turns = before.decoder, before.clip, before.turns
+        before.put_back(engine)
         if engine.encoder is None:
             engine.build_encoder()
         if engine.decoder is None:
@@ -166,7 +162,7 @@ class SettingsTransaction:
     def _close_replaced(self) -> None:
         """Give back what the old model's parts held once the new ones are in use."""
         engine, before = self.engine, self.before
-        if before.released:
+        if self.released:
             return
         if before.decoder is not None and before.decoder is not engine.decoder:
             before.decoder.close()

@@ -1,7 +1,8 @@
 """The chat: the transcript of questions and streamed answers, and the question box.
 
 Enter sends (Shift+Enter adds a line); Stop cancels the answer being written. Each answer is
-headed by the model that wrote it, including the demo model's label, and can be copied with its
+headed by the model that wrote it and the short form of its label (the demo model's "Demo model";
+the whole label is the header's tooltip and the window's banner), and can be copied with its
 button or its context menu. Under an answer being written is its speed so far; under a finished
 one, its figures. Every time a message mentions ("at 0:12", "from 3 to 5 seconds") is a link:
 clicking it emits ``time_clicked``.
@@ -292,7 +293,8 @@ class ChatPanel(QWidget):
         """Show ``turn``'s question and an empty answer that tokens will stream into."""
         self.question_edit.clear()
         self._append(MessageCard("question", "You", turn.question, self._messages))
-        self._answer_card = MessageCard("answer", answer_header(turn), parent=self._messages)
+        self._answer_card = MessageCard("answer", "", parent=self._messages)
+        _show_author(self._answer_card, turn)
         self._answer_card.set_footer(waiting_text)
         self._append(self._answer_card)
         self._follow_bottom = True
@@ -319,7 +321,7 @@ class ChatPanel(QWidget):
         card = self._answer_card
         if card is None:
             return
-        card.header.setText(answer_header(turn))
+        _show_author(card, turn)
         card.set_text(turn.answer)
         if turn.status == "failed":
             card.set_text((turn.answer + "\n\n" if turn.answer else "") + f"⚠ {turn.error}", linked_length=len(turn.answer))
@@ -366,8 +368,17 @@ class ChatPanel(QWidget):
 
 
 def answer_header(turn: Turn) -> str:
-    """Who wrote an answer: the model, and its label when it has one (the demo model does)."""
-    return f"{turn.model_name} · {turn.model_label}" if turn.model_label else turn.model_name
+    """Who wrote an answer: the model, and the short form of its label when it has one (the demo
+    model does): the label's part before its dash, so that every card stays one short line."""
+    if not turn.model_label:
+        return turn.model_name
+    return f"{turn.model_name} · {turn.model_label.split(' — ')[0]}"
+
+
+def _show_author(card: MessageCard, turn: Turn) -> None:
+    card.header.setText(answer_header(turn))
+    if turn.model_label:
+        card.header.setToolTip(f"{turn.model_name} · {turn.model_label}")
 
 
 _TIME_SCHEME = "time:"

@@ -549,6 +549,7 @@ class MainWindow(QMainWindow, SessionListener):
             self._settings_dialog.set_settings(self.settings)
         info = self.info
         on_cpu = info is not None and info.on_cpu
+        self._settings_dialog.set_limits(info.limits if info else None)
         self._settings_dialog.set_graphs_available(not on_cpu, info.graphs_reason if info else "")
         if section:
             self._settings_dialog.show_section(section)

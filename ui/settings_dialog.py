@@ -39,7 +39,7 @@ from PySide6.QtWidgets import (
 )
 
 from framewise.core.errors import SettingsError
-from framewise.core.families import default_limits
+from framewise.core.families import FamilyLimits, default_limits
 from framewise.core.settings import ATTENTION_BACKENDS, DEMO_MODEL, DEVICES, DTYPES, AppSettings, BackendSettings
 
 GRAPH_ONLY_FIELDS = (
@@ -100,6 +100,8 @@ class SettingsDialog(QDialog):
         self._fields: dict[str, QWidget] = {}
         self._errors: dict[str, FieldError] = {}
         self._field_tabs: dict[str, int] = {}
+        self._hints: dict[str, QLabel] = {}
+        self.limits = default_limits()
         self.tabs = QTabWidget()
         self._build_model_tab()
         self._build_sampling_tab()
@@ -129,6 +131,7 @@ class SettingsDialog(QDialog):
         layout.addWidget(self.general_error)
         layout.addWidget(buttons)
         self.set_settings(settings)
+        self.set_limits(None)
         line = self.fontMetrics().height()
         self.resize(line * 40, line * 38)
 
@@ -163,6 +166,7 @@ class SettingsDialog(QDialog):
             hint.setWordWrap(True)
             hint.setForegroundRole(QPalette.ColorRole.PlaceholderText)
             column.addWidget(hint)
+            self._hints[name] = hint
         column.addWidget(error)
         form.addRow(label, cell)
         self._fields[name] = widget
@@ -219,7 +223,7 @@ class SettingsDialog(QDialog):
         form = self._add_tab("sampling")
         self._add_field(form, "sampling.fps", "Frames per second", _double_spin(0.0, 1000.0, 2, 0.5))
         self._add_field(form, "sampling.min_frames", "Min frames", _spin(0, 100_000, 2))
-        self._add_field(form, "sampling.max_frames", "Max frames", _spin(0, 100_000, 2))
+        self._add_field(form, "sampling.max_frames", "Max frames", _spin(0, 100_000, 2), _frames_hint(self.limits))
         self._add_field(
             form,
             "sampling.max_pixels",
@@ -260,10 +264,7 @@ class SettingsDialog(QDialog):
         self.budget_mode.addItems(["Geometric series (min, max, ratio)", "Explicit list"])
         self.budget_mode.currentIndexChanged.connect(self._update_budget_mode)
         form.addRow("Token budgets", self.budget_mode)
-        multiple = default_limits().budget_multiple
-        self._add_field(
-            form, "encoder.budgets", "Budget list", QLineEdit(), f"Comma-separated multiples of {multiple}, e.g. 256, 1024, 4096"
-        )
+        self._add_field(form, "encoder.budgets", "Budget list", QLineEdit(), _budgets_hint(self.limits))
         self._add_field(form, "encoder.min_budget", "Min budget", _spin(0, _INT_MAX, 4))
         self._add_field(form, "encoder.max_budget", "Max budget", _spin(0, _INT_MAX, 4))
         self._add_field(form, "encoder.budget_ratio", "Budget ratio", _double_spin(0.0, 100.0, 3, 0.05))
@@ -388,7 +389,7 @@ class SettingsDialog(QDialog):
         try:
             settings = AppSettings.from_dict(self.values())  # leaves the API key out, as files never hold it
             key = self._fields["backend.api_key"].text().strip()
-            return settings.replace("backend", api_key=key).validate()
+            return settings.replace("backend", api_key=key).validate(self.limits)
         except SettingsError as error:
             self.show_error(error)
             return None
@@ -452,6 +453,20 @@ class SettingsDialog(QDialog):
         self.http_warning.setText(f"⚠ {warning}" if warning else "")
         self.http_warning.setVisible(bool(warning))
 
+    def set_limits(self, limits: FamilyLimits | None) -> None:
+        """Size the frame and budget steps, and word their hints, by the loaded model family's
+        ``limits`` (``None``: the default family's, as before a model is loaded); settings are then
+        checked against them."""
+        self.limits = limits or default_limits()
+        per_slice, multiple = self.limits.frames_per_slice, self.limits.budget_multiple
+        for name in ("sampling.min_frames", "sampling.max_frames"):
+            self._fields[name].setSingleStep(per_slice)
+        for name in ("encoder.min_budget", "encoder.max_budget"):
+            self._fields[name].setSingleStep(multiple)
+        self._hints["sampling.max_frames"].setText(_frames_hint(self.limits))
+        self._hints["encoder.budgets"].setText(_budgets_hint(self.limits))
+        self._update_budget_preview()
+
     def set_graphs_available(self, available: bool, reason: str) -> None:
         """Disable the settings that only CUDA graphs use where there are none, saying why on the Encoder tab."""
         self._graphs_available = available
@@ -479,8 +494,8 @@ class SettingsDialog(QDialog):
             encoder = AppSettings.from_dict(self.values()).encoder
             # Validate the budget fields alone (batch limits of 1 always fit) before expanding the series.
             encoder = dataclasses.replace(encoder, max_items_per_batch=1, max_frame_pairs_per_batch=1)
-            encoder.validate()
-            budgets = encoder.token_budgets()
+            encoder.validate(self.limits)
+            budgets = encoder.token_budgets(self.limits)
         except SettingsError:
             self.budget_preview.setText("")
             return
@@ -488,6 +503,18 @@ class SettingsDialog(QDialog):
             ", ".join(map(str, budgets[:4])) + ", …, " + ", ".join(map(str, budgets[-2:]))
         )
         self.budget_preview.setText(f"{len(budgets)} graphs: {shown}")
+
+
+def _frames_hint(limits: FamilyLimits) -> str:
+    return (
+        f"{limits.name} takes at most {limits.max_frames:,} frames; {limits.frames_rule()}, "
+        f"so frame counts are multiples of {limits.frames_per_slice}."
+    )
+
+
+def _budgets_hint(limits: FamilyLimits) -> str:
+    examples = ", ".join(str(limits.budget_multiple * 64 * 4**power) for power in range(3))
+    return f"Comma-separated multiples of {limits.budget_multiple}, e.g. {examples}"
 
 
 def _looks_like_folder(source: str) -> bool:

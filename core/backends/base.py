@@ -28,6 +28,7 @@ from framewise.core.events import (
     ignore_events,
 )
 from framewise.core.settings import AppSettings
+from framewise.core.video import SampledFrames
 
 Turns = list[tuple[str, str]]
 
@@ -129,7 +130,7 @@ class BackendBase(ABC, Generic[ClipT]):
         Settings changes cannot re-sample such a clip.
         """
         with self._requests.serving(request_id):
-            return self._use_frames(frames, timestamps, name, frames_size_and_duration(frames, timestamps))
+            return self._use_frames(SampledFrames.given(frames, timestamps, name))
 
     @abstractmethod
     def _open_clip(self, path: Path, reason: ResetReason) -> EncodeDone:
@@ -140,14 +141,8 @@ class BackendBase(ABC, Generic[ClipT]):
         """Answer ``question`` (stripped, not empty) in the request being served."""
 
     @abstractmethod
-    def _use_frames(
-        self,
-        frames: np.ndarray,
-        timestamps: Sequence[float],
-        name: str,
-        size_and_duration: tuple[int, int, float],
-    ) -> EncodeDone:
-        """Make frames (T, H, W, 3) given directly the open clip, in the request being served."""
+    def _use_frames(self, sampled: SampledFrames) -> EncodeDone:
+        """Make frames given directly the open clip, in the request being served."""
 
     def _emit(self, event: E) -> E:
         """Send ``event`` as part of the request being served; returns it as sent."""
@@ -164,10 +159,3 @@ class BackendBase(ABC, Generic[ClipT]):
                 path=None if clip is None else str(clip.path or ""),
             )
         )
-
-
-def frames_size_and_duration(frames: np.ndarray, timestamps: Sequence[float]) -> tuple[int, int, float]:
-    """(width, height, duration in seconds) of frames (T, H, W, 3) given directly, the last one's time
-    standing for the duration."""
-    rows, cols = frames.shape[1:3]
-    return int(cols), int(rows), float(timestamps[-1])

@@ -71,6 +71,19 @@ def media_io_kwargs(timestamps: Sequence[float]) -> dict[str, Any]:
     }
 
 
+def resize_with_opencv(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Frames (T, H, W, 3) uint8 resampled to (T, h, w, 3) for ``size = (h, w)`` without torch: area
+    averaging to shrink, bicubic to enlarge. The server's processor finds them at its own size and
+    resamples no further; the pixels are close to, not the same as, the local engine's antialiased
+    bicubic."""
+    height, width = size
+    if frames.shape[1:3] == (height, width):
+        return frames
+    shrinking = height * width < frames.shape[1] * frames.shape[2]
+    interpolation = cv2.INTER_AREA if shrinking else cv2.INTER_CUBIC
+    return np.stack([cv2.resize(frame, (width, height), interpolation=interpolation) for frame in frames])
+
+
 def openai_messages(question: str, clip: RemoteClip | None, history: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
     """The conversation in the chat-completions form: the clip opens the first user turn (as
     the served family's chat layout puts it), then the earlier turns, then ``question``."""

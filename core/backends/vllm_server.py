@@ -12,20 +12,24 @@ the request) and returns at once. Nothing is retried on its own: every failure b
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-import numpy as np
 import openai
 
 from framewise.core.backends.vllm_check import check_server
 from framewise.core.backends.vllm_http import StreamPiece, openai_client, stream_chat
 from framewise.core.backends.vllm_metrics import read_mm_cache_counters
-from framewise.core.backends.vllm_request import RemoteClip, media_io_kwargs, openai_messages, video_data_url
+from framewise.core.backends.vllm_request import (
+    RemoteClip,
+    media_io_kwargs,
+    openai_messages,
+    resize_with_opencv,
+    video_data_url,
+)
 from framewise.core.backends.vllm_serve_command import with_serve_command
 from framewise.core.backends.base import BackendBase
 from framewise.core.errors import CancelledError, FramewiseError
@@ -46,7 +50,7 @@ from framewise.core.families import default_family, default_limits
 from framewise.core.metrics import DecodeSpeedMeter, decode_rate
 from framewise.core.resources import asset_path
 from framewise.core.settings import DEMO_MODEL, AppSettings
-from framewise.core.video import sample_clip
+from framewise.core.video import SampledFrames, sample_clip
 from framewise.core.video.thumbnails import clip_sampled
 
 log = logging.getLogger(__name__)
@@ -140,43 +144,24 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         started = time.perf_counter()
         sampling = self.settings.sampling
         sampled = sample_clip(
-            path, sampling, self.family.frame_sizing(sampling, self.limits), should_cancel=self._cancel.is_set
+            path,
+            sampling,
+            self.family.frame_sizing(sampling, self.limits, resize=resize_with_opencv),
+            should_cancel=self._cancel.is_set,
         )
         decode_ms = (time.perf_counter() - started) * 1e3
-        info = sampled.info
-        return self._pack(
-            sampled.frames,
-            sampled.timestamps,
-            path.name,
-            path,
-            decode_ms,
-            (info.width, info.height, info.duration_s),
-            reason,
-            sampling_mode=sampled.mode,
-        )
+        return self._pack(SampledFrames.read(sampled, path, decode_ms), reason)
 
-    def _use_frames(
-        self, frames: np.ndarray, timestamps: Sequence[float], name: str, size_and_duration: tuple[int, int, float]
-    ) -> EncodeDone:
-        """Pack frames (T, H, W, 3) uint8 RGB sampled elsewhere for the server."""
+    def _use_frames(self, sampled: SampledFrames) -> EncodeDone:
+        """Pack frames sampled elsewhere for the server."""
         self._require_server()
         self._cancel.clear()
-        return self._pack(frames, timestamps, name, None, 0.0, size_and_duration, "new_clip")
+        return self._pack(sampled, "new_clip")
 
-    def _pack(
-        self,
-        frames: np.ndarray,
-        timestamps: Sequence[float],
-        name: str,
-        path: Path | None,
-        decode_ms: float,
-        size_and_duration: tuple[int, int, float],
-        reason: ResetReason,
-        sampling_mode: str = "exact",
-    ) -> EncodeDone:
+    def _pack(self, sampled: SampledFrames, reason: ResetReason) -> EncodeDone:
         """Pack sampled frames (T, H, W, 3) uint8 for the server and make them the open clip."""
-        sampled = clip_sampled(name, path, frames, timestamps, size_and_duration)
-        self._emit(dataclasses.replace(sampled, sampling_mode=sampling_mode))
+        self._emit(clip_sampled(sampled))
+        frames, timestamps, name = sampled.frames, sampled.timestamps, sampled.name
         started = time.perf_counter()
         url = video_data_url(frames)
         pack_ms = (time.perf_counter() - started) * 1e3
@@ -190,14 +175,14 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             frames=len(timestamps),
             patches=patches,
             timestamps=tuple(timestamps),
-            decode_ms=decode_ms,
+            decode_ms=sampled.decode_ms,
             preprocess_ms=pack_ms,
             encode_ms=0.0,
             ms_per_frame=0.0,
             graph_hit=False,
-            sampling_mode=sampling_mode,
+            sampling_mode=sampled.mode,
         )
-        self.clip = RemoteClip(path=path, video_url=url, media_io_kwargs=media_io_kwargs(timestamps), summary=summary)
+        self.clip = RemoteClip(path=sampled.path, video_url=url, media_io_kwargs=media_io_kwargs(timestamps), summary=summary)
         self._reset_conversation(reason)
         self._emit(Progress("encode", 1, 1, f"{name} is ready (the server encodes it with the first question)"))
         return self._emit(summary)

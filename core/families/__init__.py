@@ -2,8 +2,10 @@
 package here (Qwen3-VL: :mod:`framewise.core.families.qwen3_vl`); the rest of core asks it through
 :class:`~framewise.core.families.base.ModelFamily` and :class:`~framewise.core.families.base.FamilyLimits`.
 
-The registry maps a checkpoint's ``model_type`` to its family. Families load lazily (they import
-torch and transformers), so reading :func:`default_limits` costs no heavy import.
+:mod:`.base` holds that protocol, the limits and :class:`~framewise.core.families.base.VisionSpan`;
+this module is the registry that maps a checkpoint's ``model_type`` to its family. A family's
+module is imported when it is first asked for, and its tensor code when first used, so reading
+:func:`default_limits` costs no heavy import and the vLLM backend runs without torch.
 """
 
 from __future__ import annotations

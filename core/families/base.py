@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from framewise.core.encoding.defs import PieceGrid, VisionItem
     from framewise.core.loading import FamilyAdapter
     from framewise.core.settings import SamplingSettings
-    from framewise.core.video import FrameSizing
+    from framewise.core.video import FrameSizing, Resize
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,23 @@ class FamilyLimits:
         if self.frames_per_slice == 2:
             return "frames are encoded in pairs"
         return f"frames are encoded in groups of {self.frames_per_slice}"
+
+
+class DecodedAnswer(str):
+    """An answer's text that also keeps the token ids it was decoded from (end-of-answer token
+    left out).
+
+    A follow-up prompt splices these ids where the answer goes instead of tokenizing the text
+    again: the text need not tokenize back to the same ids, and the decoder's cache holds the ids,
+    so only then does a follow-up prefill just its new tokens. Compares and prints as its text.
+    """
+
+    token_ids: tuple[int, ...]
+
+    def __new__(cls, text: str, token_ids: Sequence[int]) -> DecodedAnswer:
+        answer = super().__new__(cls, text)
+        answer.token_ids = tuple(token_ids)
+        return answer
 
 
 @dataclass(frozen=True)
@@ -178,8 +195,12 @@ class ModelFamily(Protocol):
         """Where a running pass of ``model`` checks for a cancel."""
         ...
 
-    def frame_sizing(self, sampling: SamplingSettings, limits: FamilyLimits) -> FrameSizing:
-        """How clip readers size and resize sampled frames for this family."""
+    def frame_sizing(
+        self, sampling: SamplingSettings, limits: FamilyLimits, resize: Resize | None = None
+    ) -> FrameSizing:
+        """How clip readers size sampled frames for this family, resampled by ``resize`` (``None``:
+        the family's own resampler, as its tower was trained on; a backend that sends the frames
+        elsewhere may pass one that needs no torch)."""
         ...
 
     def preprocess_video(
@@ -204,7 +225,8 @@ class ModelFamily(Protocol):
         limits: FamilyLimits,
     ) -> PromptInputs:
         """The prompt asking ``question`` after the ``history`` turns about ``videos`` (from
-        :meth:`preprocess_video`) and ``images``; items are numbered videos first, then images."""
+        :meth:`preprocess_video`) and ``images``; items are numbered videos first, then images.
+        An answer that is a :class:`DecodedAnswer` enters the prompt as its token ids."""
         ...
 
     def chat_messages(

@@ -47,9 +47,12 @@ from framewise.core.video.clip import (
     ClipInfo,
     FrameSizing,
     Reader,
+    Resize,
     ReaderFailed,
     SampledClip,
+    SampledFrames,
     existing_file,
+    frames_size_and_duration,
 )
 from framewise.core.video.opencv_reader import OpenCVClip
 from framewise.core.video.pyav_reader import PyAVClip
@@ -60,10 +63,12 @@ __all__ = [
     "MAX_SIDE",
     "ClipInfo",
     "FrameSizing",
+    "Resize",
     "ReadBudget",
     "ReadProgress",
     "Reader",
     "SampledClip",
+    "SampledFrames",
     "StuckRead",
     "probe_clip",
     "sample_clip",

@@ -4,7 +4,7 @@ sized, the path checks, and the orientation and resolution rules."""
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -60,6 +60,10 @@ class SampledClip:
     frames_decoded: int = 0
 
 
+# Resamples (T, H, W, 3) uint8 frames to (T, h, w, 3) uint8 for ``(h, w)``.
+Resize = Callable[[np.ndarray, tuple[int, int]], np.ndarray]
+
+
 @dataclass(frozen=True)
 class FrameSizing:
     """How sampled frames are sized, given by the caller (the model decides, not the reader).
@@ -71,8 +75,49 @@ class FrameSizing:
     """
 
     size: Callable[[int, int, int], tuple[int, int]]
-    resize: Callable[[np.ndarray, tuple[int, int]], np.ndarray]
+    resize: Resize
     frames_per_slice: int = field(default_factory=lambda: default_limits().frames_per_slice)
+
+
+@dataclass(frozen=True)
+class SampledFrames:
+    """Frames a backend makes its open clip: sampled from the file ``path``, or given directly
+    (``path`` ``None``).
+
+    ``frames`` (T, H, W, 3) uint8 RGB at the model family's frame size; ``timestamps`` their T times
+    in seconds; ``name`` the clip as shown; ``decode_ms`` how long reading them took;
+    ``size_and_duration`` the clip's (width, height, seconds); ``mode`` how the frames were taken
+    (``"exact"`` or ``"fast"``, see :func:`~framewise.core.video.sampling.sampling_mode`).
+    """
+
+    frames: np.ndarray
+    timestamps: Sequence[float]
+    name: str
+    path: Path | None
+    decode_ms: float
+    size_and_duration: tuple[int, int, float]
+    mode: str = "exact"
+
+    @classmethod
+    def read(cls, sampled: SampledClip, path: Path, decode_ms: float) -> SampledFrames:
+        """What :func:`~framewise.core.video.sample_clip` read from ``path`` in ``decode_ms``."""
+        info = sampled.info
+        return cls(
+            sampled.frames, sampled.timestamps, path.name, path, decode_ms,
+            (info.width, info.height, info.duration_s), sampled.mode,
+        )
+
+    @classmethod
+    def given(cls, frames: np.ndarray, timestamps: Sequence[float], name: str) -> SampledFrames:
+        """Frames sampled elsewhere; the last one's time stands for the clip's duration."""
+        return cls(frames, timestamps, name, None, 0.0, frames_size_and_duration(frames, timestamps))
+
+
+def frames_size_and_duration(frames: np.ndarray, timestamps: Sequence[float]) -> tuple[int, int, float]:
+    """(width, height, duration in seconds) of frames (T, H, W, 3) given directly, the last one's time
+    standing for the duration."""
+    rows, cols = frames.shape[1:3]
+    return int(cols), int(rows), float(timestamps[-1])
 
 
 class ReaderFailed(Exception):

@@ -6,34 +6,28 @@ module, not the engine, so it needs neither torch nor transformers for it).
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Sequence
 
 import cv2
 import numpy as np
 
 from framewise.core.events import ClipSampled
+from framewise.core.video.clip import SampledFrames
 
 THUMBNAIL_HEIGHT = 256
 
 
-def clip_sampled(
-    name: str,
-    path: Path | None,
-    frames: np.ndarray,
-    timestamps: Sequence[float],
-    size_and_duration: tuple[int, int, float],
-) -> ClipSampled:
+def clip_sampled(sampled: SampledFrames) -> ClipSampled:
     """The :class:`ClipSampled` event of T sampled frames (T, H, W, 3) uint8, with their thumbnails."""
-    width, height, duration_s = size_and_duration
+    width, height, duration_s = sampled.size_and_duration
     return ClipSampled(
-        clip_name=name,
-        path=str(path or ""),
-        timestamps=tuple(timestamps),
-        thumbnails=tuple(thumbnail(frame) for frame in frames),
+        clip_name=sampled.name,
+        path=str(sampled.path or ""),
+        timestamps=tuple(sampled.timestamps),
+        thumbnails=tuple(thumbnail(frame) for frame in sampled.frames),
         width=width,
         height=height,
         duration_s=duration_s,
+        sampling_mode=sampled.mode,
     )
 
 

@@ -241,6 +241,7 @@ def test_a_context_too_short_for_any_question_names_the_flag_and_its_bound() -> 
     result = framewise("ask", str(RED_SQUARE), "What color is the square?", *FAST, "--max-context", "1")
     assert result.returncode == 2
     assert "--max-context: 1 tokens cannot hold one question" in result.stderr
+    assert "lower --max-pixels or --max-new-tokens" in result.stderr, "the other settings named as flags too"
     assert "min_bucket" not in result.stderr and "[load]" not in result.stderr
 
 

@@ -10,7 +10,8 @@ import inspect
 import numpy as np
 import pytest
 
-from framewise.core.backends.base import AnsweringBackend, BackendBase, frames_size_and_duration
+from framewise.core.backends.base import AnsweringBackend, BackendBase
+from framewise.core.video import SampledFrames, frames_size_and_duration
 from framewise.core.backends.vllm_server import VllmServerEngine
 from framewise.core.engine import Engine
 from framewise.core.events import ConversationReset, Done, EncodeDone, ignore_events
@@ -115,10 +116,11 @@ class _Plumbed(BackendBase[_Frames]):
     def _ask(self, question) -> Done:
         raise NotImplementedError
 
-    def _use_frames(self, frames, timestamps, name, size_and_duration) -> EncodeDone:
-        summary = EncodeDone(name, len(timestamps), 0, tuple(timestamps), 0.0, 0.0, 0.0, 0.0, False)
+    def _use_frames(self, sampled: SampledFrames) -> EncodeDone:
+        timestamps = sampled.timestamps
+        summary = EncodeDone(sampled.name, len(timestamps), 0, tuple(timestamps), 0.0, 0.0, 0.0, 0.0, False)
         self.clip = _Frames(None, summary)
-        self.sized = size_and_duration
+        self.sized = sampled.size_and_duration
         self._reset_conversation("new_clip")
         return self._emit(summary)
 

@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from framewise.core import engine as engine_module
+from framewise.core.decoding import decoder as decoder_module
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.encoding.manager import GraphVisionEncoder
 from framewise.core.engine import Engine
-from framewise.core.errors import CancelledError, ClipError, FramewiseError
+from framewise.core.errors import CancelledError, ClipError, FramewiseError, QuestionTooLongError
 from framewise.core.events import (
     AnswerSpeed,
     ChunkStats,
@@ -169,6 +170,41 @@ def test_a_follow_up_prefills_only_its_new_tokens_and_says_so(engine: tuple[Engi
     assert second.prefill_tokens == second.prompt_tokens - second.prefix_tokens_reused < 32
     for stats in (first, second):
         assert stats.graph_steps == 0 and stats.eager_steps >= 0 and stats.stop_reason
+
+
+def test_a_follow_up_after_an_answer_that_does_not_tokenize_back_prefills_only_its_new_tokens(
+    engine: tuple[Engine, Recorder], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine_, _ = engine
+    tokenizer = engine_.loaded.tokenizer
+    # "red" spelled letter by letter: its text tokenizes back to one token, not these three.
+    spelled = [tokenizer.convert_tokens_to_ids(letter) for letter in "red"]
+    assert tokenizer.encode(tokenizer.decode(spelled), add_special_tokens=False) != spelled
+    script = iter([*spelled, tokenizer.convert_tokens_to_ids("<|im_end|>")])
+    picked = decoder_module._pick
+    monkeypatch.setattr(decoder_module, "_pick", lambda logits, temperature: torch.tensor([next(script)]))
+    first = engine_.ask("What color is the square?")
+    monkeypatch.setattr(decoder_module, "_pick", picked)
+    assert first.text == "red" and engine_.turns[-1] == ("What color is the square?", "red")
+
+    second = engine_.ask("And which way does it move?").stats.decoder
+    assert second.prefix_tokens_reused == first.stats.decoder.prompt_tokens + len(spelled), "the cache held all of it"
+    assert second.prefill_tokens == second.prompt_tokens - second.prefix_tokens_reused < 32
+
+
+def test_a_question_or_conversation_too_long_for_the_context_is_refused_before_it_runs(
+    engine: tuple[Engine, Recorder],
+) -> None:
+    engine_, recorder = engine
+    context = engine_.decoder.max_tokens
+    with pytest.raises(QuestionTooLongError, match=r"This question is [\d,]+ tokens.*Shorten the question"):
+        engine_.ask("red " * context)
+    assert not recorder.of(Token) and engine_.turns == []
+
+    engine_.turns.append(("What moves?", "red " * context))
+    with pytest.raises(QuestionTooLongError, match="Start a new conversation"):
+        engine_.ask("And then?")
+    assert not recorder.of(Token) and len(engine_.turns) == 1
 
 
 def test_a_new_clip_is_prefilled_from_the_start(engine: tuple[Engine, Recorder], clip: Path) -> None:

@@ -27,7 +27,8 @@ from framewise.core.errors import (
     NoVideoStreamError,
     UnreadableClipError,
 )
-from framewise.core.families.qwen3_vl.processor import fit_video_frames, video_frame_size, video_frame_sizing
+from framewise.core.families.qwen3_vl.processor import fit_video_frames, video_frame_sizing
+from framewise.core.families.qwen3_vl.sizing import video_frame_size
 from framewise.core.settings import SamplingSettings
 from framewise.core.video import ReadBudget, SampledClip, probe_clip, pyav_reader, sample_count, sample_times
 from framewise.core.video.clip import ReaderFailed

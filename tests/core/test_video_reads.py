@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from framewise.core.errors import SettingsError
-from framewise.core.families.qwen3_vl.processor import video_frame_size
+from framewise.core.families.qwen3_vl.sizing import video_frame_size
 from framewise.core.settings import FAST_MODE_AUTO_ABOVE_S, SamplingSettings
 from framewise.core.video import ReadBudget, pyav_reader, sample_times
 from framewise.core.video.reads import Read, plan_reads, split_reads

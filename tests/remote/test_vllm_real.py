@@ -22,7 +22,7 @@ from framewise.core.backends.vllm_serve_command import vllm_serve_command
 from framewise.core.backends.vllm_server import VllmServerEngine
 from framewise.core.errors import ServerModelError, ServerRequestError
 from framewise.core.events import Token
-from framewise.core.families.qwen3_vl.processor import pair_timestamps
+from framewise.core.families.qwen3_vl.sizing import pair_timestamps
 from framewise.core.resources import asset_path
 from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings
 from tests.app.test_cli import framewise

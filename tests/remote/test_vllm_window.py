@@ -34,7 +34,7 @@ def test_the_window_streams_an_answer_from_the_server_with_its_figures(qtbot, ma
     qtbot.waitUntil(lambda: window.conversation.turns and window.conversation.current is None, timeout=WAIT_MS)
     turn = window.conversation.turns[-1]
     assert turn.status == "done" and "red" in turn.answer.lower()
-    assert window.info.model_label in window.chat.answer_cards()[-1].header.text()
+    assert window.info.model_label in window.chat.answer_cards()[-1].header.toolTip()
     panel = window.encoder_panel
     assert "Encoding runs on the vLLM server" in panel.encoder_value.text()
     assert "prompt " in panel.server_value.text() and "multimodal cache" in panel.server_value.text()

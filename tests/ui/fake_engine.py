@@ -13,12 +13,12 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import cv2
 import numpy as np
 
 from framewise.core.backends.base import BackendBase
+from framewise.core.video import SampledFrames
 from framewise.core.errors import CancelledError, ClipNotFoundError, ModelLoadError, UnreadableClipError
 from framewise.core.events import (
     AnswerStats,
@@ -118,11 +118,10 @@ class FakeEngine(BackendBase[FakeClip]):
         size_and_duration = (frames[0].shape[1], frames[0].shape[0], duration)
         return self._encode(frames, timestamps, path.name, path, size_and_duration, reason)
 
-    def _use_frames(
-        self, frames: np.ndarray, timestamps: Sequence[float], name: str, size_and_duration: tuple[int, int, float]
-    ) -> EncodeDone:
+    def _use_frames(self, sampled: SampledFrames) -> EncodeDone:
         self._cancel.clear()
-        return self._encode(list(frames), tuple(timestamps), name, None, size_and_duration, "new_clip")
+        frames, timestamps = list(sampled.frames), tuple(sampled.timestamps)
+        return self._encode(frames, timestamps, sampled.name, None, sampled.size_and_duration, "new_clip")
 
     def _encode(
         self,

@@ -57,7 +57,8 @@ def test_drop_ask_and_watch_the_encoder_with_the_demo_model(qtbot, make_window, 
     turn = window.conversation.turns[-1]
     assert turn.status == "done" and turn.answer == done.text
     assert turn.stats.new_tokens == done.stats.new_tokens > 0
-    assert window.info.model_label in window.chat.answer_cards()[-1].header.text()
+    header = window.chat.answer_cards()[-1].header
+    assert window.info.model_label in header.toolTip() and "Demo model" in header.text()
     assert window.encoder_panel.first_token_value.text().endswith(" ms")
     assert window.encoder_panel.speed_value.text() == done.stats.speed_text()  # the figure core worded
 

@@ -14,8 +14,9 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
-from framewise.core.events import AnswerSpeed, ClipSampled
+from framewise.core.events import AnswerSpeed, ClipSampled, EngineInfo
 from framewise.core.settings import AppSettings
+from tests.core.families.test_toy_family import TOY_LIMITS
 from tests.ui.fake_engine import DEMO_LABEL, FakeEngine
 from framewise.ui.frames import format_timestamp
 from framewise.ui.main_window import MainWindow
@@ -127,7 +128,8 @@ def test_answer_streams_then_metrics_update(qtbot, make_window, sample_clip):
     assert turn.answer == "The red square moves to the right."
     card = window.chat.answer_cards()[-1]
     assert card.text() == turn.answer
-    assert DEMO_LABEL in card.header.text()
+    assert DEMO_LABEL not in card.header.text() and DEMO_LABEL in card.header.toolTip()
+    assert card.header.text().endswith("· Demo model"), "a short demo tag on every answer, the label once"
     assert "tokens/s" in card.footer.text()
     assert "(2 eager passes)" in window.encoder_panel.hits_text()
     assert window.encoder_panel.first_token_value.text() == "12 ms"
@@ -421,6 +423,28 @@ def test_invalid_setting_is_refused_next_to_its_field(qtbot, make_window, store)
     assert dialog.error_text("sampling.max_frames") == ""
     assert "smallest budget" in dialog.error_text("encoder.max_items_per_batch")
     assert dialog.isVisible()
+
+
+class ToyFamilyEngine(FakeEngine):
+    """A fake engine whose loaded model is of the toy family (3 frames per slice, 3x3 merge)."""
+
+    def info(self) -> EngineInfo:
+        return dataclasses.replace(super().info(), limits=TOY_LIMITS)
+
+
+def test_the_settings_dialog_follows_the_loaded_familys_limits(qtbot, make_window):
+    window = make_window(ToyFamilyEngine, settings=AppSettings().replace("sampling", min_frames=6, max_frames=30))
+    wait_ready(qtbot, window)
+    dialog = window.open_settings("sampling")
+    frames = dialog.field_widget("sampling.max_frames")
+    assert frames.singleStep() == 3 and dialog.field_widget("encoder.min_budget").singleStep() == 9
+    assert "Toy-VL takes at most 30 frames" in dialog._hints["sampling.max_frames"].text()
+    assert "multiples of 9, e.g. 576, 2304, 9216" in dialog._hints["encoder.budgets"].text()
+
+    frames.setValue(32)
+    dialog.buttons.button(QDialogButtonBox.StandardButton.Apply).click()
+    assert "multiple of 3" in dialog.error_text("sampling.max_frames"), "checked against the toy's limits"
+    dialog.reject()
 
 
 def test_empty_model_folder_is_refused(qtbot, make_window):

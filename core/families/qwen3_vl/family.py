@@ -1,8 +1,9 @@
 """Qwen3-VL as a :class:`~framewise.core.families.base.ModelFamily`: its classes and loading, its
 limits, preprocessing, prompt and cancel points, each delegated to the module that holds it.
 
-transformers and the encoder adapter are imported when a model is loaded, not with this module,
-so that the vLLM backend can size frames and lay out prompts without them."""
+torch, transformers, the tensor preprocessing and the encoder adapter are imported when they are
+first used, not with this module, so that the vLLM backend sizes frames and lays out its chat
+messages without them (:mod:`.sizing` and :mod:`.chat` need no torch)."""
 
 from __future__ import annotations
 
@@ -12,18 +13,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from framewise.core.encoding.defs import VisionItem
 from framewise.core.families.base import CancelPoints, FamilyLimits
-from framewise.core.families.qwen3_vl import processor, prompt
+from framewise.core.families.qwen3_vl import chat, sizing
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.limits import MODEL_TYPES, QWEN3_VL_LIMITS
 from framewise.core.settings import SamplingSettings
-from framewise.core.video import FrameSizing
+from framewise.core.video import FrameSizing, Resize
 
 if TYPE_CHECKING:
+    import torch
+
+    from framewise.core.encoding.defs import VisionItem
     from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
+    from framewise.core.families.qwen3_vl.processor import VideoInputs
+    from framewise.core.families.qwen3_vl.prompt import ChatInputs
 
 # transformers' class of each model type, by name (imported when a checkpoint is loaded).
 MODEL_CLASSES = {"qwen3_vl": "Qwen3VLForConditionalGeneration", "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration"}
@@ -79,35 +83,41 @@ class Qwen3VLFamily:
     def cancel_points(self, model: torch.nn.Module) -> CancelPoints:
         return CancelPoints(vision=model.model.visual.blocks, language=model.model.language_model.layers)
 
-    def frame_sizing(self, sampling: SamplingSettings, limits: FamilyLimits) -> FrameSizing:
-        return processor.video_frame_sizing(sampling, geometry_of(limits))
+    def frame_sizing(self, sampling: SamplingSettings, limits: FamilyLimits, resize: Resize | None = None) -> FrameSizing:
+        if resize is None:
+            from framewise.core.families.qwen3_vl.processor import resize_frames as resize
+        return sizing.frame_sizing(sampling, geometry_of(limits), resize)
 
-    def preprocess_video(
-        self, frames: np.ndarray, timestamps: Sequence[float], limits: FamilyLimits
-    ) -> processor.VideoInputs:
-        return processor.preprocess_video(frames, timestamps, geometry_of(limits))
+    def preprocess_video(self, frames: np.ndarray, timestamps: Sequence[float], limits: FamilyLimits) -> VideoInputs:
+        from framewise.core.families.qwen3_vl.processor import preprocess_video
+
+        return preprocess_video(frames, timestamps, geometry_of(limits))
 
     def preprocess_image(self, image: np.ndarray, limits: FamilyLimits) -> VisionItem:
-        return processor.preprocess_image(image, geometry_of(limits))
+        from framewise.core.families.qwen3_vl.processor import preprocess_image
+
+        return preprocess_image(image, geometry_of(limits))
 
     def build_prompt(
         self,
         tokenizer: Any,
         question: str,
         *,
-        videos: Sequence[processor.VideoInputs] = (),
+        videos: Sequence[VideoInputs] = (),
         images: Sequence[VisionItem] = (),
         history: Sequence[tuple[str, str]] = (),
         limits: FamilyLimits,
-    ) -> prompt.ChatInputs:
-        return prompt.build_chat_inputs(
+    ) -> ChatInputs:
+        from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
+
+        return build_chat_inputs(
             tokenizer, question, videos=videos, images=images, history=history, geometry=geometry_of(limits)
         )
 
     def chat_messages(
         self, question: str, *, videos: int = 0, images: int = 0, history: Sequence[tuple[str, str]] = ()
     ) -> list[dict[str, Any]]:
-        return prompt.chat_messages(question, videos=videos, images=images, history=history)
+        return chat.chat_messages(question, videos=videos, images=images, history=history)
 
 
 FAMILY = Qwen3VLFamily()

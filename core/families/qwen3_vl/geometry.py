@@ -11,11 +11,12 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from framewise.core.errors import EncoderError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,16 @@
 """Qwen3-VL preprocessing without torchvision or Pillow.
 
-Turns decoded frames into what the vision tower and the language model take:
+Turns decoded frames, at the sizes :mod:`~framewise.core.families.qwen3_vl.sizing` gives, into what
+the vision tower takes:
 
-- frame sizes: :func:`smart_resize` (video, a pixel budget for the whole clip) and
-  :func:`image_size` (still image), multiples of ``patch_size * merge_size`` (32);
 - :func:`resize_frames`: bicubic with antialiasing, as torchvision's tensor resize does it; the one
   resampler of sampled frames, used by the clip readers, training, evaluation and the parity test
   (:func:`video_frame_sizing` hands it and the frame size to the readers; :func:`fit_video_frames`
   sizes and resizes a whole clip's frames at once);
 - :func:`patchify`: normalize and lay patches out in Qwen's order -> (N, 3*2*16*16) rows and a
   ``(t, h, w)`` grid, one temporal patch per frame pair;
-- :func:`pair_timestamps`: one time per frame pair, for the prompt's ``<t.t seconds>`` markers.
+- :func:`preprocess_video` and :func:`preprocess_image`: both steps, with each frame pair's time
+  for the prompt's ``<t.t seconds>`` markers.
 
 The prompt is :mod:`~framewise.core.families.qwen3_vl.prompt`'s. The behaviour follows
 transformers' ``Qwen3VLVideoProcessor`` and ``Qwen2VLImageProcessor``;
@@ -19,7 +19,6 @@ transformers' ``Qwen3VLVideoProcessor`` and ``Qwen2VLImageProcessor``;
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,15 +27,16 @@ import torch
 import torch.nn.functional as F
 
 from framewise.core.encoding.defs import VisionItem
-from framewise.core.errors import ClipTooLargeError
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.sizing import (
+    IMAGE_MAX_PIXELS,
+    IMAGE_MIN_PIXELS,
+    frame_sizing,
+    image_size,
+    pair_timestamps,
+)
 from framewise.core.settings import SamplingSettings
 from framewise.core.video import FrameSizing
-
-MAX_ASPECT_RATIO = 200
-# Image bounds of the released Qwen3-VL checkpoints' image processor (256x256 to 4096x4096 pixels).
-IMAGE_MIN_PIXELS = 64 * 32 * 32
-IMAGE_MAX_PIXELS = 16384 * 32 * 32
 
 
 @dataclass(frozen=True)
@@ -45,121 +45,6 @@ class VideoInputs:
 
     item: VisionItem
     pair_timestamps: tuple[float, ...]
-
-
-# ---------------------------------------------------------------------------------------------
-# Frame sizes
-
-
-def smart_resize(
-    num_frames: int,
-    height: int,
-    width: int,
-    *,
-    factor: int = 32,
-    min_pixels: int,
-    max_pixels: int,
-    temporal_factor: int = 2,
-) -> tuple[int, int]:
-    """Frame size (h, w) for a clip of ``num_frames`` frames of ``height`` x ``width``.
-
-    Both sides are multiples of ``factor``, the aspect ratio is kept as closely as that allows,
-    and the whole clip -- the frame count rounded to a multiple of ``temporal_factor``, times
-    h x w -- stays within [min_pixels, max_pixels]. Sides shorter than ``factor`` are first
-    scaled up to it. This is transformers' Qwen3-VL video ``smart_resize`` (odd counts included:
-    the count is rounded half to even), except that a clip of fewer frames than
-    ``temporal_factor`` counts as that many, as it is padded to (transformers refuses it).
-
-    Raises ClipTooLargeError when one side is more than 200 times the other.
-    """
-    _require_positive(num_frames=num_frames, height=height, width=width)
-    _check_aspect_ratio(height, width)  # on the file's own size, which the message names
-    if height < factor or width < factor:
-        scale = max(factor / height, factor / width)
-        height, width = int(height * scale), int(width * scale)
-    num_frames = max(num_frames, temporal_factor)  # a lone frame is padded to a pair
-    budget_frames = round(num_frames / temporal_factor) * temporal_factor
-    return _fit_to_budget(
-        height, width, factor=factor, frames=num_frames, budget_frames=budget_frames,
-        min_pixels=min_pixels, max_pixels=max_pixels,
-    )
-
-
-def image_size(
-    height: int,
-    width: int,
-    geometry: VisionGeometry,
-    *,
-    min_pixels: int = IMAGE_MIN_PIXELS,
-    max_pixels: int = IMAGE_MAX_PIXELS,
-) -> tuple[int, int]:
-    """Size (h, w) a still image is resized to: transformers' Qwen2-VL image ``smart_resize``.
-
-    Raises ClipTooLargeError when one side is more than 200 times the other.
-    """
-    _require_positive(height=height, width=width)
-    _check_aspect_ratio(height, width)
-    return _fit_to_budget(
-        height, width, factor=geometry.factor, frames=1, budget_frames=1,
-        min_pixels=min_pixels, max_pixels=max_pixels,
-    )
-
-
-def video_frame_size(
-    num_frames: int,
-    height: int,
-    width: int,
-    sampling: SamplingSettings,
-    *,
-    geometry: VisionGeometry = VisionGeometry(),
-) -> tuple[int, int]:
-    """Frame size (h, w) for ``num_frames`` sampled frames of a ``height`` x ``width`` clip.
-
-    ``sampling.max_pixels`` bounds the whole clip (frames x h x w), so more frames get smaller
-    frames; ``sampling.min_pixels_per_frame * num_frames`` is the lower bound, so a clip of small
-    frames is scaled up to at least that many pixels per frame.
-    """
-    return smart_resize(
-        num_frames,
-        height,
-        width,
-        factor=geometry.factor,
-        min_pixels=sampling.min_pixels_per_frame * num_frames,
-        max_pixels=sampling.max_pixels,
-        temporal_factor=geometry.temporal_patch_size,
-    )
-
-
-def _fit_to_budget(
-    height: int, width: int, *, factor: int, frames: int, budget_frames: int, min_pixels: int, max_pixels: int
-) -> tuple[int, int]:
-    h_bar = round(height / factor) * factor
-    w_bar = round(width / factor) * factor
-    if budget_frames * h_bar * w_bar > max_pixels:
-        beta = math.sqrt(frames * height * width / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif budget_frames * h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (frames * height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    return h_bar, w_bar
-
-
-def _check_aspect_ratio(height: int, width: int) -> None:
-    ratio = max(height, width) / min(height, width)
-    if ratio > MAX_ASPECT_RATIO:
-        shape = "wider than it is tall" if width > height else "taller than it is wide"
-        raise ClipTooLargeError(
-            f"The picture is {width}x{height} pixels, {ratio:.0f} times {shape}; "
-            f"Qwen3-VL accepts at most {MAX_ASPECT_RATIO}:1. Crop it to a less extreme shape."
-        )
-
-
-def _require_positive(**sizes: int) -> None:
-    for name, value in sizes.items():
-        if value < 1:
-            raise ValueError(f"{name} must be at least 1, got {value}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,13 +76,9 @@ def resize_frames(frames: np.ndarray | torch.Tensor, size: tuple[int, int]) -> n
 
 
 def video_frame_sizing(sampling: SamplingSettings, geometry: VisionGeometry = VisionGeometry()) -> FrameSizing:
-    """How the clip readers size sampled frames for Qwen3-VL: :func:`video_frame_size` under
-    ``sampling``'s pixel bounds, and :func:`resize_frames`."""
-
-    def size(count: int, height: int, width: int) -> tuple[int, int]:
-        return video_frame_size(count, height, width, sampling, geometry=geometry)
-
-    return FrameSizing(size=size, resize=resize_frames, frames_per_slice=geometry.temporal_patch_size)
+    """How the clip readers size sampled frames for Qwen3-VL: :func:`~.sizing.video_frame_size`
+    under ``sampling``'s pixel bounds, resampled by :func:`resize_frames`."""
+    return frame_sizing(sampling, geometry, resize_frames)
 
 
 def fit_video_frames(
@@ -282,16 +163,6 @@ def preprocess_image(
     size = image_size(height, width, geometry, min_pixels=min_pixels, max_pixels=max_pixels)
     pixel_values, grid = patchify(resize_frames(image[None], size), geometry)
     return VisionItem(pixel_values=pixel_values, grid_thw=grid, modality="image")
-
-
-def pair_timestamps(timestamps: Sequence[float], temporal_patch_size: int) -> tuple[float, ...]:
-    """One time per frame pair: the mean of its first and last frame's ``timestamps`` (seconds);
-    an odd last frame is paired with itself."""
-    times = [float(t) for t in timestamps]
-    times += times[-1:] * (-len(times) % temporal_patch_size)
-    return tuple(
-        (times[i] + times[i + temporal_patch_size - 1]) / 2 for i in range(0, len(times), temporal_patch_size)
-    )
 
 
 def _check_frames(video: torch.Tensor) -> None:

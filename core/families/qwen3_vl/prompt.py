@@ -19,7 +19,8 @@ import torch
 
 from framewise.core.encoding.defs import PieceGrid, VisionItem
 from framewise.core.errors import FramewiseError, ModelLoadError
-from framewise.core.families.base import VisionSpan
+from framewise.core.families.base import DecodedAnswer, VisionSpan
+from framewise.core.families.qwen3_vl.chat import chat_messages
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.processor import VideoInputs
 
@@ -59,26 +60,6 @@ class ChatInputs:
         return self.prompt_text
 
 
-def chat_messages(
-    question: str, *, videos: int = 0, images: int = 0, history: Sequence[tuple[str, str]] = ()
-) -> list[dict[str, Any]]:
-    """Chat messages in the transformers format: the visual content (``videos`` clips first, then
-    ``images`` images) opens the first user turn, earlier (question, answer) turns follow in order,
-    and ``question`` is the last user turn."""
-    visuals: list[dict[str, Any]] = [{"type": "video"} for _ in range(videos)]
-    visuals += [{"type": "image"} for _ in range(images)]
-    turns = [*history, (question, None)]
-    messages: list[dict[str, Any]] = []
-    for index, (asked, answer) in enumerate(turns):
-        if index == 0:
-            messages.append({"role": "user", "content": [*visuals, {"type": "text", "text": asked}]})
-        else:
-            messages.append({"role": "user", "content": asked})
-        if answer is not None:
-            messages.append({"role": "assistant", "content": answer})
-    return messages
-
-
 def build_chat_inputs(
     tokenizer: Any,
     question: str,
@@ -94,7 +75,10 @@ def build_chat_inputs(
     turns). Then, as transformers' Qwen3VLProcessor does, each of the template's video pads
     becomes, per frame pair, ``<t.t seconds>`` + vision start + video pad x (h*w/merge^2) + vision
     end (the template's own vision start/end stay around the whole), and each image pad becomes
-    (h*w/merge^2) image pads. Special-token ids are looked up in the tokenizer.
+    (h*w/merge^2) image pads. Special-token ids are looked up in the tokenizer. An earlier answer
+    that is a :class:`~framewise.core.families.base.DecodedAnswer` enters as its own token ids
+    (the text around it is tokenized piece by piece), so the prompt starts with exactly the
+    tokens the decoder's cache holds.
 
     Raises FramewiseError when a question or answer contains one of the reserved vision
     markers, and ModelLoadError when the tokenizer or its chat template lacks them.
@@ -105,14 +89,15 @@ def build_chat_inputs(
             if marker in text:
                 raise FramewiseError(f"The text contains the reserved marker {marker}; remove it and ask again.")
 
-    messages = chat_messages(question, videos=len(videos), images=len(images), history=history)
+    slotted, decoded = _slot_decoded_answers(history)
+    messages = chat_messages(question, videos=len(videos), images=len(images), history=slotted)
     template_text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    prompt_text = _expand_placeholders(template_text, tokens, videos, images, geometry.merge_area)
+    slotted_text = _expand_placeholders(template_text, tokens, videos, images, geometry.merge_area)
 
-    ids = torch.tensor([tokenizer.encode(prompt_text, add_special_tokens=False)], dtype=torch.long)
+    ids, from_answers = _tokenize_around_answers(tokenizer, slotted_text, decoded)
     token_types = torch.full_like(ids, TEXT_TOKEN)
-    token_types[ids == tokens.image_pad_id] = IMAGE_TOKEN
-    token_types[ids == tokens.video_pad_id] = VIDEO_TOKEN
+    token_types[(ids == tokens.image_pad_id) & ~from_answers] = IMAGE_TOKEN
+    token_types[(ids == tokens.video_pad_id) & ~from_answers] = VIDEO_TOKEN
     grids = (*(("video", video.item.grid_thw) for video in videos), *(("image", item.grid_thw) for item in images))
     spans = vision_spans(token_types, grids, geometry.merge_area)
     if spans is None:
@@ -126,8 +111,50 @@ def build_chat_inputs(
         mm_token_type_ids=token_types,
         spans=spans,
         grids=grids,
-        prompt_text=prompt_text,
+        prompt_text=_fill_answer_slots(slotted_text, decoded),
     )
+
+
+def _slot_decoded_answers(
+    history: Sequence[tuple[str, str]],
+) -> tuple[list[tuple[str, str]], list[DecodedAnswer]]:
+    """``history`` with every decoded answer replaced by a numbered slot, and those answers in order."""
+    slotted: list[tuple[str, str]] = []
+    decoded: list[DecodedAnswer] = []
+    for asked, answer in history:
+        if isinstance(answer, DecodedAnswer):
+            slotted.append((asked, _answer_slot(len(decoded))))
+            decoded.append(answer)
+        else:
+            slotted.append((asked, answer))
+    return slotted, decoded
+
+
+def _answer_slot(index: int) -> str:
+    """What stands for decoded answer ``index`` in the template's text until its ids replace it."""
+    return f"\x00framewise-answer-{index}\x00"
+
+
+_ANSWER_SLOT = re.compile("\x00framewise-answer-(\\d+)\x00")
+
+
+def _tokenize_around_answers(
+    tokenizer: Any, text: str, answers: Sequence[DecodedAnswer]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``text`` tokenized with each answer slot replaced by that answer's token ids: the ids
+    (1, L) int64, and a (1, L) bool mask of the positions the answers' ids fill."""
+    ids: list[int] = []
+    from_answers: list[bool] = []
+    pieces = _ANSWER_SLOT.split(text)  # text, slot number, text, slot number, ..., text
+    for position, piece in enumerate(pieces):
+        piece_ids = list(answers[int(piece)].token_ids) if position % 2 else tokenizer.encode(piece, add_special_tokens=False)
+        ids += piece_ids
+        from_answers += [bool(position % 2)] * len(piece_ids)
+    return torch.tensor([ids], dtype=torch.long), torch.tensor([from_answers], dtype=torch.bool)
+
+
+def _fill_answer_slots(text: str, answers: Sequence[DecodedAnswer]) -> str:
+    return _ANSWER_SLOT.sub(lambda match: str(answers[int(match.group(1))]), text)
 
 
 def vision_spans(

@@ -344,11 +344,5 @@ def test_the_vllm_backend_answers_without_importing_transformers() -> None:
     assert "transformers" not in _heavy_modules_after_answering()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the vLLM backend takes its frame sizing and chat messages from the Qwen3-VL family package, which imports "
-    "torch at its top for patchify; once the model family's package keeps those apart from the tensor code, "
-    "this passes and its mark goes",
-)
 def test_the_vllm_backend_answers_without_importing_torch() -> None:
     assert "torch" not in _heavy_modules_after_answering()

@@ -20,14 +20,12 @@ from framewise.core.errors import ClipTooLargeError, FramewiseError, ModelLoadEr
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.processor import (
     fit_video_frames,
-    image_size,
     patchify,
     preprocess_image,
     preprocess_video,
     resize_frames,
-    smart_resize,
-    video_frame_size,
 )
+from framewise.core.families.qwen3_vl.sizing import image_size, smart_resize, video_frame_size
 from framewise.core.families.qwen3_vl.prompt import ChatInputs, build_chat_inputs
 from framewise.core.settings import SamplingSettings
 

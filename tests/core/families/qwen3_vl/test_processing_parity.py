@@ -28,17 +28,15 @@ from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoP
 from transformers.models.qwen3_vl.video_processing_qwen3_vl import smart_resize as hf_video_smart_resize  # noqa: E402
 
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry  # noqa: E402
-from framewise.core.families.qwen3_vl.processor import (  # noqa: E402
-    IMAGE_MAX_PIXELS,
-    IMAGE_MIN_PIXELS,
+from framewise.core.families.qwen3_vl.processor import (
+    # noqa: E402     IMAGE_MAX_PIXELS,
     fit_video_frames,
-    image_size,
     preprocess_image,
     preprocess_video,
     resize_frames,
-    smart_resize,
     video_frame_sizing,
 )
+from framewise.core.families.qwen3_vl.sizing import IMAGE_MIN_PIXELS, image_size, smart_resize
 from framewise.core.families.qwen3_vl.prompt import build_chat_inputs  # noqa: E402
 from framewise.core.settings import SamplingSettings  # noqa: E402
 from framewise.core.video import sample_clip  # noqa: E402
