@@ -27,6 +27,7 @@ from framewise.core.encoding.defs import SupportsEncoderGraphs
 from framewise.core.errors import ModelLoadError, SettingsError, UnsupportedModelError
 from framewise.core.events import Progress
 from framewise.core.families import FamilyLimits, ModelFamily, family_for
+from framewise.core.quantization.formats import checkpoint_weight_format
 from framewise.core.resources import asset_path
 from framewise.core.settings import DEMO_MODEL, ModelSettings
 
@@ -89,7 +90,7 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
     label = read_model_info(path).get("label")
 
     report(Progress("load", 1, LOAD_STEPS, f"Loading the weights of {name}"))
-    model = _load_weights(family, path, model_type, dtype)
+    model = _load_weights(family, path, model_type, dtype, fp8=settings.dtype == "fp8", device=device)
 
     report(Progress("load", 2, LOAD_STEPS, "Loading the tokenizer"))
     tokenizer = _load_tokenizer(path)
@@ -266,13 +267,20 @@ def read_model_info(path: Path) -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-def _load_weights(family: ModelFamily, path: Path, model_type: str, dtype: torch.dtype) -> torch.nn.Module:
+def _load_weights(
+    family: ModelFamily, path: Path, model_type: str, dtype: torch.dtype, *, fp8: bool, device: torch.device
+) -> torch.nn.Module:
     bars_enabled = transformers_logging.is_progress_bar_enabled()
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.disable_progress_bar()  # progress goes through our own events
     transformers_logging.set_verbosity_error()  # so does the load report: check_loaded_weights words it
     try:
-        model, loading_info = family.load_weights(path, model_type, dtype)
+        model, loading_info = family.load_weights(path, model_type, dtype, fp8=fp8, device=device)
+    except torch.OutOfMemoryError as error:
+        raise ModelLoadError(
+            f"The weights of {path.name} do not fit in the memory of {device}; choose a smaller model, dtype fp8, "
+            "or the CPU."
+        ) from error
     except (OSError, ValueError, RuntimeError, KeyError, TypeError, SafetensorError) as error:
         raise ModelLoadError(
             f"The weights in {path} could not be loaded ({error}); the download may be damaged or incomplete."
@@ -308,8 +316,14 @@ def check_loaded_weights(path: Path, loading_info: dict[str, Any]) -> None:
 
 
 def check_weight_dtypes(path: Path) -> None:
-    """Refuse safetensors files holding tensors that are not floating point (a quantized export, say):
-    the supported checkpoints' weights are all floats, and loading integers into them would give nonsense."""
+    """Refuse safetensors files whose tensors Framewise cannot run: in a checkpoint without a
+    quantization_config, anything but floating point (loading integers into float weights would
+    give nonsense); in a quantized one, anything but the FP8 weights and scales its config declares
+    (Qwen's block-wise FP8, compressed-tensors FP8), a QuantizationFormatError naming the format
+    and what to choose instead."""
+    if _declares_quantization(path):
+        checkpoint_weight_format(path)
+        return
     wrong: list[str] = []
     for weights in sorted(path.glob("*.safetensors")):
         try:
@@ -323,8 +337,17 @@ def check_weight_dtypes(path: Path) -> None:
     if wrong:
         raise ModelLoadError(
             f"{path} holds {len(wrong)} tensors that are not floating point ({_first_few(wrong)}); Framewise loads "
-            "unquantized checkpoints (bfloat16, float16 or float32 weights)."
+            "float checkpoints (bfloat16, float16 or float32 weights) and FP8 ones whose config.json declares "
+            "their quantization."
         )
+
+
+def _declares_quantization(path: Path) -> bool:
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False  # reported by the config check
+    return isinstance(config, dict) and config.get("quantization_config") is not None
 
 
 def check_chat_template(tokenizer: PreTrainedTokenizerBase, path: Path, family: ModelFamily) -> None:
@@ -391,14 +414,15 @@ def pick_device(name: str) -> torch.device:
 
 
 def pick_dtype(name: str, device: torch.device) -> torch.dtype:
-    """``"auto"``: bfloat16 on a GPU that supports it, else float32. A named dtype is used as is,
-    except bfloat16 on a GPU without it (a SettingsError)."""
+    """The activations' dtype. ``"auto"``: bfloat16 on a GPU that supports it, else float32; so is
+    ``"fp8"``, whose FP8 weights are the language model's linear layers only. A named dtype is used
+    as is, except bfloat16 on a GPU without it (a SettingsError)."""
     supports_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    if name == "auto":
+    if name in ("auto", "fp8"):
         return torch.bfloat16 if supports_bf16 else torch.float32
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if name not in dtypes:
-        raise SettingsError("model.dtype", f"unknown dtype {name!r}; choose auto, float32, bfloat16 or float16.")
+        raise SettingsError("model.dtype", f"unknown dtype {name!r}; choose auto, float32, bfloat16, float16 or fp8.")
     if name == "bfloat16" and device.type == "cuda" and not supports_bf16:
         raise SettingsError("model.dtype", "this GPU has no bfloat16; choose float16, float32 or auto.")
     return dtypes[name]

@@ -161,9 +161,13 @@ class ModelFamily(Protocol):
     model_types: tuple[str, ...]
     limits: FamilyLimits
 
-    def load_weights(self, path: Path, model_type: str, dtype: torch.dtype) -> tuple[torch.nn.Module, dict[str, Any]]:
-        """The checkpoint in ``path`` on the CPU in ``dtype``, and transformers' loading report
-        (``missing_keys``, ``mismatched_keys``). The hook a quantized load takes over."""
+    def load_weights(
+        self, path: Path, model_type: str, dtype: torch.dtype, *, fp8: bool = False, device: torch.device | None = None
+    ) -> tuple[torch.nn.Module, dict[str, Any]]:
+        """The checkpoint in ``path`` in ``dtype``, and transformers' loading report
+        (``missing_keys``, ``mismatched_keys``). A float checkpoint without ``fp8`` loads on the
+        CPU; an FP8 checkpoint, or ``fp8`` (quantize the language model's linear layers while
+        loading), streams onto ``device``, never holding the whole model in full precision."""
         ...
 
     def adapter(self, model: torch.nn.Module) -> FamilyAdapter:

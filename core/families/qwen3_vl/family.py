@@ -53,12 +53,23 @@ class Qwen3VLFamily:
     model_types = MODEL_TYPES
     limits = QWEN3_VL_LIMITS
 
-    def load_weights(self, path: Path, model_type: str, dtype: torch.dtype) -> tuple[torch.nn.Module, dict[str, Any]]:
+    def load_weights(
+        self, path: Path, model_type: str, dtype: torch.dtype, *, fp8: bool = False, device: torch.device | None = None
+    ) -> tuple[torch.nn.Module, dict[str, Any]]:
         """The checkpoint's weights through transformers' own classes (safetensors only, no remote
-        code), and its loading report. Errors propagate to the generic loader, which words them."""
+        code), and its loading report. Errors propagate to the generic loader, which words them.
+
+        An FP8 checkpoint, or ``fp8`` (quantize the language linear layers on load), streams the
+        weights onto ``device`` with FP8 decoder linear layers (:mod:`.fp8_load`); anything else
+        loads on the CPU in ``dtype``."""
         import transformers
 
-        return getattr(transformers, MODEL_CLASSES[model_type]).from_pretrained(
+        from framewise.core.families.qwen3_vl import fp8_load
+
+        model_class = getattr(transformers, MODEL_CLASSES[model_type])
+        if fp8 or fp8_load.is_fp8_checkpoint(path):
+            return fp8_load.load_fp8(model_class, path, dtype, device or torch.device("cpu"))
+        return model_class.from_pretrained(
             path,
             dtype=dtype,
             local_files_only=True,
