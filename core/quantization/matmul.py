@@ -9,11 +9,15 @@ with CUDA 12.9 or newer for block scales (what cuBLAS supports), bfloat16 activa
 that are multiples of 16 (of 128 for block scales, whose scale matrix also needs a multiple of 4
 column blocks). Anything else (the CPU, Ampere, odd shapes) takes the dequantize path: one
 (N, K) weight in the activations' dtype at a time, the weight-only path.
+
+The environment variable ``FRAMEWISE_FP8_PREFILL`` (``tensor_cores`` or ``dequantize``) forces
+one path for every product that does not name its own, so that each can be run on one card.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import os
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +26,17 @@ from framewise.core.quantization.fp8 import dequantize, quantize_per_channel
 from framewise.core.quantization.formats import BLOCK_SIZE
 
 MatmulPath = Literal["tensor_cores", "dequantize"]
+FORCE_PATH_VARIABLE = "FRAMEWISE_FP8_PREFILL"
+
+
+def forced_path() -> MatmulPath | None:
+    """The path ``FRAMEWISE_FP8_PREFILL`` forces, or None when it is unset or empty."""
+    value = os.environ.get(FORCE_PATH_VARIABLE, "").strip()
+    if not value:
+        return None
+    if value not in get_args(MatmulPath):
+        raise ValueError(f"{FORCE_PATH_VARIABLE}={value!r}; choose tensor_cores or dequantize, or unset it")
+    return value  # type: ignore[return-value]
 
 
 def prefill_path(
@@ -59,10 +74,11 @@ def fp8_linear(
     channel, (ceil(N/128), ceil(K/128)) per block).
 
     ``x`` (..., K) in bf16, fp16 or fp32; returns (..., N) in ``x``'s dtype. ``path`` forces a path
-    (tests do); by default :func:`prefill_path` picks it.
+    (tests do), else ``FRAMEWISE_FP8_PREFILL`` (:func:`forced_path`); by default
+    :func:`prefill_path` picks it.
     """
     rows, columns = weight.shape
-    path = path or prefill_path(x.device, scheme, (rows, columns), x.dtype)
+    path = path or forced_path() or prefill_path(x.device, scheme, (rows, columns), x.dtype)
     if path == "dequantize":
         return F.linear(x, dequantize(weight, scales, scheme, x.dtype), bias)
     tokens = x.reshape(-1, columns)
