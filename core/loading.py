@@ -29,7 +29,8 @@ from framewise.core.events import Progress
 from framewise.core.families import FamilyLimits, ModelFamily, family_for
 from framewise.core.quantization.formats import checkpoint_weight_format
 from framewise.core.resources import asset_path
-from framewise.core.settings import DEMO_MODEL, ModelSettings
+from framewise.core.memory_plan import Alternative, MemoryEstimate, shortfall_message
+from framewise.core.settings import DEMO_MODEL, AppSettings, ModelSettings
 
 DEMO_MODEL_DIR = asset_path("demo_model")
 MODEL_INFO_FILE = "framewise.json"
@@ -119,6 +120,64 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
         limits=family.limits_of(model),
         path=path,
     )
+
+
+def estimate_memory(settings: AppSettings) -> MemoryEstimate:
+    """What the model ``settings`` name will take on their device, from its config.json alone:
+    weights in the chosen dtype (an FP8 checkpoint counts as ``fp8``), the KV cache of the
+    settings' context, and the encoder graphs' budgets (none on the CPU or with graphs off).
+
+    Raises ModelLoadError for a source that cannot be read, as :func:`load_model` would."""
+    model = settings.model
+    path = resolve_model_source(model.source)
+    family = family_for(_read_model_type(path))
+    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    device = pick_device(model.device)
+    budgets = settings.encoder.token_budgets(family.limits) if settings.encoder.use_graphs and device.type == "cuda" else ()
+    return family.estimate_memory(
+        config, _weight_dtype_name(model.dtype, device, _declares_quantization(path)),
+        settings.context_tokens(family.limits), budgets,
+    )
+
+
+def _weight_dtype_name(setting: str, device: torch.device, fp8_checkpoint: bool) -> str:
+    """The weights' dtype as the estimate names it (``"fp8"`` for FP8 weights)."""
+    if setting == "fp8" or fp8_checkpoint:
+        return "fp8"
+    if setting == "auto":
+        return "bfloat16" if device.type == "cuda" else "float32"
+    return setting
+
+
+def check_memory_fits(settings: AppSettings) -> None:
+    """Refuse, before loading, a model whose estimate exceeds what its CUDA device has.
+
+    Available is the device's free memory plus what this process's allocator already holds (a
+    model being replaced gives that back, or the load retries without it). The ModelLoadError
+    names the settings that would fit: dtype fp8, a shorter context, smaller or no encoder
+    graphs. Nothing is checked on the CPU."""
+    device = pick_device(settings.model.device)
+    if device.type != "cuda":
+        return
+    estimate = estimate_memory(settings)
+    free, _ = torch.cuda.mem_get_info(device)
+    available = free + torch.cuda.memory_reserved(device)
+    if estimate.total <= available:
+        return
+    model, encoder = settings.model, settings.encoder
+    fp8_checkpoint = _declares_quantization(resolve_model_source(model.source))
+    changes = []
+    if model.dtype != "fp8" and not fp8_checkpoint:
+        changes.append(("choose dtype fp8 (Settings ▸ Model, --dtype fp8)", settings.replace("model", dtype="fp8")))
+    context = settings.context_tokens(None)
+    if context > 4096:
+        changes.append((f"lower the context to 4096 tokens (decoding.max_context_tokens, now {context})",
+                        settings.replace("decoding", max_context_tokens=4096)))
+    if encoder.use_graphs:
+        changes.append(("turn the encoder's CUDA graphs off (encoder.use_graphs)", settings.replace("encoder", use_graphs=False)))
+    alternatives = [Alternative(change, estimate_memory(changed)) for change, changed in changes]
+    what = f"{_display_name(model.source)} in {_weight_dtype_name(model.dtype, device, fp8_checkpoint)}"
+    raise ModelLoadError(shortfall_message(what, estimate, available, str(device), alternatives))
 
 
 def resolve_model_source(source: str) -> Path:

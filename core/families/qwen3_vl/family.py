@@ -7,7 +7,7 @@ so that the vLLM backend can size frames and lay out prompts without them."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from framewise.core.video import FrameSizing
 
 if TYPE_CHECKING:
     from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
+    from framewise.core.memory_plan import MemoryEstimate
 
 # transformers' class of each model type, by name (imported when a checkpoint is loaded).
 MODEL_CLASSES = {"qwen3_vl": "Qwen3VLForConditionalGeneration", "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration"}
@@ -78,6 +79,13 @@ class Qwen3VLFamily:
             output_loading_info=True,
             ignore_mismatched_sizes=True,  # reported, with names, by the loader's weight check
         )
+
+    def estimate_memory(
+        self, config: Mapping[str, Any], dtype: str, context_tokens: int, encoder_budgets: Sequence[int]
+    ) -> MemoryEstimate:
+        from framewise.core.families.qwen3_vl import memory
+
+        return memory.estimate_memory(config, dtype, context_tokens, encoder_budgets)  # type: ignore[arg-type]
 
     def adapter(self, model: torch.nn.Module) -> Qwen3VLAdapter:
         from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
