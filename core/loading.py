@@ -24,7 +24,7 @@ from transformers.utils import logging as transformers_logging
 
 from framewise.core.decoding.defs import LanguageModel
 from framewise.core.encoding.defs import SupportsEncoderGraphs
-from framewise.core.errors import ModelLoadError, SettingsError, UnsupportedModelError
+from framewise.core.errors import FramewiseError, ModelLoadError, SettingsError, UnsupportedModelError
 from framewise.core.events import Progress
 from framewise.core.families import FamilyLimits, ModelFamily, family_for
 from framewise.core.quantization.formats import checkpoint_weight_format
@@ -147,6 +147,16 @@ def _weight_dtype_name(setting: str, device: torch.device, fp8_checkpoint: bool)
     if setting == "auto":
         return "bfloat16" if device.type == "cuda" else "float32"
     return setting
+
+
+def memory_estimate_text(settings: AppSettings) -> str:
+    """:func:`estimate_memory` in one line for a settings page, or why there is none."""
+    try:
+        estimate = estimate_memory(settings)
+        device = pick_device(settings.model.device)
+    except FramewiseError as error:
+        return f"No memory estimate: {error}"
+    return f"Needs {estimate.describe()} on {'the CPU' if device.type == 'cpu' else 'the GPU'}."
 
 
 def check_memory_fits(settings: AppSettings) -> None:

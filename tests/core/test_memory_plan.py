@@ -59,3 +59,10 @@ def test_nothing_fits_names_the_cpu(eight_b: AppSettings, monkeypatch: pytest.Mo
 
 def test_the_cpu_is_not_checked(eight_b: AppSettings) -> None:
     loading.check_memory_fits(eight_b.replace("model", device="cpu"))
+
+
+def test_the_settings_page_line_words_the_estimate_or_why_there_is_none(eight_b: AppSettings) -> None:
+    line = loading.memory_estimate_text(eight_b.replace("model", device="cpu", dtype="fp8"))
+    assert line.startswith("Needs about") and line.endswith("on the CPU.")
+    missing = loading.memory_estimate_text(eight_b.replace("model", source="/nonexistent/model", device="cpu"))
+    assert missing.startswith("No memory estimate:") and "does not exist" in missing
