@@ -391,10 +391,11 @@ def _scale_of(linear: torch.nn.Module) -> torch.Tensor | None:
 
 
 def _project(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, scheme: str) -> torch.Tensor:
-    """``linear(x, W)`` for a float weight (``scale`` None) or an e4m3 one with its scales."""
+    """``linear(x, W)`` for one token and a float weight (``scale`` None) or an e4m3 one with its
+    scales, dequantized: the arithmetic of the FP8 step kernels (activations stay unquantized)."""
     if scale is None:
         return F.linear(x, weight)
-    return fp8_linear(x, weight, scale, scheme)  # type: ignore[arg-type]
+    return fp8_linear(x, weight, scale, scheme, path="dequantize")  # type: ignore[arg-type]
 
 
 def _step_products(kernels, fp8: bool):
