@@ -15,6 +15,13 @@ residual adds done inside the matrix-vector products and the cache write, attent
 the filled positions); elsewhere the same arithmetic runs as torch ops, the q and k norms and
 rotary applied to all heads at once and attention in one ``scaled_dot_product_attention`` call.
 Layers of another shape (the MoE model's experts) step through the model's own layers instead.
+
+Decoder linear layers in FP8 (:class:`~framewise.core.quantization.linear.Fp8Linear`, from an FP8
+checkpoint or ``model.dtype = fp8``) are stacked the same way, e4m3 with their scales, and the
+step reads them through the FP8 matrix-vector kernels
+(:mod:`framewise.core.quantization.gemv_kernels`), or dequantized in torch ops; a prefill runs them
+as the model's own layers do, through FP8 tensor cores or dequantized weights
+(:func:`~framewise.core.quantization.matmul.fp8_linear`).
 """
 
 from __future__ import annotations
@@ -123,7 +130,8 @@ class Qwen3VLLanguageModel:
     def step_description(self) -> str:
         """How a decode step runs, in a few words."""
         if self._kernels is not None:
-            return "Triton kernels, 7 launches a layer"
+            weights = " (FP8 weights)" if self._dense and self._dense[0].qkv_scale is not None else ""
+            return f"Triton kernels, 7 launches a layer{weights}"
         return "few-kernel torch ops" if self._dense is not None else "the model's own layers"
 
     # ------------------------------------------------------------------ sizes
