@@ -165,11 +165,15 @@ def check_memory_fits(settings: AppSettings) -> None:
     Available is the device's free memory plus what this process's allocator already holds (a
     model being replaced gives that back, or the load retries without it). The ModelLoadError
     names the settings that would fit: dtype fp8, a shorter context, smaller or no encoder
-    graphs. Nothing is checked on the CPU."""
+    graphs. Nothing is checked on the CPU, nor for a source whose config cannot be read (loading
+    it reports why)."""
     device = pick_device(settings.model.device)
     if device.type != "cuda":
         return
-    estimate = estimate_memory(settings)
+    try:
+        estimate = estimate_memory(settings)
+    except ModelLoadError:
+        return
     free, _ = torch.cuda.mem_get_info(device)
     available = free + torch.cuda.memory_reserved(device)
     if estimate.total <= available:

@@ -66,3 +66,8 @@ def test_the_settings_page_line_words_the_estimate_or_why_there_is_none(eight_b:
     assert line.startswith("Needs about") and line.endswith("on the CPU.")
     missing = loading.memory_estimate_text(eight_b.replace("model", source="/nonexistent/model", device="cpu"))
     assert missing.startswith("No memory estimate:") and "does not exist" in missing
+
+
+def test_a_source_without_a_config_is_left_to_the_load_to_report(eight_b: AppSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    on_a_card_with(monkeypatch, 2 * GIB)
+    loading.check_memory_fits(eight_b.replace("model", source="/nonexistent/model"))

@@ -68,7 +68,9 @@ def _move_buffers(model: nn.Module, device: torch.device) -> None:
 @contextmanager
 def _parameters_on_meta() -> Iterator[None]:
     """Modules built inside put their parameters on the meta device (no memory, no random
-    initialisation) and their buffers where they would be anyway."""
+    initialisation) and their buffers where they would be anyway. It swaps
+    ``nn.Module.register_parameter`` for its duration, process-wide: the model is built on the one
+    thread that loads it, and nothing else builds modules meanwhile."""
     register = nn.Module.register_parameter
 
     def register_on_meta(module: nn.Module, name: str, parameter: nn.Parameter | None) -> None:
