@@ -11,6 +11,7 @@ head) ends up in the activations' dtype, FP8 weights stored there included (dequ
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from framewise.core.quantization.formats import UNQUANTIZED, checkpoint_weight_format
+from framewise.core.quantization.formats import UNQUANTIZED, checkpoint_weight_format, detect_weight_format
 from framewise.core.quantization.fp8 import dequantize
 from framewise.core.quantization.linear import Fp8Linear
 from framewise.core.quantization.loading import load_checkpoint, meta_tensors
@@ -28,10 +29,10 @@ LANGUAGE_LAYERS = "model.language_model.layers."
 
 
 def is_fp8_checkpoint(path: Path) -> bool:
-    """Whether the checkpoint in ``path`` stores FP8 weights (raises QuantizationFormatError for a
-    quantization Framewise cannot run)."""
-    fmt, _ = checkpoint_weight_format(path)
-    return fmt.scheme != "none"
+    """Whether the config.json in ``path`` declares FP8 weights (raises QuantizationFormatError for
+    a quantization Framewise cannot run); the weights themselves are checked while loading."""
+    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    return detect_weight_format(config if isinstance(config, dict) else {}).scheme != "none"
 
 
 def load_fp8(model_class: type, path: Path, dtype: torch.dtype, device: torch.device) -> tuple[nn.Module, dict[str, Any]]:
@@ -54,6 +55,8 @@ def load_fp8(model_class: type, path: Path, dtype: torch.dtype, device: torch.de
     _dequantize_outside_language_layers(model, dtype)
     if getattr(config, "tie_word_embeddings", False) or getattr(config.get_text_config(), "tie_word_embeddings", False):
         model.lm_head.weight = model.model.language_model.embed_tokens.weight
+    if (path / "generation_config.json").is_file():  # the answer's end tokens, as from_pretrained reads them
+        model.generation_config = transformers.GenerationConfig.from_pretrained(path, local_files_only=True)
     return model.eval(), {"missing_keys": meta_tensors(model), "mismatched_keys": report.mismatched}
 
 

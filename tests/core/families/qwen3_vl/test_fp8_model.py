@@ -59,6 +59,7 @@ def test_fp8_setting_quantizes_only_the_decoder_layers() -> None:
     assert all(name.startswith("model.language_model.layers.") for name in names)
     assert loaded.model.model.visual.blocks[0].attn.qkv.weight.dtype == torch.float32
     assert loaded.model.lm_head.weight is loaded.model.model.language_model.embed_tokens.weight
+    assert loaded.model.generation_config.eos_token_id == [828, 826]  # the checkpoint's, as from_pretrained reads
 
 
 def test_fused_fp8_step_matches_the_models_own_layers() -> None:
