@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import Qwen3VLForConditionalGeneration
 
+from framewise.core.decoding import Decoder
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.families.qwen3_vl.demo_model import build_demo_config, build_demo_tokenizer, special_token_ids
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
@@ -97,16 +98,20 @@ def mid_sized_model(fp8: bool) -> torch.nn.Module:
 
 
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16", "fp8"])
-def test_building_the_step_layout_holds_no_second_copy(fp8: bool) -> None:
+def test_building_the_decoder_holds_no_second_copy(fp8: bool) -> None:
     model = mid_sized_model(fp8)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     language = Qwen3VLLanguageModel(model)
+    decoder = Decoder(language, 2048, 256, use_graphs=True)  # the KV cache and the step and prefill graphs
+    assert decoder.graphs_enabled, decoder.graphs_reason
+    torch.cuda.synchronize()
     torch.cuda.empty_cache()
     steady, peak = torch.cuda.memory_reserved(), torch.cuda.max_memory_reserved()
     assert language.fused_steps
     layer = model.model.language_model.layers[3]
     assert layer.mlp.up_proj.weight.data_ptr() == language._dense[3].gate_up[layer.mlp.gate_proj.out_features].data_ptr()
     assert peak <= 1.05 * steady, f"peak {peak / 2**20:.0f} MiB against {steady / 2**20:.0f} MiB steady"
-    del language, model
+    decoder.close()
+    del decoder, language, model
     torch.cuda.empty_cache()
