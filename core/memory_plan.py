@@ -1,8 +1,8 @@
 """The device memory a model will take, by part, and whether it fits before anything is loaded.
 
-A model family estimates the parts from a checkpoint's config (Qwen3-VL:
-:mod:`framewise.core.families.qwen3_vl.memory`); this module words the estimate and, when it
-exceeds what the device has, names the settings that would fit instead.
+A model family estimates the parts from a checkpoint's config
+(:meth:`~framewise.core.families.base.ModelFamily.estimate_memory`); this module words the
+estimate and, when it exceeds what the device has, names the settings that would fit instead.
 """
 
 from __future__ import annotations
