@@ -17,15 +17,16 @@ each, greedy. Every answer runs to ``--new-tokens`` (no end-of-answer token). Mo
   few-kernel layout buys).
 
 Per weight dtype (``--dtypes bfloat16,fp8``, one process: the fp8 run quantizes the same model's
-decoder linear layers in place, per channel, as ``model.dtype = fp8`` does on load) and mode: time to first token (first question; follow-ups' mean), per-token time after the first
-token (mean, p99) and its tokens/s, the ratio of the per-token time to the memory-bandwidth
+decoder linear layers in place, per channel, as ``model.dtype = fp8`` does on load) and mode:
+time to first token (first question; follow-ups' mean), per-token time after the first token
+(mean, p99) and its tokens/s, the ratio of the per-token time to the memory-bandwidth
 floor (the weights read once per token at the copy bandwidth measured in this run), capture
 seconds (``framewise``: the decode graphs, captured twice to show a second start), and device
 memory held by the cache and graphs. Every mode runs under its own time limit (``--mode-budgets``): no question starts after it, and
 a mode that would not fit the run's limit (``--total-budget-s``) is skipped with the reason.
-For fp8 also: each decoder layer's output error against bf16 (relative Frobenius norm, every
-layer fed the bf16 model's input to it, 64 text tokens) and the share of greedy answer tokens
-that agree with the bf16 answers (the agreeing prefix of each answer over its length).
+For fp8 also: each decoder layer's output error against the first dtype (bf16 normally; relative
+Frobenius norm, every layer fed that model's input to it, 64 text tokens) and the share of greedy
+answer tokens that agree with its answers (the agreeing prefix of each answer over its length).
 ``--quick`` runs the 8B shapes, bf16 and fp8, the ``framewise`` mode, a first question and one
 follow-up: a few minutes on one GPU.
 

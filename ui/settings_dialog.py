@@ -210,7 +210,7 @@ class SettingsDialog(QDialog):
         self._add_field(form, "model.device", "Device", _combo(DEVICES))
         self._add_field(
             form, "model.dtype", "Data type", _combo(DTYPES),
-            "fp8 keeps the language model's linear layers in 8 bits: half the memory and faster answers.",
+            "fp8 keeps the language model's linear layers in 8 bits: about half their memory, and faster answers on a GPU.",
         )
         self.memory_estimate = QLabel()
         self.memory_estimate.setWordWrap(True)
