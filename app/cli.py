@@ -212,13 +212,24 @@ def _load_engine(settings: AppSettings, sink: Any) -> Any:
 
 def _info(settings: AppSettings, as_json: bool) -> int:
     from framewise.core.conversation_store import default_store_path, store_note
+    from framewise.core.loading import estimate_memory
 
     note = store_note(default_store_path())  # the window keeps conversations there: say when it cannot
     if note:
         print(f"framewise: {note}", file=sys.stderr)
     engine = _load_engine(settings, _ProgressPrinter(sys.stderr, quiet=as_json))
     info = engine.info()
-    write_stdout((json.dumps(dataclasses.asdict(info)) if as_json else format_info(info)) + "\n")
+    estimate = None if info.server is not None else estimate_memory(settings)
+    if as_json:
+        payload = dataclasses.asdict(info)
+        if estimate is not None:
+            payload["memory_estimate"] = {**dataclasses.asdict(estimate), "total": estimate.total}
+        write_stdout(json.dumps(payload) + "\n")
+    else:
+        text = format_info(info)
+        if estimate is not None:
+            text += f"\nmemory estimate:    {estimate.describe()}"
+        write_stdout(text + "\n")
     return 0
 
 

@@ -96,9 +96,18 @@ def create_engine(settings: AppSettings, sink: EventSink) -> AnsweringBackend:
     return create_engine(settings, sink)
 
 
+def memory_estimate(settings: AppSettings) -> str:
+    """Settings ▸ Model's memory line. Imported when first asked: by then the worker thread has
+    usually imported torch already, so the window does not wait for it at start."""
+    from framewise.core.loading import memory_estimate_text
+
+    return memory_estimate_text(settings)
+
+
 def app_services() -> AppServices:
-    """About-box versions and the log file, from ``app.diagnostics`` and ``app.logs``."""
-    return AppServices(collect_versions=collect_versions, log_file_path=log_file_path)
+    """About-box versions, the log file and the memory estimate, from ``app.diagnostics``,
+    ``app.logs`` and core's loading."""
+    return AppServices(collect_versions=collect_versions, log_file_path=log_file_path, memory_estimate=memory_estimate)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -16,15 +16,24 @@ each, greedy. Every answer runs to ``--new-tokens`` (no end-of-answer token). Mo
 - ``framewise_unfused``: the same with the model's own layers in the decode steps (what the
   few-kernel layout buys).
 
-Per mode: time to first token (first question; follow-ups' mean), per-token time after the first
-token (mean, p99) and its tokens/s, the ratio of the per-token time to the memory-bandwidth
+Per weight dtype (``--dtypes bfloat16,fp8``, one process: the fp8 run quantizes the same model's
+decoder linear layers in place, per channel, as ``model.dtype = fp8`` does on load) and mode:
+time to first token (first question; follow-ups' mean), per-token time after the first token
+(mean, p99) and its tokens/s, the ratio of the per-token time to the memory-bandwidth
 floor (the weights read once per token at the copy bandwidth measured in this run), capture
 seconds (``framewise``: the decode graphs, captured twice to show a second start), and device
 memory held by the cache and graphs. Every mode runs under its own time limit (``--mode-budgets``): no question starts after it, and
 a mode that would not fit the run's limit (``--total-budget-s``) is skipped with the reason.
+For fp8 also: each decoder layer's output error against the first dtype (bf16 normally; relative
+Frobenius norm, every layer fed that model's input to it, 64 text tokens) and the share of greedy
+answer tokens that agree with its answers (the agreeing prefix of each answer over its length).
+``--quick`` runs the 8B shapes, bf16 and fp8, the ``framewise`` mode, a first question and one
+follow-up: a few minutes on one GPU.
 
     python3 benchmarks/decode_bench.py --out results/ [--sizes 2B,8B] [--modes default,static,framewise]
-    python3 benchmarks/decode_bench.py --sizes tiny --device cpu --dtype float32 --new-tokens 8   # smoke test
+    python3 benchmarks/decode_bench.py --sizes 8B --dtypes bfloat16,fp8 --modes framewise --out results/
+    python3 benchmarks/decode_bench.py --quick --out results/
+    python3 benchmarks/decode_bench.py --sizes tiny --device cpu --dtypes float32 --new-tokens 8   # smoke test
 """
 
 from __future__ import annotations
@@ -53,6 +62,8 @@ from framewise.core.families.qwen3_vl.injection import FeatureInjector  # noqa: 
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel  # noqa: E402
 from framewise.core.families.qwen3_vl.prompt import TEXT_TOKEN, VIDEO_TOKEN, vision_spans
 from framewise.core.metrics import percentile  # noqa: E402
+from framewise.core.quantization.fp8 import QUANTIZE_ON_LOAD_SCHEME  # noqa: E402
+from framewise.core.quantization.linear import Fp8Linear  # noqa: E402
 
 # hidden, intermediate, layers, heads, kv heads, head_dim, tied embeddings (released Qwen3-VL text models)
 TEXT_SIZES = {
@@ -300,32 +311,113 @@ def copy_bandwidth(device: torch.device, megabytes: int = 1024) -> float:
 
 
 def language_weight_bytes(model) -> int:
-    """Bytes a decode step reads: every decoder layer, the final norm and the output head."""
+    """Bytes a decode step reads: every decoder layer (FP8 weights and their scales are buffers),
+    the final norm and the output head."""
     text = model.model.language_model
     modules = [text.layers, text.norm, model.lm_head]
-    return sum(p.numel() * p.element_size() for module in modules for p in module.parameters())
+    return sum(t.numel() * t.element_size() for module in modules for t in (*module.parameters(), *module.buffers()))
 
 
-def bench_size(size: str, args, device, dtype, bandwidth: float, save: Callable[[dict], None]) -> dict[str, Any]:
+LAYER_ERROR_TOKENS = 64
+
+
+def record_layer_io(model, device: torch.device) -> list[tuple[tuple, dict, torch.Tensor]]:
+    """Each decoder layer's inputs (positional and keyword) and output (1, tokens, hidden) on
+    LAYER_ERROR_TOKENS random text tokens, in the model's current weights."""
+    text = model.model.language_model
+    records: list[tuple[tuple, dict, torch.Tensor]] = []
+
+    def keep(module, args, kwargs, output):
+        hidden = output[0] if isinstance(output, tuple) else output
+        records.append((args, kwargs, hidden.detach().clone()))
+
+    handles = [layer.register_forward_hook(keep, with_kwargs=True) for layer in text.layers]
+    tokens = torch.randint(1000, 100000, (1, LAYER_ERROR_TOKENS), generator=torch.Generator().manual_seed(1)).to(device)
+    try:
+        with torch.inference_mode():
+            text(input_ids=tokens, use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return records
+
+
+def layer_errors(model, reference: list[tuple[tuple, dict, torch.Tensor]]) -> list[float]:
+    """Each decoder layer's relative output error against ``reference`` (:func:`record_layer_io`
+    of the bf16 model), the layer fed the reference's own input."""
+    errors = []
+    with torch.inference_mode():
+        for layer, (args, kwargs, expected) in zip(model.model.language_model.layers, reference):
+            output = layer(*args, **kwargs)
+            got = output[0] if isinstance(output, tuple) else output
+            errors.append(float((got.float() - expected.float()).norm() / expected.float().norm()))
+    return errors
+
+
+def quantize_decoder_layers(model, device: torch.device) -> None:
+    """Replace the decoder layers' linear layers by Fp8Linear in place, one at a time (the bf16
+    weight freed before the next), as quantize-on-load does."""
+    layers = model.model.language_model.layers
+    for name, module in list(layers.named_modules()):
+        if isinstance(module, torch.nn.Linear):
+            parent, _, child = name.rpartition(".")
+            setattr(layers.get_submodule(parent), child, Fp8Linear.from_linear(module, QUANTIZE_ON_LOAD_SCHEME))
+    _free(device)
+
+
+def bench_size(size: str, args, device, bandwidth: float, save: Callable[[dict], None]) -> dict[str, Any]:
     print(f"== {size}: building", flush=True)
     started = time.perf_counter()
     torch.manual_seed(0)
-    model = build_model(size, device, dtype)
+    activations = torch.bfloat16 if args.dtypes == ["fp8"] else getattr(torch, args.dtypes[0].replace("fp8", "bfloat16"))
+    model = build_model(size, device, activations)
     conversation = make_conversation(args.frames, args.height, args.width, args.follow_ups)
     video_tokens = conversation.first.count(VIDEO_PAD)
-    features = random_features(video_tokens, model.config.text_config.hidden_size, device, dtype)
+    features = random_features(video_tokens, model.config.text_config.hidden_size, device, activations)
     context = len(conversation.prompt([[0] * args.new_tokens] * args.follow_ups)) + args.new_tokens + 64
-    weight_bytes = language_weight_bytes(model)
     result: dict[str, Any] = {
         "size": size, "build_s": time.perf_counter() - started, "prompt_tokens": len(conversation.first),
-        "video_tokens": video_tokens, "context": context, "weight_bytes": weight_bytes,
-        "floor_tokens_per_s": bandwidth / weight_bytes, "modes": {},
+        "video_tokens": video_tokens, "context": context, "dtypes": {},
     }
     print(f"   built in {result['build_s']:.1f} s; prompt {len(conversation.first)} tokens, context {context}", flush=True)
-    reference: list[list[int]] | None = None
+    reference_io = record_layer_io(model, device) if "fp8" in args.dtypes else None
+    # fp8's errors and agreement are against the first dtype's model and answers (bf16 normally)
+    reference_answers: list[list[int]] | None = None
     save(result)
+    for dtype in args.dtypes:
+        if dtype == "fp8":
+            quantize_decoder_layers(model, device)
+        weight_bytes = language_weight_bytes(model)
+        run: dict[str, Any] = {"weight_bytes": weight_bytes, "floor_tokens_per_s": bandwidth / weight_bytes, "modes": {}}
+        result["dtypes"][dtype] = run
+        if dtype == "fp8":
+            errors = layer_errors(model, reference_io)
+            run["layer_error"] = {"mean": sum(errors) / len(errors), "max": max(errors), "per_layer": errors}
+            run["reference_dtype"] = args.dtypes[0] if args.dtypes[0] != "fp8" else "bfloat16"
+            del reference_io
+            reference_io = None
+        answers_by_mode = bench_modes(run, model, features, conversation, context, weight_bytes, bandwidth, device, args,
+                                      lambda: save(result))
+        first = answers_by_mode.get(args.modes[0])
+        if dtype != "fp8":
+            reference_answers = first
+        elif reference_answers and first:
+            prefixes = [_agreeing(a, b) for a, b in zip(first, reference_answers)]
+            run["greedy_agreement"] = sum(prefixes) / sum(len(b) for b in reference_answers[: len(prefixes)])
+            run["agreeing_prefix_per_answer"] = prefixes
+        save(result)
+    del model, features
+    _free(device)
+    return result
+
+
+def bench_modes(run, model, features, conversation, context, weight_bytes, bandwidth, device, args, save_all):
+    """Every mode of ``args.modes`` on ``model`` as it is now; fills ``run["modes"]`` (saving the
+    whole result after each mode); returns each finished mode's answers (token ids per question)."""
+    answers_by_mode: dict[str, list[list[int]]] = {}
+    reference: list[list[int]] | None = None
     for mode in args.modes:
-        result["modes"][mode] = entry = {}
+        run["modes"][mode] = entry = {}
         mode_started = time.perf_counter()
         budget = args.mode_budgets[mode]
         deadline = mode_started + budget
@@ -365,6 +457,7 @@ def bench_size(size: str, args, device, dtype, bandwidth: float, save: Callable[
         if mode == "static":
             entry["first_call_s"] = entry["warm_up_s"]  # the compile and one whole answer
         ids = [answer.token_ids for answer in answers]
+        answers_by_mode[mode] = ids
         if reference is None:
             reference = ids
         else:  # bf16 kernels differ, so greedy answers may part ways; count the agreeing prefix
@@ -372,12 +465,10 @@ def bench_size(size: str, args, device, dtype, bandwidth: float, save: Callable[
                 _agreeing(a, b) for a, b in zip(ids, reference)
             ]
         print(f"   {mode}: {json.dumps(_rounded(entry))}", flush=True)
-        save(result)
+        save_all()
         del runner
         _free(device)
-    del model, features
-    _free(device)
-    return result
+    return answers_by_mode
 
 
 def make_runner(mode: str, model, features, conversation: Conversation, context: int, args) -> tuple[Any, Callable]:
@@ -428,37 +519,55 @@ def _rounded(value: Any) -> Any:
 
 def markdown(results: list[dict[str, Any]], header: dict[str, Any]) -> str:
     lines = [
-        f"{header['device']}, torch {header['torch']}, transformers {header['transformers']}, {header['dtype']}, "
+        f"{header['device']}, torch {header['torch']}, transformers {header['transformers']}, "
         f"{header['date']}; copy bandwidth {header['bandwidth_gbs']:.0f} GB/s",
         "",
-        "| size | mode | TTFT first (ms) | TTFT follow-ups (ms) | decode tok/s | per token mean / p99 (ms) | "
+        "| size | dtype | mode | TTFT first (ms) | TTFT follow-ups (ms) | decode tok/s | per token mean / p99 (ms) | "
         "p99/mean | x floor | capture (s) | cache + graphs (MiB) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    accuracy = []
     for result in results:
-        for mode, entry in result["modes"].items():
-            if "skipped" in entry:
-                lines.append(f"| {result['size']} | {mode} | skipped: {entry['skipped']} |||||||||")
-                continue
-            capture = ""
-            memory = ""
-            if mode.startswith("framewise"):
-                capture = f"{entry['capture_first_s']:.2f} / {entry['capture_second_s']:.2f}"
-                memory = f"{entry['cache_mb']:.0f} + {entry['graph_mb']:.0f}"
-            elif mode == "static":
-                capture = f"first call {entry['first_call_s']:.0f} (compile)"
-            follow = entry["ttft_follow_up_ms"]
-            lines.append(
-                f"| {result['size']} | {mode} | {entry['ttft_first_ms']:.1f} | "
-                f"{'–' if follow is None else f'{follow:.1f}'} | {entry['tokens_per_s']:.1f} | "
-                f"{entry['token_ms_mean']:.2f} / {entry['token_ms_p99']:.2f} | "
-                f"{entry['token_ms_p99'] / entry['token_ms_mean']:.2f} | {entry['floor_ratio']:.2f} | {capture} | {memory} |"
-            )
-        lines.append(
-            f"| {result['size']} | floor | | | {result['floor_tokens_per_s']:.0f} | "
-            f"{result['weight_bytes'] / 2**30:.2f} GiB per token | | 1.00 | | |"
-        )
+        for dtype, run in result["dtypes"].items():
+            lines += _mode_rows(result["size"], dtype, run)
+            if "layer_error" in run:
+                error = run["layer_error"]
+                agreement = run.get("greedy_agreement")
+                accuracy.append(
+                    f"| {result['size']} | {dtype} vs {run['reference_dtype']} | {error['mean']:.4f} | {error['max']:.4f} | "
+                    f"{'–' if agreement is None else f'{agreement:.0%}'} |"
+                )
+    if accuracy:
+        lines += ["", "| size | dtype | layer output error, mean | max | greedy answer tokens agreeing |",
+                  "|---|---|---|---|---|", *accuracy]
     return "\n".join(lines)
+
+
+def _mode_rows(size: str, dtype: str, run: dict[str, Any]) -> list[str]:
+    lines = []
+    for mode, entry in run["modes"].items():
+        if "skipped" in entry:
+            lines.append(f"| {size} | {dtype} | {mode} | skipped: {entry['skipped']} |||||||||")
+            continue
+        capture = ""
+        memory = ""
+        if mode.startswith("framewise"):
+            capture = f"{entry['capture_first_s']:.2f} / {entry['capture_second_s']:.2f}"
+            memory = f"{entry['cache_mb']:.0f} + {entry['graph_mb']:.0f}"
+        elif mode == "static":
+            capture = f"first call {entry['first_call_s']:.0f} (compile)"
+        follow = entry["ttft_follow_up_ms"]
+        lines.append(
+            f"| {size} | {dtype} | {mode} | {entry['ttft_first_ms']:.1f} | "
+            f"{'–' if follow is None else f'{follow:.1f}'} | {entry['tokens_per_s']:.1f} | "
+            f"{entry['token_ms_mean']:.2f} / {entry['token_ms_p99']:.2f} | "
+            f"{entry['token_ms_p99'] / entry['token_ms_mean']:.2f} | {entry['floor_ratio']:.2f} | {capture} | {memory} |"
+        )
+    lines.append(
+        f"| {size} | {dtype} | floor | | | {run['floor_tokens_per_s']:.0f} | "
+        f"{run['weight_bytes'] / 2**30:.2f} GiB per token | | 1.00 | | |"
+    )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -467,7 +576,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="2B,8B")
     parser.add_argument("--modes", default="framewise,framewise_ops,framewise_unfused,default,static")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32", "float16"))
+    parser.add_argument(
+        "--dtypes", default="bfloat16",
+        help="weight dtypes, in order, from bfloat16, float32, float16, fp8 (fp8: bf16 activations, FP8 decoder layers)",
+    )
+    parser.add_argument("--quick", action="store_true",
+                        help="8B shapes, bfloat16 and fp8, the framewise mode, one follow-up")
     parser.add_argument("--frames", type=int, default=16)
     parser.add_argument("--height", type=int, default=448)
     parser.add_argument("--width", type=int, default=448)
@@ -485,18 +599,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--total-budget-s", type=float, default=3600.0, help="a mode that would end past it is skipped")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.dtypes, args.modes, args.follow_ups = "8B", "bfloat16,fp8", "framewise", 1
+        args.mode_budgets = "framewise=90"  # room for the FP8 kernels' first compile
+    args.dtypes = [dtype for dtype in args.dtypes.split(",") if dtype]
+    unknown = set(args.dtypes) - {"bfloat16", "float32", "float16", "fp8"}
+    if unknown or args.dtypes.count("fp8") and args.dtypes[-1] != "fp8":
+        parser.error("--dtypes: bfloat16, float32, float16 or fp8, with fp8 last (it quantizes the model in place)")
     args.modes = [mode for mode in args.modes.split(",") if mode]
     args.run_deadline = time.perf_counter() + args.total_budget_s
     args.mode_budgets = {name: float(seconds) for name, seconds in (item.split("=") for item in args.mode_budgets.split(","))}
     device = torch.device(args.device)
-    dtype = getattr(torch, args.dtype)
     bandwidth = copy_bandwidth(device)
     import transformers
 
     header = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "torch": torch.__version__, "transformers": transformers.__version__, "dtype": args.dtype,
+        "torch": torch.__version__, "transformers": transformers.__version__, "dtypes": args.dtypes,
         "bandwidth_gbs": bandwidth / 1e9, "command": " ".join(sys.argv),
     }
     args.out.mkdir(parents=True, exist_ok=True)
@@ -508,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "decode_bench.json").write_text(json.dumps({"header": header, "results": _rounded(done)}, indent=1))
 
     for size in args.sizes.split(","):
-        results.append(bench_size(size, args, device, dtype, bandwidth, save))
+        results.append(bench_size(size, args, device, bandwidth, save))
     save(results[-1])
     table = markdown(results, header)
     (args.out / "decode_bench.md").write_text(table + "\n")

@@ -57,7 +57,7 @@ from framewise.core.events import (
     ignore_events,
 )
 from framewise.core.families.base import DecodedAnswer, PreparedVideo, PromptInputs
-from framewise.core.loading import LoadedModel, load_model
+from framewise.core.loading import LoadedModel, check_memory_fits, load_model
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
 from framewise.core.settings import AppSettings
 from framewise.core.settings_transaction import SettingsTransaction
@@ -418,7 +418,9 @@ class Engine(BackendBase[EncodedClip]):
     # ----------------------------------------------------------------- parts (the settings transaction swaps them)
 
     def load_weights(self) -> None:
-        """Load the model the settings name (its encoder and decoder are built separately)."""
+        """Load the model the settings name (its encoder and decoder are built separately), after
+        checking that its memory estimate fits the device."""
+        check_memory_fits(self.settings)
         self.loaded = load_model(self.settings.model, progress=self._emit)
 
     def build_encoder(self) -> None:

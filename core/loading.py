@@ -24,11 +24,13 @@ from transformers.utils import logging as transformers_logging
 
 from framewise.core.decoding.defs import LanguageModel
 from framewise.core.encoding.defs import SupportsEncoderGraphs
-from framewise.core.errors import ModelLoadError, SettingsError, UnsupportedModelError
+from framewise.core.errors import FramewiseError, ModelLoadError, SettingsError, UnsupportedModelError
 from framewise.core.events import Progress
 from framewise.core.families import FamilyLimits, ModelFamily, family_for
+from framewise.core.quantization.formats import checkpoint_weight_format
 from framewise.core.resources import asset_path
-from framewise.core.settings import DEMO_MODEL, ModelSettings
+from framewise.core.memory_plan import Alternative, MemoryEstimate, shortfall_message
+from framewise.core.settings import DEMO_MODEL, AppSettings, ModelSettings
 
 DEMO_MODEL_DIR = asset_path("demo_model")
 MODEL_INFO_FILE = "framewise.json"
@@ -89,7 +91,7 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
     label = read_model_info(path).get("label")
 
     report(Progress("load", 1, LOAD_STEPS, f"Loading the weights of {name}"))
-    model = _load_weights(family, path, model_type, dtype)
+    model = _load_weights(family, path, model_type, dtype, fp8=settings.dtype == "fp8", device=device)
 
     report(Progress("load", 2, LOAD_STEPS, "Loading the tokenizer"))
     tokenizer = _load_tokenizer(path)
@@ -118,6 +120,78 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
         limits=family.limits_of(model),
         path=path,
     )
+
+
+def estimate_memory(settings: AppSettings) -> MemoryEstimate:
+    """What the model ``settings`` name will take on their device, from its config.json alone:
+    weights in the chosen dtype (an FP8 checkpoint counts as ``fp8``), the KV cache of the
+    settings' context, and the encoder graphs' budgets (none on the CPU or with graphs off).
+
+    Raises ModelLoadError for a source that cannot be read, as :func:`load_model` would."""
+    model = settings.model
+    path = resolve_model_source(model.source)
+    family = family_for(_read_model_type(path))
+    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    device = pick_device(model.device)
+    budgets = settings.encoder.token_budgets(family.limits) if settings.encoder.use_graphs and device.type == "cuda" else ()
+    return family.estimate_memory(
+        config, _weight_dtype_name(model.dtype, device, _declares_quantization(path)),
+        settings.context_tokens(family.limits), budgets,
+    )
+
+
+def _weight_dtype_name(setting: str, device: torch.device, fp8_checkpoint: bool) -> str:
+    """The weights' dtype as the estimate names it (``"fp8"`` for FP8 weights)."""
+    if setting == "fp8" or fp8_checkpoint:
+        return "fp8"
+    if setting == "auto":
+        return "bfloat16" if device.type == "cuda" else "float32"
+    return setting
+
+
+def memory_estimate_text(settings: AppSettings) -> str:
+    """:func:`estimate_memory` in one line for a settings page, or why there is none."""
+    try:
+        estimate = estimate_memory(settings)
+        device = pick_device(settings.model.device)
+    except FramewiseError as error:
+        return f"No memory estimate: {error}"
+    return f"Needs {estimate.describe()} on {'the CPU' if device.type == 'cpu' else 'the GPU'}."
+
+
+def check_memory_fits(settings: AppSettings) -> None:
+    """Refuse, before loading, a model whose estimate exceeds what its CUDA device has.
+
+    Available is the device's free memory plus what this process's allocator already holds (a
+    model being replaced gives that back, or the load retries without it). The ModelLoadError
+    names the settings that would fit: dtype fp8, a shorter context, smaller or no encoder
+    graphs. Nothing is checked on the CPU, nor for a source whose config cannot be read (loading
+    it reports why)."""
+    device = pick_device(settings.model.device)
+    if device.type != "cuda":
+        return
+    try:
+        estimate = estimate_memory(settings)
+    except ModelLoadError:
+        return
+    free, _ = torch.cuda.mem_get_info(device)
+    available = free + torch.cuda.memory_reserved(device)
+    if estimate.total <= available:
+        return
+    model, encoder = settings.model, settings.encoder
+    fp8_checkpoint = _declares_quantization(resolve_model_source(model.source))
+    changes = []
+    if model.dtype != "fp8" and not fp8_checkpoint:
+        changes.append(("choose dtype fp8 (Settings ▸ Model, --dtype fp8)", settings.replace("model", dtype="fp8")))
+    context = settings.context_tokens(None)
+    if context > 4096:
+        changes.append((f"lower the context to 4096 tokens (decoding.max_context_tokens, now {context})",
+                        settings.replace("decoding", max_context_tokens=4096)))
+    if encoder.use_graphs:
+        changes.append(("turn the encoder's CUDA graphs off (encoder.use_graphs)", settings.replace("encoder", use_graphs=False)))
+    alternatives = [Alternative(change, estimate_memory(changed)) for change, changed in changes]
+    what = f"{_display_name(model.source)} in {_weight_dtype_name(model.dtype, device, fp8_checkpoint)}"
+    raise ModelLoadError(shortfall_message(what, estimate, available, str(device), alternatives))
 
 
 def resolve_model_source(source: str) -> Path:
@@ -266,13 +340,20 @@ def read_model_info(path: Path) -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-def _load_weights(family: ModelFamily, path: Path, model_type: str, dtype: torch.dtype) -> torch.nn.Module:
+def _load_weights(
+    family: ModelFamily, path: Path, model_type: str, dtype: torch.dtype, *, fp8: bool, device: torch.device
+) -> torch.nn.Module:
     bars_enabled = transformers_logging.is_progress_bar_enabled()
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.disable_progress_bar()  # progress goes through our own events
     transformers_logging.set_verbosity_error()  # so does the load report: check_loaded_weights words it
     try:
-        model, loading_info = family.load_weights(path, model_type, dtype)
+        model, loading_info = family.load_weights(path, model_type, dtype, fp8=fp8, device=device)
+    except torch.OutOfMemoryError as error:
+        raise ModelLoadError(
+            f"The weights of {path.name} do not fit in the memory of {device}; choose a smaller model, dtype fp8, "
+            "or the CPU."
+        ) from error
     except (OSError, ValueError, RuntimeError, KeyError, TypeError, SafetensorError) as error:
         raise ModelLoadError(
             f"The weights in {path} could not be loaded ({error}); the download may be damaged or incomplete."
@@ -308,8 +389,14 @@ def check_loaded_weights(path: Path, loading_info: dict[str, Any]) -> None:
 
 
 def check_weight_dtypes(path: Path) -> None:
-    """Refuse safetensors files holding tensors that are not floating point (a quantized export, say):
-    the supported checkpoints' weights are all floats, and loading integers into them would give nonsense."""
+    """Refuse safetensors files whose tensors Framewise cannot run: in a checkpoint without a
+    quantization_config, anything but floating point (loading integers into float weights would
+    give nonsense); in a quantized one, anything but the FP8 weights and scales its config declares
+    (Qwen's block-wise FP8, compressed-tensors FP8), a QuantizationFormatError naming the format
+    and what to choose instead."""
+    if _declares_quantization(path):
+        checkpoint_weight_format(path)
+        return
     wrong: list[str] = []
     for weights in sorted(path.glob("*.safetensors")):
         try:
@@ -323,8 +410,17 @@ def check_weight_dtypes(path: Path) -> None:
     if wrong:
         raise ModelLoadError(
             f"{path} holds {len(wrong)} tensors that are not floating point ({_first_few(wrong)}); Framewise loads "
-            "unquantized checkpoints (bfloat16, float16 or float32 weights)."
+            "float checkpoints (bfloat16, float16 or float32 weights) and FP8 ones whose config.json declares "
+            "their quantization."
         )
+
+
+def _declares_quantization(path: Path) -> bool:
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False  # reported by the config check
+    return isinstance(config, dict) and config.get("quantization_config") is not None
 
 
 def check_chat_template(tokenizer: PreTrainedTokenizerBase, path: Path, family: ModelFamily) -> None:
@@ -391,14 +487,15 @@ def pick_device(name: str) -> torch.device:
 
 
 def pick_dtype(name: str, device: torch.device) -> torch.dtype:
-    """``"auto"``: bfloat16 on a GPU that supports it, else float32. A named dtype is used as is,
-    except bfloat16 on a GPU without it (a SettingsError)."""
+    """The activations' dtype. ``"auto"``: bfloat16 on a GPU that supports it, else float32; so is
+    ``"fp8"``, whose FP8 weights are the language model's linear layers only. A named dtype is used
+    as is, except bfloat16 on a GPU without it (a SettingsError)."""
     supports_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    if name == "auto":
+    if name in ("auto", "fp8"):
         return torch.bfloat16 if supports_bf16 else torch.float32
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if name not in dtypes:
-        raise SettingsError("model.dtype", f"unknown dtype {name!r}; choose auto, float32, bfloat16 or float16.")
+        raise SettingsError("model.dtype", f"unknown dtype {name!r}; choose auto, float32, bfloat16, float16 or fp8.")
     if name == "bfloat16" and device.type == "cuda" and not supports_bf16:
         raise SettingsError("model.dtype", "this GPU has no bfloat16; choose float16, float32 or auto.")
     return dtypes[name]

@@ -32,7 +32,7 @@ RENAMED_FIELDS = {"encoder.max_frames_per_batch": "encoder.max_frame_pairs_per_b
 """Earlier names of fields: ``from_dict`` reads a value saved under one when the current name is absent."""
 """``local``: this machine's engine; ``vllm``: a vLLM server's OpenAI-compatible API."""
 DEVICES = ("auto", "cpu", "cuda")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16", "fp8")
 DEMO_MODEL = "demo"
 MAX_MIN_BUCKET = 1 << 16  # the first decode bucket; every step of a short answer reads this much cache
 FAST_MODES = ("auto", "on", "off")

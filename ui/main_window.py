@@ -543,7 +543,10 @@ class MainWindow(QMainWindow, SessionListener):
     def open_settings(self, section: str | None) -> SettingsDialog:
         """Show the settings dialog (on ``section``'s tab when given) filled with the applied settings."""
         if self._settings_dialog is None:
-            self._settings_dialog = SettingsDialog(self.settings, self, api_key_note=self.store.api_key_note())
+            self._settings_dialog = SettingsDialog(
+                self.settings, self, api_key_note=self.store.api_key_note(),
+                memory_estimate=self.services.memory_estimate,
+            )
             self._settings_dialog.settings_applied.connect(self.apply_settings)
         else:
             self._settings_dialog.set_settings(self.settings)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QPalette
@@ -91,11 +91,18 @@ class SettingsDialog(QDialog):
     settings_applied = Signal(object)
 
     def __init__(
-        self, settings: AppSettings, parent: QWidget | None = None, *, api_key_note: str = SESSION_ONLY_KEY_NOTE
+        self,
+        settings: AppSettings,
+        parent: QWidget | None = None,
+        *,
+        api_key_note: str = SESSION_ONLY_KEY_NOTE,
+        memory_estimate: Callable[[AppSettings], str] | None = None,
     ) -> None:
-        """``api_key_note`` says where the API key is kept (the secret store, or this session only)."""
+        """``api_key_note`` says where the API key is kept (the secret store, or this session only);
+        ``memory_estimate(settings)`` words what the chosen model will take, shown under its dtype."""
         super().__init__(parent)
         self._api_key_note = api_key_note
+        self._memory_estimate = memory_estimate
         self.setWindowTitle("Settings")
         self._fields: dict[str, QWidget] = {}
         self._errors: dict[str, FieldError] = {}
@@ -205,7 +212,30 @@ class SettingsDialog(QDialog):
         self.repo_edit.textEdited.connect(lambda: self.repo_radio.setChecked(True))
         self._add_field(form, "model.source", "Model", source)
         self._add_field(form, "model.device", "Device", _combo(DEVICES))
-        self._add_field(form, "model.dtype", "Data type", _combo(DTYPES))
+        self._add_field(
+            form, "model.dtype", "Data type", _combo(DTYPES),
+            "fp8 keeps the language model's linear layers in 8 bits: about half their memory, and faster answers on a GPU.",
+        )
+        self.memory_estimate = QLabel()
+        self.memory_estimate.setWordWrap(True)
+        form.addRow(self.memory_estimate)
+        for field in ("model.dtype", "model.device"):
+            self._fields[field].currentIndexChanged.connect(self.update_memory_estimate)
+        for button in (self.demo_radio, self.folder_radio, self.repo_radio):
+            button.toggled.connect(self.update_memory_estimate)
+        for edit in (self.folder_edit, self.repo_edit):
+            edit.editingFinished.connect(self.update_memory_estimate)
+
+    def update_memory_estimate(self) -> None:
+        """Show what the model in the fields will take (hidden without an estimator or a valid model)."""
+        text = ""
+        if self._memory_estimate is not None and self.model_source():
+            try:
+                text = self._memory_estimate(AppSettings.from_dict(self.values()))
+            except SettingsError:
+                text = ""
+        self.memory_estimate.setText(text)
+        self.memory_estimate.setVisible(bool(text))
 
     def _choice_hint(self, button: QRadioButton, text: str) -> QLabel:
         """A dim, wrapping explanation of ``button``, indented to line up with its text."""
@@ -356,6 +386,7 @@ class SettingsDialog(QDialog):
                 _set_value(widget, value)
         self.budget_mode.setCurrentIndex(1 if settings.encoder.budgets else 0)
         self._update_budget_mode()
+        self.update_memory_estimate()
         (self.server_radio if settings.backend.kind == "vllm" else self.local_radio).setChecked(True)
         self._fields["backend.api_key"].setText(settings.backend.api_key)
         self._update_backend_fields()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:
     import numpy as np
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from framewise.core.encoding.defs import PieceGrid, VisionItem
     from framewise.core.loading import FamilyAdapter
+    from framewise.core.memory_plan import MemoryEstimate
     from framewise.core.settings import SamplingSettings
     from framewise.core.video import FrameSizing, Resize
 
@@ -178,9 +179,21 @@ class ModelFamily(Protocol):
     model_types: tuple[str, ...]
     limits: FamilyLimits
 
-    def load_weights(self, path: Path, model_type: str, dtype: torch.dtype) -> tuple[torch.nn.Module, dict[str, Any]]:
-        """The checkpoint in ``path`` on the CPU in ``dtype``, and transformers' loading report
-        (``missing_keys``, ``mismatched_keys``). The hook a quantized load takes over."""
+    def load_weights(
+        self, path: Path, model_type: str, dtype: torch.dtype, *, fp8: bool = False, device: torch.device | None = None
+    ) -> tuple[torch.nn.Module, dict[str, Any]]:
+        """The checkpoint in ``path`` in ``dtype``, and transformers' loading report
+        (``missing_keys``, ``mismatched_keys``). A float checkpoint without ``fp8`` loads on the
+        CPU; an FP8 checkpoint, or ``fp8`` (quantize the language model's linear layers while
+        loading), streams onto ``device``, never holding the whole model in full precision."""
+        ...
+
+    def estimate_memory(
+        self, config: Mapping[str, Any], dtype: str, context_tokens: int, encoder_budgets: Sequence[int]
+    ) -> MemoryEstimate:
+        """The device memory a checkpoint with this config.json (a dict) takes with weights in
+        ``dtype`` (``"float32"``, ``"bfloat16"``, ``"float16"`` or ``"fp8"``), a KV cache of
+        ``context_tokens`` positions and encoder graphs for ``encoder_budgets``, before loading it."""
         ...
 
     def adapter(self, model: torch.nn.Module) -> FamilyAdapter:

@@ -16,11 +16,14 @@ readings give the same product.
 Rounding follows the bf16 kernels: the values the model rounds to its dtype (normed input, the
 product with the norm weight, ``silu(gate)``, the projection, the residual sum) are rounded
 here too; sums run in float32. Cards of compute capability 8.9 and newer convert e4m3 in
-hardware; older ones (Ampere) decode its bits with integer operations (``native_fp8=False``).
-This module needs Triton and a CUDA device.
+hardware; older ones (Ampere) decode its bits with integer operations (``native_fp8=False``, or
+for every call that does not choose, ``FRAMEWISE_FP8_NATIVE=0`` in the environment, so that a
+test can run the Ampere path on a newer card). This module needs Triton and a CUDA device.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -117,7 +120,7 @@ def _launch(
     rows, columns = weight.shape
     block_scales = scale.shape != (rows, 1)
     if native_fp8 is None:
-        native_fp8 = torch.cuda.get_device_capability(weight.device) >= (8, 9)
+        native_fp8 = os.environ.get("FRAMEWISE_FP8_NATIVE") != "0" and torch.cuda.get_device_capability(weight.device) >= (8, 9)
     block_n, block_k, warps = _fp8_gemv_config(rows, columns)
     _fp8_gemv_kernel[(triton.cdiv(rows, block_n),)](
         x, x if norm_weight is None else norm_weight, weight if native_fp8 else weight.view(torch.uint8), scale,

@@ -330,3 +330,17 @@ def test_an_incomplete_checkpoint_is_refused_with_what_is_missing(
     assert expected in result.stderr and str(folder) in result.stderr
     assert "Traceback" not in result.stderr and result.stdout == ""
     assert_answers_afterwards()
+
+
+def test_info_shows_the_memory_estimate_of_the_chosen_dtype() -> None:
+    """fp8 quantizes the demo's decoder layers: its estimate holds fewer weight bytes than float32's."""
+    estimates = {}
+    for dtype in ("float32", "fp8"):
+        result = framewise("info", "--device", "cpu", "--dtype", dtype, "--json")
+        assert result.returncode == 0, result.stderr
+        estimates[dtype] = json.loads(result.stdout)["memory_estimate"]
+    assert 0 < estimates["fp8"]["weights"] < estimates["float32"]["weights"]
+    assert estimates["fp8"]["total"] == sum(estimates["fp8"][part] for part in
+                                            ("weights", "kv_cache", "encoder_graphs", "decode_graphs"))
+    text = framewise("info", "--device", "cpu", "--dtype", "fp8").stdout
+    assert "memory estimate:    about" in text

@@ -8,7 +8,7 @@ messages without them (:mod:`.sizing` and :mod:`.chat` need no torch)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
     from framewise.core.families.qwen3_vl.processor import VideoInputs
     from framewise.core.families.qwen3_vl.prompt import ChatInputs
+    from framewise.core.memory_plan import MemoryEstimate
 
 # transformers' class of each model type, by name (imported when a checkpoint is loaded).
 MODEL_CLASSES = {"qwen3_vl": "Qwen3VLForConditionalGeneration", "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration"}
@@ -57,12 +58,23 @@ class Qwen3VLFamily:
     model_types = MODEL_TYPES
     limits = QWEN3_VL_LIMITS
 
-    def load_weights(self, path: Path, model_type: str, dtype: torch.dtype) -> tuple[torch.nn.Module, dict[str, Any]]:
+    def load_weights(
+        self, path: Path, model_type: str, dtype: torch.dtype, *, fp8: bool = False, device: torch.device | None = None
+    ) -> tuple[torch.nn.Module, dict[str, Any]]:
         """The checkpoint's weights through transformers' own classes (safetensors only, no remote
-        code), and its loading report. Errors propagate to the generic loader, which words them."""
+        code), and its loading report. Errors propagate to the generic loader, which words them.
+
+        An FP8 checkpoint, or ``fp8`` (quantize the language linear layers on load), streams the
+        weights onto ``device`` with FP8 decoder linear layers (:mod:`.fp8_load`); anything else
+        loads on the CPU in ``dtype``."""
         import transformers
 
-        return getattr(transformers, MODEL_CLASSES[model_type]).from_pretrained(
+        from framewise.core.families.qwen3_vl import fp8_load
+
+        model_class = getattr(transformers, MODEL_CLASSES[model_type])
+        if fp8 or fp8_load.is_fp8_checkpoint(path):
+            return fp8_load.load_fp8(model_class, path, dtype, device or torch.device("cpu"))
+        return model_class.from_pretrained(
             path,
             dtype=dtype,
             local_files_only=True,
@@ -71,6 +83,13 @@ class Qwen3VLFamily:
             output_loading_info=True,
             ignore_mismatched_sizes=True,  # reported, with names, by the loader's weight check
         )
+
+    def estimate_memory(
+        self, config: Mapping[str, Any], dtype: str, context_tokens: int, encoder_budgets: Sequence[int]
+    ) -> MemoryEstimate:
+        from framewise.core.families.qwen3_vl import memory
+
+        return memory.estimate_memory(config, dtype, context_tokens, encoder_budgets)  # type: ignore[arg-type]
 
     def adapter(self, model: torch.nn.Module) -> Qwen3VLAdapter:
         from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter

@@ -15,6 +15,13 @@ residual adds done inside the matrix-vector products and the cache write, attent
 the filled positions); elsewhere the same arithmetic runs as torch ops, the q and k norms and
 rotary applied to all heads at once and attention in one ``scaled_dot_product_attention`` call.
 Layers of another shape (the MoE model's experts) step through the model's own layers instead.
+
+Decoder linear layers in FP8 (:class:`~framewise.core.quantization.linear.Fp8Linear`, from an FP8
+checkpoint or ``model.dtype = fp8``) are stacked the same way, e4m3 with their scales, and the
+step reads them through the FP8 matrix-vector kernels
+(:mod:`framewise.core.quantization.gemv_kernels`), or dequantized in torch ops; a prefill runs them
+as the model's own layers do, through FP8 tensor cores or dequantized weights
+(:func:`~framewise.core.quantization.matmul.fp8_linear`).
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ from framewise.core.decoding.attention import causal_mask, decoder_attention, pr
 from framewise.core.decoding.defs import PromptPositions, VisionRows
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.encoding.defs import PieceGrid
+from framewise.core.quantization.formats import BLOCK_SIZE
+from framewise.core.quantization.linear import Fp8Linear
+from framewise.core.quantization.matmul import fp8_linear
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,10 @@ class _DenseLayer:
     them, so the layout costs no memory. ``qk_norm`` (heads + kv_heads, head_dim) repeats the
     q norm's weight per query head, then the k norm's per key/value head; ``qk_norms``
     (2, head_dim) holds the two once.
+
+    In a model whose decoder linear layers are :class:`~framewise.core.quantization.linear.Fp8Linear`
+    the four matrices are e4m3 and each ``*_scale`` holds its float32 scales (stacked alike:
+    (rows, 1) per channel, (rows/128, columns/128) per 128x128 block); otherwise the scales are None.
     """
 
     input_norm: torch.Tensor
@@ -54,6 +68,11 @@ class _DenseLayer:
     down: torch.Tensor
     eps: float
     scaling: float
+    scheme: str = "none"
+    qkv_scale: torch.Tensor | None = None
+    o_scale: torch.Tensor | None = None
+    gate_up_scale: torch.Tensor | None = None
+    down_scale: torch.Tensor | None = None
 
 
 # Stacked weights by the first projection they hold, with that projection's data pointer then:
@@ -111,7 +130,8 @@ class Qwen3VLLanguageModel:
     def step_description(self) -> str:
         """How a decode step runs, in a few words."""
         if self._kernels is not None:
-            return "Triton kernels, 7 launches a layer"
+            weights = " (FP8 weights)" if self._dense and self._dense[0].qkv_scale is not None else ""
+            return f"Triton kernels, 7 launches a layer{weights}"
         return "few-kernel torch ops" if self._dense is not None else "the model's own layers"
 
     # ------------------------------------------------------------------ sizes
@@ -231,17 +251,18 @@ class Qwen3VLLanguageModel:
         kernels, rotary = self._kernels, self.text.rotary_emb
         heads = self.config.num_attention_heads
         hidden = self.text.embed_tokens(token).view(-1)
+        norm_linear, linear_residual = _step_products(kernels, self._dense[0].qkv_scale is not None)
         for index, layer in enumerate(self._dense):
             keys, values = cache.keys[index], cache.values[index]
-            qkv = kernels.rms_norm_linear(hidden, layer.input_norm, layer.qkv, layer.eps)
+            qkv = norm_linear(hidden, layer.input_norm, layer.qkv, layer.qkv_scale, layer.eps)
             query = kernels.qk_norm_rope_cache(
                 qkv, layer.qk_norms, rotary.inv_freq, rotary.attention_scaling,
                 rope_position, cache_position, keys, values, heads, layer.eps,
             )
             attended = kernels.decode_attention(query, keys, values, cache_position, cache.view_length, layer.scaling)
-            hidden = kernels.linear_residual(attended, layer.o, hidden)
-            gate_up = kernels.rms_norm_linear(hidden, layer.post_norm, layer.gate_up, layer.eps)
-            hidden = kernels.linear_residual(gate_up, layer.down, hidden, silu_mul=True)
+            hidden = linear_residual(attended, layer.o, layer.o_scale, hidden)
+            gate_up = norm_linear(hidden, layer.post_norm, layer.gate_up, layer.gate_up_scale, layer.eps)
+            hidden = linear_residual(gate_up, layer.down, layer.down_scale, hidden, silu_mul=True)
         norm = self.text.norm
         logits = kernels.rms_norm_linear(
             hidden, norm.weight, self.model.lm_head.weight, norm.variance_epsilon, out_dtype=torch.float32
@@ -266,7 +287,7 @@ class Qwen3VLLanguageModel:
         size = self.config.hidden_size
         for index, layer in enumerate(self._dense):
             normed = F.rms_norm(hidden, (size,), layer.input_norm, layer.eps)
-            qkv = F.linear(normed, layer.qkv)
+            qkv = _project(normed, layer.qkv, layer.qkv_scale, layer.scheme)
             qk = qkv[:, : (heads + kv_heads) * head_dim].view(heads + kv_heads, head_dim)
             qk = F.rms_norm(qk, (head_dim,), None, layer.eps) * layer.qk_norm
             qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), sin_signed)
@@ -276,10 +297,10 @@ class Qwen3VLLanguageModel:
             # The query heads of one key/value head attend as that head's queries: no copies.
             query = qk[:heads].view(1, kv_heads, heads // kv_heads, head_dim)
             attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=layer.scaling)
-            hidden = hidden + F.linear(attended.reshape(1, heads * head_dim), layer.o)
+            hidden = hidden + _project(attended.reshape(1, heads * head_dim), layer.o, layer.o_scale, layer.scheme)
             normed = F.rms_norm(hidden, (size,), layer.post_norm, layer.eps)
-            gate, up = F.linear(normed, layer.gate_up).chunk(2, dim=-1)
-            hidden = hidden + F.linear(F.silu(gate) * up, layer.down)
+            gate, up = _project(normed, layer.gate_up, layer.gate_up_scale, layer.scheme).chunk(2, dim=-1)
+            hidden = hidden + _project(F.silu(gate) * up, layer.down, layer.down_scale, layer.scheme)
         norm = self.text.norm
         return F.rms_norm(hidden, (size,), norm.weight, norm.variance_epsilon)
 
@@ -312,7 +333,12 @@ class Qwen3VLLanguageModel:
 
 def _dense_layers(text: torch.nn.Module, config) -> list[_DenseLayer] | None:
     """The layers of ``text`` laid out for fused steps, or ``None`` when a layer is not the dense
-    Qwen3-VL layer (no bias, SiLU gated MLP)."""
+    Qwen3-VL layer (no bias, SiLU gated MLP) or its linear layers cannot be stacked (mixed
+    precisions, block-scaled projections whose rows are not whole blocks).
+
+    The stacked matrices are built layer by layer, each projection's weight copied into its place
+    and released at once, and freed device memory is handed back between layers so that the next
+    layer's stacked matrix can reuse it: building holds no second copy of the weights."""
     if config.hidden_act != "silu" or getattr(config, "attention_bias", False):
         return None
     layers = []
@@ -320,25 +346,82 @@ def _dense_layers(text: torch.nn.Module, config) -> list[_DenseLayer] | None:
         attention, mlp = layer.self_attn, layer.mlp
         if not all(hasattr(mlp, name) for name in ("gate_proj", "up_proj", "down_proj")):
             return None
+        projections = (attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj,
+                       mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+        scheme = _common_scheme(projections)
+        if scheme is None or not _stackable(scheme, (attention.q_proj, attention.k_proj), (mlp.gate_proj,)):
+            return None
         heads = attention.q_proj.out_features // attention.head_dim
         kv_heads = attention.k_proj.out_features // attention.head_dim
         q_norm, k_norm = attention.q_norm.weight.detach(), attention.k_norm.weight.detach()
         qk_norm = torch.cat((q_norm.expand(heads, -1), k_norm.expand(kv_heads, -1)))
+        qkv, qkv_scale = _stacked(attention.q_proj, attention.k_proj, attention.v_proj)
+        gate_up, gate_up_scale = _stacked(mlp.gate_proj, mlp.up_proj)
         layers.append(
             _DenseLayer(
                 input_norm=layer.input_layernorm.weight.detach(),
-                qkv=_stacked(attention.q_proj, attention.k_proj, attention.v_proj),
+                qkv=qkv,
                 qk_norm=qk_norm,
                 qk_norms=torch.stack((q_norm, k_norm)),
                 o=attention.o_proj.weight.detach(),
                 post_norm=layer.post_attention_layernorm.weight.detach(),
-                gate_up=_stacked(mlp.gate_proj, mlp.up_proj),
+                gate_up=gate_up,
                 down=mlp.down_proj.weight.detach(),
                 eps=layer.input_layernorm.variance_epsilon,
                 scaling=attention.scaling,
+                scheme=scheme,
+                qkv_scale=qkv_scale,
+                o_scale=_scale_of(attention.o_proj),
+                gate_up_scale=gate_up_scale,
+                down_scale=_scale_of(mlp.down_proj),
             )
         )
+        if qkv.is_cuda:
+            torch.cuda.empty_cache()  # the released projections' segments, for the next layer's stacks
     return layers
+
+
+def _common_scheme(linears: tuple[torch.nn.Module, ...]) -> str | None:
+    """``"none"`` when all ``linears`` are ``nn.Linear``, the FP8 scheme when all are Fp8Linear with
+    one scheme, else None."""
+    schemes = {linear.scheme if isinstance(linear, Fp8Linear) else
+               "none" if isinstance(linear, torch.nn.Linear) else "other" for linear in linears}
+    return schemes.pop() if len(schemes) == 1 and "other" not in schemes else None
+
+
+def _stackable(scheme: str, *leading: tuple[torch.nn.Module, ...]) -> bool:
+    """Block scales stack only when every projection but the last of a stack fills whole blocks."""
+    return scheme != "block" or all(linear.out_features % BLOCK_SIZE == 0 for group in leading for linear in group)
+
+
+def _scale_of(linear: torch.nn.Module) -> torch.Tensor | None:
+    return linear.weight_scale if isinstance(linear, Fp8Linear) else None
+
+
+def _project(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, scheme: str) -> torch.Tensor:
+    """``linear(x, W)`` for one token and a float weight (``scale`` None) or an e4m3 one with its
+    scales, dequantized: the arithmetic of the FP8 step kernels (activations stay unquantized)."""
+    if scale is None:
+        return F.linear(x, weight)
+    return fp8_linear(x, weight, scale, scheme, path="dequantize")  # type: ignore[arg-type]
+
+
+def _step_products(kernels, fp8: bool):
+    """The step's two fused products, ``norm_linear(x, norm, W, scale, eps)`` and
+    ``linear_residual(x, W, scale, residual, silu_mul=False)``: the FP8 gemv kernels for e4m3
+    weights, the bf16 step kernels (which take no scale) otherwise."""
+    if fp8:
+        from framewise.core.quantization import gemv_kernels
+
+        return gemv_kernels.fp8_rms_norm_linear, gemv_kernels.fp8_linear_residual
+
+    def norm_linear(x, norm, weight, scale, eps):
+        return kernels.rms_norm_linear(x, norm, weight, eps)
+
+    def linear_residual(x, weight, scale, residual, silu_mul=False):
+        return kernels.linear_residual(x, weight, residual, silu_mul=silu_mul)
+
+    return norm_linear, linear_residual
 
 
 def step_kernels_unavailable(device: torch.device, config) -> str:
@@ -354,18 +437,40 @@ def step_kernels_unavailable(device: torch.device, config) -> str:
     return ""
 
 
-def _stacked(*linears: torch.nn.Linear) -> torch.Tensor:
-    """The weights of ``linears`` stacked by rows; their parameters become views into it, once."""
+def _stacked(*linears: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The weights of ``linears`` stacked by rows, and their FP8 scales stacked alike (None for
+    float weights); the layers' own weights and scales become views into them, once.
+
+    The stacked tensors are allocated once and each layer's tensor is copied in and dropped
+    before the next is read, so no second copy of the weights is held."""
     first = linears[0]
     known = _STACKED.get(first)
-    if known is not None and known[1] == first.weight.data_ptr():
-        return known[0]
+    if known is not None and known[2] == first.weight.data_ptr():
+        return known[0], known[1]
     with torch.no_grad():
-        stacked = torch.cat([linear.weight for linear in linears])
-        row = 0
-        for linear in linears:
-            rows = linear.weight.shape[0]
-            linear.weight = torch.nn.Parameter(stacked[row : row + rows], requires_grad=linear.weight.requires_grad)
-            row += rows
-    _STACKED[first] = (stacked, first.weight.data_ptr())
+        weight = _stack_into_views(linears, "weight")
+        scale = _stack_into_views(linears, "weight_scale") if isinstance(first, Fp8Linear) else None
+    _STACKED[first] = (weight, scale, first.weight.data_ptr())
+    return weight, scale
+
+
+def _stack_into_views(modules: tuple[torch.nn.Module, ...], name: str) -> torch.Tensor:
+    """Allocate the row-wise stack of the ``modules``' tensors ``name`` (parameters or buffers),
+    copy each in, and replace it by its view, releasing the original."""
+    parts = [getattr(module, name) for module in modules]
+    stacked = torch.empty((sum(part.shape[0] for part in parts), *parts[0].shape[1:]),
+                          dtype=parts[0].dtype, device=parts[0].device)
+    del parts
+    row = 0
+    for module in modules:
+        part = getattr(module, name)
+        rows = part.shape[0]
+        view = stacked[row : row + rows]
+        view.copy_(part)
+        if isinstance(part, torch.nn.Parameter):
+            setattr(module, name, torch.nn.Parameter(view, requires_grad=part.requires_grad))
+        else:
+            setattr(module, name, view)
+        del part
+        row += rows
     return stacked

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import torch
 
 from framewise.core.decoding.kv_cache import StaticKVCache
+from framewise.core.memory_plan import MemoryEstimate
 from framewise.core.quantization.formats import BLOCK_SIZE
 
 WeightDtype = Literal["float32", "bfloat16", "float16", "fp8"]
@@ -116,20 +117,6 @@ class EncoderShape:
         mergers = (2 * hidden + merger_linears) + self.deepstack_layers * (2 * merged + merger_linears)
         embeddings = hidden * self.patch_elements + hidden + self.positions * hidden
         return embeddings + self.depth * block + mergers
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    """Bytes each part of a loaded model takes on the device."""
-
-    weights: int
-    kv_cache: int
-    encoder_graphs: int
-    decode_graphs: int
-
-    @property
-    def total(self) -> int:
-        return self.weights + self.kv_cache + self.encoder_graphs + self.decode_graphs
 
 
 def weight_bytes(decoder: DecoderShape, encoder: EncoderShape, dtype: WeightDtype,

@@ -106,7 +106,10 @@ class EngineToyFamily:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def load_weights(self, path: Path, model_type: str, dtype: torch.dtype) -> tuple[torch.nn.Module, dict[str, Any]]:
+    def load_weights(
+        self, path: Path, model_type: str, dtype: torch.dtype, *, fp8: bool = False, device: torch.device | None = None
+    ) -> tuple[torch.nn.Module, dict[str, Any]]:
+        assert not fp8, "the toy family has no FP8 load"
         self.calls.append(f"load {model_type}")
         return ToyVisionModel(), {"missing_keys": [], "mismatched_keys": []}
 

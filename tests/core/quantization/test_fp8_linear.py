@@ -70,3 +70,21 @@ def _linear(weight: torch.Tensor) -> nn.Linear:
 @pytest.mark.parametrize("scheme", ["block", "channel"])
 def test_the_cpu_dequantizes(scheme: str) -> None:
     assert prefill_path(torch.device("cpu"), scheme, (256, 256), torch.bfloat16) == "dequantize"
+
+
+def test_the_environment_forces_a_prefill_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    from framewise.core.quantization import matmul
+
+    layer = Fp8Linear.from_linear(nn.Linear(32, 16, bias=False), "channel")
+    monkeypatch.setenv(matmul.FORCE_PATH_VARIABLE, "tensor_cores")
+    chosen = []
+    monkeypatch.setattr(matmul, "_rowwise_scaled_mm", lambda tokens, weight, scales: chosen.append("tc") or
+                        torch.zeros(tokens.shape[0], weight.shape[0]))
+    layer(torch.randn(3, 32))
+    assert chosen == ["tc"]  # even on the CPU, where the default is to dequantize
+    monkeypatch.setenv(matmul.FORCE_PATH_VARIABLE, "dequantize")
+    layer(torch.randn(3, 32))
+    assert chosen == ["tc"]
+    monkeypatch.setenv(matmul.FORCE_PATH_VARIABLE, "fast")
+    with pytest.raises(ValueError, match="tensor_cores or dequantize"):
+        layer(torch.randn(3, 32))

@@ -1,0 +1,73 @@
+"""The memory check before loading: the estimate from config.json against the device's memory,
+and the settings the refusal names (on the CPU, the CUDA device's memory is stood in)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from framewise.core import loading
+from framewise.core.errors import ModelLoadError
+from framewise.core.settings import AppSettings
+from tests.core.families.qwen3_vl.test_memory_estimate import EIGHT_B
+
+GIB = 2**30
+
+
+@pytest.fixture()
+def eight_b(tmp_path: Path) -> AppSettings:
+    """Settings naming a folder with the 8B config.json (no weights: the estimate needs none)."""
+    (tmp_path / "config.json").write_text(json.dumps({**EIGHT_B, "model_type": "qwen3_vl"}))
+    settings = AppSettings().replace("model", source=str(tmp_path), device="cuda", dtype="bfloat16")
+    return settings.replace("decoding", max_context_tokens=16384)
+
+
+def on_a_card_with(monkeypatch: pytest.MonkeyPatch, free: int) -> None:
+    monkeypatch.setattr(loading, "pick_device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 80 * GIB))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)
+
+
+def test_the_estimate_follows_the_dtype(eight_b: AppSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    on_a_card_with(monkeypatch, 80 * GIB)
+    bf16 = loading.estimate_memory(eight_b)
+    fp8 = loading.estimate_memory(eight_b.replace("model", dtype="fp8"))
+    assert bf16.weights > 16 * GIB > fp8.weights > 8 * GIB
+    assert bf16.kv_cache == fp8.kv_cache == 16384 * 36 * 2 * 8 * 128 * 2
+    assert "weights" in bf16.describe() and "KV cache" in bf16.describe()
+    loading.check_memory_fits(eight_b)  # fits an 80 GiB card
+
+
+def test_a_model_too_large_is_refused_with_the_dtype_that_fits(eight_b: AppSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    on_a_card_with(monkeypatch, 80 * GIB)
+    bf16, fp8 = loading.estimate_memory(eight_b).total, loading.estimate_memory(eight_b.replace("model", dtype="fp8")).total
+    on_a_card_with(monkeypatch, (bf16 + fp8) // 2)
+    with pytest.raises(ModelLoadError, match=r"in bfloat16 needs about .* GiB.*To fit, choose dtype fp8") as refusal:
+        loading.check_memory_fits(eight_b)
+    assert "encoder's CUDA graphs off" not in str(refusal.value)  # it alone would not fit
+    loading.check_memory_fits(eight_b.replace("model", dtype="fp8"))
+
+
+def test_nothing_fits_names_the_cpu(eight_b: AppSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    on_a_card_with(monkeypatch, 2 * GIB)
+    with pytest.raises(ModelLoadError, match="No smaller setting fits.*device cpu"):
+        loading.check_memory_fits(eight_b)
+
+
+def test_the_cpu_is_not_checked(eight_b: AppSettings) -> None:
+    loading.check_memory_fits(eight_b.replace("model", device="cpu"))
+
+
+def test_the_settings_page_line_words_the_estimate_or_why_there_is_none(eight_b: AppSettings) -> None:
+    line = loading.memory_estimate_text(eight_b.replace("model", device="cpu", dtype="fp8"))
+    assert line.startswith("Needs about") and line.endswith("on the CPU.")
+    missing = loading.memory_estimate_text(eight_b.replace("model", source="/nonexistent/model", device="cpu"))
+    assert missing.startswith("No memory estimate:") and "does not exist" in missing
+
+
+def test_a_source_without_a_config_is_left_to_the_load_to_report(eight_b: AppSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    on_a_card_with(monkeypatch, 2 * GIB)
+    loading.check_memory_fits(eight_b.replace("model", source="/nonexistent/model"))
