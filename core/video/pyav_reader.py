@@ -1,7 +1,10 @@
-"""The PyAV reader: one demux pass measures the clip, a second decodes the frames it needs.
+"""The PyAV reader: the container's index or one demux pass measures the clip, a second pass
+decodes the frames it needs.
 
-* **Duration and frame count** come from the packet pass (no decoding), so a missing or wrong
-  header does not matter; the header is used only for streams whose packets carry no timestamps.
+* **Duration, frame count and keyframes** come from the container's index where it lists every
+  frame (MP4, MOV: nothing is read but the header), else from the packet pass (no decoding), so a
+  missing or wrong header does not matter; the header is used only for streams whose packets
+  carry no timestamps.
 * **Timestamp resets.** In formats that allow discontinuities (MPEG-TS, MPEG-PS), decode
   timestamps that go back, or jump forward by more than :data:`DISCONTINUITY_GAP_S`, start a new
   segment (two recordings joined with ``cat``, say). Segments are laid end to end on the clip's
@@ -189,6 +192,65 @@ def scan_packets(container: Any, stream: Any, guard: Guard) -> PacketScan:
     return PacketScan(packets=packets, segments=tuple(segments))
 
 
+def index_scan(container: Any, stream: Any) -> PacketScan | None:
+    """What :func:`scan_packets` finds, read from the container's index instead of every packet,
+    when that index lists every frame of the stream (MP4 and MOV sample tables); ``None`` when it
+    does not, or when its times cannot be trusted to be the packets'.
+
+    The index's timestamps are decode times; B-frames put presentation a fixed number of frames
+    later, so a keyframe's presentation time is its decode time plus the first packet's offset
+    between the two. That holds when the last keyframe's packet agrees; the last group's packets
+    (read, not decoded) give the clip's end.
+    """
+    entries = [entry for entry in stream.index_entries if entry.size > 0]
+    if stream.time_base is None or not stream.frames or len(entries) < stream.frames:
+        return None
+    if SegmentSplitter(container, stream.time_base).enabled:
+        return None  # timestamps may restart: only the packets tell where
+    keyframes = [entry.timestamp for entry in entries if entry.is_keyframe]
+    head = _packets_from(container, stream, keyframes[0] if keyframes else None)[:1]
+    if not head:
+        return None
+    shift = head[0].pts - head[0].dts
+    tail = _packets_from(container, stream, keyframes[-1] + shift)
+    if not tail or not tail[0].is_keyframe or (tail[0].dts, tail[0].pts) != (keyframes[-1], keyframes[-1] + shift):
+        return None
+    span = _SegmentSpan(first_pts=head[0].pts, keyframes=[dts + shift for dts in keyframes])
+    span.last_two = sorted(packet.pts for packet in tail)[-2:]
+    return PacketScan(packets=len(entries), segments=(span.segment(0.0, stream.time_base),))
+
+
+def measure(container: Any, stream: Any, guard: Guard) -> PacketScan:
+    """The stream's packets, segments and keyframes: from its index where that lists every frame,
+    else from a pass over its packets."""
+    scan = index_scan(container, stream)
+    if scan is None:
+        guard.begin("scan")
+        with _libav_messages_logged():
+            scan = scan_packets(container, stream, guard)
+    return scan
+
+
+def _packets_from(container: Any, stream: Any, keyframe_pts: int | None) -> list[Any]:
+    """The packets with timestamps from the keyframe shown at ``keyframe_pts`` (or the last one
+    before) to the next keyframe or the end (read, not decoded); none when the index has no
+    keyframe or the read fails."""
+    if keyframe_pts is None:
+        return []
+    packets = []
+    try:
+        container.seek(keyframe_pts, stream=stream, backward=True)
+        for packet in container.demux(stream):
+            if packet.size == 0 or packet.pts is None or packet.dts is None:
+                continue
+            if packets and packet.is_keyframe:
+                break
+            packets.append(packet)
+    except av.error.FFmpegError:
+        return []
+    return packets
+
+
 # --- opening ----------------------------------------------------------------------------------------
 
 
@@ -264,9 +326,7 @@ class PyAVClip:
             self.time_base = stream.time_base or Fraction(1, 1)
             self.codec = stream.codec_context.name
             rate = stream.average_rate or stream.guessed_rate
-            guard.begin("scan")
-            with _libav_messages_logged():
-                scan = scan_packets(container, stream, guard)
+            scan = measure(container, stream, guard)
             header = Segment(stream.start_time or 0, 0.0, _header_duration_s(container, stream) or 0.0)
             has_index = len(stream.index_entries) > 0
             discontinuous = SegmentSplitter(container, self.time_base).enabled
