@@ -44,9 +44,11 @@ from framewise.core.backends.base import BackendBase
 from framewise.core.decoding import Decoded, Decoder, Prompt, SamplingRule, context_for
 from framewise.core.encoding.defs import EncodedItem, VisionEncoder
 from framewise.core.encoding.manager import make_vision_encoder
+from framewise.core.encoding.planning import BatchLimits, PlanItem, plan_batches
 from framewise.core.errors import CancelledError, FramewiseError
 from framewise.core.events import (
     AnswerStats,
+    ChunkStats,
     DecoderInfo,
     DecoderStats,
     Done,
@@ -63,7 +65,8 @@ from framewise.core.loading import LoadedModel, load_model
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
 from framewise.core.settings import AppSettings
 from framewise.core.settings_transaction import SettingsTransaction
-from framewise.core.video import ReadProgress, sample_clip
+from framewise.core.video import ReadProgress, SampledClip, sample_clip
+from framewise.core.video.feed import ChunkFeed, FrameChunk
 from framewise.core.video.thumbnails import clip_sampled
 
 
@@ -232,8 +235,10 @@ class Engine(BackendBase[EncodedClip]):
         """Sample, preprocess and encode ``path``; ``reason`` is why the conversation empties (``None``:
         it is being put back).
 
-        Emits Progress (decode, encode), ClipSampled, one ChunkStats per encoder pass,
-        EncoderMetrics, ConversationReset and EncodeDone.
+        A reading thread samples the clip while this thread preprocesses and encodes it, chunk by
+        chunk (the encoder's own passes) as the frames arrive, so the clip is ready one pass
+        after its last frame is read. Emits Progress (decode, encode), ClipSampled, one ChunkStats
+        per encoder pass, EncoderMetrics, ConversationReset and EncodeDone.
         """
         loaded = self._require_model()
         with self._request():
@@ -241,20 +246,67 @@ class Engine(BackendBase[EncodedClip]):
             self._emit(Progress("decode", 0, 1, f"Reading {path.name}"))
             started = time.perf_counter()
             sampling = self.settings.sampling
-            sampled = sample_clip(
-                path,
-                sampling,
-                loaded.family.frame_sizing(sampling, loaded.limits),
-                should_cancel=self._cancel.is_set,
-                on_progress=lambda progress: self._emit(_decode_progress(path.name, progress)),
+            feed = ChunkFeed(self._chunk_frames)
+            reading = _Reading(
+                lambda on_progress: sample_clip(
+                    path,
+                    sampling,
+                    loaded.family.frame_sizing(sampling, loaded.limits),
+                    should_cancel=self._cancel.is_set,
+                    on_progress=on_progress,
+                    sink=feed,
+                ),
+                feed,
+                path.name,
             )
+            report = lambda: self._emit_read_progress(path.name, reading)  # noqa: E731
+            try:
+                encoded = self._encode_chunks(feed.chunks(idle=report), report)
+            finally:
+                feed.close()
+                reading.join()
+            sampled = reading.result()
             decode_ms = (time.perf_counter() - started) * 1e3
             info = sampled.info
-            size_and_duration = (info.width, info.height, info.duration_s)
-            return self._encode_frames(
-                sampled.frames, sampled.timestamps, path.name, path, decode_ms, size_and_duration, reason,
-                sampling_mode=sampled.mode,
+            return self._finish_clip(
+                _Encoded(loaded.family.join_videos(encoded.videos), encoded.features(), encoded.chunks, encoded.preprocess_ms),
+                sampled.frames, sampled.timestamps, path.name, path, decode_ms,
+                (info.width, info.height, info.duration_s), reason, sampling_mode=sampled.mode,
             )
+
+    def _chunk_frames(self, count: int, size: tuple[int, int]) -> list[int]:
+        """Frames per encoder pass for a clip of ``count`` frames of ``size`` = (h, w): the passes
+        the encoder's planner makes for it (each a whole number of slices)."""
+        limits = self._require_model().limits
+        per_slice = limits.frames_per_slice
+        slices = -(-count // per_slice)
+        grid = (slices, size[0] // limits.patch_size, size[1] // limits.patch_size)
+        plan = plan_batches([PlanItem("video", grid)], BatchLimits.from_settings(self.settings.encoder, limits))
+        frames = [sum(piece.count for piece in batch.pieces) * per_slice for batch in plan]
+        frames[-1] -= slices * per_slice - count
+        return frames
+
+    def _encode_chunks(self, chunks: Iterator[FrameChunk], report: Callable[[], None]) -> _EncodedParts:
+        """Preprocess and encode each chunk of frames as it comes (one encoder pass each)."""
+        loaded = self._require_model()
+        encoder = self._require_encoder()
+        parts = _EncodedParts()
+        for chunk in chunks:
+            self._raise_if_cancelled()
+            started = time.perf_counter()
+            video = loaded.family.preprocess_video(chunk.frames, chunk.times, loaded.limits)
+            parts.preprocess_ms += (time.perf_counter() - started) * 1e3
+            self._raise_if_cancelled()
+            with self._cancel_points(loaded.family.cancel_points(loaded.model).vision):
+                output = encoder.encode([video.item])
+            parts.add(video, output.items[0], output.chunks)
+            report()
+        return parts
+
+    def _emit_read_progress(self, name: str, reading: _Reading) -> None:
+        progress = reading.take_progress()
+        if progress is not None:
+            self._emit(_decode_progress(name, progress))
 
     def _use_frames(
         self, frames: np.ndarray, timestamps: Sequence[float], name: str, size_and_duration: tuple[int, int, float]
@@ -282,9 +334,6 @@ class Engine(BackendBase[EncodedClip]):
         """Preprocess and encode sampled frames (T, H, W, 3) uint8, make them the open clip and, unless
         ``reason`` is ``None``, start its conversation afresh."""
         loaded = self._require_model()
-        sampled = clip_sampled(name, path, frames, timestamps, size_and_duration)
-        self._emit(dataclasses.replace(sampled, sampling_mode=sampling_mode))
-        self._raise_if_cancelled()
         started = time.perf_counter()
         video = loaded.family.preprocess_video(frames, timestamps, loaded.limits)
         preprocess_ms = (time.perf_counter() - started) * 1e3
@@ -293,8 +342,33 @@ class Engine(BackendBase[EncodedClip]):
         self._emit(Progress("encode", 0, 1, f"Encoding {len(timestamps)} frames"))
         with self._cancel_points(loaded.family.cancel_points(loaded.model).vision):
             output = self._require_encoder().encode([video.item])
+        encoded = _Encoded(video, output.items[0], tuple(output.chunks), preprocess_ms)
+        return self._finish_clip(
+            encoded, frames, timestamps, name, path, decode_ms, size_and_duration, reason, sampling_mode
+        )
+
+    def _finish_clip(
+        self,
+        encoded: _Encoded,
+        frames: np.ndarray,
+        timestamps: Sequence[float],
+        name: str,
+        path: Path | None,
+        decode_ms: float,
+        size_and_duration: tuple[int, int, float],
+        reason: ResetReason | None,
+        sampling_mode: str = "exact",
+    ) -> EncodeDone:
+        """Make the encoded clip the open one and report it: its frames (T, H, W, 3) uint8 for the
+        strip, one ChunkStats per pass, the metrics and the summary."""
         self._raise_if_cancelled()  # a cancel during the last pass still keeps the previous clip
-        chunks = tuple(self._requests.stamp(chunk) for chunk in output.chunks)
+        sampled = clip_sampled(name, path, frames, timestamps, size_and_duration)
+        self._emit(dataclasses.replace(sampled, sampling_mode=sampling_mode))
+        video, preprocess_ms = encoded.video, encoded.preprocess_ms
+        chunks = tuple(
+            self._requests.stamp(dataclasses.replace(chunk, chunk_index=index))
+            for index, chunk in enumerate(encoded.chunks)
+        )
         for chunk in chunks:
             self._emit(chunk)
         metrics = self._emit(self.metrics.add_item(chunks))
@@ -314,7 +388,7 @@ class Engine(BackendBase[EncodedClip]):
                 chunks=chunks,
             )
         )
-        self.clip = EncodedClip(path=path, video=video, features=output.items[0], summary=summary)
+        self.clip = EncodedClip(path=path, video=video, features=encoded.features, summary=summary)
         if reason is not None:
             self._reset_conversation(reason)
         self._emit(Progress("encode", 1, 1, f"{name} is ready"))
@@ -513,6 +587,79 @@ class Engine(BackendBase[EncodedClip]):
         finally:
             for handle in handles:
                 handle.remove()
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    """A clip preprocessed and encoded: its ``video``, the tower's ``features``, one ChunkStats
+    per pass and the milliseconds spent preprocessing."""
+
+    video: PreparedVideo
+    features: EncodedItem
+    chunks: tuple[ChunkStats, ...]
+    preprocess_ms: float
+
+
+@dataclass
+class _EncodedParts:
+    """The chunks of a clip encoded so far, in order."""
+
+    videos: list[PreparedVideo] = dataclasses.field(default_factory=list)
+    items: list[EncodedItem] = dataclasses.field(default_factory=list)
+    chunks: tuple[ChunkStats, ...] = ()
+    preprocess_ms: float = 0.0
+
+    def add(self, video: PreparedVideo, features: EncodedItem, chunks: Sequence[ChunkStats]) -> None:
+        self.videos.append(video)
+        self.items.append(features)
+        self.chunks += tuple(chunks)
+
+    def features(self) -> EncodedItem:
+        """The clip's features: each output's rows (tokens, hidden), chunk after chunk."""
+        if len(self.items) == 1:
+            return self.items[0]
+        return EncodedItem(
+            embeds=torch.cat([item.embeds for item in self.items]),
+            deepstack=tuple(torch.cat(layers) for layers in zip(*(item.deepstack for item in self.items), strict=True)),
+        )
+
+
+class _Reading:
+    """``read(on_progress)`` on a thread of its own; its latest progress is kept for the
+    encoding thread to report, and the feed is ended however the read ends."""
+
+    def __init__(self, read: Callable[[Callable[[ReadProgress], None]], SampledClip], feed: ChunkFeed, name: str) -> None:
+        self._progress: ReadProgress | None = None
+        self._outcome: SampledClip | BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._outcome = read(self._keep_progress)
+            except BaseException as error:  # handed to the encoding thread by result()
+                self._outcome = error
+            finally:
+                feed.end()
+
+        self._thread = threading.Thread(target=run, name=f"framewise-read {name}", daemon=True)
+        self._thread.start()
+
+    def _keep_progress(self, progress: ReadProgress) -> None:
+        self._progress = progress
+
+    def take_progress(self) -> ReadProgress | None:
+        """The progress reported since the last call, if any."""
+        progress, self._progress = self._progress, None
+        return progress
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self) -> SampledClip:
+        """The sampled clip, or the error the read raised."""
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        assert self._outcome is not None, "join() before result()"
+        return self._outcome
 
 
 def _decode_progress(name: str, progress: ReadProgress) -> Progress:

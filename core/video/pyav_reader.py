@@ -381,8 +381,14 @@ class PyAVClip:
         frame_s = 1.0 / self.fps if self.fps > 0 else 0.0
         runs = split_reads(reads, self.keyframe_times, self.duration_s, frame_s, workers)
         convert = self._converter(request.size, request.resize if mode == "exact" else None)
+        firsts = [0]
+        for run in runs[:-1]:
+            firsts.append(firsts[-1] + sum(len(read.targets) for read in run))
         taken = _in_parallel(
-            [functools.partial(self._take_run, index, run, convert, len(runs)) for index, run in enumerate(runs)],
+            [
+                functools.partial(self._take_run, run, convert, len(runs), index == 0, _offset(request.hand_on, first))
+                for index, (run, first) in enumerate(zip(runs, firsts, strict=True))
+            ],
             self._first.abandon,
             self.path.name,
         )
@@ -404,15 +410,25 @@ class PyAVClip:
         return lambda frame: resize(self.upright_rgb(frame)[None], size)[0]
 
     def _take_run(
-        self, index: int, run: list[Read], convert: Callable[[Any], np.ndarray], runs: int
+        self,
+        run: list[Read],
+        convert: Callable[[Any], np.ndarray],
+        runs: int,
+        first_run: bool,
+        hand_on: Callable[[int, list[_Kept | None]], None],
     ) -> tuple[list[_Kept | None], int]:
-        """The frames of run ``index`` of ``runs`` (one per target) and the frames its decoder
-        decoded. Run 0 goes on with the decoder that read the first frame; the others open their
+        """The frames of one of ``runs`` runs (one per target) and the frames its decoder decoded;
+        ``hand_on(offset in the run, frames)`` gets each read's frames as soon as they are kept.
+        The first run goes on with the decoder that read the first frame; the others open their
         own, sharing the cores between them."""
         assert self._first is not None
-        decoder = self._first if index == 0 else _Decoder(self, self._first.abandon, max(self.workers // runs, 1))
+        decoder = self._first if first_run else _Decoder(self, self._first.abandon, max(self.workers // runs, 1))
         try:
-            frames = [kept for read in run for kept in self._take_read(decoder, read, convert)]
+            frames: list[_Kept | None] = []
+            for read in run:
+                kept = self._take_read(decoder, read, convert)
+                hand_on(len(frames), kept)
+                frames.extend(kept)
             return frames, decoder.state.decoded
         finally:
             if decoder is not self._first:
@@ -446,6 +462,11 @@ class PyAVClip:
     def _time_s(self, segment: int, pts: int) -> float:
         start = self.segments[min(segment, len(self.segments) - 1)]
         return start.offset_s + float((pts - start.start_pts) * self.time_base)
+
+
+def _offset(hand_on: Callable[[int, list[_Kept | None]], None], first: int) -> Callable[[int, list[_Kept | None]], None]:
+    """``hand_on`` for a run whose first target is target ``first`` of the clip."""
+    return lambda offset, kept: hand_on(first + offset, kept)
 
 
 _Kept = tuple[np.ndarray, float]  # a converted frame (h, w, 3) and its time in seconds

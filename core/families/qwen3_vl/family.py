@@ -87,6 +87,9 @@ class Qwen3VLFamily:
     ) -> processor.VideoInputs:
         return processor.preprocess_video(frames, timestamps, geometry_of(limits))
 
+    def join_videos(self, parts: Sequence[processor.VideoInputs]) -> processor.VideoInputs:
+        return processor.join_videos(parts)
+
     def preprocess_image(self, image: np.ndarray, limits: FamilyLimits) -> VisionItem:
         return processor.preprocess_image(image, geometry_of(limits))
 
