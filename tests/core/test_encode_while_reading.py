@@ -122,3 +122,27 @@ def test_a_clip_encoded_while_it_is_read_matches_the_whole_clip_encoded_at_once(
         torch.testing.assert_close(streamed_layer, whole_layer, rtol=1e-5, atol=1e-5)
     assert engine.ask("What color is the square?").text == streamed_answer
     assert recorder.of(EncodeDone)[0].frames == 16
+
+
+def test_a_768_frame_clip_runs_end_to_end_on_the_demo_model(tmp_path):
+    """Qwen3-VL's most frames: sampled, encoded while read, prompted with 384 time markers and
+    answered (tiny frames keep it quick on a CPU)."""
+    frames = 800
+    clip = write_clip(tmp_path / "long.mp4", [index_frame(i % 256) for i in range(frames)], fps=30, preset="ultrafast")
+    settings = (
+        AppSettings()
+        .replace("model", device="cpu")
+        .replace("sampling", fps=30.0, max_frames=768, min_pixels_per_frame=32 * 32, max_pixels=768 * 32 * 32)
+        .replace("generation", max_new_tokens=4)
+    )
+    recorder = Recorder()
+    engine = Engine(settings, sink=recorder)
+    engine.load()
+    done = engine.open_clip(clip)
+    assert done.frames == 768 and len(done.timestamps) == 768
+    assert list(done.timestamps) == sorted(done.timestamps) and done.timestamps[-1] < frames / 30
+    assert len(engine.clip.video.pair_timestamps) == 384
+    assert engine.clip.features.embeds.shape[0] == engine.clip.video.item.patches // engine.loaded.limits.merge_area
+    answer = engine.ask("What happens at the end?")
+    assert answer.stats.decoder.prompt_tokens > 384 * 3  # each pair: its time marker, vision start/end and tokens
+    assert answer.stats.new_tokens >= 1 and not answer.stats.cancelled
