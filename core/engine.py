@@ -259,7 +259,7 @@ class Engine(BackendBase[EncodedClip]):
                 feed,
                 path.name,
             )
-            report = lambda: self._emit_read_progress(path.name, reading)  # noqa: E731
+            report = lambda: self._emit_read_progress(path.name, reading, feed, started)  # noqa: E731
             try:
                 encoded = self._encode_chunks(feed.chunks(idle=report), report)
             finally:
@@ -303,10 +303,10 @@ class Engine(BackendBase[EncodedClip]):
             report()
         return parts
 
-    def _emit_read_progress(self, name: str, reading: _Reading) -> None:
+    def _emit_read_progress(self, name: str, reading: _Reading, feed: ChunkFeed, started: float) -> None:
         progress = reading.take_progress()
         if progress is not None:
-            self._emit(_decode_progress(name, progress))
+            self._emit(_decode_progress(name, progress, feed.frames_read, time.perf_counter() - started))
 
     def _use_frames(
         self, frames: np.ndarray, timestamps: Sequence[float], name: str, size_and_duration: tuple[int, int, float]
@@ -662,13 +662,22 @@ class _Reading:
         return self._outcome
 
 
-def _decode_progress(name: str, progress: ReadProgress) -> Progress:
-    """How far reading a clip has got, in whole seconds of video (of the total when known)."""
+def _decode_progress(
+    name: str, progress: ReadProgress, frames_read: tuple[int, int | None] = (0, None), elapsed_s: float = 0.0
+) -> Progress:
+    """How far reading a clip has got, in whole seconds of video (of the total when known); the
+    message adds the frames read of the clip's frames and, once a tenth of the video is read, the
+    seconds left at the pace so far."""
     seconds, total = int(progress.seconds), int(progress.total_s or 0)
     verb = "Measuring" if progress.stage == "scan" else "Reading"
     of_total = f" of {total}" if total else ""
     current = min(seconds, total) if total else seconds
-    return Progress("decode", current, total, f"{verb} {name}: {seconds}{of_total} s of video")
+    read, count = frames_read
+    frames = f"{read} of {count} frames, " if count else ""
+    left = ""
+    if progress.stage == "decode" and total and progress.seconds >= total / 10:
+        left = f", about {max(elapsed_s * (total - progress.seconds) / progress.seconds, 0.0):.0f} s left"
+    return Progress("decode", current, total, f"{verb} {name}: {frames}{seconds}{of_total} s of video{left}")
 
 
 def _eos_token_ids(loaded: LoadedModel) -> frozenset[int]:

@@ -47,6 +47,7 @@ class ChunkFeed:
         self._bounds: list[int] = []  # the first frame of each chunk, then the frame count
         self._next_chunk = 0
         self._waiting: dict[int, tuple[np.ndarray, float]] = {}
+        self._put: set[int] = set()
 
     def start(self, count: int, size: tuple[int, int]) -> None:
         """The clip has ``count`` frames of ``size``; chunks are cut as ``chunk_sizes`` says."""
@@ -62,6 +63,7 @@ class ChunkFeed:
         (a filled gap) keeps its first value. Waits while the queue is full; raises
         :class:`CancelledError` once the consumer has closed the feed."""
         with self._lock:  # held while queueing too, so chunks reach the queue in clip order
+            self._put.add(index)
             if index >= self._first_waiting():
                 self._waiting.setdefault(index, (rgb, time_s))
             for chunk in self._complete_chunks():
@@ -87,6 +89,11 @@ class ChunkFeed:
             if chunk is None:
                 return
             yield chunk
+
+    @property
+    def frames_read(self) -> tuple[int, int | None]:
+        """(frames read so far, the clip's frames; None until :meth:`start`)."""
+        return len(self._put), (self._bounds[-1] if self._bounds else None)
 
     @property
     def queued(self) -> int:
