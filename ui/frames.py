@@ -488,7 +488,7 @@ class FrameStrip(QListWidget):
             blank = QPixmap(self.iconSize())
             blank.fill(Qt.GlobalColor.transparent)
             placeholder = QIcon(blank)  # one shared icon keeps every item the same size
-            for index, timestamp in enumerate(clip.timestamps):
+            for index, (_, timestamp) in enumerate(zip(clip.thumbnails, clip.timestamps)):
                 item = QListWidgetItem(placeholder, format_timestamp(timestamp))
                 item.setToolTip(f"Frame {index + 1} of {len(clip.timestamps)} at {timestamp:.2f} s")
                 item.setTextAlignment(Qt.AlignmentFlag.AlignHCenter)
