@@ -98,6 +98,10 @@ class FrameView(QWidget):
         painter.drawImage(QRectF(left, top, size.width(), size.height()), self._image)
 
 
+MIN_TICK_GAP_PX = 2.0  # closer ticks would merge into one bar
+DENSE_TICK_PX = 4  # below this many pixels per tick, ticks are drawn thin and shaded
+
+
 class Timeline(QWidget):
     """The clip's time as a track: a tick for each sampled frame, the playhead, and seeking by click, drag or keys.
 
@@ -189,9 +193,13 @@ class Timeline(QWidget):
             return
         self._paint_span(painter)
         self._paint_question_times(painter)
-        painter.setPen(QPen(palette.color(QPalette.ColorRole.Highlight), 2))
-        for mark in self._marks:
-            x = self.x_of(mark)
+        ticks = self.tick_xs()
+        dense = len(ticks) * DENSE_TICK_PX > width
+        color = QColor(palette.color(QPalette.ColorRole.Highlight))
+        if dense:
+            color.setAlpha(150)  # hundreds of frames: a shaded comb the span and the knob still show through
+        painter.setPen(QPen(color, 1 if dense else 2))
+        for x in ticks:
             painter.drawLine(QPointF(x, middle - self.height() * 0.3), QPointF(x, middle + self.height() * 0.3))
         painter.setPen(QPen(palette.color(QPalette.ColorRole.Text), 1))
         painter.setBrush(palette.color(QPalette.ColorRole.Button))
@@ -201,6 +209,15 @@ class Timeline(QWidget):
             painter.setPen(QPen(palette.color(QPalette.ColorRole.Highlight), 1, Qt.PenStyle.DotLine))
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.drawRect(self.rect().adjusted(0, 0, -1, -1))
+
+    def tick_xs(self) -> list[float]:
+        """Where the sampled frames' ticks are drawn: at most one per :data:`MIN_TICK_GAP_PX`."""
+        xs: list[float] = []
+        for mark in self._marks:
+            x = self.x_of(mark)
+            if not xs or x - xs[-1] >= MIN_TICK_GAP_PX:
+                xs.append(x)
+        return xs
 
     def _paint_span(self, painter: QPainter) -> None:
         if self._span is None:

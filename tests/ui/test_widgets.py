@@ -188,3 +188,19 @@ def test_a_strip_of_768_frames_makes_only_the_pictures_in_view(qtbot):
     strip.select_frame(767)
     qtbot.waitUntil(lambda: strip.item(767).icon().pixmap(strip.iconSize()).toImage().pixelColor(20, 20).red() == 767 % 256)
     assert strip.pictured_frames < 200
+
+
+def test_a_timeline_of_768_frames_draws_ticks_at_least_two_pixels_apart(qtbot):
+    from framewise.ui.frames import MIN_TICK_GAP_PX, Timeline
+
+    timeline = Timeline()
+    qtbot.addWidget(timeline)
+    timeline.resize(500, 24)
+    timeline.show()
+    timeline.set_clip(3072.0, tuple(4.0 * i + 2.0 for i in range(768)))
+    ticks = timeline.tick_xs()
+    assert 100 < len(ticks) < 768
+    assert all(b - a >= MIN_TICK_GAP_PX for a, b in zip(ticks, ticks[1:]))
+    timeline.set_clip(4.0, (0.5, 1.5, 2.5, 3.5))
+    assert len(timeline.tick_xs()) == 4  # a few frames: one tick each
+    timeline.grab()  # paints without error
