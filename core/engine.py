@@ -329,10 +329,9 @@ class Engine(BackendBase[EncodedClip]):
         decode_ms: float,
         size_and_duration: tuple[int, int, float],
         reason: ResetReason | None,
-        sampling_mode: str = "exact",
     ) -> EncodeDone:
-        """Preprocess and encode sampled frames (T, H, W, 3) uint8, make them the open clip and, unless
-        ``reason`` is ``None``, start its conversation afresh."""
+        """Preprocess and encode sampled frames (T, H, W, 3) uint8 in one go, make them the open clip
+        and, unless ``reason`` is ``None``, start its conversation afresh."""
         loaded = self._require_model()
         started = time.perf_counter()
         video = loaded.family.preprocess_video(frames, timestamps, loaded.limits)
@@ -343,9 +342,7 @@ class Engine(BackendBase[EncodedClip]):
         with self._cancel_points(loaded.family.cancel_points(loaded.model).vision):
             output = self._require_encoder().encode([video.item])
         encoded = _Encoded(video, output.items[0], tuple(output.chunks), preprocess_ms)
-        return self._finish_clip(
-            encoded, frames, timestamps, name, path, decode_ms, size_and_duration, reason, sampling_mode
-        )
+        return self._finish_clip(encoded, frames, timestamps, name, path, decode_ms, size_and_duration, reason)
 
     def _finish_clip(
         self,
