@@ -117,13 +117,14 @@ def peak_rss_mib() -> float:
 
 def measure_sampling(path: Path, frames: int, fast_mode: str, workers: int | None) -> dict[str, object]:
     """Open-to-ready time of ``sample_clip`` as the app calls it, in this process."""
+    from framewise.core.families import default_limits
     from framewise.core.families.qwen3_vl.processor import video_frame_sizing
-    from framewise.core.settings import MAX_CLIP_PIXELS, SamplingSettings
+    from framewise.core.settings import SamplingSettings
     from framewise.core.video import pyav_reader, sample_clip
 
     if workers is not None:
         pyav_reader.default_workers = lambda: workers
-    sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=frames, max_pixels=MAX_CLIP_PIXELS, fast_mode=fast_mode)
+    sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=frames, max_pixels=default_limits().max_clip_pixels, fast_mode=fast_mode)
     started = time.perf_counter()
     sampled = sample_clip(path, sampling, video_frame_sizing(sampling))
     seconds = time.perf_counter() - started
@@ -134,6 +135,36 @@ def measure_sampling(path: Path, frames: int, fast_mode: str, workers: int | Non
         "mode": sampled.mode,
         "frames_decoded": sampled.frames_decoded,
         "peak_rss_mib": peak_rss_mib(),
+    }
+
+
+def measure_open_to_ready(path: Path, frames: int, fast_mode: str) -> dict[str, object]:
+    """Open-to-ready time of the engine (reading, preprocessing and encoding while reading) on
+    the bundled demo model, on a GPU where there is one, else the CPU, in this process."""
+    import torch
+
+    from framewise.core.engine import Engine
+    from framewise.core.families import default_limits
+    from framewise.core.settings import AppSettings
+
+    settings = AppSettings().replace(
+        "sampling", fps=2.0, min_frames=4, max_frames=frames, max_pixels=default_limits().max_clip_pixels, fast_mode=fast_mode
+    ).replace("model", device="cuda" if torch.cuda.is_available() else "cpu")
+    engine = Engine(settings)
+    engine.load()
+    rss_loaded = peak_rss_mib()
+    started = time.perf_counter()
+    done = engine.open_clip(path)
+    seconds = time.perf_counter() - started
+    return {
+        "seconds": seconds,
+        "frames": done.frames,
+        "mode": done.sampling_mode,
+        "encode_ms": done.encode_ms,
+        "passes": len(done.chunks),
+        "device": settings.model.device,
+        "peak_rss_mib": peak_rss_mib(),
+        "peak_rss_loaded_mib": rss_loaded,
     }
 
 
@@ -164,6 +195,8 @@ def measure_all(args: argparse.Namespace, clips: list[Path]) -> list[dict[str, o
             for mode in args.modes:
                 fast_mode = "on" if mode == "fast" else "off"
                 cases.append((mode, ["--sample", str(path), "--frames", str(frames), "--fast-mode", fast_mode]))
+                if args.encode:
+                    cases.append((f"{mode}, encoded", [*cases[-1][1], "--encode-child"]))
                 if mode == "exact" and frames in args.one_decoder_at:
                     cases.append(("exact, 1 decoder", [*cases[-1][1], "--workers", "1"]))
         for label, arguments in cases:
@@ -188,9 +221,13 @@ def markdown_table(results: list[dict[str, object]]) -> str:
         size = "×".join(str(side) for side in row.get("size", [])) or "–"
         lines.append(
             f"| {row['clip']} | {row['case']} | {row.get('frames', '–')} | {size} | {row['seconds']:.1f} | {ratio} "
-            f"| {row['frames_decoded']:,} | {row['peak_rss_mib']:.0f} | {row['load_before']:.1f} |"
+            f"| {_count(row.get('frames_decoded'))} | {row['peak_rss_mib']:.0f} | {row['load_before']:.1f} |"
         )
     return "\n".join(lines)
+
+
+def _count(value: object) -> str:
+    return f"{value:,}" if isinstance(value, int) else "–"
 
 
 def main() -> None:
@@ -211,7 +248,13 @@ def main() -> None:
     parser.add_argument("--fast-mode", default="off", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--full-decode", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--encode", action="store_true",
+                        help="also measure open to ready through the engine (demo model: reading, preprocessing, encoding)")
+    parser.add_argument("--encode-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.sample is not None and args.encode_child:
+        print(json.dumps(measure_open_to_ready(args.sample, args.frames[0], args.fast_mode)))
+        return
     if args.sample is not None:
         print(json.dumps(measure_sampling(args.sample, args.frames[0], args.fast_mode, args.workers)))
         return

@@ -28,6 +28,7 @@ own ``generate()`` for one call (the demo model's training and the tests use it)
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,9 +43,11 @@ from framewise.core.backends.base import BackendBase
 from framewise.core.decoding import Decoded, Decoder, Prompt, SamplingRule, context_for
 from framewise.core.encoding.defs import EncodedItem, VisionEncoder
 from framewise.core.encoding.manager import make_vision_encoder
+from framewise.core.encoding.planning import BatchLimits, PlanItem, plan_batches
 from framewise.core.errors import CancelledError, FramewiseError, QuestionTooLongError
 from framewise.core.events import (
     AnswerStats,
+    ChunkStats,
     DecoderInfo,
     DecoderStats,
     Done,
@@ -61,7 +64,8 @@ from framewise.core.loading import LoadedModel, check_memory_fits, load_model
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
 from framewise.core.settings import AppSettings
 from framewise.core.settings_transaction import SettingsTransaction
-from framewise.core.video import ReadProgress, SampledFrames, sample_clip
+from framewise.core.video import ReadProgress, SampledClip, SampledFrames, sample_clip
+from framewise.core.video.feed import ChunkFeed, FrameChunk
 from framewise.core.video.thumbnails import clip_sampled
 
 
@@ -231,8 +235,10 @@ class Engine(BackendBase[EncodedClip]):
         """Sample, preprocess and encode ``path``; ``reason`` is why the conversation empties (``None``:
         it is being put back).
 
-        Emits Progress (decode, encode), ClipSampled, one ChunkStats per encoder pass,
-        EncoderMetrics, ConversationReset and EncodeDone.
+        A reading thread samples the clip while this thread preprocesses and encodes it, chunk by
+        chunk (the encoder's own passes) as the frames arrive, so the clip is ready one pass
+        after its last frame is read. Emits Progress (decode, encode), ClipSampled, one ChunkStats
+        per encoder pass, EncoderMetrics, ConversationReset and EncodeDone.
         """
         loaded = self._require_model()
         with self._request():
@@ -240,15 +246,66 @@ class Engine(BackendBase[EncodedClip]):
             self._emit(Progress("decode", 0, 1, f"Reading {path.name}"))
             started = time.perf_counter()
             sampling = self.settings.sampling
-            sampled = sample_clip(
-                path,
-                sampling,
-                loaded.family.frame_sizing(sampling, loaded.limits),
-                should_cancel=self._cancel.is_set,
-                on_progress=lambda progress: self._emit(_decode_progress(path.name, progress)),
+            feed = ChunkFeed(self._chunk_frames)
+            reading = _Reading(
+                lambda on_progress: sample_clip(
+                    path,
+                    sampling,
+                    loaded.family.frame_sizing(sampling, loaded.limits),
+                    should_cancel=self._cancel.is_set,
+                    on_progress=on_progress,
+                    sink=feed,
+                ),
+                feed,
+                path.name,
             )
-            decode_ms = (time.perf_counter() - started) * 1e3
-            return self._encode_frames(SampledFrames.read(sampled, path, decode_ms), reason)
+            report = lambda: self._emit_read_progress(path.name, reading, feed, started)  # noqa: E731
+            try:
+                encoded = self._encode_chunks(feed.chunks(idle=report), report)
+            finally:
+                feed.close()
+                reading.join()
+            sampled = reading.result()
+            decode_ms = (reading.finished - started) * 1e3  # the reading alone; encoding overlapped it
+            return self._finish_clip(
+                _Encoded(loaded.family.join_videos(encoded.videos), encoded.features(), encoded.chunks, encoded.preprocess_ms),
+                SampledFrames.read(sampled, path, decode_ms),
+                reason,
+            )
+
+    def _chunk_frames(self, count: int, size: tuple[int, int]) -> list[int]:
+        """Frames per encoder pass for a clip of ``count`` frames of ``size`` = (h, w): the passes
+        the encoder's planner makes for it (each a whole number of slices)."""
+        limits = self._require_model().limits
+        per_slice = limits.frames_per_slice
+        slices = -(-count // per_slice)
+        grid = (slices, size[0] // limits.patch_size, size[1] // limits.patch_size)
+        plan = plan_batches([PlanItem("video", grid)], BatchLimits.from_settings(self.settings.encoder, limits))
+        frames = [sum(piece.count for piece in batch.pieces) * per_slice for batch in plan]
+        frames[-1] -= slices * per_slice - count
+        return frames
+
+    def _encode_chunks(self, chunks: Iterator[FrameChunk], report: Callable[[], None]) -> _EncodedParts:
+        """Preprocess and encode each chunk of frames as it comes (one encoder pass each)."""
+        loaded = self._require_model()
+        encoder = self._require_encoder()
+        parts = _EncodedParts()
+        for chunk in chunks:
+            self._raise_if_cancelled()
+            started = time.perf_counter()
+            video = loaded.family.preprocess_video(chunk.frames, chunk.times, loaded.limits)
+            parts.preprocess_ms += (time.perf_counter() - started) * 1e3
+            self._raise_if_cancelled()
+            with self._cancel_points(loaded.family.cancel_points(loaded.model).vision):
+                output = encoder.encode([video.item])
+            parts.add(video, output.items[0], output.chunks)
+            report()
+        return parts
+
+    def _emit_read_progress(self, name: str, reading: _Reading, feed: ChunkFeed, started: float) -> None:
+        progress = reading.take_progress()
+        if progress is not None:
+            self._emit(_decode_progress(name, progress, feed.frames_read, time.perf_counter() - started))
 
     def _use_frames(self, sampled: SampledFrames) -> EncodeDone:
         """Encode frames sampled elsewhere, as :meth:`open_clip` does after decoding.
@@ -261,13 +318,11 @@ class Engine(BackendBase[EncodedClip]):
             return self._encode_frames(sampled, "new_clip")
 
     def _encode_frames(self, sampled: SampledFrames, reason: ResetReason | None) -> EncodeDone:
-        """Preprocess and encode sampled frames (T, H, W, 3) uint8, make them the open clip and, unless
-        ``reason`` is ``None``, start its conversation afresh."""
+        """Preprocess and encode sampled frames (T, H, W, 3) uint8 in one go, make them the open clip
+        and, unless ``reason`` is ``None``, start its conversation afresh."""
         loaded = self._require_model()
-        self._emit(clip_sampled(sampled))
-        self._raise_if_cancelled()
         started = time.perf_counter()
-        timestamps, name = sampled.timestamps, sampled.name
+        timestamps = sampled.timestamps
         video = loaded.family.preprocess_video(sampled.frames, timestamps, loaded.limits)
         preprocess_ms = (time.perf_counter() - started) * 1e3
         self._raise_if_cancelled()
@@ -275,8 +330,20 @@ class Engine(BackendBase[EncodedClip]):
         self._emit(Progress("encode", 0, 1, f"Encoding {len(timestamps)} frames"))
         with self._cancel_points(loaded.family.cancel_points(loaded.model).vision):
             output = self._require_encoder().encode([video.item])
+        encoded = _Encoded(video, output.items[0], tuple(output.chunks), preprocess_ms)
+        return self._finish_clip(encoded, sampled, reason)
+
+    def _finish_clip(self, encoded: _Encoded, sampled: SampledFrames, reason: ResetReason | None) -> EncodeDone:
+        """Make the encoded clip the open one and report it: its frames (T, H, W, 3) uint8 for the
+        strip, one ChunkStats per pass, the metrics and the summary."""
         self._raise_if_cancelled()  # a cancel during the last pass still keeps the previous clip
-        chunks = tuple(self._requests.stamp(chunk) for chunk in output.chunks)
+        self._emit(clip_sampled(sampled))
+        video, preprocess_ms = encoded.video, encoded.preprocess_ms
+        timestamps, name = sampled.timestamps, sampled.name
+        chunks = tuple(
+            self._requests.stamp(dataclasses.replace(chunk, chunk_index=index))
+            for index, chunk in enumerate(encoded.chunks)
+        )
         for chunk in chunks:
             self._emit(chunk)
         metrics = self._emit(self.metrics.add_item(chunks))
@@ -296,7 +363,7 @@ class Engine(BackendBase[EncodedClip]):
                 chunks=chunks,
             )
         )
-        self.clip = EncodedClip(path=sampled.path, video=video, features=output.items[0], summary=summary)
+        self.clip = EncodedClip(path=sampled.path, video=video, features=encoded.features, summary=summary)
         if reason is not None:
             self._reset_conversation(reason)
         self._emit(Progress("encode", 1, 1, f"{name} is ready"))
@@ -523,13 +590,97 @@ class Engine(BackendBase[EncodedClip]):
                 handle.remove()
 
 
-def _decode_progress(name: str, progress: ReadProgress) -> Progress:
-    """How far reading a clip has got, in whole seconds of video (of the total when known)."""
+@dataclass(frozen=True)
+class _Encoded:
+    """A clip preprocessed and encoded: its ``video``, the tower's ``features``, one ChunkStats
+    per pass and the milliseconds spent preprocessing."""
+
+    video: PreparedVideo
+    features: EncodedItem
+    chunks: tuple[ChunkStats, ...]
+    preprocess_ms: float
+
+
+@dataclass
+class _EncodedParts:
+    """The chunks of a clip encoded so far, in order."""
+
+    videos: list[PreparedVideo] = dataclasses.field(default_factory=list)
+    items: list[EncodedItem] = dataclasses.field(default_factory=list)
+    chunks: tuple[ChunkStats, ...] = ()
+    preprocess_ms: float = 0.0
+
+    def add(self, video: PreparedVideo, features: EncodedItem, chunks: Sequence[ChunkStats]) -> None:
+        self.videos.append(video)
+        self.items.append(features)
+        self.chunks += tuple(chunks)
+
+    def features(self) -> EncodedItem:
+        """The clip's features: each output's rows (tokens, hidden), chunk after chunk."""
+        if len(self.items) == 1:
+            return self.items[0]
+        return EncodedItem(
+            embeds=torch.cat([item.embeds for item in self.items]),
+            deepstack=tuple(torch.cat(layers) for layers in zip(*(item.deepstack for item in self.items), strict=True)),
+        )
+
+
+class _Reading:
+    """``read(on_progress)`` on a thread of its own; its latest progress is kept for the
+    encoding thread to report, and the feed is ended however the read ends."""
+
+    def __init__(self, read: Callable[[Callable[[ReadProgress], None]], SampledClip], feed: ChunkFeed, name: str) -> None:
+        self._progress: ReadProgress | None = None
+        self._outcome: SampledClip | BaseException | None = None
+        self.finished = 0.0  # time.perf_counter() when the read ended
+
+        def run() -> None:
+            try:
+                self._outcome = read(self._keep_progress)
+            except BaseException as error:  # handed to the encoding thread by result()
+                self._outcome = error
+            finally:
+                self.finished = time.perf_counter()
+                feed.end()
+
+        self._thread = threading.Thread(target=run, name=f"framewise-read {name}", daemon=True)
+        self._thread.start()
+
+    def _keep_progress(self, progress: ReadProgress) -> None:
+        self._progress = progress
+
+    def take_progress(self) -> ReadProgress | None:
+        """The progress reported since the last call, if any."""
+        progress, self._progress = self._progress, None
+        return progress
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self) -> SampledClip:
+        """The sampled clip, or the error the read raised."""
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        assert self._outcome is not None, "join() before result()"
+        return self._outcome
+
+
+def _decode_progress(
+    name: str, progress: ReadProgress, frames_read: tuple[int, int | None] = (0, None), elapsed_s: float = 0.0
+) -> Progress:
+    """How far reading a clip has got, in whole seconds of video (of the total when known); the
+    message adds the frames read of the clip's frames and, once a tenth of the video is read, the
+    seconds left at the pace so far."""
     seconds, total = int(progress.seconds), int(progress.total_s or 0)
     verb = "Measuring" if progress.stage == "scan" else "Reading"
     of_total = f" of {total}" if total else ""
     current = min(seconds, total) if total else seconds
-    return Progress("decode", current, total, f"{verb} {name}: {seconds}{of_total} s of video")
+    read, count = frames_read
+    frames = f"{read} of {count} frames, " if count else ""
+    left = ""
+    if progress.stage == "decode" and total and progress.seconds >= total / 10:
+        left = f", about {max(elapsed_s * (total - progress.seconds) / progress.seconds, 0.0):.0f} s left"
+    return Progress("decode", current, total, f"{verb} {name}: {frames}{seconds}{of_total} s of video{left}")
 
 
 def _decoded_answer(text: str, token_ids: Sequence[int], loaded: LoadedModel) -> DecodedAnswer:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 
 import numpy as np
-from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QPoint, QPointF, QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QIcon, QImage, QPainter, QPalette, QPen, QPixmap, QPolygonF
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -96,6 +96,10 @@ class FrameView(QWidget):
         left = (self.width() - size.width()) / 2
         top = (self.height() - size.height()) / 2
         painter.drawImage(QRectF(left, top, size.width(), size.height()), self._image)
+
+
+MIN_TICK_GAP_PX = 2.0  # closer ticks would merge into one bar
+DENSE_TICK_PX = 4  # below this many pixels per tick, ticks are drawn thin and shaded
 
 
 class Timeline(QWidget):
@@ -189,9 +193,13 @@ class Timeline(QWidget):
             return
         self._paint_span(painter)
         self._paint_question_times(painter)
-        painter.setPen(QPen(palette.color(QPalette.ColorRole.Highlight), 2))
-        for mark in self._marks:
-            x = self.x_of(mark)
+        ticks = self.tick_xs()
+        dense = len(ticks) * DENSE_TICK_PX > width
+        color = QColor(palette.color(QPalette.ColorRole.Highlight))
+        if dense:
+            color.setAlpha(150)  # hundreds of frames: a shaded comb the span and the knob still show through
+        painter.setPen(QPen(color, 1 if dense else 2))
+        for x in ticks:
             painter.drawLine(QPointF(x, middle - self.height() * 0.3), QPointF(x, middle + self.height() * 0.3))
         painter.setPen(QPen(palette.color(QPalette.ColorRole.Text), 1))
         painter.setBrush(palette.color(QPalette.ColorRole.Button))
@@ -201,6 +209,15 @@ class Timeline(QWidget):
             painter.setPen(QPen(palette.color(QPalette.ColorRole.Highlight), 1, Qt.PenStyle.DotLine))
             painter.setBrush(Qt.BrushStyle.NoBrush)
             painter.drawRect(self.rect().adjusted(0, 0, -1, -1))
+
+    def tick_xs(self) -> list[float]:
+        """Where the sampled frames' ticks are drawn: at most one per :data:`MIN_TICK_GAP_PX`."""
+        xs: list[float] = []
+        for mark in self._marks:
+            x = self.x_of(mark)
+            if not xs or x - xs[-1] >= MIN_TICK_GAP_PX:
+                xs.append(x)
+        return xs
 
     def _paint_span(self, painter: QPainter) -> None:
         if self._span is None:
@@ -473,20 +490,60 @@ class FrameStrip(QListWidget):
         self.setFixedHeight(self._strip_height())
         self.setToolTip("Frames sampled from the clip, as the model sees them")
         self.currentRowChanged.connect(self._on_row_changed)
+        self._thumbnails: tuple[np.ndarray, ...] = ()
+        self._pictured: set[int] = set()  # rows whose picture is made
+        self.horizontalScrollBar().valueChanged.connect(self._picture_visible_frames)
 
     def set_clip(self, clip: ClipSampled | None) -> None:
+        """List ``clip``'s frames; each frame's picture is made when it first scrolls into view, so
+        a clip of hundreds of frames opens without a pause."""
         self.blockSignals(True)
         self.clear()
+        self._thumbnails = clip.thumbnails if clip is not None else ()
+        self._pictured = set()
         if clip is not None:
-            for index, (frame, timestamp) in enumerate(zip(clip.thumbnails, clip.timestamps)):
-                pixmap = QPixmap.fromImage(image_from_array(frame)).scaled(
-                    self.iconSize(), Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation
-                )
-                item = QListWidgetItem(QIcon(pixmap), format_timestamp(timestamp))
+            blank = QPixmap(self.iconSize())
+            blank.fill(Qt.GlobalColor.transparent)
+            placeholder = QIcon(blank)  # one shared icon keeps every item the same size
+            for index, (_, timestamp) in enumerate(zip(clip.thumbnails, clip.timestamps)):
+                item = QListWidgetItem(placeholder, format_timestamp(timestamp))
                 item.setToolTip(f"Frame {index + 1} of {len(clip.timestamps)} at {timestamp:.2f} s")
                 item.setTextAlignment(Qt.AlignmentFlag.AlignHCenter)
                 self.addItem(item)
         self.blockSignals(False)
+        QTimer.singleShot(0, self._picture_visible_frames)
+
+    @property
+    def pictured_frames(self) -> int:
+        """How many frames have their picture made so far."""
+        return len(self._pictured)
+
+    def _picture_visible_frames(self) -> None:
+        """Make the pictures of the frames in view (and a screenful either side)."""
+        if not self.count():
+            return
+        viewport = self.viewport().rect()
+        middle = viewport.center().y()
+        first = self.indexAt(QPoint(viewport.left() + 1, middle)).row()
+        last = self.indexAt(QPoint(viewport.right() - 1, middle)).row()
+        first = max(first, 0)
+        last = self.count() - 1 if last < 0 else last
+        span = last - first + 1
+        for row in range(max(first - span, 0), min(last + span, self.count() - 1) + 1):
+            if row not in self._pictured:
+                self._pictured.add(row)
+                pixmap = QPixmap.fromImage(image_from_array(self._thumbnails[row])).scaled(
+                    self.iconSize(), Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation
+                )
+                self.item(row).setIcon(QIcon(pixmap))
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self._picture_visible_frames()
+
+    def showEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().showEvent(event)
+        QTimer.singleShot(0, self._picture_visible_frames)
 
     def timestamp_texts(self) -> list[str]:
         """The captions shown under the frames, in order."""

@@ -40,7 +40,16 @@ from PySide6.QtWidgets import (
 
 from framewise.core.errors import SettingsError
 from framewise.core.families import FamilyLimits, default_limits
-from framewise.core.settings import ATTENTION_BACKENDS, DEMO_MODEL, DEVICES, DTYPES, AppSettings, BackendSettings
+from framewise.core.settings import (
+    ATTENTION_BACKENDS,
+    DEMO_MODEL,
+    DEVICES,
+    DTYPES,
+    FAST_MODE_AUTO_ABOVE_S,
+    FAST_MODES,
+    AppSettings,
+    BackendSettings,
+)
 
 GRAPH_ONLY_FIELDS = (
     "encoder.use_graphs", "encoder.fuse_kernels", "encoder.budgets", "encoder.min_budget", "encoder.max_budget",
@@ -260,6 +269,14 @@ class SettingsDialog(QDialog):
             "Max pixels",
             _spin(0, _INT_MAX, 65536),
             "For the whole sampled clip (frames × height × width): longer clips get smaller frames.",
+        )
+        self._add_field(
+            form,
+            "sampling.fast_mode",
+            "Fast mode",
+            _combo(FAST_MODES),
+            "Takes the decodable frame nearest each time, with its true timestamp; "
+            f"auto: for clips longer than {FAST_MODE_AUTO_ABOVE_S / 60:g} minutes.",
         )
 
     def _build_encoder_tab(self) -> None:

@@ -223,6 +223,11 @@ class ModelFamily(Protocol):
         seconds, ready for the tower and the prompt."""
         ...
 
+    def join_videos(self, parts: Sequence[PreparedVideo]) -> PreparedVideo:
+        """One clip from consecutive parts of it preprocessed one by one (each but the last a whole
+        number of slices), as :meth:`preprocess_video` would have made it at once."""
+        ...
+
     def preprocess_image(self, image: np.ndarray, limits: FamilyLimits) -> VisionItem:
         """One (H, W, 3) uint8 image resized and patchified."""
         ...

@@ -56,12 +56,13 @@ from framewise.core.video.clip import (
 )
 from framewise.core.video.opencv_reader import OpenCVClip
 from framewise.core.video.pyav_reader import PyAVClip
-from framewise.core.video.sampling import Taken, read_clip, sample_count, sample_times
+from framewise.core.video.sampling import FrameSink, Taken, read_clip, sample_count, sample_times
 
 __all__ = [
     "MAX_FRAME_PIXELS",
     "MAX_SIDE",
     "ClipInfo",
+    "FrameSink",
     "FrameSizing",
     "Resize",
     "ReadBudget",
@@ -96,17 +97,19 @@ def sample_clip(
     budget: ReadBudget = ReadBudget(),
     should_cancel: Callable[[], bool] | None = None,
     on_progress: Callable[[ReadProgress], None] | None = None,
+    sink: FrameSink | None = None,
 ) -> SampledClip:
     """Sample frames uniformly in time from ``path`` (see the module docstring for the rules).
 
     ``should_cancel`` is polled and ``on_progress`` called on the calling thread every few
     milliseconds; when ``should_cancel`` returns True, :class:`~framewise.core.errors.CancelledError`
     is raised. A read that stops making progress within ``budget`` raises
-    :class:`~framewise.core.errors.DecodeTimeoutError`.
+    :class:`~framewise.core.errors.DecodeTimeoutError`. ``sink`` gets each frame as soon as it is
+    kept, from the reading threads (see :mod:`.feed`).
     """
     clip_path = existing_file(path)
     info, sampled, reader = run_bounded(
-        lambda guard: read(clip_path, sampling, sizing, guard), clip_path, budget, should_cancel, on_progress
+        lambda guard: read(clip_path, sampling, sizing, guard, sink), clip_path, budget, should_cancel, on_progress
     )
     return SampledClip(
         frames=sampled.frames,
@@ -119,16 +122,20 @@ def sample_clip(
 
 
 def read(
-    path: Path, sampling: SamplingSettings | None, sizing: FrameSizing | None, guard: Guard
+    path: Path,
+    sampling: SamplingSettings | None,
+    sizing: FrameSizing | None,
+    guard: Guard,
+    sink: FrameSink | None = None,
 ) -> tuple[ClipInfo, Taken | None, Reader]:
     """Probe (``sampling`` None) or sample ``path``: PyAV, then OpenCV if PyAV cannot read it."""
     try:
         with closing(PyAVClip(path, guard)) as clip:
-            return (*read_clip(path, clip, sampling, sizing), "pyav")
+            return (*read_clip(path, clip, sampling, sizing, sink), "pyav")
     except ReaderFailed as pyav_failure:
         try:
             with closing(OpenCVClip(path, guard)) as fallback:
-                return (*read_clip(path, fallback, sampling, sizing), "opencv")
+                return (*read_clip(path, fallback, sampling, sizing, sink), "opencv")
         except ReaderFailed as opencv_failure:
             raise UnreadableClipError(
                 f"{path.name} is not a video Framewise can read ({pyav_failure}; {opencv_failure}). "

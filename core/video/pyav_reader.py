@@ -1,7 +1,10 @@
-"""The PyAV reader: one demux pass measures the clip, a second decodes the frames it needs.
+"""The PyAV reader: the container's index or one demux pass measures the clip, a second pass
+decodes the frames it needs.
 
-* **Duration and frame count** come from the packet pass (no decoding), so a missing or wrong
-  header does not matter; the header is used only for streams whose packets carry no timestamps.
+* **Duration, frame count and keyframes** come from the container's index where it lists every
+  frame (MP4, MOV: nothing is read but the header), else from the packet pass (no decoding), so a
+  missing or wrong header does not matter; the header is used only for streams whose packets
+  carry no timestamps.
 * **Timestamp resets.** In formats that allow discontinuities (MPEG-TS, MPEG-PS), decode
   timestamps that go back, or jump forward by more than :data:`DISCONTINUITY_GAP_S`, start a new
   segment (two recordings joined with ``cat``, say). Segments are laid end to end on the clip's
@@ -189,6 +192,65 @@ def scan_packets(container: Any, stream: Any, guard: Guard) -> PacketScan:
     return PacketScan(packets=packets, segments=tuple(segments))
 
 
+def index_scan(container: Any, stream: Any) -> PacketScan | None:
+    """What :func:`scan_packets` finds, read from the container's index instead of every packet,
+    when that index lists every frame of the stream (MP4 and MOV sample tables); ``None`` when it
+    does not, or when its times cannot be trusted to be the packets'.
+
+    The index's timestamps are decode times; B-frames put presentation a fixed number of frames
+    later, so a keyframe's presentation time is its decode time plus the first packet's offset
+    between the two. That holds when the last keyframe's packet agrees; the last group's packets
+    (read, not decoded) give the clip's end.
+    """
+    entries = [entry for entry in stream.index_entries if entry.size > 0]
+    if stream.time_base is None or not stream.frames or len(entries) < stream.frames:
+        return None
+    if SegmentSplitter(container, stream.time_base).enabled:
+        return None  # timestamps may restart: only the packets tell where
+    keyframes = [entry.timestamp for entry in entries if entry.is_keyframe]
+    head = _packets_from(container, stream, keyframes[0] if keyframes else None)[:1]
+    if not head:
+        return None
+    shift = head[0].pts - head[0].dts
+    tail = _packets_from(container, stream, keyframes[-1] + shift)
+    if not tail or not tail[0].is_keyframe or (tail[0].dts, tail[0].pts) != (keyframes[-1], keyframes[-1] + shift):
+        return None
+    span = _SegmentSpan(first_pts=head[0].pts, keyframes=[dts + shift for dts in keyframes])
+    span.last_two = sorted(packet.pts for packet in tail)[-2:]
+    return PacketScan(packets=len(entries), segments=(span.segment(0.0, stream.time_base),))
+
+
+def measure(container: Any, stream: Any, guard: Guard) -> PacketScan:
+    """The stream's packets, segments and keyframes: from its index where that lists every frame,
+    else from a pass over its packets."""
+    scan = index_scan(container, stream)
+    if scan is None:
+        guard.begin("scan")
+        with _libav_messages_logged():
+            scan = scan_packets(container, stream, guard)
+    return scan
+
+
+def _packets_from(container: Any, stream: Any, keyframe_pts: int | None) -> list[Any]:
+    """The packets with timestamps from the keyframe shown at ``keyframe_pts`` (or the last one
+    before) to the next keyframe or the end (read, not decoded); none when the index has no
+    keyframe or the read fails."""
+    if keyframe_pts is None:
+        return []
+    packets = []
+    try:
+        container.seek(keyframe_pts, stream=stream, backward=True)
+        for packet in container.demux(stream):
+            if packet.size == 0 or packet.pts is None or packet.dts is None:
+                continue
+            if packets and packet.is_keyframe:
+                break
+            packets.append(packet)
+    except av.error.FFmpegError:
+        return []
+    return packets
+
+
 # --- opening ----------------------------------------------------------------------------------------
 
 
@@ -264,9 +326,7 @@ class PyAVClip:
             self.time_base = stream.time_base or Fraction(1, 1)
             self.codec = stream.codec_context.name
             rate = stream.average_rate or stream.guessed_rate
-            guard.begin("scan")
-            with _libav_messages_logged():
-                scan = scan_packets(container, stream, guard)
+            scan = measure(container, stream, guard)
             header = Segment(stream.start_time or 0, 0.0, _header_duration_s(container, stream) or 0.0)
             has_index = len(stream.index_entries) > 0
             discontinuous = SegmentSplitter(container, self.time_base).enabled
@@ -321,8 +381,14 @@ class PyAVClip:
         frame_s = 1.0 / self.fps if self.fps > 0 else 0.0
         runs = split_reads(reads, self.keyframe_times, self.duration_s, frame_s, workers)
         convert = self._converter(request.size, request.resize if mode == "exact" else None)
+        firsts = [0]
+        for run in runs[:-1]:
+            firsts.append(firsts[-1] + sum(len(read.targets) for read in run))
         taken = _in_parallel(
-            [functools.partial(self._take_run, index, run, convert, len(runs)) for index, run in enumerate(runs)],
+            [
+                functools.partial(self._take_run, run, convert, len(runs), index == 0, _offset(request.hand_on, first))
+                for index, (run, first) in enumerate(zip(runs, firsts, strict=True))
+            ],
             self._first.abandon,
             self.path.name,
         )
@@ -344,15 +410,25 @@ class PyAVClip:
         return lambda frame: resize(self.upright_rgb(frame)[None], size)[0]
 
     def _take_run(
-        self, index: int, run: list[Read], convert: Callable[[Any], np.ndarray], runs: int
+        self,
+        run: list[Read],
+        convert: Callable[[Any], np.ndarray],
+        runs: int,
+        first_run: bool,
+        hand_on: Callable[[int, list[_Kept | None]], None],
     ) -> tuple[list[_Kept | None], int]:
-        """The frames of run ``index`` of ``runs`` (one per target) and the frames its decoder
-        decoded. Run 0 goes on with the decoder that read the first frame; the others open their
+        """The frames of one of ``runs`` runs (one per target) and the frames its decoder decoded;
+        ``hand_on(offset in the run, frames)`` gets each read's frames as soon as they are kept.
+        The first run goes on with the decoder that read the first frame; the others open their
         own, sharing the cores between them."""
         assert self._first is not None
-        decoder = self._first if index == 0 else _Decoder(self, self._first.abandon, max(self.workers // runs, 1))
+        decoder = self._first if first_run else _Decoder(self, self._first.abandon, max(self.workers // runs, 1))
         try:
-            frames = [kept for read in run for kept in self._take_read(decoder, read, convert)]
+            frames: list[_Kept | None] = []
+            for read in run:
+                kept = self._take_read(decoder, read, convert)
+                hand_on(len(frames), kept)
+                frames.extend(kept)
             return frames, decoder.state.decoded
         finally:
             if decoder is not self._first:
@@ -386,6 +462,11 @@ class PyAVClip:
     def _time_s(self, segment: int, pts: int) -> float:
         start = self.segments[min(segment, len(self.segments) - 1)]
         return start.offset_s + float((pts - start.start_pts) * self.time_base)
+
+
+def _offset(hand_on: Callable[[int, list[_Kept | None]], None], first: int) -> Callable[[int, list[_Kept | None]], None]:
+    """``hand_on`` for a run whose first target is target ``first`` of the clip."""
+    return lambda offset, kept: hand_on(first + offset, kept)
 
 
 _Kept = tuple[np.ndarray, float]  # a converted frame (h, w, 3) and its time in seconds

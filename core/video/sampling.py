@@ -6,7 +6,7 @@ with a :class:`FramePicker`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -64,6 +64,24 @@ class TakeRequest:
     mode: SamplingMode
     size: tuple[int, int]
     resize: Callable[[np.ndarray, tuple[int, int]], np.ndarray]
+    sink: FrameSink | None = None
+
+    def hand_on(self, first: int, kept: Sequence[tuple[np.ndarray, float] | None]) -> None:
+        """Put frames ``first ..`` into the sink as soon as they are kept (None: not found yet)."""
+        if self.sink is not None:
+            for index, frame in enumerate(kept, start=first):
+                if frame is not None:
+                    self.sink.put(index, *frame)
+
+
+class FrameSink(Protocol):
+    """Takes sampled frames while the clip is read (see :class:`framewise.core.video.feed.ChunkFeed`)."""
+
+    def start(self, count: int, size: tuple[int, int]) -> None:
+        """``count`` frames of ``size`` = (h, w) are coming."""
+
+    def put(self, index: int, rgb: np.ndarray, time_s: float) -> None:
+        """Frame ``index`` (h, w, 3) uint8, shown at ``time_s``; frames may come out of order."""
 
 
 @dataclass(frozen=True)
@@ -148,12 +166,17 @@ def sampling_mode(sampling: SamplingSettings, duration_s: float) -> SamplingMode
 
 
 def read_clip(
-    path: Path, clip: OpenedClip, sampling: SamplingSettings | None, sizing: FrameSizing | None
+    path: Path,
+    clip: OpenedClip,
+    sampling: SamplingSettings | None,
+    sizing: FrameSizing | None,
+    sink: FrameSink | None = None,
 ) -> tuple[ClipInfo, Taken | None]:
     """Describe ``clip`` from its first frame; with ``sampling``, also sample it.
 
     Returns the :class:`ClipInfo` and, when sampling, what the reader took: frames (T, h, w, 3)
-    uint8 at ``sizing.size(T, H, W)`` with their times (T,).
+    uint8 at ``sizing.size(T, H, W)`` with their times (T,). ``sink`` gets every frame as soon as
+    it is kept.
     """
     _, first = clip.first_frame()
     width, height, rotation = clip.orientation(first)
@@ -178,5 +201,10 @@ def read_clip(
         mode=sampling_mode(sampling, info.duration_s),
         size=sizing.size(count, height, width),
         resize=sizing.resize,
+        sink=sink,
     )
-    return info, clip.take(request)
+    if sink is not None:
+        sink.start(count, request.size)
+    taken = clip.take(request)
+    request.hand_on(0, list(zip(taken.frames, taken.times, strict=True)))  # filled gaps; a reader that kept none early
+    return info, taken

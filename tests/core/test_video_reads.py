@@ -220,3 +220,44 @@ def test_fast_mode_across_a_timestamp_reset_keeps_each_frames_true_time(tmp_path
     assert sampled.timestamps == pytest.approx([index / 10 for index in shown], abs=1e-3)
     for target, time_s in zip(sample_times(5.0, 10), sampled.timestamps, strict=True):
         assert abs(time_s - target) <= 0.25 + 1e-6  # half the interval: keyframes lie at most 10 frames apart
+
+
+# --- measuring from the index ------------------------------------------------------------------------
+
+
+def _scans(path: Path) -> tuple[pyav_reader.PacketScan | None, pyav_reader.PacketScan]:
+    """(from the index, from the packets) for ``path``'s video stream."""
+    import av
+
+    from framewise.core.video.bounded import Guard
+
+    with av.open(str(path)) as container:
+        from_index = pyav_reader.index_scan(container, container.streams.video[0])
+    with av.open(str(path)) as container:
+        from_packets = pyav_reader.scan_packets(container, container.streams.video[0], Guard(ReadBudget()))
+    return from_index, from_packets
+
+
+def test_an_mp4_index_measures_the_clip_as_its_packets_do_b_frames_included(tmp_path):
+    """B-frames put decode times before presentation times; the index's keyframes still match
+    the packets' presentation times exactly, so the decoders find them."""
+    clip = write_clip(tmp_path / "b.mp4", [index_frame(i) for i in range(90)], fps=FPS, keyframe_interval=20)
+    from_index, from_packets = _scans(clip)
+    assert from_index == from_packets
+    assert len(from_index.segments[0].keyframes) >= 5  # one every 20 frames, and any scene cut
+
+
+def test_a_container_whose_index_lists_only_keyframes_is_measured_from_its_packets(tmp_path):
+    clip = write_clip(tmp_path / "b.mkv", [index_frame(i) for i in range(60)], fps=FPS, keyframe_interval=20)
+    from_index, from_packets = _scans(clip)
+    assert from_index is None and from_packets.packets == 60
+
+
+def test_opening_an_mp4_reads_no_packet_to_measure_it(gop_clip, monkeypatch):
+    def no_scan(*args, **kwargs):
+        raise AssertionError("scanned the packets of a file whose index lists every frame")
+
+    monkeypatch.setattr(pyav_reader, "scan_packets", no_scan)
+    sampled = sample(gop_clip, SamplingSettings(fps=1.0, max_frames=8, fast_mode="off"))
+    assert sampled.info.duration_s == pytest.approx(30.0)
+    assert indices(sampled.frames) == [on_screen(SOURCE_TIMES, t) for t in sampled.timestamps]

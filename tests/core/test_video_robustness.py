@@ -348,15 +348,16 @@ def test_keyboard_interrupt_while_sampling_stops_the_decode_thread(counted, slow
 
 @pytest.fixture
 def stuck_scan(monkeypatch):
-    """Packet scans that block, ignoring their guard as a native call would, until released."""
+    """Measuring a clip (its index or its packets) blocks, ignoring the guard as a native call
+    would, until released."""
     release = threading.Event()
-    real_scan = pyav_reader.scan_packets
+    real_measure = pyav_reader.measure
 
     def blocked(*args):
         release.wait(30)
-        return real_scan(*args)
+        return real_measure(*args)
 
-    monkeypatch.setattr(pyav_reader, "scan_packets", blocked)
+    monkeypatch.setattr(pyav_reader, "measure", blocked)
     yield release
     release.set()
     for read in stuck_reads():

@@ -172,3 +172,35 @@ def test_timeline_click_and_keys_seek_within_the_clip(qtbot):
     qtbot.keyClick(timeline, Qt.Key.Key_End)
     qtbot.keyClick(timeline, Qt.Key.Key_Right)
     assert requested[-1] == 4.0 and timeline.position == 4.0, "never past the end"
+
+
+def test_a_strip_of_768_frames_makes_only_the_pictures_in_view(qtbot):
+    strip = FrameStrip()
+    qtbot.addWidget(strip)
+    strip.resize(1000, strip.height())
+    strip.show()
+    qtbot.waitExposed(strip)
+    frames = tuple(np.full((32, 56, 3), index % 256, np.uint8) for index in range(768))
+    strip.set_clip(ClipSampled("long.mp4", "/tmp/long.mp4", tuple(i * 4.0 for i in range(768)), frames, 1920, 1080, 3072.0))
+    qtbot.waitUntil(lambda: strip.pictured_frames > 0, timeout=2000)
+    assert strip.pictured_frames < 100 and strip.count() == 768
+    assert strip.item(767).icon().pixmap(strip.iconSize()).toImage().pixelColor(5, 5).alpha() == 0  # not made yet
+    strip.select_frame(767)
+    qtbot.waitUntil(lambda: strip.item(767).icon().pixmap(strip.iconSize()).toImage().pixelColor(20, 20).red() == 767 % 256)
+    assert strip.pictured_frames < 200
+
+
+def test_a_timeline_of_768_frames_draws_ticks_at_least_two_pixels_apart(qtbot):
+    from framewise.ui.frames import MIN_TICK_GAP_PX, Timeline
+
+    timeline = Timeline()
+    qtbot.addWidget(timeline)
+    timeline.resize(500, 24)
+    timeline.show()
+    timeline.set_clip(3072.0, tuple(4.0 * i + 2.0 for i in range(768)))
+    ticks = timeline.tick_xs()
+    assert 100 < len(ticks) < 768
+    assert all(b - a >= MIN_TICK_GAP_PX for a, b in zip(ticks, ticks[1:]))
+    timeline.set_clip(4.0, (0.5, 1.5, 2.5, 3.5))
+    assert len(timeline.tick_xs()) == 4  # a few frames: one tick each
+    timeline.grab()  # paints without error

@@ -201,3 +201,17 @@ def test_the_encoder_figures_keep_whole_phrases_on_a_line_at_1024_by_640(qtbot, 
     value = window.encoder_panel.timing_value
     lines = value.heightForWidth(value.width()) / value.fontMetrics().lineSpacing()
     assert lines <= 4, f"{value.text()!r} takes {lines:.1f} lines at {value.width()} px"
+
+
+def test_settings_sampling_sets_fast_mode_and_says_when_auto_turns_it_on(qtbot):
+    """Settings ▸ Sampling carries ``sampling.fast_mode`` both ways, with its hint."""
+    from framewise.ui.settings_dialog import SettingsDialog
+
+    dialog = SettingsDialog(AppSettings().replace("sampling", fast_mode="on"))
+    qtbot.addWidget(dialog)
+    combo = dialog.field_widget("sampling.fast_mode")
+    assert combo.currentText() == "on"
+    combo.setCurrentText("off")
+    assert AppSettings.from_dict(dialog.values()).sampling.fast_mode == "off"
+    hints = [label.text() for label in dialog.findChildren(QLabel)]
+    assert any("longer than 10 minutes" in text for text in hints)

@@ -112,6 +112,11 @@ class Qwen3VLFamily:
 
         return preprocess_video(frames, timestamps, geometry_of(limits))
 
+    def join_videos(self, parts: Sequence[VideoInputs]) -> VideoInputs:
+        from framewise.core.families.qwen3_vl.processor import join_videos
+
+        return join_videos(parts)
+
     def preprocess_image(self, image: np.ndarray, limits: FamilyLimits) -> VisionItem:
         from framewise.core.families.qwen3_vl.processor import preprocess_image
 

@@ -148,6 +148,22 @@ def preprocess_video(
     )
 
 
+def join_videos(parts: Sequence[VideoInputs]) -> VideoInputs:
+    """One clip from consecutive parts preprocessed on their own (each but the last a whole
+    number of frame pairs): the same rows, grid and pair times as preprocessing it at once."""
+    first, last = parts[0].item, parts[-1].item
+    grid = (sum(part.item.grid_thw[0] for part in parts), *first.grid_thw[1:])
+    return VideoInputs(
+        item=VisionItem(
+            pixel_values=torch.cat([part.item.pixel_values for part in parts]),
+            grid_thw=grid,
+            modality="video",
+            repeated_frames=last.repeated_frames,
+        ),
+        pair_timestamps=tuple(time_s for part in parts for time_s in part.pair_timestamps),
+    )
+
+
 def preprocess_image(
     image: np.ndarray | torch.Tensor,
     geometry: VisionGeometry,

@@ -139,6 +139,12 @@ class EngineToyFamily:
         grid = (slices, height // side, width // side)
         return ToyVideo(VisionItem(rows, grid, "video"), slices)
 
+    def join_videos(self, parts: Sequence[ToyVideo]) -> ToyVideo:
+        rows = torch.cat([part.item.pixel_values for part in parts])
+        _, height, width = parts[0].item.grid_thw
+        slices = sum(part.slices for part in parts)
+        return ToyVideo(VisionItem(rows, (slices, height, width), "video"), slices)
+
     def preprocess_image(self, image: np.ndarray, limits: FamilyLimits) -> VisionItem:
         raise NotImplementedError("the engine test asks about a clip")
 

@@ -1,0 +1,159 @@
+"""Encoding while the clip is read: the feed's chunks (in order, bounded, stoppable) and the
+engine's streamed encode, which matches encoding the whole clip at once (demo model, CPU)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from framewise.core.engine import Engine
+from framewise.core.errors import CancelledError
+from framewise.core.events import ChunkStats, EncodeDone
+from framewise.core.settings import AppSettings
+from framewise.core.video import sample_clip
+from framewise.core.video.feed import ChunkFeed
+from tests.core.test_engine import Recorder
+from training.clip_writer import write_clip
+
+if __package__:
+    from .test_video import index_frame
+else:
+    from test_video import index_frame
+
+
+def frame(index: int) -> np.ndarray:
+    return np.full((2, 2, 3), index, np.uint8)
+
+
+def test_frames_put_out_of_order_come_out_as_whole_chunks_in_clip_order():
+    feed = ChunkFeed(lambda count, size: [4, 4, 2], max_chunks=4)  # room for every chunk and the end
+    feed.start(10, (2, 2))
+    for index in (5, 4, 9, 8, 7, 6, 0, 3, 2, 1):  # a second decoder's frames first
+        feed.put(index, frame(index), index / 10)
+    feed.end()
+    chunks = list(feed.chunks())
+    assert [chunk.first for chunk in chunks] == [0, 4, 8]
+    assert [chunk.frames[:, 0, 0, 0].tolist() for chunk in chunks] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert chunks[1].times == (0.4, 0.5, 0.6, 0.7)
+
+
+def test_a_reader_ahead_of_the_encoder_waits_with_at_most_the_queued_chunks_held():
+    feed = ChunkFeed(lambda count, size: [2] * 50, max_chunks=2)
+    feed.start(100, (2, 2))
+    put = []
+
+    def read() -> None:
+        for index in range(100):
+            feed.put(index, frame(index), float(index))
+            put.append(index)
+        feed.end()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    time.sleep(0.3)
+    assert feed.queued == 2 and len(put) == 5  # two chunks queued; the third chunk's put waits
+    taken = [chunk.first for chunk in feed.chunks()]
+    reader.join(5)
+    assert taken == list(range(0, 100, 2))
+
+
+def test_closing_the_feed_releases_a_reader_waiting_on_a_full_queue():
+    feed = ChunkFeed(lambda count, size: [1, 1, 1], max_chunks=1)
+    feed.start(3, (2, 2))
+    feed.put(0, frame(0), 0.0)
+    errors = []
+
+    def put_next() -> None:
+        try:
+            feed.put(1, frame(1), 1.0)
+        except CancelledError as error:
+            errors.append(error)
+
+    reader = threading.Thread(target=put_next, daemon=True)
+    reader.start()
+    time.sleep(0.1)
+    assert reader.is_alive()
+    feed.close()
+    reader.join(1)
+    assert not reader.is_alive() and errors
+
+
+SEVERAL_PASSES = (
+    AppSettings()
+    .replace("model", device="cpu")
+    .replace("sampling", max_frames=16, fps=4.0)
+    .replace("encoder", max_frame_pairs_per_batch=2, max_items_per_batch=2)
+    .replace("generation", max_new_tokens=6)
+)
+
+
+@pytest.fixture(scope="module")
+def moving_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("streamed")
+    return write_clip(folder / "moving.mp4", [index_frame(i) for i in range(40)], fps=10, preset="ultrafast")
+
+
+def test_a_clip_encoded_while_it_is_read_matches_the_whole_clip_encoded_at_once(moving_clip):
+    recorder = Recorder()
+    engine = Engine(SEVERAL_PASSES, sink=recorder)
+    engine.load()
+    engine.open_clip(moving_clip)
+    streamed = engine.clip
+    assert len(recorder.of(ChunkStats)) > 1, "the clip is encoded in several passes"
+    assert [chunk.chunk_index for chunk in recorder.of(ChunkStats)] == list(range(len(recorder.of(ChunkStats))))
+    streamed_answer = engine.ask("What color is the square?").text
+
+    loaded = engine.loaded
+    sampled = sample_clip(moving_clip, SEVERAL_PASSES.sampling, loaded.family.frame_sizing(SEVERAL_PASSES.sampling, loaded.limits))
+    engine.open_frames(sampled.frames, sampled.timestamps, "at once")
+    whole = engine.clip
+
+    assert streamed.summary.timestamps == whole.summary.timestamps == sampled.timestamps
+    assert streamed.video.item.grid_thw == whole.video.item.grid_thw
+    assert streamed.video.pair_timestamps == whole.video.pair_timestamps
+    torch.testing.assert_close(streamed.video.item.pixel_values, whole.video.item.pixel_values, rtol=0, atol=0)
+    torch.testing.assert_close(streamed.features.embeds, whole.features.embeds, rtol=1e-5, atol=1e-5)
+    for streamed_layer, whole_layer in zip(streamed.features.deepstack, whole.features.deepstack, strict=True):
+        torch.testing.assert_close(streamed_layer, whole_layer, rtol=1e-5, atol=1e-5)
+    assert engine.ask("What color is the square?").text == streamed_answer
+    assert recorder.of(EncodeDone)[0].frames == 16
+
+
+def test_a_768_frame_clip_runs_end_to_end_on_the_demo_model(tmp_path):
+    """Qwen3-VL's most frames: sampled, encoded while read, prompted with 384 time markers and
+    answered (tiny frames keep it quick on a CPU)."""
+    frames = 800
+    clip = write_clip(tmp_path / "long.mp4", [index_frame(i % 256) for i in range(frames)], fps=30, preset="ultrafast")
+    settings = (
+        AppSettings()
+        .replace("model", device="cpu")
+        .replace("sampling", fps=30.0, max_frames=768, min_pixels_per_frame=32 * 32, max_pixels=768 * 32 * 32)
+        .replace("generation", max_new_tokens=4)
+    )
+    recorder = Recorder()
+    engine = Engine(settings, sink=recorder)
+    engine.load()
+    done = engine.open_clip(clip)
+    assert done.frames == 768 and len(done.timestamps) == 768
+    assert list(done.timestamps) == sorted(done.timestamps) and done.timestamps[-1] < frames / 30
+    assert len(engine.clip.video.pair_timestamps) == 384
+    assert engine.clip.features.embeds.shape[0] == engine.clip.video.item.patches // engine.loaded.limits.merge_area
+    answer = engine.ask("What happens at the end?")
+    assert answer.stats.decoder.prompt_tokens > 384 * 3  # each pair: its time marker, vision start/end and tokens
+    assert answer.stats.new_tokens >= 1 and not answer.stats.cancelled
+
+
+def test_reading_progress_tells_frames_read_of_total_and_the_time_left():
+    from framewise.core.engine import _decode_progress
+    from framewise.core.video import ReadProgress
+
+    early = _decode_progress("talk.mp4", ReadProgress("decode", 100.0, 3600.0), (20, 768), elapsed_s=5.0)
+    assert early.message == "Reading talk.mp4: 20 of 768 frames, 100 of 3600 s of video"  # too early to tell
+    later = _decode_progress("talk.mp4", ReadProgress("decode", 1800.0, 3600.0), (384, 768), elapsed_s=6.0)
+    assert (later.current, later.total) == (1800, 3600)
+    assert later.message == "Reading talk.mp4: 384 of 768 frames, 1800 of 3600 s of video, about 6 s left"
