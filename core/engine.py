@@ -41,7 +41,7 @@ import torch
 
 from framewise.core.backends.base import BackendBase
 from framewise.core.decoding import Decoded, Decoder, Prompt, SamplingRule, context_for
-from framewise.core.encoding.defs import EncodedItem, VisionEncoder
+from framewise.core.encoding.defs import EncodedItem, VisionEncoder, VisionItem
 from framewise.core.encoding.manager import make_vision_encoder
 from framewise.core.errors import CancelledError, FramewiseError
 from framewise.core.events import (
@@ -63,6 +63,7 @@ from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, 
 from framewise.core.settings import AppSettings
 from framewise.core.settings_transaction import SettingsTransaction
 from framewise.core.video import ReadProgress, sample_clip
+from framewise.core.video.still import StillImage, read_still
 from framewise.core.video.thumbnails import clip_sampled
 
 
@@ -70,13 +71,20 @@ from framewise.core.video.thumbnails import clip_sampled
 class EncodedClip:
     """A clip sampled, preprocessed and encoded: everything a question about it needs.
 
-    ``path`` is the file it was read from (``None`` for frames given directly).
+    ``path`` is the file it was read from (``None`` for frames given directly). A clip has
+    ``video``; a still picture has ``image`` instead (one image item, no times).
     """
 
     path: Path | None
-    video: PreparedVideo
+    video: PreparedVideo | None
     features: EncodedItem
     summary: EncodeDone
+    image: VisionItem | None = None
+
+    @property
+    def kind(self) -> str:
+        """``"image"`` or ``"video"``."""
+        return "image" if self.image is not None else "video"
 
 
 class _TokenStreamer:
@@ -239,6 +247,9 @@ class Engine(BackendBase[EncodedClip]):
             self._raise_if_cancelled()
             self._emit(Progress("decode", 0, 1, f"Reading {path.name}"))
             started = time.perf_counter()
+            still = read_still(path)
+            if still is not None:
+                return self._encode_image(still, path.name, path, (time.perf_counter() - started) * 1e3, reason)
             sampling = self.settings.sampling
             sampled = sample_clip(
                 path,
@@ -286,9 +297,40 @@ class Engine(BackendBase[EncodedClip]):
         preprocess_ms = (time.perf_counter() - started) * 1e3
         self._raise_if_cancelled()
 
-        self._emit(Progress("encode", 0, 1, f"Encoding {len(timestamps)} frames"))
+        features, summary = self._encode_item(video.item, name, path, timestamps, decode_ms, preprocess_ms)
+        return self._keep(EncodedClip(path=path, video=video, features=features, summary=summary), reason)
+
+    def _encode_image(
+        self, still: StillImage, name: str, path: Path, decode_ms: float, reason: ResetReason | None
+    ) -> EncodeDone:
+        """Preprocess and encode a still picture as one image item (no timeline), make it the open
+        item and, unless ``reason`` is ``None``, start its conversation afresh."""
+        loaded = self._require_model()
+        info = still.info
+        self._emit(clip_sampled(name, path, still.pixels[None], (0.0,), (info.width, info.height, 0.0), kind="image"))
+        self._raise_if_cancelled()
+        started = time.perf_counter()
+        item = loaded.family.preprocess_image(still.pixels, loaded.limits)
+        preprocess_ms = (time.perf_counter() - started) * 1e3
+        features, summary = self._encode_item(item, name, path, (0.0,), decode_ms, preprocess_ms)
+        return self._keep(EncodedClip(path=path, video=None, image=item, features=features, summary=summary), reason)
+
+    def _encode_item(
+        self,
+        item: VisionItem,
+        name: str,
+        path: Path | None,
+        timestamps: Sequence[float],
+        decode_ms: float,
+        preprocess_ms: float,
+    ) -> tuple[EncodedItem, EncodeDone]:
+        """Run ``item`` through the vision encoder, sending its per-pass numbers; its features and summary."""
+        loaded = self._require_model()
+        self._raise_if_cancelled()
+        what = "the picture" if item.modality == "image" else f"{len(timestamps)} frames"
+        self._emit(Progress("encode", 0, 1, f"Encoding {what}"))
         with self._cancel_points(loaded.family.cancel_points(loaded.model).vision):
-            output = self._require_encoder().encode([video.item])
+            output = self._require_encoder().encode([item])
         self._raise_if_cancelled()  # a cancel during the last pass still keeps the previous clip
         chunks = tuple(self._requests.stamp(chunk) for chunk in output.chunks)
         for chunk in chunks:
@@ -299,7 +341,7 @@ class Engine(BackendBase[EncodedClip]):
             EncodeDone(
                 clip_name=name,
                 frames=len(timestamps),
-                patches=video.item.patches,
+                patches=item.patches,
                 timestamps=tuple(timestamps),
                 decode_ms=decode_ms,
                 preprocess_ms=preprocess_ms,
@@ -307,13 +349,18 @@ class Engine(BackendBase[EncodedClip]):
                 ms_per_frame=metrics.last_item_ms_per_frame,
                 graph_hit=metrics.last_item_hit,
                 chunks=chunks,
+                kind=item.modality,
             )
         )
-        self.clip = EncodedClip(path=path, video=video, features=output.items[0], summary=summary)
+        return output.items[0], summary
+
+    def _keep(self, clip: EncodedClip, reason: ResetReason | None) -> EncodeDone:
+        """Make ``clip`` the open one and, unless ``reason`` is ``None``, start its conversation afresh."""
+        self.clip = clip
         if reason is not None:
             self._reset_conversation(reason)
-        self._emit(Progress("encode", 1, 1, f"{name} is ready"))
-        return self._emit(summary)
+        self._emit(Progress("encode", 1, 1, f"{clip.summary.clip_name} is ready"))
+        return self._emit(clip.summary)
 
     # ----------------------------------------------------------------- questions
 
@@ -324,7 +371,8 @@ class Engine(BackendBase[EncodedClip]):
             inputs = loaded.family.build_prompt(
                 loaded.tokenizer,
                 question,
-                videos=[self.clip.video] if self.clip else [],
+                videos=[self.clip.video] if self.clip and self.clip.video else [],
+                images=[self.clip.image] if self.clip and self.clip.image else [],
                 history=self.turns,
                 limits=loaded.limits,
             )

@@ -147,6 +147,7 @@ class ClipSampled:
     """A clip was opened and its frames sampled; ``thumbnails`` are small RGB previews, one per frame.
 
     ``thumbnails``: uint8 arrays of shape (h, w, 3); ``timestamps`` are seconds from the clip's start.
+    ``kind`` is ``"image"`` for a still picture (one thumbnail, no timeline), else ``"video"``.
     """
 
     clip_name: str
@@ -156,6 +157,7 @@ class ClipSampled:
     width: int
     height: int
     duration_s: float
+    kind: str = "video"
     request_id: int = _request_id()
 
 
@@ -165,7 +167,7 @@ class EncodeDone:
 
     ``frames`` are the sampled frames; ``ms_per_frame`` and ``graph_hit`` (every pass of the clip was
     a graph replay) are the clip's numbers as :class:`~framewise.core.metrics.EncoderMetricsAccumulator`
-    computed them.
+    computed them. ``kind`` is ``"image"`` for a still picture (one image item), else ``"video"``.
     """
 
     clip_name: str
@@ -178,6 +180,7 @@ class EncodeDone:
     ms_per_frame: float
     graph_hit: bool
     chunks: tuple[ChunkStats, ...] = field(default_factory=tuple)
+    kind: str = "video"
     request_id: int = _request_id()
 
 

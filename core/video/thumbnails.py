@@ -23,8 +23,10 @@ def clip_sampled(
     frames: np.ndarray,
     timestamps: Sequence[float],
     size_and_duration: tuple[int, int, float],
+    kind: str = "video",
 ) -> ClipSampled:
-    """The :class:`ClipSampled` event of T sampled frames (T, H, W, 3) uint8, with their thumbnails."""
+    """The :class:`ClipSampled` event of T sampled frames (T, H, W, 3) uint8, with their thumbnails
+    (``kind`` ``"image"``: one still picture)."""
     width, height, duration_s = size_and_duration
     return ClipSampled(
         clip_name=name,
@@ -34,6 +36,7 @@ def clip_sampled(
         width=width,
         height=height,
         duration_s=duration_s,
+        kind=kind,
     )
 
 
