@@ -360,6 +360,7 @@ def _result_json(info: EngineInfo, encoded: EncodeDone, done: Done) -> dict[str,
         "encoder": info.encoder_name,
         "clip": {
             "name": encoded.clip_name,
+            "kind": encoded.kind,
             "frames": encoded.frames,
             "timestamps": list(encoded.timestamps),
             "decode_ms": encoded.decode_ms,

@@ -337,8 +337,10 @@ class ClipPreview(QWidget):
         self._playable = False
         self._index = -1
         self.timeline.set_clip(clip.duration_s if clip else 0.0, clip.timestamps if clip else ())
-        for widget in (self.timeline, self.play_button):
+        is_picture = clip is not None and clip.kind == "image"
+        for widget in (self.timeline, self.play_button, self.time_label):
             widget.setEnabled(clip is not None)
+            widget.setVisible(not is_picture)  # a still picture has no time to play or seek
         if clip is None or not clip.path:
             self.player.close_clip()
         else:

@@ -64,7 +64,11 @@ DEFAULT_SIZE = (1280, 800)
 # collapsed: at 1024×640 the clip and the conversation come first.
 ROOMY_SIZE = (1280, 720)
 CPU_ENCODER_TITLE = "eager on the CPU: no CUDA graphs"
-VIDEO_FILTER = "Video clips (*.mp4 *.mov *.mkv *.webm *.avi *.m4v *.mpg *.mpeg *.wmv *.gif);;All files (*)"
+VIDEO_FILTER = (
+    "Clips and pictures (*.mp4 *.mov *.mkv *.webm *.avi *.m4v *.mpg *.mpeg *.wmv *.gif *.png *.jpg *.jpeg *.webp *.bmp);;"
+    "Video clips (*.mp4 *.mov *.mkv *.webm *.avi *.m4v *.mpg *.mpeg *.wmv *.gif);;"
+    "Pictures (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff);;All files (*)"
+)
 
 
 class MainWindow(QMainWindow, SessionListener):
@@ -364,7 +368,7 @@ class MainWindow(QMainWindow, SessionListener):
     def choose_clip(self) -> None:
         recent = self.store.recent_files()
         start = str(Path(recent[0]).parent) if recent else str(Path.home())
-        path, _ = QFileDialog.getOpenFileName(self, "Open a video clip", start, VIDEO_FILTER)
+        path, _ = QFileDialog.getOpenFileName(self, "Open a clip or a picture", start, VIDEO_FILTER)
         if path:
             self.open_clip(path)
 

@@ -51,7 +51,7 @@ def test_ask_json_is_one_object_with_answer_and_stats(sample_clip: Path) -> None
     result = framewise("ask", str(sample_clip), "How many shapes are there?", "--json", *FAST)
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
-    assert payload["clip"]["name"] == sample_clip.name
+    assert payload["clip"]["name"] == sample_clip.name and payload["clip"]["kind"] == "video"
     assert len(payload["clip"]["timestamps"]) == payload["clip"]["frames"] == 4
     assert payload["model_label"].startswith("Demo model")
     assert 0 < payload["stats"]["new_tokens"] <= 8
@@ -328,3 +328,13 @@ def test_an_incomplete_checkpoint_is_refused_with_what_is_missing(
     assert expected in result.stderr and str(folder) in result.stderr
     assert "Traceback" not in result.stderr and result.stdout == ""
     assert_answers_afterwards()
+
+
+def test_ask_json_says_a_picture_is_an_image(tmp_path: Path) -> None:
+    from tests.core.test_images import red_square_picture
+
+    result = framewise("ask", str(red_square_picture(tmp_path)), "What color is the square?", "--json", *FAST)
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["clip"]["kind"] == "image" and payload["clip"]["frames"] == 1
+    assert payload["answer"].split()[0] == "red"
