@@ -170,7 +170,8 @@ class Engine(BackendBase[EncodedClip]):
         A new model is loaded beside the old one (when that runs out of memory, the old one is
         released first and, should the new one still fail, loaded again) and re-encodes the open
         clip; new encoder settings re-capture the graphs; new sampling settings re-sample and
-        re-encode the open clip (emptying the conversation, with reason ``resampled``); a new
+        re-encode the open clip (emptying the conversation, with reason ``resampled``, and dropping
+        the items added to it, whose features the old model or sampling made); a new
         context length or decoding setting re-allocates the KV cache and re-captures the decode
         graphs. Returns the new :class:`EngineInfo`, which is also sent, when the model, encoder or
         decoder changed. On any failure the engine is as it was before the call (settings, model,
@@ -236,34 +237,47 @@ class Engine(BackendBase[EncodedClip]):
     # ----------------------------------------------------------------- clips
 
     def _open_clip(self, path: Path, reason: ResetReason | None) -> EncodeDone:
-        """Sample, preprocess and encode ``path``; ``reason`` is why the conversation empties (``None``:
-        it is being put back).
+        """Sample, preprocess and encode ``path`` and make it the only open item; ``reason`` is why
+        the conversation empties (``None``: it is being put back).
 
         Emits Progress (decode, encode), ClipSampled, one ChunkStats per encoder pass,
         EncoderMetrics, ConversationReset and EncodeDone.
         """
-        loaded = self._require_model()
+        self._require_model()
         with self._request():
-            self._raise_if_cancelled()
-            self._emit(Progress("decode", 0, 1, f"Reading {path.name}"))
-            started = time.perf_counter()
-            still = read_still(path)
-            if still is not None:
-                return self._encode_image(still, path.name, path, (time.perf_counter() - started) * 1e3, reason)
-            sampling = self.settings.sampling
-            sampled = sample_clip(
-                path,
-                sampling,
-                loaded.family.frame_sizing(sampling, loaded.limits),
-                should_cancel=self._cancel.is_set,
-                on_progress=lambda progress: self._emit(_decode_progress(path.name, progress)),
-            )
-            decode_ms = (time.perf_counter() - started) * 1e3
-            info = sampled.info
-            size_and_duration = (info.width, info.height, info.duration_s)
-            return self._encode_frames(
-                sampled.frames, sampled.timestamps, path.name, path, decode_ms, size_and_duration, reason
-            )
+            return self._keep(self._read_and_encode(path), reason)
+
+    def _add_clip(self, path: Path) -> EncodeDone:
+        """Sample, preprocess and encode ``path`` and add it to the conversation (no reset); the
+        events are :meth:`_open_clip`'s but for ConversationReset."""
+        self._require_model()
+        with self._request():
+            clip = self._read_and_encode(path)
+            self.added.append(clip)
+            self._emit(Progress("encode", 1, 1, f"{clip.summary.clip_name} is added to the conversation"))
+            return self._emit(clip.summary)
+
+    def _read_and_encode(self, path: Path) -> EncodedClip:
+        """``path`` read (a still picture as an image, anything else sampled as a clip) and encoded."""
+        loaded = self._require_model()
+        self._raise_if_cancelled()
+        self._emit(Progress("decode", 0, 1, f"Reading {path.name}"))
+        started = time.perf_counter()
+        still = read_still(path)
+        if still is not None:
+            return self._encode_image(still, path.name, path, (time.perf_counter() - started) * 1e3)
+        sampling = self.settings.sampling
+        sampled = sample_clip(
+            path,
+            sampling,
+            loaded.family.frame_sizing(sampling, loaded.limits),
+            should_cancel=self._cancel.is_set,
+            on_progress=lambda progress: self._emit(_decode_progress(path.name, progress)),
+        )
+        decode_ms = (time.perf_counter() - started) * 1e3
+        info = sampled.info
+        size_and_duration = (info.width, info.height, info.duration_s)
+        return self._encode_frames(sampled.frames, sampled.timestamps, path.name, path, decode_ms, size_and_duration)
 
     def _use_frames(
         self, frames: np.ndarray, timestamps: Sequence[float], name: str, size_and_duration: tuple[int, int, float]
@@ -275,7 +289,8 @@ class Engine(BackendBase[EncodedClip]):
         """
         self._require_model()
         with self._request():
-            return self._encode_frames(frames, timestamps, name, None, 0.0, size_and_duration, "new_clip")
+            clip = self._encode_frames(frames, timestamps, name, None, 0.0, size_and_duration)
+            return self._keep(clip, "new_clip")
 
     def _encode_frames(
         self,
@@ -285,10 +300,8 @@ class Engine(BackendBase[EncodedClip]):
         path: Path | None,
         decode_ms: float,
         size_and_duration: tuple[int, int, float],
-        reason: ResetReason | None,
-    ) -> EncodeDone:
-        """Preprocess and encode sampled frames (T, H, W, 3) uint8, make them the open clip and, unless
-        ``reason`` is ``None``, start its conversation afresh."""
+    ) -> EncodedClip:
+        """Preprocess and encode sampled frames (T, H, W, 3) uint8 as a clip."""
         loaded = self._require_model()
         self._emit(clip_sampled(name, path, frames, timestamps, size_and_duration))
         self._raise_if_cancelled()
@@ -296,15 +309,11 @@ class Engine(BackendBase[EncodedClip]):
         video = loaded.family.preprocess_video(frames, timestamps, loaded.limits)
         preprocess_ms = (time.perf_counter() - started) * 1e3
         self._raise_if_cancelled()
-
         features, summary = self._encode_item(video.item, name, path, timestamps, decode_ms, preprocess_ms)
-        return self._keep(EncodedClip(path=path, video=video, features=features, summary=summary), reason)
+        return EncodedClip(path=path, video=video, features=features, summary=summary)
 
-    def _encode_image(
-        self, still: StillImage, name: str, path: Path, decode_ms: float, reason: ResetReason | None
-    ) -> EncodeDone:
-        """Preprocess and encode a still picture as one image item (no timeline), make it the open
-        item and, unless ``reason`` is ``None``, start its conversation afresh."""
+    def _encode_image(self, still: StillImage, name: str, path: Path, decode_ms: float) -> EncodedClip:
+        """Preprocess and encode a still picture as one image item (no times)."""
         loaded = self._require_model()
         info = still.info
         self._emit(clip_sampled(name, path, still.pixels[None], (0.0,), (info.width, info.height, 0.0), kind="image"))
@@ -313,7 +322,7 @@ class Engine(BackendBase[EncodedClip]):
         item = loaded.family.preprocess_image(still.pixels, loaded.limits)
         preprocess_ms = (time.perf_counter() - started) * 1e3
         features, summary = self._encode_item(item, name, path, (0.0,), decode_ms, preprocess_ms)
-        return self._keep(EncodedClip(path=path, video=None, image=item, features=features, summary=summary), reason)
+        return EncodedClip(path=path, video=None, image=item, features=features, summary=summary)
 
     def _encode_item(
         self,
@@ -356,9 +365,7 @@ class Engine(BackendBase[EncodedClip]):
 
     def _keep(self, clip: EncodedClip, reason: ResetReason | None) -> EncodeDone:
         """Make ``clip`` the open one and, unless ``reason`` is ``None``, start its conversation afresh."""
-        self.clip = clip
-        if reason is not None:
-            self._reset_conversation(reason)
+        self._make_open(clip, reason)
         self._emit(Progress("encode", 1, 1, f"{clip.summary.clip_name} is ready"))
         return self._emit(clip.summary)
 
@@ -368,11 +375,12 @@ class Engine(BackendBase[EncodedClip]):
         loaded = self._require_model()
         with self._request():
             started = time.perf_counter()
+            items = self._prompt_items()
             inputs = loaded.family.build_prompt(
                 loaded.tokenizer,
                 question,
-                videos=[self.clip.video] if self.clip and self.clip.video else [],
-                images=[self.clip.image] if self.clip and self.clip.image else [],
+                videos=[item.video for item in items if item.video is not None],
+                images=[item.image for item in items if item.image is not None],
                 history=self.turns,
                 limits=loaded.limits,
             )
@@ -381,7 +389,7 @@ class Engine(BackendBase[EncodedClip]):
                 # Inside the prefill (until the first token); the token loop checks between tokens.
                 prefilling = lambda: streamer.speed.first_token_time is None  # noqa: E731
                 with self._cancel_points(loaded.family.cancel_points(loaded.model).language, while_=prefilling):
-                    decoded = self._decode(inputs, streamer)
+                    decoded = self._decode(inputs, items, streamer)
             except CancelledError:  # before the first token: during the prefill, or before it began
                 decoded = Decoded(prompt_tokens=int(inputs.input_ids.shape[1]), stop_reason="cancelled")
             streamer.end()
@@ -394,18 +402,23 @@ class Engine(BackendBase[EncodedClip]):
         stats = self._answer_stats(started, finished, streamer, decoded)
         return self._emit(Done(text=text, stats=stats, kept=not cancelled))
 
-    def _decode(self, inputs: PromptInputs, streamer: _TokenStreamer) -> Decoded:
-        """Decode the answer to ``inputs`` with the open clip's features, streaming through ``streamer``."""
+    def _prompt_items(self) -> list[EncodedClip]:
+        """The open items in the order the family's prompt numbers them: clips first, then pictures."""
+        return sorted(self.clips, key=lambda item: item.kind == "image")
+
+    def _decode(self, inputs: PromptInputs, items: Sequence[EncodedClip], streamer: _TokenStreamer) -> Decoded:
+        """Decode the answer to ``inputs`` with the features of ``items`` (in prompt order), streaming
+        through ``streamer``."""
         loaded = self._require_model()
         decoder = self._require_decoder()
-        clip = self.clip
         prompt = Prompt(
             input_ids=inputs.input_ids,
             token_types=inputs.token_types,
             spans=inputs.spans,
             grids=inputs.grids,
-            items=(clip.features,) if clip else (),
-            owner=clip,
+            items=tuple(item.features for item in items),
+            # Items are only ever added or all replaced, so the newest one names the whole set.
+            owner=self.clips[-1] if self.clips else None,
         )
         generation = self.settings.generation
         rule = SamplingRule(

@@ -27,6 +27,7 @@ class SwitchableEngine(Protocol):
     graphs_reason: str
     decoder: Any
     clip: Any
+    added: list[Any]
     turns: list[tuple[str, str]]
 
     def load(self, request_id: int | None = None) -> EngineInfo: ...
@@ -54,6 +55,7 @@ class _Parts:
     graphs_reason: str
     decoder: Any
     clip: Any
+    added: list[Any] = field(default_factory=list)
     turns: list[tuple[str, str]] = field(default_factory=list)
     released: bool = False
 
@@ -72,6 +74,7 @@ class SettingsTransaction:
             engine.graphs_reason,
             engine.decoder,
             engine.clip,
+            list(engine.added),
             list(engine.turns),
         )
 
@@ -154,10 +157,11 @@ class SettingsTransaction:
             engine.load()
             if before.clip is not None and before.clip.path is not None:
                 self.reopen_clip(before.clip.path, None)  # the conversation stays: it is put back
-            engine.turns = before.turns
+            engine.added, engine.turns = before.added, before.turns
             return
         engine.loaded, engine.encoder, engine.graphs_reason = before.loaded, before.encoder, before.graphs_reason
         engine.decoder, engine.clip, engine.turns = before.decoder, before.clip, before.turns
+        engine.added = before.added
         if engine.encoder is None:
             engine.build_encoder()
         if engine.decoder is None:

@@ -37,8 +37,9 @@ class AnsweringBackend(Protocol):
 
     Only :meth:`cancel` may be called from another thread. ``turns`` holds the finished
     (question, answer) turns about the open clip: the one conversation record, whose every reset is
-    sent as a ``ConversationReset``. Every event a call sends carries its ``request_id`` (a new one
-    when ``None``).
+    sent as a ``ConversationReset``. :meth:`open_clip` replaces every open item; :meth:`add_clip`
+    adds a clip or picture to the same conversation. Every event a call sends carries its
+    ``request_id`` (a new one when ``None``).
     """
 
     settings: AppSettings
@@ -48,9 +49,26 @@ class AnsweringBackend(Protocol):
     def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None: ...
     def info(self) -> EngineInfo: ...
     def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone: ...
+    def add_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone: ...
     def open_frames(
         self, frames: np.ndarray, timestamps: Sequence[float], name: str, request_id: int | None = None
     ) -> EncodeDone: ...
+    def add_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
+        """Sample the clip or picture at ``path`` and add it to the conversation beside the open
+        items (with none open, open it); the questions and answers so far are kept.
+
+        A failure leaves the open items and the conversation as they were.
+        """
+        with self._requests.serving(request_id):
+            if self.clip is None:
+                return self._open_clip(Path(path), "new_clip")
+            return self._add_clip(Path(path))
+
+    @property
+    def clips(self) -> list[ClipT]:
+        """Every item of the conversation: the opened one, then those added, in order."""
+        return ([self.clip] if self.clip is not None else []) + self.added
+
     def ask(self, question: str, request_id: int | None = None) -> Done: ...
     def cancel(self, request_id: int | None = None) -> None: ...
     def new_conversation(self, request_id: int | None = None) -> None: ...
@@ -79,14 +97,19 @@ class BackendBase(ABC, Generic[ClipT]):
     its open clip.
 
     A subclass serves each of its own public calls inside ``self._requests.serving(request_id)`` and
-    sends events through :meth:`_emit`. Opening a clip, frames given directly and a question reach
-    it, inside their request, as :meth:`_open_clip`, :meth:`_use_frames` and :meth:`_ask`.
+    sends events through :meth:`_emit`. Opening a clip, adding one, frames given directly and a
+    question reach it, inside their request, as :meth:`_open_clip`, :meth:`_add_clip`,
+    :meth:`_use_frames` and :meth:`_ask`.
+
+    ``clip`` is the item that was opened; ``added`` the clips and pictures added to its
+    conversation since, in order; :attr:`clips` all of them.
     """
 
     def __init__(self, settings: AppSettings | None = None, sink: EventSink = ignore_events) -> None:
         self.settings = (settings or AppSettings()).validate()
         self.sink = sink
         self.clip: ClipT | None = None
+        self.added: list[ClipT] = []
         self.turns: Turns = []
         self._cancel = threading.Event()
         self._requests = RequestScope()
@@ -98,6 +121,22 @@ class BackendBase(ABC, Generic[ClipT]):
         """
         with self._requests.serving(request_id):
             return self._open_clip(Path(path), "new_clip")
+
+    def add_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
+        """Sample the clip or picture at ``path`` and add it to the conversation beside the open
+        items (with none open, open it); the questions and answers so far are kept.
+
+        A failure leaves the open items and the conversation as they were.
+        """
+        with self._requests.serving(request_id):
+            if self.clip is None:
+                return self._open_clip(Path(path), "new_clip")
+            return self._add_clip(Path(path))
+
+    @property
+    def clips(self) -> list[ClipT]:
+        """Every item of the conversation: the opened one, then those added, in order."""
+        return ([self.clip] if self.clip is not None else []) + self.added
 
     def ask(self, question: str, request_id: int | None = None) -> Done:
         """Answer ``question`` about the open clip (or as plain text with none), streaming Token events.
@@ -136,6 +175,10 @@ class BackendBase(ABC, Generic[ClipT]):
         """Open the clip at ``path`` in the request being served; ``reason`` is why the conversation empties."""
 
     @abstractmethod
+    def _add_clip(self, path: Path) -> EncodeDone:
+        """Add the clip or picture at ``path`` to the conversation (a clip is open), in the request being served."""
+
+    @abstractmethod
     def _ask(self, question: str) -> Done:
         """Answer ``question`` (stripped, not empty) in the request being served."""
 
@@ -152,6 +195,14 @@ class BackendBase(ABC, Generic[ClipT]):
     def _emit(self, event: E) -> E:
         """Send ``event`` as part of the request being served; returns it as sent."""
         return self._requests.send(self.sink, event)
+
+    def _make_open(self, clip: ClipT, reason: ResetReason | None) -> None:
+        """Make ``clip`` the open item. With a ``reason`` (why the conversation empties) it replaces
+        every item and the conversation starts afresh; ``None`` puts it back, the rest kept."""
+        self.clip = clip
+        if reason is not None:
+            self.added.clear()
+            self._reset_conversation(reason)
 
     def _reset_conversation(self, reason: ResetReason) -> None:
         """Empty the conversation record and say so, with ``reason`` and the open clip."""

@@ -108,8 +108,15 @@ class FakeEngine(BackendBase[FakeClip]):
         self._cancel.set()
 
     def _open_clip(self, path: Path, reason: ResetReason) -> EncodeDone:
+        return self._read(path, reason, "open_clip")
+
+    def _add_clip(self, path: Path) -> EncodeDone:
+        return self._read(path, None, "add_clip")
+
+    def _read(self, path: Path, reason: ResetReason | None, call: str) -> EncodeDone:
+        """Sample ``path`` and open it (``reason``: why the conversation empties) or, with ``None``, add it."""
         self._cancel.clear()
-        self.calls.append(("open_clip", time.perf_counter()))
+        self.calls.append((call, time.perf_counter()))
         if not path.is_file():
             raise ClipNotFoundError(f"{path} does not exist")
         frames, timestamps, duration = _sample_with_opencv(
@@ -131,9 +138,10 @@ class FakeEngine(BackendBase[FakeClip]):
         name: str,
         path: Path | None,
         size_and_duration: tuple[int, int, float],
-        reason: ResetReason,
+        reason: ResetReason | None,
     ) -> EncodeDone:
-        """Pretend to encode frames (each H, W, 3 uint8) in passes of four, and make them the open clip."""
+        """Pretend to encode frames (each H, W, 3 uint8) in passes of four, and make them the open clip
+        (``reason``: why the conversation empties) or, with ``None``, add them to the conversation."""
         width, height, duration = size_and_duration
         self._emit(ClipSampled(name, str(path or ""), timestamps, tuple(frames), width, height, duration))
         self._emit(Progress("encode", 0, 1, f"Encoding {len(frames)} frames"))
@@ -150,8 +158,10 @@ class FakeEngine(BackendBase[FakeClip]):
             name, len(frames), len(frames) * 64, timestamps, 5.0, 1.0, encode_ms, metrics.last_item_ms_per_frame,
             metrics.last_item_hit, tuple(chunks),
         )
-        self.clip = FakeClip(path, done)
-        self._reset_conversation(reason)
+        if reason is None:
+            self.added.append(FakeClip(path, done))
+        else:
+            self._make_open(FakeClip(path, done), reason)
         self._emit(Progress("encode", 1, 1, f"{name} is ready"))
         return self._emit(done)
 
