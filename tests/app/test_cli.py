@@ -338,3 +338,22 @@ def test_ask_json_says_a_picture_is_an_image(tmp_path: Path) -> None:
     payload = json.loads(result.stdout)
     assert payload["clip"]["kind"] == "image" and payload["clip"]["frames"] == 1
     assert payload["answer"].split()[0] == "red"
+
+
+def test_ask_about_a_clip_and_a_picture_together(sample_clip: Path, tmp_path: Path) -> None:
+    from tests.core.test_images import red_square_picture
+
+    picture = red_square_picture(tmp_path)
+    result = framewise("ask", str(sample_clip), str(picture), "What color is the square?", "--json", *FAST)
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert [(clip["name"], clip["kind"]) for clip in payload["clips"]] == [(sample_clip.name, "video"), (picture.name, "image")]
+    assert payload["clip"]["name"] == sample_clip.name and payload["answer"]
+
+    text = framewise("ask", str(sample_clip), str(picture), "What color is the square?", *FAST)
+    assert text.returncode == 0 and f"also asked about {picture.name}: a picture" in text.stdout
+
+
+def test_ask_refuses_a_missing_second_file_before_loading(sample_clip: Path, tmp_path: Path) -> None:
+    result = framewise("ask", str(sample_clip), str(tmp_path / "missing.png"), "What?", *FAST)
+    assert result.returncode == 2 and "missing.png" in result.stderr and "[load]" not in result.stderr

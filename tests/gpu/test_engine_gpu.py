@@ -67,3 +67,18 @@ def test_a_picture_goes_through_the_image_graphs_and_answers_like_eager(tmp_path
     eager.open_clip(picture)
     assert graph_answer == eager.ask("What color is the square?").text
     assert graph_answer.split()[0] == "red"
+
+
+def test_two_clips_in_one_prompt_answer_like_eager(clips: list[Path]) -> None:
+    first, second = clips[:2]
+
+    def first_tokens(settings: AppSettings) -> list[str]:
+        engine = Engine(settings)
+        engine.load()
+        engine.open_clip(first)
+        engine.add_clip(second)
+        assert len(engine.clips) == 2
+        return engine.ask("What color is the square?").text.split()[:3]
+
+    graph_tokens = first_tokens(CUDA_FP32)
+    assert graph_tokens and graph_tokens == first_tokens(CUDA_FP32.replace("encoder", use_graphs=False))
