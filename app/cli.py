@@ -2,6 +2,7 @@
 
     framewise ask CLIP "QUESTION" [--json] [settings flags]
     framewise ask CLIP_OR_PICTURE ... "QUESTION"                 # several clips or pictures, one conversation
+    framewise ask CLIP "QUESTION" --start 12 --end 14            # also a closer look at 12-14 s of the first clip
     framewise info [--json]
     framewise ask CLIP "QUESTION" --server http://HOST:8000 [--server-model NAME]   # a vLLM server answers
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 from typing import Any, Sequence, TextIO
@@ -64,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = _settings_from_args(args).validate()
         if args.command == "info":
             return _info(settings, args.json)
-        return _ask(settings, args.clips, args.question, args.json)
+        return _ask(settings, args.clips, args.question, args.json, _span(args.start, args.end))
     except KeyboardInterrupt:
         print("framewise: interrupted", file=sys.stderr)
         return 130
@@ -118,6 +120,8 @@ def _parser() -> argparse.ArgumentParser:
         "clips", nargs="+", metavar="CLIP", help="path of a video file or a picture; give several to ask about them together"
     )
     ask.add_argument("question", help="the question, in quotes")
+    ask.add_argument("--start", type=float, metavar="S", help="look closer at the first clip from S seconds (default 0)")
+    ask.add_argument("--end", type=float, metavar="S", help="look closer at the first clip up to S seconds (default its end)")
     info = commands.add_parser("info", help="show the device, attention backends and model in use")
     for command in (ask, info):
         _add_settings_flags(command)
@@ -213,7 +217,16 @@ def _info(settings: AppSettings, as_json: bool) -> int:
     return 0
 
 
-def _ask(settings: AppSettings, clips: Sequence[str], question: str, as_json: bool) -> int:
+def _span(start: float | None, end: float | None) -> tuple[float, float] | None:
+    """The span ``--start``/``--end`` name (``None`` when neither is given)."""
+    if start is None and end is None:
+        return None
+    return (start or 0.0, math.inf if end is None else end)
+
+
+def _ask(
+    settings: AppSettings, clips: Sequence[str], question: str, as_json: bool, span: tuple[float, float] | None = None
+) -> int:
     if not question.strip():
         raise EmptyQuestionError()
     from framewise.core.video import probe_clip  # no torch: a bad path is found before the model loads
@@ -231,6 +244,8 @@ def _ask(settings: AppSettings, clips: Sequence[str], question: str, as_json: bo
         _note_unused_settings(settings, info)
     encoded = engine.open_clip(clips[0])
     added = [engine.add_clip(clip) for clip in clips[1:]]
+    if span is not None:
+        added.append(engine.look_closer(*span))
     if not as_json:
         printer.stream_answer(f"[{info.model_label}]\n" if info.model_label else "")
     done = engine.ask(question)
@@ -359,6 +374,8 @@ def _graph_words(encoded: EncodeDone, info: EngineInfo) -> str:
 
 def _item_words(encoded: EncodeDone) -> str:
     """One item added to the question, in a few words."""
+    if encoded.span is not None:
+        return f"a closer look, frames {encoded.frames} from {encoded.span[0]:.1f} to {encoded.span[1]:.1f} s"
     if encoded.kind == "image":
         return f"a picture, {encoded.patches} patches"
     return f"frames {encoded.frames}, patches {encoded.patches}"
@@ -376,6 +393,7 @@ def _clip_json(encoded: EncodeDone) -> dict[str, Any]:
         "ms_per_frame": encoded.ms_per_frame,
         "graph_hit": encoded.graph_hit,
         "passes": len(encoded.chunks),
+        "span": list(encoded.span) if encoded.span else None,
     }
 
 

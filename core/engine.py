@@ -32,14 +32,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-from framewise.core.backends.base import BackendBase
+from framewise.core.backends.base import BackendBase, closer_look_summary
 from framewise.core.decoding import Decoded, Decoder, Prompt, SamplingRule, context_for
 from framewise.core.encoding.defs import EncodedItem, VisionEncoder, VisionItem
 from framewise.core.encoding.manager import make_vision_encoder
@@ -247,23 +247,24 @@ class Engine(BackendBase[EncodedClip]):
         with self._request():
             return self._keep(self._read_and_encode(path), reason)
 
-    def _add_clip(self, path: Path) -> EncodeDone:
-        """Sample, preprocess and encode ``path`` and add it to the conversation (no reset); the
-        events are :meth:`_open_clip`'s but for ConversationReset."""
+    def _add_clip(self, path: Path, span: tuple[float, float] | None) -> EncodeDone:
+        """Sample (its ``span`` only, densely, when given), preprocess and encode ``path`` and add it
+        to the conversation (no reset); the events are :meth:`_open_clip`'s but for ConversationReset."""
         self._require_model()
         with self._request():
-            clip = self._read_and_encode(path)
+            clip = self._read_and_encode(path, span)
             self.added.append(clip)
             self._emit(Progress("encode", 1, 1, f"{clip.summary.clip_name} is added to the conversation"))
             return self._emit(clip.summary)
 
-    def _read_and_encode(self, path: Path) -> EncodedClip:
-        """``path`` read (a still picture as an image, anything else sampled as a clip) and encoded."""
+    def _read_and_encode(self, path: Path, span: tuple[float, float] | None = None) -> EncodedClip:
+        """``path`` read (a still picture as an image, anything else sampled as a clip, or only its
+        ``span`` (start, end) seconds) and encoded."""
         loaded = self._require_model()
         self._raise_if_cancelled()
         self._emit(Progress("decode", 0, 1, f"Reading {path.name}"))
         started = time.perf_counter()
-        still = read_still(path)
+        still = read_still(path) if span is None else None
         if still is not None:
             return self._encode_image(still, path.name, path, (time.perf_counter() - started) * 1e3)
         sampling = self.settings.sampling
@@ -273,11 +274,13 @@ class Engine(BackendBase[EncodedClip]):
             loaded.family.frame_sizing(sampling, loaded.limits),
             should_cancel=self._cancel.is_set,
             on_progress=lambda progress: self._emit(_decode_progress(path.name, progress)),
+            span=span,
         )
         decode_ms = (time.perf_counter() - started) * 1e3
         info = sampled.info
         size_and_duration = (info.width, info.height, info.duration_s)
-        return self._encode_frames(sampled.frames, sampled.timestamps, path.name, path, decode_ms, size_and_duration)
+        clip = self._encode_frames(sampled.frames, sampled.timestamps, path.name, path, decode_ms, size_and_duration)
+        return clip if span is None else replace(clip, summary=closer_look_summary(clip.summary, span, info.duration_s))
 
     def _use_frames(
         self, frames: np.ndarray, timestamps: Sequence[float], name: str, size_and_duration: tuple[int, int, float]

@@ -167,7 +167,8 @@ class EncodeDone:
 
     ``frames`` are the sampled frames; ``ms_per_frame`` and ``graph_hit`` (every pass of the clip was
     a graph replay) are the clip's numbers as :class:`~framewise.core.metrics.EncoderMetricsAccumulator`
-    computed them. ``kind`` is ``"image"`` for a still picture (one image item), else ``"video"``.
+    computed them. ``kind`` is ``"image"`` for a still picture (one image item), else ``"video"``;
+    ``span`` is the (start, end) seconds a closer look sampled (``None``: the whole clip).
     """
 
     clip_name: str
@@ -181,6 +182,7 @@ class EncodeDone:
     graph_hit: bool
     chunks: tuple[ChunkStats, ...] = field(default_factory=tuple)
     kind: str = "video"
+    span: tuple[float, float] | None = None
     request_id: int = _request_id()
 
 

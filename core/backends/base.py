@@ -8,6 +8,7 @@ open clip's bookkeeping and how frames given directly are sized.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Callable, Generic, Protocol, Sequence, TypeVar
 
 import numpy as np
 
-from framewise.core.errors import EmptyQuestionError
+from framewise.core.errors import EmptyQuestionError, SpanError
 from framewise.core.events import (
     ConversationReset,
     Done,
@@ -50,6 +51,9 @@ class AnsweringBackend(Protocol):
     def info(self) -> EngineInfo: ...
     def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone: ...
     def add_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone: ...
+    def look_closer(
+        self, start_s: float, end_s: float, item: int = 0, request_id: int | None = None
+    ) -> EncodeDone: ...
     def open_frames(
         self, frames: np.ndarray, timestamps: Sequence[float], name: str, request_id: int | None = None
     ) -> EncodeDone: ...
@@ -62,7 +66,28 @@ class AnsweringBackend(Protocol):
         with self._requests.serving(request_id):
             if self.clip is None:
                 return self._open_clip(Path(path), "new_clip")
-            return self._add_clip(Path(path))
+            return self._add_clip(Path(path), None)
+
+    def look_closer(
+        self, start_s: float, end_s: float, item: int = 0, request_id: int | None = None
+    ) -> EncodeDone:
+        """Sample the span ``start_s``..``end_s`` of the open clip number ``item`` (of :attr:`clips`)
+        densely, with its real times, and add it to the conversation as a new item (see
+        :meth:`add_clip`). The answers after it see the span; ``EncodeDone.span`` says which.
+
+        Raises SpanError for a span outside the clip, a picture, or frames given directly.
+        """
+        with self._requests.serving(request_id):
+            clips = self.clips
+            if not 0 <= item < len(clips):
+                raise SpanError("Open a clip first, then select a span of its timeline to look closer at.")
+            path, summary = clips[item].path, clips[item].summary
+            if summary.kind == "image" or path is None:
+                raise SpanError(
+                    f"{summary.clip_name} has no timeline to look closer at "
+                    f"({'a picture' if path else 'frames given directly'}); select a span of a clip opened from a file."
+                )
+            return self._add_clip(path, (start_s, end_s))
 
     @property
     def clips(self) -> list[ClipT]:
@@ -131,7 +156,28 @@ class BackendBase(ABC, Generic[ClipT]):
         with self._requests.serving(request_id):
             if self.clip is None:
                 return self._open_clip(Path(path), "new_clip")
-            return self._add_clip(Path(path))
+            return self._add_clip(Path(path), None)
+
+    def look_closer(
+        self, start_s: float, end_s: float, item: int = 0, request_id: int | None = None
+    ) -> EncodeDone:
+        """Sample the span ``start_s``..``end_s`` of the open clip number ``item`` (of :attr:`clips`)
+        densely, with its real times, and add it to the conversation as a new item (see
+        :meth:`add_clip`). The answers after it see the span; ``EncodeDone.span`` says which.
+
+        Raises SpanError for a span outside the clip, a picture, or frames given directly.
+        """
+        with self._requests.serving(request_id):
+            clips = self.clips
+            if not 0 <= item < len(clips):
+                raise SpanError("Open a clip first, then select a span of its timeline to look closer at.")
+            path, summary = clips[item].path, clips[item].summary
+            if summary.kind == "image" or path is None:
+                raise SpanError(
+                    f"{summary.clip_name} has no timeline to look closer at "
+                    f"({'a picture' if path else 'frames given directly'}); select a span of a clip opened from a file."
+                )
+            return self._add_clip(path, (start_s, end_s))
 
     @property
     def clips(self) -> list[ClipT]:
@@ -175,8 +221,9 @@ class BackendBase(ABC, Generic[ClipT]):
         """Open the clip at ``path`` in the request being served; ``reason`` is why the conversation empties."""
 
     @abstractmethod
-    def _add_clip(self, path: Path) -> EncodeDone:
-        """Add the clip or picture at ``path`` to the conversation (a clip is open), in the request being served."""
+    def _add_clip(self, path: Path, span: tuple[float, float] | None) -> EncodeDone:
+        """Add the clip or picture at ``path`` (only the ``span`` (start, end) seconds of a clip,
+        sampled densely, when given) to the conversation, in the request being served."""
 
     @abstractmethod
     def _ask(self, question: str) -> Done:
@@ -222,3 +269,10 @@ def frames_size_and_duration(frames: np.ndarray, timestamps: Sequence[float]) ->
     standing for the duration."""
     rows, cols = frames.shape[1:3]
     return int(cols), int(rows), float(timestamps[-1])
+
+
+def closer_look_summary(summary: EncodeDone, span: tuple[float, float], duration_s: float) -> EncodeDone:
+    """``summary`` of a clip of ``duration_s`` seconds sampled over ``span`` (start, end seconds)
+    only, named after the span as cut to the clip."""
+    start, end = max(span[0], 0.0), min(span[1], duration_s)
+    return dataclasses.replace(summary, clip_name=f"{summary.clip_name} {start:.1f}–{end:.1f} s", span=(start, end))

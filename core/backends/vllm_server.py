@@ -12,6 +12,7 @@ the request) and returns at once. Nothing is retried on its own: every failure b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -34,7 +35,7 @@ from framewise.core.backends.vllm_request import (
     video_data_url,
 )
 from framewise.core.backends.vllm_serve_command import with_serve_command
-from framewise.core.backends.base import BackendBase
+from framewise.core.backends.base import BackendBase, closer_look_summary
 from framewise.core.errors import CancelledError, FramewiseError
 from framewise.core.events import (
     AnswerStats,
@@ -147,31 +148,39 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         self._make_open(clip, reason)
         return self._ready(clip, "is ready (the server encodes it with the first question)")
 
-    def _add_clip(self, path: Path) -> EncodeDone:
-        """Sample and pack the clip or picture at ``path`` and add it to the conversation."""
-        clip = self._read_and_pack(path)
+    def _add_clip(self, path: Path, span: tuple[float, float] | None) -> EncodeDone:
+        """Sample (its ``span`` only, when given) and pack the clip or picture at ``path`` and add it
+        to the conversation. A span's times differ from the clip's, which the server refuses in one
+        request (:func:`check_times_agree` says so)."""
+        clip = self._read_and_pack(path, span)
         check_times_agree(self.clips, clip)
         self.added.append(clip)
         return self._ready(clip, "is added to the conversation")
 
-    def _read_and_pack(self, path: Path) -> RemoteClip:
-        """``path`` read (a still picture as an image, anything else sampled as a clip) and packed."""
+    def _read_and_pack(self, path: Path, span: tuple[float, float] | None = None) -> RemoteClip:
+        """``path`` read (a still picture as an image, anything else sampled as a clip, or only its
+        ``span`` (start, end) seconds) and packed."""
         self._require_server()
         self._cancel.clear()
         self._emit(Progress("decode", 0, 1, f"Reading {path.name}"))
         started = time.perf_counter()
-        still = read_still(path)
+        still = read_still(path) if span is None else None
         if still is not None:
             return self._pack_picture(still.pixels, path, (time.perf_counter() - started) * 1e3)
         sampling = self.settings.sampling
         sampled = sample_clip(
-            path, sampling, self.family.frame_sizing(sampling, self.limits), should_cancel=self._cancel.is_set
+            path,
+            sampling,
+            self.family.frame_sizing(sampling, self.limits),
+            should_cancel=self._cancel.is_set,
+            span=span,
         )
         decode_ms = (time.perf_counter() - started) * 1e3
         info = sampled.info
-        return self._pack(
+        clip = self._pack(
             sampled.frames, sampled.timestamps, path.name, path, decode_ms, (info.width, info.height, info.duration_s)
         )
+        return clip if span is None else dataclasses.replace(clip, summary=closer_look_summary(clip.summary, span, info.duration_s))
 
     def _pack_picture(self, picture: np.ndarray, path: Path, decode_ms: float) -> RemoteClip:
         """Pack a still picture (H, W, 3) uint8 RGB for the server as one image."""

@@ -47,7 +47,7 @@ from framewise.core.video.clip import (
 )
 from framewise.core.video.opencv_reader import OpenCVClip
 from framewise.core.video.pyav_reader import PyAVClip
-from framewise.core.video.sampling import read_clip, sample_count, sample_times
+from framewise.core.video.sampling import read_clip, sample_count, sample_times, span_count
 
 __all__ = [
     "MAX_FRAME_PIXELS",
@@ -63,6 +63,7 @@ __all__ = [
     "sample_clip",
     "sample_count",
     "sample_times",
+    "span_count",
     "stuck_reads",
 ]
 
@@ -85,8 +86,11 @@ def sample_clip(
     budget: ReadBudget = ReadBudget(),
     should_cancel: Callable[[], bool] | None = None,
     on_progress: Callable[[ReadProgress], None] | None = None,
+    span: tuple[float, float] | None = None,
 ) -> SampledClip:
-    """Sample frames uniformly in time from ``path`` (see the module docstring for the rules).
+    """Sample frames uniformly in time from ``path`` (see the module docstring for the rules), or
+    from its ``span`` (start, end) in seconds, as densely as the frame budget allows (a closer look:
+    :func:`~framewise.core.video.sampling.span_count`).
 
     ``should_cancel`` is polled and ``on_progress`` called on the calling thread every few
     milliseconds; when ``should_cancel`` returns True, :class:`~framewise.core.errors.CancelledError`
@@ -95,21 +99,26 @@ def sample_clip(
     """
     clip_path = existing_file(path)
     info, sampled, reader = run_bounded(
-        lambda guard: read(clip_path, sampling, sizing, guard), clip_path, budget, should_cancel, on_progress
+        lambda guard: read(clip_path, sampling, sizing, guard, span), clip_path, budget, should_cancel, on_progress
     )
     frames, timestamps = sampled
     return SampledClip(frames=frames, timestamps=timestamps, info=info, reader=reader)
 
 
 def read(
-    path: Path, sampling: SamplingSettings | None, sizing: FrameSizing | None, guard: Guard
+    path: Path,
+    sampling: SamplingSettings | None,
+    sizing: FrameSizing | None,
+    guard: Guard,
+    span: tuple[float, float] | None = None,
 ) -> tuple[ClipInfo, tuple[np.ndarray, tuple[float, ...]] | None, Reader]:
-    """Probe (``sampling`` None) or sample ``path``: PyAV, then OpenCV if PyAV cannot read it."""
+    """Probe (``sampling`` None) or sample ``path`` (its ``span`` only, when given): PyAV, then
+    OpenCV if PyAV cannot read it."""
     try:
-        return (*read_clip(path, PyAVClip(path, guard), sampling, sizing), "pyav")
+        return (*read_clip(path, PyAVClip(path, guard), sampling, sizing, span), "pyav")
     except ReaderFailed as pyav_failure:
         try:
-            return (*read_clip(path, OpenCVClip(path, guard), sampling, sizing), "opencv")
+            return (*read_clip(path, OpenCVClip(path, guard), sampling, sizing, span), "opencv")
         except ReaderFailed as opencv_failure:
             raise UnreadableClipError(
                 f"{path.name} is not a video Framewise can read ({pyav_failure}; {opencv_failure}). "

@@ -357,3 +357,14 @@ def test_ask_about_a_clip_and_a_picture_together(sample_clip: Path, tmp_path: Pa
 def test_ask_refuses_a_missing_second_file_before_loading(sample_clip: Path, tmp_path: Path) -> None:
     result = framewise("ask", str(sample_clip), str(tmp_path / "missing.png"), "What?", *FAST)
     assert result.returncode == 2 and "missing.png" in result.stderr and "[load]" not in result.stderr
+
+
+def test_ask_with_start_and_end_looks_closer_at_that_span(sample_clip: Path) -> None:
+    result = framewise("ask", str(sample_clip), "What color is the square?", "--start", "1", "--end", "2", "--json", *FAST)
+    assert result.returncode == 0, result.stderr
+    clips = json.loads(result.stdout)["clips"]
+    assert clips[0]["span"] is None and clips[1]["span"] == [1.0, 2.0]
+    assert all(1.0 - 1e-6 <= t <= 2.0 for t in clips[1]["timestamps"])
+
+    only_start = framewise("ask", str(sample_clip), "What color is the square?", "--start", "3", *FAST)
+    assert only_start.returncode == 0 and "a closer look, frames" in only_start.stdout and "to 4.0 s" in only_start.stdout

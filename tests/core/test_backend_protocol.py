@@ -112,7 +112,7 @@ class _Plumbed(BackendBase[_Frames]):
     def _open_clip(self, path, reason) -> EncodeDone:
         raise NotImplementedError
 
-    def _add_clip(self, path) -> EncodeDone:
+    def _add_clip(self, path, span) -> EncodeDone:
         summary = EncodeDone(path.name, 1, 0, (0.0,), 0.0, 0.0, 0.0, 0.0, False, kind="image")
         self.added.append(_Frames(None, summary))
         return self._emit(summary)

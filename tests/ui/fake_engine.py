@@ -110,8 +110,8 @@ class FakeEngine(BackendBase[FakeClip]):
     def _open_clip(self, path: Path, reason: ResetReason) -> EncodeDone:
         return self._read(path, reason, "open_clip")
 
-    def _add_clip(self, path: Path) -> EncodeDone:
-        return self._read(path, None, "add_clip")
+    def _add_clip(self, path: Path, span: tuple[float, float] | None) -> EncodeDone:
+        return self._read(path, None, "add_clip" if span is None else "look_closer")
 
     def _read(self, path: Path, reason: ResetReason | None, call: str) -> EncodeDone:
         """Sample ``path`` and open it (``reason``: why the conversation empties) or, with ``None``, add it."""
