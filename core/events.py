@@ -29,7 +29,7 @@ time. The rate is measured over the gaps after the first token, so under 8 token
 most six gaps, and one uneven step (the first after the prefill, a pause of the process) sways it
 more than it tells: a 2-token answer, one gap, read 922.4 tokens/s."""
 
-RequestKind = Literal["load", "open_clip", "ask", "apply_settings", "new_conversation"]
+RequestKind = Literal["load", "open_clip", "add_clip", "look_closer", "ask", "apply_settings", "new_conversation"]
 RequestOutcome = Literal["done", "cancelled", "failed"]
 ResetReason = Literal["new_clip", "resampled", "asked"]
 """Why the conversation was emptied: a clip was opened (``new_clip``), new sampling or model settings

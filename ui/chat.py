@@ -366,8 +366,10 @@ class ChatPanel(QWidget):
 
 
 def answer_header(turn: Turn) -> str:
-    """Who wrote an answer: the model, and its label when it has one (the demo model does)."""
-    return f"{turn.model_name} · {turn.model_label}" if turn.model_label else turn.model_name
+    """Who wrote an answer: the model, and its label when it has one (the demo model does); with
+    several items in the conversation, which ones the answer saw."""
+    header = f"{turn.model_name} · {turn.model_label}" if turn.model_label else turn.model_name
+    return f"{header} · saw {' + '.join(turn.saw)}" if turn.saw else header
 
 
 _TIME_SCHEME = "time:"

@@ -18,7 +18,7 @@ from typing import Sequence
 import cv2
 import numpy as np
 
-from framewise.core.backends.base import BackendBase
+from framewise.core.backends.base import BackendBase, closer_look_summary
 from framewise.core.errors import CancelledError, ClipNotFoundError, ModelLoadError, UnreadableClipError
 from framewise.core.events import (
     AnswerStats,
@@ -111,10 +111,13 @@ class FakeEngine(BackendBase[FakeClip]):
         return self._read(path, reason, "open_clip")
 
     def _add_clip(self, path: Path, span: tuple[float, float] | None) -> EncodeDone:
-        return self._read(path, None, "add_clip" if span is None else "look_closer")
+        return self._read(path, None, "add_clip" if span is None else "look_closer", span)
 
-    def _read(self, path: Path, reason: ResetReason | None, call: str) -> EncodeDone:
-        """Sample ``path`` and open it (``reason``: why the conversation empties) or, with ``None``, add it."""
+    def _read(
+        self, path: Path, reason: ResetReason | None, call: str, span: tuple[float, float] | None = None
+    ) -> EncodeDone:
+        """Sample ``path`` and open it (``reason``: why the conversation empties) or, with ``None``, add it
+        (a ``span`` is only named and marked: the fake samples the whole clip)."""
         self._cancel.clear()
         self.calls.append((call, time.perf_counter()))
         if not path.is_file():
@@ -123,7 +126,7 @@ class FakeEngine(BackendBase[FakeClip]):
             str(path), self.settings.sampling.fps, self.settings.sampling.max_frames
         )
         size_and_duration = (frames[0].shape[1], frames[0].shape[0], duration)
-        return self._encode(frames, timestamps, path.name, path, size_and_duration, reason)
+        return self._encode(frames, timestamps, path.name, path, size_and_duration, reason, span)
 
     def _use_frames(
         self, frames: np.ndarray, timestamps: Sequence[float], name: str, size_and_duration: tuple[int, int, float]
@@ -139,6 +142,7 @@ class FakeEngine(BackendBase[FakeClip]):
         path: Path | None,
         size_and_duration: tuple[int, int, float],
         reason: ResetReason | None,
+        span: tuple[float, float] | None = None,
     ) -> EncodeDone:
         """Pretend to encode frames (each H, W, 3 uint8) in passes of four, and make them the open clip
         (``reason``: why the conversation empties) or, with ``None``, add them to the conversation."""
@@ -158,6 +162,8 @@ class FakeEngine(BackendBase[FakeClip]):
             name, len(frames), len(frames) * 64, timestamps, 5.0, 1.0, encode_ms, metrics.last_item_ms_per_frame,
             metrics.last_item_hit, tuple(chunks),
         )
+        if span is not None:
+            done = closer_look_summary(done, span, duration)
         if reason is None:
             self.added.append(FakeClip(path, done))
         else:
