@@ -323,7 +323,7 @@ class ChatPanel(QWidget):
         card.set_text(turn.answer)
         if turn.status == "failed":
             card.set_text((turn.answer + "\n\n" if turn.answer else "") + f"⚠ {turn.error}", linked_length=len(turn.answer))
-        footer = []
+        footer = [seen_text(turn)] if turn.saw else []
         if turn.status == "done" and not turn.answer:
             footer.append("The model wrote no text (only spaces or special tokens)")
         if turn.status == "stopped":
@@ -366,10 +366,13 @@ class ChatPanel(QWidget):
 
 
 def answer_header(turn: Turn) -> str:
-    """Who wrote an answer: the model, and its label when it has one (the demo model does); with
-    several items in the conversation, which ones the answer saw."""
-    header = f"{turn.model_name} · {turn.model_label}" if turn.model_label else turn.model_name
-    return f"{header} · saw {' + '.join(turn.saw)}" if turn.saw else header
+    """Who wrote an answer: the model, and its label when it has one (the demo model does)."""
+    return f"{turn.model_name} · {turn.model_label}" if turn.model_label else turn.model_name
+
+
+def seen_text(turn: Turn) -> str:
+    """Which items an answer saw, when the conversation had several ("" otherwise)."""
+    return f"Saw {' + '.join(turn.saw)}" if turn.saw else ""
 
 
 _TIME_SCHEME = "time:"

@@ -15,10 +15,13 @@ class ClipTabs(QTabWidget):
     """``main`` is the opened clip's preview (tab 0); :meth:`set_items` shows the added ones after it.
 
     ``look_closer_requested(item, start_s, end_s)``: a span of item ``item``'s timeline is to be
-    looked at closer.
+    looked at closer; ``frame_changed(index)``: the shown tab's preview passed another sampled frame;
+    ``shown_changed(clip)``: another tab is shown (the frame strip follows it).
     """
 
     look_closer_requested = Signal(int, float, float)
+    frame_changed = Signal(int)
+    shown_changed = Signal(object)
 
     def __init__(self, main: ClipPreview, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -27,7 +30,19 @@ class ClipTabs(QTabWidget):
         self.setDocumentMode(True)
         self.addTab(main, "No clip")
         main.look_closer_requested.connect(lambda start, end: self.look_closer_requested.emit(0, start, end))
+        self._follow_frames(main)
         self._added: list[tuple[tuple[ClipSampled, EncodeDone], ClipPreview]] = []
+        self.currentChanged.connect(lambda _index: self.shown_changed.emit(self.current_preview().clip))
+
+    def current_preview(self) -> ClipPreview:
+        """The preview of the tab shown."""
+        current = self.currentWidget()
+        return current if isinstance(current, ClipPreview) else self.main
+
+    def _follow_frames(self, preview: ClipPreview) -> None:
+        preview.frame_changed.connect(
+            lambda index: self.frame_changed.emit(index) if preview is self.current_preview() else None
+        )
 
     @property
     def added_previews(self) -> list[ClipPreview]:
@@ -55,6 +70,7 @@ class ClipTabs(QTabWidget):
             preview.timeline.select_span(*done.span)
         index = len(self._added) + 1
         preview.look_closer_requested.connect(lambda start, end: self.look_closer_requested.emit(index, start, end))
+        self._follow_frames(preview)
         self._added.append((item, preview))
         self.addTab(preview, done.clip_name)
         self.setTabToolTip(self.count() - 1, done.clip_name)

@@ -341,6 +341,11 @@ class ClipPreview(QWidget):
         return self._playing
 
     @property
+    def clip(self) -> ClipSampled | None:
+        """The clip shown (``None`` when empty)."""
+        return self._clip
+
+    @property
     def current_index(self) -> int:
         """The last sampled frame at or before the time shown (-1 with no clip)."""
         return self._index

@@ -173,8 +173,9 @@ class MainWindow(QMainWindow, SessionListener):
         self.clip_tabs = ClipTabs(self.preview)
         self.clip_tabs.look_closer_requested.connect(self.look_closer)
         self.frame_strip = FrameStrip()
-        self.preview.frame_changed.connect(self.frame_strip.select_frame)
-        self.frame_strip.frame_selected.connect(self.preview.seek)
+        self.clip_tabs.frame_changed.connect(self.frame_strip.select_frame)
+        self.clip_tabs.shown_changed.connect(self.frame_strip.set_clip)
+        self.frame_strip.frame_selected.connect(lambda index: self.clip_tabs.current_preview().seek(index))
         clip_box = Section("Clip", self.clip_title, self.clip_tabs, self.frame_strip, fixed_height=(self.frame_strip,))
 
         self.encoder_panel = EncoderPanel()
@@ -451,7 +452,8 @@ class MainWindow(QMainWindow, SessionListener):
 
     def clip_shown(self, clip: ClipSampled | None) -> None:
         self.preview.set_clip(clip)
-        self.frame_strip.set_clip(clip)
+        if self.clip_tabs.current_preview() is self.preview:
+            self.frame_strip.set_clip(clip)
         self.clip_tabs.set_main_title(clip.clip_name if clip else "No clip")
         if clip is None:
             self.clip_title.setText("No clip")

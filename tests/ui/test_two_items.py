@@ -46,7 +46,7 @@ def test_a_ctrl_drop_adds_a_second_clip_beside_the_first(qtbot, make_window, sam
 
     ask_and_wait(qtbot, window, "Which clip is brighter?")
     assert window.conversation.turns[-1].saw == (sample_clip.name, "second.mp4")
-    assert "saw " in window.chat.answer_cards()[-1].header.text()
+    assert f"Saw {sample_clip.name} + second.mp4" in window.chat.answer_cards()[-1].footer.text()
     assert window.conversation.turns[0].saw == (), "the first answer saw the one clip"
 
     open_and_wait(qtbot, window, sample_clip)
