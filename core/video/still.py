@@ -9,12 +9,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import av
 import numpy as np
 
 from framewise.core.errors import ClipError
 from framewise.core.video.bounded import Guard, ReadBudget, run_bounded
-from framewise.core.video.clip import ClipInfo, ReaderFailed, existing_file
-from framewise.core.video.pyav_reader import PyAVClip, open_container
+from framewise.core.video.clip import (
+    ClipInfo,
+    ReaderFailed,
+    check_resolution,
+    existing_file,
+    normalized_rotation,
+    upright,
+)
+from framewise.core.video.pyav_reader import open_container, video_stream
 
 # The picture types the Open dialog offers beside videos (the decoder reads more).
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", ".tif", ".tiff")
@@ -39,20 +47,28 @@ def read_still(path: str | Path, *, budget: ReadBudget = ReadBudget()) -> StillI
 
 
 def _read_one_frame(path: Path, guard: Guard) -> StillImage | None:
+    """The file's only frame, reading at most two packets (a long clip is not scanned), or ``None``."""
     try:
-        clip = PyAVClip(path, guard)
-    except (ReaderFailed, ClipError):  # the clip reader explains a refusal when it samples the file
+        with open_container(path, guard) as container:
+            stream = video_stream(container, path)
+            packets = []
+            for packet in container.demux(stream):
+                if packet.size:
+                    packets.append(packet)
+                if len(packets) > 1:
+                    return None
+            frames = [frame for packet in packets for frame in packet.decode()]
+            frames += stream.codec_context.decode(None)  # a decoder that holds its frame back until flushed
+    except (ReaderFailed, ClipError, av.error.FFmpegError):
+        return None  # the clip reader explains a refusal when it samples the file
+    if len(frames) != 1:
         return None
-    if clip.frame_count != 1:
-        return None
-    with open_container(path, guard) as container:
-        frame = next(container.decode(container.streams[clip.stream_index]), None)
-    if frame is None:
-        return None
-    pixels = clip.upright_rgb(frame)
+    rotation = normalized_rotation(frames[0].rotation)
+    pixels = upright(frames[0].to_ndarray(format="rgb24"), rotation)
     height, width = pixels.shape[:2]
+    check_resolution(path, width, height)
     info = ClipInfo(
         path=path, width=width, height=height, duration_s=0.0, fps=0.0, frame_count=1,
-        rotation_degrees=clip.orientation(frame)[2], codec=clip.codec,
+        rotation_degrees=rotation, codec=stream.codec_context.name,
     )
     return StillImage(pixels=pixels, info=info)

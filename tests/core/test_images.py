@@ -44,6 +44,13 @@ def test_a_png_renamed_mp4_is_still_a_picture(tmp_path: Path) -> None:
     assert read_still(red_square_picture(tmp_path, "looks_like_a_clip.mp4")) is not None
 
 
+def test_a_one_frame_video_file_is_a_picture(tmp_path: Path) -> None:
+    path = tmp_path / "one.mp4"
+    write_clip(path, np.full((1, 64, 64, 3), 200, np.uint8), fps=2)
+    still = read_still(path)
+    assert still is not None and still.pixels.shape == (64, 64, 3)
+
+
 def test_a_file_with_two_frames_stays_a_video(tmp_path: Path) -> None:
     path = tmp_path / "two.mp4"
     write_clip(path, np.zeros((2, 64, 64, 3), np.uint8), fps=2)
