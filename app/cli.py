@@ -31,7 +31,7 @@ from framewise import __version__
 from framewise.app.logs import setup_logging
 from framewise.core.errors import EmptyQuestionError, OutputWriteError, SettingsError, describe_error
 from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo, Event, Progress, ServerInfo, Token
-from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, AppSettings
+from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, FAST_MODES, AppSettings
 from framewise.core.timecodes import find_times
 
 # The flag that sets each settings field, so messages name what a person can type.
@@ -46,6 +46,7 @@ FLAGS = {
     "sampling.min_frames": "--min-frames",
     "sampling.max_frames": "--max-frames",
     "sampling.max_pixels": "--max-pixels",
+    "sampling.fast_mode": "--fast-mode",
     "generation.max_new_tokens": "--max-new-tokens",
     "generation.temperature": "--temperature",
     "decoding.use_graphs": "--no-decode-graphs",
@@ -148,6 +149,12 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-frames", type=int, default=defaults.sampling.max_frames, help="most frames sampled (even)")
     parser.add_argument("--max-pixels", type=int, default=defaults.sampling.max_pixels, help="pixel budget of the whole clip")
+    parser.add_argument(
+        "--fast-mode",
+        choices=FAST_MODES,
+        default=defaults.sampling.fast_mode,
+        help="take the keyframe nearest each sampled time (auto: for clips over 10 minutes)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=defaults.generation.max_new_tokens)
     parser.add_argument("--temperature", type=float, default=defaults.generation.temperature)
     parser.add_argument("--no-decode-graphs", action="store_true", help="run the answer's decode steps eagerly")
@@ -183,7 +190,8 @@ def _settings_from_args(args: argparse.Namespace) -> AppSettings:
     return (
         defaults.replace("model", source=args.model, device=args.device, dtype=args.dtype)
         .replace("encoder", attention_backend=args.attention, use_graphs=not args.no_graphs, fuse_kernels=not args.no_fuse)
-        .replace("sampling", fps=args.fps, min_frames=min_frames, max_frames=args.max_frames, max_pixels=args.max_pixels)
+        .replace("sampling", fps=args.fps, min_frames=min_frames, max_frames=args.max_frames, max_pixels=args.max_pixels,
+                 fast_mode=args.fast_mode)
         .replace("generation", max_new_tokens=args.max_new_tokens, temperature=args.temperature)
         .replace("decoding", use_graphs=not args.no_decode_graphs, max_context_tokens=args.max_context)
         .replace(
@@ -393,6 +401,7 @@ def _clip_json(encoded: EncodeDone) -> dict[str, Any]:
         "ms_per_frame": encoded.ms_per_frame,
         "graph_hit": encoded.graph_hit,
         "passes": len(encoded.chunks),
+        "sampling_mode": encoded.sampling_mode,
         "span": list(encoded.span) if encoded.span else None,
     }
 

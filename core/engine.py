@@ -28,11 +28,12 @@ own ``generate()`` for one call (the demo model's training and the tests use it)
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -279,8 +280,12 @@ class Engine(BackendBase[EncodedClip]):
         decode_ms = (time.perf_counter() - started) * 1e3
         info = sampled.info
         size_and_duration = (info.width, info.height, info.duration_s)
-        clip = self._encode_frames(sampled.frames, sampled.timestamps, path.name, path, decode_ms, size_and_duration)
-        return clip if span is None else replace(clip, summary=closer_look_summary(clip.summary, span, info.duration_s))
+        clip = self._encode_frames(
+            sampled.frames, sampled.timestamps, path.name, path, decode_ms, size_and_duration, sampled.mode
+        )
+        return clip if span is None else dataclasses.replace(
+            clip, summary=closer_look_summary(clip.summary, span, info.duration_s)
+        )
 
     def _use_frames(
         self, frames: np.ndarray, timestamps: Sequence[float], name: str, size_and_duration: tuple[int, int, float]
@@ -303,16 +308,21 @@ class Engine(BackendBase[EncodedClip]):
         path: Path | None,
         decode_ms: float,
         size_and_duration: tuple[int, int, float],
+        sampling_mode: str = "exact",
     ) -> EncodedClip:
-        """Preprocess and encode sampled frames (T, H, W, 3) uint8 as a clip."""
+        """Preprocess and encode sampled frames (T, H, W, 3) uint8 as a clip (``sampling_mode``: how
+        the reader took them)."""
         loaded = self._require_model()
-        self._emit(clip_sampled(name, path, frames, timestamps, size_and_duration))
+        sampled = clip_sampled(name, path, frames, timestamps, size_and_duration)
+        self._emit(dataclasses.replace(sampled, sampling_mode=sampling_mode))
         self._raise_if_cancelled()
         started = time.perf_counter()
         video = loaded.family.preprocess_video(frames, timestamps, loaded.limits)
         preprocess_ms = (time.perf_counter() - started) * 1e3
         self._raise_if_cancelled()
-        features, summary = self._encode_item(video.item, name, path, timestamps, decode_ms, preprocess_ms)
+        features, summary = self._encode_item(
+            video.item, name, path, timestamps, decode_ms, preprocess_ms, sampling_mode
+        )
         return EncodedClip(path=path, video=video, features=features, summary=summary)
 
     def _encode_image(self, still: StillImage, name: str, path: Path, decode_ms: float) -> EncodedClip:
@@ -335,6 +345,7 @@ class Engine(BackendBase[EncodedClip]):
         timestamps: Sequence[float],
         decode_ms: float,
         preprocess_ms: float,
+        sampling_mode: str = "exact",
     ) -> tuple[EncodedItem, EncodeDone]:
         """Run ``item`` through the vision encoder, sending its per-pass numbers; its features and summary."""
         loaded = self._require_model()
@@ -360,6 +371,7 @@ class Engine(BackendBase[EncodedClip]):
                 encode_ms=sum(chunk.encode_ms for chunk in chunks),
                 ms_per_frame=metrics.last_item_ms_per_frame,
                 graph_hit=metrics.last_item_hit,
+                sampling_mode=sampling_mode,
                 chunks=chunks,
                 kind=item.modality,
             )

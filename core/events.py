@@ -148,6 +148,7 @@ class ClipSampled:
 
     ``thumbnails``: uint8 arrays of shape (h, w, 3); ``timestamps`` are seconds from the clip's start.
     ``kind`` is ``"image"`` for a still picture (one thumbnail, no timeline), else ``"video"``.
+    ``sampling_mode``: ``"exact"`` or ``"fast"`` (see :class:`~framewise.core.settings.SamplingSettings`).
     """
 
     clip_name: str
@@ -158,6 +159,7 @@ class ClipSampled:
     height: int
     duration_s: float
     kind: str = "video"
+    sampling_mode: str = "exact"
     request_id: int = _request_id()
 
 
@@ -167,8 +169,9 @@ class EncodeDone:
 
     ``frames`` are the sampled frames; ``ms_per_frame`` and ``graph_hit`` (every pass of the clip was
     a graph replay) are the clip's numbers as :class:`~framewise.core.metrics.EncoderMetricsAccumulator`
-    computed them. ``kind`` is ``"image"`` for a still picture (one image item), else ``"video"``;
-    ``span`` is the (start, end) seconds a closer look sampled (``None``: the whole clip).
+    computed them. ``sampling_mode`` is how the frames were taken (``"exact"`` or ``"fast"``).
+    ``kind`` is ``"image"`` for a still picture (one image item), else ``"video"``; ``span`` is the
+    (start, end) seconds a closer look sampled (``None``: the whole clip).
     """
 
     clip_name: str
@@ -180,6 +183,7 @@ class EncodeDone:
     encode_ms: float
     ms_per_frame: float
     graph_hit: bool
+    sampling_mode: str = "exact"
     chunks: tuple[ChunkStats, ...] = field(default_factory=tuple)
     kind: str = "video"
     span: tuple[float, float] | None = None

@@ -459,9 +459,10 @@ class MainWindow(QMainWindow, SessionListener):
             self.clip_title.setText("No clip")
             self.setWindowTitle("Framewise")
             return
+        fast = " · fast mode" if clip.sampling_mode == "fast" else ""
         self.clip_title.setText(
             f"{clip.clip_name} · {clip.width}×{clip.height} · {format_timestamp(clip.duration_s)} · "
-            f"{len(clip.timestamps)} frames"
+            f"{len(clip.timestamps)} frames{fast}"
         )
         self.clip_title.setToolTip(clip.path)
         self.setWindowTitle(f"{clip.clip_name} — Framewise")

@@ -178,9 +178,17 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         decode_ms = (time.perf_counter() - started) * 1e3
         info = sampled.info
         clip = self._pack(
-            sampled.frames, sampled.timestamps, path.name, path, decode_ms, (info.width, info.height, info.duration_s)
+            sampled.frames,
+            sampled.timestamps,
+            path.name,
+            path,
+            decode_ms,
+            (info.width, info.height, info.duration_s),
+            sampling_mode=sampled.mode,
         )
-        return clip if span is None else dataclasses.replace(clip, summary=closer_look_summary(clip.summary, span, info.duration_s))
+        if span is None:
+            return clip
+        return dataclasses.replace(clip, summary=closer_look_summary(clip.summary, span, info.duration_s))
 
     def _pack_picture(self, picture: np.ndarray, path: Path, decode_ms: float) -> RemoteClip:
         """Pack a still picture (H, W, 3) uint8 RGB for the server as one image."""
@@ -224,9 +232,11 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         path: Path | None,
         decode_ms: float,
         size_and_duration: tuple[int, int, float],
+        sampling_mode: str = "exact",
     ) -> RemoteClip:
-        """Pack sampled frames (T, H, W, 3) uint8 for the server."""
-        self._emit(clip_sampled(name, path, frames, timestamps, size_and_duration))
+        """Pack sampled frames (T, H, W, 3) uint8 for the server (``sampling_mode``: how the reader took them)."""
+        sampled = clip_sampled(name, path, frames, timestamps, size_and_duration)
+        self._emit(dataclasses.replace(sampled, sampling_mode=sampling_mode))
         started = time.perf_counter()
         url = video_data_url(frames)
         pack_ms = (time.perf_counter() - started) * 1e3
@@ -245,6 +255,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             encode_ms=0.0,
             ms_per_frame=0.0,
             graph_hit=False,
+            sampling_mode=sampling_mode,
         )
         return RemoteClip(path=path, url=url, media_io_kwargs=media_io_kwargs(timestamps), summary=summary)
 

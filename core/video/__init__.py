@@ -10,12 +10,19 @@ decode (:mod:`.opencv_reader`). Both hand their frames to one sampling loop
   (rounded up the same way), but never fewer than
   ``min_frames``: a clip with too few frames has frames repeated, evenly spread, so a still or a
   two-frame clip becomes pairs of identical frames, the way Qwen3-VL encodes still images.
-* **Which frames.** Target times are the middles of equal slices of the clip; each target takes
-  the frame on screen at that time (the last frame whose presentation time is at or before it).
-  Presentation timestamps are used throughout, so variable frame rate comes out right, and the
-  returned timestamps are the chosen frames' own times in seconds from the clip's start.
+* **Which frames.** Target times are the middles of equal slices of the clip; in exact mode each
+  target takes the frame on screen at that time (the last frame whose presentation time is at or
+  before it). In fast mode (``SamplingSettings.fast_mode``; by default for clips over 10 minutes)
+  a target takes the decodable frame nearest it (a keyframe, or the first frame after one) when
+  that is within half the sampling interval. Presentation timestamps are used throughout, so
+  variable frame rate comes out right, and the returned timestamps are the chosen frames' own
+  times in seconds from the clip's start. :class:`SampledClip` says which mode was used.
+* **Reading.** No frame is decoded twice: groups of pictures are decoded straight through where
+  targets are denser than keyframes and reached by seeking where they are sparser, in parallel
+  segments, one decoder each, where the file has an index (:mod:`.reads` plans it).
 * **Size.** The caller's :class:`FrameSizing` gives the size for the clip and the resampler;
-  each chosen frame is resized as it is kept, so a long clip is never held at full resolution.
+  only the chosen frames are converted, each as it is kept, so a long clip is never held at full
+  resolution. In fast mode the decoder's scaler converts and scales a kept frame in one step.
   The model family supplies it (``ModelFamily.frame_sizing``, with its frames per slice), so the
   readers never import the model's code.
 * **Bounded** (:mod:`.bounded`): reading runs on a worker thread under a :class:`ReadBudget` that
@@ -28,9 +35,8 @@ Bad input raises the typed errors of :mod:`framewise.core.errors`, with a messag
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
-
-import numpy as np
 
 from framewise.core.errors import UnreadableClipError
 from framewise.core.settings import SamplingSettings
@@ -47,7 +53,7 @@ from framewise.core.video.clip import (
 )
 from framewise.core.video.opencv_reader import OpenCVClip
 from framewise.core.video.pyav_reader import PyAVClip
-from framewise.core.video.sampling import read_clip, sample_count, sample_times, span_count
+from framewise.core.video.sampling import Taken, read_clip, sample_count, sample_times, span_count
 
 __all__ = [
     "MAX_FRAME_PIXELS",
@@ -101,8 +107,14 @@ def sample_clip(
     info, sampled, reader = run_bounded(
         lambda guard: read(clip_path, sampling, sizing, guard, span), clip_path, budget, should_cancel, on_progress
     )
-    frames, timestamps = sampled
-    return SampledClip(frames=frames, timestamps=timestamps, info=info, reader=reader)
+    return SampledClip(
+        frames=sampled.frames,
+        timestamps=sampled.times,
+        info=info,
+        reader=reader,
+        mode=sampled.mode,
+        frames_decoded=sampled.decoded,
+    )
 
 
 def read(
@@ -111,14 +123,16 @@ def read(
     sizing: FrameSizing | None,
     guard: Guard,
     span: tuple[float, float] | None = None,
-) -> tuple[ClipInfo, tuple[np.ndarray, tuple[float, ...]] | None, Reader]:
+) -> tuple[ClipInfo, Taken | None, Reader]:
     """Probe (``sampling`` None) or sample ``path`` (its ``span`` only, when given): PyAV, then
     OpenCV if PyAV cannot read it."""
     try:
-        return (*read_clip(path, PyAVClip(path, guard), sampling, sizing, span), "pyav")
+        with closing(PyAVClip(path, guard)) as clip:
+            return (*read_clip(path, clip, sampling, sizing, span), "pyav")
     except ReaderFailed as pyav_failure:
         try:
-            return (*read_clip(path, OpenCVClip(path, guard), sampling, sizing, span), "opencv")
+            with closing(OpenCVClip(path, guard)) as fallback:
+                return (*read_clip(path, fallback, sampling, sizing, span), "opencv")
         except ReaderFailed as opencv_failure:
             raise UnreadableClipError(
                 f"{path.name} is not a video Framewise can read ({pyav_failure}; {opencv_failure}). "

@@ -59,7 +59,12 @@ class Stopped(Exception):
 
 
 class Guard:
-    """Shared by the caller and the worker; the worker calls :meth:`check` once per packet."""
+    """Shared by the caller and the workers; each worker calls :meth:`check` once per packet.
+
+    Several decoders may read one clip at once, each from its own place: each one's position
+    counts on its own (a decoder that passes a whole second of video extends the deadline), and
+    the progress is the video they have passed together.
+    """
 
     def __init__(self, budget: ReadBudget) -> None:
         self.budget = budget
@@ -67,20 +72,22 @@ class Guard:
         self.progress = ReadProgress("open", 0.0)
         self.started = time.monotonic()
         self.deadline = self.started + budget.start_s
-        self._next_mark = 1.0  # the next whole second of video that extends the deadline
+        self._lock = threading.Lock()
+        self._spans: dict[int, _Span] = {}  # per reading thread
 
     def begin(self, stage: Stage, total_s: float | None = None) -> None:
         """A new pass over the clip: its position starts at 0 and it gets ``start_s`` to begin."""
-        self.progress = ReadProgress(stage, 0.0, total_s)
-        self._next_mark = 1.0
-        self.deadline = time.monotonic() + self.budget.start_s
+        with self._lock:
+            self.progress = ReadProgress(stage, 0.0, total_s)
+            self._spans = {threading.get_ident(): _Span(0.0, 0.0, 1.0)}
+            self.deadline = time.monotonic() + self.budget.start_s
 
     def check(self, position_s: float | None = None) -> None:
         """Raise :class:`Stopped` when the caller gave up or the budget is spent; ``position_s``
-        is how far into the video (seconds) this pass has got."""
+        is how far into the video (seconds) the calling thread's decoder has got."""
         if self.stop.is_set():
             raise Stopped
-        if position_s is not None and position_s > self.progress.seconds:
+        if position_s is not None:
             self._advance(position_s)
         if time.monotonic() > self.deadline:
             raise Stopped
@@ -92,11 +99,29 @@ class Guard:
         return time.monotonic() > self.deadline
 
     def _advance(self, position_s: float) -> None:
-        progress = self.progress
-        self.progress = ReadProgress(progress.stage, position_s, progress.total_s)
-        if position_s >= self._next_mark:
-            self._next_mark = math.floor(position_s) + 1.0
-            self.deadline = time.monotonic() + self.budget.per_video_second_s
+        with self._lock:
+            reader = threading.get_ident()
+            span = self._spans.get(reader)
+            if span is None:  # a decoder that starts where it is
+                span = self._spans[reader] = _Span(position_s, position_s, math.floor(position_s) + 1.0)
+            if position_s <= span.last_s:
+                return
+            span.last_s = position_s
+            if position_s >= span.next_mark_s:
+                span.next_mark_s = math.floor(position_s) + 1.0
+                self.deadline = time.monotonic() + self.budget.per_video_second_s
+            passed = sum(each.last_s - each.first_s for each in self._spans.values())
+            self.progress = ReadProgress(self.progress.stage, passed, self.progress.total_s)
+
+
+@dataclass
+class _Span:
+    """The video one decoder has passed: from ``first_s`` to ``last_s``; passing ``next_mark_s``
+    extends the deadline."""
+
+    first_s: float
+    last_s: float
+    next_mark_s: float
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import numpy as np
 
 from framewise.core.errors import ClipAccessError, ClipNotFoundError, ClipTooLargeError
 from framewise.core.families import default_limits
+from framewise.core.video.reads import SamplingMode
 
 MAX_SIDE = 8192
 MAX_FRAME_PIXELS = 50_000_000
@@ -44,12 +45,19 @@ class ClipInfo:
 @dataclass(frozen=True)
 class SampledClip:
     """Frames sampled from a clip: ``frames`` uint8 (T, H, W, 3) RGB at the size ``FrameSizing``
-    chose, ``timestamps`` the frames' times in seconds on the clip's timeline (T,), non-decreasing."""
+    chose, ``timestamps`` the frames' times in seconds on the clip's timeline (T,), non-decreasing.
+
+    ``mode`` is how they were taken (``"exact"`` or ``"fast"``, see
+    :class:`~framewise.core.settings.SamplingSettings`); ``frames_decoded`` counts the frames the
+    reader decoded to take them, the first frame that describes the clip included.
+    """
 
     frames: np.ndarray
     timestamps: tuple[float, ...]
     info: ClipInfo
     reader: Reader
+    mode: SamplingMode = "exact"
+    frames_decoded: int = 0
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import numpy as np
 
 from framewise.core.video.bounded import Guard
 from framewise.core.video.clip import Reader, ReaderFailed, check_resolution, normalized_rotation
-from framewise.core.video.sampling import NextTarget
+from framewise.core.video.sampling import FramePicker, Taken, TakeRequest
 
 OPENCV_LOG_LEVEL_ERROR = 2  # cv::utils::logging::LOG_LEVEL_ERROR
 
@@ -81,6 +81,9 @@ class OpenCVClip:
             self.capture.release()
             raise
 
+    def close(self) -> None:
+        self.capture.release()
+
     def orientation(self, frame: np.ndarray) -> tuple[int, int, int]:
         height, width = frame.shape[:2]  # as displayed: OpenCV has rotated it already
         return width, height, self.rotation
@@ -88,21 +91,35 @@ class OpenCVClip:
     def upright_rgb(self, frame: np.ndarray) -> np.ndarray:
         return self.cv2.cvtColor(frame, self.cv2.COLOR_BGR2RGB)
 
-    def frames(self, next_target: NextTarget) -> Iterator[tuple[float, np.ndarray]]:
-        """Every frame, timed from the first; the capture is released when the iteration ends."""
+    def first_frame(self) -> tuple[float, np.ndarray]:
+        self.guard.begin("decode", self.duration_s)
+        if not self.capture.grab():
+            raise ReaderFailed("OpenCV could not decode a frame either")
+        self._start_ms = self.capture.get(self.cv2.CAP_PROP_POS_MSEC)
+        self._first = (0.0, _retrieve(self.capture))
+        return self._first
+
+    def take(self, request: TakeRequest) -> Taken:
+        """Every frame in order until the last target is passed; OpenCV cannot tell keyframes,
+        so a ``"fast"`` request is read exactly too."""
+        picker = FramePicker(request.targets, lambda frame: request.resize(self.upright_rgb(frame)[None], request.size)[0])
+        decoded = 0
+        for time_s, frame in self.frames():
+            decoded += 1
+            picker.offer(time_s, frame)
+            if picker.done:
+                break
+        frames, times = picker.finish()
+        return Taken(frames=np.stack(frames), times=tuple(times), mode="exact", decoded=decoded)
+
+    def frames(self) -> Iterator[tuple[float, np.ndarray]]:
+        """The first frame, then every later one, timed from the first."""
+        yield self._first
         capture = self.capture
-        try:
-            self.guard.begin("decode", self.duration_s)
-            if not capture.grab():
-                raise ReaderFailed("OpenCV could not decode a frame either")
-            start_ms = capture.get(self.cv2.CAP_PROP_POS_MSEC)
-            yield 0.0, _retrieve(capture)
-            while capture.grab():
-                time_s = (capture.get(self.cv2.CAP_PROP_POS_MSEC) - start_ms) / 1000.0
-                self.guard.check(time_s)
-                yield time_s, _retrieve(capture)
-        finally:
-            capture.release()
+        while capture.grab():
+            time_s = (capture.get(self.cv2.CAP_PROP_POS_MSEC) - self._start_ms) / 1000.0
+            self.guard.check(time_s)
+            yield time_s, _retrieve(capture)
 
 
 def _retrieve(capture: Any) -> np.ndarray:

@@ -6,10 +6,16 @@
   timestamps that go back, or jump forward by more than :data:`DISCONTINUITY_GAP_S`, start a new
   segment (two recordings joined with ``cat``, say). Segments are laid end to end on the clip's
   timeline, so the duration covers all of them and frames after a reset are sampled too.
-* **Skipping ahead.** The packet pass lists the keyframes. When the next frame needed lies beyond
-  the current group of pictures, the reader seeks to the keyframe before it (containers with an
-  index) or drops packets up to it (MPEG-TS and other files without one), so sparse sampling of a
-  long clip decodes only the groups it takes frames from.
+* **Reading by plan.** The packet pass lists the keyframes; :mod:`.reads` turns the target times
+  into reads that each start at a keyframe. A decoder reaches a read's keyframe by seeking
+  (containers with an index) or by dropping packets (MPEG-TS and other files without one), or
+  just goes on when the read before stopped there, so no group of pictures is decoded twice and
+  sparse sampling of a long clip decodes only the groups it takes frames from. Files with an index
+  are read by one decoder per core, each on its own share of the reads (PyAV lets go of the GIL
+  while FFmpeg decodes).
+* **Converting.** Only kept frames are converted: in exact mode to RGB at full size, then through
+  the caller's resampler (the frames training and evaluation see); in fast mode by FFmpeg's
+  scaler, to RGB at the target size in one step.
 * **Rotation.** A display-matrix rotation (phones) is applied; flips in the matrix are ignored.
 * **libav's messages** go to Python logging (loggers ``libav.*``, never the console) while a file
   is opened and its packets scanned, on the reading thread. Decoding runs with them off: PyAV
@@ -18,10 +24,12 @@
 
 from __future__ import annotations
 
-import bisect
 import errno
+import functools
 import logging
+import os
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -43,7 +51,8 @@ from framewise.core.video.clip import (
     path_error,
     upright,
 )
-from framewise.core.video.sampling import NextTarget
+from framewise.core.video.reads import Read, SamplingMode, plan_reads, split_reads
+from framewise.core.video.sampling import FramePicker, Taken, TakeRequest
 
 DISCONTINUITY_GAP_S = 10.0  # as FFmpeg's own dts_delta_threshold
 _TS_DISCONT = av.format.Flags.ts_discont.value
@@ -230,17 +239,24 @@ def _header_duration_s(container: Any, stream: Any) -> float | None:
 # --- the reader ---------------------------------------------------------------------------------------
 
 
+def default_workers() -> int:
+    """Decoders to run at once: one per core this process may use."""
+    return max(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 1)
+
+
 class PyAVClip:
     """An opened clip as PyAV reads it (see :class:`framewise.core.video.sampling.OpenedClip`).
 
     Construction opens the file, checks the header's resolution before any decoding, and runs the
-    packet pass.
+    packet pass. :meth:`take` follows the plan of :mod:`.reads`, split between up to ``workers``
+    decoders (one per core) where the file can be sought.
     """
 
     reader: Reader = "pyav"
 
     def __init__(self, path: Path, guard: Guard) -> None:
         self.path, self.guard = path, guard
+        self.workers = default_workers()
         with open_container(path, guard) as container:
             stream = video_stream(container, path)
             check_resolution(path, stream.codec_context.width, stream.codec_context.height)
@@ -252,6 +268,8 @@ class PyAVClip:
             with _libav_messages_logged():
                 scan = scan_packets(container, stream, guard)
             header = Segment(stream.start_time or 0, 0.0, _header_duration_s(container, stream) or 0.0)
+            has_index = len(stream.index_entries) > 0
+            discontinuous = SegmentSplitter(container, self.time_base).enabled
         if scan.packets == 0:
             raise EmptyClipError(
                 f"{path.name} has a video stream but no frames in it; the recording may have stopped "
@@ -264,6 +282,14 @@ class PyAVClip:
             self.fps = scan.packets / self.duration_s
         else:
             self.fps = float(rate) if rate else 0.0
+        self.keyframes = tuple((index, pts) for index, segment in enumerate(self.segments) for pts in segment.keyframes)
+        self.keyframe_times = tuple(self._time_s(segment, pts) for segment, pts in self.keyframes)
+        self.can_seek = has_index and not discontinuous and bool(self.keyframes)
+        self._first: _Decoder | None = None
+
+    def close(self) -> None:
+        if self._first is not None:
+            self._first.close()
 
     def orientation(self, frame: Any) -> tuple[int, int, int]:
         rotation = normalized_rotation(frame.rotation)
@@ -272,64 +298,269 @@ class PyAVClip:
     def upright_rgb(self, frame: Any) -> np.ndarray:
         return upright(frame.to_ndarray(format="rgb24"), normalized_rotation(frame.rotation))
 
-    def frames(self, next_target: NextTarget) -> Iterator[tuple[float, Any]]:
+    def scaled_rgb(self, frame: Any, size: tuple[int, int]) -> np.ndarray:
+        """The frame as (h, w, 3) uint8 RGB upright at ``size`` = (h, w) as displayed, scaled and
+        converted by the decoder's scaler in one step."""
+        rotation = normalized_rotation(frame.rotation)
+        height, width = size if rotation in (0, 180) else size[::-1]
+        rgb = frame.to_ndarray(width=width, height=height, format="rgb24", interpolation=FAST_MODE_SCALING)
+        return upright(rgb, rotation)
+
+    def first_frame(self) -> tuple[float, Any]:
         self.guard.begin("decode", self.duration_s)
-        with open_container(self.path, self.guard) as container:
-            stream = container.streams[self.stream_index]
-            stream.thread_type = "AUTO"
-            yield from self._decoded(container, stream, next_target)
+        self._first = _Decoder(self, threading.Event())
+        return self._first.peek()
+
+    def take(self, request: TakeRequest) -> Taken:
+        """Carry out the plan of :func:`plan_reads` for ``request``: runs of reads on parallel
+        decoders, each starting at a keyframe, so the frames are those one decoder would take."""
+        assert self._first is not None, "first_frame() before take()"
+        mode: SamplingMode = request.mode if self.keyframes else "exact"
+        reads = plan_reads(self.keyframe_times, request.targets, mode, request.interval_s)
+        workers = self.workers if self.can_seek else 1
+        frame_s = 1.0 / self.fps if self.fps > 0 else 0.0
+        runs = split_reads(reads, self.keyframe_times, self.duration_s, frame_s, workers)
+        convert = self._converter(request.size, request.resize if mode == "exact" else None)
+        taken = _in_parallel(
+            [functools.partial(self._take_run, index, run, convert, len(runs)) for index, run in enumerate(runs)],
+            self._first.abandon,
+            self.path.name,
+        )
+        frames = _fill_gaps([kept for run_frames, _ in taken for kept in run_frames])
+        return Taken(
+            frames=np.stack([rgb for rgb, _ in frames]),
+            times=tuple(time_s for _, time_s in frames),
+            mode=mode,
+            decoded=sum(decoded for _, decoded in taken),
+        )
+
+    def _converter(
+        self, size: tuple[int, int], resize: Callable[[np.ndarray, tuple[int, int]], np.ndarray] | None
+    ) -> Callable[[Any], np.ndarray]:
+        """Frame -> (h, w, 3) RGB at ``size``: through ``resize`` from full size, or, without one,
+        by FFmpeg's scaler in one step."""
+        if resize is None:
+            return lambda frame: self.scaled_rgb(frame, size)
+        return lambda frame: resize(self.upright_rgb(frame)[None], size)[0]
+
+    def _take_run(
+        self, index: int, run: list[Read], convert: Callable[[Any], np.ndarray], runs: int
+    ) -> tuple[list[_Kept | None], int]:
+        """The frames of run ``index`` of ``runs`` (one per target) and the frames its decoder
+        decoded. Run 0 goes on with the decoder that read the first frame; the others open their
+        own, sharing the cores between them."""
+        assert self._first is not None
+        decoder = self._first if index == 0 else _Decoder(self, self._first.abandon, max(self.workers // runs, 1))
+        try:
+            frames = [kept for read in run for kept in self._take_read(decoder, read, convert)]
+            return frames, decoder.state.decoded
+        finally:
+            if decoder is not self._first:
+                decoder.close()
+
+    def _take_read(self, decoder: _Decoder, read: Read, convert: Callable[[Any], np.ndarray]) -> list[_Kept | None]:
+        """One (rgb, time) per target of ``read``; None each when the read found no frame."""
+        frames = self._decoded(decoder, read)
+        if read.first_frame_only:
+            first = next(frames, None)
+            frames.close()
+            if first is None:
+                return [None] * len(read.targets)
+            rgb = convert(first[1])
+            return [(rgb, first[0])] * len(read.targets)
+        picker = FramePicker(read.targets, convert)
+        for time_s, frame in frames:
+            picker.offer(time_s, frame)
+            if picker.done:
+                break
+        frames.close()
+        if not picker.offered:
+            return [None] * len(read.targets)
+        kept, times = picker.finish()
+        return list(zip(kept, times, strict=True))
+
+    def _decoded(self, decoder: _Decoder, read: Read) -> Iterator[tuple[float, Any]]:
+        """The frames ``read`` decodes, with their times, in presentation order."""
+        yield from decoder.frames(read)
 
     def _time_s(self, segment: int, pts: int) -> float:
         start = self.segments[min(segment, len(self.segments) - 1)]
         return start.offset_s + float((pts - start.start_pts) * self.time_base)
 
-    def _keyframe_before(self, target_s: float | None) -> tuple[int, int] | None:
-        """(segment, keyframe pts) of the group of pictures that holds the frame on screen at ``target_s``."""
-        if target_s is None:
-            return None
-        index = max(bisect.bisect_right([s.offset_s for s in self.segments], target_s) - 1, 0)
-        segment = self.segments[index]
-        if not segment.keyframes:
-            return None
-        target_pts = segment.start_pts + (target_s - segment.offset_s) / self.time_base
-        return index, segment.keyframes[max(bisect.bisect_right(segment.keyframes, target_pts) - 1, 0)]
 
-    def _decoded(self, container: Any, stream: Any, next_target: NextTarget) -> Iterator[tuple[float, Any]]:
-        """Decoded frames with their times, in presentation order; packets that fail to decode are
-        skipped. Raises :class:`ReaderFailed` when not one frame decoded."""
-        splitter = SegmentSplitter(container, self.time_base)
-        can_seek = not splitter.enabled and len(stream.index_entries) > 0 and bool(self.segments[0].keyframes)
-        segment, skip_to, last_sought = 0, None, (-1, 0)
-        state = _DecodeState()
+_Kept = tuple[np.ndarray, float]  # a converted frame (h, w, 3) and its time in seconds
+FAST_MODE_SCALING = "AREA"  # averages every source pixel, so no aliasing, at about half bicubic's cost
+
+
+def _in_parallel(works: list[Callable[[], Any]], abandon: threading.Event, name: str) -> list[Any]:
+    """Run ``works[0]`` here and the others on threads of their own; their results in order. The
+    first error is raised once every thread has ended; ``abandon`` tells the others to stop."""
+    results: list[Any] = [None] * len(works)
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
         try:
-            for packet in container.demux(stream):
-                self.guard.check(self._time_s(segment, packet.pts) if packet.pts is not None else None)
-                if splitter.starts_segment(packet):
-                    yield from state.decode(stream, None, segment, self._time_s)  # drain the old segment
-                    stream.codec_context.flush_buffers()
-                    segment += 1
-                if skip_to is not None:
-                    if not (packet.is_keyframe and packet.pts is not None and (segment, packet.pts) >= skip_to):
-                        continue
-                    skip_to = None
-                elif packet.is_keyframe and packet.pts is not None:
-                    # Never the same keyframe twice, so a seek that lands short cannot loop.
-                    wanted = self._keyframe_before(next_target())
-                    if wanted is not None and wanted > max((segment, packet.pts), last_sought):
-                        last_sought = wanted
-                        if can_seek:
-                            container.seek(wanted[1], stream=stream, backward=True)
-                        else:
-                            skip_to = wanted
-                        continue
-                yield from state.decode(stream, packet, segment, self._time_s)
+            results[index] = works[index]()
+        except BaseException as error:  # handed to the calling thread
+            errors.append(error)
+            abandon.set()
+
+    threads = [
+        threading.Thread(target=run, args=(index,), name=f"framewise-decode {name} part {index}", daemon=True)
+        for index in range(1, len(works))
+    ]
+    for thread in threads:
+        thread.start()
+    run(0)
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise next((error for error in errors if not isinstance(error, Stopped)), errors[0])
+    return results
+
+
+def _fill_gaps(flat: list[_Kept | None]) -> list[_Kept]:
+    """A target whose read found no frame (a damaged group, a seek past the end) takes the frame
+    before it, or the first one found when none came before."""
+    known = [frame for frame in flat if frame is not None]
+    if not known:
+        raise ReaderFailed("PyAV could not decode a frame")
+    last = known[0]
+    filled = []
+    for frame in flat:
+        last = frame or last
+        filled.append(last)
+    return filled
+
+
+class _Decoder:
+    """One opened container read forward by one decoder, reads after one another.
+
+    It reaches a read's first keyframe by seeking (files with an index) or by dropping packets,
+    and continues without either when the previous read stopped right there, so a group of
+    pictures is never decoded twice. ``abandon`` stops it (another decoder of the same take failed).
+    """
+
+    def __init__(self, clip: PyAVClip, abandon: threading.Event, threads: int = 0) -> None:
+        self.clip, self.abandon = clip, abandon
+        self.container = open_container(clip.path, clip.guard)
+        self.stream = self.container.streams[clip.stream_index]
+        self.stream.thread_type = "AUTO"
+        self.stream.thread_count = threads  # 0: FFmpeg picks
+        self.packets = self.container.demux(self.stream)
+        self.splitter = SegmentSplitter(self.container, clip.time_base)
+        self.state = _DecodeState()
+        self.segment = 0
+        self.group: int | None = 0  # the keyframe index of the group being fed; None: not known
+        self.held: Any = None  # a keyframe packet read but not fed: where the last read stopped
+        self.pending: deque[tuple[float, Any]] = deque()
+        self.ended = False
+
+    def close(self) -> None:
+        self.container.close()
+
+    def peek(self) -> tuple[float, Any]:
+        """The first frame of the file, left pending for the first read. Raises
+        :class:`ReaderFailed` when not one frame decodes."""
+        while not self.pending and not self.ended:
+            packet = self._next_packet()
+            if packet is None:
+                self._drain()
+            else:
+                self._feed(packet)
+        if not self.pending:
+            reason = f": {_reason(self.state.failure)}" if self.state.failure is not None else ""
+            raise ReaderFailed(f"PyAV could not decode a frame{reason}")
+        return self.pending[0]
+
+    def frames(self, read: Read) -> Iterator[tuple[float, Any]]:
+        """Frames from ``read.start``'s keyframe up to ``read.stop``'s (or the end), in
+        presentation order; only the first when ``read.first_frame_only``."""
+        if read.start is not None:
+            self._move_to(read.start)
+        stop = self.clip.keyframes[read.stop] if read.stop is not None else None
+        while True:
+            while self.pending:
+                yield self.pending.popleft()
+                if read.first_frame_only:
+                    self._forget_position()
+                    return
+            if self.ended:
+                return
+            packet = self._next_packet()
+            if packet is None:
+                self._drain()
+            elif stop is not None and (key := self._keyframe_key(packet)) is not None and key >= stop:
+                self.held, self.group = packet, read.stop  # the next read may start right here
+                self._drain()
+                while self.pending:
+                    yield self.pending.popleft()
+                return
+            else:
+                self._feed(packet)
+                if read.first_frame_only and not self.pending:
+                    self._drain()  # the decoder holds frames back for its threads; the first is wanted now
+
+    def _move_to(self, group: int) -> None:
+        """Make the next packet fed the keyframe of ``group``."""
+        want = self.clip.keyframes[group]
+        if self.held is not None and self._keyframe_key(self.held) == want:
+            self.pending.clear()  # the end of the group before, left by a read that had what it needed
+            return
+        if self.held is None and self.group == group and not self.ended:
+            return  # decoding it already (the first read, after peek)
+        self.pending.clear()
+        self._forget_position()
+        if self.clip.can_seek:
+            self.container.seek(want[1], stream=self.stream, backward=True)
+            if self.ended:
+                self.packets, self.ended = self.container.demux(self.stream), False
+        while (packet := self._next_packet()) is not None:
+            key = self._keyframe_key(packet)
+            if key is not None and key >= want:
+                self.held = packet
+                break
+        self.group = group
+
+    def _forget_position(self) -> None:
+        """Drop what the decoder holds: the next packet fed will be a keyframe reached anew."""
+        self.stream.codec_context.flush_buffers()
+        self.held, self.group = None, None
+
+    def _keyframe_key(self, packet: Any) -> tuple[int, int] | None:
+        """(segment, pts) of a keyframe packet, None for other packets."""
+        return (self.segment, packet.pts) if packet.is_keyframe and packet.pts is not None else None
+
+    def _next_packet(self) -> Any:
+        """The held packet, or the next one demuxed (None at the end); starts a new segment at a
+        timestamp reset, draining the old one first."""
+        if self.held is not None:
+            packet, self.held = self.held, None
+            return packet
+        if self.abandon.is_set():
+            raise Stopped
+        try:
+            for packet in self.packets:
+                self.clip.guard.check(self.clip._time_s(self.segment, packet.pts) if packet.pts is not None else None)
+                if self.splitter.starts_segment(packet):
+                    self._drain()
+                    self.segment += 1
+                if packet.size:
+                    return packet
         except av.error.ExitError as error:
             raise Stopped from error
         except av.error.FFmpegError as error:  # the demuxer hit damaged data: keep what was decoded
-            state.failure = error
-        if state.decoded == 0:
-            reason = f": {_reason(state.failure)}" if state.failure is not None else ""
-            raise ReaderFailed(f"PyAV could not decode a frame{reason}")
+            self.state.failure = error
+        self.ended = True
+        return None
+
+    def _feed(self, packet: Any) -> None:
+        self.pending.extend(self.state.decode(self.stream, packet, self.segment, self.clip._time_s))
+
+    def _drain(self) -> None:
+        """Take every frame the decoder still holds, then make it ready for more packets."""
+        self.pending.extend(self.state.decode(self.stream, None, self.segment, self.clip._time_s))
+        self.stream.codec_context.flush_buffers()
 
 
 @dataclass

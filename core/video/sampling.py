@@ -1,12 +1,13 @@
-"""The sampling rules (how many frames, which ones) and the one loop that applies them to the
-frames a reader decodes. Readers only open, decode and convert; :func:`read_clip` builds the
-:class:`ClipInfo`, picks the frames and sizes them, whichever reader decoded them."""
+"""The sampling rules (how many frames, which ones, exact or fast) and what every reader is asked
+for. :func:`read_clip` builds the :class:`ClipInfo` and a :class:`TakeRequest`; each reader takes
+the frames its own way (the PyAV reader by the plan of :mod:`.reads`, OpenCV straight through
+with a :class:`FramePicker`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
-from contextlib import closing
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -14,10 +15,9 @@ import numpy as np
 
 from framewise.core.errors import SpanError
 from framewise.core.families import default_limits
-from framewise.core.settings import SamplingSettings
+from framewise.core.settings import FAST_MODE_AUTO_ABOVE_S, SamplingSettings
 from framewise.core.video.clip import ClipInfo, FrameSizing, Reader, check_resolution
-
-NextTarget = Callable[[], "float | None"]
+from framewise.core.video.reads import SamplingMode
 
 
 def sample_count(
@@ -80,11 +80,33 @@ def _round_up(count: int, multiple: int) -> int:
     return count + -count % multiple
 
 
-class OpenedClip(Protocol):
-    """One reader's view of an opened clip: what it knows before decoding, and its frames.
+@dataclass(frozen=True)
+class TakeRequest:
+    """What to take from an opened clip: for each of ``targets`` (seconds on the clip's timeline,
+    ascending, ``interval_s`` apart) a frame, by the rule of ``mode``, as (h, w, 3) RGB at
+    ``size`` = (h, w) as displayed. ``resize`` is the caller's resampler (see :class:`FrameSizing`)."""
 
-    Frames are the reader's own objects; ``orientation`` and ``upright_rgb`` look at one.
-    """
+    targets: tuple[float, ...]
+    interval_s: float
+    mode: SamplingMode
+    size: tuple[int, int]
+    resize: Callable[[np.ndarray, tuple[int, int]], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What a reader took: ``frames`` (T, h, w, 3) uint8, their own ``times`` (T,) in seconds, the
+    ``mode`` it used (a reader without keyframe positions reads ``"fast"`` requests exactly) and
+    how many frames it ``decoded`` to take them."""
+
+    frames: np.ndarray
+    times: tuple[float, ...]
+    mode: SamplingMode
+    decoded: int
+
+
+class OpenedClip(Protocol):
+    """One reader's view of an opened clip: what it knows before decoding, and its frames."""
 
     reader: Reader
     codec: str
@@ -92,15 +114,15 @@ class OpenedClip(Protocol):
     fps: float
     frame_count: int | None
 
-    def frames(self, next_target: NextTarget) -> Iterator[tuple[float, Any]]:
-        """(time in seconds on the clip's timeline, frame) in presentation order. ``next_target()``
-        is the next time a frame is needed for (None when done): a reader may skip ahead to it."""
+    def first_frame(self) -> tuple[float, Any]:
+        """The first frame decoded (the reader's own object) with its time, without consuming it:
+        :meth:`take` starts from it when its first target needs it."""
 
     def orientation(self, frame: Any) -> tuple[int, int, int]:
         """(width, height) as displayed, and the rotation in degrees counter-clockwise."""
 
-    def upright_rgb(self, frame: Any) -> np.ndarray:
-        """The frame as (H, W, 3) uint8 RGB, rotated for display, at its full size."""
+    def take(self, request: TakeRequest) -> Taken:
+        """The frames ``request`` asks for."""
 
 
 class FramePicker:
@@ -120,8 +142,8 @@ class FramePicker:
         return len(self.frames) == len(self.targets)
 
     @property
-    def next_target(self) -> float | None:
-        return None if self.done else self.targets[len(self.frames)]
+    def offered(self) -> bool:
+        return self._previous is not None
 
     def offer(self, time_s: float, frame: Any) -> None:
         """Take the next decoded frame. Targets before the first frame get the first frame."""
@@ -130,11 +152,11 @@ class FramePicker:
                 self._keep_previous()
         self._previous, self._previous_rgb = (time_s, frame), None
 
-    def finish(self) -> tuple[np.ndarray, tuple[float, ...]]:
-        """Give the remaining targets the last frame; return frames (T, H, W, 3) and times (T,)."""
+    def finish(self) -> tuple[list[np.ndarray], list[float]]:
+        """Give the remaining targets the last frame; return the kept frames (H, W, 3) and times."""
         while not self.done:
             self._keep_previous()
-        return np.stack(self.frames), tuple(self.times)
+        return self.frames, self.times
 
     def _keep_previous(self) -> None:
         assert self._previous is not None, "offer() at least one frame before finish()"
@@ -145,51 +167,54 @@ class FramePicker:
         self.times.append(time_s)
 
 
+def sampling_mode(sampling: SamplingSettings, duration_s: float) -> SamplingMode:
+    """The mode ``sampling.fast_mode`` asks for on a clip of ``duration_s`` seconds."""
+    if sampling.fast_mode == "auto":
+        return "fast" if duration_s > FAST_MODE_AUTO_ABOVE_S else "exact"
+    return "fast" if sampling.fast_mode == "on" else "exact"
+
+
 def read_clip(
     path: Path,
     clip: OpenedClip,
     sampling: SamplingSettings | None,
     sizing: FrameSizing | None,
     span: tuple[float, float] | None = None,
-) -> tuple[ClipInfo, tuple[np.ndarray, tuple[float, ...]] | None]:
+) -> tuple[ClipInfo, Taken | None]:
     """Describe ``clip`` from its first frame; with ``sampling``, also sample it (only the
     ``span`` (start, end) in seconds, densely, when one is given: see :func:`span_count`).
 
-    Returns the :class:`ClipInfo` and, when sampling, frames (T, h, w, 3) uint8 at
-    ``sizing.size(T, H, W)`` with their times (T,).
+    Returns the :class:`ClipInfo` and, when sampling, what the reader took: frames (T, h, w, 3)
+    uint8 at ``sizing.size(T, H, W)`` with their times (T,).
     """
-    picker: FramePicker | None = None
-
-    def next_target() -> float | None:
-        return picker.next_target if picker is not None else None
-
-    with closing(clip.frames(next_target)) as frames:
-        first_time, first = next(frames)
-        width, height, rotation = clip.orientation(first)
-        check_resolution(path, width, height)
-        info = ClipInfo(
-            path=path,
-            width=width,
-            height=height,
-            duration_s=clip.duration_s,
-            fps=clip.fps,
-            frame_count=clip.frame_count,
-            rotation_degrees=rotation,
-            codec=clip.codec,
-        )
-        if sampling is None:
-            return info, None
-        assert sizing is not None, "sampling needs a FrameSizing"
-        if span is None:
-            count = sample_count(info.duration_s, sampling, info.frame_count, sizing.frames_per_slice)
-            targets = sample_times(info.duration_s, count)
-        else:
-            start, end = _within(path, span, info.duration_s)
-            count = span_count(end - start, info.fps, sampling, sizing.frames_per_slice)
-            targets = tuple(start + t for t in sample_times(end - start, count))
-        size = sizing.size(count, height, width)
-        picker = FramePicker(targets, lambda frame: sizing.resize(clip.upright_rgb(frame)[None], size)[0])
-        picker.offer(first_time, first)
-        while not picker.done and (decoded := next(frames, None)) is not None:
-            picker.offer(*decoded)
-        return info, picker.finish()
+    _, first = clip.first_frame()
+    width, height, rotation = clip.orientation(first)
+    check_resolution(path, width, height)
+    info = ClipInfo(
+        path=path,
+        width=width,
+        height=height,
+        duration_s=clip.duration_s,
+        fps=clip.fps,
+        frame_count=clip.frame_count,
+        rotation_degrees=rotation,
+        codec=clip.codec,
+    )
+    if sampling is None:
+        return info, None
+    assert sizing is not None, "sampling needs a FrameSizing"
+    if span is None:
+        start, length = 0.0, info.duration_s
+        count = sample_count(length, sampling, info.frame_count, sizing.frames_per_slice)
+    else:
+        start, end = _within(path, span, info.duration_s)
+        length = end - start
+        count = span_count(length, info.fps, sampling, sizing.frames_per_slice)
+    request = TakeRequest(
+        targets=tuple(start + t for t in sample_times(length, count)),
+        interval_s=length / count,
+        mode=sampling_mode(sampling, length),
+        size=sizing.size(count, height, width),
+        resize=sizing.resize,
+    )
+    return info, clip.take(request)

@@ -53,6 +53,7 @@ def test_ask_json_is_one_object_with_answer_and_stats(sample_clip: Path) -> None
     payload = json.loads(result.stdout)
     assert payload["clip"]["name"] == sample_clip.name and payload["clip"]["kind"] == "video"
     assert len(payload["clip"]["timestamps"]) == payload["clip"]["frames"] == 4
+    assert payload["clip"]["sampling_mode"] == "exact"  # a short clip: fast mode is for long ones
     assert payload["model_label"].startswith("Demo model")
     assert 0 < payload["stats"]["new_tokens"] <= 8
     assert payload["stats"]["time_to_first_token_ms"] > 0
@@ -302,7 +303,7 @@ def test_help_lists_the_settings_flags(capsys: pytest.CaptureFixture[str]) -> No
     assert exit_info.value.code == 0
     shown = capsys.readouterr().out
     for flag in ("--model", "--device", "--dtype", "--attention", "--no-graphs", "--fps", "--max-frames",
-                 "--max-pixels", "--max-new-tokens", "--temperature", "--json"):
+                 "--max-pixels", "--fast-mode", "--max-new-tokens", "--temperature", "--json"):
         assert flag in shown, f"{flag} missing from framewise --help"
 
 

@@ -257,6 +257,14 @@ def test_new_sampling_settings_re_encode_the_open_clip(engine: tuple[Engine, Rec
     assert recorder.of(EncodeDone)[-1].frames == 6
 
 
+def test_the_clip_and_its_summary_say_which_sampling_mode_took_the_frames(engine: tuple[Engine, Recorder]) -> None:
+    engine_, recorder = engine
+    assert engine_.clip.summary.sampling_mode == "exact"  # a short clip, fast mode on auto
+    engine_.apply_settings(FAST.replace("sampling", fast_mode="on"))
+    assert recorder.of(ClipSampled)[-1].sampling_mode == "fast"
+    assert recorder.of(EncodeDone)[-1].sampling_mode == "fast"
+
+
 def test_new_encoder_settings_rebuild_the_encoder_and_report_it(engine: tuple[Engine, Recorder]) -> None:
     engine_, recorder = engine
     before = engine_.encoder

@@ -420,8 +420,8 @@ def test_the_opencv_open_and_reads_get_the_budget_as_timeouts(counted, pyav_fail
 def test_cancel_reaches_the_opencv_reader_within_half_a_second(counted, pyav_fails, monkeypatch):
     real_frames = opencv_reader.OpenCVClip.frames
 
-    def slow_frames(self, next_target):  # 0.2 s per frame: 8 s for the clip
-        for decoded in real_frames(self, next_target):
+    def slow_frames(self):  # 0.2 s per frame: 8 s for the clip
+        for decoded in real_frames(self):
             time.sleep(0.2)
             yield decoded
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -13,7 +14,7 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QGuiApplication
 from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
-from framewise.core.events import AnswerSpeed
+from framewise.core.events import AnswerSpeed, ClipSampled
 from framewise.core.settings import AppSettings
 from tests.ui.fake_engine import DEMO_LABEL, FakeEngine
 from framewise.ui.frames import format_timestamp
@@ -618,3 +619,15 @@ def test_on_a_cpu_the_graph_only_settings_are_disabled_with_the_reason(qtbot, ma
         assert not dialog._fields[name].isEnabled(), name
     assert dialog._fields["encoder.attention_backend"].isEnabled(), "what runs eager stays settable"
     dialog.reject()
+
+
+def test_the_clip_title_says_when_fast_mode_took_the_frames(qtbot, make_window):
+    window = make_window()
+    clip = ClipSampled(
+        clip_name="match.mp4", path="/clips/match.mp4", timestamps=(0.0, 600.0), thumbnails=(), width=1920,
+        height=1080, duration_s=1200.0, sampling_mode="fast",
+    )
+    window.clip_shown(clip)
+    assert "fast mode" in window.clip_title.text()
+    window.clip_shown(dataclasses.replace(clip, sampling_mode="exact"))
+    assert "fast mode" not in window.clip_title.text()

@@ -1,0 +1,138 @@
+"""Planning how a clip is read: which groups of pictures to decode for which target times, and how
+to share that work between decoders. Pure Python; the PyAV reader carries the plan out.
+
+A group of pictures (GOP) starts at a keyframe and runs to the next one. The frame on screen at a
+target time lies in the group whose keyframe is the last at or before the target, so a plan names
+groups by their keyframe's index:
+
+* **Exact** targets take the frame on screen at their time. Neighbouring groups that hold targets
+  are decoded in one sequential :class:`Read` (targets denser than keyframes: no group twice, no
+  seek); a group without targets between two that have them is skipped by a seek (targets sparser
+  than keyframes).
+* **Fast** targets (:data:`SamplingMode` ``"fast"``) take the first frame decoded from the keyframe
+  nearest the target, when it is within half the sampling interval: one frame decoded per target.
+  A target without such a keyframe is taken exactly. A group that also holds an exact target is
+  decoded whole, and the fast target takes the frame on screen at its keyframe's time: the same
+  frame, and the group is still decoded once.
+
+Every read starts at a keyframe and stops at one (or at the end), so reads are independent of one
+another and :func:`split_reads` can hand runs of them to decoders working in parallel with the
+same frames as a single decoder would take.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+SamplingMode = Literal["exact", "fast"]
+
+
+@dataclass(frozen=True)
+class Read:
+    """Decode from keyframe ``start`` up to (not including) keyframe ``stop`` (None: to the end of
+    the clip) and take, for each of ``targets`` (seconds, ascending), the frame on screen then.
+    ``first_frame_only``: every target takes the first frame decoded, and decoding stops there.
+    ``start`` None means from the beginning of the file (a clip without a keyframe list)."""
+
+    start: int | None
+    stop: int | None
+    targets: tuple[float, ...]
+    first_frame_only: bool = False
+
+
+def plan_reads(
+    keyframe_times: tuple[float, ...], targets: tuple[float, ...], mode: SamplingMode, interval_s: float
+) -> list[Read]:
+    """The reads that take every target of an ascending ``targets`` tuple, in target order.
+
+    ``keyframe_times`` are the clip's keyframes in seconds on its timeline, ascending; with none
+    known, one read decodes the clip from its start. ``interval_s`` is the spacing of the targets.
+    """
+    if not keyframe_times:
+        return [Read(None, None, targets)]
+    groups: dict[int, list[tuple[float, bool]]] = {}  # keyframe index -> (time to take, exactly?)
+    for target in targets:
+        nearest = _nearest_keyframe(keyframe_times, target)
+        if mode == "fast" and abs(keyframe_times[nearest] - target) <= interval_s / 2:
+            groups.setdefault(nearest, []).append((keyframe_times[nearest], False))
+        else:
+            groups.setdefault(_keyframe_before(keyframe_times, target), []).append((target, True))
+    reads: list[Read] = []
+    for group in sorted(groups):
+        times = tuple(time_s for time_s, _ in groups[group])
+        stop = group + 1 if group + 1 < len(keyframe_times) else None
+        if not any(exact for _, exact in groups[group]):
+            reads.append(Read(group, stop, times, first_frame_only=True))
+        elif reads and not reads[-1].first_frame_only and reads[-1].stop == group:
+            reads[-1] = Read(reads[-1].start, stop, reads[-1].targets + times)
+        else:
+            reads.append(Read(group, stop, times))
+    return reads
+
+
+def split_reads(
+    reads: list[Read], keyframe_times: tuple[float, ...], duration_s: float, frame_s: float, workers: int
+) -> list[list[Read]]:
+    """Cut ``reads`` into at most ``workers`` runs of consecutive reads with about equal work each.
+
+    Work is the seconds of video a read decodes; a first-frame read counts as
+    :data:`FIRST_FRAME_COST` frames of ``frame_s`` seconds. A sequential read longer than its share
+    is cut at keyframes first.
+    """
+    if workers <= 1 or not keyframe_times or not reads:
+        return [reads]
+    ends = (*keyframe_times[1:], duration_s)
+    share = sum(_cost(read, keyframe_times, ends, frame_s) for read in reads) / workers
+    pieces = [piece for read in reads for piece in _cut(read, keyframe_times, share)]
+    runs: list[list[Read]] = [[]]
+    done, next_cut = 0.0, share
+    for piece in pieces:
+        if runs[-1] and done >= next_cut - 1e-9 and len(runs) < workers:
+            runs.append([])
+            next_cut += share
+        runs[-1].append(piece)
+        done += _cost(piece, keyframe_times, ends, frame_s)
+    return runs
+
+
+FIRST_FRAME_COST = 4  # a seek and an intra-coded frame cost about as much as a few predicted frames
+
+
+def _cost(read: Read, keyframe_times: tuple[float, ...], ends: tuple[float, ...], frame_s: float) -> float:
+    """Seconds of video ``read`` decodes, as :func:`split_reads` counts them."""
+    assert read.start is not None, "only reads that start at a keyframe are split"
+    if read.first_frame_only:
+        return FIRST_FRAME_COST * frame_s
+    end = ends[-1] if read.stop is None else keyframe_times[read.stop]
+    return end - keyframe_times[read.start]
+
+
+def _cut(read: Read, keyframe_times: tuple[float, ...], share: float) -> list[Read]:
+    """``read`` cut at keyframes into pieces of about ``share`` seconds (first-frame reads stay whole)."""
+    if read.first_frame_only or read.start is None:
+        return [read]
+    stop = read.stop if read.stop is not None else len(keyframe_times)
+    pieces, start, taken = [], read.start, 0
+    while start < stop:
+        # the last keyframe at most ``share`` seconds on, but at least one group
+        end = max(bisect.bisect_right(keyframe_times, keyframe_times[start] + share, lo=start + 1, hi=stop) - 1, start + 1)
+        boundary = keyframe_times[end] if end < len(keyframe_times) else math.inf
+        count = bisect.bisect_left(read.targets, boundary, lo=taken) - taken
+        if count:
+            pieces.append(Read(start, end if end < len(keyframe_times) else read.stop, read.targets[taken : taken + count]))
+        taken += count
+        start = end
+    return pieces
+
+
+def _keyframe_before(keyframe_times: tuple[float, ...], time_s: float) -> int:
+    return max(bisect.bisect_right(keyframe_times, time_s) - 1, 0)
+
+
+def _nearest_keyframe(keyframe_times: tuple[float, ...], time_s: float) -> int:
+    before = _keyframe_before(keyframe_times, time_s)
+    after = min(before + 1, len(keyframe_times) - 1)
+    return after if abs(keyframe_times[after] - time_s) < abs(keyframe_times[before] - time_s) else before

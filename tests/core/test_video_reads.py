@@ -1,0 +1,222 @@
+"""How clips are read: the plan of reads (pure), no frame decoded twice, parallel decoders that
+take the same frames as one, and fast mode's nearest keyframes, on clips written in the test."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import time
+
+import numpy as np
+import pytest
+
+from framewise.core.errors import SettingsError
+from framewise.core.families.qwen3_vl.processor import video_frame_size
+from framewise.core.settings import FAST_MODE_AUTO_ABOVE_S, SamplingSettings
+from framewise.core.video import ReadBudget, pyav_reader, sample_times
+from framewise.core.video.reads import Read, plan_reads, split_reads
+from framewise.core.video.sampling import sampling_mode
+from training.clip_writer import write_clip
+
+if __package__:
+    from .test_video import (  # noqa: F401  (decoded_times is a fixture)
+        decoded_times, index_frame, indices, on_screen, quadrant_colors, quadrant_picture, sample,
+    )
+else:
+    from test_video import (  # noqa: F401
+        decoded_times, index_frame, indices, on_screen, quadrant_colors, quadrant_picture, sample,
+    )
+
+FPS = 10
+FRAMES = 300  # 30 s
+KEYFRAME_EVERY = 25  # 2.5 s
+
+
+@pytest.fixture(scope="module")
+def gop_clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """30 s at 10 fps, a keyframe every 25 frames; frame i shows index i."""
+    folder = tmp_path_factory.mktemp("reads")
+    return write_clip(
+        folder / "gops.mp4", [index_frame(i) for i in range(FRAMES)], fps=FPS, keyframe_interval=KEYFRAME_EVERY,
+        preset="ultrafast",
+    )
+
+
+@pytest.fixture
+def workers(monkeypatch):
+    """Set how many decoders the PyAV reader may run at once; records each decoder opened."""
+    opened: list[object] = []
+    real_init = pyav_reader._Decoder.__init__
+
+    def recording_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        opened.append(self)
+
+    monkeypatch.setattr(pyav_reader._Decoder, "__init__", recording_init)
+
+    def use(count: int) -> list[object]:
+        monkeypatch.setattr(pyav_reader, "default_workers", lambda: count)
+        opened.clear()
+        return opened
+
+    return use
+
+
+SOURCE_TIMES = [i / FPS for i in range(FRAMES)]
+KEYFRAME_TIMES = tuple(i / FPS for i in range(0, FRAMES, KEYFRAME_EVERY))
+
+
+# --- the plan ------------------------------------------------------------------------------------------
+
+
+def test_dense_targets_are_one_sequential_read_and_sparse_ones_a_read_per_group():
+    dense = plan_reads(KEYFRAME_TIMES, sample_times(30.0, 60), "exact", 0.5)
+    sparse = plan_reads(KEYFRAME_TIMES, sample_times(30.0, 4), "exact", 7.5)
+
+    assert dense == [Read(0, None, sample_times(30.0, 60))]
+    assert [(read.start, read.stop) for read in sparse] == [(1, 2), (4, 5), (7, 8), (10, 11)]
+    assert [target for read in sparse for target in read.targets] == list(sample_times(30.0, 4))
+
+
+def test_fast_targets_take_the_nearest_keyframe_within_half_an_interval_else_the_exact_frame():
+    targets = (2.4, 9.0, 20.1)  # keyframes at 0, 2.5, 5, ... 27.5
+    reads = plan_reads(KEYFRAME_TIMES, targets, "fast", interval_s=1.0)
+
+    assert reads == [
+        Read(1, 2, (2.5,), first_frame_only=True),
+        Read(3, 4, (9.0,)),  # 1.0 s from the nearest keyframe: more than half the interval
+        Read(8, 9, (20.0,), first_frame_only=True),
+    ]
+
+
+def test_a_group_with_an_exact_target_is_decoded_whole_once_even_for_a_fast_one():
+    reads = plan_reads(KEYFRAME_TIMES, (4.9, 6.5), "fast", interval_s=1.6)
+
+    assert reads == [Read(2, 3, (5.0, 6.5))]
+
+
+@pytest.mark.parametrize("count", [4, 60, 240])
+@pytest.mark.parametrize("workers", [2, 3, 8])
+def test_split_reads_keeps_every_target_in_order_in_at_most_that_many_runs(count, workers):
+    targets = sample_times(30.0, count)
+    reads = plan_reads(KEYFRAME_TIMES, targets, "exact", 30.0 / count)
+
+    runs = split_reads(reads, KEYFRAME_TIMES, 30.0, 1 / FPS, workers)
+
+    assert 1 <= len(runs) <= workers and all(runs)
+    assert tuple(target for run in runs for read in run for target in read.targets) == targets
+    starts = [read.start for run in runs for read in run]
+    assert starts == sorted(starts) and len(set(starts)) == len(starts)  # no group read twice
+    if count >= 60:
+        assert len(runs) == min(workers, len(KEYFRAME_TIMES))  # a long sequential read is shared out
+
+
+def test_fast_mode_auto_turns_on_above_its_length_only():
+    auto, off, on = (SamplingSettings(fast_mode=mode) for mode in ("auto", "off", "on"))
+
+    assert sampling_mode(auto, FAST_MODE_AUTO_ABOVE_S) == "exact"
+    assert sampling_mode(auto, FAST_MODE_AUTO_ABOVE_S + 1) == "fast"
+    assert sampling_mode(off, 10 * FAST_MODE_AUTO_ABOVE_S) == "exact"
+    assert sampling_mode(on, 1.0) == "fast"
+    with pytest.raises(SettingsError, match="sampling.fast_mode"):
+        SamplingSettings(fast_mode="sometimes").validate()
+
+
+# --- reading a clip ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("count", "workers_used"), [(60, 1), (60, 3), (4, 1), (4, 3)])
+def test_no_frame_is_decoded_twice(gop_clip, decoded_times, workers, count, workers_used):
+    workers(workers_used)
+    sampled = sample(gop_clip, SamplingSettings(fps=2.0, min_frames=4, max_frames=count))
+
+    expected = [on_screen(SOURCE_TIMES, t) for t in sample_times(30.0, count)]
+    assert indices(sampled.frames) == expected
+    repeated = [time_s for time_s, times in Counter(decoded_times).items() if times > 1]
+    assert repeated == []
+    assert sampled.frames_decoded == len(decoded_times)
+    if count == 4:
+        assert sampled.frames_decoded < FRAMES / 2  # sparse targets: only the groups that hold them
+
+
+@pytest.mark.parametrize("fast_mode", ["off", "on"])
+def test_parallel_decoders_take_the_same_frames_as_one(gop_clip, workers, fast_mode):
+    sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=48, fast_mode=fast_mode)
+    workers(1)
+    serial = sample(gop_clip, sampling)
+    opened = workers(4)
+    parallel = sample(gop_clip, sampling)
+
+    assert len(opened) == 4
+    np.testing.assert_array_equal(parallel.frames, serial.frames)
+    assert parallel.timestamps == serial.timestamps and parallel.mode == serial.mode
+
+
+def test_fast_mode_takes_keyframes_with_their_own_times_and_decodes_one_frame_each(gop_clip, workers):
+    workers(1)
+    sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=12, fast_mode="on")
+    sampled = sample(gop_clip, sampling)
+
+    interval = 30.0 / 12
+    assert sampled.mode == "fast"
+    for target, time_s, index in zip(sample_times(30.0, 12), sampled.timestamps, indices(sampled.frames), strict=True):
+        assert index % KEYFRAME_EVERY == 0 and time_s == pytest.approx(index / FPS)  # a keyframe, at its own time
+        assert abs(time_s - target) <= interval / 2
+    assert sampled.frames_decoded <= 12 + 1
+
+
+def test_fast_mode_is_off_for_short_clips_by_default(gop_clip):
+    sampled = sample(gop_clip)
+
+    assert sampled.mode == "exact"
+
+
+def test_a_decoder_still_reading_after_the_others_ended_keeps_the_read_alive(gop_clip, workers, monkeypatch):
+    """Each decoder's own progress extends the budget: the first half of the clip decodes slowly,
+    long after the decoder of the second half (which reached further into the video) has ended."""
+    real_decoded = pyav_reader.PyAVClip._decoded
+
+    def uneven(self, *args):
+        for time_s, frame in real_decoded(self, *args):
+            time.sleep(0.03 if time_s < 15.0 else 0.002)  # 0.3 s per second of video, then 0.02
+            self.guard.check(time_s)
+            yield time_s, frame
+
+    monkeypatch.setattr(pyav_reader.PyAVClip, "_decoded", uneven)
+    opened = workers(2)
+    sampled = sample(gop_clip, SamplingSettings(fps=2.0, min_frames=4, max_frames=60),
+                     budget=ReadBudget(start_s=5.0, per_video_second_s=1.5))
+
+    assert len(opened) == 2
+    assert indices(sampled.frames) == [on_screen(SOURCE_TIMES, t) for t in sample_times(30.0, 60)]
+
+
+@pytest.mark.parametrize("rotation", [90, 270])
+def test_fast_mode_scales_rotated_frames_upright_to_the_displayed_size(tmp_path, rotation):
+    picture = quadrant_picture(32, 64)
+    path = write_clip(tmp_path / "rotated.mp4", [picture] * 20, fps=10, rotation_degrees=rotation, keyframe_interval=5)
+    sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=4, fast_mode="on")
+
+    sampled = sample(path, sampling)
+
+    displayed = np.rot90(picture, k=rotation // 90)
+    assert sampled.mode == "fast"
+    assert sampled.frames.shape[1:3] == video_frame_size(4, *displayed.shape[:2], sampling)
+    for frame in sampled.frames:
+        np.testing.assert_array_equal(quadrant_colors(frame), quadrant_colors(displayed))
+
+
+def test_fast_mode_across_a_timestamp_reset_keeps_each_frames_true_time(tmp_path):
+    first = write_clip(tmp_path / "first.ts", [index_frame(i) for i in range(30)], fps=10, keyframe_interval=10)
+    second = write_clip(tmp_path / "second.ts", [index_frame(100 + i) for i in range(20)], fps=10, keyframe_interval=10)
+    joined = tmp_path / "joined.ts"
+    joined.write_bytes(first.read_bytes() + second.read_bytes())
+
+    sampled = sample(joined, SamplingSettings(fps=2.0, min_frames=4, max_frames=10, fast_mode="on"))
+
+    assert sampled.mode == "fast"
+    shown = [index if index < 100 else 30 + index - 100 for index in indices(sampled.frames)]  # on the clip's timeline
+    assert sampled.timestamps == pytest.approx([index / 10 for index in shown], abs=1e-3)
+    for target, time_s in zip(sample_times(5.0, 10), sampled.timestamps, strict=True):
+        assert abs(time_s - target) <= 0.25 + 1e-6  # half the interval: keyframes lie at most 10 frames apart
