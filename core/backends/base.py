@@ -57,43 +57,6 @@ class AnsweringBackend(Protocol):
     def open_frames(
         self, frames: np.ndarray, timestamps: Sequence[float], name: str, request_id: int | None = None
     ) -> EncodeDone: ...
-    def add_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
-        """Sample the clip or picture at ``path`` and add it to the conversation beside the open
-        items (with none open, open it); the questions and answers so far are kept.
-
-        A failure leaves the open items and the conversation as they were.
-        """
-        with self._requests.serving(request_id):
-            if self.clip is None:
-                return self._open_clip(Path(path), "new_clip")
-            return self._add_clip(Path(path), None)
-
-    def look_closer(
-        self, start_s: float, end_s: float, item: int = 0, request_id: int | None = None
-    ) -> EncodeDone:
-        """Sample the span ``start_s``..``end_s`` of the open clip number ``item`` (of :attr:`clips`)
-        densely, with its real times, and add it to the conversation as a new item (see
-        :meth:`add_clip`). The answers after it see the span; ``EncodeDone.span`` says which.
-
-        Raises SpanError for a span outside the clip, a picture, or frames given directly.
-        """
-        with self._requests.serving(request_id):
-            clips = self.clips
-            if not 0 <= item < len(clips):
-                raise SpanError("Open a clip first, then select a span of its timeline to look closer at.")
-            path, summary = clips[item].path, clips[item].summary
-            if summary.kind == "image" or path is None:
-                raise SpanError(
-                    f"{summary.clip_name} has no timeline to look closer at "
-                    f"({'a picture' if path else 'frames given directly'}); select a span of a clip opened from a file."
-                )
-            return self._add_clip(path, (start_s, end_s))
-
-    @property
-    def clips(self) -> list[ClipT]:
-        """Every item of the conversation: the opened one, then those added, in order."""
-        return ([self.clip] if self.clip is not None else []) + self.added
-
     def ask(self, question: str, request_id: int | None = None) -> Done: ...
     def cancel(self, request_id: int | None = None) -> None: ...
     def new_conversation(self, request_id: int | None = None) -> None: ...

@@ -24,10 +24,6 @@ from framewise.core.video.clip import (
 )
 from framewise.core.video.pyav_reader import open_container, video_stream
 
-# The picture types the Open dialog offers beside videos (the decoder reads more).
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif", ".tif", ".tiff")
-
-
 @dataclass(frozen=True)
 class StillImage:
     """A decoded picture: ``pixels`` uint8 (H, W, 3) RGB, upright as a viewer shows it."""
