@@ -1,6 +1,8 @@
 """``framewise``: ask about a clip from a terminal, or show what Framewise runs on.
 
     framewise ask CLIP "QUESTION" [--json] [settings flags]
+    framewise ask CLIP_OR_PICTURE ... "QUESTION"                 # several clips or pictures, one conversation
+    framewise ask CLIP "QUESTION" --start 12 --end 14            # also a closer look at 12-14 s of the first clip
     framewise info [--json]
     framewise ask CLIP "QUESTION" --server http://HOST:8000 [--server-model NAME]   # a vLLM server answers
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 from typing import Any, Sequence, TextIO
@@ -64,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = _settings_from_args(args).validate()
         if args.command == "info":
             return _info(settings, args.json)
-        return _ask(settings, args.clip, args.question, args.json)
+        return _ask(settings, args.clips, args.question, args.json, _span(args.start, args.end))
     except KeyboardInterrupt:
         print("framewise: interrupted", file=sys.stderr)
         return 130
@@ -118,8 +121,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"framewise {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     ask = commands.add_parser("ask", help="answer a question about a clip")
-    ask.add_argument("clip", help="path of a video file")
+    ask.add_argument(
+        "clips", nargs="+", metavar="CLIP", help="path of a video file or a picture; give several to ask about them together"
+    )
     ask.add_argument("question", help="the question, in quotes")
+    ask.add_argument("--start", type=float, metavar="S", help="look closer at the first clip from S seconds (default 0)")
+    ask.add_argument("--end", type=float, metavar="S", help="look closer at the first clip up to S seconds (default its end)")
     info = commands.add_parser("info", help="show the device, attention backends and model in use")
     for command in (ask, info):
         _add_settings_flags(command)
@@ -233,12 +240,22 @@ def _info(settings: AppSettings, as_json: bool) -> int:
     return 0
 
 
-def _ask(settings: AppSettings, clip: str, question: str, as_json: bool) -> int:
+def _span(start: float | None, end: float | None) -> tuple[float, float] | None:
+    """The span ``--start``/``--end`` name (``None`` when neither is given)."""
+    if start is None and end is None:
+        return None
+    return (start or 0.0, math.inf if end is None else end)
+
+
+def _ask(
+    settings: AppSettings, clips: Sequence[str], question: str, as_json: bool, span: tuple[float, float] | None = None
+) -> int:
     if not question.strip():
         raise EmptyQuestionError()
     from framewise.core.video import probe_clip  # no torch: a bad path is found before the model loads
 
-    probe_clip(clip)
+    for clip in clips:
+        probe_clip(clip)
     if settings.backend.kind == "local":  # a server has its own tokenizer and context
         from framewise.core.loading import count_question_tokens  # the tokenizer only, no weights
 
@@ -248,15 +265,20 @@ def _ask(settings: AppSettings, clip: str, question: str, as_json: bool) -> int:
     info = engine.info()
     if not as_json:
         _note_unused_settings(settings, info)
-    encoded = engine.open_clip(clip)
+    encoded = engine.open_clip(clips[0])
+    added = [engine.add_clip(clip) for clip in clips[1:]]
+    if span is not None:
+        added.append(engine.look_closer(*span))
     if not as_json:
         printer.stream_answer(f"[{info.model_label}]\n" if info.model_label else "")
     done = engine.ask(question)
     if as_json:
-        write_stdout(json.dumps(_result_json(info, encoded, done)) + "\n")
+        write_stdout(json.dumps(_result_json(info, encoded, done, added)) + "\n")
     else:
         printer.start_answer()  # the label, when an answer came without a token
         write_stdout("\n" + format_stats(done.stats, encoded, info) + "\n")
+        for other in added:
+            write_stdout(f"also asked about {other.clip_name}: {_item_words(other)}\n")
     return 0
 
 
@@ -373,7 +395,36 @@ def _graph_words(encoded: EncodeDone, info: EngineInfo) -> str:
     return f"eager: {info.graphs_reason}"
 
 
-def _result_json(info: EngineInfo, encoded: EncodeDone, done: Done) -> dict[str, Any]:
+def _item_words(encoded: EncodeDone) -> str:
+    """One item added to the question, in a few words."""
+    if encoded.span is not None:
+        return f"a closer look, frames {encoded.frames} from {encoded.span[0]:.1f} to {encoded.span[1]:.1f} s"
+    if encoded.kind == "image":
+        return f"a picture, {encoded.patches} patches"
+    return f"frames {encoded.frames}, patches {encoded.patches}"
+
+
+def _clip_json(encoded: EncodeDone) -> dict[str, Any]:
+    return {
+        "name": encoded.clip_name,
+        "kind": encoded.kind,
+        "frames": encoded.frames,
+        "timestamps": list(encoded.timestamps),
+        "decode_ms": encoded.decode_ms,
+        "preprocess_ms": encoded.preprocess_ms,
+        "encode_ms": encoded.encode_ms,
+        "ms_per_frame": encoded.ms_per_frame,
+        "graph_hit": encoded.graph_hit,
+        "passes": len(encoded.chunks),
+        "sampling_mode": encoded.sampling_mode,
+        "span": list(encoded.span) if encoded.span else None,
+    }
+
+
+def _result_json(
+    info: EngineInfo, encoded: EncodeDone, done: Done, added: Sequence[EncodeDone] = ()
+) -> dict[str, Any]:
+    """``ask --json``'s object: ``clip`` is the first file, ``clips`` every file in order."""
     return {
         "answer": done.text,
         "times": [time.to_json() for time in find_times(done.text)],
@@ -381,18 +432,8 @@ def _result_json(info: EngineInfo, encoded: EncodeDone, done: Done) -> dict[str,
         "model_label": info.model_label,
         "device": info.device,
         "encoder": info.encoder_name,
-        "clip": {
-            "name": encoded.clip_name,
-            "frames": encoded.frames,
-            "timestamps": list(encoded.timestamps),
-            "decode_ms": encoded.decode_ms,
-            "preprocess_ms": encoded.preprocess_ms,
-            "encode_ms": encoded.encode_ms,
-            "ms_per_frame": encoded.ms_per_frame,
-            "graph_hit": encoded.graph_hit,
-            "passes": len(encoded.chunks),
-            "sampling_mode": encoded.sampling_mode,
-        },
+        "clip": _clip_json(encoded),
+        "clips": [_clip_json(item) for item in (encoded, *added)],
         "stats": dataclasses.asdict(done.stats),
         "server": dataclasses.asdict(info.server) if info.server else None,
     }

@@ -28,7 +28,11 @@ INTERRUPTED_TEXT = "Framewise closed before this answer was finished"
 
 @dataclass
 class Turn:
-    """One question and its answer (possibly still streaming, stopped or failed)."""
+    """One question and its answer (possibly still streaming, stopped or failed).
+
+    ``saw`` names the items the answer saw when there were several (clips, pictures, closer looks
+    at a span), in order; empty for the one clip of the conversation.
+    """
 
     question: str
     model_name: str
@@ -38,6 +42,7 @@ class Turn:
     status: TurnStatus = "waiting"
     error: str | None = None
     stats: AnswerStats | None = None
+    saw: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -50,6 +55,7 @@ class Turn:
             "asked_at": self.asked_at,
             "stats": dataclasses.asdict(self.stats) if self.stats else None,
             "times": [time.to_json() for time in find_times(self.answer)],
+            "saw": list(self.saw),
         }
 
 

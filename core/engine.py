@@ -39,9 +39,9 @@ from typing import Any, Sequence
 
 import torch
 
-from framewise.core.backends.base import BackendBase
+from framewise.core.backends.base import BackendBase, closer_look_summary
 from framewise.core.decoding import Decoded, Decoder, Prompt, SamplingRule, context_for
-from framewise.core.encoding.defs import EncodedItem, VisionEncoder
+from framewise.core.encoding.defs import EncodedItem, VisionEncoder, VisionItem
 from framewise.core.encoding.manager import make_vision_encoder
 from framewise.core.encoding.planning import BatchLimits, PlanItem, plan_batches
 from framewise.core.errors import CancelledError, FramewiseError, QuestionTooLongError
@@ -66,6 +66,7 @@ from framewise.core.settings import AppSettings
 from framewise.core.settings_transaction import SettingsTransaction
 from framewise.core.video import ReadProgress, SampledClip, SampledFrames, sample_clip
 from framewise.core.video.feed import ChunkFeed, FrameChunk
+from framewise.core.video.still import StillImage, read_still
 from framewise.core.video.thumbnails import clip_sampled
 
 
@@ -73,13 +74,20 @@ from framewise.core.video.thumbnails import clip_sampled
 class EncodedClip:
     """A clip sampled, preprocessed and encoded: everything a question about it needs.
 
-    ``path`` is the file it was read from (``None`` for frames given directly).
+    ``path`` is the file it was read from (``None`` for frames given directly). A clip has
+    ``video``; a still picture has ``image`` instead (one image item, no times).
     """
 
     path: Path | None
-    video: PreparedVideo
+    video: PreparedVideo | None
     features: EncodedItem
     summary: EncodeDone
+    image: VisionItem | None = None
+
+    @property
+    def kind(self) -> str:
+        """``"image"`` or ``"video"``."""
+        return "image" if self.image is not None else "video"
 
 
 class _TokenStreamer:
@@ -165,7 +173,8 @@ class Engine(BackendBase[EncodedClip]):
         A new model is loaded beside the old one (when that runs out of memory, the old one is
         released first and, should the new one still fail, loaded again) and re-encodes the open
         clip; new encoder settings re-capture the graphs; new sampling settings re-sample and
-        re-encode the open clip (emptying the conversation, with reason ``resampled``); a new
+        re-encode the open clip (emptying the conversation, with reason ``resampled``, and dropping
+        the items added to it, whose features the old model or sampling made); a new
         context length or decoding setting re-allocates the KV cache and re-captures the decode
         graphs. Returns the new :class:`EngineInfo`, which is also sent, when the model, encoder or
         decoder changed. On any failure the engine is as it was before the call (settings, model,
@@ -232,46 +241,75 @@ class Engine(BackendBase[EncodedClip]):
     # ----------------------------------------------------------------- clips
 
     def _open_clip(self, path: Path, reason: ResetReason | None) -> EncodeDone:
-        """Sample, preprocess and encode ``path``; ``reason`` is why the conversation empties (``None``:
-        it is being put back).
+        """Sample, preprocess and encode ``path`` and make it the only open item; ``reason`` is why
+        the conversation empties (``None``: it is being put back).
+
+        Emits Progress (decode, encode), ClipSampled, one ChunkStats per encoder pass,
+        EncoderMetrics, ConversationReset and EncodeDone.
+        """
+        self._require_model()
+        with self._request():
+            return self._keep(self._read_and_encode(path), reason)
+
+    def _add_clip(self, path: Path, span: tuple[float, float] | None) -> EncodeDone:
+        """Sample (its ``span`` only, densely, when given), preprocess and encode ``path`` and add it
+        to the conversation (no reset); the events are :meth:`_open_clip`'s but for ConversationReset."""
+        self._require_model()
+        with self._request():
+            clip = self._read_and_encode(path, span)
+            self.added.append(clip)
+            self._emit(Progress("encode", 1, 1, f"{clip.summary.clip_name} is added to the conversation"))
+            return self._emit(clip.summary)
+
+    def _read_and_encode(self, path: Path, span: tuple[float, float] | None = None) -> EncodedClip:
+        """``path`` read (a still picture as an image, anything else sampled as a clip, or only its
+        ``span`` (start, end) seconds) and encoded."""
+        self._raise_if_cancelled()
+        self._emit(Progress("decode", 0, 1, f"Reading {path.name}"))
+        started = time.perf_counter()
+        still = read_still(path) if span is None else None
+        if still is not None:
+            return self._encode_image(still, path.name, path, (time.perf_counter() - started) * 1e3)
+        sampled, clip = self._stream_clip(path, span, started)
+        if span is None:
+            return clip
+        return dataclasses.replace(clip, summary=closer_look_summary(clip.summary, span, sampled.info.duration_s))
+
+    def _stream_clip(
+        self, path: Path, span: tuple[float, float] | None, started: float
+    ) -> tuple[SampledClip, EncodedClip]:
+        """Sample the clip at ``path`` (its ``span`` only, when given) and encode it as it is read.
 
         A reading thread samples the clip while this thread preprocesses and encodes it, chunk by
         chunk (the encoder's own passes) as the frames arrive, so the clip is ready one pass
-        after its last frame is read. Emits Progress (decode, encode), ClipSampled, one ChunkStats
-        per encoder pass, EncoderMetrics, ConversationReset and EncodeDone.
+        after its last frame is read. ``started`` is when reading began (perf_counter seconds).
         """
         loaded = self._require_model()
-        with self._request():
-            self._raise_if_cancelled()
-            self._emit(Progress("decode", 0, 1, f"Reading {path.name}"))
-            started = time.perf_counter()
-            sampling = self.settings.sampling
-            feed = ChunkFeed(self._chunk_frames)
-            reading = _Reading(
-                lambda on_progress: sample_clip(
-                    path,
-                    sampling,
-                    loaded.family.frame_sizing(sampling, loaded.limits),
-                    should_cancel=self._cancel.is_set,
-                    on_progress=on_progress,
-                    sink=feed,
-                ),
-                feed,
-                path.name,
-            )
-            report = lambda: self._emit_read_progress(path.name, reading, feed, started)  # noqa: E731
-            try:
-                encoded = self._encode_chunks(feed.chunks(idle=report), report)
-            finally:
-                feed.close()
-                reading.join()
-            sampled = reading.result()
-            decode_ms = (reading.finished - started) * 1e3  # the reading alone; encoding overlapped it
-            return self._finish_clip(
-                _Encoded(loaded.family.join_videos(encoded.videos), encoded.features(), encoded.chunks, encoded.preprocess_ms),
-                SampledFrames.read(sampled, path, decode_ms),
-                reason,
-            )
+        sampling = self.settings.sampling
+        feed = ChunkFeed(self._chunk_frames)
+        reading = _Reading(
+            lambda on_progress: sample_clip(
+                path,
+                sampling,
+                loaded.family.frame_sizing(sampling, loaded.limits),
+                should_cancel=self._cancel.is_set,
+                on_progress=on_progress,
+                sink=feed,
+                span=span,
+            ),
+            feed,
+            path.name,
+        )
+        report = lambda: self._emit_read_progress(path.name, reading, feed, started)  # noqa: E731
+        try:
+            encoded = self._encode_chunks(feed.chunks(idle=report), report)
+        finally:
+            feed.close()
+            reading.join()
+        sampled = reading.result()
+        decode_ms = (reading.finished - started) * 1e3  # the reading alone; encoding overlapped it
+        joined = _Encoded(loaded.family.join_videos(encoded.videos), encoded.features(), encoded.chunks, encoded.preprocess_ms)
+        return sampled, self._finish_clip(joined, SampledFrames.read(sampled, path, decode_ms))
 
     def _chunk_frames(self, count: int, size: tuple[int, int]) -> list[int]:
         """Frames per encoder pass for a clip of ``count`` frames of ``size`` = (h, w): the passes
@@ -315,11 +353,10 @@ class Engine(BackendBase[EncodedClip]):
         """
         self._require_model()
         with self._request():
-            return self._encode_frames(sampled, "new_clip")
+            return self._keep(self._encode_frames(sampled), "new_clip")
 
-    def _encode_frames(self, sampled: SampledFrames, reason: ResetReason | None) -> EncodeDone:
-        """Preprocess and encode sampled frames (T, H, W, 3) uint8 in one go, make them the open clip
-        and, unless ``reason`` is ``None``, start its conversation afresh."""
+    def _encode_frames(self, sampled: SampledFrames) -> EncodedClip:
+        """Preprocess and encode sampled frames (T, H, W, 3) uint8 in one go, as a clip."""
         loaded = self._require_model()
         started = time.perf_counter()
         timestamps = sampled.timestamps
@@ -331,43 +368,68 @@ class Engine(BackendBase[EncodedClip]):
         with self._cancel_points(loaded.family.cancel_points(loaded.model).vision):
             output = self._require_encoder().encode([video.item])
         encoded = _Encoded(video, output.items[0], tuple(output.chunks), preprocess_ms)
-        return self._finish_clip(encoded, sampled, reason)
+        return self._finish_clip(encoded, sampled)
 
-    def _finish_clip(self, encoded: _Encoded, sampled: SampledFrames, reason: ResetReason | None) -> EncodeDone:
-        """Make the encoded clip the open one and report it: its frames (T, H, W, 3) uint8 for the
-        strip, one ChunkStats per pass, the metrics and the summary."""
+    def _finish_clip(self, encoded: _Encoded, sampled: SampledFrames) -> EncodedClip:
+        """The encoded clip, reported: its frames (T, H, W, 3) uint8 for the strip, one ChunkStats
+        per pass, the metrics and the summary."""
         self._raise_if_cancelled()  # a cancel during the last pass still keeps the previous clip
         self._emit(clip_sampled(sampled))
-        video, preprocess_ms = encoded.video, encoded.preprocess_ms
-        timestamps, name = sampled.timestamps, sampled.name
-        chunks = tuple(
-            self._requests.stamp(dataclasses.replace(chunk, chunk_index=index))
-            for index, chunk in enumerate(encoded.chunks)
+        summary = self._report_encoded(encoded.video.item, encoded.chunks, sampled, encoded.preprocess_ms)
+        return EncodedClip(path=sampled.path, video=encoded.video, features=encoded.features, summary=summary)
+
+    def _encode_image(self, still: StillImage, name: str, path: Path, decode_ms: float) -> EncodedClip:
+        """Preprocess and encode a still picture as one image item (no times)."""
+        loaded = self._require_model()
+        info = still.info
+        picture = SampledFrames(still.pixels[None], (0.0,), name, path, decode_ms, (info.width, info.height, 0.0))
+        self._emit(clip_sampled(picture, kind="image"))
+        self._raise_if_cancelled()
+        started = time.perf_counter()
+        item = loaded.family.preprocess_image(still.pixels, loaded.limits)
+        preprocess_ms = (time.perf_counter() - started) * 1e3
+        self._raise_if_cancelled()
+        self._emit(Progress("encode", 0, 1, "Encoding the picture"))
+        with self._cancel_points(loaded.family.cancel_points(loaded.model).vision):
+            output = self._require_encoder().encode([item])
+        self._raise_if_cancelled()  # a cancel during the last pass still keeps the previous clip
+        summary = self._report_encoded(item, output.chunks, picture, preprocess_ms)
+        return EncodedClip(path=path, video=None, image=item, features=output.items[0], summary=summary)
+
+    def _report_encoded(
+        self, item: VisionItem, chunks: Sequence[ChunkStats], sampled: SampledFrames, preprocess_ms: float
+    ) -> EncodeDone:
+        """Send one ChunkStats per encoder pass of ``item`` (numbered) and the encoder metrics; the
+        item's summary."""
+        stamped = tuple(
+            self._requests.stamp(dataclasses.replace(chunk, chunk_index=index)) for index, chunk in enumerate(chunks)
         )
-        for chunk in chunks:
+        for chunk in stamped:
             self._emit(chunk)
-        metrics = self._emit(self.metrics.add_item(chunks))
+        metrics = self._emit(self.metrics.add_item(stamped))
         assert metrics.last_item_ms_per_frame is not None and metrics.last_item_hit is not None
-        summary = self._requests.stamp(
+        return self._requests.stamp(
             EncodeDone(
-                clip_name=name,
-                frames=len(timestamps),
-                patches=video.item.patches,
-                timestamps=tuple(timestamps),
+                clip_name=sampled.name,
+                frames=len(sampled.timestamps),
+                patches=item.patches,
+                timestamps=tuple(sampled.timestamps),
                 decode_ms=sampled.decode_ms,
                 preprocess_ms=preprocess_ms,
-                encode_ms=sum(chunk.encode_ms for chunk in chunks),
+                encode_ms=sum(chunk.encode_ms for chunk in stamped),
                 ms_per_frame=metrics.last_item_ms_per_frame,
                 graph_hit=metrics.last_item_hit,
                 sampling_mode=sampled.mode,
-                chunks=chunks,
+                chunks=stamped,
+                kind=item.modality,
             )
         )
-        self.clip = EncodedClip(path=sampled.path, video=video, features=encoded.features, summary=summary)
-        if reason is not None:
-            self._reset_conversation(reason)
-        self._emit(Progress("encode", 1, 1, f"{name} is ready"))
-        return self._emit(summary)
+
+    def _keep(self, clip: EncodedClip, reason: ResetReason | None) -> EncodeDone:
+        """Make ``clip`` the open one and, unless ``reason`` is ``None``, start its conversation afresh."""
+        self._make_open(clip, reason)
+        self._emit(Progress("encode", 1, 1, f"{clip.summary.clip_name} is ready"))
+        return self._emit(clip.summary)
 
     # ----------------------------------------------------------------- questions
 
@@ -375,20 +437,15 @@ class Engine(BackendBase[EncodedClip]):
         loaded = self._require_model()
         with self._request():
             started = time.perf_counter()
-            inputs = loaded.family.build_prompt(
-                loaded.tokenizer,
-                question,
-                videos=[self.clip.video] if self.clip else [],
-                history=self.turns,
-                limits=loaded.limits,
-            )
-            self._check_prompt_fits(inputs, question)
+            items = self._prompt_items()
+            inputs = self._build_prompt(question, items, self.turns)
+            self._check_prompt_fits(inputs, question, items)
             streamer = _TokenStreamer(loaded.tokenizer, self._emit)
             try:
                 # Inside the prefill (until the first token); the token loop checks between tokens.
                 prefilling = lambda: streamer.speed.first_token_time is None  # noqa: E731
                 with self._cancel_points(loaded.family.cancel_points(loaded.model).language, while_=prefilling):
-                    decoded = self._decode(inputs, streamer)
+                    decoded = self._decode(inputs, items, streamer)
             except CancelledError:  # before the first token: during the prefill, or before it began
                 decoded = Decoded(prompt_tokens=int(inputs.input_ids.shape[1]), stop_reason="cancelled")
             streamer.end()
@@ -401,19 +458,35 @@ class Engine(BackendBase[EncodedClip]):
         stats = self._answer_stats(started, finished, streamer, decoded)
         return self._emit(Done(text=text, stats=stats, kept=not cancelled))
 
-    def _check_prompt_fits(self, inputs: PromptInputs, question: str) -> None:
+    def _prompt_items(self) -> list[EncodedClip]:
+        """The open items in the order the family's prompt numbers them: clips first, then pictures."""
+        return sorted(self.clips, key=lambda item: item.kind == "image")
+
+    def _build_prompt(
+        self, question: str, items: Sequence[EncodedClip], history: Sequence[tuple[str, str]] = ()
+    ) -> PromptInputs:
+        """The family's prompt for ``question`` about ``items`` (in prompt order) after ``history``."""
+        loaded = self._require_model()
+        return loaded.family.build_prompt(
+            loaded.tokenizer,
+            question,
+            videos=[item.video for item in items if item.video is not None],
+            images=[item.image for item in items if item.image is not None],
+            history=history,
+            limits=loaded.limits,
+        )
+
+    def _check_prompt_fits(self, inputs: PromptInputs, question: str, items: Sequence[EncodedClip]) -> None:
         """Refuse, before any of it runs, a prompt the decoder's context cannot hold, saying whether
-        the question itself or the conversation grown around it is too long (QuestionTooLongError)."""
+        the question itself (with the open ``items``) or the conversation grown around it is too long
+        (QuestionTooLongError)."""
         context = self._require_decoder().max_tokens
         prompt_tokens = int(inputs.input_ids.shape[1])
         if prompt_tokens < context:
             return
-        loaded = self._require_model()
-        alone = loaded.family.build_prompt(
-            loaded.tokenizer, question, videos=[self.clip.video] if self.clip else [], limits=loaded.limits
-        )
-        alone_tokens = int(alone.input_ids.shape[1])
+        alone_tokens = int(self._build_prompt(question, items).input_ids.shape[1])
         if alone_tokens >= context:
+            loaded = self._require_model()
             question_tokens = len(loaded.tokenizer.encode(question, add_special_tokens=False))
             raise QuestionTooLongError(
                 f"This question is {question_tokens:,} tokens: with the clip it needs {alone_tokens:,} of the "
@@ -424,18 +497,19 @@ class Engine(BackendBase[EncodedClip]):
             "model's context holds. Start a new conversation (File ▸ New Conversation) and ask again."
         )
 
-    def _decode(self, inputs: PromptInputs, streamer: _TokenStreamer) -> Decoded:
-        """Decode the answer to ``inputs`` with the open clip's features, streaming through ``streamer``."""
+    def _decode(self, inputs: PromptInputs, items: Sequence[EncodedClip], streamer: _TokenStreamer) -> Decoded:
+        """Decode the answer to ``inputs`` with the features of ``items`` (in prompt order), streaming
+        through ``streamer``."""
         loaded = self._require_model()
         decoder = self._require_decoder()
-        clip = self.clip
         prompt = Prompt(
             input_ids=inputs.input_ids,
             token_types=inputs.token_types,
             spans=inputs.spans,
             grids=inputs.grids,
-            items=(clip.features,) if clip else (),
-            owner=clip,
+            items=tuple(item.features for item in items),
+            # Items are only ever added or all replaced, so the newest one names the whole set.
+            owner=self.clips[-1] if self.clips else None,
         )
         generation = self.settings.generation
         rule = SamplingRule(

@@ -66,6 +66,10 @@ class ReaderStuckError(ClipError):
     """Earlier reads are still stuck inside the decoder, so no new one is started."""
 
 
+class SpanError(ClipError):
+    """A span asked for a closer look is empty, reversed, outside the clip, or of a picture."""
+
+
 class ModelLoadError(FramewiseError):
     """A model folder or repo id could not be loaded as a checkpoint of a supported model family."""
 

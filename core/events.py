@@ -30,7 +30,7 @@ time. The rate is measured over the gaps after the first token, so under 8 token
 most six gaps, and one uneven step (the first after the prefill, a pause of the process) sways it
 more than it tells: a 2-token answer, one gap, read 922.4 tokens/s."""
 
-RequestKind = Literal["load", "open_clip", "ask", "apply_settings", "new_conversation"]
+RequestKind = Literal["load", "open_clip", "add_clip", "look_closer", "ask", "apply_settings", "new_conversation"]
 RequestOutcome = Literal["done", "cancelled", "failed"]
 ResetReason = Literal["new_clip", "resampled", "asked"]
 """Why the conversation was emptied: a clip was opened (``new_clip``), new sampling or model settings
@@ -148,6 +148,7 @@ class ClipSampled:
     """A clip was opened and its frames sampled; ``thumbnails`` are small RGB previews, one per frame.
 
     ``thumbnails``: uint8 arrays of shape (h, w, 3); ``timestamps`` are seconds from the clip's start.
+    ``kind`` is ``"image"`` for a still picture (one thumbnail, no timeline), else ``"video"``.
     ``sampling_mode``: ``"exact"`` or ``"fast"`` (see :class:`~framewise.core.settings.SamplingSettings`).
     """
 
@@ -158,6 +159,7 @@ class ClipSampled:
     width: int
     height: int
     duration_s: float
+    kind: str = "video"
     sampling_mode: str = "exact"
     request_id: int = _request_id()
 
@@ -169,6 +171,8 @@ class EncodeDone:
     ``frames`` are the sampled frames; ``ms_per_frame`` and ``graph_hit`` (every pass of the clip was
     a graph replay) are the clip's numbers as :class:`~framewise.core.metrics.EncoderMetricsAccumulator`
     computed them. ``sampling_mode`` is how the frames were taken (``"exact"`` or ``"fast"``).
+    ``kind`` is ``"image"`` for a still picture (one image item), else ``"video"``; ``span`` is the
+    (start, end) seconds a closer look sampled (``None``: the whole clip).
     """
 
     clip_name: str
@@ -182,6 +186,8 @@ class EncodeDone:
     graph_hit: bool
     sampling_mode: str = "exact"
     chunks: tuple[ChunkStats, ...] = field(default_factory=tuple)
+    kind: str = "video"
+    span: tuple[float, float] | None = None
     request_id: int = _request_id()
 
 

@@ -30,12 +30,13 @@ class EngineParts:
     graphs_reason: str
     decoder: Any
     clip: Any
+    added: list[Any]
     turns: list[tuple[str, str]]
 
     @classmethod
     def of(cls, engine: SwitchableEngine) -> EngineParts:
         parts = cls(**{part.name: getattr(engine, part.name) for part in fields(cls)})
-        parts.turns = list(parts.turns)
+        parts.added, parts.turns = list(parts.added), list(parts.turns)
         return parts
 
     def put_back(self, engine: SwitchableEngine) -> None:
@@ -151,7 +152,7 @@ class SettingsTransaction:
             engine.load()
             if before.clip is not None and before.clip.path is not None:
                 self.reopen_clip(before.clip.path, None)  # the conversation stays: it is put back
-            engine.turns = before.turns
+            engine.added, engine.turns = before.added, before.turns
             return
         before.put_back(engine)
         if engine.encoder is None:

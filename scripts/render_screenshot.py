@@ -8,6 +8,9 @@ clicked (the preview goes there); ``--draft`` leaves a question typed but not se
     python scripts/render_screenshot.py --clip assets/clips/two_shapes_wide.mp4 \
         --question "When does the circle appear?" --click-time --draft "What happens from 1 to 3 seconds?" \
         --output docs/screenshot-time-link.png
+    python scripts/render_screenshot.py --clip assets/clips/red_square_moves_right.mp4 \
+        --add assets/clips/two_shapes_wide.mp4 --question "How many shapes are there?" \
+        --size 1024x640 --output docs/screenshot-two-clips.png
 
 Runs offscreen (no display needed), with a throw-away settings file and log folder, on the CPU.
 """
@@ -72,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
             _wait(app, lambda: not window.opening_clip and window.operation is None, 120, f"{clip.name} to be encoded")
         if window.clip is None:
             raise SystemExit("no clip could be opened")
+        for added in args.add or ():
+            if not window.session.add_clip(str(added)):
+                raise SystemExit(f"{added.name} could not be added")
+            _wait(app, lambda: window.operation is None and not window.session.engine_busy, 120, f"{added.name} to be added")
         for question in args.question or DEFAULT_QUESTIONS:
             window.chat.question_edit.setPlainText(question)
             window.chat.submit()
@@ -134,6 +141,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--clip", type=Path, action="append", help="a clip to open (repeat: each is encoded, questions go to the last)"
+    )
+    parser.add_argument(
+        "--add", type=Path, action="append", help="a clip or picture to add to the conversation after the clips (repeat)"
     )
     parser.add_argument("--question", action="append", help="a question to ask (repeat for follow-ups)")
     parser.add_argument("--output", type=Path, default=REPO_ROOT / "docs" / "screenshot.png")

@@ -325,7 +325,7 @@ class ChatPanel(QWidget):
         card.set_text(turn.answer)
         if turn.status == "failed":
             card.set_text((turn.answer + "\n\n" if turn.answer else "") + f"⚠ {turn.error}", linked_length=len(turn.answer))
-        footer = []
+        footer = [seen_text(turn)] if turn.saw else []
         if turn.status == "done" and not turn.answer:
             footer.append("The model wrote no text (only spaces or special tokens)")
         if turn.status == "stopped":
@@ -379,6 +379,11 @@ def _show_author(card: MessageCard, turn: Turn) -> None:
     card.header.setText(answer_header(turn))
     if turn.model_label:
         card.header.setToolTip(f"{turn.model_name} · {turn.model_label}")
+
+
+def seen_text(turn: Turn) -> str:
+    """Which items an answer saw, when the conversation had several ("" otherwise)."""
+    return f"Saw {' + '.join(turn.saw)}" if turn.saw else ""
 
 
 _TIME_SCHEME = "time:"

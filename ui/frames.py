@@ -111,9 +111,11 @@ class Timeline(QWidget):
     """
 
     seek_requested = Signal(float)
+    span_changed = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self._span_anchor: float | None = None  # where a Shift-drag selecting a span began
         self._duration = 0.0
         self._marks: tuple[float, ...] = ()
         self._position = 0.0
@@ -123,7 +125,8 @@ class Timeline(QWidget):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setToolTip(
             "The clip's timeline; ticks mark the frames the model sees, a filled span is a time range clicked in "
-            "the conversation, outlines are the times in the question being typed. Click or drag to seek, arrow keys step"
+            "the conversation or Shift-dragged here, outlines are the times in the question being typed. Click or drag to "
+            "seek, arrow keys step"
         )
         self.setAccessibleName("Clip timeline")
 
@@ -150,16 +153,19 @@ class Timeline(QWidget):
         self._marks = marks
         self._position = 0.0
         self._span = None
+        self.span_changed.emit()
         self.update()
 
     def select_span(self, start_s: float, end_s: float) -> None:
         """Select ``start_s``..``end_s``, cut to the clip; a span wholly outside it selects nothing."""
         start, end = max(0.0, start_s), min(self._duration, end_s)
         self._span = (start, end) if end > start else None
+        self.span_changed.emit()
         self.update()
 
     def clear_span(self) -> None:
         self._span = None
+        self.span_changed.emit()
         self.update()
 
     def set_question_times(self, times: list[TimeMention]) -> None:
@@ -248,11 +254,21 @@ class Timeline(QWidget):
         painter.restore()
 
     def mousePressEvent(self, event) -> None:  # noqa: N802 - Qt override
+        self._span_anchor = None
+        if event.modifiers() & Qt.KeyboardModifier.ShiftModifier and self._duration:
+            self._span_anchor = self._time_at(event.position().x())
+            self.clear_span()
         self._seek_to_x(event.position().x())
 
     def mouseMoveEvent(self, event) -> None:  # noqa: N802 - Qt override
         if event.buttons() & Qt.MouseButton.LeftButton:
+            if self._span_anchor is not None:
+                here = self._time_at(event.position().x())
+                self.select_span(min(self._span_anchor, here), max(self._span_anchor, here))
             self._seek_to_x(event.position().x())
+
+    def mouseReleaseEvent(self, event) -> None:  # noqa: N802 - Qt override
+        self._span_anchor = None
 
     def keyPressEvent(self, event) -> None:  # noqa: N802 - Qt override
         steps = {Qt.Key.Key_Left: -1.0, Qt.Key.Key_Right: 1.0, Qt.Key.Key_PageDown: -10.0, Qt.Key.Key_PageUp: 10.0}
@@ -269,11 +285,13 @@ class Timeline(QWidget):
         margin = self.height() * 0.4
         return margin, max(1.0, self.width() - 2 * margin)
 
-    def _seek_to_x(self, x: float) -> None:
-        if not self._duration:
-            return
+    def _time_at(self, x: float) -> float:
         left, width = self._track()
-        self._request(self._duration * min(1.0, max(0.0, (x - left) / width)))
+        return self._duration * min(1.0, max(0.0, (x - left) / width))
+
+    def _seek_to_x(self, x: float) -> None:
+        if self._duration:
+            self._request(self._time_at(x))
 
     def _request(self, seconds: float) -> None:
         self.set_position(seconds)
@@ -289,6 +307,7 @@ class ClipPreview(QWidget):
     """
 
     frame_changed = Signal(int)
+    look_closer_requested = Signal(float, float)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -311,6 +330,14 @@ class ClipPreview(QWidget):
         self.play_button.clicked.connect(self.toggle_playing)
         self.timeline = Timeline()
         self.timeline.seek_requested.connect(self.seek_time)
+        self.look_closer_button = QToolButton()
+        self.look_closer_button.setText("Look closer")
+        self.look_closer_button.setToolTip(
+            "Sample the selected span (Shift-drag on the timeline, or click a time range in an answer) with the whole "
+            "frame budget and add it to the conversation"
+        )
+        self.look_closer_button.clicked.connect(self._request_closer_look)
+        self.timeline.span_changed.connect(self._update_look_closer)
         self.time_label = QLabel()
         self.time_label.setTextInteractionFlags(Qt.TextInteractionFlag.NoTextInteraction)
 
@@ -319,6 +346,7 @@ class ClipPreview(QWidget):
         controls.addWidget(self.play_button)
         controls.addWidget(self.timeline, 1)
         controls.addWidget(self.time_label)
+        controls.addWidget(self.look_closer_button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.view, 1)
@@ -328,6 +356,11 @@ class ClipPreview(QWidget):
     @property
     def is_playing(self) -> bool:
         return self._playing
+
+    @property
+    def clip(self) -> ClipSampled | None:
+        """The clip shown (``None`` when empty)."""
+        return self._clip
 
     @property
     def current_index(self) -> int:
@@ -354,14 +387,25 @@ class ClipPreview(QWidget):
         self._playable = False
         self._index = -1
         self.timeline.set_clip(clip.duration_s if clip else 0.0, clip.timestamps if clip else ())
-        for widget in (self.timeline, self.play_button):
+        is_picture = clip is not None and clip.kind == "image"
+        for widget in (self.timeline, self.play_button, self.time_label, self.look_closer_button):
             widget.setEnabled(clip is not None)
+            widget.setVisible(not is_picture)  # a still picture has no time to play or seek
+        self._update_look_closer()
         if clip is None or not clip.path:
             self.player.close_clip()
         else:
             self.player.open(clip.path)
             self.player.show(0.0)
         self._show_time(0.0, self._thumbnails[0] if self._thumbnails else None)
+
+    def _update_look_closer(self) -> None:
+        self.look_closer_button.setEnabled(self._clip is not None and self.timeline.selected_span is not None)
+
+    def _request_closer_look(self) -> None:
+        span = self.timeline.selected_span
+        if span is not None:
+            self.look_closer_requested.emit(*span)
 
     def seek(self, index: int) -> None:
         """Go to sampled frame ``index`` (a frame picked in the strip)."""

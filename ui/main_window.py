@@ -44,6 +44,7 @@ from framewise.core.events import (
 from framewise.core.settings import AppSettings
 from framewise.ui.banners import Banner, BannerArea
 from framewise.ui.chat import ChatPanel
+from framewise.ui.clip_tabs import ClipTabs
 from framewise.ui.conversation_keeper import ConversationKeeper
 from framewise.ui.conversation_list import ConversationList
 from framewise.ui.dialogs import AboutDialog, LogDialog, default_export_folder
@@ -64,7 +65,11 @@ DEFAULT_SIZE = (1280, 800)
 # collapsed: at 1024×640 the clip and the conversation come first.
 ROOMY_SIZE = (1280, 720)
 CPU_ENCODER_TITLE = "eager on the CPU: no CUDA graphs"
-VIDEO_FILTER = "Video clips (*.mp4 *.mov *.mkv *.webm *.avi *.m4v *.mpg *.mpeg *.wmv *.gif);;All files (*)"
+VIDEO_FILTER = (
+    "Clips and pictures (*.mp4 *.mov *.mkv *.webm *.avi *.m4v *.mpg *.mpeg *.wmv *.gif *.png *.jpg *.jpeg *.webp *.bmp);;"
+    "Video clips (*.mp4 *.mov *.mkv *.webm *.avi *.m4v *.mpg *.mpeg *.wmv *.gif);;"
+    "Pictures (*.png *.jpg *.jpeg *.webp *.bmp *.gif *.tif *.tiff);;All files (*)"
+)
 
 
 class MainWindow(QMainWindow, SessionListener):
@@ -165,10 +170,13 @@ class MainWindow(QMainWindow, SessionListener):
         self.clip_title = ElidedLabel("No clip")
         self.clip_title.setTextFormat(Qt.TextFormat.PlainText)
         self.preview = ClipPreview()
+        self.clip_tabs = ClipTabs(self.preview)
+        self.clip_tabs.look_closer_requested.connect(self.look_closer)
         self.frame_strip = FrameStrip()
-        self.preview.frame_changed.connect(self.frame_strip.select_frame)
-        self.frame_strip.frame_selected.connect(self.preview.seek)
-        clip_box = Section("Clip", self.clip_title, self.preview, self.frame_strip, fixed_height=(self.frame_strip,))
+        self.clip_tabs.frame_changed.connect(self.frame_strip.select_frame)
+        self.clip_tabs.shown_changed.connect(self.frame_strip.set_clip)
+        self.frame_strip.frame_selected.connect(lambda index: self.clip_tabs.current_preview().seek(index))
+        clip_box = Section("Clip", self.clip_title, self.clip_tabs, self.frame_strip, fixed_height=(self.frame_strip,))
 
         self.encoder_panel = EncoderPanel()
         self.encoder_title = ElidedLabel("")
@@ -247,6 +255,9 @@ class MainWindow(QMainWindow, SessionListener):
         file_menu = self.menuBar().addMenu("&File")
         self.open_action = _action(self, "&Open Clip…", QKeySequence.StandardKey.Open, self.choose_clip)
         file_menu.addAction(self.open_action)
+        self.add_action = _action(self, "&Add to Conversation…", "Ctrl+Shift+O", self.choose_added_clip)
+        self.add_action.setStatusTip("Add a clip or a picture beside the open one; the conversation goes on about both")
+        file_menu.addAction(self.add_action)
         self.recent_menu = file_menu.addMenu("Open &Recent")
         self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
         file_menu.addSeparator()
@@ -355,7 +366,7 @@ class MainWindow(QMainWindow, SessionListener):
             return
         self._shut_down = True
         self.store.save_window_geometry(self.saveGeometry())
-        self.preview.shutdown()
+        self.clip_tabs.shutdown()
         self.set_status("Stopping…")
         self.host.shutdown()
 
@@ -364,7 +375,7 @@ class MainWindow(QMainWindow, SessionListener):
     def choose_clip(self) -> None:
         recent = self.store.recent_files()
         start = str(Path(recent[0]).parent) if recent else str(Path.home())
-        path, _ = QFileDialog.getOpenFileName(self, "Open a video clip", start, VIDEO_FILTER)
+        path, _ = QFileDialog.getOpenFileName(self, "Open a clip or a picture", start, VIDEO_FILTER)
         if path:
             self.open_clip(path)
 
@@ -372,11 +383,28 @@ class MainWindow(QMainWindow, SessionListener):
         """Decode, sample and encode ``path`` on the worker; the conversation restarts once it is encoded."""
         self.session.open_clip(path)
 
+    def choose_added_clip(self) -> None:
+        recent = self.store.recent_files()
+        start = str(Path(recent[0]).parent) if recent else str(Path.home())
+        path, _ = QFileDialog.getOpenFileName(self, "Add a clip or a picture to the conversation", start, VIDEO_FILTER)
+        if path:
+            self.add_clip(path)
+
+    def add_clip(self, path: str) -> None:
+        """Add ``path`` to the conversation beside the open items (opens it when none is)."""
+        if not self.session.add_clip(path):
+            self.set_status("Wait for the clip or the answer to finish, then add it again")
+
+    def look_closer(self, item: int, start_s: float, end_s: float) -> None:
+        """Sample ``start_s``..``end_s`` of item ``item`` densely and add it to the conversation."""
+        if not self.session.look_closer(start_s, end_s, item):
+            self.set_status("Wait for the clip or the answer to finish, then look closer again")
+
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
         files = _local_files(event.mimeData())
         if files:
             event.acceptProposedAction()
-            self._show_drop_highlight(Path(files[0]).name)
+            self._show_drop_highlight(Path(files[0]).name, _adds(event))
         else:
             event.ignore()
 
@@ -394,11 +422,17 @@ class MainWindow(QMainWindow, SessionListener):
             event.ignore()
             return
         event.acceptProposedAction()
-        self.open_clip(files[0])
+        if _adds(event):
+            self.add_clip(files[0])
+        else:
+            self.open_clip(files[0])
 
-    def _show_drop_highlight(self, name: str) -> None:
-        """Cover the window with a highlight saying what a drop will open."""
-        self.drop_highlight.setText(f"Drop to open {name}")
+    def _show_drop_highlight(self, name: str, adds: bool = False) -> None:
+        """Cover the window with a highlight saying what a drop will do."""
+        self.drop_highlight.setText(
+            f"Drop to add {name} to the conversation" if adds
+            else f"Drop to open {name}\n(hold Ctrl to add it to the conversation instead)"
+        )
         self.drop_highlight.setGeometry(self.centralWidget().geometry())
         self.drop_highlight.raise_()
         self.drop_highlight.show()
@@ -418,7 +452,9 @@ class MainWindow(QMainWindow, SessionListener):
 
     def clip_shown(self, clip: ClipSampled | None) -> None:
         self.preview.set_clip(clip)
-        self.frame_strip.set_clip(clip)
+        if self.clip_tabs.current_preview() is self.preview:
+            self.frame_strip.set_clip(clip)
+        self.clip_tabs.set_main_title(clip.clip_name if clip else "No clip")
         if clip is None:
             self.clip_title.setText("No clip")
             self.setWindowTitle("Framewise")
@@ -669,6 +705,7 @@ class MainWindow(QMainWindow, SessionListener):
         """A new conversation is on screen; the kept ones stay in the list."""
         self.keeper.start(conversation)
         self.chat.clear()
+        self.clip_tabs.set_items(self.session.added)
         if notice:
             self.chat.add_notice(notice)
 
@@ -694,6 +731,10 @@ class MainWindow(QMainWindow, SessionListener):
 
     def metrics_changed(self, metrics: EncoderMetrics) -> None:
         self.encoder_panel.set_metrics(metrics)
+
+    def item_added(self, clip: ClipSampled, done: EncodeDone) -> None:
+        self.clip_tabs.set_items(self.session.added)
+        self.chat.add_notice(added_notice(done))
 
     def clip_encoded(self, done: EncodeDone) -> None:
         self.encoder_panel.set_encode_done(done)
@@ -754,6 +795,20 @@ def _action(window: QMainWindow, text: str, shortcut, slot) -> QAction:
     action.triggered.connect(lambda checked=False: slot())
     window.addAction(action)
     return action
+
+
+def added_notice(done: EncodeDone) -> str:
+    """What the conversation says when an item joins it: which clip, picture or span later answers see."""
+    if done.span is not None:
+        start, end = (format_timestamp(t) for t in done.span)
+        return f"Looking closer at {start}–{end} ({done.frames} frames); the answers from here on see this span too."
+    what = "picture" if done.kind == "image" else "clip"
+    return f"Added the {what} {done.clip_name}; the answers from here on see it too."
+
+
+def _adds(event: QDropEvent | QDragEnterEvent) -> bool:
+    """A drop with Ctrl held adds its file to the conversation instead of opening it."""
+    return bool(event.modifiers() & Qt.KeyboardModifier.ControlModifier)
 
 
 def _local_files(mime) -> list[str]:

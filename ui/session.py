@@ -54,6 +54,8 @@ _FAILURE_PREFIX: dict[RequestKind, str] = {
     "load": "Could not load the model",
     "apply_settings": "Could not apply the settings",
     "new_conversation": "Could not start a new conversation",
+    "add_clip": "Could not add it to the conversation",
+    "look_closer": "Could not look closer",
 }
 
 
@@ -145,6 +147,9 @@ class SessionListener:
     def metrics_changed(self, metrics: EncoderMetrics) -> None:
         """New encoder numbers over the run (hits per item, latency percentiles)."""
 
+    def item_added(self, clip: ClipSampled, done: EncodeDone) -> None:
+        """A clip, picture or closer look at a span joined the conversation (``done.span`` says which span)."""
+
     def clip_encoded(self, done: EncodeDone) -> None:
         """A clip finished encoding."""
 
@@ -167,10 +172,12 @@ class Session:
         self.listener = listener or SessionListener()
         self.info: EngineInfo | None = None
         self.clip: ClipSampled | None = None
+        self.added: list[tuple[ClipSampled, EncodeDone]] = []  # items added to the conversation, in order
         self.conversation = Conversation()
         self.metrics: EncoderMetrics | None = None
         self._running: RequestStarted | None = None
         self._opens: dict[int, str] = {}  # open_clip requests sent and not finished: id -> path
+        self._adds: set[int] = set()  # add_clip and look_closer requests sent and not finished
         self._latest_open: int | None = None
         self._sampled: dict[int, ClipSampled] = {}  # clips sampled by requests not finished yet
         self._answering: tuple[int, Turn] | None = None
@@ -201,7 +208,7 @@ class Session:
     @property
     def engine_busy(self) -> bool:
         """The engine is loading, applying settings or opening a clip (a question would wait)."""
-        return self.operation in ("load", "apply_settings", "open_clip") or self.opening_clip
+        return self.operation in ("load", "apply_settings", "open_clip", "add_clip", "look_closer") or self.opening_clip
 
     @property
     def ask_blocker(self) -> str | None:
@@ -222,7 +229,7 @@ class Session:
 
     @property
     def can_stop(self) -> bool:
-        return self.answering or self.operation == "open_clip"
+        return self.answering or self.operation in ("open_clip", "add_clip", "look_closer")
 
     @property
     def can_export(self) -> bool:
@@ -261,6 +268,36 @@ class Session:
         self._refresh_clip()
         self.listener.state_changed()
 
+    def add_clip(self, path: str) -> bool:
+        """Add the clip or picture at ``path`` to the conversation (with no clip open, open it);
+        False when the engine is busy."""
+        if self.clip is None:
+            self.open_clip(path)
+            return True
+        return self._add(
+            "add_clip", lambda backend, rid: backend.add_clip(path, request_id=rid), f"Adding {Path(path).name}…"
+        )
+
+    def look_closer(self, start_s: float, end_s: float, item: int = 0) -> bool:
+        """Sample ``start_s``..``end_s`` of item ``item`` (0: the opened clip, then the added ones)
+        densely and add it to the conversation; False when there is no such clip or the engine is busy."""
+        items = [self.clip, *(clip for clip, _ in self.added)] if self.clip else []
+        if not 0 <= item < len(items) or items[item].kind == "image":
+            return False
+        return self._add(
+            "look_closer",
+            lambda backend, rid: backend.look_closer(start_s, end_s, item, request_id=rid),
+            f"Looking closer at {start_s:.1f}–{end_s:.1f} s…",
+        )
+
+    def _add(self, kind: RequestKind, call: BackendCall, status: str) -> bool:
+        if self.engine_busy or self.answering:
+            return False
+        self._adds.add(self.port.submit(kind, call, cancellable=True))
+        self.listener.status_changed(status)
+        self.listener.state_changed()
+        return True
+
     def ask(self, question: str) -> bool:
         """Send ``question`` (a follow-up when the conversation has turns); False when it cannot be asked now."""
         if not self.can_ask:
@@ -270,6 +307,7 @@ class Session:
             question=question,
             model_name=info.model_name if info else self.settings.model.source,
             model_label=info.model_label if info else None,
+            saw=self._items_seen(),
         )
         self.conversation.turns.append(turn)
         request_id = self.port.submit("ask", lambda backend, rid: backend.ask(question, request_id=rid), cancellable=True)
@@ -342,6 +380,7 @@ class Session:
         failure = self._failures.pop(request_id, None)
         self.listener.progress_ended()
         path = self._opens.pop(request_id, None)
+        self._adds.discard(request_id)
         if self._resuming == request_id:
             self._resuming = None
             if not finished.ok:  # the kept conversation stays readable, but cannot go on
@@ -455,6 +494,10 @@ class Session:
     def _on_encode_done(self, done: EncodeDone) -> None:
         if self._is_superseded(done.request_id):
             return
+        sampled = self._sampled.get(done.request_id)
+        if done.request_id in self._adds and sampled is not None and self.clip is not None:
+            self.added.append((sampled, done))
+            self.listener.item_added(sampled, done)
         self.listener.clip_encoded(done)
         self.listener.status_changed(
             f"{done.clip_name}: {done.frames} frames encoded in {done.encode_ms:.0f} ms "
@@ -466,6 +509,8 @@ class Session:
             self._asked_reset = None
             return  # followed when the person asked for it
         clip = self._sampled.get(reset.request_id) if reset.reason != "asked" else None
+        if reset.reason != "asked":
+            self.added = []  # opening or re-sampling replaces every item
         if clip is not None:
             self.clip = clip
             self.listener.clip_changed(clip)
@@ -491,6 +536,12 @@ class Session:
             return None
         turn = self._answering[1]
         return turn if turn.status in ("waiting", "streaming") else None
+
+    def _items_seen(self) -> tuple[str, ...]:
+        """The names of the items a question sent now is about, when there are several."""
+        if not self.added or self.clip is None:
+            return ()
+        return (self.clip.clip_name, *(done.clip_name for _, done in self.added))
 
     def _is_superseded(self, request_id: int) -> bool:
         """An open the session sent, followed by a later open."""

@@ -8,6 +8,7 @@ open clip's bookkeeping and how frames given directly are sized.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Callable, Generic, Protocol, Sequence, TypeVar
 
 import numpy as np
 
-from framewise.core.errors import EmptyQuestionError
+from framewise.core.errors import EmptyQuestionError, SpanError
 from framewise.core.events import (
     ConversationReset,
     Done,
@@ -38,8 +39,9 @@ class AnsweringBackend(Protocol):
 
     Only :meth:`cancel` may be called from another thread. ``turns`` holds the finished
     (question, answer) turns about the open clip: the one conversation record, whose every reset is
-    sent as a ``ConversationReset``. Every event a call sends carries its ``request_id`` (a new one
-    when ``None``).
+    sent as a ``ConversationReset``. :meth:`open_clip` replaces every open item; :meth:`add_clip`
+    adds a clip or picture to the same conversation. Every event a call sends carries its
+    ``request_id`` (a new one when ``None``).
     """
 
     settings: AppSettings
@@ -49,6 +51,10 @@ class AnsweringBackend(Protocol):
     def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None: ...
     def info(self) -> EngineInfo: ...
     def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone: ...
+    def add_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone: ...
+    def look_closer(
+        self, start_s: float, end_s: float, item: int = 0, request_id: int | None = None
+    ) -> EncodeDone: ...
     def open_frames(
         self, frames: np.ndarray, timestamps: Sequence[float], name: str, request_id: int | None = None
     ) -> EncodeDone: ...
@@ -80,14 +86,19 @@ class BackendBase(ABC, Generic[ClipT]):
     its open clip.
 
     A subclass serves each of its own public calls inside ``self._requests.serving(request_id)`` and
-    sends events through :meth:`_emit`. Opening a clip, frames given directly and a question reach
-    it, inside their request, as :meth:`_open_clip`, :meth:`_use_frames` and :meth:`_ask`.
+    sends events through :meth:`_emit`. Opening a clip, adding one, frames given directly and a
+    question reach it, inside their request, as :meth:`_open_clip`, :meth:`_add_clip`,
+    :meth:`_use_frames` and :meth:`_ask`.
+
+    ``clip`` is the item that was opened; ``added`` the clips and pictures added to its
+    conversation since, in order; :attr:`clips` all of them.
     """
 
     def __init__(self, settings: AppSettings | None = None, sink: EventSink = ignore_events) -> None:
         self.settings = (settings or AppSettings()).validate()
         self.sink = sink
         self.clip: ClipT | None = None
+        self.added: list[ClipT] = []
         self.turns: Turns = []
         self._cancel = threading.Event()
         self._requests = RequestScope()
@@ -99,6 +110,43 @@ class BackendBase(ABC, Generic[ClipT]):
         """
         with self._requests.serving(request_id):
             return self._open_clip(Path(path), "new_clip")
+
+    def add_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
+        """Sample the clip or picture at ``path`` and add it to the conversation beside the open
+        items (with none open, open it); the questions and answers so far are kept.
+
+        A failure leaves the open items and the conversation as they were.
+        """
+        with self._requests.serving(request_id):
+            if self.clip is None:
+                return self._open_clip(Path(path), "new_clip")
+            return self._add_clip(Path(path), None)
+
+    def look_closer(
+        self, start_s: float, end_s: float, item: int = 0, request_id: int | None = None
+    ) -> EncodeDone:
+        """Sample the span ``start_s``..``end_s`` of the open clip number ``item`` (of :attr:`clips`)
+        densely, with its real times, and add it to the conversation as a new item (see
+        :meth:`add_clip`). The answers after it see the span; ``EncodeDone.span`` says which.
+
+        Raises SpanError for a span outside the clip, a picture, or frames given directly.
+        """
+        with self._requests.serving(request_id):
+            clips = self.clips
+            if not 0 <= item < len(clips):
+                raise SpanError("Open a clip first, then select a span of its timeline to look closer at.")
+            path, summary = clips[item].path, clips[item].summary
+            if summary.kind == "image" or path is None:
+                raise SpanError(
+                    f"{summary.clip_name} has no timeline to look closer at "
+                    f"({'a picture' if path else 'frames given directly'}); select a span of a clip opened from a file."
+                )
+            return self._add_clip(path, (start_s, end_s))
+
+    @property
+    def clips(self) -> list[ClipT]:
+        """Every item of the conversation: the opened one, then those added, in order."""
+        return ([self.clip] if self.clip is not None else []) + self.added
 
     def ask(self, question: str, request_id: int | None = None) -> Done:
         """Answer ``question`` about the open clip (or as plain text with none), streaming Token events.
@@ -137,6 +185,11 @@ class BackendBase(ABC, Generic[ClipT]):
         """Open the clip at ``path`` in the request being served; ``reason`` is why the conversation empties."""
 
     @abstractmethod
+    def _add_clip(self, path: Path, span: tuple[float, float] | None) -> EncodeDone:
+        """Add the clip or picture at ``path`` (only the ``span`` (start, end) seconds of a clip,
+        sampled densely, when given) to the conversation, in the request being served."""
+
+    @abstractmethod
     def _ask(self, question: str) -> Done:
         """Answer ``question`` (stripped, not empty) in the request being served."""
 
@@ -147,6 +200,14 @@ class BackendBase(ABC, Generic[ClipT]):
     def _emit(self, event: E) -> E:
         """Send ``event`` as part of the request being served; returns it as sent."""
         return self._requests.send(self.sink, event)
+
+    def _make_open(self, clip: ClipT, reason: ResetReason | None) -> None:
+        """Make ``clip`` the open item. With a ``reason`` (why the conversation empties) it replaces
+        every item and the conversation starts afresh; ``None`` puts it back, the rest kept."""
+        self.clip = clip
+        if reason is not None:
+            self.added.clear()
+            self._reset_conversation(reason)
 
     def _reset_conversation(self, reason: ResetReason) -> None:
         """Empty the conversation record and say so, with ``reason`` and the open clip."""
@@ -159,3 +220,10 @@ class BackendBase(ABC, Generic[ClipT]):
                 path=None if clip is None else str(clip.path or ""),
             )
         )
+
+
+def closer_look_summary(summary: EncodeDone, span: tuple[float, float], duration_s: float) -> EncodeDone:
+    """``summary`` of a clip of ``duration_s`` seconds sampled over ``span`` (start, end seconds)
+    only, named after the span as cut to the clip."""
+    start, end = max(span[0], 0.0), min(span[1], duration_s)
+    return dataclasses.replace(summary, clip_name=f"{summary.clip_name} {start:.1f}–{end:.1f} s", span=(start, end))

@@ -1,5 +1,5 @@
-"""What a question to a vLLM server carries: the clip's frames as one data: URL, their times, and
-the conversation in the chat-completions form.
+"""What a question to a vLLM server carries: each clip's frames as one data: URL (a picture as an
+``image_url``), their times, and the conversation in the chat-completions form.
 
 vLLM 0.32 takes a video made of images as ONE ``video_url`` item whose URL is
 ``data:video/jpeg;base64,<frame 1>,<frame 2>,...`` (each frame's base64 after a single prefix;
@@ -33,13 +33,20 @@ KEEP_EVERY_FRAME = -1
 
 @dataclass(frozen=True)
 class RemoteClip:
-    """A clip sampled here and made ready to send: ``video_url`` is the frames' data: URL,
-    ``media_io_kwargs`` their times; ``summary`` what opening it cost."""
+    """A clip sampled here and made ready to send: ``url`` is the frames' data: URL (a picture's,
+    with ``kind`` ``"image"``), ``media_io_kwargs`` their times (empty for a picture); ``summary``
+    what opening it cost."""
 
     path: Path | None
-    video_url: str
+    url: str
     media_io_kwargs: dict[str, Any]
     summary: EncodeDone
+    kind: str = "video"
+
+    def content_part(self) -> dict[str, Any]:
+        """The item as one part of a chat-completions message."""
+        key = "image_url" if self.kind == "image" else "video_url"
+        return {"type": key, key: {"url": self.url}}
 
 
 def video_data_url(frames: np.ndarray) -> str:
@@ -51,6 +58,38 @@ def video_data_url(frames: np.ndarray) -> str:
             raise FramewiseError("A sampled frame could not be encoded as PNG for the server.")
         encoded.append(base64.b64encode(png.tobytes()).decode("ascii"))
     return "data:video/jpeg;base64," + ",".join(encoded)
+
+
+def image_data_url(picture: np.ndarray) -> str:
+    """A picture (H, W, 3) uint8 RGB as a ``data:image/png;base64,...`` URL."""
+    ok, png = cv2.imencode(".png", np.ascontiguousarray(picture[..., ::-1]))
+    if not ok:
+        raise FramewiseError("The picture could not be encoded as PNG for the server.")
+    return "data:image/png;base64," + base64.b64encode(png.tobytes()).decode("ascii")
+
+
+def request_media_io_kwargs(clips: Sequence[RemoteClip]) -> dict[str, Any] | None:
+    """The frame times a request with ``clips`` carries (``None`` with no clip among them).
+
+    vLLM takes one set of video kwargs per request, for every video in it, so several clips must
+    have been sampled at the same times (:func:`check_times_agree` refuses others as they are added).
+    """
+    videos = [clip for clip in clips if clip.kind == "video"]
+    return videos[0].media_io_kwargs if videos else None
+
+
+def check_times_agree(open_clips: Sequence[RemoteClip], added: RemoteClip) -> None:
+    """Raise FramewiseError when ``added`` is a clip whose frame times differ from an open clip's:
+    the server would mark its frames with the other clip's times."""
+    if added.kind != "video":
+        return
+    for clip in open_clips:
+        if clip.kind == "video" and clip.media_io_kwargs != added.media_io_kwargs:
+            raise FramewiseError(
+                f"{added.summary.clip_name} was sampled at other times than {clip.summary.clip_name}, and a vLLM "
+                "server takes one set of frame times per question. Add a picture instead, ask about the clips one "
+                "at a time, or use the local engine (Settings ▸ Backend), which keeps each clip's own times."
+            )
 
 
 def media_io_kwargs(timestamps: Sequence[float]) -> dict[str, Any]:
@@ -84,15 +123,26 @@ def resize_with_opencv(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return np.stack([cv2.resize(frame, (width, height), interpolation=interpolation) for frame in frames])
 
 
-def openai_messages(question: str, clip: RemoteClip | None, history: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
-    """The conversation in the chat-completions form: the clip opens the first user turn (as
-    the served family's chat layout puts it), then the earlier turns, then ``question``."""
-    messages = default_family().chat_messages(question, videos=int(clip is not None), history=history)
+def openai_messages(
+    question: str, clips: Sequence[RemoteClip], history: Sequence[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """The conversation in the chat-completions form: the clips and pictures open the first user
+    turn (as the served family's chat layout puts them: clips first, then pictures, each in the
+    order they were opened), then the earlier turns, then ``question``."""
+    videos = iter([clip for clip in clips if clip.kind == "video"])
+    images = iter([clip for clip in clips if clip.kind == "image"])
+    messages = default_family().chat_messages(
+        question,
+        videos=sum(clip.kind == "video" for clip in clips),
+        images=sum(clip.kind == "image" for clip in clips),
+        history=history,
+    )
     for message in messages:
         if isinstance(message["content"], list):
             message["content"] = [
-                {"type": "video_url", "video_url": {"url": clip.video_url}} if part["type"] == "video" else part
+                next(videos if part["type"] == "video" else images).content_part()
+                if part["type"] in ("video", "image")
+                else part
                 for part in message["content"]
-                if clip is not None or part["type"] != "video"
             ]
     return messages

@@ -12,12 +12,14 @@ the request) and returns at once. Nothing is retried on its own: every failure b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import openai
 
 from framewise.core.backends.vllm_check import check_server
@@ -25,13 +27,16 @@ from framewise.core.backends.vllm_http import StreamPiece, openai_client, stream
 from framewise.core.backends.vllm_metrics import read_mm_cache_counters
 from framewise.core.backends.vllm_request import (
     RemoteClip,
+    check_times_agree,
+    image_data_url,
     media_io_kwargs,
     openai_messages,
+    request_media_io_kwargs,
     resize_with_opencv,
     video_data_url,
 )
 from framewise.core.backends.vllm_serve_command import with_serve_command
-from framewise.core.backends.base import BackendBase
+from framewise.core.backends.base import BackendBase, closer_look_summary
 from framewise.core.errors import CancelledError, FramewiseError
 from framewise.core.events import (
     AnswerStats,
@@ -51,6 +56,7 @@ from framewise.core.metrics import DecodeSpeedMeter, decode_rate
 from framewise.core.resources import asset_path
 from framewise.core.settings import DEMO_MODEL, AppSettings
 from framewise.core.video import SampledFrames, sample_clip
+from framewise.core.video.still import read_still
 from framewise.core.video.thumbnails import clip_sampled
 
 log = logging.getLogger(__name__)
@@ -137,29 +143,80 @@ class VllmServerEngine(BackendBase[RemoteClip]):
     # ----------------------------------------------------------------- clips
 
     def _open_clip(self, path: Path, reason: ResetReason) -> EncodeDone:
-        """Sample the clip as the local engine does and pack its frames for the server."""
+        """Sample the clip as the local engine does, pack its frames for the server and make it the
+        only open item."""
+        clip = self._read_and_pack(path)
+        self._make_open(clip, reason)
+        return self._ready(clip, "is ready (the server encodes it with the first question)")
+
+    def _add_clip(self, path: Path, span: tuple[float, float] | None) -> EncodeDone:
+        """Sample (its ``span`` only, when given) and pack the clip or picture at ``path`` and add it
+        to the conversation. A span's times differ from the clip's, which the server refuses in one
+        request (:func:`check_times_agree` says so)."""
+        clip = self._read_and_pack(path, span)
+        check_times_agree(self.clips, clip)
+        self.added.append(clip)
+        return self._ready(clip, "is added to the conversation")
+
+    def _read_and_pack(self, path: Path, span: tuple[float, float] | None = None) -> RemoteClip:
+        """``path`` read (a still picture as an image, anything else sampled as a clip, or only its
+        ``span`` (start, end) seconds) and packed."""
         self._require_server()
         self._cancel.clear()
         self._emit(Progress("decode", 0, 1, f"Reading {path.name}"))
         started = time.perf_counter()
+        still = read_still(path) if span is None else None
+        if still is not None:
+            return self._pack_picture(still.pixels, path, (time.perf_counter() - started) * 1e3)
         sampling = self.settings.sampling
         sampled = sample_clip(
             path,
             sampling,
             self.family.frame_sizing(sampling, self.limits, resize=resize_with_opencv),
             should_cancel=self._cancel.is_set,
+            span=span,
         )
         decode_ms = (time.perf_counter() - started) * 1e3
-        return self._pack(SampledFrames.read(sampled, path, decode_ms), reason)
+        clip = self._pack(SampledFrames.read(sampled, path, decode_ms))
+        if span is None:
+            return clip
+        return dataclasses.replace(clip, summary=closer_look_summary(clip.summary, span, sampled.info.duration_s))
+
+    def _pack_picture(self, picture: np.ndarray, path: Path, decode_ms: float) -> RemoteClip:
+        """Pack a still picture (H, W, 3) uint8 RGB for the server as one image."""
+        height, width = picture.shape[:2]
+        still = SampledFrames(picture[None], (0.0,), path.name, path, decode_ms, (width, height, 0.0))
+        self._emit(clip_sampled(still, kind="image"))
+        started = time.perf_counter()
+        url = image_data_url(picture)
+        summary = EncodeDone(
+            clip_name=path.name,
+            frames=1,
+            patches=width * height // self.limits.patch_pixels,  # before the server resizes it
+            timestamps=(0.0,),
+            decode_ms=decode_ms,
+            preprocess_ms=(time.perf_counter() - started) * 1e3,
+            encode_ms=0.0,
+            ms_per_frame=0.0,
+            graph_hit=False,
+            kind="image",
+        )
+        return RemoteClip(path=path, url=url, media_io_kwargs={}, summary=summary, kind="image")
+
+    def _ready(self, clip: RemoteClip, words: str) -> EncodeDone:
+        self._emit(Progress("encode", 1, 1, f"{clip.summary.clip_name} {words}"))
+        return self._emit(clip.summary)
 
     def _use_frames(self, sampled: SampledFrames) -> EncodeDone:
         """Pack frames sampled elsewhere for the server."""
         self._require_server()
         self._cancel.clear()
-        return self._pack(sampled, "new_clip")
+        clip = self._pack(sampled)
+        self._make_open(clip, "new_clip")
+        return self._ready(clip, "is ready (the server encodes it with the first question)")
 
-    def _pack(self, sampled: SampledFrames, reason: ResetReason) -> EncodeDone:
-        """Pack sampled frames (T, H, W, 3) uint8 for the server and make them the open clip."""
+    def _pack(self, sampled: SampledFrames) -> RemoteClip:
+        """Pack sampled frames (T, H, W, 3) uint8 for the server."""
         self._emit(clip_sampled(sampled))
         frames, timestamps, name = sampled.frames, sampled.timestamps, sampled.name
         started = time.perf_counter()
@@ -182,10 +239,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             graph_hit=False,
             sampling_mode=sampled.mode,
         )
-        self.clip = RemoteClip(path=sampled.path, video_url=url, media_io_kwargs=media_io_kwargs(timestamps), summary=summary)
-        self._reset_conversation(reason)
-        self._emit(Progress("encode", 1, 1, f"{name} is ready (the server encodes it with the first question)"))
-        return self._emit(summary)
+        return RemoteClip(path=sampled.path, url=url, media_io_kwargs=media_io_kwargs(timestamps), summary=summary)
 
     # ----------------------------------------------------------------- questions
 
@@ -193,7 +247,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         """Stream the answer to ``question`` from the server, with the conversation so far."""
         server = self._require_server()
         self._cancel.clear()
-        messages = openai_messages(question, self.clip, self.turns)
+        messages = openai_messages(question, self.clips, self.turns)
         generation = self.settings.generation
         request: dict[str, Any] = {
             "model": server.model,
@@ -203,8 +257,9 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        if self.clip is not None:
-            request["extra_body"] = {"media_io_kwargs": self.clip.media_io_kwargs}
+        video_kwargs = request_media_io_kwargs(self.clips)
+        if video_kwargs is not None:
+            request["extra_body"] = {"media_io_kwargs": video_kwargs}
         started = time.perf_counter()
         answer = _StreamedAnswer()
         for piece in stream_chat(self._require_client(), request, self._cancel):

@@ -56,7 +56,7 @@ from framewise.core.video.clip import (
 )
 from framewise.core.video.opencv_reader import OpenCVClip
 from framewise.core.video.pyav_reader import PyAVClip
-from framewise.core.video.sampling import FrameSink, Taken, read_clip, sample_count, sample_times
+from framewise.core.video.sampling import FrameSink, Taken, read_clip, sample_count, sample_times, span_count
 
 __all__ = [
     "MAX_FRAME_PIXELS",
@@ -75,6 +75,7 @@ __all__ = [
     "sample_clip",
     "sample_count",
     "sample_times",
+    "span_count",
     "stuck_reads",
 ]
 
@@ -98,8 +99,11 @@ def sample_clip(
     should_cancel: Callable[[], bool] | None = None,
     on_progress: Callable[[ReadProgress], None] | None = None,
     sink: FrameSink | None = None,
+    span: tuple[float, float] | None = None,
 ) -> SampledClip:
-    """Sample frames uniformly in time from ``path`` (see the module docstring for the rules).
+    """Sample frames uniformly in time from ``path`` (see the module docstring for the rules), or
+    from its ``span`` (start, end) in seconds, as densely as the frame budget allows (a closer look:
+    :func:`~framewise.core.video.sampling.span_count`).
 
     ``should_cancel`` is polled and ``on_progress`` called on the calling thread every few
     milliseconds; when ``should_cancel`` returns True, :class:`~framewise.core.errors.CancelledError`
@@ -109,7 +113,7 @@ def sample_clip(
     """
     clip_path = existing_file(path)
     info, sampled, reader = run_bounded(
-        lambda guard: read(clip_path, sampling, sizing, guard, sink), clip_path, budget, should_cancel, on_progress
+        lambda guard: read(clip_path, sampling, sizing, guard, sink, span), clip_path, budget, should_cancel, on_progress
     )
     return SampledClip(
         frames=sampled.frames,
@@ -127,15 +131,17 @@ def read(
     sizing: FrameSizing | None,
     guard: Guard,
     sink: FrameSink | None = None,
+    span: tuple[float, float] | None = None,
 ) -> tuple[ClipInfo, Taken | None, Reader]:
-    """Probe (``sampling`` None) or sample ``path``: PyAV, then OpenCV if PyAV cannot read it."""
+    """Probe (``sampling`` None) or sample ``path`` (its ``span`` only, when given): PyAV, then
+    OpenCV if PyAV cannot read it."""
     try:
         with closing(PyAVClip(path, guard)) as clip:
-            return (*read_clip(path, clip, sampling, sizing, sink), "pyav")
+            return (*read_clip(path, clip, sampling, sizing, sink, span), "pyav")
     except ReaderFailed as pyav_failure:
         try:
             with closing(OpenCVClip(path, guard)) as fallback:
-                return (*read_clip(path, fallback, sampling, sizing, sink), "opencv")
+                return (*read_clip(path, fallback, sampling, sizing, sink, span), "opencv")
         except ReaderFailed as opencv_failure:
             raise UnreadableClipError(
                 f"{path.name} is not a video Framewise can read ({pyav_failure}; {opencv_failure}). "

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from framewise.core.errors import SpanError
 from framewise.core.families import default_limits
 from framewise.core.settings import FAST_MODE_AUTO_ABOVE_S, SamplingSettings
 from framewise.core.video.clip import ClipInfo, FrameSizing, Reader, check_resolution
@@ -47,6 +48,32 @@ def sample_times(duration_s: float, count: int) -> tuple[float, ...]:
     """
     duration_s = max(duration_s, 0.0)
     return tuple((index + 0.5) * duration_s / count for index in range(count))
+
+
+def span_count(span_s: float, clip_fps: float, sampling: SamplingSettings, multiple: int | None = None) -> int:
+    """How many frames a closer look at ``span_s`` seconds samples: the whole frame budget
+    (``max_frames``), but no more than the span holds at the clip's ``clip_fps`` (0: unknown), and
+    never fewer than ``min_frames``; a multiple of ``multiple`` as :func:`sample_count`'s.
+
+    >>> span_count(2.0, 30.0, SamplingSettings(fps=2.0, min_frames=4, max_frames=32))
+    32
+    >>> span_count(0.5, 10.0, SamplingSettings(fps=2.0, min_frames=4, max_frames=32))
+    6
+    """
+    multiple = multiple or default_limits().frames_per_slice
+    held = math.ceil(span_s * clip_fps - 1e-6) if clip_fps > 0 else sampling.max_frames
+    return _round_up(min(max(held, sampling.min_frames), sampling.max_frames), multiple)
+
+
+def _within(path: Path, span: tuple[float, float], duration_s: float) -> tuple[float, float]:
+    """``span`` cut to the clip's ``[0, duration_s]``; SpanError when nothing of it is left."""
+    start, end = max(span[0], 0.0), min(span[1], duration_s)
+    if end <= start:
+        raise SpanError(
+            f"{span[0]:.1f}–{span[1]:.1f} s holds nothing of {path.name}, which runs 0.0–{duration_s:.1f} s. "
+            "Select a span inside the clip, its start before its end."
+        )
+    return start, end
 
 
 def _round_up(count: int, multiple: int) -> int:
@@ -171,8 +198,10 @@ def read_clip(
     sampling: SamplingSettings | None,
     sizing: FrameSizing | None,
     sink: FrameSink | None = None,
+    span: tuple[float, float] | None = None,
 ) -> tuple[ClipInfo, Taken | None]:
-    """Describe ``clip`` from its first frame; with ``sampling``, also sample it.
+    """Describe ``clip`` from its first frame; with ``sampling``, also sample it (only the
+    ``span`` (start, end) in seconds, densely, when one is given: see :func:`span_count`).
 
     Returns the :class:`ClipInfo` and, when sampling, what the reader took: frames (T, h, w, 3)
     uint8 at ``sizing.size(T, H, W)`` with their times (T,). ``sink`` gets every frame as soon as
@@ -194,11 +223,17 @@ def read_clip(
     if sampling is None:
         return info, None
     assert sizing is not None, "sampling needs a FrameSizing"
-    count = sample_count(info.duration_s, sampling, info.frame_count, sizing.frames_per_slice)
+    if span is None:
+        start, length = 0.0, info.duration_s
+        count = sample_count(length, sampling, info.frame_count, sizing.frames_per_slice)
+    else:
+        start, end = _within(path, span, info.duration_s)
+        length = end - start
+        count = span_count(length, info.fps, sampling, sizing.frames_per_slice)
     request = TakeRequest(
-        targets=sample_times(info.duration_s, count),
-        interval_s=info.duration_s / count,
-        mode=sampling_mode(sampling, info.duration_s),
+        targets=tuple(start + t for t in sample_times(length, count)),
+        interval_s=length / count,
+        mode=sampling_mode(sampling, length),
         size=sizing.size(count, height, width),
         resize=sizing.resize,
         sink=sink,

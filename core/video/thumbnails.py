@@ -16,8 +16,9 @@ from framewise.core.video.clip import SampledFrames
 THUMBNAIL_HEIGHT = 256
 
 
-def clip_sampled(sampled: SampledFrames) -> ClipSampled:
-    """The :class:`ClipSampled` event of T sampled frames (T, H, W, 3) uint8, with their thumbnails."""
+def clip_sampled(sampled: SampledFrames, kind: str = "video") -> ClipSampled:
+    """The :class:`ClipSampled` event of T sampled frames (T, H, W, 3) uint8, with their thumbnails
+    (``kind`` ``"image"``: one still picture)."""
     width, height, duration_s = sampled.size_and_duration
     return ClipSampled(
         clip_name=sampled.name,
@@ -28,6 +29,7 @@ def clip_sampled(sampled: SampledFrames) -> ClipSampled:
         height=height,
         duration_s=duration_s,
         sampling_mode=sampled.mode,
+        kind=kind,
     )
 
 

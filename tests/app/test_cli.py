@@ -51,7 +51,7 @@ def test_ask_json_is_one_object_with_answer_and_stats(sample_clip: Path) -> None
     result = framewise("ask", str(sample_clip), "How many shapes are there?", "--json", *FAST)
     assert result.returncode == 0, result.stderr
     payload = json.loads(result.stdout)
-    assert payload["clip"]["name"] == sample_clip.name
+    assert payload["clip"]["name"] == sample_clip.name and payload["clip"]["kind"] == "video"
     assert len(payload["clip"]["timestamps"]) == payload["clip"]["frames"] == 4
     assert payload["clip"]["sampling_mode"] == "exact"  # a short clip: fast mode is for long ones
     assert payload["model_label"].startswith("Demo model")
@@ -344,3 +344,43 @@ def test_info_shows_the_memory_estimate_of_the_chosen_dtype() -> None:
                                             ("weights", "kv_cache", "encoder_graphs", "decode_graphs"))
     text = framewise("info", "--device", "cpu", "--dtype", "fp8").stdout
     assert "memory estimate:    about" in text
+
+
+def test_ask_json_says_a_picture_is_an_image(tmp_path: Path) -> None:
+    from tests.core.test_images import red_square_picture
+
+    result = framewise("ask", str(red_square_picture(tmp_path)), "What color is the square?", "--json", *FAST)
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert payload["clip"]["kind"] == "image" and payload["clip"]["frames"] == 1
+    assert payload["answer"].split()[0] == "red"
+
+
+def test_ask_about_a_clip_and_a_picture_together(sample_clip: Path, tmp_path: Path) -> None:
+    from tests.core.test_images import red_square_picture
+
+    picture = red_square_picture(tmp_path)
+    result = framewise("ask", str(sample_clip), str(picture), "What color is the square?", "--json", *FAST)
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(result.stdout)
+    assert [(clip["name"], clip["kind"]) for clip in payload["clips"]] == [(sample_clip.name, "video"), (picture.name, "image")]
+    assert payload["clip"]["name"] == sample_clip.name and payload["answer"]
+
+    text = framewise("ask", str(sample_clip), str(picture), "What color is the square?", *FAST)
+    assert text.returncode == 0 and f"also asked about {picture.name}: a picture" in text.stdout
+
+
+def test_ask_refuses_a_missing_second_file_before_loading(sample_clip: Path, tmp_path: Path) -> None:
+    result = framewise("ask", str(sample_clip), str(tmp_path / "missing.png"), "What?", *FAST)
+    assert result.returncode == 2 and "missing.png" in result.stderr and "[load]" not in result.stderr
+
+
+def test_ask_with_start_and_end_looks_closer_at_that_span(sample_clip: Path) -> None:
+    result = framewise("ask", str(sample_clip), "What color is the square?", "--start", "1", "--end", "2", "--json", *FAST)
+    assert result.returncode == 0, result.stderr
+    clips = json.loads(result.stdout)["clips"]
+    assert clips[0]["span"] is None and clips[1]["span"] == [1.0, 2.0]
+    assert all(1.0 - 1e-6 <= t <= 2.0 for t in clips[1]["timestamps"])
+
+    only_start = framewise("ask", str(sample_clip), "What color is the square?", "--start", "3", *FAST)
+    assert only_start.returncode == 0 and "a closer look, frames" in only_start.stdout and "to 4.0 s" in only_start.stdout

@@ -113,15 +113,19 @@ class _Plumbed(BackendBase[_Frames]):
     def _open_clip(self, path, reason) -> EncodeDone:
         raise NotImplementedError
 
+    def _add_clip(self, path, span) -> EncodeDone:
+        summary = EncodeDone(path.name, 1, 0, (0.0,), 0.0, 0.0, 0.0, 0.0, False, kind="image")
+        self.added.append(_Frames(None, summary))
+        return self._emit(summary)
+
     def _ask(self, question) -> Done:
         raise NotImplementedError
 
     def _use_frames(self, sampled: SampledFrames) -> EncodeDone:
         timestamps = sampled.timestamps
         summary = EncodeDone(sampled.name, len(timestamps), 0, tuple(timestamps), 0.0, 0.0, 0.0, 0.0, False)
-        self.clip = _Frames(None, summary)
         self.sized = sampled.size_and_duration
-        self._reset_conversation("new_clip")
+        self._make_open(_Frames(None, summary), "new_clip")
         return self._emit(summary)
 
 
@@ -161,3 +165,16 @@ def test_the_fake_opens_frames_given_directly() -> None:
     assert [event for event in events if isinstance(event, ConversationReset)] == [
         ConversationReset("new_clip", "frames", "", request_id=3)
     ]
+
+
+def test_adding_keeps_the_conversation_and_opening_replaces_every_item() -> None:
+    events: list[object] = []
+    backend = _Plumbed(AppSettings(), events.append)
+    frames = np.zeros((2, 64, 96, 3), np.uint8)
+    backend.open_frames(frames, (0.0, 0.5), "first")
+    backend.turns.append(("q", "a"))
+    backend.add_clip("picture.png")
+    assert [clip.summary.clip_name for clip in backend.clips] == ["first", "picture.png"]
+    assert backend.turns == [("q", "a")], "adding an item keeps the questions and answers"
+    backend.open_frames(frames, (0.0, 0.5), "second")
+    assert [clip.summary.clip_name for clip in backend.clips] == ["second"] and backend.turns == []

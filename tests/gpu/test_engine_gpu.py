@@ -48,3 +48,37 @@ def test_graphs_are_the_default_on_cuda_and_answer_like_eager(clips: list[Path])
 
     _, eager_answers = answers(CUDA_FP32.replace("encoder", use_graphs=False), clips)
     assert graph_answers == eager_answers
+
+
+def test_a_picture_goes_through_the_image_graphs_and_answers_like_eager(tmp_path: Path) -> None:
+    from tests.core.test_images import red_square_picture
+
+    picture = red_square_picture(tmp_path, "red_square.mp4")  # the content, not the name, decides
+    graphs = Engine(CUDA_FP32)
+    graphs.load()
+    summary = graphs.open_clip(picture)
+    assert summary.kind == "image" and graphs.clip is not None and graphs.clip.image is not None
+    assert summary.graph_hit and summary.chunks and all(chunk.graph_hit for chunk in summary.chunks)
+    assert graphs.metrics.snapshot().item_hits == 1
+    graph_answer = graphs.ask("What color is the square?").text
+
+    eager = Engine(CUDA_FP32.replace("encoder", use_graphs=False))
+    eager.load()
+    eager.open_clip(picture)
+    assert graph_answer == eager.ask("What color is the square?").text
+    assert graph_answer.split()[0] == "red"
+
+
+def test_two_clips_in_one_prompt_answer_like_eager(clips: list[Path]) -> None:
+    first, second = clips[:2]
+
+    def first_tokens(settings: AppSettings) -> list[str]:
+        engine = Engine(settings)
+        engine.load()
+        engine.open_clip(first)
+        engine.add_clip(second)
+        assert len(engine.clips) == 2
+        return engine.ask("What color is the square?").text.split()[:3]
+
+    graph_tokens = first_tokens(CUDA_FP32)
+    assert graph_tokens and graph_tokens == first_tokens(CUDA_FP32.replace("encoder", use_graphs=False))

@@ -66,7 +66,7 @@ def test_the_server_writes_framewises_time_markers(vllm_server: str) -> None:
     opened = engine.open_clip(CLIP)
     body = {
         "model": "demo",
-        "messages": openai_messages("When?", engine.clip, []),
+        "messages": openai_messages("When?", engine.clips, []),
         "media_io_kwargs": engine.clip.media_io_kwargs,
     }
     tokenized = httpx.post(f"{vllm_server}/tokenize", json=body, timeout=120)

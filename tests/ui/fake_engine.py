@@ -17,7 +17,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from framewise.core.backends.base import BackendBase
+from framewise.core.backends.base import BackendBase, closer_look_summary
 from framewise.core.video import SampledFrames
 from framewise.core.errors import CancelledError, ClipNotFoundError, ModelLoadError, UnreadableClipError
 from framewise.core.events import (
@@ -108,15 +108,25 @@ class FakeEngine(BackendBase[FakeClip]):
         self._cancel.set()
 
     def _open_clip(self, path: Path, reason: ResetReason) -> EncodeDone:
+        return self._read(path, reason, "open_clip")
+
+    def _add_clip(self, path: Path, span: tuple[float, float] | None) -> EncodeDone:
+        return self._read(path, None, "add_clip" if span is None else "look_closer", span)
+
+    def _read(
+        self, path: Path, reason: ResetReason | None, call: str, span: tuple[float, float] | None = None
+    ) -> EncodeDone:
+        """Sample ``path`` and open it (``reason``: why the conversation empties) or, with ``None``, add it
+        (a ``span`` is only named and marked: the fake samples the whole clip)."""
         self._cancel.clear()
-        self.calls.append(("open_clip", time.perf_counter()))
+        self.calls.append((call, time.perf_counter()))
         if not path.is_file():
             raise ClipNotFoundError(f"{path} does not exist")
         frames, timestamps, duration = _sample_with_opencv(
             str(path), self.settings.sampling.fps, self.settings.sampling.max_frames
         )
         size_and_duration = (frames[0].shape[1], frames[0].shape[0], duration)
-        return self._encode(frames, timestamps, path.name, path, size_and_duration, reason)
+        return self._encode(frames, timestamps, path.name, path, size_and_duration, reason, span)
 
     def _use_frames(self, sampled: SampledFrames) -> EncodeDone:
         self._cancel.clear()
@@ -130,9 +140,11 @@ class FakeEngine(BackendBase[FakeClip]):
         name: str,
         path: Path | None,
         size_and_duration: tuple[int, int, float],
-        reason: ResetReason,
+        reason: ResetReason | None,
+        span: tuple[float, float] | None = None,
     ) -> EncodeDone:
-        """Pretend to encode frames (each H, W, 3 uint8) in passes of four, and make them the open clip."""
+        """Pretend to encode frames (each H, W, 3 uint8) in passes of four, and make them the open clip
+        (``reason``: why the conversation empties) or, with ``None``, add them to the conversation."""
         width, height, duration = size_and_duration
         self._emit(ClipSampled(name, str(path or ""), timestamps, tuple(frames), width, height, duration))
         self._emit(Progress("encode", 0, 1, f"Encoding {len(frames)} frames"))
@@ -147,10 +159,14 @@ class FakeEngine(BackendBase[FakeClip]):
         encode_ms = sum(chunk.encode_ms for chunk in chunks)
         done = EncodeDone(
             name, len(frames), len(frames) * 64, timestamps, 5.0, 1.0, encode_ms, metrics.last_item_ms_per_frame,
-            metrics.last_item_hit, tuple(chunks),
+            metrics.last_item_hit, chunks=tuple(chunks),
         )
-        self.clip = FakeClip(path, done)
-        self._reset_conversation(reason)
+        if span is not None:
+            done = closer_look_summary(done, span, duration)
+        if reason is None:
+            self.added.append(FakeClip(path, done))
+        else:
+            self._make_open(FakeClip(path, done), reason)
         self._emit(Progress("encode", 1, 1, f"{name} is ready"))
         return self._emit(done)
 

@@ -18,6 +18,7 @@ import pytest
 from framewise.core.backends import create_engine, same_backend
 from framewise.core.backends.vllm_server import VllmServerEngine
 from framewise.core.errors import (
+    FramewiseError,
     ServerAddressError,
     ServerAuthError,
     ServerFailedError,
@@ -346,3 +347,31 @@ def test_the_vllm_backend_answers_without_importing_transformers() -> None:
 
 def test_the_vllm_backend_answers_without_importing_torch() -> None:
     assert "torch" not in _heavy_modules_after_answering()
+
+
+def test_a_clip_and_a_picture_travel_as_a_video_part_and_an_image_part(tmp_path) -> None:
+    from tests.core.test_images import red_square_picture
+
+    behaviour = Behaviour(pieces=("re", "d", ""))
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url)
+        opened = engine.open_clip(CLIP)
+        picture = engine.add_clip(red_square_picture(tmp_path))
+        engine.ask("Which one is brighter?")
+    assert picture.kind == "image" and [clip.kind for clip in engine.clips] == ["video", "image"]
+    request = behaviour.chat_requests[0]
+    content = request["messages"][0]["content"]
+    assert [part["type"] for part in content] == ["video_url", "image_url", "text"]
+    assert content[1]["image_url"]["url"].startswith("data:image/png;base64,")
+    assert base64.b64decode(content[1]["image_url"]["url"].split(",", 1)[1]).startswith(b"\x89PNG")
+    times = request["media_io_kwargs"]["video"]["frames_indices"]
+    assert [index / 1000 for index in times] == pytest.approx(opened.timestamps, abs=1e-3), "the clip keeps its times"
+
+
+def test_a_second_clip_sampled_at_other_times_is_refused_with_the_reason() -> None:
+    with FakeVllmServer(Behaviour()) as server:
+        engine = loaded(server.url)
+        engine.open_clip(CLIP)
+        with pytest.raises(FramewiseError, match="one set of frame times per question"):
+            engine.look_closer(1.0, 2.0)
+    assert len(engine.clips) == 1, "the refused clip is not added"

@@ -1,0 +1,77 @@
+"""Several items in one conversation in the window (fake engine): File ▸ Add to Conversation, a drop
+with Ctrl, a tab per item, a closer look at a Shift-dragged span, and answers that say what they saw."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtGui import QDropEvent
+from PySide6.QtWidgets import QApplication
+
+from framewise.ui.main_window import MainWindow
+from tests.ui.test_main_window import ask_and_wait, drag_enter_event, open_and_wait, wait_ready
+
+TIMEOUT_MS = 10_000
+
+
+def ctrl_drop(target, path: Path) -> None:
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(path))])
+    center = target.rect().center()
+    QApplication.sendEvent(target, drag_enter_event(center, mime))
+    drop = QDropEvent(QPointF(center), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.ControlModifier)
+    QApplication.sendEvent(target, drop)
+
+
+def wait_items(qtbot, window: MainWindow, count: int) -> None:
+    qtbot.waitUntil(lambda: len(window.session.added) == count and window.operation is None, timeout=TIMEOUT_MS)
+
+
+def test_a_ctrl_drop_adds_a_second_clip_beside_the_first(qtbot, make_window, sample_clip: Path, tmp_path: Path) -> None:
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    ask_and_wait(qtbot, window, "What moves?")
+    second = tmp_path / "second.mp4"
+    second.write_bytes(sample_clip.read_bytes())
+
+    ctrl_drop(window.preview.view, second)
+    wait_items(qtbot, window, 1)
+    assert window.clip is not None and window.clip.clip_name == sample_clip.name, "the opened clip stays"
+    assert window.clip_tabs.count() == 2 and window.clip_tabs.tabText(1) == "second.mp4"
+    assert window.clip_tabs.tabBar().isVisible()
+    assert len(window.conversation.turns) == 1, "the conversation goes on"
+    assert "Added the clip second.mp4" in window.chat.cards()[-1].text()
+
+    ask_and_wait(qtbot, window, "Which clip is brighter?")
+    assert window.conversation.turns[-1].saw == (sample_clip.name, "second.mp4")
+    assert f"Saw {sample_clip.name} + second.mp4" in window.chat.answer_cards()[-1].footer.text()
+    assert window.conversation.turns[0].saw == (), "the first answer saw the one clip"
+
+    open_and_wait(qtbot, window, sample_clip)
+    qtbot.waitUntil(lambda: window.clip_tabs.count() == 1, timeout=TIMEOUT_MS)
+    assert not window.clip_tabs.tabBar().isVisible() and window.session.added == []
+
+
+def test_a_shift_dragged_span_is_looked_at_closer(qtbot, make_window, sample_clip: Path) -> None:
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    timeline = window.preview.timeline
+    assert not window.preview.look_closer_button.isEnabled(), "nothing selected yet"
+    left, right = QPoint(round(timeline.x_of(1.0)), 5), QPoint(round(timeline.x_of(2.0)), 5)
+    qtbot.mousePress(timeline, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.ShiftModifier, left)
+    qtbot.mouseMove(timeline, right)
+    qtbot.mouseRelease(timeline, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.ShiftModifier, right)
+    span = timeline.selected_span
+    assert span is not None and abs(span[0] - 1.0) < 0.1 and abs(span[1] - 2.0) < 0.1
+    assert window.preview.look_closer_button.isEnabled()
+
+    qtbot.mouseClick(window.preview.look_closer_button, Qt.MouseButton.LeftButton)
+    wait_items(qtbot, window, 1)
+    _, done = window.session.added[0]
+    assert done.span == span
+    notice = window.chat.cards()[-1].text()
+    assert notice.startswith("Looking closer at 0:01") and "the answers from here on see this span" in notice
+    assert window.clip_tabs.tabText(1).startswith(sample_clip.name) and window.clip_tabs.tabText(1).endswith(" s")
