@@ -174,7 +174,7 @@ class MainWindow(QMainWindow, SessionListener):
         self.clip_tabs.look_closer_requested.connect(self.look_closer)
         self.frame_strip = FrameStrip()
         self.clip_tabs.frame_changed.connect(self.frame_strip.select_frame)
-        self.clip_tabs.shown_changed.connect(self.frame_strip.set_clip)
+        self.clip_tabs.shown_changed.connect(self._show_tab_clip)
         self.frame_strip.frame_selected.connect(lambda index: self.clip_tabs.current_preview().seek(index))
         clip_box = Section("Clip", self.clip_title, self.clip_tabs, self.frame_strip, fixed_height=(self.frame_strip,))
 
@@ -455,17 +455,27 @@ class MainWindow(QMainWindow, SessionListener):
         if self.clip_tabs.current_preview() is self.preview:
             self.frame_strip.set_clip(clip)
         self.clip_tabs.set_main_title(clip.clip_name if clip else "No clip")
+        if self.clip_tabs.current_preview() is self.preview:
+            self._set_clip_title(clip)
+        self.setWindowTitle(f"{clip.clip_name} — Framewise" if clip else "Framewise")
+
+    def _show_tab_clip(self, clip: ClipSampled | None) -> None:
+        """Another preview tab is shown: the frame strip and the clip header follow it."""
+        self.frame_strip.set_clip(clip)
+        self._set_clip_title(clip)
+
+    def _set_clip_title(self, clip: ClipSampled | None) -> None:
         if clip is None:
             self.clip_title.setText("No clip")
-            self.setWindowTitle("Framewise")
+            self.clip_title.setToolTip("")
             return
-        fast = " · fast mode" if clip.sampling_mode == "fast" else ""
-        self.clip_title.setText(
-            f"{clip.clip_name} · {clip.width}×{clip.height} · {format_timestamp(clip.duration_s)} · "
-            f"{len(clip.timestamps)} frames{fast}"
-        )
+        if clip.kind == "image":
+            details = "picture"
+        else:
+            fast = " · fast mode" if clip.sampling_mode == "fast" else ""
+            details = f"{format_timestamp(clip.duration_s)} · {len(clip.timestamps)} frames{fast}"
+        self.clip_title.setText(f"{clip.clip_name} · {clip.width}×{clip.height} · {details}")
         self.clip_title.setToolTip(clip.path)
-        self.setWindowTitle(f"{clip.clip_name} — Framewise")
 
     # -- questions --------------------------------------------------------------------------
 

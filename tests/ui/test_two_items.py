@@ -41,6 +41,10 @@ def test_a_ctrl_drop_adds_a_second_clip_beside_the_first(qtbot, make_window, sam
     assert window.clip is not None and window.clip.clip_name == sample_clip.name, "the opened clip stays"
     assert window.clip_tabs.count() == 2 and window.clip_tabs.tabText(1) == "second.mp4"
     assert window.clip_tabs.tabBar().isVisible()
+    assert window.clip_title.text().startswith("second.mp4 · "), "the added clip's tab is shown, the header names it"
+    window.clip_tabs.setCurrentIndex(0)
+    assert window.clip_title.text().startswith(f"{sample_clip.name} · "), "the header follows the tab shown"
+    window.clip_tabs.setCurrentIndex(1)
     assert len(window.conversation.turns) == 1, "the conversation goes on"
     assert "Added the clip second.mp4" in window.chat.cards()[-1].text()
 
