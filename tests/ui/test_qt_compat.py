@@ -37,7 +37,12 @@ def test_twenty_thousand_emits_do_not_free_true():
     )
     assert result.returncode == 0, result.stderr[-2000:]
     counts = json.loads(result.stdout.strip().splitlines()[-1])
-    # Whatever happened, True keeps a count no run can spend: the guard's reserve, or an immortal True.
-    assert counts["after"] > 2**30, counts
-    if counts["bug"]:  # this PySide6 releases True on every emit: the emits above did spend the reserve
+    if counts["bug"]:
+        # This PySide6 releases True on every emit: the emits spent that much of the guard's reserve,
+        # and True still holds a count no run can spend.
         assert counts["before"] - counts["after"] >= EMITS, counts
+        assert counts["after"] > 2**30, counts
+    else:
+        # A PySide6 without the bug (6.8, 6.11) or an immortal True (CPython 3.12+): the emits leave
+        # True's count as it was.
+        assert abs(counts["after"] - counts["before"]) < 16, counts
