@@ -13,7 +13,12 @@ For one Qwen3-VL text size (random weights, bf16), with the cache filled to ``--
 
 Prints one JSON line per measurement and writes ``decode_profile.json`` under ``--out``.
 
-    python3 benchmarks/decode_profile.py --out results/ [--size 8B] [--position 1700]
+- with ``--first-prefill N``, a first question's prefill of N tokens under ``torch.profiler``, its
+  GPU kernels sorted by their time (where a first question's time to first token goes).
+
+``--dtype fp8`` quantizes the decoder layers first, as quantize-on-load does.
+
+    python3 benchmarks/decode_profile.py --out results/ [--size 8B] [--position 1700] [--dtype fp8]
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from decode_bench import build_model, language_weight_bytes  # noqa: E402
+from decode_bench import build_model, language_weight_bytes, quantize_decoder_layers  # noqa: E402
 from encoder_profile import profile_pass  # noqa: E402
 
 from framewise.core.decoding.kv_cache import StaticKVCache  # noqa: E402
@@ -77,6 +82,21 @@ def prefill_ms(language, cache: StaticKVCache, start: int, count: int) -> float:
     return (time.perf_counter() - began) * 1e3
 
 
+def first_prefill_profile(language, device: torch.device, tokens: int) -> dict:
+    """A first question's prefill of ``tokens`` random tokens: its wall time (after one warm-up)
+    and its GPU kernels by total time, printed as a table."""
+    cache = StaticKVCache(language.layers, language.kv_heads, language.head_dim, tokens + 64, language.dtype, device)
+    prefill_ms(language, cache, 0, tokens)
+    wall = [round(prefill_ms(language, cache, 0, tokens), 2) for _ in range(3)]
+    with profile(activities=[ProfilerActivity.CUDA]) as trace:
+        prefill_ms(language, cache, 0, tokens)
+    print(trace.key_averages().table(sort_by="self_cuda_time_total", row_limit=20), flush=True)
+    kernels = {event.key: round(event.self_device_time_total / 1e3, 3) for event in trace.key_averages()
+               if event.self_device_time_total > 0}
+    print(json.dumps({"first_prefill": tokens, "ms": wall}), flush=True)
+    return {"tokens": tokens, "ms": wall, "kernel_ms": dict(sorted(kernels.items(), key=lambda kv: -kv[1])[:25])}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("."))
@@ -85,10 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket", type=int, default=2048)
     parser.add_argument("--follow-up", type=int, default=31)
     parser.add_argument("--modes", default="kernels,ops,layers")
+    parser.add_argument("--dtype", choices=("bfloat16", "fp8"), default="bfloat16")
+    parser.add_argument("--first-prefill", type=int, default=0, help="profile a first question of this many tokens")
     args = parser.parse_args(argv)
     device = torch.device("cuda")
     torch.manual_seed(0)
     model = build_model(args.size, device, torch.bfloat16)
+    if args.dtype == "fp8":
+        quantize_decoder_layers(model, device)
     weight_bytes = language_weight_bytes(model)
     results: dict = {"size": args.size, "position": args.position, "bucket": args.bucket, "weight_bytes": weight_bytes}
     with torch.inference_mode():
@@ -129,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
             prefill_ms(language, cache, start + 50, args.follow_up)
         print(trace.key_averages().table(sort_by="self_cpu_time_total", row_limit=12), flush=True)
         results["prefill"] = prefills
+        if args.first_prefill:
+            results["first_prefill"] = first_prefill_profile(language, device, args.first_prefill)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"decode_profile_{args.size}.json").write_text(json.dumps(results, indent=2))
+    (args.out / f"decode_profile_{args.size}_{args.dtype}.json").write_text(json.dumps(results, indent=2))
     return 0
 
 
