@@ -45,7 +45,7 @@ from framewise.core.quantization.formats import BLOCK_SIZE
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = torch.finfo(E4M3).max
 # Smallest scale used, so that an all-zero block or row quantizes to zeros instead of 0/0.
-_MIN_SCALE = 1e-12
+MIN_SCALE = 1e-12
 
 QUANTIZE_ON_LOAD_SCHEME: Literal["block", "channel"] = "channel"
 
@@ -61,7 +61,7 @@ def quantize_blockwise(weight: torch.Tensor, block: int = BLOCK_SIZE) -> tuple[t
     row_blocks, column_blocks = math.ceil(rows / block), math.ceil(columns / block)
     padded = F.pad(weight.float(), (0, column_blocks * block - columns, 0, row_blocks * block - rows))
     blocks = padded.view(row_blocks, block, column_blocks, block)
-    scales = (blocks.abs().amax(dim=(1, 3)) / E4M3_MAX).clamp(min=_MIN_SCALE)
+    scales = (blocks.abs().amax(dim=(1, 3)) / E4M3_MAX).clamp(min=MIN_SCALE)
     quantized = (blocks / scales[:, None, :, None]).clamp_(-E4M3_MAX, E4M3_MAX).to(E4M3)
     return quantized.view(row_blocks * block, column_blocks * block)[:rows, :columns].contiguous(), scales
 
@@ -82,7 +82,7 @@ def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     Returns the e4m3 weight (N, K) and the scales (N, 1).
     """
     weight32 = weight.float()
-    scales = (weight32.abs().amax(dim=1, keepdim=True) / E4M3_MAX).clamp(min=_MIN_SCALE)
+    scales = (weight32.abs().amax(dim=1, keepdim=True) / E4M3_MAX).clamp(min=MIN_SCALE)
     return (weight32 / scales).clamp_(-E4M3_MAX, E4M3_MAX).to(E4M3), scales
 
 

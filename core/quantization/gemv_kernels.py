@@ -29,6 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
+from framewise.core.decoding.gemv_loads import load_chunk, load_rows
 from framewise.core.quantization.formats import BLOCK_SIZE
 
 
@@ -57,6 +58,7 @@ def _fp8_gemv_kernel(
     K: tl.constexpr, SCALE_COLUMNS: tl.constexpr, BLOCK_SCALES: tl.constexpr, NORM: tl.constexpr,
     SILU_MUL: tl.constexpr, RESIDUAL: tl.constexpr, NATIVE_FP8: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
+    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
 ):
     first_row = tl.program_id(0) * BLOCK_N
     rows = first_row + tl.arange(0, BLOCK_N)
@@ -66,34 +68,32 @@ def _fp8_gemv_kernel(
     if NORM:
         squares = tl.zeros([BLOCK_K], dtype=tl.float32)
         for start in range(0, K, BLOCK_K):
-            x = tl.load(x_ptr + start + columns, mask=start + columns < K, other=0.0).to(tl.float32)
+            x = load_chunk(x_ptr, start, columns, K, EVEN_K).to(tl.float32)
             squares += x * x
         inverse_rms = tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
-        in_range = start + columns < K
         if SILU_MUL:
-            gate = tl.load(x_ptr + start + columns, mask=in_range, other=0.0)
-            up = tl.load(x_ptr + K + start + columns, mask=in_range, other=0.0)
+            gate = load_chunk(x_ptr, start, columns, K, EVEN_K)
+            up = load_chunk(x_ptr + K, start, columns, K, EVEN_K)
             gate32 = gate.to(tl.float32)
             x = (gate32 * tl.sigmoid(gate32)).to(gate.dtype) * up
         else:
-            x = tl.load(x_ptr + start + columns, mask=in_range, other=0.0)
+            x = load_chunk(x_ptr, start, columns, K, EVEN_K)
         if NORM:
-            g = tl.load(norm_ptr + start + columns, mask=in_range, other=0.0)
+            g = load_chunk(norm_ptr, start, columns, K, EVEN_K)
             x = (x.to(tl.float32) * inverse_rms).to(x.dtype) * g
         x32 = x.to(tl.float32)
         if BLOCK_SCALES:
             block_row = first_row // SCALE_BLOCK
             column_scale = tl.load(scale_ptr + block_row * SCALE_COLUMNS + (start + columns) // SCALE_BLOCK,
-                                   mask=in_range, other=0.0)
+                                   mask=start + columns < K, other=0.0)
             x32 = x32 * column_scale
-        offsets = rows[:, None] * K + (start + columns)[None, :]
-        mask = row_mask[:, None] & in_range[None, :]
+        w = load_rows(w_ptr, rows, row_mask, start, columns, K, EVEN_K, EVEN_N)
         if NATIVE_FP8:
-            w = tl.load(w_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+            w = w.to(tl.float32)
         else:
-            w = _e4m3_bits_to_float(tl.load(w_ptr + offsets, mask=mask, other=0))
+            w = _e4m3_bits_to_float(w)
         acc += w * x32[None, :]
     y = tl.sum(acc, axis=1)
     if not BLOCK_SCALES:
@@ -116,18 +116,22 @@ def _launch(
     residual: torch.Tensor | None = None,
     silu_mul: bool = False,
     native_fp8: bool | None,
+    config: tuple[int, int, int] | None = None,
 ) -> torch.Tensor:
+    """Run the kernel on one token; ``config`` (BLOCK_N, BLOCK_K, num_warps) replaces
+    :func:`_fp8_gemv_config`'s choice (the benchmark's sweep sets it)."""
     rows, columns = weight.shape
     block_scales = scale.shape != (rows, 1)
     if native_fp8 is None:
         native_fp8 = os.environ.get("FRAMEWISE_FP8_NATIVE") != "0" and torch.cuda.get_device_capability(weight.device) >= (8, 9)
-    block_n, block_k, warps = _fp8_gemv_config(rows, columns)
+    block_n, block_k, warps = config or _fp8_gemv_config(rows, columns)
     _fp8_gemv_kernel[(triton.cdiv(rows, block_n),)](
         x, x if norm_weight is None else norm_weight, weight if native_fp8 else weight.view(torch.uint8), scale,
         out if residual is None else residual, out, rows, eps,
         K=columns, SCALE_COLUMNS=scale.shape[1], BLOCK_SCALES=block_scales, NORM=norm_weight is not None,
         SILU_MUL=silu_mul, RESIDUAL=residual is not None, NATIVE_FP8=native_fp8,
-        BLOCK_N=block_n, BLOCK_K=block_k, SCALE_BLOCK=BLOCK_SIZE, num_warps=warps,
+        BLOCK_N=block_n, BLOCK_K=block_k, SCALE_BLOCK=BLOCK_SIZE,
+        EVEN_K=columns % block_k == 0, EVEN_N=rows % block_n == 0, num_warps=warps,
     )
     return out
 

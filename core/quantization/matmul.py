@@ -1,8 +1,8 @@
 """Products with FP8 weights for many tokens at once (prefill): FP8 tensor cores where the card
 has them, the weights dequantized to the activations' dtype elsewhere.
 
-On the tensor-core path the activations are quantized to e4m3 per token as they come and
-multiplied with per-channel e4m3 weights by ``torch._scaled_mm``, which applies both scales to the
+On the tensor-core path the activations are quantized to e4m3 per token as they come (one Triton
+kernel, :mod:`.row_quant_kernel`, where Triton is installed) and multiplied with per-channel e4m3 weights by ``torch._scaled_mm``, which applies both scales to the
 float32 sums. It needs compute capability 8.9 or newer, bfloat16 activations and sides that are
 multiples of 16. Anything else (the CPU, Ampere, odd shapes, and 128x128-block weights) takes the
 dequantize path: one (N, K) weight in the activations' dtype at a time, the weight-only path.
@@ -15,8 +15,9 @@ one path for every per-channel product that does not name its own, so that each 
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Literal, get_args
+from typing import Callable, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -75,8 +76,18 @@ def fp8_linear(
 def _rowwise_scaled_mm(tokens: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """(M, K) activations times a per-channel e4m3 (N, K) weight -> (M, N), the activations
     quantized per token."""
-    quantized, token_scales = quantize_per_channel(tokens)
+    quantized, token_scales = _token_quantizer()(tokens)
     return torch._scaled_mm(
         quantized, weight.t(), scale_a=token_scales, scale_b=scales.float().reshape(1, -1).contiguous(),
         out_dtype=tokens.dtype,
     )
+
+
+@functools.cache
+def _token_quantizer() -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """The one-pass Triton kernel where Triton is installed, else the same arithmetic in torch ops."""
+    try:
+        from framewise.core.quantization.row_quant_kernel import quantize_rows
+    except ImportError:
+        return quantize_per_channel
+    return quantize_rows

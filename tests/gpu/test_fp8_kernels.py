@@ -16,7 +16,7 @@ from torch import nn
 
 from framewise.core.quantization import loading
 from framewise.core.quantization.formats import UNQUANTIZED
-from framewise.core.quantization.fp8 import dequantize, quantize
+from framewise.core.quantization.fp8 import dequantize, quantize, quantize_per_channel
 from framewise.core.quantization.matmul import fp8_linear, prefill_path
 
 pytestmark = pytest.mark.gpu
@@ -26,7 +26,7 @@ DEVICE = "cuda"
 # bf16 results are rounded to 8 bits of mantissa; float32 ones differ by summation order only
 BF16_TOLERANCE = 2e-2
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: BF16_TOLERANCE}
-SHAPES = [(40, 256), (300, 200), (1000, 4096), (4096, 12288), (12288, 4096)]
+SHAPES = [(40, 256), (300, 200), (37, 1024), (1000, 4096), (4096, 12288), (12288, 4096)]
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
@@ -136,6 +136,27 @@ def test_prefill_paths(scheme: str, path: str, tokens: int) -> None:
     bound = BF16_TOLERANCE if path == "dequantize" else 0.05
     for token in range(0, tokens, max(1, tokens // 8)):
         assert relative_error(out[token], expected[token]) < bound
+
+
+@pytest.mark.parametrize(("tokens", "columns"), [(1, 4096), (37, 200), (1116, 4096), (1677, 12288)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_activation_kernel_quantizes_like_the_torch_ops(tokens: int, columns: int, dtype: torch.dtype) -> None:
+    from framewise.core.quantization.row_quant_kernel import quantize_rows
+
+    x = (torch.randn(tokens, columns, device=DEVICE) * torch.logspace(-3, 2, tokens, device=DEVICE)[:, None]).to(dtype)
+    x[0, : columns // 2] = 0  # a row's zeros stay zeros; an all-zero row would too (smallest scale)
+    quantized, scales = quantize_rows(x)
+    expected, expected_scales = quantize_per_channel(x)
+    assert scales.shape == (tokens, 1) and quantized.dtype == expected.dtype
+    assert torch.equal(scales, expected_scales)
+    assert torch.equal(quantized.view(torch.uint8), expected.view(torch.uint8))
+
+
+def test_activation_kernel_leaves_an_all_zero_row_zero() -> None:
+    from framewise.core.quantization.row_quant_kernel import quantize_rows
+
+    quantized, scales = quantize_rows(torch.zeros(3, 256, device=DEVICE, dtype=torch.bfloat16))
+    assert torch.equal(quantized.float(), torch.zeros(3, 256, device=DEVICE)) and (scales > 0).all()
 
 
 def test_prefill_picks_tensor_cores_where_the_card_has_them() -> None:

@@ -31,6 +31,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from framewise.core.decoding.gemv_loads import load_chunk, load_rows
+
 # Keys one program of the attention kernel handles per loop turn.
 ATTENTION_BLOCK = 64
 # Programs the attention kernel aims for, per multiprocessor: enough to keep the memory busy.
@@ -46,45 +48,24 @@ def _gemv_config(rows: int, columns: int) -> tuple[int, int, int]:
 
 
 @triton.jit
-def _load_chunk(ptr, start, columns, K: tl.constexpr, EVEN_K: tl.constexpr):
-    """Elements ``start + columns`` of a (K,) vector; zeros past its end."""
-    if EVEN_K:
-        chunk = tl.load(ptr + start + columns)
-    else:
-        chunk = tl.load(ptr + start + columns, mask=start + columns < K, other=0.0)
-    return chunk
-
-
-@triton.jit
-def _load_rows(w_ptr, rows, row_mask, start, columns, K: tl.constexpr, EVEN_K: tl.constexpr):
-    """Block (rows, start + columns) of a row-major (N, K) matrix; zeros outside it."""
-    offsets = rows[:, None] * K + (start + columns)[None, :]
-    if EVEN_K:
-        block = tl.load(w_ptr + offsets, mask=row_mask[:, None], other=0.0)
-    else:
-        block = tl.load(w_ptr + offsets, mask=row_mask[:, None] & (start + columns < K)[None, :], other=0.0)
-    return block
-
-
-@triton.jit
 def _rms_norm_linear_kernel(
     x_ptr, norm_ptr, w_ptr, out_ptr, N, eps,
-    K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+    K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     columns = tl.arange(0, BLOCK_K)
     squares = tl.zeros([BLOCK_K], dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
-        x = _load_chunk(x_ptr, start, columns, K, EVEN_K).to(tl.float32)
+        x = load_chunk(x_ptr, start, columns, K, EVEN_K).to(tl.float32)
         squares += x * x
     inverse_rms = tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
-        x = _load_chunk(x_ptr, start, columns, K, EVEN_K)
-        g = _load_chunk(norm_ptr, start, columns, K, EVEN_K)
+        x = load_chunk(x_ptr, start, columns, K, EVEN_K)
+        g = load_chunk(norm_ptr, start, columns, K, EVEN_K)
         normed = (x.to(tl.float32) * inverse_rms).to(x.dtype) * g
-        w = _load_rows(w_ptr, rows, row_mask, start, columns, K, EVEN_K)
+        w = load_rows(w_ptr, rows, row_mask, start, columns, K, EVEN_K, EVEN_N)
         acc += w.to(tl.float32) * normed.to(tl.float32)[None, :]
     y = tl.sum(acc, axis=1).to(x_ptr.dtype.element_ty)
     tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_mask)
@@ -103,7 +84,8 @@ def rms_norm_linear(
     block_n, block_k, warps = _gemv_config(rows, columns)
     _rms_norm_linear_kernel[(triton.cdiv(rows, block_n),)](
         x, norm_weight, weight, out, rows, eps,
-        K=columns, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=columns % block_k == 0, num_warps=warps,
+        K=columns, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=columns % block_k == 0, EVEN_N=rows % block_n == 0,
+        num_warps=warps,
     )
     return out
 
@@ -112,6 +94,7 @@ def rms_norm_linear(
 def _linear_residual_kernel(
     x_ptr, w_ptr, residual_ptr, out_ptr, N,
     K: tl.constexpr, SILU_MUL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+    EVEN_N: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
@@ -119,13 +102,13 @@ def _linear_residual_kernel(
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
         if SILU_MUL:
-            gate = _load_chunk(x_ptr, start, columns, K, EVEN_K)
-            up = _load_chunk(x_ptr + K, start, columns, K, EVEN_K)
+            gate = load_chunk(x_ptr, start, columns, K, EVEN_K)
+            up = load_chunk(x_ptr + K, start, columns, K, EVEN_K)
             gate32 = gate.to(tl.float32)
             x = (gate32 * tl.sigmoid(gate32)).to(gate.dtype) * up
         else:
-            x = _load_chunk(x_ptr, start, columns, K, EVEN_K)
-        w = _load_rows(w_ptr, rows, row_mask, start, columns, K, EVEN_K)
+            x = load_chunk(x_ptr, start, columns, K, EVEN_K)
+        w = load_rows(w_ptr, rows, row_mask, start, columns, K, EVEN_K, EVEN_N)
         acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
     residual = tl.load(residual_ptr + rows, mask=row_mask, other=0.0)
     y = tl.sum(acc, axis=1).to(residual.dtype)
@@ -144,7 +127,7 @@ def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tenso
     _linear_residual_kernel[(triton.cdiv(rows, block_n),)](
         x, weight, residual, out, rows,
         K=columns, SILU_MUL=silu_mul, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=columns % block_k == 0,
-        num_warps=warps,
+        EVEN_N=rows % block_n == 0, num_warps=warps,
     )
     return out
 

@@ -1,0 +1,138 @@
+"""The decode step's matrix-vector kernels alone, at the Qwen3-VL text shapes: the bf16 step
+kernels and the FP8 ones at their chosen launch shapes, and the FP8 kernel over a small grid of
+launch shapes (BLOCK_N, BLOCK_K, num_warps), each against the weight-read floor.
+
+Every kernel runs 48 times inside one CUDA graph, cycling over enough copies of the weight that
+they never sit in the L2 cache (as in a decode step, where every weight is read once); the graph
+is replayed and timed with CUDA events. The floor is the weight's bytes over the device-to-device
+copy bandwidth measured in the same run.
+
+    python3 benchmarks/gemv_sweep.py [--sizes 8B,2B] [--sweep-sizes 8B] [--out results/]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+from typing import Callable
+
+import torch
+import triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from decode_bench import copy_bandwidth  # noqa: E402
+
+from framewise.core.families.qwen3_vl import step_kernels  # noqa: E402
+from framewise.core.quantization import gemv_kernels  # noqa: E402
+from framewise.core.quantization.fp8 import quantize_per_channel  # noqa: E402
+
+# name -> (rows, columns, kind) per text size; kind "norm": rms_norm_linear, "residual":
+# linear_residual, "silu": linear_residual on silu(gate) * up
+SHAPES = {
+    "8B": {"qkv": (6144, 4096, "norm"), "o": (4096, 4096, "residual"), "gate_up": (24576, 4096, "norm"),
+           "down": (4096, 12288, "silu")},
+    "2B": {"qkv": (4096, 2048, "norm"), "o": (2048, 2048, "residual"), "gate_up": (12288, 2048, "norm"),
+           "down": (2048, 6144, "silu")},
+}
+LAUNCHES = 48
+CACHE_CLEARING_BYTES = 512 * 2**20
+SWEEP = list(itertools.product((2, 4, 8), (512, 1024, 2048), (4, 8)))
+
+
+def graph_us(launches: list[Callable[[], object]], replays: int = 10) -> float:
+    """Mean microseconds of one call of ``launches`` (called in turn, ``LAUNCHES`` in all) in a
+    CUDA graph."""
+    for launch in launches:  # compile outside the capture
+        launch()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for index in range(LAUNCHES):
+            launches[index % len(launches)]()
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / (replays * LAUNCHES)
+
+
+def bench_shape(rows: int, columns: int, kind: str, bandwidth: float, sweep_shapes: bool) -> dict:
+    """bf16 and FP8 kernel times for one (rows, columns) weight, with the sweep over FP8 launch
+    shapes when ``sweep_shapes``."""
+    device = torch.device("cuda")
+    inputs = 2 * columns if kind == "silu" else columns
+    x = torch.randn(inputs, device=device, dtype=torch.bfloat16)
+    norm = torch.randn(columns, device=device, dtype=torch.bfloat16)
+    residual = torch.randn(rows, device=device, dtype=torch.bfloat16)
+    copies = max(2, CACHE_CLEARING_BYTES // (rows * columns))
+    bf16 = [torch.randn(rows, columns, device=device, dtype=torch.bfloat16) / columns**0.5 for _ in range(copies // 2 + 1)]
+    fp8 = [quantize_per_channel(weight) for weight in bf16 for _ in range(2)][:copies]
+
+    def bf16_call(weight: torch.Tensor) -> Callable[[], object]:
+        if kind == "norm":
+            return lambda: step_kernels.rms_norm_linear(x, norm, weight, 1e-6)
+        return lambda: step_kernels.linear_residual(x, weight, residual, silu_mul=kind == "silu")
+
+    def fp8_call(weight: torch.Tensor, scale: torch.Tensor, config: tuple[int, int, int] | None) -> Callable[[], object]:
+        options = dict(norm_weight=norm, eps=1e-6) if kind == "norm" else dict(residual=residual, silu_mul=kind == "silu")
+        out = torch.empty(rows, device=device, dtype=torch.bfloat16)
+        return lambda: gemv_kernels._launch(x, weight, scale, out, native_fp8=None, config=config, **options)
+
+    floor_bf16_us = rows * columns * 2 / bandwidth * 1e6
+    floor_fp8_us = rows * columns / bandwidth * 1e6
+    result = {"rows": rows, "columns": columns, "kind": kind,
+              "bf16_us": graph_us([bf16_call(weight) for weight in bf16]), "bf16_floor_us": floor_bf16_us,
+              "fp8_us": graph_us([fp8_call(weight, scale, None) for weight, scale in fp8]), "fp8_floor_us": floor_fp8_us,
+              "fp8_default": list(gemv_kernels._fp8_gemv_config(rows, columns))}
+    sweep: dict[str, float | str] = {}
+    for config in SWEEP if sweep_shapes else []:
+        if config[1] > triton.next_power_of_2(columns):
+            continue
+        try:
+            sweep[",".join(map(str, config))] = round(graph_us([fp8_call(w, s, config) for w, s in fp8]), 2)
+        except Exception as error:  # a launch shape the compiler refuses (too many registers)
+            sweep[",".join(map(str, config))] = f"{type(error).__name__}"
+    timed = {key: value for key, value in sweep.items() if isinstance(value, float)}
+    timed.setdefault(",".join(map(str, result["fp8_default"])), result["fp8_us"])
+    best = min(timed, key=timed.get)
+    result.update(sweep=sweep, fp8_best=best, fp8_best_us=timed[best])
+    for key in ("bf16", "fp8", "fp8_best"):
+        floor = floor_bf16_us if key == "bf16" else floor_fp8_us
+        result[f"{key}_over_floor"] = round(result[f"{key}_us"] / floor, 3)
+    del bf16, fp8
+    torch.cuda.empty_cache()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="8B,2B")
+    parser.add_argument("--sweep-sizes", default="8B", help="sizes whose FP8 launch shapes are swept")
+    parser.add_argument("--out", type=Path, default=Path("results"))
+    args = parser.parse_args(argv)
+    bandwidth = copy_bandwidth(torch.device("cuda"))
+    results = {"device": torch.cuda.get_device_name(), "bandwidth_gbs": bandwidth / 1e9, "shapes": {}}
+    print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s", flush=True)
+    print("| size | product | shape | bf16 µs (× floor) | fp8 µs (× floor) | fp8 best launch shape: µs (× floor) |")
+    print("|---|---|---|---|---|---|")
+    for size in args.sizes.split(","):
+        for name, (rows, columns, kind) in SHAPES[size].items():
+            measured = bench_shape(rows, columns, kind, bandwidth, size in args.sweep_sizes.split(","))
+            results["shapes"][f"{size} {name}"] = measured
+            print(f"| {size} | {name} | {rows}×{columns} | {measured['bf16_us']:.1f} ({measured['bf16_over_floor']:.2f}) | "
+                  f"{measured['fp8_us']:.1f} ({measured['fp8_over_floor']:.2f}) | {measured['fp8_best']}: "
+                  f"{measured['fp8_best_us']:.1f} ({measured['fp8_best_over_floor']:.2f}) |", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "gemv_sweep.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,30 @@
+"""Loads shared by the Triton matrix-vector kernels of a decode step (the model families' bf16
+step kernels and the FP8 ones): a chunk of the input vector and a block of weight rows, masked
+only where the block can reach past the matrix. This module needs Triton."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def load_chunk(ptr, start, columns, K: tl.constexpr, EVEN_K: tl.constexpr):
+    """Elements ``start + columns`` of a (K,) vector; zeros past its end."""
+    if EVEN_K:
+        chunk = tl.load(ptr + start + columns)
+    else:
+        chunk = tl.load(ptr + start + columns, mask=start + columns < K, other=0.0)
+    return chunk
+
+
+@triton.jit
+def load_rows(w_ptr, rows, row_mask, start, columns, K: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr):
+    """Block (rows, start + columns) of a row-major (N, K) matrix; zeros outside it. The masks are
+    left out where the block lies inside the matrix (``EVEN_K``, ``EVEN_N``)."""
+    offsets = rows[:, None] * K + (start + columns)[None, :]
+    if EVEN_K and EVEN_N:
+        block = tl.load(w_ptr + offsets)
+    elif EVEN_K:
+        block = tl.load(w_ptr + offsets, mask=row_mask[:, None], other=0.0)
+    else:
+        block = tl.load(w_ptr + offsets, mask=row_mask[:, None] & (start + columns < K)[None, :], other=0.0)
+    return block
