@@ -1,5 +1,6 @@
 """The bundled demo model through the encoder CUDA graphs: the same answers as the eager encoder
-on the same GPU, at the 90 % target (the CPU test's targets and their marks)."""
+on the same GPU, at the 90 % target (the CPU test's targets and their marks); and quantized to FP8
+on load, at the same target, with the same answers on a second run."""
 
 from __future__ import annotations
 
@@ -42,3 +43,20 @@ def test_graphs_reach_the_targets(reports: tuple[Report, Report]) -> None:
     graphs, _ = reports
     assert graphs.overall >= TARGET, {kind: row["accuracy"] for kind, row in graphs.per_kind.items()}
     assert graphs.paraphrases["accuracy"] >= PARAPHRASE_TARGET, graphs.paraphrases
+
+
+@pytest.fixture(scope="module")
+def fp8_reports() -> tuple[Report, Report]:
+    model = ModelSettings(source="demo", device="cuda", dtype="fp8")
+    return tuple(evaluate(model, EncoderSettings(use_graphs=True), clips=CLIPS) for _ in range(2))  # type: ignore[return-value]
+
+
+def test_fp8_quantized_on_load_reaches_the_targets(fp8_reports: tuple[Report, Report]) -> None:
+    fp8, _ = fp8_reports
+    assert fp8.overall >= TARGET, {kind: row["accuracy"] for kind, row in fp8.per_kind.items()}
+    assert fp8.paraphrases["accuracy"] >= PARAPHRASE_TARGET, fp8.paraphrases
+
+
+def test_fp8_answers_are_the_same_on_a_second_run(fp8_reports: tuple[Report, Report]) -> None:
+    first, second = fp8_reports
+    assert [a.answer for a in first.answers] == [a.answer for a in second.answers]
