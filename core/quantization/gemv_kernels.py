@@ -34,12 +34,13 @@ from framewise.core.quantization.formats import BLOCK_SIZE
 
 
 def _fp8_gemv_config(rows: int, columns: int) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_K, num_warps) for a (rows, columns) e4m3 weight: the bf16 kernels' programs
-    per multiprocessor, with twice the columns a load so each thread still reads 16 bytes. BLOCK_N
-    divides 128, so a program's rows share one row of block scales."""
-    block_k = 1024 if columns % 1024 == 0 else triton.next_power_of_2(min(columns, 1024))
-    block_n = 4 if rows <= 8192 else 8
-    return block_n, block_k, 4
+    """(BLOCK_N, BLOCK_K, num_warps) for a (rows, columns) e4m3 weight: four rows a program (a
+    divisor of 128, so a program's rows share one row of block scales), 1024 columns a load, 2048
+    from 8192 columns on. Chosen by ``benchmarks/gemv_sweep.py`` at the 8B shapes on an H100
+    (docs/benchmarks.md)."""
+    block_k = 2048 if columns >= 8192 else 1024
+    block_k = block_k if columns % block_k == 0 else triton.next_power_of_2(min(columns, block_k))
+    return 4, block_k, 4
 
 
 @triton.jit

@@ -45,7 +45,14 @@ def prefill_path(
     rows, columns = weight_shape
     if scheme == "block" or device.type != "cuda" or dtype != torch.bfloat16 or rows % 16 or columns % 16:
         return "dequantize"
-    return "tensor_cores" if torch.cuda.get_device_capability(device) >= (8, 9) else "dequantize"
+    return "tensor_cores" if _has_fp8_tensor_cores(device.index) else "dequantize"
+
+
+@functools.cache
+def _has_fp8_tensor_cores(device_index: int | None) -> bool:
+    """Whether CUDA device ``device_index`` (None: the current one) has FP8 tensor cores
+    (compute capability 8.9 or newer); asked once per device, not once per product."""
+    return torch.cuda.get_device_capability(device_index) >= (8, 9)
 
 
 def fp8_linear(

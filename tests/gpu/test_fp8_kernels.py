@@ -148,8 +148,12 @@ def test_activation_kernel_quantizes_like_the_torch_ops(tokens: int, columns: in
     quantized, scales = quantize_rows(x)
     expected, expected_scales = quantize_per_channel(x)
     assert scales.shape == (tokens, 1) and quantized.dtype == expected.dtype
-    assert torch.equal(scales, expected_scales)
-    assert torch.equal(quantized.view(torch.uint8), expected.view(torch.uint8))
+    # torch divides by 448 as a multiply by its reciprocal on CUDA, the kernel exactly: one ulp apart at most
+    torch.testing.assert_close(scales, expected_scales, rtol=1.2e-7, atol=0)
+    rounded_with_its_scales = (x.float() / scales).clamp(-448, 448).to(expected.dtype)
+    assert torch.equal(quantized.view(torch.uint8), rounded_with_its_scales.view(torch.uint8))
+    differing = (quantized.view(torch.uint8) != expected.view(torch.uint8)).float().mean().item()
+    assert differing < 1e-3  # a value on a rounding boundary may move by the ulp of its scale
 
 
 def test_activation_kernel_leaves_an_all_zero_row_zero() -> None:
