@@ -45,12 +45,16 @@ def _fp8_gemv_config(rows: int, columns: int) -> tuple[int, int, int]:
 
 @triton.jit
 def _e4m3_bits_to_float(bits):
-    """e4m3fn bytes (uint8) to float32 without FP8 hardware: sign, exponent and mantissa move into
-    a float16's fields (exponent bias 15 instead of 7), then a multiply by 2**8 restores the bias.
-    Subnormals come out exact; quantizers never store the one NaN code."""
-    wide = bits.to(tl.uint16)
-    half = ((wide & 0x80) << 8) | ((wide & 0x7F) << 7)
-    return half.to(tl.float16, bitcast=True).to(tl.float32) * 256.0
+    """e4m3fn bytes (uint8) to float32 with integer and full-rate float operations, for cards
+    without FP8 hardware (no float16 step, whose conversion to float32 runs at a quarter of the
+    multiply rate). Sign, exponent and mantissa move into float32's fields, the exponent rebased
+    from bias 7 to 127 by an integer add. A subnormal (exponent 0, mantissa m) comes out of that
+    as 2**-7 * (1 + m/8), so twice its distance from 2**-7 is its value, 2**-9 * m, exactly.
+    Quantizers never store the one NaN code."""
+    wide = bits.to(tl.uint32)
+    normal = (((wide & 0x80) << 24) | (((wide & 0x7F) << 20) + (120 << 23))).to(tl.float32, bitcast=True)
+    subnormal = 2.0 * (normal - tl.where(wide >= 0x80, -0.0078125, 0.0078125))
+    return tl.where((wide & 0x78) == 0, subnormal, normal)
 
 
 @triton.jit
