@@ -23,7 +23,7 @@ the table is made from every run there, so dtypes may be run by separate command
     python3 benchmarks/memory_bench.py --size 8B --out results/memory          # bf16 and fp8
     python3 benchmarks/memory_bench.py --size 8B --dtypes fp8 --out results/memory
     python3 benchmarks/memory_bench.py --size tiny --device cpu --short-frames 4 --long-frames 8 \\
-        --long-pixels 524288 --new-tokens 4 --out /tmp/memory                     # CPU smoke test
+        --long-pixels 491520 --new-tokens 4 --out /tmp/memory                     # CPU smoke test
 """
 
 from __future__ import annotations
