@@ -231,11 +231,16 @@ def _info(settings: AppSettings, as_json: bool) -> int:
         payload = dataclasses.asdict(info)
         if estimate is not None:
             payload["memory_estimate"] = {**dataclasses.asdict(estimate), "total": estimate.total}
+        held = info.held_memory
+        if held is not None:
+            payload["held_memory"] |= {"total": held.total, "beyond": held.beyond}
         write_stdout(json.dumps(payload) + "\n")
     else:
         text = format_info(info)
         if estimate is not None:
             text += f"\nmemory estimate:    {estimate.describe()}"
+        if info.held_memory is not None:
+            text += f"\nmemory held:        {info.held_memory.describe()}"
         write_stdout(text + "\n")
     return 0
 

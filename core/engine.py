@@ -60,7 +60,9 @@ from framewise.core.events import (
     ignore_events,
 )
 from framewise.core.families.base import DecodedAnswer, PreparedVideo, PromptInputs
-from framewise.core.loading import LoadedModel, check_memory_fits, load_model
+from framewise.core.held_memory import recording_growth, weight_shares
+from framewise.core.loading import LoadedModel, check_memory_fits, load_model, pick_device
+from framewise.core.memory_plan import HeldMemory
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
 from framewise.core.settings import AppSettings
 from framewise.core.settings_transaction import SettingsTransaction
@@ -150,6 +152,8 @@ class Engine(BackendBase[EncodedClip]):
         self.decoder: Decoder | None = None
         self.metrics = EncoderMetricsAccumulator()
         self.graphs_reason = ""
+        # What each build step ("weights", "encoder", "decoder") added to the reserved CUDA memory.
+        self.reserved_by_step: dict[str, int] = {}
         self._cancel_lock = threading.Lock()  # a cancel and the end of a request do not interleave
         self._ended_through = 0  # the highest request id that has ended
         self._request_depth = 0
@@ -209,6 +213,24 @@ class Engine(BackendBase[EncodedClip]):
             graph_memory_mb=report.graph_memory_bytes / 2**20 if report else None,
             decoder=self._decoder_info(),
             limits=loaded.limits,
+            held_memory=self._held_memory(loaded),
+        )
+
+    def _held_memory(self, loaded: LoadedModel) -> HeldMemory:
+        """What the model, its encoder and its decoder hold, as measured when they were built."""
+        report = self.encoder.report if self.encoder else None
+        decoder = self.decoder
+        decode_graphs = 0
+        if decoder is not None and decoder.graphs_enabled:
+            decode_graphs = decoder.steps.graph_memory_bytes + decoder.prefills.graph_memory_bytes
+        steps = ("weights", "encoder", "decoder")
+        measured = all(step in self.reserved_by_step for step in steps)
+        return HeldMemory(
+            weights=weight_shares(loaded.model, loaded.family.vision_tower(loaded.model)),
+            kv_cache=decoder.cache.nbytes if decoder else 0,
+            encoder_graphs=report.graph_memory_bytes if report else 0,
+            decode_graphs=decode_graphs,
+            reserved=sum(self.reserved_by_step[step] for step in steps) if measured else None,
         )
 
     def _decoder_info(self) -> DecoderInfo | None:
@@ -562,15 +584,18 @@ class Engine(BackendBase[EncodedClip]):
         """Load the model the settings name (its encoder and decoder are built separately), after
         checking that its memory estimate fits the device."""
         check_memory_fits(self.settings)
-        self.loaded = load_model(self.settings.model, progress=self._emit)
+        device = pick_device(self.settings.model.device)
+        with recording_growth(device, self.reserved_by_step, "weights"):
+            self.loaded = load_model(self.settings.model, progress=self._emit)
 
     def build_encoder(self) -> None:
         """Replace the encoder: the old one gives back its graphs and the tower's attention first."""
         loaded = self._require_model()
         self._drop_encoder()
-        self.encoder, self.graphs_reason = make_vision_encoder(
-            loaded.adapter, self.settings.encoder, progress=self._emit, limits=loaded.limits
-        )
+        with recording_growth(loaded.device, self.reserved_by_step, "encoder"):
+            self.encoder, self.graphs_reason = make_vision_encoder(
+                loaded.adapter, self.settings.encoder, progress=self._emit, limits=loaded.limits
+            )
 
     def _drop_encoder(self) -> None:
         if self.encoder is not None:
@@ -583,15 +608,16 @@ class Engine(BackendBase[EncodedClip]):
         if self.decoder is not None:
             self.decoder.close()
         self.decoder = None
-        language = loaded.adapter.language_model()
-        decoding = self.settings.decoding
-        self.decoder = Decoder(
-            language,
-            context_for(self.settings, language, loaded.limits),
-            decoding.min_bucket,
-            use_graphs=decoding.use_graphs,
-            progress=self._emit,
-        )
+        with recording_growth(loaded.device, self.reserved_by_step, "decoder"):
+            language = loaded.adapter.language_model()
+            decoding = self.settings.decoding
+            self.decoder = Decoder(
+                language,
+                context_for(self.settings, language, loaded.limits),
+                decoding.min_bucket,
+                use_graphs=decoding.use_graphs,
+                progress=self._emit,
+            )
 
     def release_model(self) -> None:
         """Drop the model with its encoder and decoder, giving their memory back."""

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Literal, TypeVar, Union
 import numpy as np
 
 from framewise.core.families.base import FamilyLimits
+from framewise.core.memory_plan import HeldMemory
 from framewise.core.wording import plural
 
 NO_REQUEST = 0
@@ -394,7 +395,8 @@ class EngineInfo:
     tests: the torch device type the model runs on (``cpu``, ``cuda``, ``mps``), or ``server`` when
     a vLLM server answers. ``server`` is set then (the vision encoder runs there). ``limits`` are
     the loaded model family's (the settings dialog sizes its steps and hints by them); ``None`` where
-    the model is not loaded here.
+    the model is not loaded here. ``held_memory`` is what the loaded model holds, measured as it was
+    built (``None`` where the model is not loaded here).
 
     Sent once per change: when a model is loaded and when new settings change the model or the encoder.
     """
@@ -414,6 +416,7 @@ class EngineInfo:
     server: ServerInfo | None = None
     device_kind: str = "cpu"
     limits: FamilyLimits | None = None
+    held_memory: HeldMemory | None = None
     request_id: int = _request_id()
 
     @property

@@ -3,6 +3,8 @@
 A model family estimates the parts from a checkpoint's config
 (:meth:`~framewise.core.families.base.ModelFamily.estimate_memory`); this module words the
 estimate and, when it exceeds what the device has, names the settings that would fit instead.
+Once loaded, :class:`HeldMemory` is what the model was measured to hold, by the same parts
+(:mod:`framewise.core.held_memory` measures it).
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ class MemoryEstimate:
         return self.weights + self.kv_cache + self.encoder_graphs + self.decode_graphs
 
     def describe(self) -> str:
-        """One line: the total and its parts, in GiB."""
+        """One line: the total and its parts (:func:`size_text`)."""
         return (
-            f"about {self.total / GIB:.1f} GiB (weights {self.weights / GIB:.1f}, KV cache {self.kv_cache / GIB:.1f}, "
-            f"encoder graphs {self.encoder_graphs / GIB:.1f}, decode graphs {self.decode_graphs / GIB:.1f})"
+            f"about {size_text(self.total)} (weights {size_text(self.weights)}, KV cache {size_text(self.kv_cache)}, "
+            f"encoder graphs {size_text(self.encoder_graphs)}, decode graphs {size_text(self.decode_graphs)})"
         )
 
 
@@ -52,3 +54,94 @@ def shortfall_message(
         f"{what} needs {estimate.describe()} on {device}, but {available / GIB:.1f} GiB is available there. "
         + (f"To fit, {advice}." if advice else "No smaller setting fits: choose a smaller model, or the CPU (device cpu).")
     )
+
+
+# Short names of the weights' dtypes, as people write them.
+DTYPE_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "fp8"}
+
+
+def size_text(size: int) -> str:
+    """``size`` bytes in GiB from one GiB on, else in MiB ("16.4 GiB", "17.2 MiB")."""
+    return f"{size / GIB:.1f} GiB" if size >= GIB else f"{size / 2**20:.1f} MiB"
+
+
+@dataclass(frozen=True)
+class WeightBytes:
+    """The bytes of one part's weights (``"language model"``, ``"vision tower"``) held in one dtype
+    (torch's name without its prefix: ``"bfloat16"``, ``"float8_e4m3fn"``, ``"float32"``)."""
+
+    part: str
+    dtype: str
+    size: int
+
+
+@dataclass(frozen=True)
+class HeldMemory:
+    """What a loaded model holds on its device, measured while the engine built it.
+
+    ``weights`` are tensor bytes: the parameters and the weight buffers (FP8 weights and their
+    scales), by part and dtype. ``kv_cache`` is the decoder's cache tensors. ``encoder_graphs`` and
+    ``decode_graphs`` are what the caching allocator's reserved memory grew by while the graphs were
+    captured (their pools, static buffers and workspaces; 0 without graphs).
+
+    ``reserved`` (on CUDA; ``None`` elsewhere) is what the reserved memory grew by over the three
+    build steps (loading the weights, building the encoder, building the decoder): the process's
+    share of the device for this model. :attr:`beyond` is the part of it none of the parts above
+    accounts for: the rounding of the allocator's blocks, segments the loading left partly used,
+    and what a build step keeps besides its part.
+    """
+
+    weights: tuple[WeightBytes, ...]
+    kv_cache: int
+    encoder_graphs: int
+    decode_graphs: int
+    reserved: int | None = None
+
+    @property
+    def weight_total(self) -> int:
+        return sum(share.size for share in self.weights)
+
+    @property
+    def total(self) -> int:
+        """The parts together: weights, KV cache, encoder graphs, decode graphs."""
+        return self.weight_total + self.kv_cache + self.encoder_graphs + self.decode_graphs
+
+    @property
+    def beyond(self) -> int | None:
+        """Reserved bytes beyond the parts (``None`` where nothing was reserved: on the CPU)."""
+        return None if self.reserved is None else self.reserved - self.total
+
+    def weights_text(self) -> str:
+        """The weights by part and dtype: "language model 7.2 GiB fp8 + 1.2 GiB bf16 + 9.0 MiB fp32; ..."."""
+        parts = dict.fromkeys(share.part for share in self.weights)
+        return "; ".join(
+            f"{part} " + " + ".join(
+                f"{size_text(share.size)} {DTYPE_NAMES.get(share.dtype, share.dtype)}"
+                for share in self.weights if share.part == part
+            )
+            for part in parts
+        )
+
+    def amount_text(self) -> str:
+        """How much is held in all: "17.9 GiB of device memory" (the reserved memory on CUDA)."""
+        if self.reserved is None:
+            return f"{size_text(self.total)} of memory"
+        return f"{size_text(self.reserved)} of device memory"
+
+    def lines(self) -> list[str]:
+        """One phrase per part, for a person: "weights 16.4 GiB (...)", "KV cache 1.1 GiB", ..."""
+        lines = [
+            f"weights {size_text(self.weight_total)} ({self.weights_text()})",
+            f"KV cache {size_text(self.kv_cache)}",
+        ]
+        if self.encoder_graphs:
+            lines.append(f"encoder graphs {size_text(self.encoder_graphs)}")
+        if self.decode_graphs:
+            lines.append(f"decode graphs {size_text(self.decode_graphs)}")
+        if self.beyond is not None:
+            lines.append(f"reserved beyond them {size_text(max(self.beyond, 0))}")
+        return lines
+
+    def describe(self) -> str:
+        """One line: "17.9 GiB of device memory: weights ..., KV cache ..., ..."."""
+        return f"{self.amount_text()}: {', '.join(self.lines())}"

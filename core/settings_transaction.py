@@ -22,7 +22,8 @@ from framewise.core.settings import AppSettings
 @dataclass
 class EngineParts:
     """The engine's parts a transaction swaps: a snapshot of them is what a failed switch puts back.
-    ``turns`` is the conversation record (copied: the engine empties and extends its own in place)."""
+    ``turns`` is the conversation record (copied: the engine empties and extends its own in place);
+    ``reserved_by_step`` what each build step reserved (copied: the engine records into its own)."""
 
     settings: AppSettings
     loaded: Any
@@ -32,11 +33,13 @@ class EngineParts:
     clip: Any
     added: list[Any]
     turns: list[tuple[str, str]]
+    reserved_by_step: dict[str, int]
 
     @classmethod
     def of(cls, engine: SwitchableEngine) -> EngineParts:
         parts = cls(**{part.name: getattr(engine, part.name) for part in fields(cls)})
         parts.added, parts.turns = list(parts.added), list(parts.turns)
+        parts.reserved_by_step = dict(parts.reserved_by_step)
         return parts
 
     def put_back(self, engine: SwitchableEngine) -> None:

@@ -584,6 +584,12 @@ def model_text(info: EngineInfo) -> str:
     return f"{info.model_name} ({info.model_label})" if info.model_label else info.model_name
 
 
+def held_memory_text(info: EngineInfo) -> str:
+    """What the loaded model holds, for Settings ▸ Model ("" where it is not loaded here)."""
+    held = info.held_memory
+    return f"Loaded now, {info.model_name} holds {held.describe()}." if held else ""
+
+
 def encoder_text(info: EngineInfo) -> str:
     """The encoder in a few words."""
     if info.server is not None:

@@ -228,6 +228,11 @@ class SettingsDialog(QDialog):
         self.memory_estimate = QLabel()
         self.memory_estimate.setWordWrap(True)
         form.addRow(self.memory_estimate)
+        self.held_memory = QLabel()
+        self.held_memory.setWordWrap(True)
+        self.held_memory.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+        self.held_memory.hide()
+        form.addRow(self.held_memory)
         for field in ("model.dtype", "model.device"):
             self._fields[field].currentIndexChanged.connect(self.update_memory_estimate)
         for button in (self.demo_radio, self.folder_radio, self.repo_radio):
@@ -245,6 +250,11 @@ class SettingsDialog(QDialog):
                 text = ""
         self.memory_estimate.setText(text)
         self.memory_estimate.setVisible(bool(text))
+
+    def set_held_memory(self, text: str) -> None:
+        """Show what the loaded model holds (``text``, already worded), under the estimate; hidden when empty."""
+        self.held_memory.setText(text)
+        self.held_memory.setVisible(bool(text))
 
     def _choice_hint(self, button: QRadioButton, text: str) -> QLabel:
         """A dim, wrapping explanation of ``button``, indented to line up with its text."""

@@ -208,6 +208,11 @@ class ModelFamily(Protocol):
         """Where a running pass of ``model`` checks for a cancel."""
         ...
 
+    def vision_tower(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The module that holds ``model``'s vision tower (its weights are reported apart from the
+        language model's)."""
+        ...
+
     def frame_sizing(
         self, sampling: SamplingSettings, limits: FamilyLimits, resize: Resize | None = None
     ) -> FrameSizing:

@@ -102,6 +102,9 @@ class Qwen3VLFamily:
     def cancel_points(self, model: torch.nn.Module) -> CancelPoints:
         return CancelPoints(vision=model.model.visual.blocks, language=model.model.language_model.layers)
 
+    def vision_tower(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model.model.visual
+
     def frame_sizing(self, sampling: SamplingSettings, limits: FamilyLimits, resize: Resize | None = None) -> FrameSizing:
         if resize is None:
             from framewise.core.families.qwen3_vl.processor import resize_frames as resize

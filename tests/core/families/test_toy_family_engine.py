@@ -122,6 +122,9 @@ class EngineToyFamily:
     def cancel_points(self, model: torch.nn.Module) -> CancelPoints:
         return CancelPoints(vision=[model.tower], language=[])
 
+    def vision_tower(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model.tower
+
     def frame_sizing(self, sampling: SamplingSettings, limits: FamilyLimits, resize: Resize | None = None) -> FrameSizing:
         def nearest(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
             rows = np.linspace(0, frames.shape[1] - 1, size[0]).astype(int)
