@@ -152,8 +152,9 @@ def test_activation_kernel_quantizes_like_the_torch_ops(tokens: int, columns: in
     torch.testing.assert_close(scales, expected_scales, rtol=1.2e-7, atol=0)
     rounded_with_its_scales = (x.float() / scales).clamp(-448, 448).to(expected.dtype)
     assert torch.equal(quantized.view(torch.uint8), rounded_with_its_scales.view(torch.uint8))
-    differing = (quantized.view(torch.uint8) != expected.view(torch.uint8)).float().mean().item()
-    assert differing < 1e-3  # a value on a rounding boundary may move by the ulp of its scale
+    # so a value on a rounding boundary may round the other way: to the neighbouring code, never further
+    codes, expected_codes = quantized.view(torch.uint8).int(), expected.view(torch.uint8).int()
+    assert ((codes - expected_codes).abs() <= 1).all()
 
 
 def test_activation_kernel_leaves_an_all_zero_row_zero() -> None:
