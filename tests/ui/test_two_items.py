@@ -79,3 +79,21 @@ def test_a_shift_dragged_span_is_looked_at_closer(qtbot, make_window, sample_cli
     notice = window.chat.cards()[-1].text()
     assert notice.startswith("Looking closer at 0:01") and "the answers from here on see this span" in notice
     assert window.clip_tabs.tabText(1).startswith(sample_clip.name) and window.clip_tabs.tabText(1).endswith(" s")
+
+
+def test_after_a_restart_an_answer_still_says_which_items_it_saw(qtbot, make_window, sample_clip: Path, tmp_path: Path) -> None:
+    first = make_window()
+    wait_ready(qtbot, first)
+    open_and_wait(qtbot, first, sample_clip)
+    second = tmp_path / "second.mp4"
+    second.write_bytes(sample_clip.read_bytes())
+    first.add_clip(str(second))
+    wait_items(qtbot, first, 1)
+    ask_and_wait(qtbot, first, "Which clip is brighter?")
+    first.shutdown()
+
+    window = make_window()
+    wait_ready(qtbot, window)
+    window.open_kept_conversation(window.history.ids()[0])
+    assert window.conversation.turns[0].saw == (sample_clip.name, "second.mp4")
+    assert f"Saw {sample_clip.name} + second.mp4" in window.chat.answer_cards()[0].footer.text()
