@@ -173,8 +173,8 @@ class Engine(BackendBase[EncodedClip]):
         A new model is loaded beside the old one (when that runs out of memory, the old one is
         released first and, should the new one still fail, loaded again) and re-encodes the open
         clip; new encoder settings re-capture the graphs; new sampling settings re-sample and
-        re-encode the open clip (emptying the conversation, with reason ``resampled``, and dropping
-        the items added to it, whose features the old model or sampling made); a new
+        re-encode the open clip (emptying the conversation, with reason ``resampled``) and every
+        item added to it (clips and closer looks re-sampled, pictures encoded again); a new
         context length or decoding setting re-allocates the KV cache and re-captures the decode
         graphs. Returns the new :class:`EngineInfo`, which is also sent, when the model, encoder or
         decoder changed. On any failure the engine is as it was before the call (settings, model,
@@ -186,7 +186,9 @@ class Engine(BackendBase[EncodedClip]):
             return None
         with self._requests.serving(request_id):
             with self._request():
-                info = SettingsTransaction(self, settings, reopen_clip=self._open_clip).run()
+                info = SettingsTransaction(
+                    self, settings, reopen_clip=self._open_clip, sample_again=self._sample_again
+                ).run()
             return None if info is None else self._emit(info)
 
     def info(self) -> EngineInfo:

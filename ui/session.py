@@ -180,6 +180,8 @@ class Session:
         self._adds: set[int] = set()  # add_clip and look_closer requests sent and not finished
         self._latest_open: int | None = None
         self._sampled: dict[int, ClipSampled] = {}  # clips sampled by requests not finished yet
+        # Items that new settings sampled again after the opened clip, waiting for their EncodeDone.
+        self._sampled_again: dict[int, ClipSampled] = {}
         self._answering: tuple[int, Turn] | None = None
         self._applying: dict[int, AppSettings | None] = {}  # None: the fallback to the defaults at start
         self._resuming: int | None = None  # the open that re-opens a kept conversation's clip
@@ -391,6 +393,7 @@ class Session:
                 self.listener.error_cleared()
                 self.listener.clip_opened(path)
         self._sampled.pop(request_id, None)
+        self._sampled_again.pop(request_id, None)
         self._refresh_clip()
         if self._answering is not None and self._answering[0] == request_id:
             turn = self._answering[1]
@@ -477,8 +480,22 @@ class Session:
         self.listener.state_changed()
 
     def _on_clip_sampled(self, clip: ClipSampled) -> None:
+        if self._samples_again(clip.request_id):
+            self._sampled_again[clip.request_id] = clip
+            return
         self._sampled[clip.request_id] = clip
         self._refresh_clip()
+
+    def _samples_again(self, request_id: int) -> bool:
+        """New settings being applied by ``request_id`` have re-sampled the opened clip already, so
+        what they sample now is an item of the conversation added after it."""
+        running = self._running
+        return (
+            running is not None
+            and running.request_id == request_id
+            and running.kind == "apply_settings"
+            and request_id in self._sampled
+        )
 
     def _on_chunk(self, chunk: ChunkStats) -> None:
         if self._is_superseded(chunk.request_id):
@@ -495,7 +512,12 @@ class Session:
         if self._is_superseded(done.request_id):
             return
         sampled = self._sampled.get(done.request_id)
-        if done.request_id in self._adds and sampled is not None and self.clip is not None:
+        again = self._sampled_again.pop(done.request_id, None)
+        if again is not None:
+            sampled = again
+        elif done.request_id not in self._adds:
+            sampled = None
+        if sampled is not None and self.clip is not None:
             self.added.append((sampled, done))
             self.listener.item_added(sampled, done)
         self.listener.clip_encoded(done)

@@ -201,6 +201,19 @@ class BackendBase(ABC, Generic[ClipT]):
         """Send ``event`` as part of the request being served; returns it as sent."""
         return self._requests.send(self.sink, event)
 
+    def _sample_again(self, items: Sequence[ClipT]) -> EncodeDone:
+        """Sample and encode ``items`` (the conversation's, from :attr:`clips`) anew after new settings:
+        the first is opened again (the conversation starts afresh, reason ``resampled``), each other
+        one added again in order, a closer look over its own span, a picture as a picture. Returns
+        what opening the first reported."""
+        opened, *added = items
+        assert opened.path is not None, "frames given directly cannot be sampled again"
+        done = self._open_clip(opened.path, "resampled")
+        for item in added:
+            assert item.path is not None, "only items read from a file are added"
+            self._add_clip(item.path, item.summary.span)
+        return done
+
     def _make_open(self, clip: ClipT, reason: ResetReason | None) -> None:
         """Make ``clip`` the open item. With a ``reason`` (why the conversation empties) it replaces
         every item and the conversation starts afresh; ``None`` puts it back, the rest kept."""

@@ -98,7 +98,8 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         return self._emit(self.info())
 
     def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None:
-        """Take new settings; new sampling settings re-sample the open clip (a new server needs a new engine)."""
+        """Take new settings; new sampling settings re-sample every clip of the conversation (a new
+        server needs a new engine)."""
         with self._requests.serving(request_id):
             return self._apply_settings(settings)
 
@@ -109,9 +110,8 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             return None
         if settings.backend != old.backend:
             raise FramewiseError("A different server needs a new connection; apply the Backend settings again.")
-        path = self.open_clip_path()
-        if path and settings.sampling != old.sampling:
-            self._open_clip(path, "resampled")
+        if self.open_clip_path() and settings.sampling != old.sampling:
+            self._sample_again(self.clips)
         if settings.encoder != old.encoder or settings.sampling != old.sampling:
             self._server = with_serve_command(self._server, settings)
             return self._emit(self.info())

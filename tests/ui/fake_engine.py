@@ -86,9 +86,8 @@ class FakeEngine(BackendBase[FakeClip]):
             info = None
             if settings.model != old.model or settings.encoder != old.encoder:
                 info = self._emit(self.info())
-            path = self.open_clip_path()
-            if path and (settings.model != old.model or settings.sampling != old.sampling):
-                self._open_clip(path, "resampled")
+            if self.open_clip_path() and (settings.model != old.model or settings.sampling != old.sampling):
+                self._sample_again(self.clips)
             return info
 
     def info(self) -> EngineInfo:

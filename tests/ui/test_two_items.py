@@ -97,3 +97,27 @@ def test_after_a_restart_an_answer_still_says_which_items_it_saw(qtbot, make_win
     window.open_kept_conversation(window.history.ids()[0])
     assert window.conversation.turns[0].saw == (sample_clip.name, "second.mp4")
     assert f"Saw {sample_clip.name} + second.mp4" in window.chat.answer_cards()[0].footer.text()
+
+
+def test_settings_that_resample_keep_every_item_in_its_tab(qtbot, make_window, sample_clip: Path, tmp_path: Path) -> None:
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    second = tmp_path / "second.mp4"
+    second.write_bytes(sample_clip.read_bytes())
+    window.add_clip(str(second))
+    wait_items(qtbot, window, 1)
+    assert window.session.look_closer(1.0, 2.0)
+    wait_items(qtbot, window, 2)
+    names = [done.clip_name for _, done in window.session.added]
+    frames_before = len(window.session.added[0][0].timestamps)
+
+    window.apply_settings(window.settings.replace("sampling", fps=1.0))
+    qtbot.waitUntil(lambda: window.operation is None and window.settings.sampling.fps == 1.0, timeout=TIMEOUT_MS)
+    assert [done.clip_name for _, done in window.session.added] == names
+    assert [window.clip_tabs.tabText(index) for index in range(3)] == [sample_clip.name, *names]
+    assert window.clip.clip_name == sample_clip.name and window.session.added[1][1].span == (1.0, 2.0)
+    added_frames = len(window.session.added[0][0].timestamps)
+    assert added_frames == len(window.clip.timestamps) != frames_before, "the added clip is sampled under the new settings"
+    ask_and_wait(qtbot, window, "Which clip is brighter?")
+    assert window.conversation.turns[-1].saw == (sample_clip.name, *names)

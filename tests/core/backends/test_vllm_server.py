@@ -375,3 +375,15 @@ def test_a_second_clip_sampled_at_other_times_is_refused_with_the_reason() -> No
         with pytest.raises(FramewiseError, match="one set of frame times per question"):
             engine.look_closer(1.0, 2.0)
     assert len(engine.clips) == 1, "the refused clip is not added"
+
+
+def test_new_sampling_settings_resample_every_clip_and_keep_the_picture(tmp_path) -> None:
+    from tests.core.test_images import red_square_picture
+
+    with FakeVllmServer(Behaviour()) as server:
+        engine = loaded(server.url)
+        engine.open_clip(CLIP)
+        engine.add_clip(red_square_picture(tmp_path))
+        engine.apply_settings(engine.settings.replace("sampling", max_frames=8))
+    assert [clip.kind for clip in engine.clips] == ["video", "image"]
+    assert engine.clips[0].summary.frames == 8 and len(frames_in(engine.clips[0].url)) == 8
