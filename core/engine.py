@@ -59,8 +59,9 @@ from framewise.core.events import (
     Token,
     ignore_events,
 )
+from framewise.core.families import FamilyLimits
 from framewise.core.families.base import DecodedAnswer, PreparedVideo, PromptInputs
-from framewise.core.loading import LoadedModel, check_memory_fits, load_model
+from framewise.core.loading import LoadedModel, check_memory_fits, family_limits_of, load_model
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
 from framewise.core.settings import AppSettings
 from framewise.core.settings_transaction import SettingsTransaction
@@ -144,8 +145,8 @@ class Engine(BackendBase[EncodedClip]):
     """
 
     def __init__(self, settings: AppSettings | None = None, sink: EventSink = ignore_events) -> None:
+        self.loaded: LoadedModel | None = None  # before the base checks the settings (_limits_for reads it)
         super().__init__(settings, sink)
-        self.loaded: LoadedModel | None = None
         self.encoder: VisionEncoder | None = None
         self.decoder: Decoder | None = None
         self.metrics = EncoderMetricsAccumulator()
@@ -180,7 +181,7 @@ class Engine(BackendBase[EncodedClip]):
         decoder changed. On any failure the engine is as it was before the call (settings, model,
         encoder, decoder, clip, conversation) and the error is raised.
         """
-        settings.validate()
+        settings.validate(self._limits_for(settings))
         if self.loaded is None:
             self.settings = settings
             return None
@@ -190,6 +191,15 @@ class Engine(BackendBase[EncodedClip]):
                     self, settings, reopen_clip=self._open_clip, sample_again=self._sample_again
                 ).run()
             return None if info is None else self._emit(info)
+
+    def _limits_for(self, settings: AppSettings) -> FamilyLimits | None:
+        """The family limits ``settings`` are checked against: the loaded checkpoint's while they keep
+        its source, else those of the family the chosen source's config.json names (no weights are
+        read), else (it cannot be read yet) the default family's."""
+        loaded = self.loaded
+        if loaded is not None and settings.model.source == self.settings.model.source:
+            return loaded.limits
+        return family_limits_of(settings.model.source)
 
     def info(self) -> EngineInfo:
         """What the engine runs on now."""

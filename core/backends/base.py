@@ -28,6 +28,7 @@ from framewise.core.events import (
     ResetReason,
     ignore_events,
 )
+from framewise.core.families import FamilyLimits
 from framewise.core.settings import AppSettings
 from framewise.core.video import SampledFrames
 
@@ -95,13 +96,18 @@ class BackendBase(ABC, Generic[ClipT]):
     """
 
     def __init__(self, settings: AppSettings | None = None, sink: EventSink = ignore_events) -> None:
-        self.settings = (settings or AppSettings()).validate()
+        settings = settings or AppSettings()
+        self.settings = settings.validate(self._limits_for(settings))
         self.sink = sink
         self.clip: ClipT | None = None
         self.added: list[ClipT] = []
         self.turns: Turns = []
         self._cancel = threading.Event()
         self._requests = RequestScope()
+
+    def _limits_for(self, settings: AppSettings) -> FamilyLimits | None:
+        """The family limits ``settings`` are checked against (``None``: the default family's)."""
+        return None
 
     def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
         """Sample the clip at ``path`` and make it the one later questions are about.
