@@ -434,6 +434,7 @@ class Engine(BackendBase[EncodedClip]):
                 sampling_mode=sampled.mode,
                 chunks=stamped,
                 kind=item.modality,
+                duration_s=sampled.size_and_duration[2],
             )
         )
 

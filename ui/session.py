@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from framewise.core.backends.base import BackendCall
+from framewise.core.clip_times import ConversationItem, time_clip_names
 from framewise.core.events import (
     NO_REQUEST,
     AnswerSpeed,
@@ -473,6 +474,8 @@ class Session:
             return
         turn.answer = done.text
         turn.stats = done.stats
+        if turn.saw:  # several items: say which of them each time the answer mentions belongs to
+            turn.time_clips = time_clip_names(done.text, self.conversation_items())
         turn.status = "stopped" if done.stats.cancelled else "done"
         self.listener.answer_stats(done.stats)
         self.listener.turn_finished(turn)
@@ -558,6 +561,14 @@ class Session:
             return None
         turn = self._answering[1]
         return turn if turn.status in ("waiting", "streaming") else None
+
+    def conversation_items(self) -> list[ConversationItem]:
+        """The items of the conversation, in the order of their tabs: the opened clip, then those added."""
+        if self.clip is None:
+            return []
+        opened = ConversationItem.of(self.clip.clip_name, self.clip.kind, self.clip.duration_s)
+        added = [ConversationItem.of(done.clip_name, clip.kind, clip.duration_s, done.span) for clip, done in self.added]
+        return [opened, *added]
 
     def _items_seen(self) -> tuple[str, ...]:
         """The names of the items a question sent now is about, when there are several."""

@@ -238,6 +238,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             ms_per_frame=0.0,
             graph_hit=False,
             sampling_mode=sampled.mode,
+            duration_s=sampled.size_and_duration[2],
         )
         return RemoteClip(path=sampled.path, url=url, media_io_kwargs=media_io_kwargs(timestamps), summary=summary)
 

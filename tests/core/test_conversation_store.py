@@ -308,12 +308,15 @@ def test_the_items_an_answer_saw_read_back(tmp_path: Path):
     store = ConversationStore(tmp_path / "c.sqlite3")
     conversation_id = store.create(Conversation("a.mp4", "/clips/a.mp4"), AppSettings())
     both = Turn("Which is brighter?", "demo", None, saw=("a.mp4", "b.png"))
-    store.finish_turn(store.add_question(conversation_id, both), both)
+    both_id = store.add_question(conversation_id, both)
+    both.answer, both.status, both.time_clips = "b.png; a.mp4 darkens at 0:03 and 0:05", "done", ("a.mp4", None)
+    store.finish_turn(both_id, both)
     alone = Turn("And now?", "demo", None)
     store.finish_turn(store.add_question(conversation_id, alone), alone)
     store.close()
     turns = ConversationStore(tmp_path / "c.sqlite3").open(conversation_id).conversation.turns
     assert [turn.saw for turn in turns] == [("a.mp4", "b.png"), ()]
+    assert [turn.time_clips for turn in turns] == [("a.mp4", None), ()]
 
 
 def test_a_schema_1_store_is_brought_up_to_date_and_keeps_its_turns(tmp_path: Path):
@@ -321,7 +324,7 @@ def test_a_schema_1_store_is_brought_up_to_date_and_keeps_its_turns(tmp_path: Pa
     store = ConversationStore(path)
     assert store._db.execute("PRAGMA user_version").fetchone()[0] == 2
     old = store.open(1).conversation.turns
-    assert [(turn.question, turn.answer, turn.saw) for turn in old] == [("What colour?", "Red.", ())]
+    assert [(turn.question, turn.answer, turn.saw, turn.time_clips) for turn in old] == [("What colour?", "Red.", (), ())]
     later = Turn("Which is brighter?", "demo", None, saw=("a.mp4", "b.png"))
     store.finish_turn(store.add_question(1, later), later)
     assert store.open(1).conversation.turns[-1].saw == ("a.mp4", "b.png")

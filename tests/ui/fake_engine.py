@@ -158,7 +158,7 @@ class FakeEngine(BackendBase[FakeClip]):
         encode_ms = sum(chunk.encode_ms for chunk in chunks)
         done = EncodeDone(
             name, len(frames), len(frames) * 64, timestamps, 5.0, 1.0, encode_ms, metrics.last_item_ms_per_frame,
-            metrics.last_item_hit, chunks=tuple(chunks),
+            metrics.last_item_hit, chunks=tuple(chunks), duration_s=duration,
         )
         if span is not None:
             done = closer_look_summary(done, span, duration)

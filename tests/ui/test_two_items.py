@@ -3,12 +3,16 @@ with Ctrl, a tab per item, a closer look at a Shift-dragged span, and answers th
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QApplication
 
+from framewise.core.conversation_store import ConversationStore, default_store_path
+from framewise.ui.frames import nearest_index
 from framewise.ui.main_window import MainWindow
 from tests.ui.test_main_window import ask_and_wait, drag_enter_event, open_and_wait, wait_ready
 
@@ -121,3 +125,40 @@ def test_settings_that_resample_keep_every_item_in_its_tab(qtbot, make_window, s
     assert added_frames == len(window.clip.timestamps) != frames_before, "the added clip is sampled under the new settings"
     ask_and_wait(qtbot, window, "Which clip is brighter?")
     assert window.conversation.turns[-1].saw == (sample_clip.name, *names)
+
+
+def test_a_time_the_answer_ties_to_a_clip_shows_that_clips_tab_there(
+    qtbot, make_window, sample_clip: Path, tmp_path: Path, monkeypatch
+) -> None:
+    from tests.ui.fake_engine import FakeEngine
+    from tests.ui.test_time_links import click_time
+
+    answer = ("In", " the", " second", " clip", " at", " 0:02", " it", " is", " red.", " At", " 0:01", " too.")
+    monkeypatch.setattr(FakeEngine, "answer_words", answer)
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    second = tmp_path / "second.mp4"
+    second.write_bytes(sample_clip.read_bytes())
+    window.add_clip(str(second))
+    wait_items(qtbot, window, 1)
+    window.clip_tabs.setCurrentIndex(0)
+    ask_and_wait(qtbot, window, "Which clip is red when?")
+    turn = window.conversation.turns[-1]
+    assert turn.time_clips == ("second.mp4", None), "the second time names no clip and both hold it"
+    card = window.chat.answer_cards()[-1]
+    assert card.time_items == [1, None]
+
+    click_time(qtbot, card, 0)
+    added = window.clip_tabs.added_previews[0]
+    assert window.clip_tabs.currentIndex() == 1 and added.position == pytest.approx(2.0)
+    assert window.frame_strip.currentRow() == nearest_index(added.timeline.marks, 2.0)
+    assert window.preview.position == pytest.approx(0.0), "the opened clip stays where it was"
+    click_time(qtbot, card, 1)
+    assert window.clip_tabs.currentIndex() == 1 and added.position == pytest.approx(1.0), "an untied time: the tab shown"
+
+    exported = json.loads(window.conversation.export_text(window.settings, ".json"))
+    assert [time["clip"] for time in exported["turns"][-1]["times"]] == ["second.mp4", None]
+    window.shutdown()
+    stored = ConversationStore(default_store_path()).open(window.keeper.conversation_id)
+    assert stored.conversation.turns[-1].time_clips == ("second.mp4", None)
