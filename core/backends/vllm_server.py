@@ -27,12 +27,12 @@ from framewise.core.backends.vllm_http import StreamPiece, openai_client, stream
 from framewise.core.backends.vllm_metrics import read_mm_cache_counters
 from framewise.core.backends.vllm_request import (
     RemoteClip,
-    check_times_agree,
     image_data_url,
     media_io_kwargs,
     openai_messages,
     request_media_io_kwargs,
     resize_with_opencv,
+    travels_as_pictures,
     video_data_url,
 )
 from framewise.core.backends.vllm_serve_command import with_serve_command
@@ -58,6 +58,7 @@ from framewise.core.settings import DEMO_MODEL, AppSettings
 from framewise.core.video import SampledFrames, sample_clip
 from framewise.core.video.still import read_still
 from framewise.core.video.thumbnails import clip_sampled
+from framewise.core.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -151,11 +152,16 @@ class VllmServerEngine(BackendBase[RemoteClip]):
 
     def _add_clip(self, path: Path, span: tuple[float, float] | None) -> EncodeDone:
         """Sample (its ``span`` only, when given) and pack the clip or picture at ``path`` and add it
-        to the conversation. A span's times differ from the clip's, which the server refuses in one
-        request (:func:`check_times_agree` says so)."""
+        to the conversation. A clip sampled at other times than the first (a span's always are)
+        goes to the server as timed pictures (:func:`travels_as_pictures`), and the progress says so."""
         clip = self._read_and_pack(path, span)
-        check_times_agree(self.clips, clip)
         self.added.append(clip)
+        if travels_as_pictures(clip, self.clips):
+            return self._ready(
+                clip,
+                "is added to the conversation; a vLLM server takes one set of frame times per question, so its "
+                f"{plural(clip.summary.frames, 'frame')} go as pictures, each after its time",
+            )
         return self._ready(clip, "is added to the conversation")
 
     def _read_and_pack(self, path: Path, span: tuple[float, float] | None = None) -> RemoteClip:
