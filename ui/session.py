@@ -503,7 +503,7 @@ class Session:
     def _on_chunk(self, chunk: ChunkStats) -> None:
         if self._is_superseded(chunk.request_id):
             return
-        sampled = self._sampled.get(chunk.request_id)
+        sampled = self._sampled_again.get(chunk.request_id) or self._sampled.get(chunk.request_id)
         label = sampled.clip_name if sampled else f"question {len(self.conversation.turns)}"
         self.listener.encoder_pass(chunk, label)
 
