@@ -29,6 +29,7 @@ from typing import Any, Sequence, TextIO
 
 from framewise import __version__
 from framewise.app.logs import setup_logging
+from framewise.core.clip_times import ConversationItem, place_times
 from framewise.core.errors import EmptyQuestionError, OutputWriteError, SettingsError, describe_error
 from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo, Event, Progress, ServerInfo, Token
 from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, FAST_MODES, FIELD_WORDS, AppSettings
@@ -429,10 +430,12 @@ def _clip_json(encoded: EncodeDone) -> dict[str, Any]:
 def _result_json(
     info: EngineInfo, encoded: EncodeDone, done: Done, added: Sequence[EncodeDone] = ()
 ) -> dict[str, Any]:
-    """``ask --json``'s object: ``clip`` is the first file, ``clips`` every file in order."""
+    """``ask --json``'s object: ``clip`` is the first file, ``clips`` every file in order. Each of
+    ``times`` has its text and seconds and, when the question was about several items, ``clip``: the
+    name of the one it belongs to (``None`` where the answer does not say)."""
     return {
         "answer": done.text,
-        "times": [time.to_json() for time in find_times(done.text)],
+        "times": _times_json(done.text, (encoded, *added)),
         "model": info.model_name,
         "model_label": info.model_label,
         "device": info.device,
@@ -442,6 +445,13 @@ def _result_json(
         "stats": dataclasses.asdict(done.stats),
         "server": dataclasses.asdict(info.server) if info.server else None,
     }
+
+
+def _times_json(answer: str, items: Sequence[EncodeDone]) -> list[dict[str, Any]]:
+    if len(items) < 2:
+        return [time.to_json() for time in find_times(answer)]
+    conversation_items = [ConversationItem.encoded(item) for item in items]
+    return [placed.to_json(conversation_items) for placed in place_times(answer, conversation_items)]
 
 
 if __name__ == "__main__":

@@ -31,7 +31,10 @@ class Turn:
     """One question and its answer (possibly still streaming, stopped or failed).
 
     ``saw`` names the items the answer saw when there were several (clips, pictures, closer looks
-    at a span), in order; empty for the one clip of the conversation.
+    at a span), in order; empty for the one clip of the conversation. ``time_clips`` then gives, for
+    each time the answer mentions (:func:`~framewise.core.timecodes.find_times`, in order), the name
+    of the item it belongs to, or ``None`` where the answer does not say
+    (:func:`~framewise.core.clip_times.time_clip_names`).
     """
 
     question: str
@@ -43,6 +46,13 @@ class Turn:
     error: str | None = None
     stats: AnswerStats | None = None
     saw: tuple[str, ...] = ()
+    time_clips: tuple[str | None, ...] = ()
+
+    def times(self) -> list[tuple[TimeMention, str | None]]:
+        """Each time the answer mentions with the name of the item it belongs to (``None``: not known)."""
+        times = find_times(self.answer)
+        clips = self.time_clips if len(self.time_clips) == len(times) else (None,) * len(times)
+        return list(zip(times, clips))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,9 +64,14 @@ class Turn:
             "model_label": self.model_label,
             "asked_at": self.asked_at,
             "stats": dataclasses.asdict(self.stats) if self.stats else None,
-            "times": [time.to_json() for time in find_times(self.answer)],
+            "times": [self._time_json(time, clip) for time, clip in self.times()],
             "saw": list(self.saw),
         }
+
+    def _time_json(self, time: TimeMention, clip: str | None) -> dict[str, Any]:
+        """A time's text and seconds and, when the answer saw several items, ``clip``: the one it
+        belongs to (``None`` where the answer does not say)."""
+        return {**time.to_json(), "clip": clip} if self.saw else time.to_json()
 
 
 @dataclass
@@ -107,9 +122,9 @@ class Conversation:
             if turn.answer:
                 lines.append(turn.answer)
                 lines.append("")
-                times = find_times(turn.answer)
+                times = turn.times()
                 if times:
-                    lines += [f"_Times: {'; '.join(_time_in_seconds(time) for time in times)}_", ""]
+                    lines += [f"_Times: {'; '.join(_time_in_seconds(time, clip) for time, clip in times)}_", ""]
             if turn.status == "failed":
                 lines += [f"> Error: {turn.error}", ""]
             elif turn.status == "stopped":
@@ -147,10 +162,11 @@ def format_answer_stats(stats: AnswerStats) -> str:
     return " · ".join(parts)
 
 
-def _time_in_seconds(time: TimeMention) -> str:
-    """A time as the answer wrote it (as code: Qwen3-VL's `<t seconds>` markers are not HTML) and in seconds."""
+def _time_in_seconds(time: TimeMention, clip: str | None = None) -> str:
+    """A time as the answer wrote it (as code: Qwen3-VL's `<t seconds>` markers are not HTML), in
+    seconds, and the item it belongs to when known."""
     seconds = f"{time.start_s:g}" if time.end_s is None else f"{time.start_s:g}–{time.end_s:g}"
-    return f"`{time.text}` = {seconds} s"
+    return f"`{time.text}` = {seconds} s" + (f" in `{clip}`" if clip else "")
 
 
 def _model_text(model_name: str, model_label: str | None) -> str:

@@ -7,7 +7,9 @@
 FRAMEWISE_DATA_DIR overrides the folder (tests, portable installs).
 
 Each conversation keeps its clip's path, the sampled timestamps, the settings it was asked under
-(``AppSettings.to_dict()`` as JSON), its created/updated times and its turns. Writes happen as the
+(``AppSettings.to_dict()`` as JSON), its created/updated times and its turns (each with the items
+its answer saw, when there were several, and which of them each time it mentions belongs to). A database of an older schema is brought up to date when
+it is opened for writing; opened read-only, it reads as it is (its turns saw no named items). Writes happen as the
 conversation goes: a question is committed when it is asked, its answer when it is done. The database
 runs in WAL mode, so a crash or a kill loses at most the answer being streamed; such a turn reads
 back as ``interrupted``.
@@ -31,7 +33,11 @@ from framewise.core.events import AnswerStats
 from framewise.core.settings import AppSettings
 
 STORE_FILE_NAME = "conversations.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: the first schema. 2: each turn keeps ``saw_json``, the items its answer saw, and
+``time_clips_json``, the item each time it mentions belongs to."""
+# The columns schema 2 added to the turns table.
+_TURN_COLUMNS_SINCE_2 = ("saw_json", "time_clips_json")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -53,7 +59,9 @@ CREATE TABLE IF NOT EXISTS turns (
     answer TEXT NOT NULL DEFAULT '',
     status TEXT NOT NULL,
     error TEXT,
-    stats_json TEXT
+    stats_json TEXT,
+    saw_json TEXT,
+    time_clips_json TEXT
 );
 CREATE INDEX IF NOT EXISTS turns_by_conversation ON turns(conversation_id, id);
 CREATE INDEX IF NOT EXISTS conversations_by_clip ON conversations(clip_path, updated_at);
@@ -191,9 +199,17 @@ class ConversationStore:
         """Keep ``turn``'s question (its answer still to come); returns the turn's id."""
         with self._write() as db:
             cursor = db.execute(
-                "INSERT INTO turns (conversation_id, question, model_name, model_label, asked_at, status)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (conversation_id, turn.question, turn.model_name, turn.model_label, turn.asked_at, turn.status),
+                "INSERT INTO turns (conversation_id, question, model_name, model_label, asked_at, status, saw_json)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    conversation_id,
+                    turn.question,
+                    turn.model_name,
+                    turn.model_label,
+                    turn.asked_at,
+                    turn.status,
+                    json.dumps(list(turn.saw)) if turn.saw else None,
+                ),
             )
             self._touch(db, conversation_id)
         return int(cursor.lastrowid)
@@ -201,13 +217,14 @@ class ConversationStore:
     def finish_turn(self, turn_id: int, turn: Turn) -> None:
         """Keep ``turn``'s answer, status, error and stats (it has ended: done, stopped or failed)."""
         stats = json.dumps(dataclasses.asdict(turn.stats)) if turn.stats else None
+        time_clips = json.dumps(list(turn.time_clips)) if turn.time_clips else None
         with self._write() as db:
             row = db.execute("SELECT conversation_id FROM turns WHERE id = ?", (turn_id,)).fetchone()
             if row is None:
                 raise ConversationStoreError(f"No kept question has id {turn_id}; it was deleted.")
             db.execute(
-                "UPDATE turns SET answer = ?, status = ?, error = ?, stats_json = ? WHERE id = ?",
-                (turn.answer, turn.status, turn.error, stats, turn_id),
+                "UPDATE turns SET answer = ?, status = ?, error = ?, stats_json = ?, time_clips_json = ? WHERE id = ?",
+                (turn.answer, turn.status, turn.error, stats, time_clips, turn_id),
             )
             self._touch(db, row[0])
 
@@ -236,10 +253,12 @@ class ConversationStore:
         if not rows:
             raise ConversationStoreError(f"No kept conversation has id {conversation_id}; it may have been deleted.")
         clip_name, clip_path, timestamps_json, settings_json, created_at, updated_at = rows[0]
+        # A read-only store of schema 1 lacks the later columns: they read as NULL.
+        later = ", ".join(name if name not in self._missing_turn_columns() else "NULL" for name in _TURN_COLUMNS_SINCE_2)
         turns = [
             _turn_from_row(row)
             for row in self._read(
-                "SELECT question, model_name, model_label, asked_at, answer, status, error, stats_json"
+                f"SELECT question, model_name, model_label, asked_at, answer, status, error, stats_json, {later}"
                 " FROM turns WHERE conversation_id = ? ORDER BY id",
                 (conversation_id,),
             )
@@ -256,9 +275,21 @@ class ConversationStore:
     # -- internals --------------------------------------------------------------------------
 
     def _migrate(self) -> None:
+        """Create the tables, or bring an older schema's up to date, in one transaction."""
         self._check_version()
-        self._db.executescript(_SCHEMA)
-        self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        with _Transaction(self._db, self.path) as db:
+            if _has_table(db, "turns"):
+                for name in self._missing_turn_columns():  # schema 1 -> 2
+                    db.execute(f"ALTER TABLE turns ADD COLUMN {name} TEXT")
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _missing_turn_columns(self) -> list[str]:
+        """The columns of schema 2 on that the turns table lacks (all of them in a schema 1 store)."""
+        present = {row[1] for row in self._db.execute("PRAGMA table_info(turns)")}
+        return [name for name in _TURN_COLUMNS_SINCE_2 if name not in present]
 
     def _check_version(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
@@ -376,11 +407,18 @@ def _store_error(path: Path, error: sqlite3.Error) -> ConversationStoreError:
     )
 
 
+def _has_table(db: sqlite3.Connection, name: str) -> bool:
+    return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
+
+
 def _turn_from_row(row: tuple[Any, ...]) -> Turn:
-    question, model_name, model_label, asked_at, answer, status, error, stats_json = row
+    question, model_name, model_label, asked_at, answer, status, error, stats_json, saw_json, time_clips_json = row
     if status in ("waiting", "streaming"):  # the process ended before the answer was written
         status, error = "interrupted", INTERRUPTED_TEXT
-    return Turn(question, model_name, model_label, asked_at, answer, status, error, _stats_from_json(stats_json))
+    saw = tuple(json.loads(saw_json)) if saw_json else ()
+    time_clips = tuple(json.loads(time_clips_json)) if time_clips_json else ()
+    stats = _stats_from_json(stats_json)
+    return Turn(question, model_name, model_label, asked_at, answer, status, error, stats, saw, time_clips)
 
 
 def _stats_from_json(text: str | None) -> AnswerStats | None:

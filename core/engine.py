@@ -59,9 +59,10 @@ from framewise.core.events import (
     Token,
     ignore_events,
 )
+from framewise.core.families import FamilyLimits
 from framewise.core.families.base import DecodedAnswer, PreparedVideo, PromptInputs
 from framewise.core.held_memory import recording_growth, weight_shares
-from framewise.core.loading import LoadedModel, check_memory_fits, load_model, pick_device
+from framewise.core.loading import LoadedModel, check_memory_fits, family_limits_of, load_model, pick_device
 from framewise.core.memory_plan import HeldMemory
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
 from framewise.core.settings import AppSettings
@@ -146,8 +147,8 @@ class Engine(BackendBase[EncodedClip]):
     """
 
     def __init__(self, settings: AppSettings | None = None, sink: EventSink = ignore_events) -> None:
+        self.loaded: LoadedModel | None = None  # before the base checks the settings (_limits_for reads it)
         super().__init__(settings, sink)
-        self.loaded: LoadedModel | None = None
         self.encoder: VisionEncoder | None = None
         self.decoder: Decoder | None = None
         self.metrics = EncoderMetricsAccumulator()
@@ -177,21 +178,32 @@ class Engine(BackendBase[EncodedClip]):
         A new model is loaded beside the old one (when that runs out of memory, the old one is
         released first and, should the new one still fail, loaded again) and re-encodes the open
         clip; new encoder settings re-capture the graphs; new sampling settings re-sample and
-        re-encode the open clip (emptying the conversation, with reason ``resampled``, and dropping
-        the items added to it, whose features the old model or sampling made); a new
+        re-encode the open clip (emptying the conversation, with reason ``resampled``) and every
+        item added to it (clips and closer looks re-sampled, pictures encoded again); a new
         context length or decoding setting re-allocates the KV cache and re-captures the decode
         graphs. Returns the new :class:`EngineInfo`, which is also sent, when the model, encoder or
         decoder changed. On any failure the engine is as it was before the call (settings, model,
         encoder, decoder, clip, conversation) and the error is raised.
         """
-        settings.validate()
+        settings.validate(self._limits_for(settings))
         if self.loaded is None:
             self.settings = settings
             return None
         with self._requests.serving(request_id):
             with self._request():
-                info = SettingsTransaction(self, settings, reopen_clip=self._open_clip).run()
+                info = SettingsTransaction(
+                    self, settings, reopen_clip=self._open_clip, sample_again=self._sample_again
+                ).run()
             return None if info is None else self._emit(info)
+
+    def _limits_for(self, settings: AppSettings) -> FamilyLimits | None:
+        """The family limits ``settings`` are checked against: the loaded checkpoint's while they keep
+        its source, else those of the family the chosen source's config.json names (no weights are
+        read), else (it cannot be read yet) the default family's."""
+        loaded = self.loaded
+        if loaded is not None and settings.model.source == self.settings.model.source:
+            return loaded.limits
+        return family_limits_of(settings.model.source)
 
     def info(self) -> EngineInfo:
         """What the engine runs on now."""
@@ -444,6 +456,7 @@ class Engine(BackendBase[EncodedClip]):
                 sampling_mode=sampled.mode,
                 chunks=stamped,
                 kind=item.modality,
+                duration_s=sampled.size_and_duration[2],
             )
         )
 

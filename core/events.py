@@ -173,7 +173,8 @@ class EncodeDone:
     a graph replay) are the clip's numbers as :class:`~framewise.core.metrics.EncoderMetricsAccumulator`
     computed them. ``sampling_mode`` is how the frames were taken (``"exact"`` or ``"fast"``).
     ``kind`` is ``"image"`` for a still picture (one image item), else ``"video"``; ``span`` is the
-    (start, end) seconds a closer look sampled (``None``: the whole clip).
+    (start, end) seconds a closer look sampled (``None``: the whole clip); ``duration_s`` the length
+    of the clip read (0 for a picture, and where it is not known).
     """
 
     clip_name: str
@@ -189,6 +190,7 @@ class EncodeDone:
     chunks: tuple[ChunkStats, ...] = field(default_factory=tuple)
     kind: str = "video"
     span: tuple[float, float] | None = None
+    duration_s: float = 0.0
     request_id: int = _request_id()
 
 

@@ -122,6 +122,16 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
     )
 
 
+def family_limits_of(source: str) -> FamilyLimits | None:
+    """The limits of the family whose checkpoint ``source`` names, read from its config.json alone
+    (no weights); ``None`` when that cannot be known (no such folder, no readable config, a family
+    Framewise lacks), which loading the model then says in its own words."""
+    try:
+        return family_for(_read_model_type(resolve_model_source(source))).limits
+    except FramewiseError:
+        return None
+
+
 def estimate_memory(settings: AppSettings) -> MemoryEstimate:
     """What the model ``settings`` name will take on their device, from its config.json alone:
     weights in the chosen dtype (an FP8 checkpoint counts as ``fp8``), the KV cache of the

@@ -5,14 +5,15 @@ the decoder's cache and graphs, the open clip's sampling) and, when any part fai
 settings, model, encoder, decoder, clip and conversation the engine had. The engine keeps the
 orchestration (:meth:`~framewise.core.engine.Engine.apply_settings`); the transaction knows it only
 through :class:`SwitchableEngine` (its steps), :class:`EngineParts` (the parts it snapshots and
-puts back) and the function that re-opens its clip.
+puts back), the function that re-opens its clip and the one that samples every item of its
+conversation anew.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 from framewise.core.errors import is_out_of_memory
 from framewise.core.events import EncodeDone, EngineInfo, ResetReason
@@ -63,15 +64,20 @@ class SwitchableEngine(Protocol):
 # Re-open the clip at a path in the request being served; the reason is why the conversation
 # empties (None: it is being put back).
 ReopenClip = Callable[[Path, ResetReason | None], EncodeDone]
+# Sample and encode the conversation's items (the opened clip first) anew, in the request being served.
+SampleAgain = Callable[[Sequence[Any]], EncodeDone]
 
 
 class SettingsTransaction:
     """One switch of ``engine`` to ``settings``: :meth:`run` it inside the engine's request."""
 
-    def __init__(self, engine: SwitchableEngine, settings: AppSettings, reopen_clip: ReopenClip) -> None:
+    def __init__(
+        self, engine: SwitchableEngine, settings: AppSettings, reopen_clip: ReopenClip, sample_again: SampleAgain
+    ) -> None:
         self.engine: Any = engine  # its parts are read and set by name (EngineParts)
         self.settings = settings
         self.reopen_clip = reopen_clip
+        self.sample_again = sample_again
         self.before = EngineParts.of(engine)
         # The model had to be dropped to make room for the new one, so restoring loads it again.
         self.released = False
@@ -106,7 +112,7 @@ class SettingsTransaction:
                 rebuilt = True
         clip_path = before.clip.path if before.clip else None
         if clip_path and (self.settings.model != old.model or self.settings.sampling != old.sampling):
-            self.reopen_clip(clip_path, "resampled")
+            self.sample_again([before.clip, *before.added])  # every item stays in the conversation
         return engine.info() if rebuilt else None
 
     def _load_beside(self) -> None:

@@ -75,10 +75,11 @@ def main(argv: list[str] | None = None) -> int:
             _wait(app, lambda: not window.opening_clip and window.operation is None, 120, f"{clip.name} to be encoded")
         if window.clip is None:
             raise SystemExit("no clip could be opened")
-        for added in args.add or ():
+        for count, added in enumerate(args.add or (), start=1):
             if not window.session.add_clip(str(added)):
                 raise SystemExit(f"{added.name} could not be added")
-            _wait(app, lambda: window.operation is None and not window.session.engine_busy, 120, f"{added.name} to be added")
+            # Until it is in the conversation: the request may not have started when the wait begins.
+            _wait(app, lambda: len(window.session.added) == count and window.operation is None, 120, f"{added.name} to be added")
         for question in args.question or DEFAULT_QUESTIONS:
             window.chat.question_edit.setPlainText(question)
             window.chat.submit()

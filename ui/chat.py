@@ -11,6 +11,7 @@ clicking it emits ``time_clicked``.
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeyEvent, QPalette
@@ -63,10 +64,13 @@ class MessageCard(QFrame):
     """One message: a header (who wrote it), the text, and for answers a stats line and Copy.
 
     ``time_clicked(start_s, end_s)`` is emitted when a time in the text is clicked; ``end_s`` is
-    ``None`` for a single time.
+    ``None`` for a single time. A time that belongs to one item of the conversation (the answer
+    said which) emits ``item_time_clicked(item, start_s, end_s)`` instead, ``item`` the index of
+    its tab.
     """
 
     time_clicked = Signal(float, object)
+    item_time_clicked = Signal(int, float, object)
 
     def __init__(self, role: str, header: str, text: str = "", parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -85,6 +89,7 @@ class MessageCard(QFrame):
         self.header.setFont(header_font)
         self._text = ""
         self._times: list[TimeMention] = []
+        self._items: list[int | None] = []
         self.body = QLabel()
         self.body.setWordWrap(True)
         self.body.setTextInteractionFlags(
@@ -130,18 +135,32 @@ class MessageCard(QFrame):
         """The times shown as links, in order."""
         return list(self._times)
 
-    def set_text(self, text: str, *, complete: bool = True, linked_length: int | None = None) -> None:
+    @property
+    def time_items(self) -> list[int | None]:
+        """For each time shown as a link, the tab of the item it belongs to (``None``: the one shown)."""
+        return list(self._items)
+
+    def set_text(
+        self,
+        text: str,
+        *,
+        complete: bool = True,
+        linked_length: int | None = None,
+        items: Sequence[int | None] = (),
+    ) -> None:
         """Show ``text`` with its times as links: those in its first ``linked_length`` characters (all
         of it by default; an error added after an answer is not the model's and gets none). While an
         answer streams (``complete`` false) a time that ends the text so far may still grow ("0:1" of
-        "0:12"), so it is linked once text follows it."""
+        "0:12"), so it is linked once text follows it. ``items`` gives, time by time, the tab of the
+        item each belongs to (``None``, or none given: the tab shown when it is clicked)."""
         limit = len(text) if linked_length is None else linked_length
         times = [time for time in find_times(text[:limit]) if complete or time.end < len(text)]
         self._text = text
         self._times = times
+        self._items = [items[index] if index < len(items) else None for index in range(len(times))]
         if times:
             self.body.setTextFormat(Qt.TextFormat.RichText)
-            self.body.setText(linked_html(text, times))
+            self.body.setText(linked_html(text, times, self._items))
         else:
             self.body.setTextFormat(Qt.TextFormat.PlainText)
             self.body.setText(text)
@@ -149,7 +168,7 @@ class MessageCard(QFrame):
 
     def click_time(self, index: int) -> None:
         """Act as a click on the ``index``-th linked time."""
-        self._on_link(time_href(self._times[index]))
+        self._on_link(time_href(self._times[index], self._items[index]))
 
     def set_footer(self, text: str) -> None:
         self.footer.setText(text)
@@ -159,9 +178,14 @@ class MessageCard(QFrame):
         QGuiApplication.clipboard().setText(self._text)
 
     def _on_link(self, href: str) -> None:
-        parsed = parse_time_href(href)
-        if parsed is not None:
+        target, item = _split_item(href)
+        parsed = parse_time_href(target)
+        if parsed is None:
+            return
+        if item is None:
             self.time_clicked.emit(*parsed)
+        else:
+            self.item_time_clicked.emit(item, *parsed)
 
     def _show_context_menu(self, position) -> None:
         menu = QMenu(self)
@@ -176,12 +200,14 @@ class MessageCard(QFrame):
 class ChatPanel(QWidget):
     """Transcript plus question box. ``ask_requested(question)`` and ``stop_requested()`` go to the window;
     so do ``time_clicked(start_s, end_s)``, a time clicked in a message (``end_s`` ``None`` unless a
-    range), and ``question_times_changed(times)``, the list of :class:`TimeMention` in the question
+    range), ``item_time_clicked(item, start_s, end_s)``, such a time that belongs to the item of tab
+    ``item``, and ``question_times_changed(times)``, the list of :class:`TimeMention` in the question
     being typed, whenever it changes."""
 
     ask_requested = Signal(str)
     stop_requested = Signal()
     time_clicked = Signal(float, object)
+    item_time_clicked = Signal(int, float, object)
     question_times_changed = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -313,8 +339,9 @@ class ChatPanel(QWidget):
         if self._answer_card is not None:
             self._answer_card.set_footer(text)
 
-    def finish_turn(self, turn: Turn) -> None:
-        """Replace the streamed text with the final answer (or the error) and show its stats."""
+    def finish_turn(self, turn: Turn, item_names: Sequence[str] = ()) -> None:
+        """Replace the streamed text with the final answer (or the error) and show its stats. Its times
+        that belong to one of the items named ``item_names`` (the tabs, in order) link to that tab."""
         self._flush_timer.stop()
         self._pending_text = ""
         self._speed_text = ""
@@ -322,9 +349,12 @@ class ChatPanel(QWidget):
         if card is None:
             return
         _show_author(card, turn)
-        card.set_text(turn.answer)
+        items = [item_names.index(name) if name in item_names else None for _, name in turn.times()]
+        card.set_text(turn.answer, items=items)
         if turn.status == "failed":
-            card.set_text((turn.answer + "\n\n" if turn.answer else "") + f"⚠ {turn.error}", linked_length=len(turn.answer))
+            card.set_text(
+                (turn.answer + "\n\n" if turn.answer else "") + f"⚠ {turn.error}", linked_length=len(turn.answer), items=items
+            )
         footer = [seen_text(turn)] if turn.saw else []
         if turn.status == "done" and not turn.answer:
             footer.append("The model wrote no text (only spaces or special tokens)")
@@ -356,6 +386,7 @@ class ChatPanel(QWidget):
     def _append(self, card: MessageCard) -> None:
         self.empty_hint.hide()
         card.time_clicked.connect(self.time_clicked)
+        card.item_time_clicked.connect(self.item_time_clicked)
         self._messages_layout.insertWidget(self._messages_layout.count() - 1, card)
 
     def _remember_position(self, value: int) -> None:
@@ -389,9 +420,20 @@ def seen_text(turn: Turn) -> str:
 _TIME_SCHEME = "time:"
 
 
-def time_href(time: TimeMention) -> str:
-    """The link target of a time: ``time:12.5`` or, for a range, ``time:40.0,52.0``."""
-    return f"{_TIME_SCHEME}{time.start_s!r}" + (f",{time.end_s!r}" if time.end_s is not None else "")
+_ITEM_MARK = "@"
+
+
+def time_href(time: TimeMention, item: int | None = None) -> str:
+    """The link target of a time: ``time:12.5`` or, for a range, ``time:40.0,52.0``; ``@2`` follows
+    for a time that belongs to the item of tab 2."""
+    href = f"{_TIME_SCHEME}{time.start_s!r}" + (f",{time.end_s!r}" if time.end_s is not None else "")
+    return href if item is None else f"{href}{_ITEM_MARK}{item}"
+
+
+def _split_item(href: str) -> tuple[str, int | None]:
+    """:func:`time_href`'s target without its item, and the item (``None`` when it names none)."""
+    target, mark, item = href.partition(_ITEM_MARK)
+    return (target, int(item)) if mark and item.isdigit() else (href, None)
 
 
 def parse_time_href(href: str) -> tuple[float, float | None] | None:
@@ -405,13 +447,15 @@ def parse_time_href(href: str) -> tuple[float, float | None] | None:
         return None
 
 
-def linked_html(text: str, times: list[TimeMention]) -> str:
-    """``text`` as rich text keeping its spaces and line breaks, each of ``times`` (spans of it) a link."""
+def linked_html(text: str, times: list[TimeMention], items: Sequence[int | None] = ()) -> str:
+    """``text`` as rich text keeping its spaces and line breaks, each of ``times`` (spans of it) a link
+    (to the tab ``items`` gives it, when it gives one)."""
     pieces: list[str] = []
     position = 0
-    for time in times:
+    for index, time in enumerate(times):
+        item = items[index] if index < len(items) else None
         pieces.append(html.escape(text[position : time.start]))
-        pieces.append(f'<a href="{time_href(time)}">{html.escape(time.text)}</a>')
+        pieces.append(f'<a href="{time_href(time, item)}">{html.escape(time.text)}</a>')
         position = time.end
     pieces.append(html.escape(text[position:]))
     return f'<span style="white-space: pre-wrap;">{"".join(pieces)}</span>'

@@ -187,6 +187,7 @@ class MainWindow(QMainWindow, SessionListener):
         self.chat.ask_requested.connect(self.ask)
         self.chat.stop_requested.connect(self.stop)
         self.chat.time_clicked.connect(self.show_moment)
+        self.chat.item_time_clicked.connect(self.show_item_moment)
         self.chat.question_times_changed.connect(self.preview.timeline.set_question_times)
         self.chat_title = ElidedLabel("")
         chat_box = Section("Conversation", self.chat_title, self.chat)
@@ -492,14 +493,26 @@ class MainWindow(QMainWindow, SessionListener):
         self.session.new_conversation()
 
     def show_moment(self, start_s: float, end_s: float | None) -> None:
-        """A time clicked in the conversation: the preview goes there (a range is selected on the
-        timeline) and the strip selects the sampled frame nearest it."""
-        nearest = self.preview.show_moment(start_s, end_s)
+        """A time clicked in the conversation: the preview shown goes there (a range is selected on
+        its timeline) and the strip selects the sampled frame nearest it."""
+        preview = self.clip_tabs.current_preview()
+        nearest = preview.show_moment(start_s, end_s)
         if nearest < 0:
             return
         self.frame_strip.select_frame(nearest)
-        if self.clip is not None and start_s > self.clip.duration_s:
-            self.set_status(f"{format_timestamp(start_s)} is past the clip's end ({format_timestamp(self.clip.duration_s)})")
+        clip = preview.clip
+        if clip is not None and start_s > clip.duration_s:
+            self.set_status(f"{format_timestamp(start_s)} is past the clip's end ({format_timestamp(clip.duration_s)})")
+
+    def show_item_moment(self, item: int, start_s: float, end_s: float | None) -> None:
+        """A time the answer tied to item ``item`` (its tab) was clicked: that tab is shown and goes there."""
+        if 0 <= item < self.clip_tabs.count():
+            self.clip_tabs.setCurrentIndex(item)
+        self.show_moment(start_s, end_s)
+
+    def _item_names(self) -> list[str]:
+        """The names of the conversation's items, in the order of their tabs."""
+        return [item.name for item in self.session.conversation_items()]
 
     def copy_last_answer(self) -> None:
         cards = self.chat.answer_cards()
@@ -549,7 +562,8 @@ class MainWindow(QMainWindow, SessionListener):
         self.chat.clear()
         for turn in kept.conversation.turns:
             self.chat.start_turn(turn, "")
-            self.chat.finish_turn(turn)
+            # Only the kept clip is opened again: its times link to its tab, the others' to the tab shown.
+            self.chat.finish_turn(turn, [kept.conversation.clip_name or ""])
         clip_path = kept.conversation.clip_path
         if self.session.resume(kept.conversation):
             self.chat.add_notice(
@@ -572,7 +586,7 @@ class MainWindow(QMainWindow, SessionListener):
 
     def _end_turn(self, turn: Turn) -> None:
         """A turn ended (done, stopped or failed): show it, keep it, and log its size and timing."""
-        self.chat.finish_turn(turn)
+        self.chat.finish_turn(turn, self._item_names())
         self.keeper.finished(turn)
         stats = turn.stats
         if stats is not None:

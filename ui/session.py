@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from framewise.core.backends.base import BackendCall
+from framewise.core.clip_times import ConversationItem, time_clip_names
 from framewise.core.events import (
     NO_REQUEST,
     AnswerSpeed,
@@ -180,6 +181,8 @@ class Session:
         self._adds: set[int] = set()  # add_clip and look_closer requests sent and not finished
         self._latest_open: int | None = None
         self._sampled: dict[int, ClipSampled] = {}  # clips sampled by requests not finished yet
+        # Items that new settings sampled again after the opened clip, waiting for their EncodeDone.
+        self._sampled_again: dict[int, ClipSampled] = {}
         self._answering: tuple[int, Turn] | None = None
         self._applying: dict[int, AppSettings | None] = {}  # None: the fallback to the defaults at start
         self._resuming: int | None = None  # the open that re-opens a kept conversation's clip
@@ -391,6 +394,7 @@ class Session:
                 self.listener.error_cleared()
                 self.listener.clip_opened(path)
         self._sampled.pop(request_id, None)
+        self._sampled_again.pop(request_id, None)
         self._refresh_clip()
         if self._answering is not None and self._answering[0] == request_id:
             turn = self._answering[1]
@@ -470,6 +474,8 @@ class Session:
             return
         turn.answer = done.text
         turn.stats = done.stats
+        if turn.saw:  # several items: say which of them each time the answer mentions belongs to
+            turn.time_clips = time_clip_names(done.text, self.conversation_items())
         turn.status = "stopped" if done.stats.cancelled else "done"
         self.listener.answer_stats(done.stats)
         self.listener.turn_finished(turn)
@@ -477,13 +483,27 @@ class Session:
         self.listener.state_changed()
 
     def _on_clip_sampled(self, clip: ClipSampled) -> None:
+        if self._samples_again(clip.request_id):
+            self._sampled_again[clip.request_id] = clip
+            return
         self._sampled[clip.request_id] = clip
         self._refresh_clip()
+
+    def _samples_again(self, request_id: int) -> bool:
+        """New settings being applied by ``request_id`` have re-sampled the opened clip already, so
+        what they sample now is an item of the conversation added after it."""
+        running = self._running
+        return (
+            running is not None
+            and running.request_id == request_id
+            and running.kind == "apply_settings"
+            and request_id in self._sampled
+        )
 
     def _on_chunk(self, chunk: ChunkStats) -> None:
         if self._is_superseded(chunk.request_id):
             return
-        sampled = self._sampled.get(chunk.request_id)
+        sampled = self._sampled_again.get(chunk.request_id) or self._sampled.get(chunk.request_id)
         label = sampled.clip_name if sampled else f"question {len(self.conversation.turns)}"
         self.listener.encoder_pass(chunk, label)
 
@@ -495,7 +515,12 @@ class Session:
         if self._is_superseded(done.request_id):
             return
         sampled = self._sampled.get(done.request_id)
-        if done.request_id in self._adds and sampled is not None and self.clip is not None:
+        again = self._sampled_again.pop(done.request_id, None)
+        if again is not None:
+            sampled = again
+        elif done.request_id not in self._adds:
+            sampled = None
+        if sampled is not None and self.clip is not None:
             self.added.append((sampled, done))
             self.listener.item_added(sampled, done)
         self.listener.clip_encoded(done)
@@ -536,6 +561,14 @@ class Session:
             return None
         turn = self._answering[1]
         return turn if turn.status in ("waiting", "streaming") else None
+
+    def conversation_items(self) -> list[ConversationItem]:
+        """The items of the conversation, in the order of their tabs: the opened clip, then those added."""
+        if self.clip is None:
+            return []
+        opened = ConversationItem.of(self.clip.clip_name, self.clip.kind, self.clip.duration_s)
+        added = [ConversationItem.of(done.clip_name, clip.kind, clip.duration_s, done.span) for clip, done in self.added]
+        return [opened, *added]
 
     def _items_seen(self) -> tuple[str, ...]:
         """The names of the items a question sent now is about, when there are several."""

@@ -28,6 +28,7 @@ from framewise.core.events import (
     ResetReason,
     ignore_events,
 )
+from framewise.core.families import FamilyLimits
 from framewise.core.settings import AppSettings
 from framewise.core.video import SampledFrames
 
@@ -95,13 +96,18 @@ class BackendBase(ABC, Generic[ClipT]):
     """
 
     def __init__(self, settings: AppSettings | None = None, sink: EventSink = ignore_events) -> None:
-        self.settings = (settings or AppSettings()).validate()
+        settings = settings or AppSettings()
+        self.settings = settings.validate(self._limits_for(settings))
         self.sink = sink
         self.clip: ClipT | None = None
         self.added: list[ClipT] = []
         self.turns: Turns = []
         self._cancel = threading.Event()
         self._requests = RequestScope()
+
+    def _limits_for(self, settings: AppSettings) -> FamilyLimits | None:
+        """The family limits ``settings`` are checked against (``None``: the default family's)."""
+        return None
 
     def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
         """Sample the clip at ``path`` and make it the one later questions are about.
@@ -200,6 +206,19 @@ class BackendBase(ABC, Generic[ClipT]):
     def _emit(self, event: E) -> E:
         """Send ``event`` as part of the request being served; returns it as sent."""
         return self._requests.send(self.sink, event)
+
+    def _sample_again(self, items: Sequence[ClipT]) -> EncodeDone:
+        """Sample and encode ``items`` (the conversation's, from :attr:`clips`) anew after new settings:
+        the first is opened again (the conversation starts afresh, reason ``resampled``), each other
+        one added again in order, a closer look over its own span, a picture as a picture. Returns
+        what opening the first reported."""
+        opened, *added = items
+        assert opened.path is not None, "frames given directly cannot be sampled again"
+        done = self._open_clip(opened.path, "resampled")
+        for item in added:
+            assert item.path is not None, "only items read from a file are added"
+            self._add_clip(item.path, item.summary.span)
+        return done
 
     def _make_open(self, clip: ClipT, reason: ResetReason | None) -> None:
         """Make ``clip`` the open item. With a ``reason`` (why the conversation empties) it replaces

@@ -6,7 +6,11 @@ vLLM 0.32 takes a video made of images as ONE ``video_url`` item whose URL is
 every frame is opened with Pillow, so lossless PNG frames go inside that ``video/jpeg`` URL). The
 frames' times travel as ``media_io_kwargs`` (``fps`` and ``frames_indices``: here milliseconds),
 so the server writes the same ``<t.t seconds>`` markers as Framewise; that needs the server's
-``--trust-request-mm-kwargs``. vLLM keeps at most ``num_frames`` of the frames sent, 32 unless
+``--trust-request-mm-kwargs``. Those kwargs are one set per request for every video in it (vLLM
+takes no per-item processor arguments), so a clip sampled at other times than the request's first
+clip (a closer look at a span, above all) travels as its frames sent as pictures, each after the
+text marker of its own time: the layout the model's video prompt has, at twice the tokens (a
+picture is one frame where a video token covers two). vLLM keeps at most ``num_frames`` of the frames sent, 32 unless
 told; a request that brings its own video kwargs does not get the server's ``--media-io-kwargs``
 ``num_frames`` (seen with vLLM 0.32: 64 frames sent, "frames_indices length (64) must match number
 of frames sent (32)"), so every request says ``num_frames: -1`` (keep them all) itself.
@@ -17,7 +21,7 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import cv2
 import numpy as np
@@ -26,6 +30,8 @@ from framewise.core.errors import FramewiseError
 from framewise.core.events import EncodeDone
 from framewise.core.families import default_family
 
+_VIDEO_URL_PREFIX = "data:video/jpeg;base64,"
+_PNG_URL_PREFIX = "data:image/png;base64,"
 MS_PER_SECOND = 1000.0
 # vLLM's num_frames for "keep every frame sent".
 KEEP_EVERY_FRAME = -1
@@ -48,6 +54,17 @@ class RemoteClip:
         key = "image_url" if self.kind == "image" else "video_url"
         return {"type": key, key: {"url": self.url}}
 
+    def frame_parts(self) -> list[dict[str, Any]]:
+        """A clip's frames as parts of a chat-completions message: for each frame, its time marker as
+        text, then the frame as a picture."""
+        marker = default_family().time_marker
+        frames = self.url.split(",", 1)[1].split(",")
+        parts: list[dict[str, Any]] = []
+        for seconds, frame in zip(self.summary.timestamps, frames, strict=True):
+            parts.append({"type": "text", "text": marker(seconds)})
+            parts.append({"type": "image_url", "image_url": {"url": f"{_PNG_URL_PREFIX}{frame}"}})
+        return parts
+
 
 def video_data_url(frames: np.ndarray) -> str:
     """Frames (T, H, W, 3) uint8 RGB as one ``data:video/jpeg;base64,...`` URL of lossless PNG frames."""
@@ -57,7 +74,7 @@ def video_data_url(frames: np.ndarray) -> str:
         if not ok:
             raise FramewiseError("A sampled frame could not be encoded as PNG for the server.")
         encoded.append(base64.b64encode(png.tobytes()).decode("ascii"))
-    return "data:video/jpeg;base64," + ",".join(encoded)
+    return _VIDEO_URL_PREFIX + ",".join(encoded)
 
 
 def image_data_url(picture: np.ndarray) -> str:
@@ -65,31 +82,22 @@ def image_data_url(picture: np.ndarray) -> str:
     ok, png = cv2.imencode(".png", np.ascontiguousarray(picture[..., ::-1]))
     if not ok:
         raise FramewiseError("The picture could not be encoded as PNG for the server.")
-    return "data:image/png;base64," + base64.b64encode(png.tobytes()).decode("ascii")
+    return _PNG_URL_PREFIX + base64.b64encode(png.tobytes()).decode("ascii")
 
 
 def request_media_io_kwargs(clips: Sequence[RemoteClip]) -> dict[str, Any] | None:
-    """The frame times a request with ``clips`` carries (``None`` with no clip among them).
+    """The frame times a request with ``clips`` carries: its first clip's (``None`` with no clip).
 
-    vLLM takes one set of video kwargs per request, for every video in it, so several clips must
-    have been sampled at the same times (:func:`check_times_agree` refuses others as they are added).
-    """
+    vLLM takes one set of video kwargs per request, for every video in it; a clip sampled at other
+    times travels as pictures (:func:`travels_as_pictures`)."""
     videos = [clip for clip in clips if clip.kind == "video"]
     return videos[0].media_io_kwargs if videos else None
 
 
-def check_times_agree(open_clips: Sequence[RemoteClip], added: RemoteClip) -> None:
-    """Raise FramewiseError when ``added`` is a clip whose frame times differ from an open clip's:
-    the server would mark its frames with the other clip's times."""
-    if added.kind != "video":
-        return
-    for clip in open_clips:
-        if clip.kind == "video" and clip.media_io_kwargs != added.media_io_kwargs:
-            raise FramewiseError(
-                f"{added.summary.clip_name} was sampled at other times than {clip.summary.clip_name}, and a vLLM "
-                "server takes one set of frame times per question. Add a picture instead, ask about the clips one "
-                "at a time, or use the local engine (Settings ▸ Backend), which keeps each clip's own times."
-            )
+def travels_as_pictures(clip: RemoteClip, clips: Sequence[RemoteClip]) -> bool:
+    """Whether ``clip``, one of a request's ``clips``, goes as its frames sent as pictures: a clip
+    whose frame times differ from the request's (the first clip's)."""
+    return clip.kind == "video" and clip.media_io_kwargs != request_media_io_kwargs(clips)
 
 
 def media_io_kwargs(timestamps: Sequence[float]) -> dict[str, Any]:
@@ -128,7 +136,8 @@ def openai_messages(
 ) -> list[dict[str, Any]]:
     """The conversation in the chat-completions form: the clips and pictures open the first user
     turn (as the served family's chat layout puts them: clips first, then pictures, each in the
-    order they were opened), then the earlier turns, then ``question``."""
+    order they were opened; a clip sampled at other times than the first as timed pictures), then
+    the earlier turns, then ``question``."""
     videos = iter([clip for clip in clips if clip.kind == "video"])
     images = iter([clip for clip in clips if clip.kind == "image"])
     messages = default_family().chat_messages(
@@ -140,9 +149,21 @@ def openai_messages(
     for message in messages:
         if isinstance(message["content"], list):
             message["content"] = [
-                next(videos if part["type"] == "video" else images).content_part()
-                if part["type"] in ("video", "image")
-                else part
+                sent
                 for part in message["content"]
+                for sent in _parts_for(part, videos, images, clips)
             ]
     return messages
+
+
+def _parts_for(
+    part: dict[str, Any], videos: Iterator[RemoteClip], images: Iterator[RemoteClip], clips: Sequence[RemoteClip]
+) -> list[dict[str, Any]]:
+    """The parts sent for one part of the family's chat layout: the next clip or picture in place of
+    its placeholder, any other part as it is."""
+    if part["type"] == "image":
+        return [next(images).content_part()]
+    if part["type"] != "video":
+        return [part]
+    clip = next(videos)
+    return clip.frame_parts() if travels_as_pictures(clip, clips) else [clip.content_part()]

@@ -27,12 +27,12 @@ from framewise.core.backends.vllm_http import StreamPiece, openai_client, stream
 from framewise.core.backends.vllm_metrics import read_mm_cache_counters
 from framewise.core.backends.vllm_request import (
     RemoteClip,
-    check_times_agree,
     image_data_url,
     media_io_kwargs,
     openai_messages,
     request_media_io_kwargs,
     resize_with_opencv,
+    travels_as_pictures,
     video_data_url,
 )
 from framewise.core.backends.vllm_serve_command import with_serve_command
@@ -58,6 +58,7 @@ from framewise.core.settings import DEMO_MODEL, AppSettings
 from framewise.core.video import SampledFrames, sample_clip
 from framewise.core.video.still import read_still
 from framewise.core.video.thumbnails import clip_sampled
+from framewise.core.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,8 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         return self._emit(self.info())
 
     def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None:
-        """Take new settings; new sampling settings re-sample the open clip (a new server needs a new engine)."""
+        """Take new settings; new sampling settings re-sample every clip of the conversation (a new
+        server needs a new engine)."""
         with self._requests.serving(request_id):
             return self._apply_settings(settings)
 
@@ -109,9 +111,8 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             return None
         if settings.backend != old.backend:
             raise FramewiseError("A different server needs a new connection; apply the Backend settings again.")
-        path = self.open_clip_path()
-        if path and settings.sampling != old.sampling:
-            self._open_clip(path, "resampled")
+        if self.open_clip_path() and settings.sampling != old.sampling:
+            self._sample_again(self.clips)
         if settings.encoder != old.encoder or settings.sampling != old.sampling:
             self._server = with_serve_command(self._server, settings)
             return self._emit(self.info())
@@ -151,11 +152,16 @@ class VllmServerEngine(BackendBase[RemoteClip]):
 
     def _add_clip(self, path: Path, span: tuple[float, float] | None) -> EncodeDone:
         """Sample (its ``span`` only, when given) and pack the clip or picture at ``path`` and add it
-        to the conversation. A span's times differ from the clip's, which the server refuses in one
-        request (:func:`check_times_agree` says so)."""
+        to the conversation. A clip sampled at other times than the first (a span's always are)
+        goes to the server as timed pictures (:func:`travels_as_pictures`), and the progress says so."""
         clip = self._read_and_pack(path, span)
-        check_times_agree(self.clips, clip)
         self.added.append(clip)
+        if travels_as_pictures(clip, self.clips):
+            return self._ready(
+                clip,
+                "is added to the conversation; a vLLM server takes one set of frame times per question, so its "
+                f"{plural(clip.summary.frames, 'frame')} go as pictures, each after its time",
+            )
         return self._ready(clip, "is added to the conversation")
 
     def _read_and_pack(self, path: Path, span: tuple[float, float] | None = None) -> RemoteClip:
@@ -238,6 +244,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             ms_per_frame=0.0,
             graph_hit=False,
             sampling_mode=sampled.mode,
+            duration_s=sampled.size_and_duration[2],
         )
         return RemoteClip(path=sampled.path, url=url, media_io_kwargs=media_io_kwargs(timestamps), summary=summary)
 

@@ -98,7 +98,7 @@ CMD=(
   --model "$COPY" --served-model-name "$SERVED_NAME" --host 127.0.0.1 --port "$PORT"
   --dtype float32 --max-model-len 8192 --max-num-seqs 4
   --enforce-eager --distributed-executor-backend uni
-  --limit-mm-per-prompt '{"image": 4, "video": {"count": 1, "num_frames": 32}}'
+  --limit-mm-per-prompt '{"image": 32, "video": {"count": 1, "num_frames": 32}}'
   --media-io-kwargs '{"video": {"num_frames": -1}}'
   --trust-request-mm-kwargs --enable-prompt-tokens-details "$@"
 )

@@ -384,3 +384,14 @@ def test_ask_with_start_and_end_looks_closer_at_that_span(sample_clip: Path) -> 
 
     only_start = framewise("ask", str(sample_clip), "What color is the square?", "--start", "3", *FAST)
     assert only_start.returncode == 0 and "a closer look, frames" in only_start.stdout and "to 4.0 s" in only_start.stdout
+
+
+def test_ask_json_says_which_clip_each_time_belongs_to_when_there_are_several() -> None:
+    info = EngineInfo("cpu", "float32", "demo", None, "eager", False, "CPU", ("sdpa",))
+    short = EncodeDone("short.mp4", 4, 64, (0.0, 1.0, 2.0, 3.0), 1.0, 1.0, 1.0, 0.5, False, duration_s=4.0)
+    long = EncodeDone("long.mp4", 4, 64, (0.0, 10.0, 20.0, 30.0), 1.0, 1.0, 1.0, 0.5, False, duration_s=40.0)
+    done = Done("In the first clip at 0:02. At 0:25 it turns. At 0:03 both are dark.", AnswerStats(5.0, 12, 30.0, False), kept=True)
+    payload = json.loads(json.dumps(_result_json(info, short, done, [long])))
+    assert [(time["text"], time["clip"]) for time in payload["times"]] == [
+        ("0:02", "short.mp4"), ("0:25", "long.mp4"), ("0:03", None),
+    ]

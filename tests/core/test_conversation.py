@@ -90,3 +90,12 @@ def test_the_decoder_line_gives_a_rate_only_over_enough_steps():
     assert few.summary().endswith("0 of 192 prompt tokens reused, 1 decode step of 0.9 ms")
     many = dataclasses.replace(few, eager_steps=RATE_MIN_TOKENS - 1, tokens_per_second=210.5)
     assert many.summary().endswith("210.5 tokens/s")
+
+
+def test_exports_say_which_item_each_time_belongs_to():
+    answer = "In the second clip at 0:12; at 0:03 both are dark."
+    turn = Turn("When?", "demo", None, answer=answer, status="done", saw=("a.mp4", "b.mp4"), time_clips=("b.mp4", None))
+    conversation = Conversation("a.mp4", "/clips/a.mp4", [turn])
+    data = json.loads(conversation.export_text(AppSettings(), ".json"))
+    assert [(time["text"], time["clip"]) for time in data["turns"][0]["times"]] == [("0:12", "b.mp4"), ("0:03", None)]
+    assert "_Times: `0:12` = 12 s in `b.mp4`; `0:03` = 3 s_" in conversation.to_markdown(AppSettings())

@@ -282,3 +282,63 @@ def test_the_store_note_names_a_read_only_store_and_is_none_for_a_writable_one(t
     finally:
         folder.chmod(0o755)
     assert note.startswith("Past conversations are shown, but new ones will not be kept")
+
+
+# The tables as schema 1 made them (before turns kept which items an answer saw).
+_SCHEMA_1 = """
+CREATE TABLE conversations (id INTEGER PRIMARY KEY, clip_name TEXT, clip_path TEXT, timestamps_json TEXT NOT NULL,
+    settings_json TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+CREATE TABLE turns (id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    question TEXT NOT NULL, model_name TEXT NOT NULL, model_label TEXT, asked_at TEXT NOT NULL,
+    answer TEXT NOT NULL DEFAULT '', status TEXT NOT NULL, error TEXT, stats_json TEXT);
+INSERT INTO conversations VALUES (1, 'a.mp4', '/clips/a.mp4', '[0.0]', '{}', '2026-01-01', '2026-01-01');
+INSERT INTO turns VALUES (1, 1, 'What colour?', 'demo', NULL, '2026-01-01', 'Red.', 'done', NULL, NULL);
+PRAGMA user_version = 1;
+"""
+
+
+def _schema_1_store(path: Path) -> Path:
+    db = sqlite3.connect(path)
+    db.executescript(_SCHEMA_1)
+    db.close()
+    return path
+
+
+def test_the_items_an_answer_saw_read_back(tmp_path: Path):
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    conversation_id = store.create(Conversation("a.mp4", "/clips/a.mp4"), AppSettings())
+    both = Turn("Which is brighter?", "demo", None, saw=("a.mp4", "b.png"))
+    both_id = store.add_question(conversation_id, both)
+    both.answer, both.status, both.time_clips = "b.png; a.mp4 darkens at 0:03 and 0:05", "done", ("a.mp4", None)
+    store.finish_turn(both_id, both)
+    alone = Turn("And now?", "demo", None)
+    store.finish_turn(store.add_question(conversation_id, alone), alone)
+    store.close()
+    turns = ConversationStore(tmp_path / "c.sqlite3").open(conversation_id).conversation.turns
+    assert [turn.saw for turn in turns] == [("a.mp4", "b.png"), ()]
+    assert [turn.time_clips for turn in turns] == [("a.mp4", None), ()]
+
+
+def test_a_schema_1_store_is_brought_up_to_date_and_keeps_its_turns(tmp_path: Path):
+    path = _schema_1_store(tmp_path / "c.sqlite3")
+    store = ConversationStore(path)
+    assert store._db.execute("PRAGMA user_version").fetchone()[0] == 2
+    old = store.open(1).conversation.turns
+    assert [(turn.question, turn.answer, turn.saw, turn.time_clips) for turn in old] == [("What colour?", "Red.", (), ())]
+    later = Turn("Which is brighter?", "demo", None, saw=("a.mp4", "b.png"))
+    store.finish_turn(store.add_question(1, later), later)
+    assert store.open(1).conversation.turns[-1].saw == ("a.mp4", "b.png")
+
+
+def test_a_read_only_schema_1_store_still_opens(tmp_path: Path, monkeypatch):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    path = _schema_1_store(folder / "c.sqlite3")
+    make_read_only(folder, monkeypatch)
+    try:
+        store = ConversationStore(path)
+        assert store.read_only
+        assert [turn.question for turn in store.open(1).conversation.turns] == ["What colour?"]
+        store.close()
+    finally:
+        folder.chmod(0o755)

@@ -79,12 +79,24 @@ def test_adding_with_nothing_open_opens(engine: tuple[Engine, Recorder], tmp_pat
     assert engine_.clip is not None and engine_.added == []
 
 
-def test_a_resample_keeps_only_the_opened_clip(engine: tuple[Engine, Recorder], tmp_path: Path) -> None:
-    engine_, _ = engine
+def test_a_resample_keeps_every_item_each_sampled_anew(engine: tuple[Engine, Recorder], tmp_path: Path) -> None:
+    engine_, recorder = engine
     engine_.open_clip(clips()[0])
     engine_.add_clip(red_square_picture(tmp_path))
+    engine_.look_closer(0.5, 1.5)
+    names = [item.summary.clip_name for item in engine_.clips]
+    frames_before = [item.summary.frames for item in engine_.clips]
+    recorder.events.clear()
     engine_.apply_settings(FAST.replace("sampling", max_frames=6))
     try:
-        assert [item.summary.clip_name for item in engine_.clips] == [clips()[0].name]
+        assert [item.summary.clip_name for item in engine_.clips] == names
+        assert [item.kind for item in engine_.clips] == ["video", "image", "video"]
+        opened, _, closer = engine_.clips
+        assert frames_before == [4, 1, 4] and [item.summary.frames for item in engine_.clips] == [6, 1, 6], (
+            "the clips are sampled under the new settings"
+        )
+        assert closer.summary.span == (0.5, 1.5) and all(0.5 <= t <= 1.5 for t in closer.summary.timestamps)
+        assert [reset.reason for reset in recorder.of(ConversationReset)] == ["resampled"] and engine_.turns == []
+        assert engine_.ask("What color is the square?").text, "the answer sees every item"
     finally:
         engine_.apply_settings(FAST)

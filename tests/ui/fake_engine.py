@@ -86,9 +86,8 @@ class FakeEngine(BackendBase[FakeClip]):
             info = None
             if settings.model != old.model or settings.encoder != old.encoder:
                 info = self._emit(self.info())
-            path = self.open_clip_path()
-            if path and (settings.model != old.model or settings.sampling != old.sampling):
-                self._open_clip(path, "resampled")
+            if self.open_clip_path() and (settings.model != old.model or settings.sampling != old.sampling):
+                self._sample_again(self.clips)
             return info
 
     def info(self) -> EngineInfo:
@@ -159,7 +158,7 @@ class FakeEngine(BackendBase[FakeClip]):
         encode_ms = sum(chunk.encode_ms for chunk in chunks)
         done = EncodeDone(
             name, len(frames), len(frames) * 64, timestamps, 5.0, 1.0, encode_ms, metrics.last_item_ms_per_frame,
-            metrics.last_item_hit, chunks=tuple(chunks),
+            metrics.last_item_hit, chunks=tuple(chunks), duration_s=duration,
         )
         if span is not None:
             done = closer_look_summary(done, span, duration)

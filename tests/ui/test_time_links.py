@@ -44,7 +44,7 @@ def link_position(label: QLabel, href: str) -> QPoint:
 
 
 def click_time(qtbot, card: MessageCard, index: int) -> None:
-    position = link_position(card.body, time_href(card.times[index]))
+    position = link_position(card.body, time_href(card.times[index], card.time_items[index]))
     qtbot.mouseClick(card.body, Qt.MouseButton.LeftButton, pos=position)
 
 
@@ -186,3 +186,16 @@ def test_linked_text_keeps_its_characters_and_lines():
 )
 def test_time_links_read_back(href, parsed):
     assert parse_time_href(href) == parsed
+
+
+def test_a_time_tied_to_an_item_links_to_its_tab_and_a_click_names_it(qtbot):
+    card = MessageCard("answer", "demo")
+    qtbot.addWidget(card)
+    card.set_text("In clip 2 at 0:12, then at 0:20.", items=[1, None])
+    assert '<a href="time:12.0@1">0:12</a>' in linked_html(card.text(), card.times, card.time_items)
+    plain, tied = [], []
+    card.time_clicked.connect(lambda start, end: plain.append((start, end)))
+    card.item_time_clicked.connect(lambda item, start, end: tied.append((item, start, end)))
+    card.click_time(0)
+    card.click_time(1)
+    assert tied == [(1, 12.0, None)] and plain == [(20.0, None)]

@@ -3,12 +3,16 @@ with Ctrl, a tab per item, a closer look at a Shift-dragged span, and answers th
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import QApplication
 
+from framewise.core.conversation_store import ConversationStore, default_store_path
+from framewise.ui.frames import nearest_index
 from framewise.ui.main_window import MainWindow
 from tests.ui.test_main_window import ask_and_wait, drag_enter_event, open_and_wait, wait_ready
 
@@ -79,3 +83,82 @@ def test_a_shift_dragged_span_is_looked_at_closer(qtbot, make_window, sample_cli
     notice = window.chat.cards()[-1].text()
     assert notice.startswith("Looking closer at 0:01") and "the answers from here on see this span" in notice
     assert window.clip_tabs.tabText(1).startswith(sample_clip.name) and window.clip_tabs.tabText(1).endswith(" s")
+
+
+def test_after_a_restart_an_answer_still_says_which_items_it_saw(qtbot, make_window, sample_clip: Path, tmp_path: Path) -> None:
+    first = make_window()
+    wait_ready(qtbot, first)
+    open_and_wait(qtbot, first, sample_clip)
+    second = tmp_path / "second.mp4"
+    second.write_bytes(sample_clip.read_bytes())
+    first.add_clip(str(second))
+    wait_items(qtbot, first, 1)
+    ask_and_wait(qtbot, first, "Which clip is brighter?")
+    first.shutdown()
+
+    window = make_window()
+    wait_ready(qtbot, window)
+    window.open_kept_conversation(window.history.ids()[0])
+    assert window.conversation.turns[0].saw == (sample_clip.name, "second.mp4")
+    assert f"Saw {sample_clip.name} + second.mp4" in window.chat.answer_cards()[0].footer.text()
+
+
+def test_settings_that_resample_keep_every_item_in_its_tab(qtbot, make_window, sample_clip: Path, tmp_path: Path) -> None:
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    second = tmp_path / "second.mp4"
+    second.write_bytes(sample_clip.read_bytes())
+    window.add_clip(str(second))
+    wait_items(qtbot, window, 1)
+    assert window.session.look_closer(1.0, 2.0)
+    wait_items(qtbot, window, 2)
+    names = [done.clip_name for _, done in window.session.added]
+    frames_before = len(window.session.added[0][0].timestamps)
+
+    window.apply_settings(window.settings.replace("sampling", fps=1.0))
+    qtbot.waitUntil(lambda: window.operation is None and window.settings.sampling.fps == 1.0, timeout=TIMEOUT_MS)
+    assert [done.clip_name for _, done in window.session.added] == names
+    assert [window.clip_tabs.tabText(index) for index in range(3)] == [sample_clip.name, *names]
+    assert window.clip.clip_name == sample_clip.name and window.session.added[1][1].span == (1.0, 2.0)
+    added_frames = len(window.session.added[0][0].timestamps)
+    assert added_frames == len(window.clip.timestamps) != frames_before, "the added clip is sampled under the new settings"
+    ask_and_wait(qtbot, window, "Which clip is brighter?")
+    assert window.conversation.turns[-1].saw == (sample_clip.name, *names)
+
+
+def test_a_time_the_answer_ties_to_a_clip_shows_that_clips_tab_there(
+    qtbot, make_window, sample_clip: Path, tmp_path: Path, monkeypatch
+) -> None:
+    from tests.ui.fake_engine import FakeEngine
+    from tests.ui.test_time_links import click_time
+
+    answer = ("In", " the", " second", " clip", " at", " 0:02", " it", " is", " red.", " At", " 0:01", " too.")
+    monkeypatch.setattr(FakeEngine, "answer_words", answer)
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    second = tmp_path / "second.mp4"
+    second.write_bytes(sample_clip.read_bytes())
+    window.add_clip(str(second))
+    wait_items(qtbot, window, 1)
+    window.clip_tabs.setCurrentIndex(0)
+    ask_and_wait(qtbot, window, "Which clip is red when?")
+    turn = window.conversation.turns[-1]
+    assert turn.time_clips == ("second.mp4", None), "the second time names no clip and both hold it"
+    card = window.chat.answer_cards()[-1]
+    assert card.time_items == [1, None]
+
+    click_time(qtbot, card, 0)
+    added = window.clip_tabs.added_previews[0]
+    assert window.clip_tabs.currentIndex() == 1 and added.position == pytest.approx(2.0)
+    assert window.frame_strip.currentRow() == nearest_index(added.timeline.marks, 2.0)
+    assert window.preview.position == pytest.approx(0.0), "the opened clip stays where it was"
+    click_time(qtbot, card, 1)
+    assert window.clip_tabs.currentIndex() == 1 and added.position == pytest.approx(1.0), "an untied time: the tab shown"
+
+    exported = json.loads(window.conversation.export_text(window.settings, ".json"))
+    assert [time["clip"] for time in exported["turns"][-1]["times"]] == ["second.mp4", None]
+    window.shutdown()
+    stored = ConversationStore(default_store_path()).open(window.keeper.conversation_id)
+    assert stored.conversation.turns[-1].time_clips == ("second.mp4", None)

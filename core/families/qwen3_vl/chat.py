@@ -8,6 +8,11 @@ from collections.abc import Sequence
 from typing import Any
 
 
+def time_marker(seconds: float) -> str:
+    """The text the prompt puts before a clip's frame pair at ``seconds`` (the mean of its two frames' times)."""
+    return f"<{seconds:.1f} seconds>"
+
+
 def chat_messages(
     question: str, *, videos: int = 0, images: int = 0, history: Sequence[tuple[str, str]] = ()
 ) -> list[dict[str, Any]]:

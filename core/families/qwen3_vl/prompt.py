@@ -20,7 +20,7 @@ import torch
 from framewise.core.encoding.defs import PieceGrid, VisionItem
 from framewise.core.errors import FramewiseError, ModelLoadError
 from framewise.core.families.base import DecodedAnswer, VisionSpan
-from framewise.core.families.qwen3_vl.chat import chat_messages
+from framewise.core.families.qwen3_vl.chat import chat_messages, time_marker
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.processor import VideoInputs
 
@@ -254,5 +254,5 @@ def _video_blocks(tokens: _VisionTokens, video: VideoInputs, merge_area: int) ->
         raise ValueError(f"{len(video.pair_timestamps)} pair timestamps for {t} frame pairs")
     pads = tokens.video_pad * (h * w // merge_area)
     return "".join(
-        f"<{seconds:.1f} seconds>{tokens.vision_start}{pads}{tokens.vision_end}" for seconds in video.pair_timestamps
+        f"{time_marker(seconds)}{tokens.vision_start}{pads}{tokens.vision_end}" for seconds in video.pair_timestamps
     )

@@ -368,10 +368,37 @@ def test_a_clip_and_a_picture_travel_as_a_video_part_and_an_image_part(tmp_path)
     assert [index / 1000 for index in times] == pytest.approx(opened.timestamps, abs=1e-3), "the clip keeps its times"
 
 
-def test_a_second_clip_sampled_at_other_times_is_refused_with_the_reason() -> None:
+def test_a_closer_look_goes_beside_its_clip_as_pictures_each_after_its_own_time() -> None:
+    behaviour = Behaviour(pieces=("re", "d", ""))
+    events: list = []
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url, events)
+        opened = engine.open_clip(CLIP)
+        closer = engine.look_closer(1.0, 2.0)
+        engine.ask("What happens at 1.5 seconds?")
+    assert closer.span == (1.0, 2.0) and [clip.kind for clip in engine.clips] == ["video", "video"]
+    assert any("go as pictures" in event.message for event in events if isinstance(event, Progress))
+    request = behaviour.chat_requests[0]
+    content = request["messages"][0]["content"]
+    assert [part["type"] for part in content[:1]] == ["video_url"], "the clip keeps its video form"
+    times = request["media_io_kwargs"]["video"]["frames_indices"]
+    assert [index / 1000 for index in times] == pytest.approx(opened.timestamps, abs=1e-3), "and its own times"
+    pictures = content[1:-1]
+    assert [part["type"] for part in pictures] == ["text", "image_url"] * closer.frames
+    assert [part["text"] for part in pictures[::2]] == [f"<{t:.1f} seconds>" for t in closer.timestamps]
+    assert all(1.0 <= t <= 2.0 for t in closer.timestamps)
+    sent = [base64.b64decode(part["image_url"]["url"].removeprefix("data:image/png;base64,")) for part in pictures[1::2]]
+    assert sent == frames_in(engine.clips[1].url) and all(frame.startswith(b"\x89PNG") for frame in sent)
+    assert content[-1] == {"type": "text", "text": "What happens at 1.5 seconds?"}
+
+
+def test_new_sampling_settings_resample_every_clip_and_keep_the_picture(tmp_path) -> None:
+    from tests.core.test_images import red_square_picture
+
     with FakeVllmServer(Behaviour()) as server:
         engine = loaded(server.url)
         engine.open_clip(CLIP)
-        with pytest.raises(FramewiseError, match="one set of frame times per question"):
-            engine.look_closer(1.0, 2.0)
-    assert len(engine.clips) == 1, "the refused clip is not added"
+        engine.add_clip(red_square_picture(tmp_path))
+        engine.apply_settings(engine.settings.replace("sampling", max_frames=8))
+    assert [clip.kind for clip in engine.clips] == ["video", "image"]
+    assert engine.clips[0].summary.frames == 8 and len(frames_in(engine.clips[0].url)) == 8

@@ -21,6 +21,7 @@ from safetensors.torch import save_file
 from framewise.core import families
 from framewise.core.encoding.defs import PieceGrid, VisionItem
 from framewise.core.engine import Engine
+from framewise.core.errors import SettingsError
 from framewise.core.events import ChunkStats, Event
 from framewise.core.families import FamilyLimits, VisionSpan
 from framewise.core.families.base import CancelPoints, DecodedAnswer
@@ -232,3 +233,35 @@ def test_the_engine_loads_encodes_and_answers_through_a_toy_family(
     assert [question for question, _ in engine.turns] == ["What moves?", "And then?"]
     assert toy_family.calls[0] == "load toy_vl" and toy_family.calls[1] == f"preprocess (6, {height}, {width}, 3)"
     assert toy_family.calls[2:] == ["prompt What moves?", "prompt And then?"]
+
+
+# Valid for the toy family only: 3 frames per slice, budgets of 9 patch rows (TOY_LIMITS).
+TOY_ONLY = (
+    SETTINGS.replace("sampling", min_frames=3, max_frames=9, max_pixels=9 * 64 * 64)
+    .replace("encoder", budgets=(90, 900))
+)
+
+
+def test_settings_are_checked_against_the_chosen_models_family_before_it_loads(
+    toy_family: EngineToyFamily, toy_checkpoint: Path
+) -> None:
+    toy_only = TOY_ONLY.replace("model", source=str(toy_checkpoint))
+    engine = Engine(toy_only)
+    assert engine.settings == toy_only, "the toy's config.json names its family: its limits apply, not the default's"
+    with pytest.raises(SettingsError):
+        Engine(TOY_ONLY.replace("model", source="demo"))
+    engine.apply_settings(toy_only.replace("sampling", max_frames=6))
+    assert engine.settings.sampling.max_frames == 6
+    with pytest.raises(SettingsError):
+        engine.apply_settings(TOY_ONLY.replace("model", source="demo"))
+
+
+def test_a_loaded_models_family_limits_check_new_settings(toy_family: EngineToyFamily, toy_checkpoint: Path) -> None:
+    engine = Engine(SETTINGS.replace("model", source=str(toy_checkpoint)))
+    engine.load()
+    toy_only = TOY_ONLY.replace("model", source=str(toy_checkpoint))
+    engine.apply_settings(toy_only)
+    assert engine.settings == toy_only
+    with pytest.raises(SettingsError, match="multiple of 9"):
+        engine.apply_settings(toy_only.replace("encoder", budgets=(128, 1024)))
+    assert engine.settings == toy_only, "a refused change leaves the settings as they were"
