@@ -97,6 +97,32 @@ def test_a_clip_of_64_frames_reaches_the_model_whole(vllm_server: str) -> None:
     assert prompt_tokens[64] - prompt_tokens[32] >= 16 * tokens_per_pair  # 16 more frame pairs, with their times
 
 
+def test_two_clips_a_picture_and_a_closer_look_reach_the_model(vllm_server: str, tmp_path: Path) -> None:
+    """Several items in one conversation over the wire, and a closer look (its frames at other
+    times than the first clip's, so they travel as pictures with their time markers)."""
+    import cv2
+
+    picture = tmp_path / "red.png"
+    square = np.zeros((96, 96, 3), dtype=np.uint8)
+    square[24:72, 24:72] = (0, 0, 255)  # BGR: a red square
+    assert cv2.imwrite(str(picture), square)
+    engine = VllmServerEngine(settings_for(vllm_server))
+    engine.load()
+    clips = sorted(SAMPLE_CLIPS.glob("*.mp4"))[:2]
+    engine.open_clip(clips[0])
+    engine.add_clip(clips[1])
+    added = engine.add_clip(picture)
+    assert added.kind == "image" and len(engine.clips) == 3
+    together = engine.ask("Which clip is brighter?")
+    assert together.stats.server.finish_reason in ("stop", "length")
+    closer = engine.look_closer(1.0, 2.0)
+    assert closer.span == (1.0, 2.0) and all(1.0 <= time <= 2.0 for time in closer.timestamps)
+    after = engine.ask("What happens here?")
+    assert after.stats.server.finish_reason in ("stop", "length")
+    # the closer look's frames are in the prompt beside everything before
+    assert after.stats.server.prompt_tokens > together.stats.server.prompt_tokens + after.stats.new_tokens
+
+
 def test_a_model_it_does_not_serve_and_a_prompt_too_long_are_said(vllm_server: str) -> None:
     with pytest.raises(ServerModelError, match="it serves demo"):
         VllmServerEngine(settings_for(vllm_server, server_model="qwen3-vl-235b")).load()
