@@ -14,6 +14,8 @@ OPTIONAL = {
     "framewise.core.families.qwen3_vl.norm_kernel": "triton",
     "framewise.core.families.qwen3_vl.tile_attention": "triton",
     "framewise.core.quantization.gemv_kernels": "triton",
+    "framewise.core.quantization.row_quant_kernel": "triton",
+    "framewise.core.decoding.gemv_loads": "triton",
 }
 
 
