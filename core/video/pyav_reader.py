@@ -376,9 +376,9 @@ class PyAVClip:
         decoders, each starting at a keyframe, so the frames are those one decoder would take."""
         assert self._first is not None, "first_frame() before take()"
         mode: SamplingMode = request.mode if self.keyframes else "exact"
-        reads = plan_reads(self.keyframe_times, request.targets, mode, request.interval_s)
-        workers = self.workers if self.can_seek else 1
         frame_s = 1.0 / self.fps if self.fps > 0 else 0.0
+        reads = plan_reads(self.keyframe_times, request.targets, mode, request.interval_s, frame_s)
+        workers = self.workers if self.can_seek else 1
         runs = split_reads(reads, self.keyframe_times, self.duration_s, frame_s, workers)
         convert = self._converter(request.size, request.resize if mode == "exact" else None)
         firsts = [0]

@@ -15,7 +15,7 @@ from framewise.core.errors import SettingsError
 from framewise.core.families.qwen3_vl.sizing import video_frame_size
 from framewise.core.settings import FAST_MODE_AUTO_ABOVE_S, SamplingSettings
 from framewise.core.video import ReadBudget, pyav_reader, sample_times
-from framewise.core.video.reads import Read, plan_reads, split_reads
+from framewise.core.video.reads import JUMP_COST, Read, plan_reads, split_reads
 from framewise.core.video.sampling import sampling_mode
 from training.clip_writer import write_clip
 
@@ -71,17 +71,37 @@ KEYFRAME_TIMES = tuple(i / FPS for i in range(0, FRAMES, KEYFRAME_EVERY))
 
 
 def test_dense_targets_are_one_sequential_read_and_sparse_ones_a_read_per_group():
-    dense = plan_reads(KEYFRAME_TIMES, sample_times(30.0, 60), "exact", 0.5)
-    sparse = plan_reads(KEYFRAME_TIMES, sample_times(30.0, 4), "exact", 7.5)
+    dense = plan_reads(KEYFRAME_TIMES, sample_times(30.0, 60), "exact", 0.5, 1 / FPS)
+    sparse = plan_reads(KEYFRAME_TIMES, sample_times(30.0, 4), "exact", 7.5, 1 / FPS)
 
     assert dense == [Read(0, None, sample_times(30.0, 60))]
     assert [(read.start, read.stop) for read in sparse] == [(1, 2), (4, 5), (7, 8), (10, 11)]
     assert [target for read in sparse for target in read.targets] == list(sample_times(30.0, 4))
 
 
+def test_a_group_is_left_after_its_last_target_when_that_saves_more_than_a_jump_costs():
+    """Keyframes every 2.5 s at 10 fps: a group's last target 0.3 s before the next keyframe reads
+    on (3 frames), one 2.2 s before it stops there and jumps (22 frames, more than a jump)."""
+    near_end, far_from_end = (0.5, 2.2, 3.0), (0.3, 2.8, 5.1)
+
+    assert plan_reads(KEYFRAME_TIMES, near_end, "exact", 1.0, 1 / FPS) == [Read(0, 2, near_end)]
+    assert plan_reads(KEYFRAME_TIMES, far_from_end, "exact", 1.0, 1 / FPS) == [
+        Read(0, 1, (0.3,)), Read(1, 2, (2.8,)), Read(2, 3, (5.1,))
+    ]
+    assert JUMP_COST < 22
+
+
+def test_a_group_without_targets_is_read_through_when_a_jump_would_cost_more():
+    keyframes = tuple(i / FPS for i in range(0, FRAMES, 5))  # a keyframe every 5 frames
+
+    reads = plan_reads(keyframes, (0.45, 1.05), "exact", 0.6, 1 / FPS)
+
+    assert reads == [Read(0, 3, (0.45, 1.05))]  # 0.5 s on to the keyframe at 1.0 rather than a jump
+
+
 def test_fast_targets_take_the_nearest_keyframe_within_half_an_interval_else_the_exact_frame():
     targets = (2.4, 9.0, 20.1)  # keyframes at 0, 2.5, 5, ... 27.5
-    reads = plan_reads(KEYFRAME_TIMES, targets, "fast", interval_s=1.0)
+    reads = plan_reads(KEYFRAME_TIMES, targets, "fast", interval_s=1.0, frame_s=1 / FPS)
 
     assert reads == [
         Read(1, 2, (2.5,), first_frame_only=True),
@@ -91,7 +111,7 @@ def test_fast_targets_take_the_nearest_keyframe_within_half_an_interval_else_the
 
 
 def test_a_group_with_an_exact_target_is_decoded_whole_once_even_for_a_fast_one():
-    reads = plan_reads(KEYFRAME_TIMES, (4.9, 6.5), "fast", interval_s=1.6)
+    reads = plan_reads(KEYFRAME_TIMES, (4.9, 6.5), "fast", interval_s=1.6, frame_s=1 / FPS)
 
     assert reads == [Read(2, 3, (5.0, 6.5))]
 
@@ -100,7 +120,7 @@ def test_a_group_with_an_exact_target_is_decoded_whole_once_even_for_a_fast_one(
 @pytest.mark.parametrize("workers", [2, 3, 8])
 def test_split_reads_keeps_every_target_in_order_in_at_most_that_many_runs(count, workers):
     targets = sample_times(30.0, count)
-    reads = plan_reads(KEYFRAME_TIMES, targets, "exact", 30.0 / count)
+    reads = plan_reads(KEYFRAME_TIMES, targets, "exact", 30.0 / count, 1 / FPS)
 
     runs = split_reads(reads, KEYFRAME_TIMES, 30.0, 1 / FPS, workers)
 
@@ -138,6 +158,15 @@ def test_no_frame_is_decoded_twice(gop_clip, decoded_times, workers, count, work
     assert sampled.frames_decoded == len(decoded_times)
     if count == 4:
         assert sampled.frames_decoded < FRAMES / 2  # sparse targets: only the groups that hold them
+
+
+def test_exact_mode_stops_a_group_at_its_last_target_when_the_rest_is_worth_a_jump(gop_clip, decoded_times, workers):
+    """12 targets 2.5 s apart, each 1.25 s into its group: the 12 frames after each are left."""
+    workers(1)
+    sampled = sample(gop_clip, SamplingSettings(fps=2.0, min_frames=4, max_frames=12))
+
+    assert indices(sampled.frames) == [on_screen(SOURCE_TIMES, t) for t in sample_times(30.0, 12)]
+    assert sampled.frames_decoded < FRAMES * 0.75
 
 
 @pytest.mark.parametrize("fast_mode", ["off", "on"])
