@@ -2,9 +2,11 @@
 decodes the frames it needs.
 
 * **Duration, frame count and keyframes** come from the container's index where it lists every
-  frame (MP4, MOV: nothing is read but the header), else from the packet pass (no decoding), so a
-  missing or wrong header does not matter; the header is used only for streams whose packets
-  carry no timestamps.
+  frame (MP4, MOV: nothing is read but the header). Other files without timestamp resets
+  (Matroska, WebM) are measured from the header's duration and frame rate, and their keyframes
+  found by the packet pass (no decoding) only when frames are sampled; the packet pass measures
+  files whose header lacks either, and formats with resets (MPEG-TS, MPEG-PS), whose header
+  counts only part of a joined file.
 * **Timestamp resets.** In formats that allow discontinuities (MPEG-TS, MPEG-PS), decode
   timestamps that go back, or jump forward by more than :data:`DISCONTINUITY_GAP_S`, start a new
   segment (two recordings joined with ``cat``, say). Segments are laid end to end on the clip's
@@ -105,6 +107,7 @@ class PacketScan:
 
     packets: int
     segments: tuple[Segment, ...]  # empty when no packet carried a timestamp
+    keyframes_known: bool = True  # False: measured from the header, which lists no keyframes
 
     @property
     def duration_s(self) -> float | None:
@@ -220,10 +223,27 @@ def index_scan(container: Any, stream: Any) -> PacketScan | None:
     return PacketScan(packets=len(entries), segments=(span.segment(0.0, stream.time_base),))
 
 
+def header_scan(container: Any, stream: Any) -> PacketScan | None:
+    """The clip measured from its header alone (Matroska, WebM, AVI and other files whose index,
+    if any, does not list every frame): one segment of the header's duration and the frames its
+    frame rate gives, keyframes not known. ``None`` when the header lacks the duration or the rate,
+    or when the format allows timestamp resets (MPEG-TS, MPEG-PS): there the header counts only
+    part of a joined file, so only the packets tell."""
+    if stream.time_base is None or SegmentSplitter(container, stream.time_base).enabled:
+        return None
+    duration_s = _header_duration_s(container, stream)
+    rate = stream.average_rate or stream.guessed_rate
+    if not duration_s or not rate:
+        return None
+    start = Segment(stream.start_time or 0, 0.0, duration_s)
+    return PacketScan(packets=max(round(duration_s * float(rate)), 1), segments=(start,), keyframes_known=False)
+
+
 def measure(container: Any, stream: Any, guard: Guard) -> PacketScan:
     """The stream's packets, segments and keyframes: from its index where that lists every frame,
-    else from a pass over its packets."""
-    scan = index_scan(container, stream)
+    else from its header where that gives the duration and frame rate (keyframes are then
+    scanned for only when frames are sampled), else from a pass over its packets."""
+    scan = index_scan(container, stream) or header_scan(container, stream)
     if scan is None:
         guard.begin("scan")
         with _libav_messages_logged():
@@ -309,8 +329,8 @@ def default_workers() -> int:
 class PyAVClip:
     """An opened clip as PyAV reads it (see :class:`framewise.core.video.sampling.OpenedClip`).
 
-    Construction opens the file, checks the header's resolution before any decoding, and runs the
-    packet pass. :meth:`take` follows the plan of :mod:`.reads`, split between up to ``workers``
+    Construction opens the file, checks the header's resolution before any decoding, and measures
+    the clip (:func:`measure`). :meth:`take` follows the plan of :mod:`.reads`, split between up to ``workers``
     decoders (one per core) where the file can be sought.
     """
 
@@ -335,17 +355,34 @@ class PyAVClip:
                 f"{path.name} has a video stream but no frames in it; the recording may have stopped "
                 "before the first frame. Choose another clip."
             )
-        self.segments = scan.segments or (header,)
+        self._has_index, self._discontinuous = has_index, discontinuous
+        self.keyframes_known = scan.keyframes_known
+        self._set_segments(scan.segments or (header,))
         self.duration_s = sum(segment.duration_s for segment in self.segments)
         self.frame_count: int | None = scan.packets
         if self.duration_s > 0:
             self.fps = scan.packets / self.duration_s
         else:
             self.fps = float(rate) if rate else 0.0
+        self._first: _Decoder | None = None
+
+    def _set_segments(self, segments: tuple[Segment, ...]) -> None:
+        """Take ``segments`` as the clip's timeline, with their keyframes."""
+        self.segments = segments
         self.keyframes = tuple((index, pts) for index, segment in enumerate(self.segments) for pts in segment.keyframes)
         self.keyframe_times = tuple(self._time_s(segment, pts) for segment, pts in self.keyframes)
-        self.can_seek = has_index and not discontinuous and bool(self.keyframes)
-        self._first: _Decoder | None = None
+        self.can_seek = self._has_index and not self._discontinuous and bool(self.keyframes)
+
+    def _scan_keyframes(self) -> None:
+        """A clip measured from its header: one pass over its packets finds the keyframes the
+        plan needs (the duration and frame count already reported stay)."""
+        self.guard.begin("scan")
+        with open_container(self.path, self.guard) as container, _libav_messages_logged():
+            scan = scan_packets(container, container.streams[self.stream_index], self.guard)
+        if scan.segments:
+            self._set_segments(scan.segments)
+        self.keyframes_known = True
+        self.guard.begin("decode", self.duration_s)
 
     def close(self) -> None:
         if self._first is not None:
@@ -375,6 +412,8 @@ class PyAVClip:
         """Carry out the plan of :func:`plan_reads` for ``request``: runs of reads on parallel
         decoders, each starting at a keyframe, so the frames are those one decoder would take."""
         assert self._first is not None, "first_frame() before take()"
+        if not self.keyframes_known:
+            self._scan_keyframes()
         mode: SamplingMode = request.mode if self.keyframes else "exact"
         frame_s = 1.0 / self.fps if self.fps > 0 else 0.0
         reads = plan_reads(self.keyframe_times, request.targets, mode, request.interval_s, frame_s)

@@ -290,3 +290,41 @@ def test_opening_an_mp4_reads_no_packet_to_measure_it(gop_clip, monkeypatch):
     sampled = sample(gop_clip, SamplingSettings(fps=1.0, max_frames=8, fast_mode="off"))
     assert sampled.info.duration_s == pytest.approx(30.0)
     assert indices(sampled.frames) == [on_screen(SOURCE_TIMES, t) for t in sampled.timestamps]
+
+
+@pytest.mark.parametrize("fast_mode", ["off", "on"])
+def test_a_matroska_file_is_measured_from_its_header_and_scanned_only_to_sample_it(tmp_path, workers, monkeypatch, fast_mode):
+    from framewise.core.video import probe_clip
+
+    clip = write_clip(tmp_path / "gops.mkv", [index_frame(i) for i in range(120)], fps=FPS, keyframe_interval=KEYFRAME_EVERY)
+    scans = []
+    real_scan = pyav_reader.scan_packets
+    monkeypatch.setattr(pyav_reader, "scan_packets", lambda *args: scans.append(args) or real_scan(*args))
+    workers(2)
+
+    info = probe_clip(clip)
+    assert scans == [] and info.duration_s == pytest.approx(12.0) and info.frame_count == 120
+    sampled = sample(clip, SamplingSettings(fps=1.0, min_frames=4, max_frames=6, fast_mode=fast_mode))
+    assert len(scans) == 1  # the keyframes, for the plan
+    times = [i / FPS for i in range(120)]
+    if fast_mode == "off":
+        assert indices(sampled.frames) == [on_screen(times, t) for t in sample_times(12.0, 6)]
+    else:
+        assert sampled.mode == "fast" and sampled.frames_decoded <= 6 + 1  # the keyframes the scan found
+    assert sampled.timestamps == pytest.approx([index / FPS for index in indices(sampled.frames)])
+
+
+def test_a_file_with_timestamp_resets_is_still_measured_from_its_packets(tmp_path):
+    """An MPEG-TS header counts only part of two recordings joined end to end."""
+    import av
+
+    first = write_clip(tmp_path / "first.ts", [index_frame(i) for i in range(30)], fps=10, keyframe_interval=10)
+    second = write_clip(tmp_path / "second.ts", [index_frame(100 + i) for i in range(20)], fps=10, keyframe_interval=10)
+    joined = tmp_path / "joined.ts"
+    joined.write_bytes(first.read_bytes() + second.read_bytes())
+    with av.open(str(joined)) as container:
+        assert pyav_reader.header_scan(container, container.streams.video[0]) is None
+
+    from framewise.core.video import probe_clip
+
+    assert probe_clip(joined).duration_s == pytest.approx(5.0, abs=0.15)
