@@ -457,7 +457,7 @@ class PyAVClip:
         hand_on: Callable[[int, list[_Kept | None]], None],
     ) -> tuple[list[_Kept | None], int]:
         """The frames of one of ``runs`` runs (one per target) and the frames its decoder decoded;
-        ``hand_on(offset in the run, frames)`` gets each read's frames as soon as they are kept.
+        ``hand_on(offset in the run, frames)`` gets each frame as soon as it is kept.
         The first run goes on with the decoder that read the first frame; the others open their
         own, sharing the cores between them."""
         assert self._first is not None
@@ -465,25 +465,32 @@ class PyAVClip:
         try:
             frames: list[_Kept | None] = []
             for read in run:
-                kept = self._take_read(decoder, read, convert)
-                hand_on(len(frames), kept)
-                frames.extend(kept)
+                frames.extend(self._take_read(decoder, read, convert, _offset(hand_on, len(frames))))
             return frames, decoder.state.decoded
         finally:
             if decoder is not self._first:
                 decoder.close()
 
-    def _take_read(self, decoder: _Decoder, read: Read, convert: Callable[[Any], np.ndarray]) -> list[_Kept | None]:
-        """One (rgb, time) per target of ``read``; None each when the read found no frame."""
+    def _take_read(
+        self,
+        decoder: _Decoder,
+        read: Read,
+        convert: Callable[[Any], np.ndarray],
+        hand_on: Callable[[int, list[_Kept | None]], None],
+    ) -> list[_Kept | None]:
+        """One (rgb, time) per target of ``read``; None each when the read found no frame.
+        ``hand_on(target's offset in the read, frames)`` gets each frame as soon as it is kept (a
+        long sequential read keeps hundreds)."""
         frames = self._decoded(decoder, read)
         if read.first_frame_only:
             first = next(frames, None)
             frames.close()
             if first is None:
                 return [None] * len(read.targets)
-            rgb = convert(first[1])
-            return [(rgb, first[0])] * len(read.targets)
-        picker = FramePicker(read.targets, convert)
+            kept: list[_Kept | None] = [(convert(first[1]), first[0])] * len(read.targets)
+            hand_on(0, kept)
+            return kept
+        picker = FramePicker(read.targets, convert, on_keep=lambda index, rgb, time_s: hand_on(index, [(rgb, time_s)]))
         for time_s, frame in frames:
             picker.offer(time_s, frame)
             if picker.done:

@@ -169,6 +169,37 @@ def test_exact_mode_stops_a_group_at_its_last_target_when_the_rest_is_worth_a_ju
     assert sampled.frames_decoded < FRAMES * 0.75
 
 
+def test_a_long_sequential_read_hands_on_each_frame_as_it_is_kept(gop_clip, workers, monkeypatch):
+    """60 dense targets are one read of the whole clip; the encoder and the strip get each frame
+    while it goes on, not when it ends."""
+    workers(1)
+    decoded: list[float] = []
+    real_decoded = pyav_reader.PyAVClip._decoded
+
+    def counted(self, *args):
+        for time_s, frame in real_decoded(self, *args):
+            decoded.append(time_s)
+            yield time_s, frame
+
+    monkeypatch.setattr(pyav_reader.PyAVClip, "_decoded", counted)
+
+    class Sink:
+        def __init__(self) -> None:
+            self.decoded_at_put: dict[int, int] = {}
+
+        def start(self, count: int, size: tuple[int, int]) -> None:
+            pass
+
+        def put(self, index: int, rgb: np.ndarray, time_s: float) -> None:
+            self.decoded_at_put.setdefault(index, len(decoded))
+
+    sink = Sink()
+    sample(gop_clip, SamplingSettings(fps=2.0, min_frames=4, max_frames=60), sink=sink)
+
+    assert sorted(sink.decoded_at_put) == list(range(60))
+    assert sink.decoded_at_put[0] < 10 and sink.decoded_at_put[29] < FRAMES / 2 + 10
+
+
 @pytest.mark.parametrize("fast_mode", ["off", "on"])
 def test_parallel_decoders_take_the_same_frames_as_one(gop_clip, workers, fast_mode):
     sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=48, fast_mode=fast_mode)
