@@ -33,6 +33,7 @@ import errno
 import functools
 import logging
 import os
+import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -46,7 +47,7 @@ import av
 import numpy as np
 
 from framewise.core.errors import EmptyClipError, NoVideoStreamError
-from framewise.core.video.bounded import Guard, Stopped
+from framewise.core.video.bounded import POLL_S, Guard, Stopped
 from framewise.core.video.clip import (
     ReaderFailed,
     Reader,
@@ -457,49 +458,42 @@ class PyAVClip:
         hand_on: Callable[[int, list[_Kept | None]], None],
     ) -> tuple[list[_Kept | None], int]:
         """The frames of one of ``runs`` runs (one per target) and the frames its decoder decoded;
-        ``hand_on(offset in the run, frames)`` gets each frame as soon as it is kept.
+        ``hand_on(offset in the run, frames)`` gets each frame as soon as it is converted.
         The first run goes on with the decoder that read the first frame; the others open their
         own, sharing the cores between them."""
         assert self._first is not None
         decoder = self._first if first_run else _Decoder(self, self._first.abandon, max(self.workers // runs, 1))
+        converter = _Converter(convert, hand_on, self._first.abandon)
         try:
-            frames: list[_Kept | None] = []
+            offset = 0
             for read in run:
-                frames.extend(self._take_read(decoder, read, convert, _offset(hand_on, len(frames))))
-            return frames, decoder.state.decoded
+                self._take_read(decoder, read, functools.partial(converter.put, offset))
+                offset += len(read.targets)
+            kept = converter.finish()
+            return [kept.get(index) for index in range(offset)], decoder.state.decoded
         finally:
+            converter.close()
             if decoder is not self._first:
                 decoder.close()
 
-    def _take_read(
-        self,
-        decoder: _Decoder,
-        read: Read,
-        convert: Callable[[Any], np.ndarray],
-        hand_on: Callable[[int, list[_Kept | None]], None],
-    ) -> list[_Kept | None]:
-        """One (rgb, time) per target of ``read``; None each when the read found no frame.
-        ``hand_on(target's offset in the read, frames)`` gets each frame as soon as it is kept (a
-        long sequential read keeps hundreds)."""
+    def _take_read(self, decoder: _Decoder, read: Read, keep: Callable[[int, Any, float], None]) -> None:
+        """Find the frame of each target of ``read`` and ``keep(target's offset in the read,
+        frame, time)`` it as soon as it is known; a read that found no frame keeps none."""
         frames = self._decoded(decoder, read)
         if read.first_frame_only:
             first = next(frames, None)
             frames.close()
-            if first is None:
-                return [None] * len(read.targets)
-            kept: list[_Kept | None] = [(convert(first[1]), first[0])] * len(read.targets)
-            hand_on(0, kept)
-            return kept
-        picker = FramePicker(read.targets, convert, on_keep=lambda index, rgb, time_s: hand_on(index, [(rgb, time_s)]))
+            for index in range(len(read.targets) if first is not None else 0):
+                keep(index, first[1], first[0])
+            return
+        picker = FramePicker(read.targets, lambda frame: frame, on_keep=keep)  # converted by the converter
         for time_s, frame in frames:
             picker.offer(time_s, frame)
             if picker.done:
                 break
         frames.close()
-        if not picker.offered:
-            return [None] * len(read.targets)
-        kept, times = picker.finish()
-        return list(zip(kept, times, strict=True))
+        if picker.offered:
+            picker.finish()
 
     def _decoded(self, decoder: _Decoder, read: Read) -> Iterator[tuple[float, Any]]:
         """The frames ``read`` decodes, with their times, in presentation order."""
@@ -516,6 +510,72 @@ def _offset(hand_on: Callable[[int, list[_Kept | None]], None], first: int) -> C
 
 
 _Kept = tuple[np.ndarray, float]  # a converted frame (h, w, 3) and its time in seconds
+CONVERSIONS_WAITING = 4  # decoded frames a converter holds at most (each a full-size picture)
+
+
+class _Converter:
+    """Converts the frames one decoder keeps on a thread of its own and hands each on, so the
+    decoder goes on feeding FFmpeg meanwhile (converting and resizing a 1080p frame costs as much
+    as decoding a few). At most :data:`CONVERSIONS_WAITING` frames wait; a decoder ahead of that
+    waits too. A frame kept for several targets in a row is converted once."""
+
+    def __init__(
+        self, convert: Callable[[Any], np.ndarray], hand_on: Callable[[int, list[_Kept | None]], None], abandon: threading.Event
+    ) -> None:
+        self.convert, self.hand_on, self.abandon = convert, hand_on, abandon
+        self.kept: dict[int, _Kept] = {}
+        self.error: BaseException | None = None
+        self._jobs: queue.Queue[tuple[int, Any, float] | None] = queue.Queue(maxsize=CONVERSIONS_WAITING)
+        self._thread = threading.Thread(target=self._work, name="framewise-convert", daemon=True)
+        self._thread.start()
+
+    def put(self, offset: int, index: int, frame: Any, time_s: float) -> None:
+        """Target ``offset + index`` of the run takes ``frame``, shown at ``time_s``."""
+        self._raise_if_failed()
+        while True:
+            try:
+                self._jobs.put((offset + index, frame, time_s), timeout=POLL_S)
+                return
+            except queue.Full:
+                self._raise_if_failed()
+                if self.abandon.is_set():
+                    raise Stopped from None
+
+    def finish(self) -> dict[int, _Kept]:
+        """Wait for every frame put to be converted; target index -> (rgb, time)."""
+        self._jobs.put(None)
+        self._thread.join()
+        self._raise_if_failed()
+        return self.kept
+
+    def close(self) -> None:
+        """Stop the thread (after :meth:`finish`, or when the run failed)."""
+        if self._thread.is_alive():
+            self.error = self.error or Stopped()
+            while self._thread.is_alive():
+                try:
+                    self._jobs.put_nowait(None)
+                except queue.Full:
+                    pass
+                self._thread.join(POLL_S)
+
+    def _raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _work(self) -> None:
+        last: tuple[Any, np.ndarray] | None = None
+        while (job := self._jobs.get()) is not None:
+            if self.error is not None:
+                continue  # the run failed or stopped: drain, so a decoder waiting to put is let go
+            index, frame, time_s = job
+            try:
+                rgb = last[1] if last is not None and last[0] is frame else self.convert(frame)
+                last = (frame, rgb)
+                self.kept[index] = (rgb, time_s)
+                self.hand_on(index, [(rgb, time_s)])
+            except BaseException as error:  # raised on the decoder's thread
+                self.error = error
 FAST_MODE_SCALING = "AREA"  # averages every source pixel, so no aliasing, at about half bicubic's cost
 
 
