@@ -117,8 +117,7 @@ def split_reads(
         first, last = cuts[-1] + 1, len(pieces) - (count - run)
         cuts.append(min(range(first, last + 1), key=lambda cut: abs(done[cut - 1] - run * done[-1] / count)))
     cuts.append(len(pieces))
-    runs = [pieces[start:stop] for start, stop in itertools.pairwise(cuts)]
-    return runs
+    return [pieces[start:stop] for start, stop in itertools.pairwise(cuts)]
 
 
 FIRST_FRAME_COST = 4  # a seek and an intra-coded frame cost about as much as a few predicted frames
