@@ -542,11 +542,12 @@ class FrameStrip(QListWidget):
     def set_clip(self, clip: ClipSampled | None) -> None:
         """List ``clip``'s frames; each frame's picture is made when it first scrolls into view, so
         a clip of hundreds of frames opens without a pause."""
-        self._list(len(clip.timestamps) if clip is not None else 0)
-        self._thumbnails = list(clip.thumbnails) if clip is not None else []
-        for index, timestamp in enumerate(clip.timestamps if clip is not None else ()):
+        shown = list(zip(clip.thumbnails, clip.timestamps)) if clip is not None else []
+        self._list(len(shown))
+        self._thumbnails = [thumbnail for thumbnail, _ in shown]
+        for index, (_, timestamp) in enumerate(shown):
             self.item(index).setText(format_timestamp(timestamp))
-            self.item(index).setToolTip(f"Frame {index + 1} of {len(clip.timestamps)} at {timestamp:.2f} s")
+            self.item(index).setToolTip(f"Frame {index + 1} of {len(shown)} at {timestamp:.2f} s")
         QTimer.singleShot(0, self._picture_visible_frames)
 
     def add_frames(self, frames: FramesRead) -> None:
