@@ -70,7 +70,7 @@ from framewise.core.settings_transaction import SettingsTransaction
 from framewise.core.video import ReadProgress, SampledClip, SampledFrames, sample_clip
 from framewise.core.video.feed import ChunkFeed, FrameChunk
 from framewise.core.video.still import StillImage, read_still
-from framewise.core.video.thumbnails import clip_sampled
+from framewise.core.video.thumbnails import clip_sampled, frames_read
 
 
 @dataclass(frozen=True)
@@ -278,8 +278,8 @@ class Engine(BackendBase[EncodedClip]):
         """Sample, preprocess and encode ``path`` and make it the only open item; ``reason`` is why
         the conversation empties (``None``: it is being put back).
 
-        Emits Progress (decode, encode), ClipSampled, one ChunkStats per encoder pass,
-        EncoderMetrics, ConversationReset and EncodeDone.
+        Emits Progress (decode, encode), FramesRead while reading, ClipSampled, one ChunkStats per
+        encoder pass, EncoderMetrics, ConversationReset and EncodeDone.
         """
         self._require_model()
         with self._request():
@@ -375,9 +375,14 @@ class Engine(BackendBase[EncodedClip]):
         return parts
 
     def _emit_read_progress(self, name: str, reading: _Reading, feed: ChunkFeed, started: float) -> None:
+        """Report how far reading has got, and the thumbnails of the frames read since the last report."""
         progress = reading.take_progress()
         if progress is not None:
             self._emit(_decode_progress(name, progress, feed.frames_read, time.perf_counter() - started))
+        arrived = feed.take_arrived()
+        total = feed.frames_read[1]
+        if arrived and total is not None:
+            self._emit(frames_read(name, total, arrived))
 
     def _use_frames(self, sampled: SampledFrames) -> EncodeDone:
         """Encode frames sampled elsewhere, as :meth:`open_clip` does after decoding.

@@ -166,6 +166,24 @@ class ClipSampled:
 
 
 @dataclass(frozen=True)
+class FramesRead:
+    """Frames of a clip still being read, sent as they arrive so a window can show them before the
+    clip is ready; :class:`ClipSampled` follows with every frame.
+
+    ``indices`` are the frames' places among the clip's ``total`` sampled frames (they may come out
+    of order: several decoders read at once); ``timestamps`` their times in seconds and
+    ``thumbnails`` their small RGB previews, (h, w, 3) uint8, as :class:`ClipSampled`'s.
+    """
+
+    clip_name: str
+    total: int
+    indices: tuple[int, ...]
+    timestamps: tuple[float, ...]
+    thumbnails: tuple[np.ndarray, ...]
+    request_id: int = _request_id()
+
+
+@dataclass(frozen=True)
 class EncodeDone:
     """A clip was decoded, preprocessed and encoded; follow-up questions reuse its features.
 
@@ -436,6 +454,7 @@ Event = Union[
     AnswerSpeed,
     ChunkStats,
     ClipSampled,
+    FramesRead,
     EncodeDone,
     EncoderMetrics,
     Done,

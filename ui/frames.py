@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from framewise.core.events import ClipSampled
+from framewise.core.events import ClipSampled, FramesRead
 from framewise.core.timecodes import TimeMention
 from framewise.ui.icons import glyph_icon
 from framewise.ui.playback import PlaybackThread
@@ -534,28 +534,53 @@ class FrameStrip(QListWidget):
         self.setFixedHeight(self._strip_height())
         self.setToolTip("Frames sampled from the clip, as the model sees them")
         self.currentRowChanged.connect(self._on_row_changed)
-        self._thumbnails: tuple[np.ndarray, ...] = ()
+        self._thumbnails: list[np.ndarray | None] = []  # None: a frame not read yet
         self._pictured: set[int] = set()  # rows whose picture is made
+        self._filling: int | None = None  # the request whose frames are arriving (add_frames)
         self.horizontalScrollBar().valueChanged.connect(self._picture_visible_frames)
 
     def set_clip(self, clip: ClipSampled | None) -> None:
         """List ``clip``'s frames; each frame's picture is made when it first scrolls into view, so
         a clip of hundreds of frames opens without a pause."""
+        shown = list(zip(clip.thumbnails, clip.timestamps)) if clip is not None else []
+        self._list(len(shown))
+        self._thumbnails = [thumbnail for thumbnail, _ in shown]
+        for index, (_, timestamp) in enumerate(shown):
+            self.item(index).setText(format_timestamp(timestamp))
+            self.item(index).setToolTip(f"Frame {index + 1} of {len(shown)} at {timestamp:.2f} s")
+        QTimer.singleShot(0, self._picture_visible_frames)
+
+    def add_frames(self, frames: FramesRead) -> None:
+        """Show frames of a clip still being read: the first frames of a request list
+        ``frames.total`` empty places, and each call fills the places of the frames it brings.
+        They cannot be picked yet (the preview still shows the clip before); :meth:`set_clip`
+        replaces them with the finished clip."""
+        if self._filling != frames.request_id or self.count() != frames.total:
+            self._list(frames.total)
+            self._filling = frames.request_id
+            self._thumbnails = [None] * frames.total
+            for row in range(frames.total):
+                self.item(row).setFlags(Qt.ItemFlag.ItemIsEnabled)  # shown, not selectable
+        for index, timestamp, thumbnail in zip(frames.indices, frames.timestamps, frames.thumbnails, strict=True):
+            self._thumbnails[index] = thumbnail
+            self.item(index).setText(format_timestamp(timestamp))
+            self.item(index).setToolTip(f"Frame {index + 1} of {frames.total} at {timestamp:.2f} s, read so far")
+        QTimer.singleShot(0, self._picture_visible_frames)
+
+    def _list(self, count: int) -> None:
+        """Empty the strip and list ``count`` frames, each with a blank picture and no caption yet."""
         self.blockSignals(True)
         self.clear()
-        self._thumbnails = clip.thumbnails if clip is not None else ()
         self._pictured = set()
-        if clip is not None:
-            blank = QPixmap(self.iconSize())
-            blank.fill(Qt.GlobalColor.transparent)
-            placeholder = QIcon(blank)  # one shared icon keeps every item the same size
-            for index, (_, timestamp) in enumerate(zip(clip.thumbnails, clip.timestamps)):
-                item = QListWidgetItem(placeholder, format_timestamp(timestamp))
-                item.setToolTip(f"Frame {index + 1} of {len(clip.timestamps)} at {timestamp:.2f} s")
-                item.setTextAlignment(Qt.AlignmentFlag.AlignHCenter)
-                self.addItem(item)
+        self._filling = None
+        blank = QPixmap(self.iconSize())
+        blank.fill(Qt.GlobalColor.transparent)
+        placeholder = QIcon(blank)  # one shared icon keeps every item the same size
+        for _ in range(count):
+            item = QListWidgetItem(placeholder, "")
+            item.setTextAlignment(Qt.AlignmentFlag.AlignHCenter)
+            self.addItem(item)
         self.blockSignals(False)
-        QTimer.singleShot(0, self._picture_visible_frames)
 
     @property
     def pictured_frames(self) -> int:
@@ -574,7 +599,7 @@ class FrameStrip(QListWidget):
         last = self.count() - 1 if last < 0 else last
         span = last - first + 1
         for row in range(max(first - span, 0), min(last + span, self.count() - 1) + 1):
-            if row not in self._pictured:
+            if row not in self._pictured and self._thumbnails[row] is not None:
                 self._pictured.add(row)
                 pixmap = QPixmap.fromImage(image_from_array(self._thumbnails[row])).scaled(
                     self.iconSize(), Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation
@@ -601,7 +626,7 @@ class FrameStrip(QListWidget):
             self.scrollToItem(self.item(index))
 
     def _on_row_changed(self, row: int) -> None:
-        if row >= 0:
+        if row >= 0 and self._filling is None:  # the preview does not show a clip still being read
             self.frame_selected.emit(row)
 
     def _strip_height(self) -> int:

@@ -40,6 +40,7 @@ from framewise.core.events import (
     EncoderMetrics,
     EngineInfo,
     Failed,
+    FramesRead,
 )
 from framewise.core.settings import AppSettings
 from framewise.ui.banners import Banner, BannerArea
@@ -459,6 +460,10 @@ class MainWindow(QMainWindow, SessionListener):
         if self.clip_tabs.current_preview() is self.preview:
             self._set_clip_title(clip)
         self.setWindowTitle(f"{clip.clip_name} — Framewise" if clip else "Framewise")
+
+    def frames_read(self, frames: FramesRead) -> None:
+        if self.clip_tabs.current_preview() is self.preview:
+            self.frame_strip.add_frames(frames)
 
     def _show_tab_clip(self, clip: ClipSampled | None) -> None:
         """Another preview tab is shown: the frame strip and the clip header follow it."""

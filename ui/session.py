@@ -33,6 +33,7 @@ from framewise.core.events import (
     EncoderMetrics,
     EngineInfo,
     Failed,
+    FramesRead,
     Progress,
     RequestFinished,
     RequestKind,
@@ -119,6 +120,10 @@ class SessionListener:
 
     def clip_shown(self, clip: ClipSampled | None) -> None:
         """The clip to show: one being opened, or the open one (again, after a failed open)."""
+
+    def frames_read(self, frames: FramesRead) -> None:
+        """Frames of the clip being opened were read; they may be shown before the clip is ready
+        (:meth:`clip_shown` follows with every frame)."""
 
     def clip_opened(self, path: str) -> None:
         """A clip a person opened was encoded: the engine's questions are about it now."""
@@ -245,13 +250,18 @@ class Session:
     @property
     def shown_clip(self) -> ClipSampled | None:
         """The clip being opened (once sampled), else the one new settings are re-sampling, else the open one."""
+        for request_id in self._reading_shown_requests():
+            if request_id in self._sampled:
+                return self._sampled[request_id]
+        return self.clip
+
+    def _reading_shown_requests(self) -> list[int]:
+        """The requests whose clip the window shows once it is read: the latest open, and new
+        settings re-sampling the open clip."""
         candidates = [self._latest_open]
         if self._running is not None and self._running.kind == "apply_settings":
             candidates.append(self._running.request_id)
-        for request_id in candidates:
-            if request_id is not None and request_id in self._sampled:
-                return self._sampled[request_id]
-        return self.clip
+        return [request_id for request_id in candidates if request_id is not None]
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -500,6 +510,10 @@ class Session:
             and request_id in self._sampled
         )
 
+    def _on_frames_read(self, frames: FramesRead) -> None:
+        if frames.request_id in self._reading_shown_requests() and not self._samples_again(frames.request_id):
+            self.listener.frames_read(frames)
+
     def _on_chunk(self, chunk: ChunkStats) -> None:
         if self._is_superseded(chunk.request_id):
             return
@@ -596,6 +610,7 @@ _HANDLERS = {
     AnswerSpeed: Session._on_speed,
     Done: Session._on_done,
     ClipSampled: Session._on_clip_sampled,
+    FramesRead: Session._on_frames_read,
     ChunkStats: Session._on_chunk,
     EncoderMetrics: Session._on_metrics,
     EncodeDone: Session._on_encode_done,

@@ -48,6 +48,8 @@ class ChunkFeed:
         self._next_chunk = 0
         self._waiting: dict[int, tuple[np.ndarray, float]] = {}
         self._put: set[int] = set()
+        self._arrived: list[tuple[int, np.ndarray, float]] = []  # put since the last take_arrived()
+        self._arrived_lock = threading.Lock()  # not _lock: a put holds that while it waits on the consumer
 
     def start(self, count: int, size: tuple[int, int]) -> None:
         """The clip has ``count`` frames of ``size``; chunks are cut as ``chunk_sizes`` says."""
@@ -63,6 +65,9 @@ class ChunkFeed:
         (a filled gap) keeps its first value. Waits while the queue is full; raises
         :class:`CancelledError` once the consumer has closed the feed."""
         with self._lock:  # held while queueing too, so chunks reach the queue in clip order
+            if index not in self._put:
+                with self._arrived_lock:
+                    self._arrived.append((index, rgb, time_s))
             self._put.add(index)
             if index >= self._first_waiting():
                 self._waiting.setdefault(index, (rgb, time_s))
@@ -89,6 +94,12 @@ class ChunkFeed:
             if chunk is None:
                 return
             yield chunk
+
+    def take_arrived(self) -> list[tuple[int, np.ndarray, float]]:
+        """The frames put since the last call, in the order they came: (index, (h, w, 3) uint8, time)."""
+        with self._arrived_lock:
+            arrived, self._arrived = self._arrived, []
+        return arrived
 
     @property
     def frames_read(self) -> tuple[int, int | None]:

@@ -102,7 +102,11 @@ class OpenCVClip:
     def take(self, request: TakeRequest) -> Taken:
         """Every frame in order until the last target is passed; OpenCV cannot tell keyframes,
         so a ``"fast"`` request is read exactly too."""
-        picker = FramePicker(request.targets, lambda frame: request.resize(self.upright_rgb(frame)[None], request.size)[0])
+        picker = FramePicker(
+            request.targets,
+            lambda frame: request.resize(self.upright_rgb(frame)[None], request.size)[0],
+            on_keep=lambda index, rgb, time_s: request.hand_on(index, [(rgb, time_s)]),
+        )
         decoded = 0
         for time_s, frame in self.frames():
             decoded += 1

@@ -2,9 +2,11 @@
 decodes the frames it needs.
 
 * **Duration, frame count and keyframes** come from the container's index where it lists every
-  frame (MP4, MOV: nothing is read but the header), else from the packet pass (no decoding), so a
-  missing or wrong header does not matter; the header is used only for streams whose packets
-  carry no timestamps.
+  frame (MP4, MOV: nothing is read but the header). Other files without timestamp resets
+  (Matroska, WebM) are measured from the header's duration and frame rate, and their keyframes
+  found by the packet pass (no decoding) only when frames are sampled; the packet pass measures
+  files whose header lacks either, and formats with resets (MPEG-TS, MPEG-PS), whose header
+  counts only part of a joined file.
 * **Timestamp resets.** In formats that allow discontinuities (MPEG-TS, MPEG-PS), decode
   timestamps that go back, or jump forward by more than :data:`DISCONTINUITY_GAP_S`, start a new
   segment (two recordings joined with ``cat``, say). Segments are laid end to end on the clip's
@@ -31,6 +33,7 @@ import errno
 import functools
 import logging
 import os
+import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -44,7 +47,7 @@ import av
 import numpy as np
 
 from framewise.core.errors import EmptyClipError, NoVideoStreamError
-from framewise.core.video.bounded import Guard, Stopped
+from framewise.core.video.bounded import POLL_S, Guard, Stopped
 from framewise.core.video.clip import (
     ReaderFailed,
     Reader,
@@ -105,6 +108,7 @@ class PacketScan:
 
     packets: int
     segments: tuple[Segment, ...]  # empty when no packet carried a timestamp
+    keyframes_known: bool = True  # False: measured from the header, which lists no keyframes
 
     @property
     def duration_s(self) -> float | None:
@@ -220,10 +224,27 @@ def index_scan(container: Any, stream: Any) -> PacketScan | None:
     return PacketScan(packets=len(entries), segments=(span.segment(0.0, stream.time_base),))
 
 
+def header_scan(container: Any, stream: Any) -> PacketScan | None:
+    """The clip measured from its header alone (Matroska, WebM, AVI and other files whose index,
+    if any, does not list every frame): one segment of the header's duration and the frames its
+    frame rate gives, keyframes not known. ``None`` when the header lacks the duration or the rate,
+    or when the format allows timestamp resets (MPEG-TS, MPEG-PS): there the header counts only
+    part of a joined file, so only the packets tell."""
+    if stream.time_base is None or SegmentSplitter(container, stream.time_base).enabled:
+        return None
+    duration_s = _header_duration_s(container, stream)
+    rate = stream.average_rate or stream.guessed_rate
+    if not duration_s or not rate:
+        return None
+    start = Segment(stream.start_time or 0, 0.0, duration_s)
+    return PacketScan(packets=max(round(duration_s * float(rate)), 1), segments=(start,), keyframes_known=False)
+
+
 def measure(container: Any, stream: Any, guard: Guard) -> PacketScan:
     """The stream's packets, segments and keyframes: from its index where that lists every frame,
-    else from a pass over its packets."""
-    scan = index_scan(container, stream)
+    else from its header where that gives the duration and frame rate (keyframes are then
+    scanned for only when frames are sampled), else from a pass over its packets."""
+    scan = index_scan(container, stream) or header_scan(container, stream)
     if scan is None:
         guard.begin("scan")
         with _libav_messages_logged():
@@ -309,8 +330,8 @@ def default_workers() -> int:
 class PyAVClip:
     """An opened clip as PyAV reads it (see :class:`framewise.core.video.sampling.OpenedClip`).
 
-    Construction opens the file, checks the header's resolution before any decoding, and runs the
-    packet pass. :meth:`take` follows the plan of :mod:`.reads`, split between up to ``workers``
+    Construction opens the file, checks the header's resolution before any decoding, and measures
+    the clip (:func:`measure`). :meth:`take` follows the plan of :mod:`.reads`, split between up to ``workers``
     decoders (one per core) where the file can be sought.
     """
 
@@ -335,17 +356,34 @@ class PyAVClip:
                 f"{path.name} has a video stream but no frames in it; the recording may have stopped "
                 "before the first frame. Choose another clip."
             )
-        self.segments = scan.segments or (header,)
+        self._has_index, self._discontinuous = has_index, discontinuous
+        self.keyframes_known = scan.keyframes_known
+        self._set_segments(scan.segments or (header,))
         self.duration_s = sum(segment.duration_s for segment in self.segments)
         self.frame_count: int | None = scan.packets
         if self.duration_s > 0:
             self.fps = scan.packets / self.duration_s
         else:
             self.fps = float(rate) if rate else 0.0
+        self._first: _Decoder | None = None
+
+    def _set_segments(self, segments: tuple[Segment, ...]) -> None:
+        """Take ``segments`` as the clip's timeline, with their keyframes."""
+        self.segments = segments
         self.keyframes = tuple((index, pts) for index, segment in enumerate(self.segments) for pts in segment.keyframes)
         self.keyframe_times = tuple(self._time_s(segment, pts) for segment, pts in self.keyframes)
-        self.can_seek = has_index and not discontinuous and bool(self.keyframes)
-        self._first: _Decoder | None = None
+        self.can_seek = self._has_index and not self._discontinuous and bool(self.keyframes)
+
+    def _scan_keyframes(self) -> None:
+        """A clip measured from its header: one pass over its packets finds the keyframes the
+        plan needs (the duration and frame count already reported stay)."""
+        self.guard.begin("scan")
+        with open_container(self.path, self.guard) as container, _libav_messages_logged():
+            scan = scan_packets(container, container.streams[self.stream_index], self.guard)
+        if scan.segments:
+            self._set_segments(scan.segments)
+        self.keyframes_known = True
+        self.guard.begin("decode", self.duration_s)
 
     def close(self) -> None:
         if self._first is not None:
@@ -375,10 +413,12 @@ class PyAVClip:
         """Carry out the plan of :func:`plan_reads` for ``request``: runs of reads on parallel
         decoders, each starting at a keyframe, so the frames are those one decoder would take."""
         assert self._first is not None, "first_frame() before take()"
+        if not self.keyframes_known:
+            self._scan_keyframes()
         mode: SamplingMode = request.mode if self.keyframes else "exact"
-        reads = plan_reads(self.keyframe_times, request.targets, mode, request.interval_s)
-        workers = self.workers if self.can_seek else 1
         frame_s = 1.0 / self.fps if self.fps > 0 else 0.0
+        reads = plan_reads(self.keyframe_times, request.targets, mode, request.interval_s, frame_s)
+        workers = self.workers if self.can_seek else 1
         runs = split_reads(reads, self.keyframe_times, self.duration_s, frame_s, workers)
         convert = self._converter(request.size, request.resize if mode == "exact" else None)
         firsts = [0]
@@ -418,42 +458,42 @@ class PyAVClip:
         hand_on: Callable[[int, list[_Kept | None]], None],
     ) -> tuple[list[_Kept | None], int]:
         """The frames of one of ``runs`` runs (one per target) and the frames its decoder decoded;
-        ``hand_on(offset in the run, frames)`` gets each read's frames as soon as they are kept.
+        ``hand_on(offset in the run, frames)`` gets each frame as soon as it is converted.
         The first run goes on with the decoder that read the first frame; the others open their
         own, sharing the cores between them."""
         assert self._first is not None
         decoder = self._first if first_run else _Decoder(self, self._first.abandon, max(self.workers // runs, 1))
+        converter = _Converter(convert, hand_on, self._first.abandon)
         try:
-            frames: list[_Kept | None] = []
+            offset = 0
             for read in run:
-                kept = self._take_read(decoder, read, convert)
-                hand_on(len(frames), kept)
-                frames.extend(kept)
-            return frames, decoder.state.decoded
+                self._take_read(decoder, read, functools.partial(converter.put, offset))
+                offset += len(read.targets)
+            kept = converter.finish()
+            return [kept.get(index) for index in range(offset)], decoder.state.decoded
         finally:
+            converter.close()
             if decoder is not self._first:
                 decoder.close()
 
-    def _take_read(self, decoder: _Decoder, read: Read, convert: Callable[[Any], np.ndarray]) -> list[_Kept | None]:
-        """One (rgb, time) per target of ``read``; None each when the read found no frame."""
+    def _take_read(self, decoder: _Decoder, read: Read, keep: Callable[[int, Any, float], None]) -> None:
+        """Find the frame of each target of ``read`` and ``keep(target's offset in the read,
+        frame, time)`` it as soon as it is known; a read that found no frame keeps none."""
         frames = self._decoded(decoder, read)
         if read.first_frame_only:
             first = next(frames, None)
             frames.close()
-            if first is None:
-                return [None] * len(read.targets)
-            rgb = convert(first[1])
-            return [(rgb, first[0])] * len(read.targets)
-        picker = FramePicker(read.targets, convert)
+            for index in range(len(read.targets) if first is not None else 0):
+                keep(index, first[1], first[0])
+            return
+        picker = FramePicker(read.targets, lambda frame: frame, on_keep=keep)  # converted by the converter
         for time_s, frame in frames:
             picker.offer(time_s, frame)
             if picker.done:
                 break
         frames.close()
-        if not picker.offered:
-            return [None] * len(read.targets)
-        kept, times = picker.finish()
-        return list(zip(kept, times, strict=True))
+        if picker.offered:
+            picker.finish()
 
     def _decoded(self, decoder: _Decoder, read: Read) -> Iterator[tuple[float, Any]]:
         """The frames ``read`` decodes, with their times, in presentation order."""
@@ -470,6 +510,72 @@ def _offset(hand_on: Callable[[int, list[_Kept | None]], None], first: int) -> C
 
 
 _Kept = tuple[np.ndarray, float]  # a converted frame (h, w, 3) and its time in seconds
+CONVERSIONS_WAITING = 4  # decoded frames a converter holds at most (each a full-size picture)
+
+
+class _Converter:
+    """Converts the frames one decoder keeps on a thread of its own and hands each on, so the
+    decoder goes on feeding FFmpeg meanwhile (converting and resizing a 1080p frame costs as much
+    as decoding a few). At most :data:`CONVERSIONS_WAITING` frames wait; a decoder ahead of that
+    waits too. A frame kept for several targets in a row is converted once."""
+
+    def __init__(
+        self, convert: Callable[[Any], np.ndarray], hand_on: Callable[[int, list[_Kept | None]], None], abandon: threading.Event
+    ) -> None:
+        self.convert, self.hand_on, self.abandon = convert, hand_on, abandon
+        self.kept: dict[int, _Kept] = {}
+        self.error: BaseException | None = None
+        self._jobs: queue.Queue[tuple[int, Any, float] | None] = queue.Queue(maxsize=CONVERSIONS_WAITING)
+        self._thread = threading.Thread(target=self._work, name="framewise-convert", daemon=True)
+        self._thread.start()
+
+    def put(self, offset: int, index: int, frame: Any, time_s: float) -> None:
+        """Target ``offset + index`` of the run takes ``frame``, shown at ``time_s``."""
+        self._raise_if_failed()
+        while True:
+            try:
+                self._jobs.put((offset + index, frame, time_s), timeout=POLL_S)
+                return
+            except queue.Full:
+                self._raise_if_failed()
+                if self.abandon.is_set():
+                    raise Stopped from None
+
+    def finish(self) -> dict[int, _Kept]:
+        """Wait for every frame put to be converted; target index -> (rgb, time)."""
+        self._jobs.put(None)
+        self._thread.join()
+        self._raise_if_failed()
+        return self.kept
+
+    def close(self) -> None:
+        """Stop the thread (after :meth:`finish`, or when the run failed)."""
+        if self._thread.is_alive():
+            self.error = self.error or Stopped()
+            while self._thread.is_alive():
+                try:
+                    self._jobs.put_nowait(None)
+                except queue.Full:
+                    pass
+                self._thread.join(POLL_S)
+
+    def _raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _work(self) -> None:
+        last: tuple[Any, np.ndarray] | None = None
+        while (job := self._jobs.get()) is not None:
+            if self.error is not None:
+                continue  # the run failed or stopped: drain, so a decoder waiting to put is let go
+            index, frame, time_s = job
+            try:
+                rgb = last[1] if last is not None and last[0] is frame else self.convert(frame)
+                last = (frame, rgb)
+                self.kept[index] = (rgb, time_s)
+                self.hand_on(index, [(rgb, time_s)])
+            except BaseException as error:  # raised on the decoder's thread
+                self.error = error
 FAST_MODE_SCALING = "AREA"  # averages every source pixel, so no aliasing, at about half bicubic's cost
 
 

@@ -5,10 +5,13 @@ A group of pictures (GOP) starts at a keyframe and runs to the next one. The fra
 target time lies in the group whose keyframe is the last at or before the target, so a plan names
 groups by their keyframe's index:
 
-* **Exact** targets take the frame on screen at their time. Neighbouring groups that hold targets
-  are decoded in one sequential :class:`Read` (targets denser than keyframes: no group twice, no
-  seek); a group without targets between two that have them is skipped by a seek (targets sparser
-  than keyframes).
+* **Exact** targets take the frame on screen at their time. A read stops once its last target's
+  frame is taken. Whether the next target's group is reached by decoding on or by a jump (a seek,
+  or packets dropped unread, then a fresh decoder state) is chosen by cost, counted in frames
+  decoded: decoding on costs the frames from the last target to the next group's keyframe, a jump
+  costs :data:`JUMP_COST` frames. So targets denser than keyframes are one sequential read (no
+  group twice, no seek), and the end of a group after its last target, or groups without targets,
+  are skipped only when that saves more than a jump costs.
 * **Fast** targets (:data:`SamplingMode` ``"fast"``) take the first frame decoded from the keyframe
   nearest the target, when it is within half the sampling interval: one frame decoded per target.
   A target without such a keyframe is taken exactly. A group that also holds an exact target is
@@ -23,6 +26,7 @@ same frames as a single decoder would take.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -44,12 +48,17 @@ class Read:
 
 
 def plan_reads(
-    keyframe_times: tuple[float, ...], targets: tuple[float, ...], mode: SamplingMode, interval_s: float
+    keyframe_times: tuple[float, ...],
+    targets: tuple[float, ...],
+    mode: SamplingMode,
+    interval_s: float,
+    frame_s: float,
 ) -> list[Read]:
     """The reads that take every target of an ascending ``targets`` tuple, in target order.
 
     ``keyframe_times`` are the clip's keyframes in seconds on its timeline, ascending; with none
-    known, one read decodes the clip from its start. ``interval_s`` is the spacing of the targets.
+    known, one read decodes the clip from its start. ``interval_s`` is the spacing of the targets,
+    ``frame_s`` of the clip's frames (0: unknown, then neighbouring groups are always read on).
     """
     if not keyframe_times:
         return [Read(None, None, targets)]
@@ -66,11 +75,24 @@ def plan_reads(
         stop = group + 1 if group + 1 < len(keyframe_times) else None
         if not any(exact for _, exact in groups[group]):
             reads.append(Read(group, stop, times, first_frame_only=True))
-        elif reads and not reads[-1].first_frame_only and reads[-1].stop == group:
+        elif reads and _reads_on(reads[-1], group, keyframe_times, frame_s):
             reads[-1] = Read(reads[-1].start, stop, reads[-1].targets + times)
         else:
             reads.append(Read(group, stop, times))
     return reads
+
+
+JUMP_COST = 12  # frames: a seek and a decoder restarted (its frame threads refilled) cost about as much
+
+
+def _reads_on(read: Read, group: int, keyframe_times: tuple[float, ...], frame_s: float) -> bool:
+    """Whether ``read`` (exact) should decode on into ``group`` rather than stop at its last target
+    and jump there: when the frames between cost no more than a jump."""
+    if read.first_frame_only:
+        return False
+    if frame_s <= 0:
+        return read.stop == group
+    return (keyframe_times[group] - read.targets[-1]) / frame_s <= JUMP_COST
 
 
 def split_reads(
@@ -78,7 +100,7 @@ def split_reads(
 ) -> list[list[Read]]:
     """Cut ``reads`` into at most ``workers`` runs of consecutive reads with about equal work each.
 
-    Work is the seconds of video a read decodes; a first-frame read counts as
+    Work is the seconds of video a read decodes (up to its last target); a first-frame read counts as
     :data:`FIRST_FRAME_COST` frames of ``frame_s`` seconds. A sequential read longer than its share
     is cut at keyframes first.
     """
@@ -87,15 +109,15 @@ def split_reads(
     ends = (*keyframe_times[1:], duration_s)
     share = sum(_cost(read, keyframe_times, ends, frame_s) for read in reads) / workers
     pieces = [piece for read in reads for piece in _cut(read, keyframe_times, share)]
-    runs: list[list[Read]] = [[]]
-    done, next_cut = 0.0, share
-    for piece in pieces:
-        if runs[-1] and done >= next_cut - 1e-9 and len(runs) < workers:
-            runs.append([])
-            next_cut += share
-        runs[-1].append(piece)
-        done += _cost(piece, keyframe_times, ends, frame_s)
-    return runs
+    done = list(itertools.accumulate(_cost(piece, keyframe_times, ends, frame_s) for piece in pieces))
+    count = min(workers, len(pieces))
+    cuts = [0]
+    for run in range(1, count):
+        # the piece boundary nearest this run's share of the work, leaving a piece for each run after
+        first, last = cuts[-1] + 1, len(pieces) - (count - run)
+        cuts.append(min(range(first, last + 1), key=lambda cut: abs(done[cut - 1] - run * done[-1] / count)))
+    cuts.append(len(pieces))
+    return [pieces[start:stop] for start, stop in itertools.pairwise(cuts)]
 
 
 FIRST_FRAME_COST = 4  # a seek and an intra-coded frame cost about as much as a few predicted frames
@@ -107,7 +129,7 @@ def _cost(read: Read, keyframe_times: tuple[float, ...], ends: tuple[float, ...]
     if read.first_frame_only:
         return FIRST_FRAME_COST * frame_s
     end = ends[-1] if read.stop is None else keyframe_times[read.stop]
-    return end - keyframe_times[read.start]
+    return min(end, read.targets[-1] + frame_s) - keyframe_times[read.start]  # a read stops at its last target
 
 
 def _cut(read: Read, keyframe_times: tuple[float, ...], share: float) -> list[Read]:

@@ -145,11 +145,18 @@ class OpenedClip(Protocol):
 
 class FramePicker:
     """Takes decoded frames in presentation order and keeps, for each target time, the frame on
-    screen at that time (the last one at or before it), converted by ``convert`` to (H, W, 3)."""
+    screen at that time (the last one at or before it), converted by ``convert`` to (H, W, 3).
+    ``on_keep(target index, frame, time)`` is told of each as it is kept."""
 
-    def __init__(self, targets: tuple[float, ...], convert: Callable[[Any], np.ndarray]) -> None:
+    def __init__(
+        self,
+        targets: tuple[float, ...],
+        convert: Callable[[Any], np.ndarray],
+        on_keep: Callable[[int, np.ndarray, float], None] = lambda index, rgb, time_s: None,
+    ) -> None:
         self.targets = targets
         self.convert = convert
+        self.on_keep = on_keep
         self.frames: list[np.ndarray] = []
         self.times: list[float] = []
         self._previous: tuple[float, Any] | None = None
@@ -183,6 +190,7 @@ class FramePicker:
             self._previous_rgb = self.convert(frame)
         self.frames.append(self._previous_rgb)
         self.times.append(time_s)
+        self.on_keep(len(self.frames) - 1, self._previous_rgb, time_s)
 
 
 def sampling_mode(sampling: SamplingSettings, duration_s: float) -> SamplingMode:

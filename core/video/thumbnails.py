@@ -10,7 +10,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 
-from framewise.core.events import ClipSampled
+from framewise.core.events import ClipSampled, FramesRead
 from framewise.core.video.clip import SampledFrames
 
 THUMBNAIL_HEIGHT = 256
@@ -30,6 +30,18 @@ def clip_sampled(sampled: SampledFrames, kind: str = "video") -> ClipSampled:
         duration_s=duration_s,
         sampling_mode=sampled.mode,
         kind=kind,
+    )
+
+
+def frames_read(clip_name: str, total: int, arrived: list[tuple[int, np.ndarray, float]]) -> FramesRead:
+    """The :class:`FramesRead` event of frames just read: (index, (H, W, 3) uint8, time) each, of
+    ``total`` sampled frames."""
+    return FramesRead(
+        clip_name=clip_name,
+        total=total,
+        indices=tuple(index for index, _, _ in arrived),
+        timestamps=tuple(time_s for _, _, time_s in arrived),
+        thumbnails=tuple(thumbnail(frame) for _, frame, _ in arrived),
     )
 
 

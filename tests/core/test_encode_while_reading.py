@@ -13,7 +13,7 @@ import torch
 
 from framewise.core.engine import Engine
 from framewise.core.errors import CancelledError
-from framewise.core.events import ChunkStats, EncodeDone
+from framewise.core.events import ChunkStats, ClipSampled, EncodeDone, FramesRead
 from framewise.core.settings import AppSettings
 from framewise.core.video import sample_clip
 from framewise.core.video.feed import ChunkFeed
@@ -122,6 +122,77 @@ def test_a_clip_encoded_while_it_is_read_matches_the_whole_clip_encoded_at_once(
         torch.testing.assert_close(streamed_layer, whole_layer, rtol=1e-5, atol=1e-5)
     assert engine.ask("What color is the square?").text == streamed_answer
     assert recorder.of(EncodeDone)[0].frames == 16
+
+
+def _vision_blocks(engine: Engine) -> list[torch.nn.Module]:
+    loaded = engine.loaded
+    return list(loaded.family.cancel_points(loaded.model).vision)
+
+
+def test_frames_reach_the_strip_while_the_clip_is_read_before_its_encode_ends(moving_clip):
+    recorder = Recorder()
+    engine = Engine(SEVERAL_PASSES, sink=recorder)
+    engine.load()
+    blocks = _vision_blocks(engine)
+    marks = [block.register_forward_pre_hook(lambda module, args: recorder.events.append("vision block")) for block in blocks]
+    try:
+        engine.open_clip(moving_clip)
+    finally:
+        for mark in marks:
+            mark.remove()
+
+    last_block = len(recorder.events) - 1 - recorder.events[::-1].index("vision block")
+    assert any(isinstance(event, FramesRead) for event in recorder.events[:last_block]), "frames shown mid-encode"
+    (sampled,) = recorder.of(ClipSampled)
+    shown = [
+        (index, time_s, thumbnail)
+        for read in recorder.of(FramesRead)
+        for index, time_s, thumbnail in zip(read.indices, read.timestamps, read.thumbnails, strict=True)
+    ]
+    assert {read.total for read in recorder.of(FramesRead)} == {16}
+    assert len({index for index, _, _ in shown}) == len(shown)  # each frame sent once
+    for index, time_s, thumbnail in shown:  # the frames the finished clip shows
+        assert time_s == sampled.timestamps[index]
+        np.testing.assert_array_equal(thumbnail, sampled.thumbnails[index])
+
+
+def test_stop_in_the_middle_of_a_streamed_encode_ends_it_within_half_a_second_and_keeps_the_rest(tmp_path):
+    engine = Engine(SEVERAL_PASSES)
+    engine.load()
+    engine.open_clip(write_clip(tmp_path / "first.mp4", [index_frame(i) for i in range(20)], fps=10, preset="ultrafast"))
+    answer = engine.ask("What color is the square?").text
+    opened, loaded, settings, turns = engine.clip, engine.loaded, engine.settings, list(engine.turns)
+    second = write_clip(tmp_path / "second.mp4", [index_frame(i) for i in range(80)], fps=10, preset="ultrafast")
+    blocks = _vision_blocks(engine)
+    calls, second_pass, cancelled_at = [], threading.Event(), []
+
+    def slow_block(module, args) -> None:  # 0.05 s a block: each of the 4 passes takes a while
+        calls.append(module)
+        if len(calls) == len(blocks) + 1:
+            second_pass.set()
+        time.sleep(0.05)
+
+    def stop_in_the_second_pass() -> None:
+        second_pass.wait(60)
+        cancelled_at.append(time.monotonic())
+        engine.cancel()
+
+    slow = [block.register_forward_pre_hook(slow_block) for block in blocks]
+    threading.Thread(target=stop_in_the_second_pass, daemon=True).start()
+    try:
+        with pytest.raises(CancelledError):
+            engine.open_clip(second)
+        stopped_s = time.monotonic() - cancelled_at[0]
+    finally:
+        for handle in slow:
+            handle.remove()
+
+    assert stopped_s < 0.5
+    assert len(calls) < 4 * len(blocks)  # stopped inside the encode, not after it
+    assert engine.clip is opened and engine.loaded is loaded and engine.settings == settings
+    assert engine.turns == turns and turns[0][0] == "What color is the square?" and answer
+    follow_up = engine.ask("And now?")  # the conversation goes on about the first clip
+    assert follow_up.text and not follow_up.stats.cancelled and len(engine.turns) == 2
 
 
 def test_a_768_frame_clip_runs_end_to_end_on_the_demo_model(tmp_path):

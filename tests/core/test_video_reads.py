@@ -15,7 +15,7 @@ from framewise.core.errors import SettingsError
 from framewise.core.families.qwen3_vl.sizing import video_frame_size
 from framewise.core.settings import FAST_MODE_AUTO_ABOVE_S, SamplingSettings
 from framewise.core.video import ReadBudget, pyav_reader, sample_times
-from framewise.core.video.reads import Read, plan_reads, split_reads
+from framewise.core.video.reads import JUMP_COST, Read, plan_reads, split_reads
 from framewise.core.video.sampling import sampling_mode
 from training.clip_writer import write_clip
 
@@ -71,17 +71,37 @@ KEYFRAME_TIMES = tuple(i / FPS for i in range(0, FRAMES, KEYFRAME_EVERY))
 
 
 def test_dense_targets_are_one_sequential_read_and_sparse_ones_a_read_per_group():
-    dense = plan_reads(KEYFRAME_TIMES, sample_times(30.0, 60), "exact", 0.5)
-    sparse = plan_reads(KEYFRAME_TIMES, sample_times(30.0, 4), "exact", 7.5)
+    dense = plan_reads(KEYFRAME_TIMES, sample_times(30.0, 60), "exact", 0.5, 1 / FPS)
+    sparse = plan_reads(KEYFRAME_TIMES, sample_times(30.0, 4), "exact", 7.5, 1 / FPS)
 
     assert dense == [Read(0, None, sample_times(30.0, 60))]
     assert [(read.start, read.stop) for read in sparse] == [(1, 2), (4, 5), (7, 8), (10, 11)]
     assert [target for read in sparse for target in read.targets] == list(sample_times(30.0, 4))
 
 
+def test_a_group_is_left_after_its_last_target_when_that_saves_more_than_a_jump_costs():
+    """Keyframes every 2.5 s at 10 fps: a group's last target 0.3 s before the next keyframe reads
+    on (3 frames), one 2.2 s before it stops there and jumps (22 frames, more than a jump)."""
+    near_end, far_from_end = (0.5, 2.2, 3.0), (0.3, 2.8, 5.1)
+
+    assert plan_reads(KEYFRAME_TIMES, near_end, "exact", 1.0, 1 / FPS) == [Read(0, 2, near_end)]
+    assert plan_reads(KEYFRAME_TIMES, far_from_end, "exact", 1.0, 1 / FPS) == [
+        Read(0, 1, (0.3,)), Read(1, 2, (2.8,)), Read(2, 3, (5.1,))
+    ]
+    assert JUMP_COST < 22
+
+
+def test_a_group_without_targets_is_read_through_when_a_jump_would_cost_more():
+    keyframes = tuple(i / FPS for i in range(0, FRAMES, 5))  # a keyframe every 5 frames
+
+    reads = plan_reads(keyframes, (0.45, 1.05), "exact", 0.6, 1 / FPS)
+
+    assert reads == [Read(0, 3, (0.45, 1.05))]  # 0.5 s on to the keyframe at 1.0 rather than a jump
+
+
 def test_fast_targets_take_the_nearest_keyframe_within_half_an_interval_else_the_exact_frame():
     targets = (2.4, 9.0, 20.1)  # keyframes at 0, 2.5, 5, ... 27.5
-    reads = plan_reads(KEYFRAME_TIMES, targets, "fast", interval_s=1.0)
+    reads = plan_reads(KEYFRAME_TIMES, targets, "fast", interval_s=1.0, frame_s=1 / FPS)
 
     assert reads == [
         Read(1, 2, (2.5,), first_frame_only=True),
@@ -91,7 +111,7 @@ def test_fast_targets_take_the_nearest_keyframe_within_half_an_interval_else_the
 
 
 def test_a_group_with_an_exact_target_is_decoded_whole_once_even_for_a_fast_one():
-    reads = plan_reads(KEYFRAME_TIMES, (4.9, 6.5), "fast", interval_s=1.6)
+    reads = plan_reads(KEYFRAME_TIMES, (4.9, 6.5), "fast", interval_s=1.6, frame_s=1 / FPS)
 
     assert reads == [Read(2, 3, (5.0, 6.5))]
 
@@ -100,7 +120,7 @@ def test_a_group_with_an_exact_target_is_decoded_whole_once_even_for_a_fast_one(
 @pytest.mark.parametrize("workers", [2, 3, 8])
 def test_split_reads_keeps_every_target_in_order_in_at_most_that_many_runs(count, workers):
     targets = sample_times(30.0, count)
-    reads = plan_reads(KEYFRAME_TIMES, targets, "exact", 30.0 / count)
+    reads = plan_reads(KEYFRAME_TIMES, targets, "exact", 30.0 / count, 1 / FPS)
 
     runs = split_reads(reads, KEYFRAME_TIMES, 30.0, 1 / FPS, workers)
 
@@ -138,6 +158,46 @@ def test_no_frame_is_decoded_twice(gop_clip, decoded_times, workers, count, work
     assert sampled.frames_decoded == len(decoded_times)
     if count == 4:
         assert sampled.frames_decoded < FRAMES / 2  # sparse targets: only the groups that hold them
+
+
+def test_exact_mode_stops_a_group_at_its_last_target_when_the_rest_is_worth_a_jump(gop_clip, decoded_times, workers):
+    """12 targets 2.5 s apart, each 1.25 s into its group: the 12 frames after each are left."""
+    workers(1)
+    sampled = sample(gop_clip, SamplingSettings(fps=2.0, min_frames=4, max_frames=12))
+
+    assert indices(sampled.frames) == [on_screen(SOURCE_TIMES, t) for t in sample_times(30.0, 12)]
+    assert sampled.frames_decoded < FRAMES * 0.75
+
+
+def test_a_long_sequential_read_hands_on_each_frame_as_it_is_kept(gop_clip, workers, monkeypatch):
+    """60 dense targets are one read of the whole clip; the encoder and the strip get each frame
+    while it goes on, not when it ends."""
+    workers(1)
+    decoded: list[float] = []
+    real_decoded = pyav_reader.PyAVClip._decoded
+
+    def counted(self, *args):
+        for time_s, frame in real_decoded(self, *args):
+            decoded.append(time_s)
+            yield time_s, frame
+
+    monkeypatch.setattr(pyav_reader.PyAVClip, "_decoded", counted)
+
+    class Sink:
+        def __init__(self) -> None:
+            self.decoded_at_put: dict[int, int] = {}
+
+        def start(self, count: int, size: tuple[int, int]) -> None:
+            pass
+
+        def put(self, index: int, rgb: np.ndarray, time_s: float) -> None:
+            self.decoded_at_put.setdefault(index, len(decoded))
+
+    sink = Sink()
+    sample(gop_clip, SamplingSettings(fps=2.0, min_frames=4, max_frames=60), sink=sink)
+
+    assert sorted(sink.decoded_at_put) == list(range(60))
+    assert sink.decoded_at_put[0] < FRAMES / 4 and sink.decoded_at_put[29] < FRAMES * 3 / 4  # the read is all 300
 
 
 @pytest.mark.parametrize("fast_mode", ["off", "on"])
@@ -261,3 +321,66 @@ def test_opening_an_mp4_reads_no_packet_to_measure_it(gop_clip, monkeypatch):
     sampled = sample(gop_clip, SamplingSettings(fps=1.0, max_frames=8, fast_mode="off"))
     assert sampled.info.duration_s == pytest.approx(30.0)
     assert indices(sampled.frames) == [on_screen(SOURCE_TIMES, t) for t in sampled.timestamps]
+
+
+@pytest.mark.parametrize("fast_mode", ["off", "on"])
+def test_a_matroska_file_is_measured_from_its_header_and_scanned_only_to_sample_it(tmp_path, workers, monkeypatch, fast_mode):
+    from framewise.core.video import probe_clip
+
+    clip = write_clip(tmp_path / "gops.mkv", [index_frame(i) for i in range(120)], fps=FPS, keyframe_interval=KEYFRAME_EVERY)
+    scans = []
+    real_scan = pyav_reader.scan_packets
+    monkeypatch.setattr(pyav_reader, "scan_packets", lambda *args: scans.append(args) or real_scan(*args))
+    workers(2)
+
+    info = probe_clip(clip)
+    assert scans == [] and info.duration_s == pytest.approx(12.0) and info.frame_count == 120
+    sampled = sample(clip, SamplingSettings(fps=1.0, min_frames=4, max_frames=6, fast_mode=fast_mode))
+    assert len(scans) == 1  # the keyframes, for the plan
+    times = [i / FPS for i in range(120)]
+    if fast_mode == "off":
+        assert indices(sampled.frames) == [on_screen(times, t) for t in sample_times(12.0, 6)]
+    else:
+        assert sampled.mode == "fast" and sampled.frames_decoded <= 6 + 1  # the keyframes the scan found
+    assert sampled.timestamps == pytest.approx([index / FPS for index in indices(sampled.frames)])
+
+
+def test_a_file_with_timestamp_resets_is_still_measured_from_its_packets(tmp_path):
+    """An MPEG-TS header counts only part of two recordings joined end to end."""
+    import av
+
+    first = write_clip(tmp_path / "first.ts", [index_frame(i) for i in range(30)], fps=10, keyframe_interval=10)
+    second = write_clip(tmp_path / "second.ts", [index_frame(100 + i) for i in range(20)], fps=10, keyframe_interval=10)
+    joined = tmp_path / "joined.ts"
+    joined.write_bytes(first.read_bytes() + second.read_bytes())
+    with av.open(str(joined)) as container:
+        assert pyav_reader.header_scan(container, container.streams.video[0]) is None
+
+    from framewise.core.video import probe_clip
+
+    assert probe_clip(joined).duration_s == pytest.approx(5.0, abs=0.15)
+
+
+def test_the_converter_converts_a_frame_kept_twice_once_and_raises_its_errors_on_the_decoder():
+    import threading
+
+    converted, handed = [], []
+    first, second = np.zeros((2, 2, 3), np.uint8), np.ones((2, 2, 3), np.uint8)
+
+    def convert(frame: np.ndarray) -> np.ndarray:
+        converted.append(frame)
+        return frame * 2
+
+    converter = pyav_reader._Converter(convert, lambda index, kept: handed.append(index), threading.Event())
+    for index, frame in enumerate((first, first, second)):
+        converter.put(10, index, frame, index / 2)
+    kept = converter.finish()
+    converter.close()
+    assert len(converted) == 2 and sorted(handed) == [10, 11, 12]
+    assert kept[11][1] == 0.5 and (kept[12][0] == 2).all()
+
+    failing = pyav_reader._Converter(lambda frame: 1 / 0, lambda index, kept: None, threading.Event())
+    failing.put(0, 0, first, 0.0)
+    with pytest.raises(ZeroDivisionError):
+        failing.finish()
+    failing.close()

@@ -30,6 +30,7 @@ from framewise.core.events import (
     EncodeDone,
     EngineInfo,
     Failed,
+    FramesRead,
     Progress,
     RequestFinished,
     RequestKind,
@@ -84,6 +85,7 @@ class Recorder(SessionListener):
 
     def __init__(self) -> None:
         self.shown: list[str | None] = []
+        self.read: list[tuple[int, tuple[int, ...]]] = []  # frames shown while a clip is read
         self.passes: list[tuple[int, str]] = []
         self.notices: list[str | None] = []
         self.errors: list[str] = []
@@ -106,6 +108,9 @@ class Recorder(SessionListener):
 
     def clip_shown(self, clip: ClipSampled | None) -> None:
         self.shown.append(clip.clip_name if clip else None)
+
+    def frames_read(self, frames: FramesRead) -> None:
+        self.read.append((frames.request_id, frames.indices))
 
     def encoder_pass(self, chunk: ChunkStats, run_label: str) -> None:
         self.passes.append((chunk.request_id, run_label))
@@ -242,6 +247,31 @@ def test_a_superseded_open_is_not_shown_but_its_commit_is_followed(session: Sess
     assert session.clip.clip_name == "b.mp4" and view.shown[-1] == "b.mp4"
     assert view.passes == [(second, "b.mp4")]
     assert view.opened == ["/clips/b.mp4"] and not session.opening_clip
+
+
+def test_frames_read_reach_the_window_only_for_the_clip_being_opened(session: Session, view: Recorder) -> None:
+    session.open_clip("/clips/a.mp4")
+    session.open_clip("/clips/b.mp4")
+    first, second = 2, 3
+    thumbnail = np.zeros((4, 4, 3), np.uint8)
+    session.handle(FramesRead("a.mp4", 4, (0,), (0.5,), (thumbnail,), request_id=first))
+    session.handle(FramesRead("b.mp4", 4, (2, 0), (2.5, 0.5), (thumbnail, thumbnail), request_id=second))
+
+    assert view.read == [(second, (2, 0))], "the superseded open's frames are not shown"
+
+
+def test_new_settings_show_the_frames_they_read_of_the_opened_clip_not_of_added_items(
+    session: Session, view: Recorder
+) -> None:
+    open_clip(session, "a.mp4")
+    assert session.apply_settings(AppSettings().replace("sampling", max_frames=6))
+    request_id = len(session.port.sent)  # type: ignore[attr-defined]
+    thumbnail = np.zeros((4, 4, 3), np.uint8)
+    session.handle(RequestStarted("apply_settings", request_id=request_id))
+    session.handle(FramesRead("a.mp4", 6, (0,), (0.5,), (thumbnail,), request_id=request_id))
+    session.handle(sampled("a.mp4", request_id))  # the opened clip is sampled first, then the added items
+    session.handle(FramesRead("b.mp4", 4, (0,), (0.5,), (thumbnail,), request_id=request_id))
+    assert view.read == [(request_id, (0,))], "an added item's frames do not fill the opened clip's strip"
 
 
 def test_a_failed_open_keeps_the_clip_and_the_conversation(session: Session, view: Recorder) -> None:

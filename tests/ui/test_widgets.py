@@ -10,7 +10,9 @@ import pytest
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QColor
 
-from framewise.core.events import AnswerStats, ChunkStats, ClipSampled, DecoderInfo, DecoderStats, EncodeDone, EngineInfo
+from framewise.core.events import (
+    AnswerStats, ChunkStats, ClipSampled, DecoderInfo, DecoderStats, EncodeDone, EngineInfo, FramesRead,
+)
 from framewise.core.metrics import EncoderMetricsAccumulator
 from framewise.core.settings import AppSettings
 from framewise.ui.frames import FrameStrip, format_timestamp, image_from_array
@@ -114,6 +116,31 @@ def test_frame_strip_shows_one_captioned_thumbnail_per_frame(qtbot):
     assert image_from_array(frames[1]).pixelColor(5, 5).red() == 120
     with pytest.raises(ValueError):
         image_from_array(np.zeros((4, 4), np.uint8))
+
+
+def test_frame_strip_fills_while_a_clip_is_read_then_shows_the_finished_clip(qtbot):
+    strip = FrameStrip()
+    qtbot.addWidget(strip)
+    strip.resize(1000, strip.height())
+    strip.show()
+    qtbot.waitExposed(strip)
+    frames = tuple(np.full((32, 56, 3), 40 * index, np.uint8) for index in range(4))
+
+    strip.add_frames(FramesRead("c.mp4", 4, (2, 0), (5.0, 1.0), (frames[2], frames[0]), request_id=7))
+    assert strip.timestamp_texts() == ["0:01.0", "", "0:05.0", ""]  # the second decoder's frame came first
+    qtbot.waitUntil(lambda: strip.pictured_frames == 2)
+    assert strip.item(2).icon().pixmap(strip.iconSize()).toImage().pixelColor(20, 20).red() == 80
+    picked = []
+    strip.frame_selected.connect(picked.append)
+    strip.setCurrentRow(2)
+    assert picked == [], "a frame of a clip still being read cannot be picked yet"
+    strip.add_frames(FramesRead("c.mp4", 4, (1,), (3.0,), (frames[1],), request_id=7))
+    assert strip.timestamp_texts() == ["0:01.0", "0:03.0", "0:05.0", ""]
+
+    strip.set_clip(ClipSampled("c.mp4", "/tmp/c.mp4", (1.0, 3.0, 5.0, 7.0), frames, 1280, 720, 8.0))
+    assert strip.timestamp_texts() == ["0:01.0", "0:03.0", "0:05.0", "0:07.0"]
+    strip.setCurrentRow(3)
+    assert picked == [3]
 
 
 def test_settings_store_round_trip_and_bad_saved_settings(tmp_path):

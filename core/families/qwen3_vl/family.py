@@ -107,7 +107,7 @@ class Qwen3VLFamily:
 
     def frame_sizing(self, sampling: SamplingSettings, limits: FamilyLimits, resize: Resize | None = None) -> FrameSizing:
         if resize is None:
-            from framewise.core.families.qwen3_vl.processor import resize_frames as resize
+            from framewise.core.families.qwen3_vl.processor import resize_on_one_thread as resize
         return sizing.frame_sizing(sampling, geometry_of(limits), resize)
 
     def preprocess_video(self, frames: np.ndarray, timestamps: Sequence[float], limits: FamilyLimits) -> VideoInputs:

@@ -77,8 +77,26 @@ def resize_frames(frames: np.ndarray | torch.Tensor, size: tuple[int, int]) -> n
 
 def video_frame_sizing(sampling: SamplingSettings, geometry: VisionGeometry = VisionGeometry()) -> FrameSizing:
     """How the clip readers size sampled frames for Qwen3-VL: :func:`~.sizing.video_frame_size`
-    under ``sampling``'s pixel bounds, resampled by :func:`resize_frames`."""
-    return frame_sizing(sampling, geometry, resize_frames)
+    under ``sampling``'s pixel bounds, resampled by :func:`resize_frames` on one thread (see
+    :func:`resize_on_one_thread`)."""
+    return frame_sizing(sampling, geometry, resize_on_one_thread)
+
+
+def resize_on_one_thread(frames: np.ndarray | torch.Tensor, size: tuple[int, int]) -> np.ndarray | torch.Tensor:
+    """:func:`resize_frames` with torch's intra-op threads at one on the calling thread.
+
+    Readers resize each frame they keep, between frames FFmpeg's own threads decode on every core:
+    a frame is too small to gain from more threads, and after each call torch's OpenMP workers
+    spin-wait on those cores, which on a 2-core machine made sampling slower than decoding every
+    frame. With OpenMP the thread count is the calling thread's own (other threads keep theirs);
+    it is put back after the call.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return resize_frames(frames, size)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def fit_video_frames(

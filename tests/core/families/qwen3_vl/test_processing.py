@@ -471,3 +471,29 @@ def test_template_that_drops_the_clip_is_a_model_error():
     )
     with pytest.raises(ModelLoadError, match="chat template placed 0 clip"):
         build_chat_inputs(text_only, "Hi", videos=[video_inputs(pairs=1)])
+
+
+def test_readers_resize_each_kept_frame_on_one_torch_thread_and_the_count_is_put_back(monkeypatch):
+    """Beside FFmpeg's decoder threads, torch's OpenMP workers spin between per-frame resizes and
+    take the cores the decoder needs; the reader's resampler runs on the calling thread alone."""
+    from framewise.core.families.qwen3_vl import processor
+
+    seen: list[int] = []
+    real = processor.resize_frames
+
+    def counting(frames, size):
+        seen.append(torch.get_num_threads())
+        return real(frames, size)
+
+    monkeypatch.setattr(processor, "resize_frames", counting)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        frame = np.random.default_rng(0).integers(0, 256, (1, 64, 96, 3), dtype=np.uint8)
+        resized = processor.video_frame_sizing(SamplingSettings()).resize(frame, (32, 48))
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+    assert seen == [1] and after == 2
+    np.testing.assert_array_equal(resized, real(frame, (32, 48)))
