@@ -26,6 +26,7 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from decode_bench import copy_bandwidth  # noqa: E402
+from graph_timing import graph_replay_ms  # noqa: E402
 
 from framewise.core.families.qwen3_vl import step_kernels  # noqa: E402
 from framewise.core.quantization import gemv_kernels  # noqa: E402
@@ -47,21 +48,12 @@ SWEEP = list(itertools.product((2, 4, 8), (512, 1024, 2048), (4, 8)))
 def graph_us(launches: list[Callable[[], object]], replays: int = 10) -> float:
     """Mean microseconds of one call of ``launches`` (called in turn, ``LAUNCHES`` in all) in a
     CUDA graph."""
-    for launch in launches:  # compile outside the capture
-        launch()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+
+    def all_launches() -> None:
         for index in range(LAUNCHES):
             launches[index % len(launches)]()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / (replays * LAUNCHES)
+
+    return graph_replay_ms(all_launches, replays) * 1e3 / LAUNCHES
 
 
 def bench_shape(rows: int, columns: int, kind: str, bandwidth: float, sweep_shapes: bool) -> dict:
