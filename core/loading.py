@@ -146,7 +146,7 @@ def estimate_memory(settings: AppSettings) -> MemoryEstimate:
     budgets = settings.encoder.token_budgets(family.limits) if settings.encoder.use_graphs and device.type == "cuda" else ()
     return family.estimate_memory(
         config, _weight_dtype_name(model.dtype, device, _declares_quantization(path)),
-        settings.context_tokens(family.limits), budgets,
+        settings.context_tokens(family.limits), budgets, device.type,
     )
 
 

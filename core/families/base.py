@@ -189,11 +189,13 @@ class ModelFamily(Protocol):
         ...
 
     def estimate_memory(
-        self, config: Mapping[str, Any], dtype: str, context_tokens: int, encoder_budgets: Sequence[int]
+        self, config: Mapping[str, Any], dtype: str, context_tokens: int, encoder_budgets: Sequence[int],
+        device_type: str = "cuda",
     ) -> MemoryEstimate:
-        """The device memory a checkpoint with this config.json (a dict) takes with weights in
-        ``dtype`` (``"float32"``, ``"bfloat16"``, ``"float16"`` or ``"fp8"``), a KV cache of
-        ``context_tokens`` positions and encoder graphs for ``encoder_budgets``, before loading it."""
+        """The memory a checkpoint with this config.json (a dict) takes on a ``device_type``
+        device (``"cuda"``, ``"cpu"``, ...) with weights in ``dtype`` (``"float32"``,
+        ``"bfloat16"``, ``"float16"`` or ``"fp8"``), a KV cache of ``context_tokens`` positions and
+        encoder graphs for ``encoder_budgets``, before loading it."""
         ...
 
     def adapter(self, model: torch.nn.Module) -> FamilyAdapter:

@@ -85,11 +85,14 @@ class Qwen3VLFamily:
         )
 
     def estimate_memory(
-        self, config: Mapping[str, Any], dtype: str, context_tokens: int, encoder_budgets: Sequence[int]
+        self, config: Mapping[str, Any], dtype: str, context_tokens: int, encoder_budgets: Sequence[int],
+        device_type: str = "cuda",
     ) -> MemoryEstimate:
         from framewise.core.families.qwen3_vl import memory
 
-        return memory.estimate_memory(config, dtype, context_tokens, encoder_budgets)  # type: ignore[arg-type]
+        return memory.estimate_memory(
+            config, dtype, context_tokens, encoder_budgets, device_type=device_type  # type: ignore[arg-type]
+        )
 
     def adapter(self, model: torch.nn.Module) -> Qwen3VLAdapter:
         from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter

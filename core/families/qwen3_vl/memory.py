@@ -120,9 +120,10 @@ class EncoderShape:
 
 
 def weight_bytes(decoder: DecoderShape, encoder: EncoderShape, dtype: WeightDtype,
-                 scheme: Literal["block", "channel"] = "channel") -> int:
-    """Bytes of every weight; in ``fp8`` the decoder's linear layers are e4m3 with ``scheme`` scales."""
-    element = _ELEMENT_BYTES[dtype]
+                 scheme: Literal["block", "channel"] = "channel", unquantized: WeightDtype = "bfloat16") -> int:
+    """Bytes of every weight; in ``fp8`` the decoder's linear layers are e4m3 with ``scheme``
+    scales and the rest is in ``unquantized``."""
+    element = _ELEMENT_BYTES[unquantized if dtype == "fp8" else dtype]
     linears = decoder.layers * sum(_linear_bytes(shape, dtype, scheme) for shape in decoder.linear_shapes())
     return linears + element * (decoder.other_parameters() + encoder.parameters())
 
@@ -160,17 +161,22 @@ def estimate_memory(
     context_tokens: int,
     encoder_budgets: Sequence[int],
     scheme: Literal["block", "channel"] = "channel",
+    device_type: str = "cuda",
 ) -> MemoryEstimate:
     """The device memory a model with this config.json (a dict with ``text_config`` and
-    ``vision_config``) takes in ``dtype``, with a KV cache of ``context_tokens`` positions and
-    encoder graphs for ``encoder_budgets`` (patch rows each; none when graphs are off)."""
+    ``vision_config``) takes in ``dtype`` on a ``device_type`` device, with a KV cache of
+    ``context_tokens`` positions and encoder graphs for ``encoder_budgets`` (patch rows each; none
+    when graphs are off). On the CPU what FP8 leaves unquantized (and the KV cache) is float32, as
+    the load keeps it there, and the decoder captures no graphs."""
     decoder = DecoderShape.from_config(config["text_config"], bool(config.get("tie_word_embeddings", False)))
     encoder = EncoderShape.from_config(config["vision_config"])
-    element = _ELEMENT_BYTES[dtype]
-    activation_dtype = {"float32": torch.float32, "float16": torch.float16}.get(dtype, torch.bfloat16)
+    unquantized: WeightDtype = "float32" if device_type == "cpu" and dtype == "fp8" else "bfloat16"
+    activations = unquantized if dtype == "fp8" else dtype
+    element = _ELEMENT_BYTES[activations]
+    activation_dtype = {"float32": torch.float32, "float16": torch.float16}.get(activations, torch.bfloat16)
     return MemoryEstimate(
-        weights=weight_bytes(decoder, encoder, dtype, scheme),
+        weights=weight_bytes(decoder, encoder, dtype, scheme, unquantized),
         kv_cache=StaticKVCache.bytes_needed(decoder.layers, decoder.kv_heads, decoder.head_dim, context_tokens, activation_dtype),
         encoder_graphs=encoder_graph_bytes(encoder, encoder_budgets, element),
-        decode_graphs=decode_graph_bytes(decoder, element),
+        decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(decoder, element),
     )

@@ -72,6 +72,17 @@ def test_demo_model_quantized_on_load_answers_like_bf16() -> None:
     assert (quantized.argmax(-1) == reference.argmax(-1)).float().mean() >= 0.8
 
 
+def test_on_the_cpu_fp8_keeps_the_rest_in_float32_and_the_decoder_captures_no_graphs() -> None:
+    from framewise.core.loading import load_model
+    from framewise.core.settings import ModelSettings
+
+    model = load_model(ModelSettings(source="demo", device="cpu", dtype="fp8")).model
+    estimate = memory.estimate_memory(DEMO_CONFIG, "fp8", 4096, (), device_type="cpu")
+    assert estimate.weights == stored_bytes(model)
+    assert estimate.kv_cache == StaticKVCache(6, 2, 64, 4096, torch.float32, torch.device("cpu")).nbytes
+    assert estimate.decode_graphs == 0 < memory.estimate_memory(DEMO_CONFIG, "fp8", 4096, ()).decode_graphs
+
+
 def test_kv_cache_is_the_caches_own_size() -> None:
     estimate = memory.estimate_memory(DEMO_CONFIG, "fp8", 4096, ())
     cache = StaticKVCache(6, 2, 64, 4096, torch.bfloat16, torch.device("cpu"))
