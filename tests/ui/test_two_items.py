@@ -32,6 +32,18 @@ def wait_items(qtbot, window: MainWindow, count: int) -> None:
     qtbot.waitUntil(lambda: len(window.session.added) == count and window.operation is None, timeout=TIMEOUT_MS)
 
 
+def window_with_two_clips(qtbot, make_window, sample_clip: Path, folder: Path) -> MainWindow:
+    """A ready window with ``sample_clip`` open and a copy of it, second.mp4, added."""
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    second = folder / "second.mp4"
+    second.write_bytes(sample_clip.read_bytes())
+    window.add_clip(str(second))
+    wait_items(qtbot, window, 1)
+    return window
+
+
 def test_a_ctrl_drop_adds_a_second_clip_beside_the_first(qtbot, make_window, sample_clip: Path, tmp_path: Path) -> None:
     window = make_window()
     wait_ready(qtbot, window)
@@ -86,13 +98,7 @@ def test_a_shift_dragged_span_is_looked_at_closer(qtbot, make_window, sample_cli
 
 
 def test_after_a_restart_an_answer_still_says_which_items_it_saw(qtbot, make_window, sample_clip: Path, tmp_path: Path) -> None:
-    first = make_window()
-    wait_ready(qtbot, first)
-    open_and_wait(qtbot, first, sample_clip)
-    second = tmp_path / "second.mp4"
-    second.write_bytes(sample_clip.read_bytes())
-    first.add_clip(str(second))
-    wait_items(qtbot, first, 1)
+    first = window_with_two_clips(qtbot, make_window, sample_clip, tmp_path)
     ask_and_wait(qtbot, first, "Which clip is brighter?")
     first.shutdown()
 
@@ -104,13 +110,7 @@ def test_after_a_restart_an_answer_still_says_which_items_it_saw(qtbot, make_win
 
 
 def test_settings_that_resample_keep_every_item_in_its_tab(qtbot, make_window, sample_clip: Path, tmp_path: Path) -> None:
-    window = make_window()
-    wait_ready(qtbot, window)
-    open_and_wait(qtbot, window, sample_clip)
-    second = tmp_path / "second.mp4"
-    second.write_bytes(sample_clip.read_bytes())
-    window.add_clip(str(second))
-    wait_items(qtbot, window, 1)
+    window = window_with_two_clips(qtbot, make_window, sample_clip, tmp_path)
     assert window.session.look_closer(1.0, 2.0)
     wait_items(qtbot, window, 2)
     names = [done.clip_name for _, done in window.session.added]
@@ -135,13 +135,7 @@ def test_a_time_the_answer_ties_to_a_clip_shows_that_clips_tab_there(
 
     answer = ("In", " the", " second", " clip", " at", " 0:02", " it", " is", " red.", " At", " 0:01", " too.")
     monkeypatch.setattr(FakeEngine, "answer_words", answer)
-    window = make_window()
-    wait_ready(qtbot, window)
-    open_and_wait(qtbot, window, sample_clip)
-    second = tmp_path / "second.mp4"
-    second.write_bytes(sample_clip.read_bytes())
-    window.add_clip(str(second))
-    wait_items(qtbot, window, 1)
+    window = window_with_two_clips(qtbot, make_window, sample_clip, tmp_path)
     window.clip_tabs.setCurrentIndex(0)
     ask_and_wait(qtbot, window, "Which clip is red when?")
     turn = window.conversation.turns[-1]
