@@ -22,22 +22,21 @@ decodes the frames it needs.
   the caller's resampler (the frames training and evaluation see); in fast mode by FFmpeg's
   scaler, to RGB at the target size in one step.
 * **Rotation.** A display-matrix rotation (phones) is applied; flips in the matrix are ignored.
-* **libav's messages** go to Python logging (loggers ``libav.*``, never the console) while a file
-  is opened and its packets scanned, on the reading thread. Decoding runs with them off: PyAV
-  documents lockups when FFmpeg's decoder threads call back into Python.
+* **libav's messages** stay off, as PyAV leaves them: its route into Python logging calls back into
+  Python from inside FFmpeg, and with one decoder per core opening files at once that locked up
+  every reader on a 16-core machine (PyAV issue 751). A file PyAV cannot read is reported by the
+  error PyAV raises.
 """
 
 from __future__ import annotations
 
 import errno
 import functools
-import logging
 import os
 import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -62,28 +61,6 @@ from framewise.core.video.sampling import FramePicker, Taken, TakeRequest
 
 DISCONTINUITY_GAP_S = 10.0  # as FFmpeg's own dts_delta_threshold
 _TS_DISCONT = av.format.Flags.ts_discont.value
-
-logging.getLogger("libav").addHandler(logging.NullHandler())  # no console fallback for libav's lines
-_libav_log_users = 0
-_libav_log_lock = threading.Lock()
-
-
-@contextmanager
-def _libav_messages_logged() -> Iterator[None]:
-    """Route libav's messages to Python logging for the duration (nested and threaded uses count)."""
-    global _libav_log_users
-    with _libav_log_lock:
-        _libav_log_users += 1
-        if _libav_log_users == 1:
-            av.logging.set_level(av.logging.WARNING)
-    try:
-        yield
-    finally:
-        with _libav_log_lock:
-            _libav_log_users -= 1
-            if _libav_log_users == 0:
-                av.logging.set_level(None)
-
 
 # --- the packet pass -------------------------------------------------------------------------------
 
@@ -247,8 +224,7 @@ def measure(container: Any, stream: Any, guard: Guard) -> PacketScan:
     scan = index_scan(container, stream) or header_scan(container, stream)
     if scan is None:
         guard.begin("scan")
-        with _libav_messages_logged():
-            scan = scan_packets(container, stream, guard)
+        scan = scan_packets(container, stream, guard)
     return scan
 
 
@@ -279,8 +255,7 @@ def open_container(path: Path, guard: Guard) -> Any:
     """``av.open`` with the budget as its open and read timeouts. A file the OS refuses (permission,
     name too long) raises its ClipError; one PyAV cannot parse raises :class:`ReaderFailed`."""
     try:
-        with _libav_messages_logged():
-            return av.open(str(path), timeout=(guard.seconds_left(), guard.budget.per_video_second_s))
+        return av.open(str(path), timeout=(guard.seconds_left(), guard.budget.per_video_second_s))
     except av.error.ExitError as error:
         raise Stopped from error
     except (av.error.FFmpegError, OSError, UnicodeDecodeError) as error:
@@ -378,7 +353,7 @@ class PyAVClip:
         """A clip measured from its header: one pass over its packets finds the keyframes the
         plan needs (the duration and frame count already reported stay)."""
         self.guard.begin("scan")
-        with open_container(self.path, self.guard) as container, _libav_messages_logged():
+        with open_container(self.path, self.guard) as container:
             scan = scan_packets(container, container.streams[self.stream_index], self.guard)
         if scan.segments:
             self._set_segments(scan.segments)
