@@ -72,8 +72,8 @@ class SamplingSettings:
 
     ``fast_mode``: ``"off"`` takes the frame on screen at each target time, resized by the model's
     own resampler; ``"on"`` takes the decodable frame nearest each target (a keyframe, or the first
-    frame after one) when it is within half the sampling interval, scaled by the decoder, with its
-    true timestamp; ``"auto"`` is on for clips longer than ``FAST_MODE_AUTO_ABOVE_S`` (10 minutes).
+    frame after one) when it is within half the sampling interval, else the earliest frame that
+    near, scaled by the decoder, with its true timestamp; ``"auto"`` is on for clips longer than ``FAST_MODE_AUTO_ABOVE_S`` (10 minutes).
     """
 
     fps: float = 2.0

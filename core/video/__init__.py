@@ -14,7 +14,8 @@ decode (:mod:`.opencv_reader`). Both hand their frames to one sampling loop
   target takes the frame on screen at that time (the last frame whose presentation time is at or
   before it). In fast mode (``SamplingSettings.fast_mode``; by default for clips over 10 minutes)
   a target takes the decodable frame nearest it (a keyframe, or the first frame after one) when
-  that is within half the sampling interval. Presentation timestamps are used throughout, so
+  that is within half the sampling interval, else the earliest frame within half the interval
+  before it (the least decoding). Presentation timestamps are used throughout, so
   variable frame rate comes out right, and the returned timestamps are the chosen frames' own
   times in seconds from the clip's start. :class:`SampledClip` says which mode was used.
 * **Reading.** No frame is decoded twice: groups of pictures are decoded straight through where

@@ -99,13 +99,15 @@ def test_a_group_without_targets_is_read_through_when_a_jump_would_cost_more():
     assert reads == [Read(0, 3, (0.45, 1.05))]  # 0.5 s on to the keyframe at 1.0 rather than a jump
 
 
-def test_fast_targets_take_the_nearest_keyframe_within_half_an_interval_else_the_exact_frame():
+def test_fast_targets_take_the_nearest_keyframe_within_half_an_interval_else_the_earliest_frame_that_near():
     targets = (2.4, 9.0, 20.1)  # keyframes at 0, 2.5, 5, ... 27.5
     reads = plan_reads(KEYFRAME_TIMES, targets, "fast", interval_s=1.0, frame_s=1 / FPS)
 
     assert reads == [
         Read(1, 2, (2.5,), first_frame_only=True),
-        Read(3, 4, (9.0,)),  # 1.0 s from the nearest keyframe: more than half the interval
+        # 1.0 s from the nearest keyframe, more than half the interval: the frame shown at 8.6 s,
+        # the earliest at most 0.5 s before 9.0, is 11 frames past the keyframe at 7.5 instead of 15
+        Read(3, 4, (pytest.approx(8.6),)),
         Read(8, 9, (20.0,), first_frame_only=True),
     ]
 
@@ -113,7 +115,7 @@ def test_fast_targets_take_the_nearest_keyframe_within_half_an_interval_else_the
 def test_a_group_with_an_exact_target_is_decoded_whole_once_even_for_a_fast_one():
     reads = plan_reads(KEYFRAME_TIMES, (4.9, 6.5), "fast", interval_s=1.6, frame_s=1 / FPS)
 
-    assert reads == [Read(2, 3, (5.0, 6.5))]
+    assert reads == [Read(2, 3, (5.0, pytest.approx(5.8)))]
 
 
 @pytest.mark.parametrize("count", [4, 60, 240])
@@ -224,6 +226,23 @@ def test_fast_mode_takes_keyframes_with_their_own_times_and_decodes_one_frame_ea
         assert index % KEYFRAME_EVERY == 0 and time_s == pytest.approx(index / FPS)  # a keyframe, at its own time
         assert abs(time_s - target) <= interval / 2
     assert sampled.frames_decoded <= 12 + 1
+
+
+def test_fast_mode_between_sparse_keyframes_takes_the_earliest_frame_near_enough(gop_clip, workers):
+    """20 targets 1.5 s apart against keyframes 2.5 s apart: most have no keyframe within 0.75 s.
+    Each takes the earliest frame at most 0.75 s before it, so fewer frames are decoded than for
+    the exact ones, and every frame is still within half the interval, at its own time."""
+    workers(1)
+    fast = sample(gop_clip, SamplingSettings(fps=2.0, min_frames=4, max_frames=20, fast_mode="on"))
+    exact = sample(gop_clip, SamplingSettings(fps=2.0, min_frames=4, max_frames=20, fast_mode="off"))
+
+    half_interval = 30.0 / 20 / 2
+    taken = indices(fast.frames)
+    assert taken == sorted(set(taken))  # no frame twice, in order
+    for target, time_s, index in zip(sample_times(30.0, 20), fast.timestamps, taken, strict=True):
+        assert time_s == pytest.approx(index / FPS)
+        assert abs(time_s - target) <= half_interval + 1e-6
+    assert fast.frames_decoded < exact.frames_decoded
 
 
 def test_fast_mode_is_off_for_short_clips_by_default(gop_clip):
