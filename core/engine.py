@@ -70,7 +70,8 @@ from framewise.core.settings_transaction import SettingsTransaction
 from framewise.core.video import ReadProgress, SampledClip, SampledFrames, sample_clip
 from framewise.core.video.feed import ChunkFeed, FrameChunk
 from framewise.core.video.still import StillImage, read_still
-from framewise.core.video.thumbnails import clip_sampled, frames_read
+from framewise.core.video.read_report import reading_events
+from framewise.core.video.thumbnails import clip_sampled
 
 
 @dataclass(frozen=True)
@@ -376,13 +377,8 @@ class Engine(BackendBase[EncodedClip]):
 
     def _emit_read_progress(self, name: str, reading: _Reading, feed: ChunkFeed, started: float) -> None:
         """Report how far reading has got, and the thumbnails of the frames read since the last report."""
-        progress = reading.take_progress()
-        if progress is not None:
-            self._emit(_decode_progress(name, progress, feed.frames_read, time.perf_counter() - started))
-        arrived = feed.take_arrived()
-        total = feed.frames_read[1]
-        if arrived and total is not None:
-            self._emit(frames_read(name, total, arrived))
+        for event in reading_events(name, reading.take_progress(), feed.arrivals, time.perf_counter() - started):
+            self._emit(event)
 
     def _use_frames(self, sampled: SampledFrames) -> EncodeDone:
         """Encode frames sampled elsewhere, as :meth:`open_clip` does after decoding.
@@ -781,24 +777,6 @@ class _Reading:
             raise self._outcome
         assert self._outcome is not None, "join() before result()"
         return self._outcome
-
-
-def _decode_progress(
-    name: str, progress: ReadProgress, frames_read: tuple[int, int | None] = (0, None), elapsed_s: float = 0.0
-) -> Progress:
-    """How far reading a clip has got, in whole seconds of video (of the total when known); the
-    message adds the frames read of the clip's frames and, once a tenth of the video is read, the
-    seconds left at the pace so far."""
-    seconds, total = int(progress.seconds), int(progress.total_s or 0)
-    verb = "Measuring" if progress.stage == "scan" else "Reading"
-    of_total = f" of {total}" if total else ""
-    current = min(seconds, total) if total else seconds
-    read, count = frames_read
-    frames = f"{read} of {count} frames, " if count else ""
-    left = ""
-    if progress.stage == "decode" and total and progress.seconds >= total / 10:
-        left = f", about {max(elapsed_s * (total - progress.seconds) / progress.seconds, 0.0):.0f} s left"
-    return Progress("decode", current, total, f"{verb} {name}: {frames}{seconds}{of_total} s of video{left}")
 
 
 def _decoded_answer(text: str, token_ids: Sequence[int], loaded: LoadedModel) -> DecodedAnswer:

@@ -55,7 +55,9 @@ from framewise.core.families import default_family, default_limits
 from framewise.core.metrics import DecodeSpeedMeter, decode_rate
 from framewise.core.resources import asset_path
 from framewise.core.settings import DEMO_MODEL, AppSettings
-from framewise.core.video import SampledFrames, sample_clip
+from framewise.core.video import ReadProgress, SampledFrames, sample_clip
+from framewise.core.video.feed import FrameArrivals
+from framewise.core.video.read_report import reading_events
 from framewise.core.video.still import read_still
 from framewise.core.video.thumbnails import clip_sampled
 from framewise.core.wording import plural
@@ -175,11 +177,19 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         if still is not None:
             return self._pack_picture(still.pixels, path, (time.perf_counter() - started) * 1e3)
         sampling = self.settings.sampling
+        arrivals = FrameArrivals()
+
+        def report(progress: ReadProgress) -> None:
+            for event in reading_events(path.name, progress, arrivals, time.perf_counter() - started):
+                self._emit(event)
+
         sampled = sample_clip(
             path,
             sampling,
             self.family.frame_sizing(sampling, self.limits, resize=resize_with_opencv),
             should_cancel=self._cancel.is_set,
+            on_progress=report,
+            sink=arrivals,
             span=span,
         )
         decode_ms = (time.perf_counter() - started) * 1e3

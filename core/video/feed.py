@@ -32,6 +32,41 @@ class FrameChunk:
     times: tuple[float, ...]
 
 
+class FrameArrivals:
+    """The frames put while a clip is read, kept for whoever reports them (a :class:`FrameSink`
+    of its own, or part of a :class:`ChunkFeed`); safe to put into from several reader threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count: int | None = None
+        self._put: set[int] = set()
+        self._arrived: list[tuple[int, np.ndarray, float]] = []  # put since the last take_arrived()
+
+    def start(self, count: int, size: tuple[int, int]) -> None:
+        """``count`` frames are coming (``size`` (h, w) is the reader's business, not this one's)."""
+        with self._lock:
+            self._count = count
+
+    def put(self, index: int, rgb: np.ndarray, time_s: float) -> None:
+        """Frame ``index`` (h, w, 3) uint8, shown at ``time_s``; a frame put again is not kept again."""
+        with self._lock:
+            if index not in self._put:
+                self._put.add(index)
+                self._arrived.append((index, rgb, time_s))
+
+    def take_arrived(self) -> list[tuple[int, np.ndarray, float]]:
+        """The frames put since the last call, in the order they came: (index, (h, w, 3) uint8, time)."""
+        with self._lock:
+            arrived, self._arrived = self._arrived, []
+        return arrived
+
+    @property
+    def frames_read(self) -> tuple[int, int | None]:
+        """(frames read so far, the clip's frames; None until :meth:`start`)."""
+        with self._lock:
+            return len(self._put), self._count
+
+
 class ChunkFeed:
     """Gathers frames put by reader threads into chunks and queues them for one consumer.
 
@@ -47,9 +82,7 @@ class ChunkFeed:
         self._bounds: list[int] = []  # the first frame of each chunk, then the frame count
         self._next_chunk = 0
         self._waiting: dict[int, tuple[np.ndarray, float]] = {}
-        self._put: set[int] = set()
-        self._arrived: list[tuple[int, np.ndarray, float]] = []  # put since the last take_arrived()
-        self._arrived_lock = threading.Lock()  # not _lock: a put holds that while it waits on the consumer
+        self.arrivals = FrameArrivals()  # its own lock: a put holds _lock while it waits on the consumer
 
     def start(self, count: int, size: tuple[int, int]) -> None:
         """The clip has ``count`` frames of ``size``; chunks are cut as ``chunk_sizes`` says."""
@@ -59,16 +92,14 @@ class ChunkFeed:
         assert bounds[-1] == count, f"chunks of {bounds[-1]} frames for a clip of {count}"
         with self._lock:
             self._bounds = bounds
+        self.arrivals.start(count, size)
 
     def put(self, index: int, rgb: np.ndarray, time_s: float) -> None:
         """Frame ``index`` of the clip, (h, w, 3) uint8, shown at ``time_s``. A frame put again
         (a filled gap) keeps its first value. Waits while the queue is full; raises
         :class:`CancelledError` once the consumer has closed the feed."""
         with self._lock:  # held while queueing too, so chunks reach the queue in clip order
-            if index not in self._put:
-                with self._arrived_lock:
-                    self._arrived.append((index, rgb, time_s))
-            self._put.add(index)
+            self.arrivals.put(index, rgb, time_s)
             if index >= self._first_waiting():
                 self._waiting.setdefault(index, (rgb, time_s))
             for chunk in self._complete_chunks():
@@ -94,17 +125,6 @@ class ChunkFeed:
             if chunk is None:
                 return
             yield chunk
-
-    def take_arrived(self) -> list[tuple[int, np.ndarray, float]]:
-        """The frames put since the last call, in the order they came: (index, (h, w, 3) uint8, time)."""
-        with self._arrived_lock:
-            arrived, self._arrived = self._arrived, []
-        return arrived
-
-    @property
-    def frames_read(self) -> tuple[int, int | None]:
-        """(frames read so far, the clip's frames; None until :meth:`start`)."""
-        return len(self._put), (self._bounds[-1] if self._bounds else None)
 
     @property
     def queued(self) -> int:

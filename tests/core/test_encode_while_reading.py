@@ -220,11 +220,11 @@ def test_a_768_frame_clip_runs_end_to_end_on_the_demo_model(tmp_path):
 
 
 def test_reading_progress_tells_frames_read_of_total_and_the_time_left():
-    from framewise.core.engine import _decode_progress
+    from framewise.core.video.read_report import decode_progress
     from framewise.core.video import ReadProgress
 
-    early = _decode_progress("talk.mp4", ReadProgress("decode", 100.0, 3600.0), (20, 768), elapsed_s=5.0)
+    early = decode_progress("talk.mp4", ReadProgress("decode", 100.0, 3600.0), (20, 768), elapsed_s=5.0)
     assert early.message == "Reading talk.mp4: 20 of 768 frames, 100 of 3600 s of video"  # too early to tell
-    later = _decode_progress("talk.mp4", ReadProgress("decode", 1800.0, 3600.0), (384, 768), elapsed_s=6.0)
+    later = decode_progress("talk.mp4", ReadProgress("decode", 1800.0, 3600.0), (384, 768), elapsed_s=6.0)
     assert (later.current, later.total) == (1800, 3600)
     assert later.message == "Reading talk.mp4: 384 of 768 frames, 1800 of 3600 s of video, about 6 s left"

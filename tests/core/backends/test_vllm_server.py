@@ -402,3 +402,34 @@ def test_new_sampling_settings_resample_every_clip_and_keep_the_picture(tmp_path
         engine.apply_settings(engine.settings.replace("sampling", max_frames=8))
     assert [clip.kind for clip in engine.clips] == ["video", "image"]
     assert engine.clips[0].summary.frames == 8 and len(frames_in(engine.clips[0].url)) == 8
+
+
+def test_the_strip_fills_while_the_clip_is_read_as_on_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames reach the window as they are read (FramesRead, with the reading's progress), not only
+    once the whole clip is: each once, at the time and with the picture the finished clip shows."""
+    from framewise.core.backends import vllm_server
+    from framewise.core.events import ClipSampled, FramesRead
+    from framewise.core.video.feed import FrameArrivals
+
+    class SlowArrivals(FrameArrivals):
+        def put(self, index: int, rgb: np.ndarray, time_s: float) -> None:
+            time.sleep(0.2)  # a slow read: several progress reports before its end
+            super().put(index, rgb, time_s)
+
+    monkeypatch.setattr(vllm_server, "FrameArrivals", SlowArrivals)
+    events: list = []
+    with FakeVllmServer(Behaviour(pieces=("red", ""))) as server:
+        engine = loaded(server.url, events)
+        engine.settings = engine.settings.replace("sampling", max_frames=8)
+        engine.open_clip(CLIP)
+
+    sampled_at = next(index for index, event in enumerate(events) if isinstance(event, ClipSampled))
+    reads = [event for event in events[:sampled_at] if isinstance(event, FramesRead)]
+    assert reads, "no frames shown before the clip was read"
+    assert any(isinstance(event, Progress) and "of 8 frames" in event.message for event in events[:sampled_at])
+    sampled = events[sampled_at]
+    shown = [(index, time_s, picture) for read in reads for index, time_s, picture in zip(read.indices, read.timestamps, read.thumbnails, strict=True)]
+    assert len({index for index, _, _ in shown}) == len(shown)
+    for index, time_s, picture in shown:
+        assert time_s == sampled.timestamps[index]
+        np.testing.assert_array_equal(picture, sampled.thumbnails[index])
