@@ -99,7 +99,10 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
 
     report(Progress("load", 3, LOAD_STEPS, f"Moving the model to {device.type}"))
     try:
-        model = model.to(device).eval()
+        # requires_grad alike for every checkpoint and dtype: torch.compile guards on it, and a
+        # process that loads models of both kinds would otherwise compile the fused kernels anew
+        # for each, until its recompile limit leaves them uncompiled
+        model = model.to(device).eval().requires_grad_(False)
     except torch.OutOfMemoryError as error:
         raise ModelLoadError(
             f"{name} does not fit in the memory of {device}; choose a smaller model, the CPU, or a smaller dtype."

@@ -62,6 +62,14 @@ def test_fp8_setting_quantizes_only_the_decoder_layers() -> None:
     assert loaded.model.generation_config.eos_token_id == [828, 826]  # the checkpoint's, as from_pretrained reads
 
 
+@pytest.mark.parametrize("dtype", ["float32", "fp8"])
+def test_every_loaded_parameter_is_frozen_whatever_the_dtype(dtype: str) -> None:
+    """torch.compile guards on requires_grad: models loaded in one process must agree on it, or the
+    fused encoder kernels are compiled again for each until the recompile limit leaves them eager."""
+    model = load_model(ModelSettings(source="demo", device="cpu", dtype=dtype)).model
+    assert not any(parameter.requires_grad for parameter in model.parameters())
+
+
 def test_fused_fp8_step_matches_the_models_own_layers() -> None:
     from framewise.core.decoding.kv_cache import StaticKVCache
 
