@@ -158,7 +158,8 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
         "--fast-mode",
         choices=FAST_MODES,
         default=defaults.sampling.fast_mode,
-        help="take the keyframe nearest each sampled time (auto: for clips over 10 minutes)",
+        help="take the frame quickest to decode within half an interval of each sampled time, "
+        "a keyframe where one is that near (auto: for clips over 10 minutes)",
     )
     parser.add_argument("--max-new-tokens", type=int, default=defaults.generation.max_new_tokens)
     parser.add_argument("--temperature", type=float, default=defaults.generation.temperature)

@@ -285,7 +285,8 @@ class SettingsDialog(QDialog):
             "sampling.fast_mode",
             "Fast mode",
             _combo(FAST_MODES),
-            "Takes the decodable frame nearest each time, with its true timestamp; "
+            "Takes, for each time, the frame within half the sampling interval that needs the least "
+            "decoding (a keyframe where one is that near), with its true timestamp; "
             f"auto: for clips longer than {FAST_MODE_AUTO_ABOVE_S / 60:g} minutes.",
         )
 
