@@ -118,12 +118,18 @@ def test_frame_strip_shows_one_captioned_thumbnail_per_frame(qtbot):
         image_from_array(np.zeros((4, 4), np.uint8))
 
 
-def test_frame_strip_fills_while_a_clip_is_read_then_shows_the_finished_clip(qtbot):
+def shown_strip(qtbot) -> FrameStrip:
+    """A frame strip 1,000 pixels wide, on screen."""
     strip = FrameStrip()
     qtbot.addWidget(strip)
     strip.resize(1000, strip.height())
     strip.show()
     qtbot.waitExposed(strip)
+    return strip
+
+
+def test_frame_strip_fills_while_a_clip_is_read_then_shows_the_finished_clip(qtbot):
+    strip = shown_strip(qtbot)
     frames = tuple(np.full((32, 56, 3), 40 * index, np.uint8) for index in range(4))
 
     strip.add_frames(FramesRead("c.mp4", 4, (2, 0), (5.0, 1.0), (frames[2], frames[0]), request_id=7))
@@ -202,11 +208,7 @@ def test_timeline_click_and_keys_seek_within_the_clip(qtbot):
 
 
 def test_a_strip_of_768_frames_makes_only_the_pictures_in_view(qtbot):
-    strip = FrameStrip()
-    qtbot.addWidget(strip)
-    strip.resize(1000, strip.height())
-    strip.show()
-    qtbot.waitExposed(strip)
+    strip = shown_strip(qtbot)
     frames = tuple(np.full((32, 56, 3), index % 256, np.uint8) for index in range(768))
     strip.set_clip(ClipSampled("long.mp4", "/tmp/long.mp4", tuple(i * 4.0 for i in range(768)), frames, 1920, 1080, 3072.0))
     qtbot.waitUntil(lambda: strip.pictured_frames > 0, timeout=2000)
