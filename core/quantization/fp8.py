@@ -96,6 +96,39 @@ def quantize(weight: torch.Tensor, scheme: Literal["block", "channel"]) -> tuple
     return quantize_blockwise(weight) if scheme == "block" else quantize_per_channel(weight)
 
 
+def quantize_onto(
+    weight: torch.Tensor,
+    scheme: Literal["block", "channel"],
+    device: torch.device,
+    chunk_elements: int = 1 << 20,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`quantize` of a (N, K) ``weight`` held anywhere (a memory-mapped checkpoint tensor),
+    with the result on ``device``: the same e4m3 weight (N, K) and scales, computed a band of rows
+    at a time (whole 128-row blocks for ``"block"``).
+
+    Only a band of about ``chunk_elements`` weights and its float32 temporaries are on the device
+    at once. Loading a model quantizes hundreds of weights; with temporaries of one size the
+    caching allocator keeps reusing the same few blocks, and the long-lived e4m3 weights are not
+    carved out of segments that a whole weight's temporaries left behind (which would stay
+    reserved, partly used, after loading).
+    """
+    rows, columns = weight.shape
+    band = max(1, chunk_elements // columns)
+    if scheme == "block":
+        band = max(BLOCK_SIZE, band // BLOCK_SIZE * BLOCK_SIZE)
+        scale_shape: tuple[int, int] = (math.ceil(rows / BLOCK_SIZE), math.ceil(columns / BLOCK_SIZE))
+    else:
+        scale_shape = (rows, 1)
+    quantized = torch.empty((rows, columns), dtype=E4M3, device=device)
+    scales = torch.empty(scale_shape, dtype=torch.float32, device=device)
+    for start in range(0, rows, band):
+        part_quantized, part_scales = quantize(weight[start : start + band].to(device), scheme)
+        quantized[start : start + band] = part_quantized
+        scale_start = start // BLOCK_SIZE if scheme == "block" else start
+        scales[scale_start : scale_start + part_scales.shape[0]] = part_scales
+    return quantized, scales
+
+
 def dequantize(
     quantized: torch.Tensor, scales: torch.Tensor, scheme: Literal["block", "channel"], dtype: torch.dtype = torch.bfloat16
 ) -> torch.Tensor:

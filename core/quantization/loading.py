@@ -6,11 +6,11 @@ moved to the target device and put in its place:
 
 - an e4m3 weight from an FP8 checkpoint replaces its ``nn.Linear`` by an
   :class:`~framewise.core.quantization.linear.Fp8Linear` with its scale;
-- a weight of a linear layer the caller chose to quantize on load is moved to the device in the
-  checkpoint's precision, quantized there, and replaced likewise; the full-precision copy is
-  dropped before the next tensor is read, so the target device never holds more than one
-  full-precision weight that ends up in FP8 (with its quantization's float32 temporaries, about
-  11 bytes a weight at the peak);
+- a weight of a linear layer the caller chose to quantize on load is moved to the device a band
+  of rows at a time in the checkpoint's precision, quantized there
+  (:func:`~framewise.core.quantization.fp8.quantize_onto`), and replaced likewise; the target
+  device never holds a full-precision copy of a weight that ends up in FP8, only one band and its
+  float32 temporaries;
 - anything else is cast to the model's dtype (floats only) and set as the parameter or buffer.
 
 Tied weights (an output head sharing the input embedding) come apart when one of them is set:
@@ -35,7 +35,7 @@ from framewise.core.quantization.formats import (
     quantized_weight_scales,
     read_tensor_headers,
 )
-from framewise.core.quantization.fp8 import QUANTIZE_ON_LOAD_SCHEME, quantize
+from framewise.core.quantization.fp8 import QUANTIZE_ON_LOAD_SCHEME, quantize_onto
 from framewise.core.quantization.linear import Fp8Linear
 
 
@@ -102,7 +102,7 @@ def load_checkpoint(
                 _replace(model, module_name, Fp8Linear(read(name).to(device), scale, fmt.scheme, _bias_of(module)))
                 report.fp8_from_checkpoint.append(module_name)
             elif leaf == "weight" and isinstance(module, nn.Linear) and quantize_on_load(module_name):
-                weight, weight_scale = quantize(read(name).to(device), scheme)
+                weight, weight_scale = quantize_onto(read(name), scheme, device)
                 _replace(model, module_name, Fp8Linear(weight, weight_scale, scheme, _bias_of(module)))
                 report.quantized_on_load.append(module_name)
             else:

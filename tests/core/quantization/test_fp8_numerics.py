@@ -79,3 +79,18 @@ def test_dequantize_gives_the_asked_dtype() -> None:
     quantized, scales = fp8.quantize_per_channel(torch.randn(8, 16))
     assert fp8.dequantize(quantized, scales, "channel", torch.float16).dtype == torch.float16
     assert fp8.dequantize(*fp8.quantize_blockwise(torch.randn(8, 16)), "block").dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("scheme", ["block", "channel"])
+@pytest.mark.parametrize(("rows", "columns", "chunk_elements"), [(300, 200, 128 * 200), (300, 200, 5000), (130, 5, 1), (64, 64, 1 << 20)])
+def test_quantize_onto_in_bands_equals_quantizing_whole(
+    scheme: str, rows: int, columns: int, chunk_elements: int
+) -> None:
+    """Bands of rows (several, one partial, or one for the whole weight) give the same e4m3 values
+    and scales as quantizing the weight at once: the block scheme's bands keep whole 128-row blocks."""
+    weight = torch.randn(rows, columns, dtype=torch.bfloat16) * torch.logspace(-2, 2, rows)[:, None].bfloat16()
+    expected_weight, expected_scales = fp8.quantize(weight, scheme)
+    quantized, scales = fp8.quantize_onto(weight, scheme, torch.device("cpu"), chunk_elements)
+    assert quantized.dtype == fp8.E4M3 and scales.shape == expected_scales.shape
+    assert torch.equal(quantized.view(torch.uint8), expected_weight.view(torch.uint8))
+    assert torch.equal(scales, expected_scales)
