@@ -2,8 +2,9 @@
 
 Qwen3-VL language models at the released text sizes with random weights (built from
 ``Qwen3VLConfig``; nothing is downloaded), a pre-encoded clip (random features of the right
-shape injected where the video pads are), a first question and follow-ups, ``--new-tokens``
-each, greedy. Every answer runs to ``--new-tokens`` (no end-of-answer token). Modes:
+shape injected where the video pads are; by default 32 frames at the size the app samples a
+1280x720 clip to, the clip the first-question target is set for), a first question and
+follow-ups, ``--new-tokens`` each, greedy. Every answer runs to ``--new-tokens`` (no end-of-answer token). Modes:
 
 - ``default``: ``generate()`` with its dynamic cache, the whole conversation prefilled per question
   (what Framewise ran before it had a decoder);
@@ -132,6 +133,16 @@ class Conversation:
         for answer, follow_up in zip(answers, self.follow_ups):
             ids += answer + follow_up
         return ids
+
+
+def app_frame_size(frames: int) -> tuple[int, int]:
+    """(height, width) the app samples a 1280x720 clip of ``frames`` frames to at its default
+    settings (the Qwen3-VL family's sizing within the default pixel budget)."""
+    from framewise.core.families import default_limits, family_for
+    from framewise.core.settings import AppSettings
+
+    sizing = family_for("qwen3_vl").frame_sizing(AppSettings().sampling, default_limits())
+    return sizing.size(frames, 720, 1280)
 
 
 def make_conversation(frames: int, height: int, width: int, follow_ups: int, seed: int = 0) -> Conversation:
@@ -520,7 +531,7 @@ def _rounded(value: Any) -> Any:
 def markdown(results: list[dict[str, Any]], header: dict[str, Any]) -> str:
     lines = [
         f"{header['device']}, torch {header['torch']}, transformers {header['transformers']}, "
-        f"{header['date']}; copy bandwidth {header['bandwidth_gbs']:.0f} GB/s",
+        f"{header['date']}; copy bandwidth {header['bandwidth_gbs']:.0f} GB/s; clip {header['clip']}",
         "",
         "| size | dtype | mode | TTFT first (ms) | TTFT follow-ups (ms) | decode tok/s | per token mean / p99 (ms) | "
         "p99/mean | x floor | capture (s) | cache + graphs (MiB) |",
@@ -582,9 +593,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true",
                         help="8B shapes, bfloat16 and fp8, the framewise mode, one follow-up")
-    parser.add_argument("--frames", type=int, default=16)
-    parser.add_argument("--height", type=int, default=448)
-    parser.add_argument("--width", type=int, default=448)
+    parser.add_argument("--frames", type=int, default=32)
+    parser.add_argument("--height", type=int, default=None,
+                        help="frame height (default: what the app samples a 1280x720 clip of --frames frames to)")
+    parser.add_argument("--width", type=int, default=None, help="frame width (default: as --height)")
     parser.add_argument("--follow-ups", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument(
@@ -607,6 +619,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or args.dtypes.count("fp8") and args.dtypes[-1] != "fp8":
         parser.error("--dtypes: bfloat16, float32, float16 or fp8, with fp8 last (it quantizes the model in place)")
     args.modes = [mode for mode in args.modes.split(",") if mode]
+    if args.height is None or args.width is None:
+        args.height, args.width = app_frame_size(args.frames)
     args.run_deadline = time.perf_counter() + args.total_budget_s
     args.mode_budgets = {name: float(seconds) for name, seconds in (item.split("=") for item in args.mode_budgets.split(","))}
     device = torch.device(args.device)
@@ -618,6 +632,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__, "transformers": transformers.__version__, "dtypes": args.dtypes,
         "bandwidth_gbs": bandwidth / 1e9, "command": " ".join(sys.argv),
+        "clip": f"{args.frames} frames of {args.width}x{args.height}",
     }
     args.out.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = []
