@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
+from transformers.integrations.sdpa_attention import repeat_kv
 
 from framewise.core.decoding.attention import (
     causal_mask,
@@ -497,9 +498,9 @@ def _attend(
         else:
             # Only the memory-efficient and math kernels take a mask, and the memory-efficient one
             # does not share key/value heads (enable_gqa would fall back to math): repeat them, as
-            # transformers' sdpa attention does.
+            # transformers' sdpa attention does (an expand and a copy, no host sync: graph-safe).
             group = heads // kv_heads
-            keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)
+            keys, values = repeat_kv(keys, group), repeat_kv(values, group)
             attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scaling)
     return attended[0].transpose(0, 1).reshape(count, heads * head_dim)
 
