@@ -494,7 +494,9 @@ def _attend(
     with prefill_attention_backends():
         if mask is None:
             # Causal from an empty cache: flash attention shares the key/value heads itself.
-            attended = F.scaled_dot_product_attention(query, keys, values, is_causal=True, scale=scaling, enable_gqa=True)
+            attended = F.scaled_dot_product_attention(
+                query, keys, values, is_causal=True, scale=scaling, enable_gqa=True
+            )
         else:
             # Only the memory-efficient and math kernels take a mask, and the memory-efficient one
             # does not share key/value heads (enable_gqa would fall back to math): repeat them, as

@@ -155,7 +155,8 @@ def test_the_graph_safe_text_prefill_matches_the_models_own_layers(demo: Demo) -
         language.prefill(cache, 0, head.input_ids, rope[:, :split], head.vision_rows(0))
         cache.view_length = length + 8
         positions = torch.arange(split, length)
-        return [language.text_prefill(cache, prompt.input_ids[:, split:], positions, rope[:, split:], torch.tensor([5]))]
+        last = torch.tensor([5])
+        return [language.text_prefill(cache, prompt.input_ids[:, split:], positions, rope[:, split:], last)]
 
     assert_same_passes(demo, padded_tail, length)
 
