@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from framewise.core.decoding.dependent_launch import launch_options, wait_for_previous
-from framewise.core.decoding.gemv_loads import load_chunk, load_rows
+from framewise.core.decoding.gemv_loads import load_chunk, load_rows, load_silu_mul_chunk
 from framewise.core.quantization.formats import BLOCK_SIZE
 
 
@@ -81,10 +81,7 @@ def _fp8_gemv_kernel(
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
         if SILU_MUL:
-            gate = load_chunk(x_ptr, start, columns, K, EVEN_K)
-            up = load_chunk(x_ptr + K, start, columns, K, EVEN_K)
-            gate32 = gate.to(tl.float32)
-            x = (gate32 * tl.sigmoid(gate32)).to(gate.dtype) * up
+            x = load_silu_mul_chunk(x_ptr, start, columns, K, EVEN_K)
         else:
             x = load_chunk(x_ptr, start, columns, K, EVEN_K)
         if NORM:

@@ -32,7 +32,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from framewise.core.decoding.dependent_launch import launch_options, wait_for_previous
-from framewise.core.decoding.gemv_loads import load_chunk, load_rows
+from framewise.core.decoding.gemv_loads import load_chunk, load_rows, load_silu_mul_chunk
 
 # Keys one program of the attention kernel handles per loop turn.
 ATTENTION_BLOCK = 64
@@ -106,10 +106,7 @@ def _linear_residual_kernel(
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
         if SILU_MUL:
-            gate = load_chunk(x_ptr, start, columns, K, EVEN_K)
-            up = load_chunk(x_ptr + K, start, columns, K, EVEN_K)
-            gate32 = gate.to(tl.float32)
-            x = (gate32 * tl.sigmoid(gate32)).to(gate.dtype) * up
+            x = load_silu_mul_chunk(x_ptr, start, columns, K, EVEN_K)
         else:
             x = load_chunk(x_ptr, start, columns, K, EVEN_K)
         w = load_rows(w_ptr, rows, row_mask, start, columns, K, EVEN_K, EVEN_N)
