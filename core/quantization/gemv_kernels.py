@@ -29,7 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
-from framewise.core.decoding.gemv_loads import load_chunk, load_rows
+from framewise.core.decoding.dependent_launch import launch_options, wait_for_previous
+from framewise.core.decoding.gemv_loads import load_chunk, load_rows, load_silu_mul_chunk
 from framewise.core.quantization.formats import BLOCK_SIZE
 
 
@@ -63,8 +64,9 @@ def _fp8_gemv_kernel(
     K: tl.constexpr, SCALE_COLUMNS: tl.constexpr, BLOCK_SCALES: tl.constexpr, NORM: tl.constexpr,
     SILU_MUL: tl.constexpr, RESIDUAL: tl.constexpr, NATIVE_FP8: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
-    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
+    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_previous(PDL)
     first_row = tl.program_id(0) * BLOCK_N
     rows = first_row + tl.arange(0, BLOCK_N)
     row_mask = rows < N
@@ -79,10 +81,7 @@ def _fp8_gemv_kernel(
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
         if SILU_MUL:
-            gate = load_chunk(x_ptr, start, columns, K, EVEN_K)
-            up = load_chunk(x_ptr + K, start, columns, K, EVEN_K)
-            gate32 = gate.to(tl.float32)
-            x = (gate32 * tl.sigmoid(gate32)).to(gate.dtype) * up
+            x = load_silu_mul_chunk(x_ptr, start, columns, K, EVEN_K)
         else:
             x = load_chunk(x_ptr, start, columns, K, EVEN_K)
         if NORM:
@@ -137,6 +136,7 @@ def _launch(
         SILU_MUL=silu_mul, RESIDUAL=residual is not None, NATIVE_FP8=native_fp8,
         BLOCK_N=block_n, BLOCK_K=block_k, SCALE_BLOCK=BLOCK_SIZE,
         EVEN_K=columns % block_k == 0, EVEN_N=rows % block_n == 0, num_warps=warps,
+        **launch_options(x.device),
     )
     return out
 

@@ -31,7 +31,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from framewise.core.decoding.gemv_loads import load_chunk, load_rows
+from framewise.core.decoding.dependent_launch import launch_options, wait_for_previous
+from framewise.core.decoding.gemv_loads import load_chunk, load_rows, load_silu_mul_chunk
 
 # Keys one program of the attention kernel handles per loop turn.
 ATTENTION_BLOCK = 64
@@ -51,7 +52,9 @@ def _gemv_config(rows: int, columns: int) -> tuple[int, int, int]:
 def _rms_norm_linear_kernel(
     x_ptr, norm_ptr, w_ptr, out_ptr, N, eps,
     K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    wait_for_previous(PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     columns = tl.arange(0, BLOCK_K)
@@ -85,7 +88,7 @@ def rms_norm_linear(
     _rms_norm_linear_kernel[(triton.cdiv(rows, block_n),)](
         x, norm_weight, weight, out, rows, eps,
         K=columns, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=columns % block_k == 0, EVEN_N=rows % block_n == 0,
-        num_warps=warps,
+        num_warps=warps, **launch_options(x.device),
     )
     return out
 
@@ -94,18 +97,16 @@ def rms_norm_linear(
 def _linear_residual_kernel(
     x_ptr, w_ptr, residual_ptr, out_ptr, N,
     K: tl.constexpr, SILU_MUL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    EVEN_N: tl.constexpr,
+    EVEN_N: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_previous(PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     columns = tl.arange(0, BLOCK_K)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
         if SILU_MUL:
-            gate = load_chunk(x_ptr, start, columns, K, EVEN_K)
-            up = load_chunk(x_ptr + K, start, columns, K, EVEN_K)
-            gate32 = gate.to(tl.float32)
-            x = (gate32 * tl.sigmoid(gate32)).to(gate.dtype) * up
+            x = load_silu_mul_chunk(x_ptr, start, columns, K, EVEN_K)
         else:
             x = load_chunk(x_ptr, start, columns, K, EVEN_K)
         w = load_rows(w_ptr, rows, row_mask, start, columns, K, EVEN_K, EVEN_N)
@@ -127,7 +128,7 @@ def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tenso
     _linear_residual_kernel[(triton.cdiv(rows, block_n),)](
         x, weight, residual, out, rows,
         K=columns, SILU_MUL=silu_mul, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=columns % block_k == 0,
-        EVEN_N=rows % block_n == 0, num_warps=warps,
+        EVEN_N=rows % block_n == 0, num_warps=warps, **launch_options(x.device),
     )
     return out
 
@@ -136,8 +137,9 @@ def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tenso
 def _qk_norm_rope_cache_kernel(
     qkv_ptr, qk_norm_ptr, inv_freq_ptr, rope_position_ptr, cache_position_ptr,
     query_ptr, key_cache_ptr, value_cache_ptr, eps, attention_scaling, max_tokens,
-    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_previous(PDL)
     head = tl.program_id(0)
     dims = tl.arange(0, HEAD_DIM)
     half: tl.constexpr = HEAD_DIM // 2
@@ -194,7 +196,7 @@ def qk_norm_rope_cache(
     _qk_norm_rope_cache_kernel[(heads + kv_heads,)](
         qkv, qk_norm, inv_freq, rope_position, cache_position, query, key_cache, value_cache,
         eps, attention_scaling, max_tokens, HEADS=heads, KV_HEADS=kv_heads, HEAD_DIM=head_dim,
-        num_warps=1 if head_dim <= 64 else 2,
+        num_warps=1 if head_dim <= 64 else 2, **launch_options(qkv.device),
     )
     return query
 
@@ -204,8 +206,9 @@ def _attention_split_kernel(
     query_ptr, key_cache_ptr, value_cache_ptr, cache_position_ptr, partial_max_ptr, partial_sum_ptr,
     partial_out_ptr, scale_log2, max_tokens, split_size, splits,
     GROUP: tl.constexpr, BLOCK_GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
-    IEEE: tl.constexpr,
+    IEEE: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_previous(PDL)
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     length = tl.load(cache_position_ptr) + 1
@@ -252,7 +255,9 @@ def _attention_split_kernel(
 def _attention_combine_kernel(
     partial_max_ptr, partial_sum_ptr, partial_out_ptr, cache_position_ptr, out_ptr, split_size, splits,
     GROUP: tl.constexpr, BLOCK_GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    wait_for_previous(PDL)
     head = tl.program_id(0)
     kv_head = head // GROUP
     member = head % GROUP
@@ -307,11 +312,12 @@ def decode_attention(
         query, key_cache, value_cache, cache_position, partial_max, partial_sum, partial_out,
         scale * math.log2(math.e), max_tokens, split_size, splits,
         GROUP=group, BLOCK_GROUP=block_group, HEAD_DIM=head_dim, BLOCK=ATTENTION_BLOCK,
-        IEEE=query.dtype == torch.float32, num_warps=4,
+        IEEE=query.dtype == torch.float32, num_warps=4, **launch_options(query.device),
     )
     out = torch.empty(heads * head_dim, dtype=query.dtype, device=query.device)
     _attention_combine_kernel[(heads,)](
         partial_max, partial_sum, partial_out, cache_position, out, split_size, splits,
         GROUP=group, BLOCK_GROUP=block_group, HEAD_DIM=head_dim, BLOCK_SPLITS=32, num_warps=2,
+        **launch_options(query.device),
     )
     return out
