@@ -9,7 +9,7 @@ generated at cache position ``p`` has rotary position ``p + rope_offset`` on all
 A prefill runs the model's own decoder layers, rotary embedding, norm and head, called the way
 ``Qwen3VLTextModel.forward`` calls them; only the cache and the attention function are Framewise's.
 A decode step (one token) runs the same weights laid out for it (:class:`_DenseLayer`: q, k and v
-stacked into one matrix, gate and up into another). On a CUDA device with Triton the step is seven
+stacked into one matrix, gate and up into another). On a CUDA device with Triton the step is six
 kernel launches a layer (:mod:`framewise.core.families.qwen3_vl.step_kernels`: norms, rotary, SiLU and
 residual adds done inside the matrix-vector products and the cache write, attention reading only
 the filled positions); elsewhere the same arithmetic runs as torch ops, the q and k norms and
@@ -131,7 +131,7 @@ class Qwen3VLLanguageModel:
         """How a decode step runs, in a few words."""
         if self._kernels is not None:
             weights = " (FP8 weights)" if self._dense and self._dense[0].qkv_scale is not None else ""
-            return f"Triton kernels, 7 launches a layer{weights}"
+            return f"Triton kernels, 6 launches a layer{weights}"
         return "few-kernel torch ops" if self._dense is not None else "the model's own layers"
 
     # ------------------------------------------------------------------ sizes
@@ -246,7 +246,7 @@ class Qwen3VLLanguageModel:
     def _kernel_step(
         self, cache: StaticKVCache, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor
     ) -> torch.Tensor:
-        """:meth:`step` through the Triton kernels: seven launches a layer, none reading more of the
+        """:meth:`step` through the Triton kernels: six launches a layer, none reading more of the
         cache than ``cache_position`` has filled. Logits (1, vocab) float32."""
         kernels, rotary = self._kernels, self.text.rotary_emb
         heads = self.config.num_attention_heads
@@ -255,11 +255,10 @@ class Qwen3VLLanguageModel:
         for index, layer in enumerate(self._dense):
             keys, values = cache.keys[index], cache.values[index]
             qkv = norm_linear(hidden, layer.input_norm, layer.qkv, layer.qkv_scale, layer.eps)
-            query = kernels.qk_norm_rope_cache(
-                qkv, layer.qk_norms, rotary.inv_freq, rotary.attention_scaling,
-                rope_position, cache_position, keys, values, heads, layer.eps,
+            attended = kernels.attend_step(
+                qkv, layer.qk_norms, rotary.inv_freq, rotary.attention_scaling, rope_position, cache_position,
+                keys, values, heads, layer.eps, cache.view_length, layer.scaling,
             )
-            attended = kernels.decode_attention(query, keys, values, cache_position, cache.view_length, layer.scaling)
             hidden = linear_residual(attended, layer.o, layer.o_scale, hidden)
             gate_up = norm_linear(hidden, layer.post_norm, layer.gate_up, layer.gate_up_scale, layer.eps)
             hidden = linear_residual(gate_up, layer.down, layer.down_scale, hidden, silu_mul=True)
