@@ -13,7 +13,7 @@ one product for q/k/v and one for gate/up, ``F.rms_norm``, rotary as one ``addcm
 ``scaled_dot_product_attention``. Layers of another shape (the MoE model's experts), or a language
 model built with ``fused_steps=False``, run the model's own decoder layers, rotary embedding and norm,
 called the way ``Qwen3VLTextModel.forward`` calls them, with Framewise's cache and attention function.
-On a CUDA device with Triton the step is seven kernel launches a layer instead
+On a CUDA device with Triton the step is six kernel launches a layer instead
 (:mod:`framewise.core.families.qwen3_vl.step_kernels`: norms, rotary, SiLU and residual adds done
 inside the matrix-vector products and the cache write, attention reading only the filled positions).
 
@@ -154,7 +154,7 @@ class Qwen3VLLanguageModel:
         """How a decode step runs, in a few words."""
         if self._kernels is not None:
             weights = " (FP8 weights)" if self._dense and self._dense[0].qkv_scale is not None else ""
-            return f"Triton kernels, 7 launches a layer{weights}"
+            return f"Triton kernels, 6 launches a layer{weights}"
         return "few-kernel torch ops" if self._dense is not None else "the model's own layers"
 
     # ------------------------------------------------------------------ sizes
@@ -269,7 +269,7 @@ class Qwen3VLLanguageModel:
     def _kernel_step(
         self, cache: StaticKVCache, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor
     ) -> torch.Tensor:
-        """:meth:`step` through the Triton kernels: seven launches a layer, none reading more of the
+        """:meth:`step` through the Triton kernels: six launches a layer, none reading more of the
         cache than ``cache_position`` has filled. Logits (1, vocab) float32."""
         kernels, rotary = self._kernels, self.text.rotary_emb
         heads = self.config.num_attention_heads
@@ -278,11 +278,10 @@ class Qwen3VLLanguageModel:
         for index, layer in enumerate(self._dense):
             keys, values = cache.keys[index], cache.values[index]
             qkv = norm_linear(hidden, layer.input_norm, layer.qkv, layer.qkv_scale, layer.eps)
-            query = kernels.qk_norm_rope_cache(
-                qkv, layer.qk_norms, rotary.inv_freq, rotary.attention_scaling,
-                rope_position, cache_position, keys, values, heads, layer.eps,
+            attended = kernels.attend_step(
+                qkv, layer.qk_norms, rotary.inv_freq, rotary.attention_scaling, rope_position, cache_position,
+                keys, values, heads, layer.eps, cache.view_length, layer.scaling,
             )
-            attended = kernels.decode_attention(query, keys, values, cache_position, cache.view_length, layer.scaling)
             hidden = linear_residual(attended, layer.o, layer.o_scale, hidden)
             gate_up = norm_linear(hidden, layer.post_norm, layer.gate_up, layer.gate_up_scale, layer.eps)
             hidden = linear_residual(gate_up, layer.down, layer.down_scale, hidden, silu_mul=True)
