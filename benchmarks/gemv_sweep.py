@@ -43,7 +43,7 @@ SHAPES = {
 LAUNCHES = 48
 CACHE_CLEARING_BYTES = 512 * 2**20
 SWEEP = list(itertools.product((2, 4, 8), (512, 1024, 2048), (4, 8)))
-TENSOR_CORE_SWEEP = list(itertools.product((16, 32), (128, 256, 512), (4, 8)))
+TENSOR_CORE_SWEEP = list(itertools.product((16, 32), (128, 256, 512, 1024), (4, 8)))
 
 
 def graph_us(launches: list[Callable[[], object]], replays: int = 10) -> float:
