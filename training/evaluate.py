@@ -1,6 +1,7 @@
 """Accuracy of a model on held-out synthetic shape clips, through the application's own path.
 
-    python -m training.evaluate [--model PATH] [--n 200] [--device cpu|cuda] [--graphs] [--json PATH]
+    python -m training.evaluate [--model PATH] [--n 200] [--device cpu|cuda] [--dtype fp8] [--graphs]
+        [--json PATH] [--same-answers-as EARLIER.json]
 
 Clips come from :data:`training.synthetic.HELD_OUT_SEEDS` (never used in training). Each clip is
 sampled as ``core.video`` samples a file and resized to its Qwen3-VL size, then handed to the
@@ -9,7 +10,9 @@ with ``--graphs`` on a GPU, else eager); every question the clip allows is asked
 greedily, in its canonical wording, and then once more in one of its paraphrases
 (``training.synthetic.WORDINGS``, chosen by the seed and the question's place).
 Prints the accuracy per question kind and overall (canonical wordings), the paraphrases' accuracy
-on a line of its own, then one JSON object.
+on a line of its own, then one JSON object. ``--same-answers-as`` counts the answers that are word
+for word those of an earlier ``--json`` report on the same clips (another dtype's, say: FP8 against
+float32 is greedy agreement on trained weights).
 """
 
 from __future__ import annotations
@@ -130,7 +133,7 @@ def evaluate(
     return Report(
         model=answerer.info.model_name,
         device=answerer.info.device,
-        dtype=answerer.info.dtype,
+        dtype=answerer.info.dtype if model.dtype != "fp8" else f"fp8 weights, {answerer.info.dtype} activations",
         encoder=answerer.info.graphs_reason,
         clips=clips,
         seconds=round(seconds, 2),
@@ -139,6 +142,13 @@ def evaluate(
         paraphrases=accuracy([a for a in answers if a.wording != 0]),
         answers=answers,
     )
+
+
+def same_answers(report: Report, earlier: dict[str, Any]) -> tuple[int, int]:
+    """(answers word for word the same as in ``earlier``, a report's JSON; questions both asked)."""
+    before = {(answer["seed"], answer["question"]): answer["answer"] for answer in earlier["answers"]}
+    both = [answer for answer in report.answers if (answer.seed, answer.question) in before]
+    return sum(answer.answer == before[(answer.seed, answer.question)] for answer in both), len(both)
 
 
 def print_report(report: Report) -> None:
@@ -159,9 +169,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default="demo", help="'demo' (the bundled model) or a model folder")
     parser.add_argument("--n", type=int, default=200, help="held-out clips; every question of each is asked")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"))
+    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16", "fp8"),
+                        help="fp8: the language model's linear layers quantized on load")
     parser.add_argument("--graphs", action="store_true", help="encode through the CUDA-graph encoder (CUDA only)")
     parser.add_argument("--json", type=Path, default=None, help="also write the report, answers included, here")
+    parser.add_argument("--same-answers-as", type=Path, default=None,
+                        help="an earlier --json report: count the answers that are the same word for word")
     args = parser.parse_args(argv)
     report = evaluate(
         ModelSettings(source=args.model, device=args.device, dtype=args.dtype),
@@ -173,6 +186,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(json.dumps(summary))
     if args.json:
         args.json.write_text(json.dumps(report.to_json(), indent=1) + "\n")
+    if args.same_answers_as:
+        same, both = same_answers(report, json.loads(args.same_answers_as.read_text(encoding="utf-8")))
+        print(f"{same} of {both} answers word for word as in {args.same_answers_as}")
     return 0
 
 

@@ -14,7 +14,7 @@ import pytest
 from framewise.core.families.qwen3_vl.demo_model import DEMO_LABEL
 from framewise.core.loading import DEMO_MODEL_DIR, read_model_info
 from framewise.core.settings import EncoderSettings, ModelSettings
-from training.evaluate import Report, evaluate
+from training.evaluate import Answer, Report, evaluate, same_answers
 from training.synthetic import QUESTION_KINDS
 
 CLIPS = 32  # about 130 questions in their canonical wording and as many paraphrased
@@ -72,3 +72,18 @@ def test_overall_accuracy_reaches_the_target(report: Report) -> None:
 
 def test_paraphrased_questions_reach_their_target(report: Report) -> None:
     assert report.paraphrases["accuracy"] >= PARAPHRASE_TARGET, report.paraphrases
+
+
+def test_same_answers_counts_word_for_word_matches_on_questions_both_asked() -> None:
+    def answer(seed: int, question: str, text: str) -> Answer:
+        return Answer(seed, "color", question, "red", text)
+
+    report = Report("demo", "cpu", "float32", "eager", 2, 0.0, {}, 1.0, {}, [
+        answer(1, "What color?", "red"), answer(1, "Which way?", "left"), answer(2, "What color?", "blue"),
+    ])
+    earlier = {"answers": [
+        {"seed": 1, "question": "What color?", "answer": "red"},
+        {"seed": 1, "question": "Which way?", "answer": "Left"},  # differs in case: not the same
+        {"seed": 3, "question": "What color?", "answer": "blue"},  # a clip the report did not ask
+    ]}
+    assert same_answers(report, earlier) == (1, 2)
