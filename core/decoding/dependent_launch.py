@@ -14,6 +14,7 @@ it, the chain stays ordered. ``FRAMEWISE_PDL=0`` in the environment turns depend
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -24,7 +25,14 @@ import triton.language as tl
 def dependent_launches(device: torch.device) -> bool:
     """Whether kernels on ``device`` launch as dependents: a card of compute capability 9.0 or
     newer, and not turned off by ``FRAMEWISE_PDL=0``."""
-    return os.environ.get("FRAMEWISE_PDL") != "0" and torch.cuda.get_device_capability(device) >= (9, 0)
+    return os.environ.get("FRAMEWISE_PDL") != "0" and _capability(device.index) >= (9, 0)
+
+
+@functools.cache
+def _capability(device_index: int | None) -> tuple[int, int]:
+    """CUDA device ``device_index``'s compute capability (None: the current device), asked once
+    per device rather than once per launch."""
+    return torch.cuda.get_device_capability(device_index)
 
 
 def launch_options(device: torch.device) -> dict[str, bool]:
