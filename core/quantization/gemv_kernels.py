@@ -159,9 +159,9 @@ def _fp8_gemv_kernel(
 
 # Columns of the tensor-core product: the input is its first column, the rest zeros (a product
 # needs at least 16 on each side).
-DOT_COLUMNS = 16
+DOT_COLUMNS = tl.constexpr(16)
 # float16's largest power of two; an input is divided by a power of two to stay below it.
-HALF_LIMIT = 32768.0
+HALF_LIMIT = tl.constexpr(32768.0)
 
 
 @triton.jit
