@@ -57,9 +57,13 @@ def _fp8_gemv_config(rows: int, columns: int, block_scales: bool = False) -> tup
 
 def _fp8_mma_config(rows: int, columns: int, block_scales: bool = False) -> tuple[int, int, int]:
     """(BLOCK_N, BLOCK_K, num_warps) of the tensor-core kernel: 16 rows a program (the product's
-    least side, a divisor of 128), 256 columns a chunk, or one 128-column scale block a chunk for
-    block-scaled weights."""
-    return 16, BLOCK_SIZE if block_scales else 256, 4
+    least side, a divisor of 128), one 128-column scale block a chunk for block-scaled weights.
+    Otherwise the fewer the rows, the longer the chunk: with 16 rows a program a 4096-row weight
+    makes about two programs a multiprocessor, and each needs a few pipelined chunks in flight
+    to keep the memory busy (a first choice by that count; ``benchmarks/gemv_sweep.py`` measures)."""
+    if block_scales:
+        return 16, BLOCK_SIZE, 4
+    return 16, 256 if rows >= 8192 else 512 if rows >= 4096 else 1024, 4
 
 
 def decode_on_tensor_cores(dtype: torch.dtype, rows: int) -> bool:
