@@ -3,7 +3,8 @@ and Ampere (sm_80, without), down to a cubin through Triton's own ptxas, with no
 that Triton or ptxas refuses fails here rather than on the device. The launches' pointer
 alignment is given as Triton specializes it (16 bytes), so the loops are software-pipelined as
 on the device; the products' instructions are checked too (tensor-core products, the e4m3
-conversion each FP8 kernel is built around)."""
+conversion each FP8 kernel is built around). CI has no Triton, so it skips them; to run them on a
+machine without a GPU, install the Triton the GPU machine has (``pip install triton==3.6.0``)."""
 
 from __future__ import annotations
 
