@@ -1,7 +1,7 @@
 """The decode step's matrix-vector kernels alone, at the Qwen3-VL text shapes: the bf16 step
-kernels and both FP8 ones (CUDA cores and tensor cores) at their chosen launch shapes (hardware
-e4m3 conversion, and the bit decoding cards without it take), and each FP8 kernel over a small
-grid of launch shapes (BLOCK_N, BLOCK_K, num_warps), each against the weight-read floor.
+kernels and the FP8 ones at their chosen launch shapes (hardware e4m3 conversion, and the bit
+decoding cards without it take), and the FP8 kernel over a small grid of launch shapes (BLOCK_N,
+BLOCK_K, num_warps), each against the weight-read floor.
 
 Every kernel runs 48 times inside one CUDA graph, cycling over enough copies of the weight that
 they never sit in the L2 cache (as in a decode step, where every weight is read once); the graph
@@ -43,7 +43,6 @@ SHAPES = {
 LAUNCHES = 48
 CACHE_CLEARING_BYTES = 512 * 2**20
 SWEEP = list(itertools.product((2, 4, 8), (512, 1024, 2048), (4, 8)))
-TENSOR_CORE_SWEEP = list(itertools.product((16, 32), (128, 256, 512, 1024), (4, 8)))
 
 
 def graph_us(launches: list[Callable[[], object]], replays: int = 10) -> float:
@@ -75,25 +74,10 @@ def bench_shape(rows: int, columns: int, kind: str, bandwidth: float, sweep_shap
         return lambda: step_kernels.linear_residual(x, weight, residual, silu_mul=kind == "silu")
 
     def fp8_call(weight: torch.Tensor, scale: torch.Tensor, config: tuple[int, int, int] | None,
-                 native: bool | None = None, tensor_cores: bool = False) -> Callable[[], object]:
+                 native: bool | None = None) -> Callable[[], object]:
         options = dict(norm_weight=norm, eps=1e-6) if kind == "norm" else dict(residual=residual, silu_mul=kind == "silu")
         out = torch.empty(rows, device=device, dtype=torch.bfloat16)
-        return lambda: gemv_kernels._launch(x, weight, scale, out, native_fp8=native, config=config,
-                                            tensor_cores=tensor_cores, **options)
-
-    def swept(configs: list[tuple[int, int, int]], tensor_cores: bool,
-              weights: list[tuple[torch.Tensor, torch.Tensor]]) -> dict[str, float | str]:
-        times: dict[str, float | str] = {}
-        for config in configs if sweep_shapes else []:
-            if config[1] > triton.next_power_of_2(columns):
-                continue
-            try:
-                times[",".join(map(str, config))] = round(
-                    graph_us([fp8_call(w, s, config, tensor_cores=tensor_cores) for w, s in weights]), 2
-                )
-            except Exception as error:  # a launch shape the compiler refuses (too many registers)
-                times[",".join(map(str, config))] = f"{type(error).__name__}"
-        return times
+        return lambda: gemv_kernels._launch(x, weight, scale, out, native_fp8=native, config=config, **options)
 
     floor_bf16_us = rows * columns * 2 / bandwidth * 1e6
     floor_fp8_us = rows * columns / bandwidth * 1e6
@@ -101,18 +85,20 @@ def bench_shape(rows: int, columns: int, kind: str, bandwidth: float, sweep_shap
               "bf16_us": graph_us([bf16_call(weight) for weight in bf16]), "bf16_floor_us": floor_bf16_us,
               "fp8_us": graph_us([fp8_call(weight, scale, None) for weight, scale in fp8]), "fp8_floor_us": floor_fp8_us,
               "fp8_bits_us": graph_us([fp8_call(weight, scale, None, native=False) for weight, scale in fp8]),
-              "fp8_default": list(gemv_kernels._fp8_gemv_config(rows, columns)),
-              "fp8_tc_us": graph_us([fp8_call(weight, scale, None, tensor_cores=True) for weight, scale in fp8]),
-              "fp8_tc_bits_us": graph_us([fp8_call(weight, scale, None, native=False, tensor_cores=True)
-                                          for weight, scale in fp8]),
-              "fp8_tc_default": list(gemv_kernels._fp8_mma_config(rows, columns))}
-    for prefix, configs, tensor_cores in (("fp8", SWEEP, False), ("fp8_tc", TENSOR_CORE_SWEEP, True)):
-        sweep = swept(configs, tensor_cores, fp8)
-        timed = {key: value for key, value in sweep.items() if isinstance(value, float)}
-        timed.setdefault(",".join(map(str, result[f"{prefix}_default"])), result[f"{prefix}_us"])
-        best = min(timed, key=timed.get)
-        result.update({f"{prefix}_sweep": sweep, f"{prefix}_best": best, f"{prefix}_best_us": timed[best]})
-    for key in ("bf16", "fp8", "fp8_bits", "fp8_best", "fp8_tc", "fp8_tc_bits", "fp8_tc_best"):
+              "fp8_default": list(gemv_kernels._fp8_gemv_config(rows, columns))}
+    sweep: dict[str, float | str] = {}
+    for config in SWEEP if sweep_shapes else []:
+        if config[1] > triton.next_power_of_2(columns):
+            continue
+        try:
+            sweep[",".join(map(str, config))] = round(graph_us([fp8_call(w, s, config) for w, s in fp8]), 2)
+        except Exception as error:  # a launch shape the compiler refuses (too many registers)
+            sweep[",".join(map(str, config))] = f"{type(error).__name__}"
+    timed = {key: value for key, value in sweep.items() if isinstance(value, float)}
+    timed.setdefault(",".join(map(str, result["fp8_default"])), result["fp8_us"])
+    best = min(timed, key=timed.get)
+    result.update(sweep=sweep, fp8_best=best, fp8_best_us=timed[best])
+    for key in ("bf16", "fp8", "fp8_bits", "fp8_best"):
         floor = floor_bf16_us if key == "bf16" else floor_fp8_us
         result[f"{key}_over_floor"] = round(result[f"{key}_us"] / floor, 3)
     del bf16, fp8
@@ -130,9 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {"device": torch.cuda.get_device_name(), "bandwidth_gbs": bandwidth / 1e9, "shapes": {}}
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s", flush=True)
     print("| size | product | shape | bf16 µs (× floor) | fp8 µs (× floor) | fp8 bit-decoded µs (× floor) "
-          "| fp8 best launch shape: µs (× floor) | tensor cores µs (× floor) | tensor cores bit-decoded "
-          "| tensor cores best launch shape |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| fp8 best launch shape: µs (× floor) |")
+    print("|---|---|---|---|---|---|---|")
     for size in args.sizes.split(","):
         for name, (rows, columns, kind) in SHAPES[size].items():
             measured = bench_shape(rows, columns, kind, bandwidth, size in args.sweep_sizes.split(","))
@@ -140,11 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {size} | {name} | {rows}×{columns} | {measured['bf16_us']:.1f} ({measured['bf16_over_floor']:.2f}) | "
                   f"{measured['fp8_us']:.1f} ({measured['fp8_over_floor']:.2f}) | "
                   f"{measured['fp8_bits_us']:.1f} ({measured['fp8_bits_over_floor']:.2f}) | {measured['fp8_best']}: "
-                  f"{measured['fp8_best_us']:.1f} ({measured['fp8_best_over_floor']:.2f}) | "
-                  f"{measured['fp8_tc_us']:.1f} ({measured['fp8_tc_over_floor']:.2f}) | "
-                  f"{measured['fp8_tc_bits_us']:.1f} ({measured['fp8_tc_bits_over_floor']:.2f}) | "
-                  f"{measured['fp8_tc_best']}: {measured['fp8_tc_best_us']:.1f} "
-                  f"({measured['fp8_tc_best_over_floor']:.2f}) |", flush=True)
+                  f"{measured['fp8_best_us']:.1f} ({measured['fp8_best_over_floor']:.2f}) |", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gemv_sweep.json").write_text(json.dumps(results, indent=1))
     return 0

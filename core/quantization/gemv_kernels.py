@@ -12,14 +12,10 @@ once to each row's sum; or (ceil(N/128), ceil(K/128)) per 128x128 block (a progr
 one block row, so each column has one scale). The two shapes coincide only for a one-row weight
 of at most 128 columns, where both readings give the same product.
 
-Two kernels compute the same sums. The CUDA-core kernel converts each weight to float32 and
-multiplies it in; converting float16 to float32 runs at a quarter of the multiply rate, which
-limits it on cards whose memory outruns that conversion. The tensor-core kernel (the default for
-bf16 and float16 activations, see :func:`decode_on_tensor_cores`) converts the weights to float16
-only, which holds every e4m3 value exactly, and multiplies them with the input in float16 (the
-input divided by a power of two where it would pass float16's range, so a bf16 input stays exact)
-as the first column of a tensor-core product that sums in float32. ``FRAMEWISE_FP8_DECODE``
-(``tensor_cores`` or ``cuda_cores``) forces one kernel for every product that does not choose.
+Each weight is converted to float32 in registers and multiplied in. The conversion from float16
+to float32 runs at a quarter of the multiply rate; by that count it, more than the memory, holds
+these products above their read floor on the fastest cards (docs/benchmarks.md). A float16 tensor-core kernel that avoided it ran two to four times slower
+at batch 1 on an H200 and was removed.
 
 Rounding follows the bf16 kernels: the values the model rounds to its dtype (normed input, the
 product with the norm weight, ``silu(gate)``, the projection, the residual sum) are rounded
@@ -41,9 +37,6 @@ from framewise.core.decoding.dependent_launch import launch_options, wait_for_pr
 from framewise.core.decoding.gemv_loads import load_chunk, load_rows, load_silu_mul_chunk
 from framewise.core.quantization.formats import BLOCK_SIZE
 
-# Forces the tensor-core or the CUDA-core kernel (the tests run both on one card).
-DECODE_PATH_VARIABLE = "FRAMEWISE_FP8_DECODE"
-
 
 def _fp8_gemv_config(rows: int, columns: int, block_scales: bool = False) -> tuple[int, int, int]:
     """(BLOCK_N, BLOCK_K, num_warps) of the CUDA-core kernel for a (rows, columns) e4m3 weight:
@@ -53,27 +46,6 @@ def _fp8_gemv_config(rows: int, columns: int, block_scales: bool = False) -> tup
     block_k = 2048 if columns >= 8192 else 1024
     block_k = block_k if columns % block_k == 0 else triton.next_power_of_2(min(columns, block_k))
     return 4, block_k, 4
-
-
-def _fp8_mma_config(rows: int, columns: int, block_scales: bool = False) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_K, num_warps) of the tensor-core kernel: 16 rows a program (the product's
-    least side, a divisor of 128), one 128-column scale block a chunk for block-scaled weights.
-    Otherwise the fewer the rows, the longer the chunk: with 16 rows a program a 4096-row weight
-    makes about two programs a multiprocessor, and each needs a few pipelined chunks in flight
-    to keep the memory busy (a first choice by that count; ``benchmarks/gemv_sweep.py`` measures)."""
-    if block_scales:
-        return 16, BLOCK_SIZE, 4
-    return 16, 256 if rows >= 8192 else 512 if rows >= 4096 else 1024, 4
-
-
-def decode_on_tensor_cores(dtype: torch.dtype, rows: int) -> bool:
-    """Whether a one-token product of ``rows`` outputs with ``dtype`` activations runs on tensor
-    cores (:data:`DECODE_PATH_VARIABLE` may force the CUDA-core kernel): bf16 and float16 inputs are
-    exact in float16, float32 ones are not."""
-    forced = os.environ.get(DECODE_PATH_VARIABLE, "").strip()
-    if forced not in ("", "tensor_cores", "cuda_cores"):
-        raise ValueError(f"{DECODE_PATH_VARIABLE}={forced!r}; choose tensor_cores or cuda_cores, or unset it")
-    return forced != "cuda_cores" and dtype in (torch.bfloat16, torch.float16) and rows >= 16
 
 
 @triton.jit
@@ -88,15 +60,6 @@ def _e4m3_bits_to_float(bits):
     normal = (((wide & 0x80) << 24) | (((wide & 0x7F) << 20) + (120 << 23))).to(tl.float32, bitcast=True)
     subnormal = 2.0 * (normal - tl.where(wide >= 0x80, -0.0078125, 0.0078125))
     return tl.where((wide & 0x78) == 0, subnormal, normal)
-
-
-@triton.jit
-def _e4m3_bits_to_half(bits):
-    """e4m3fn bytes (uint8) to float16 with two masks and shifts, for any card: sign, exponent and
-    mantissa land in float16's fields unchanged, which reads every e4m3 value (subnormals included)
-    as exactly 2**-8 times itself. The caller multiplies the result by 256 once, after its sums."""
-    wide = bits.to(tl.uint16)
-    return (((wide & 0x80) << 8) | ((wide & 0x7F) << 7)).to(tl.float16, bitcast=True)
 
 
 @triton.jit
@@ -161,73 +124,6 @@ def _fp8_gemv_kernel(
     tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_mask)
 
 
-# Columns of the tensor-core product: the input is its first column, the rest zeros (a product
-# needs at least 16 on each side).
-DOT_COLUMNS = tl.constexpr(16)
-# float16's largest power of two; an input is divided by a power of two to stay below it.
-HALF_LIMIT = tl.constexpr(32768.0)
-
-
-@triton.jit
-def _fp8_mma_gemv_kernel(
-    x_ptr, norm_ptr, w_ptr, scale_ptr, residual_ptr, out_ptr, N, eps,
-    K: tl.constexpr, SCALE_COLUMNS: tl.constexpr, BLOCK_SCALES: tl.constexpr, NORM: tl.constexpr,
-    SILU_MUL: tl.constexpr, RESIDUAL: tl.constexpr, NATIVE_FP8: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
-    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PDL: tl.constexpr,
-):
-    wait_for_previous(PDL)
-    first_row = tl.program_id(0) * BLOCK_N
-    rows = first_row + tl.arange(0, BLOCK_N)
-    row_mask = rows < N
-    columns = tl.arange(0, BLOCK_K)
-    lanes = tl.arange(0, DOT_COLUMNS)
-    # One pass over the input for its RMS (NORM) and a bound on its largest magnitude.
-    squares = tl.zeros([BLOCK_K], dtype=tl.float32)
-    peak = tl.zeros([BLOCK_K], dtype=tl.float32)
-    for start in range(0, K, BLOCK_K):
-        if NORM:
-            x32 = load_chunk(x_ptr, start, columns, K, EVEN_K).to(tl.float32)
-            squares += x32 * x32
-            g = load_chunk(norm_ptr, start, columns, K, EVEN_K).to(tl.float32)
-            peak = tl.maximum(peak, tl.abs(x32) * tl.abs(g))
-        else:
-            x32 = _input_chunk(x_ptr, norm_ptr, start, columns, 0.0, K, EVEN_K, False, SILU_MUL).to(tl.float32)
-            peak = tl.maximum(peak, tl.abs(x32))
-    largest = tl.max(peak, axis=0)
-    inverse_rms = 0.0
-    if NORM:
-        inverse_rms = tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
-        largest = largest * inverse_rms * 1.01  # the normed input's bound, its two roundings included
-    # A bf16 input is exact in float16 below float16's largest value; a power-of-two divisor keeps it there.
-    divisor = tl.exp2(tl.maximum(tl.ceil(tl.log2(largest / HALF_LIMIT)), 0.0))
-    acc = tl.zeros([BLOCK_N, DOT_COLUMNS], dtype=tl.float32)
-    for start in range(0, K, BLOCK_K):
-        x = _input_chunk(x_ptr, norm_ptr, start, columns, inverse_rms, K, EVEN_K, NORM, SILU_MUL)
-        x_half = (x.to(tl.float32) / divisor).to(tl.float16)
-        x_column = tl.where(lanes[None, :] == 0, x_half[:, None], 0.0).to(tl.float16)
-        w = load_rows(w_ptr, rows, row_mask, start, columns, K, EVEN_K, EVEN_N)
-        if NATIVE_FP8:
-            w_half = w.to(tl.float16)
-        else:
-            w_half = _e4m3_bits_to_half(w)
-        part = tl.dot(w_half, x_column)
-        if BLOCK_SCALES:
-            # BLOCK_K is the scale block: one scale for the chunk, the rows' block row
-            part = part * tl.load(scale_ptr + (first_row // SCALE_BLOCK) * SCALE_COLUMNS + start // SCALE_BLOCK)
-        acc += part
-    y = tl.sum(acc, axis=1) * divisor
-    if not NATIVE_FP8:
-        y = y * 256.0
-    if not BLOCK_SCALES:
-        y = y * tl.load(scale_ptr + rows, mask=row_mask, other=0.0)
-    y = y.to(x_ptr.dtype.element_ty)
-    if RESIDUAL:
-        residual = tl.load(residual_ptr + rows, mask=row_mask, other=0.0)
-        y = residual + y
-    tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_mask)
-
-
 def _launch(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -240,22 +136,15 @@ def _launch(
     silu_mul: bool = False,
     native_fp8: bool | None,
     config: tuple[int, int, int] | None = None,
-    tensor_cores: bool | None = None,
 ) -> torch.Tensor:
-    """Run a kernel on one token: the tensor-core one or the CUDA-core one (``tensor_cores``; by
-    default :func:`decode_on_tensor_cores` chooses). ``config`` (BLOCK_N, BLOCK_K, num_warps)
-    replaces the kernel's own choice (the benchmark's sweep sets it)."""
+    """Run the kernel on one token. ``config`` (BLOCK_N, BLOCK_K, num_warps) replaces its own
+    choice (the benchmark's sweep sets it)."""
     rows, columns = weight.shape
     block_scales = scale.shape != (rows, 1)
     if native_fp8 is None:
         native_fp8 = os.environ.get("FRAMEWISE_FP8_NATIVE") != "0" and torch.cuda.get_device_capability(weight.device) >= (8, 9)
-    if tensor_cores is None:
-        tensor_cores = decode_on_tensor_cores(x.dtype, rows)
-    kernel, default_config = (
-        (_fp8_mma_gemv_kernel, _fp8_mma_config) if tensor_cores else (_fp8_gemv_kernel, _fp8_gemv_config)
-    )
-    block_n, block_k, warps = config or default_config(rows, columns, block_scales)
-    kernel[(triton.cdiv(rows, block_n),)](
+    block_n, block_k, warps = config or _fp8_gemv_config(rows, columns, block_scales)
+    _fp8_gemv_kernel[(triton.cdiv(rows, block_n),)](
         x, x if norm_weight is None else norm_weight, weight if native_fp8 else weight.view(torch.uint8), scale,
         out if residual is None else residual, out, rows, eps,
         K=columns, SCALE_COLUMNS=scale.shape[1], BLOCK_SCALES=block_scales, NORM=norm_weight is not None,
