@@ -16,6 +16,7 @@ OPTIONAL = {
     "framewise.core.quantization.gemv_kernels": "triton",
     "framewise.core.quantization.row_quant_kernel": "triton",
     "framewise.core.decoding.gemv_loads": "triton",
+    "framewise.core.decoding.dependent_launch": "triton",
 }
 
 

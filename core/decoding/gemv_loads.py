@@ -1,6 +1,7 @@
 """Loads shared by the Triton matrix-vector kernels of a decode step (the model families' bf16
-step kernels and the FP8 ones): a chunk of the input vector and a block of weight rows, masked
-only where the block can reach past the matrix. This module needs Triton."""
+step kernels and the FP8 ones): a chunk of the input vector (or of ``silu(gate) * up`` formed from
+a gate/up product) and a block of weight rows, masked only where the block can reach past the
+matrix. This module needs Triton."""
 
 import triton
 import triton.language as tl
@@ -14,6 +15,16 @@ def load_chunk(ptr, start, columns, K: tl.constexpr, EVEN_K: tl.constexpr):
     else:
         chunk = tl.load(ptr + start + columns, mask=start + columns < K, other=0.0)
     return chunk
+
+
+@triton.jit
+def load_silu_mul_chunk(x_ptr, start, columns, K: tl.constexpr, EVEN_K: tl.constexpr):
+    """Elements ``start + columns`` of ``silu(gate) * up`` for a (2K,) gate/up product ``x`` (gate
+    first), rounded as the model rounds ``silu(gate)`` to its dtype; zeros past the end."""
+    gate = load_chunk(x_ptr, start, columns, K, EVEN_K)
+    up = load_chunk(x_ptr + K, start, columns, K, EVEN_K)
+    gate32 = gate.to(tl.float32)
+    return (gate32 * tl.sigmoid(gate32)).to(gate.dtype) * up
 
 
 @triton.jit

@@ -8,10 +8,14 @@ e4m3 (half the bytes, which is the decode step's time) and dequantized in regist
 - :func:`fp8_gemv`: ``linear(x, W)``.
 
 ``W`` is an e4m3 (N, K) weight and ``scale`` its float32 scales: (N, 1) per output row, applied
-once to each row's sum; or (ceil(N/128), ceil(K/128)) per 128x128 block, applied to the input
-chunk before it meets the weight (a program's rows lie in one block row, so each column has one
-scale). The two shapes coincide only for a one-row weight of at most 128 columns, where both
-readings give the same product.
+once to each row's sum; or (ceil(N/128), ceil(K/128)) per 128x128 block (a program's rows lie in
+one block row, so each column has one scale). The two shapes coincide only for a one-row weight
+of at most 128 columns, where both readings give the same product.
+
+Each weight is converted to float32 in registers and multiplied in. The conversion from float16
+to float32 runs at a quarter of the multiply rate; by that count it, more than the memory, holds
+these products above their read floor on the fastest cards (docs/benchmarks.md). A float16 tensor-core kernel that avoided it ran two to four times slower
+at batch 1 on an H200 and was removed.
 
 Rounding follows the bf16 kernels: the values the model rounds to its dtype (normed input, the
 product with the norm weight, ``silu(gate)``, the projection, the residual sum) are rounded
@@ -29,15 +33,16 @@ import torch
 import triton
 import triton.language as tl
 
-from framewise.core.decoding.gemv_loads import load_chunk, load_rows
+from framewise.core.decoding.dependent_launch import launch_options, wait_for_previous
+from framewise.core.decoding.gemv_loads import load_chunk, load_rows, load_silu_mul_chunk
 from framewise.core.quantization.formats import BLOCK_SIZE
 
 
-def _fp8_gemv_config(rows: int, columns: int) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_K, num_warps) for a (rows, columns) e4m3 weight: four rows a program (a
-    divisor of 128, so a program's rows share one row of block scales), 1024 columns a load, 2048
-    from 8192 columns on. Chosen by ``benchmarks/gemv_sweep.py`` at the 8B shapes on an H100
-    (docs/benchmarks.md)."""
+def _fp8_gemv_config(rows: int, columns: int, block_scales: bool = False) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_K, num_warps) of the CUDA-core kernel for a (rows, columns) e4m3 weight:
+    four rows a program (a divisor of 128, so a program's rows share one row of block scales),
+    1024 columns a load, 2048 from 8192 columns on. Chosen by ``benchmarks/gemv_sweep.py`` at the
+    8B shapes on an H100 (docs/benchmarks.md)."""
     block_k = 2048 if columns >= 8192 else 1024
     block_k = block_k if columns % block_k == 0 else triton.next_power_of_2(min(columns, block_k))
     return 4, block_k, 4
@@ -58,13 +63,32 @@ def _e4m3_bits_to_float(bits):
 
 
 @triton.jit
+def _input_chunk(
+    x_ptr, norm_ptr, start, columns, inverse_rms,
+    K: tl.constexpr, EVEN_K: tl.constexpr, NORM: tl.constexpr, SILU_MUL: tl.constexpr,
+):
+    """Elements ``start + columns`` of the product's input in the model's dtype: ``x``,
+    ``silu(gate) * up`` (``SILU_MUL``), or ``x`` normed by ``inverse_rms`` and scaled by the norm
+    weight (``NORM``), rounded as the model rounds them."""
+    if SILU_MUL:
+        x = load_silu_mul_chunk(x_ptr, start, columns, K, EVEN_K)
+    else:
+        x = load_chunk(x_ptr, start, columns, K, EVEN_K)
+    if NORM:
+        g = load_chunk(norm_ptr, start, columns, K, EVEN_K)
+        x = (x.to(tl.float32) * inverse_rms).to(x.dtype) * g
+    return x
+
+
+@triton.jit
 def _fp8_gemv_kernel(
     x_ptr, norm_ptr, w_ptr, scale_ptr, residual_ptr, out_ptr, N, eps,
     K: tl.constexpr, SCALE_COLUMNS: tl.constexpr, BLOCK_SCALES: tl.constexpr, NORM: tl.constexpr,
     SILU_MUL: tl.constexpr, RESIDUAL: tl.constexpr, NATIVE_FP8: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
-    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
+    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_previous(PDL)
     first_row = tl.program_id(0) * BLOCK_N
     rows = first_row + tl.arange(0, BLOCK_N)
     row_mask = rows < N
@@ -78,17 +102,7 @@ def _fp8_gemv_kernel(
         inverse_rms = tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
-        if SILU_MUL:
-            gate = load_chunk(x_ptr, start, columns, K, EVEN_K)
-            up = load_chunk(x_ptr + K, start, columns, K, EVEN_K)
-            gate32 = gate.to(tl.float32)
-            x = (gate32 * tl.sigmoid(gate32)).to(gate.dtype) * up
-        else:
-            x = load_chunk(x_ptr, start, columns, K, EVEN_K)
-        if NORM:
-            g = load_chunk(norm_ptr, start, columns, K, EVEN_K)
-            x = (x.to(tl.float32) * inverse_rms).to(x.dtype) * g
-        x32 = x.to(tl.float32)
+        x32 = _input_chunk(x_ptr, norm_ptr, start, columns, inverse_rms, K, EVEN_K, NORM, SILU_MUL).to(tl.float32)
         if BLOCK_SCALES:
             block_row = first_row // SCALE_BLOCK
             column_scale = tl.load(scale_ptr + block_row * SCALE_COLUMNS + (start + columns) // SCALE_BLOCK,
@@ -123,13 +137,13 @@ def _launch(
     native_fp8: bool | None,
     config: tuple[int, int, int] | None = None,
 ) -> torch.Tensor:
-    """Run the kernel on one token; ``config`` (BLOCK_N, BLOCK_K, num_warps) replaces
-    :func:`_fp8_gemv_config`'s choice (the benchmark's sweep sets it)."""
+    """Run the kernel on one token. ``config`` (BLOCK_N, BLOCK_K, num_warps) replaces its own
+    choice (the benchmark's sweep sets it)."""
     rows, columns = weight.shape
     block_scales = scale.shape != (rows, 1)
     if native_fp8 is None:
         native_fp8 = os.environ.get("FRAMEWISE_FP8_NATIVE") != "0" and torch.cuda.get_device_capability(weight.device) >= (8, 9)
-    block_n, block_k, warps = config or _fp8_gemv_config(rows, columns)
+    block_n, block_k, warps = config or _fp8_gemv_config(rows, columns, block_scales)
     _fp8_gemv_kernel[(triton.cdiv(rows, block_n),)](
         x, x if norm_weight is None else norm_weight, weight if native_fp8 else weight.view(torch.uint8), scale,
         out if residual is None else residual, out, rows, eps,
@@ -137,6 +151,7 @@ def _launch(
         SILU_MUL=silu_mul, RESIDUAL=residual is not None, NATIVE_FP8=native_fp8,
         BLOCK_N=block_n, BLOCK_K=block_k, SCALE_BLOCK=BLOCK_SIZE,
         EVEN_K=columns % block_k == 0, EVEN_N=rows % block_n == 0, num_warps=warps,
+        **launch_options(x.device),
     )
     return out
 

@@ -82,6 +82,26 @@ def test_graphs_replay_exactly_what_the_eager_steps_compute_in_bfloat16(cuda_bf1
         torch.testing.assert_close(graphs.cache.keys[layer][:, :, :length], direct.cache.keys[layer][:, :, :length])
 
 
+def test_dependent_launches_change_no_result(cuda_bf16: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step kernels launched as programmatic dependents (each waits for the kernel before it)
+    give the answer, and the cache entries bit for bit, that ordinary launches give."""
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("programmatic dependent launch needs compute capability 9.0")
+    language = Qwen3VLLanguageModel(cuda_bf16.model)
+    _, prompt = prompt_for(cuda_bf16, "What color is the square?")
+    runs = {}
+    for setting in ("1", "0"):
+        monkeypatch.setenv("FRAMEWISE_PDL", setting)
+        decoder = Decoder(language, 512, 16, use_graphs=True)
+        result = answer(decoder, prompt, rule_for(cuda_bf16))
+        assert result.graph_steps > 0
+        length = len(decoder.cache.tokens)
+        runs[setting] = (result.token_ids, [keys[:, :, :length].clone() for keys in decoder.cache.keys])
+    assert runs["1"][0] == runs["0"][0]
+    for with_pdl, without in zip(runs["1"][1], runs["0"][1]):
+        assert torch.equal(with_pdl, without)
+
+
 def test_a_failed_capture_falls_back_to_eager_steps_with_the_reason(
     cuda_fp32: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -70,48 +70,37 @@ def rotary_reference(x: torch.Tensor, position: int, inv_freq: torch.Tensor, sca
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(4, 2, 64), (32, 8, 128)])
-def test_qk_norm_rope_cache(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int) -> None:
-    max_tokens, position, rope_position, eps = 96, 37, 5000, 1e-6
+@pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(4, 2, 64), (32, 8, 128), (16, 8, 128)])
+@pytest.mark.parametrize(("view_length", "position"), [(256, 0), (256, 255), (2368, 1700), (2368, 63), (100, 64)])
+def test_attend_step(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, view_length: int, position: int) -> None:
+    max_tokens, rope_position, eps, scale = view_length + 64, 5000, 1e-6, head_dim**-0.5
     qkv = torch.randn((heads + 2 * kv_heads) * head_dim, device=DEVICE, dtype=dtype)
     qk_norms = torch.rand(2, head_dim, device=DEVICE, dtype=dtype) + 0.5
     inv_freq = 1.0 / (5e6 ** (torch.arange(0, head_dim, 2, device=DEVICE).float() / head_dim))
     keys = torch.randn(1, kv_heads, max_tokens, head_dim, device=DEVICE, dtype=dtype)
     values = torch.randn_like(keys)
+    # The step's own position and those after it hold values that would show if read: the step's
+    # key and value must be written before they are read, and nothing later read at all.
+    keys[:, :, position:] = 1e4
+    values[:, :, position:] = float("nan")
     keys_before, values_before = keys.clone(), values.clone()
-    query = kernels.qk_norm_rope_cache(
+    out = kernels.attend_step(
         qkv, qk_norms, inv_freq, 1.0, torch.tensor([rope_position], device=DEVICE),
-        torch.tensor([position], device=DEVICE), keys, values, heads, eps,
+        torch.tensor([position], device=DEVICE), keys, values, heads, eps, view_length, scale,
     )
     q, k, v = qkv.split((heads * head_dim, kv_heads * head_dim, kv_heads * head_dim))
-    expected_q = rotary_reference(rms_norm_reference(q.view(heads, head_dim), qk_norms[0], eps), rope_position, inv_freq, 1.0)
-    expected_k = rotary_reference(rms_norm_reference(k.view(kv_heads, head_dim), qk_norms[1], eps), rope_position, inv_freq, 1.0)
-    assert relative_error(query, expected_q) < TOLERANCE[dtype]
-    assert relative_error(keys[0, :, position], expected_k) < TOLERANCE[dtype]
+    query = rotary_reference(rms_norm_reference(q.view(heads, head_dim), qk_norms[0], eps), rope_position, inv_freq, 1.0)
+    key = rotary_reference(rms_norm_reference(k.view(kv_heads, head_dim), qk_norms[1], eps), rope_position, inv_freq, 1.0)
+    assert relative_error(keys[0, :, position], key) < TOLERANCE[dtype]
     assert torch.equal(values[0, :, position], v.view(kv_heads, head_dim))
     untouched = torch.arange(max_tokens, device=DEVICE) != position
-    assert torch.equal(keys[:, :, untouched], keys_before[:, :, untouched])
-    assert torch.equal(values[:, :, untouched], values_before[:, :, untouched])
+    torch.testing.assert_close(keys[:, :, untouched], keys_before[:, :, untouched], rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(values[:, :, untouched], values_before[:, :, untouched], rtol=0, atol=0, equal_nan=True)
 
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(4, 2, 64), (32, 8, 128), (16, 8, 128)])
-@pytest.mark.parametrize(("view_length", "position"), [(256, 0), (256, 255), (2368, 1700), (2368, 63), (100, 64)])
-def test_decode_attention(
-    dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, view_length: int, position: int
-) -> None:
-    max_tokens = view_length + 64
-    query = torch.randn(heads, head_dim, device=DEVICE, dtype=dtype)
-    keys = torch.randn(1, kv_heads, max_tokens, head_dim, device=DEVICE, dtype=dtype)
-    values = torch.randn_like(keys)
-    # Positions after the step's hold large values: reading any of them would show.
-    keys[:, :, position + 1 :] = 1e4
-    values[:, :, position + 1 :] = float("nan")
-    scale = head_dim**-0.5
-    out = kernels.decode_attention(query, keys, values, torch.tensor([position], device=DEVICE), view_length, scale)
     group = heads // kv_heads
-    filled_keys = keys[0, :, : position + 1].repeat_interleave(group, dim=0).float()
-    filled_values = values[0, :, : position + 1].repeat_interleave(group, dim=0).float()
+    filled_keys = torch.cat((keys_before[0, :, :position], key[:, None]), dim=1).repeat_interleave(group, dim=0).float()
+    filled_values = torch.cat((values_before[0, :, :position], v.view(kv_heads, 1, head_dim)), dim=1)
+    filled_values = filled_values.repeat_interleave(group, dim=0).float()
     weights = torch.softmax((query.float()[:, None, :] @ filled_keys.transpose(1, 2)) * scale, dim=-1)
     expected = (weights @ filled_values).reshape(-1)
     assert not out.isnan().any()

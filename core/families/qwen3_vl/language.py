@@ -6,22 +6,23 @@ after the first layers), the 3-D rotary positions (the model's own ``get_rope_in
 they agree with ``generate()``), and the offset that carries them on past the prompt: a token
 generated at cache position ``p`` has rotary position ``p + rope_offset`` on all three axes.
 
-A prefill runs the model's own decoder layers, rotary embedding, norm and head, called the way
-``Qwen3VLTextModel.forward`` calls them; only the cache and the attention function are Framewise's.
-A decode step (one token) runs the same weights laid out for it (:class:`_DenseLayer`: q, k and v
-stacked into one matrix, gate and up into another). On a CUDA device with Triton the step is seven
-kernel launches a layer (:mod:`framewise.core.families.qwen3_vl.step_kernels`: norms, rotary, SiLU and
-residual adds done inside the matrix-vector products and the cache write, attention reading only
-the filled positions); elsewhere the same arithmetic runs as torch ops, the q and k norms and
-rotary applied to all heads at once and attention in one ``scaled_dot_product_attention`` call.
-Layers of another shape (the MoE model's experts) step through the model's own layers instead.
+Dense layers (no bias, SiLU gated MLP) are laid out as :class:`_DenseLayer`: q, k and v stacked into
+one matrix, gate and up into another, the model's own projections views into them. A prefill and a
+decode step run the same torch ops over them (:meth:`Qwen3VLLanguageModel._dense_stack`, n tokens):
+one product for q/k/v and one for gate/up, ``F.rms_norm``, rotary as one ``addcmul``, attention in
+``scaled_dot_product_attention``. Layers of another shape (the MoE model's experts), or a language
+model built with ``fused_steps=False``, run the model's own decoder layers, rotary embedding and norm,
+called the way ``Qwen3VLTextModel.forward`` calls them, with Framewise's cache and attention function.
+On a CUDA device with Triton the step is six kernel launches a layer instead
+(:mod:`framewise.core.families.qwen3_vl.step_kernels`: norms, rotary, SiLU and residual adds done
+inside the matrix-vector products and the cache write, attention reading only the filled positions).
 
 Decoder linear layers in FP8 (:class:`~framewise.core.quantization.linear.Fp8Linear`, from an FP8
 checkpoint or ``model.dtype = fp8``) are stacked the same way, e4m3 with their scales, and the
 step reads them through the FP8 matrix-vector kernels
-(:mod:`framewise.core.quantization.gemv_kernels`), or dequantized in torch ops; a prefill runs them
-as the model's own layers do, through FP8 tensor cores or dequantized weights
-(:func:`~framewise.core.quantization.matmul.fp8_linear`).
+(:mod:`framewise.core.quantization.gemv_kernels`), or dequantized in torch ops; a prefill multiplies
+them as ``Fp8Linear`` does, through FP8 tensor cores (the activations quantized per token, once for
+q/k/v and once for gate/up) or dequantized weights (:func:`~framewise.core.quantization.matmul.fp8_linear`).
 """
 
 from __future__ import annotations
@@ -30,11 +31,18 @@ import importlib.util
 import inspect
 import weakref
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
+from transformers.integrations.sdpa_attention import repeat_kv
 
-from framewise.core.decoding.attention import causal_mask, decoder_attention, prefill_mask
+from framewise.core.decoding.attention import (
+    causal_mask,
+    decoder_attention,
+    prefill_attention_backends,
+    prefill_mask,
+)
 from framewise.core.decoding.defs import PromptPositions, VisionRows
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.encoding.defs import PieceGrid
@@ -45,7 +53,7 @@ from framewise.core.quantization.matmul import fp8_linear
 
 @dataclass(frozen=True)
 class _DenseLayer:
-    """One dense decoder layer's weights laid out for a one-token step.
+    """One dense decoder layer's weights laid out for few-product passes (prefills and steps).
 
     ``qkv`` ((heads + 2 kv_heads) * head_dim, hidden) and ``gate_up`` (2 intermediate, hidden)
     are the q/k/v and gate/up projections stacked; the layer's own parameters are views into
@@ -75,6 +83,20 @@ class _DenseLayer:
     down_scale: torch.Tensor | None = None
 
 
+# ``product(x, W, scale, scheme)``: one linear layer of a dense pass, ``x`` (n, K) and ``W`` (N, K)
+# float (``scale`` None) or e4m3 with its scales; returns (n, N) in ``x``'s dtype.
+Product = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None", str], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class _Deepstack:
+    """The deepstack features of a prefill: ``features[i]`` (rows, hidden) is added at the token
+    ``rows`` (rows,) after layer ``i``."""
+
+    rows: torch.Tensor
+    features: list[torch.Tensor]
+
+
 # Stacked weights by the first projection they hold, with that projection's data pointer then:
 # a model whose parameters were moved since gets stacked anew.
 _STACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -85,8 +107,9 @@ class Qwen3VLLanguageModel:
     decoder's :class:`~framewise.core.decoding.defs.LanguageModel`. Rotary positions have three
     axes (temporal, height, width).
 
-    ``fused_steps`` (default) lays dense layers out for few-kernel decode steps; ``False`` steps
-    through the model's own layers (the reference the fused step is tested against).
+    ``fused_steps`` (default) lays dense layers out for few-kernel prefills and decode steps;
+    ``False`` runs both through the model's own layers (the reference the dense passes are tested
+    against).
     ``step_kernels`` runs fused steps through the Triton kernels; by default they are used where
     they can run (:func:`step_kernels_unavailable`).
     """
@@ -131,7 +154,7 @@ class Qwen3VLLanguageModel:
         """How a decode step runs, in a few words."""
         if self._kernels is not None:
             weights = " (FP8 weights)" if self._dense and self._dense[0].qkv_scale is not None else ""
-            return f"Triton kernels, 7 launches a layer{weights}"
+            return f"Triton kernels, 6 launches a layer{weights}"
         return "few-kernel torch ops" if self._dense is not None else "the model's own layers"
 
     # ------------------------------------------------------------------ sizes
@@ -206,7 +229,7 @@ class Qwen3VLLanguageModel:
         cache.write_positions = torch.arange(start, start + count, device=device)
         cache.view_length = start + count
         mask = prefill_mask(start, count, device, embeds.dtype)
-        hidden = self._layers(embeds, rope.to(device)[:, None, :], cache, mask, vision_mask, deepstack)
+        hidden = self._prefill_stack(embeds, rope.to(device)[:, None, :], cache, mask, vision_mask, deepstack)
         return self.model.lm_head(hidden[:, -1, :]).float()
 
     def text_prefill(
@@ -224,7 +247,7 @@ class Qwen3VLLanguageModel:
         embeds = self.text.embed_tokens(input_ids)
         cache.write_positions = cache_positions
         mask = causal_mask(cache.view_length, cache_positions, embeds.dtype)
-        hidden = self._layers(embeds, rope[:, None, :], cache, mask, None, [])
+        hidden = self._prefill_stack(embeds, rope[:, None, :], cache, mask, None, [])
         return self.model.lm_head(hidden[0].index_select(0, last)).float()
 
     def step(self, cache: StaticKVCache, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor):
@@ -240,13 +263,13 @@ class Qwen3VLLanguageModel:
         if self._dense is None:
             hidden = self._layers(embeds, rope, cache, mask, None, [])[:, -1, :]
         else:
-            hidden = self._dense_step(embeds.view(1, -1), self.text.rotary_emb(embeds, rope), cache, mask)
+            hidden = self._dense_stack(embeds.view(1, -1), self.text.rotary_emb(embeds, rope), cache, mask, _project)
         return self.model.lm_head(hidden).float()
 
     def _kernel_step(
         self, cache: StaticKVCache, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor
     ) -> torch.Tensor:
-        """:meth:`step` through the Triton kernels: seven launches a layer, none reading more of the
+        """:meth:`step` through the Triton kernels: six launches a layer, none reading more of the
         cache than ``cache_position`` has filled. Logits (1, vocab) float32."""
         kernels, rotary = self._kernels, self.text.rotary_emb
         heads = self.config.num_attention_heads
@@ -255,11 +278,10 @@ class Qwen3VLLanguageModel:
         for index, layer in enumerate(self._dense):
             keys, values = cache.keys[index], cache.values[index]
             qkv = norm_linear(hidden, layer.input_norm, layer.qkv, layer.qkv_scale, layer.eps)
-            query = kernels.qk_norm_rope_cache(
-                qkv, layer.qk_norms, rotary.inv_freq, rotary.attention_scaling,
-                rope_position, cache_position, keys, values, heads, layer.eps,
+            attended = kernels.attend_step(
+                qkv, layer.qk_norms, rotary.inv_freq, rotary.attention_scaling, rope_position, cache_position,
+                keys, values, heads, layer.eps, cache.view_length, layer.scaling,
             )
-            attended = kernels.decode_attention(query, keys, values, cache_position, cache.view_length, layer.scaling)
             hidden = linear_residual(attended, layer.o, layer.o_scale, hidden)
             gate_up = norm_linear(hidden, layer.post_norm, layer.gate_up, layer.gate_up_scale, layer.eps)
             hidden = linear_residual(gate_up, layer.down, layer.down_scale, hidden, silu_mul=True)
@@ -269,38 +291,77 @@ class Qwen3VLLanguageModel:
         )
         return logits.view(1, -1)
 
-    def _dense_step(
+    def _prefill_stack(
+        self,
+        embeds: torch.Tensor,
+        rope: torch.Tensor,
+        cache: StaticKVCache,
+        mask: torch.Tensor | None,
+        vision_mask: torch.Tensor | None,
+        deepstack: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """The decoder stack of a prefill, :meth:`_layers`' arguments and result: through the dense
+        layers where the model has them (:meth:`_dense_stack` with :func:`_prefill_product`), else
+        through the model's own layers."""
+        if self._dense is None:
+            return self._layers(embeds, rope, cache, mask, vision_mask, deepstack)
+        features = None
+        if deepstack:
+            assert vision_mask is not None
+            rows = vision_mask[0].nonzero().squeeze(1)
+            features = _Deepstack(rows, [layer.to(embeds.dtype) for layer in deepstack])
+        hidden = self._dense_stack(
+            embeds[0], self.text.rotary_emb(embeds, rope), cache, mask, _prefill_product,
+            deepstack=features, hooked=self.text.layers,
+        )
+        return hidden[None]
+
+    def _dense_stack(
         self,
         hidden: torch.Tensor,
         position_embeddings: tuple[torch.Tensor, torch.Tensor],
         cache: StaticKVCache,
-        mask: torch.Tensor,
+        mask: torch.Tensor | None,
+        product: Product,
+        deepstack: _Deepstack | None = None,
+        hooked: Sequence[torch.nn.Module] = (),
     ) -> torch.Tensor:
-        """The decoder stack for one token ``hidden`` (1, hidden) through :class:`_DenseLayer`s as
-        torch ops, the same arithmetic as the model's layers; returns the normed hidden state (1, hidden)."""
+        """The decoder stack for ``n`` tokens ``hidden`` (n, hidden) through :class:`_DenseLayer`s as
+        torch ops, the arithmetic of the model's layers; returns the normed hidden states (n, hidden).
+
+        ``position_embeddings``: the rotary cos and sin, (1, n, head_dim) each. The keys and values go
+        to the cache at ``cache.write_positions`` (n,); ``mask`` is additive over ``cache.view_length``
+        positions, or None for a causal prefill from an empty cache. ``product(x, W, scale, scheme)``
+        is every linear layer (:func:`_project` for a decode step, :func:`_prefill_product` for a
+        prefill). ``deepstack`` features are added at their rows after the first layers, as
+        ``Qwen3VLTextModel._deepstack_process`` does. The forward pre-hooks of ``hooked[i]`` run
+        before layer ``i`` (the engine's cancel checks inside a prefill)."""
         assert self._dense is not None
+        count = hidden.shape[0]
         heads, kv_heads, head_dim = self.config.num_attention_heads, self.kv_heads, self.head_dim
         half = head_dim // 2
-        cos, sin = (part.reshape(1, head_dim) for part in position_embeddings)
+        cos, sin = (part.reshape(count, 1, head_dim) for part in position_embeddings)
         # rotate_half(x) * sin == roll(x, half) * sin with its first half negated
-        sin_signed = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+        sin_signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
         size = self.config.hidden_size
         for index, layer in enumerate(self._dense):
+            if index < len(hooked):
+                _run_pre_hooks(hooked[index], hidden)
             normed = F.rms_norm(hidden, (size,), layer.input_norm, layer.eps)
-            qkv = _project(normed, layer.qkv, layer.qkv_scale, layer.scheme)
-            qk = qkv[:, : (heads + kv_heads) * head_dim].view(heads + kv_heads, head_dim)
+            qkv = product(normed, layer.qkv, layer.qkv_scale, layer.scheme)
+            qk = qkv[:, : (heads + kv_heads) * head_dim].view(count, heads + kv_heads, head_dim)
             qk = F.rms_norm(qk, (head_dim,), None, layer.eps) * layer.qk_norm
             qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), sin_signed)
-            key = qk[heads:].view(1, kv_heads, 1, head_dim)
-            value = qkv[:, (heads + kv_heads) * head_dim :].view(1, kv_heads, 1, head_dim)
+            key = qk[:, heads:].transpose(0, 1)[None]
+            value = qkv[:, (heads + kv_heads) * head_dim :].view(count, kv_heads, head_dim).transpose(0, 1)[None]
             keys, values = cache.update(key, value, index)
-            # The query heads of one key/value head attend as that head's queries: no copies.
-            query = qk[:heads].view(1, kv_heads, heads // kv_heads, head_dim)
-            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=layer.scaling)
-            hidden = hidden + _project(attended.reshape(1, heads * head_dim), layer.o, layer.o_scale, layer.scheme)
+            attended = _attend(qk[:, :heads], keys, values, mask, layer.scaling)
+            hidden = hidden + product(attended, layer.o, layer.o_scale, layer.scheme)
             normed = F.rms_norm(hidden, (size,), layer.post_norm, layer.eps)
-            gate, up = _project(normed, layer.gate_up, layer.gate_up_scale, layer.scheme).chunk(2, dim=-1)
-            hidden = hidden + _project(F.silu(gate) * up, layer.down, layer.down_scale, layer.scheme)
+            gate, up = product(normed, layer.gate_up, layer.gate_up_scale, layer.scheme).chunk(2, dim=-1)
+            hidden = hidden + product(F.silu(gate) * up, layer.down, layer.down_scale, layer.scheme)
+            if deepstack is not None and index < len(deepstack.features):
+                hidden = hidden.index_add(0, deepstack.rows, deepstack.features[index])
         norm = self.text.norm
         return F.rms_norm(hidden, (size,), norm.weight, norm.variance_epsilon)
 
@@ -404,6 +465,56 @@ def _project(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, 
     if scale is None:
         return F.linear(x, weight)
     return fp8_linear(x, weight, scale, scheme, path="dequantize")  # type: ignore[arg-type]
+
+
+def _prefill_product(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, scheme: str) -> torch.Tensor:
+    """``linear(x, W)`` for many tokens, as the model's own layers compute it: ``F.linear`` for a float
+    weight (``scale`` None), :func:`fp8_linear` on its default path for an e4m3 one (FP8 tensor
+    cores with the activations quantized per token where the card has them, as ``Fp8Linear`` does)."""
+    if scale is None:
+        return F.linear(x, weight)
+    return fp8_linear(x, weight, scale, scheme)  # type: ignore[arg-type]
+
+
+def _attend(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scaling: float
+) -> torch.Tensor:
+    """Attention of ``query`` (n, heads, head_dim) over the cached ``keys``/``values``
+    (1, kv_heads, length, head_dim) under the additive ``mask`` (1, 1, n, length), or causally when
+    ``mask`` is None (then ``length`` is n). Returns (n, heads * head_dim)."""
+    count, heads, head_dim = query.shape
+    kv_heads = keys.shape[1]
+    if count == 1:
+        # The query heads of one key/value head attend as that head's queries: no copies.
+        grouped = query.reshape(1, kv_heads, heads // kv_heads, head_dim)
+        attended = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, scale=scaling)
+        return attended.reshape(1, heads * head_dim)
+    query = query.transpose(0, 1)[None]
+    with prefill_attention_backends():
+        if mask is None:
+            # Causal from an empty cache: flash attention shares the key/value heads itself.
+            attended = F.scaled_dot_product_attention(
+                query, keys, values, is_causal=True, scale=scaling, enable_gqa=True
+            )
+        else:
+            # Only the memory-efficient and math kernels take a mask, and the memory-efficient one
+            # does not share key/value heads (enable_gqa would fall back to math): repeat them, as
+            # transformers' sdpa attention does (an expand and a copy, no host sync: graph-safe).
+            group = heads // kv_heads
+            keys, values = repeat_kv(keys, group), repeat_kv(values, group)
+            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scaling)
+    return attended[0].transpose(0, 1).reshape(count, heads * head_dim)
+
+
+def _run_pre_hooks(module: torch.nn.Module, hidden: torch.Tensor) -> None:
+    """Run ``module``'s forward pre-hooks as if it were called on ``hidden``: a dense pass computes a
+    layer without calling it, and the engine's cancel checks are such hooks. What a hook returns is
+    not used."""
+    for key, hook in module._forward_pre_hooks.items():
+        if key in module._forward_pre_hooks_with_kwargs:
+            hook(module, (hidden,), {})
+        else:
+            hook(module, (hidden,))
 
 
 def _step_products(kernels, fp8: bool):

@@ -1,4 +1,4 @@
-"""Triton kernels for one decode step of a dense Qwen3 decoder layer, seven launches a layer.
+"""Triton kernels for one decode step of a dense Qwen3 decoder layer, six launches a layer.
 
 A decode step reads every weight once and does almost no arithmetic, so its time is the weights'
 bytes plus one launch per kernel. These kernels keep the launches few by doing the elementwise
@@ -9,11 +9,11 @@ work inside the matrix-vector products that need it:
   the output head;
 - :func:`linear_residual` multiplies and adds the residual (o and down), and for the down
   projection forms ``silu(gate) * up`` from the gate/up product as it reads it;
-- :func:`qk_norm_rope_cache` applies the per-head q and k norms and the rotary embedding (angles
-  computed in the kernel from the position in device memory) and writes k and v into the cache;
-- :func:`decode_attention` attends one token's query heads over the cache up to the position in
-  device memory (flash-decoding: the keys split across programs, then one combining pass), so a
-  step never reads more of the cache than the conversation has filled.
+- :func:`attend_step` applies the per-head q and k norms and the rotary embedding (angles
+  computed in the kernel from the position in device memory), writes k and v into the cache and
+  attends the token's query heads over the cache up to that position (flash-decoding: the keys
+  split across programs, each norming and rotating its own query heads, then one combining
+  pass), so a step never reads more of the cache than the conversation has filled.
 
 Rounding follows the model's own layers (transformers' Qwen3-VL text model): every value the
 model rounds to its dtype (the normed hidden state before the norm weight, the product with the
@@ -31,7 +31,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from framewise.core.decoding.gemv_loads import load_chunk, load_rows
+from framewise.core.decoding.dependent_launch import launch_options, wait_for_previous
+from framewise.core.decoding.gemv_loads import load_chunk, load_rows, load_silu_mul_chunk
 
 # Keys one program of the attention kernel handles per loop turn.
 ATTENTION_BLOCK = 64
@@ -51,7 +52,9 @@ def _gemv_config(rows: int, columns: int) -> tuple[int, int, int]:
 def _rms_norm_linear_kernel(
     x_ptr, norm_ptr, w_ptr, out_ptr, N, eps,
     K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    wait_for_previous(PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     columns = tl.arange(0, BLOCK_K)
@@ -85,7 +88,7 @@ def rms_norm_linear(
     _rms_norm_linear_kernel[(triton.cdiv(rows, block_n),)](
         x, norm_weight, weight, out, rows, eps,
         K=columns, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=columns % block_k == 0, EVEN_N=rows % block_n == 0,
-        num_warps=warps,
+        num_warps=warps, **launch_options(x.device),
     )
     return out
 
@@ -94,18 +97,16 @@ def rms_norm_linear(
 def _linear_residual_kernel(
     x_ptr, w_ptr, residual_ptr, out_ptr, N,
     K: tl.constexpr, SILU_MUL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-    EVEN_N: tl.constexpr,
+    EVEN_N: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_previous(PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     columns = tl.arange(0, BLOCK_K)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
         if SILU_MUL:
-            gate = load_chunk(x_ptr, start, columns, K, EVEN_K)
-            up = load_chunk(x_ptr + K, start, columns, K, EVEN_K)
-            gate32 = gate.to(tl.float32)
-            x = (gate32 * tl.sigmoid(gate32)).to(gate.dtype) * up
+            x = load_silu_mul_chunk(x_ptr, start, columns, K, EVEN_K)
         else:
             x = load_chunk(x_ptr, start, columns, K, EVEN_K)
         w = load_rows(w_ptr, rows, row_mask, start, columns, K, EVEN_K, EVEN_N)
@@ -127,101 +128,79 @@ def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tenso
     _linear_residual_kernel[(triton.cdiv(rows, block_n),)](
         x, weight, residual, out, rows,
         K=columns, SILU_MUL=silu_mul, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=columns % block_k == 0,
-        EVEN_N=rows % block_n == 0, num_warps=warps,
+        EVEN_N=rows % block_n == 0, num_warps=warps, **launch_options(x.device),
     )
     return out
 
 
 @triton.jit
-def _qk_norm_rope_cache_kernel(
-    qkv_ptr, qk_norm_ptr, inv_freq_ptr, rope_position_ptr, cache_position_ptr,
-    query_ptr, key_cache_ptr, value_cache_ptr, eps, attention_scaling, max_tokens,
-    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+def _norm_rope_heads(
+    head_ptr, rows, row_mask, norm_ptr, cos, sin, eps, HEAD_DIM: tl.constexpr,
 ):
-    head = tl.program_id(0)
+    """Heads ``rows`` (BLOCK,) of a (heads, HEAD_DIM) row-major block at ``head_ptr``, RMS-normed
+    with the weight at ``norm_ptr`` (HEAD_DIM,) and rotated by ``cos``/``sin`` (HEAD_DIM,) float32
+    (the attention scaling included), rounded as the model's layers round; zeros where
+    ``row_mask`` is off. Returns (BLOCK, HEAD_DIM) in the heads' dtype."""
     dims = tl.arange(0, HEAD_DIM)
     half: tl.constexpr = HEAD_DIM // 2
     rotated = (dims + half) % HEAD_DIM
-    x = tl.load(qkv_ptr + head * HEAD_DIM + dims)
-    x_rotated = tl.load(qkv_ptr + head * HEAD_DIM + rotated)
-    is_query = head < HEADS
-    norm_ptr = qk_norm_ptr + (head >= HEADS).to(tl.int32) * HEAD_DIM  # row 0: q's norm, row 1: k's
+    x = tl.load(head_ptr + rows[:, None] * HEAD_DIM + dims[None, :], mask=row_mask[:, None], other=0.0)
+    x_rotated = tl.load(head_ptr + rows[:, None] * HEAD_DIM + rotated[None, :], mask=row_mask[:, None], other=0.0)
     g = tl.load(norm_ptr + dims)
     g_rotated = tl.load(norm_ptr + rotated)
     x32 = x.to(tl.float32)
-    inverse_rms = tl.rsqrt(tl.sum(x32 * x32, axis=0) / HEAD_DIM + eps)
-    normed = (x32 * inverse_rms).to(x.dtype) * g
-    normed_rotated = (x_rotated.to(tl.float32) * inverse_rms).to(x.dtype) * g_rotated
+    inverse_rms = tl.rsqrt(tl.sum(x32 * x32, axis=1) / HEAD_DIM + eps)
+    normed = (x32 * inverse_rms[:, None]).to(x.dtype) * g[None, :]
+    normed_rotated = (x_rotated.to(tl.float32) * inverse_rms[:, None]).to(x.dtype) * g_rotated[None, :]
     # rotate_half: the second half negated comes first
-    normed_rotated = tl.where(dims < half, -normed_rotated, normed_rotated)
-    angle = tl.load(rope_position_ptr).to(tl.float32) * tl.load(inv_freq_ptr + dims % half)
-    # libdevice's cos and sin reduce large angles exactly, as torch's do (late positions)
-    cos = (libdevice.cos(angle) * attention_scaling).to(x.dtype)
-    sin = (libdevice.sin(angle) * attention_scaling).to(x.dtype)
-    out = normed * cos + normed_rotated * sin
-    if is_query:
-        tl.store(query_ptr + head * HEAD_DIM + dims, out)
-    else:
-        kv_head = head - HEADS
-        position = tl.load(cache_position_ptr)
-        slot = kv_head * max_tokens * HEAD_DIM + position * HEAD_DIM + dims
-        tl.store(key_cache_ptr + slot, out)
-        value = tl.load(qkv_ptr + (HEADS + KV_HEADS + kv_head) * HEAD_DIM + dims)
-        tl.store(value_cache_ptr + slot, value)
-
-
-def qk_norm_rope_cache(
-    qkv: torch.Tensor,
-    qk_norm: torch.Tensor,
-    inv_freq: torch.Tensor,
-    attention_scaling: float,
-    rope_position: torch.Tensor,
-    cache_position: torch.Tensor,
-    key_cache: torch.Tensor,
-    value_cache: torch.Tensor,
-    heads: int,
-    eps: float,
-) -> torch.Tensor:
-    """Norm and rotate one token's q and k heads, write k and v into the cache; return the query.
-
-    ``qkv`` ((heads + 2 kv_heads) * head_dim,): q heads, k heads, v heads. ``qk_norm`` (2, head_dim):
-    the q norm's weight, then the k norm's; ``inv_freq`` (head_dim/2,) float32; ``rope_position``/``cache_position`` (1,)
-    int64 on the device; ``key_cache``/``value_cache`` (1, kv_heads, max_tokens, head_dim),
-    contiguous. Returns the query (heads, head_dim).
-    """
-    _, kv_heads, max_tokens, head_dim = key_cache.shape
-    query = torch.empty(heads, head_dim, dtype=qkv.dtype, device=qkv.device)
-    _qk_norm_rope_cache_kernel[(heads + kv_heads,)](
-        qkv, qk_norm, inv_freq, rope_position, cache_position, query, key_cache, value_cache,
-        eps, attention_scaling, max_tokens, HEADS=heads, KV_HEADS=kv_heads, HEAD_DIM=head_dim,
-        num_warps=1 if head_dim <= 64 else 2,
-    )
-    return query
+    normed_rotated = tl.where((dims < half)[None, :], -normed_rotated, normed_rotated)
+    return normed * cos.to(x.dtype)[None, :] + normed_rotated * sin.to(x.dtype)[None, :]
 
 
 @triton.jit
 def _attention_split_kernel(
-    query_ptr, key_cache_ptr, value_cache_ptr, cache_position_ptr, partial_max_ptr, partial_sum_ptr,
-    partial_out_ptr, scale_log2, max_tokens, split_size, splits,
-    GROUP: tl.constexpr, BLOCK_GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
-    IEEE: tl.constexpr,
+    qkv_ptr, qk_norm_ptr, inv_freq_ptr, rope_position_ptr, cache_position_ptr,
+    key_cache_ptr, value_cache_ptr, partial_max_ptr, partial_sum_ptr, partial_out_ptr,
+    eps, attention_scaling, scale_log2, max_tokens, split_size, splits,
+    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, GROUP: tl.constexpr, BLOCK_GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr,
 ):
+    wait_for_previous(PDL)
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
-    length = tl.load(cache_position_ptr) + 1
+    position = tl.load(cache_position_ptr)
+    length = position + 1
     start = split * split_size
     end = tl.minimum(start + split_size, length)
     group = tl.arange(0, BLOCK_GROUP)
     dims = tl.arange(0, HEAD_DIM)
     keys = tl.arange(0, BLOCK)
-    query = tl.load(
-        query_ptr + (kv_head * GROUP + group)[:, None] * HEAD_DIM + dims[None, :],
-        mask=(group < GROUP)[:, None], other=0.0,
-    )
+    angle = tl.load(rope_position_ptr).to(tl.float32) * tl.load(inv_freq_ptr + dims % (HEAD_DIM // 2))
+    # libdevice's cos and sin reduce large angles exactly, as torch's do (late positions)
+    cos = libdevice.cos(angle) * attention_scaling
+    sin = libdevice.sin(angle) * attention_scaling
+    # Every program norms and rotates its key/value head's query heads (row 0 of the q/k norms);
+    # rows past the group are zeros.
+    query = _norm_rope_heads(qkv_ptr, kv_head * GROUP + group, group < GROUP, qk_norm_ptr, cos, sin, eps, HEAD_DIM)
+    base = kv_head * max_tokens * HEAD_DIM
+    if split == position // split_size:
+        # The program whose keys end at the step's position writes the step's key (k norm: row 1)
+        # and value there first, in row 0 of a block, then reads them back with the rest.
+        first = group < 1
+        key = _norm_rope_heads(
+            qkv_ptr + HEADS * HEAD_DIM, kv_head + group * 0, first, qk_norm_ptr + HEAD_DIM, cos, sin, eps, HEAD_DIM
+        )
+        value = tl.load(
+            qkv_ptr + (HEADS + KV_HEADS + kv_head) * HEAD_DIM + group[:, None] * 0 + dims[None, :],
+            mask=first[:, None], other=0.0,
+        )
+        slot = base + position * HEAD_DIM + group[:, None] * 0 + dims[None, :]
+        tl.store(key_cache_ptr + slot, key, mask=first[:, None])
+        tl.store(value_cache_ptr + slot, value, mask=first[:, None])
+        tl.debug_barrier()  # the block's threads see each other's stores
     running_max = tl.full([BLOCK_GROUP], float("-inf"), dtype=tl.float32)
     running_sum = tl.zeros([BLOCK_GROUP], dtype=tl.float32)
     acc = tl.zeros([BLOCK_GROUP, HEAD_DIM], dtype=tl.float32)
-    base = kv_head * max_tokens * HEAD_DIM
     for block_start in range(start, end, BLOCK):
         positions = block_start + keys
         valid = positions < end
@@ -252,7 +231,9 @@ def _attention_split_kernel(
 def _attention_combine_kernel(
     partial_max_ptr, partial_sum_ptr, partial_out_ptr, cache_position_ptr, out_ptr, split_size, splits,
     GROUP: tl.constexpr, BLOCK_GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_SPLITS: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    wait_for_previous(PDL)
     head = tl.program_id(0)
     kv_head = head // GROUP
     member = head % GROUP
@@ -279,39 +260,49 @@ def _attention_combine_kernel(
     tl.store(out_ptr + head * HEAD_DIM + dims, (acc / total).to(out_ptr.dtype.element_ty))
 
 
-def decode_attention(
-    query: torch.Tensor,
+def attend_step(
+    qkv: torch.Tensor,
+    qk_norm: torch.Tensor,
+    inv_freq: torch.Tensor,
+    attention_scaling: float,
+    rope_position: torch.Tensor,
+    cache_position: torch.Tensor,
     key_cache: torch.Tensor,
     value_cache: torch.Tensor,
-    cache_position: torch.Tensor,
+    heads: int,
+    eps: float,
     view_length: int,
     scale: float,
 ) -> torch.Tensor:
-    """One token's attention over the cache positions 0..``cache_position`` (inclusive).
+    """One token's attention: its q and k heads normed and rotated, its k and v written into the
+    cache at ``cache_position``, its query heads attending over positions 0..``cache_position``.
 
-    ``query`` (heads, head_dim); ``key_cache``/``value_cache`` (1, kv_heads, max_tokens, head_dim),
-    contiguous; ``cache_position`` (1,) int64 on the device, read at run time; ``view_length``
-    bounds it (the step's context bucket) and sizes the launch. Returns (heads * head_dim,).
+    ``qkv`` ((heads + 2 kv_heads) * head_dim,): q heads, k heads, v heads. ``qk_norm`` (2, head_dim):
+    the q norm's weight, then the k norm's; ``inv_freq`` (head_dim/2,) float32; ``rope_position``
+    and ``cache_position`` (1,) int64 on the device, read at run time; ``key_cache``/``value_cache``
+    (1, kv_heads, max_tokens, head_dim), contiguous; ``view_length`` bounds the position (the
+    step's context bucket) and sizes the launch. Returns (heads * head_dim,).
     """
-    heads, head_dim = query.shape
-    _, kv_heads, max_tokens, _ = key_cache.shape
+    _, kv_heads, max_tokens, head_dim = key_cache.shape
     group = heads // kv_heads
     block_group = max(16, triton.next_power_of_2(group))
-    programs = ATTENTION_PROGRAMS_PER_SM * torch.cuda.get_device_properties(query.device).multi_processor_count
+    programs = ATTENTION_PROGRAMS_PER_SM * torch.cuda.get_device_properties(qkv.device).multi_processor_count
     split_size = ATTENTION_BLOCK * max(1, math.ceil(view_length / (ATTENTION_BLOCK * max(1, programs // kv_heads))))
     splits = math.ceil(view_length / split_size)
-    partial_max = torch.empty(kv_heads * splits * block_group, dtype=torch.float32, device=query.device)
+    partial_max = torch.empty(kv_heads * splits * block_group, dtype=torch.float32, device=qkv.device)
     partial_sum = torch.empty_like(partial_max)
-    partial_out = torch.empty(kv_heads * splits * block_group, head_dim, dtype=torch.float32, device=query.device)
+    partial_out = torch.empty(kv_heads * splits * block_group, head_dim, dtype=torch.float32, device=qkv.device)
     _attention_split_kernel[(kv_heads, splits)](
-        query, key_cache, value_cache, cache_position, partial_max, partial_sum, partial_out,
-        scale * math.log2(math.e), max_tokens, split_size, splits,
-        GROUP=group, BLOCK_GROUP=block_group, HEAD_DIM=head_dim, BLOCK=ATTENTION_BLOCK,
-        IEEE=query.dtype == torch.float32, num_warps=4,
+        qkv, qk_norm, inv_freq, rope_position, cache_position, key_cache, value_cache,
+        partial_max, partial_sum, partial_out, eps, attention_scaling, scale * math.log2(math.e),
+        max_tokens, split_size, splits,
+        HEADS=heads, KV_HEADS=kv_heads, GROUP=group, BLOCK_GROUP=block_group, HEAD_DIM=head_dim,
+        BLOCK=ATTENTION_BLOCK, IEEE=qkv.dtype == torch.float32, num_warps=4, **launch_options(qkv.device),
     )
-    out = torch.empty(heads * head_dim, dtype=query.dtype, device=query.device)
+    out = torch.empty(heads * head_dim, dtype=qkv.dtype, device=qkv.device)
     _attention_combine_kernel[(heads,)](
         partial_max, partial_sum, partial_out, cache_position, out, split_size, splits,
         GROUP=group, BLOCK_GROUP=block_group, HEAD_DIM=head_dim, BLOCK_SPLITS=32, num_warps=2,
+        **launch_options(qkv.device),
     )
     return out

@@ -1,0 +1,103 @@
+"""The decode step's Triton kernels compile for Hopper (sm_90, with programmatic dependent launch)
+and Ampere (sm_80, without), down to a cubin through Triton's own ptxas, with no GPU: a kernel
+that Triton or ptxas refuses fails here rather than on the device. The launches' pointer
+alignment is given as Triton specializes it (16 bytes), so the loops are software-pipelined as
+on the device; the instructions the FP8 kernel is built around are checked too (the hardware e4m3
+conversion, the dependent-launch wait). CI has no Triton, so it skips them; to run them on a
+machine without a GPU, install the Triton the GPU machine has (``pip install triton==3.6.0``)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+triton = pytest.importorskip("triton", reason="compiling the kernels needs Triton (no GPU needed)")
+
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from framewise.core.families.qwen3_vl import step_kernels  # noqa: E402
+from framewise.core.quantization import gemv_kernels  # noqa: E402
+
+HOPPER, AMPERE = 90, 80
+GEMV_TYPES = {"x_ptr": "*bf16", "norm_ptr": "*bf16", "w_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "residual_ptr": "*bf16",
+              "out_ptr": "*bf16", "N": "i32", "eps": "fp32"}
+
+
+def compile_ptx(kernel, types: dict[str, str], constexprs: dict[str, object], arch: int, num_warps: int) -> str:
+    """``kernel`` compiled for compute capability ``arch`` (PDL on where it exists); its PTX."""
+    pdl = arch >= HOPPER
+    constexprs = {**constexprs, "PDL": pdl}
+    signature = {name: "constexpr" if name in constexprs else types[name] for name in kernel.arg_names}
+    aligned = {
+        (index,): [["tt.divisibility", 16]]
+        for index, name in enumerate(kernel.arg_names)
+        if name not in constexprs and (types[name].startswith("*") or name == "N")
+    }
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=aligned)
+    compiled = triton.compile(
+        source, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps, "launch_pdl": pdl}
+    )
+    assert compiled.asm["cubin"]
+    return compiled.asm["ptx"]
+
+
+def count(pattern: str, ptx: str) -> int:
+    return len(re.findall(pattern, ptx))
+
+
+@pytest.mark.parametrize("arch", [HOPPER, AMPERE])
+@pytest.mark.parametrize("native", [True, False], ids=["hardware-e4m3", "bit-decoded-e4m3"])
+@pytest.mark.parametrize("block_scales", [False, True], ids=["channel", "block"])
+@pytest.mark.parametrize(("rows", "columns", "kind"), [(6144, 4096, "norm"), (4096, 12288, "silu"), (4096, 4096, "residual")])
+def test_fp8_decode_kernels_compile(
+    arch: int, native: bool, block_scales: bool, rows: int, columns: int, kind: str
+) -> None:
+    if native and arch < 89:
+        pytest.skip("hardware e4m3 conversion needs compute capability 8.9")
+    config = gemv_kernels._fp8_gemv_config(rows, columns, block_scales)
+    constexprs = dict(
+        K=columns, SCALE_COLUMNS=columns // 128 if block_scales else 1, BLOCK_SCALES=block_scales,
+        NORM=kind == "norm", SILU_MUL=kind == "silu", RESIDUAL=kind != "norm", NATIVE_FP8=native,
+        BLOCK_N=config[0], BLOCK_K=config[1], SCALE_BLOCK=128, EVEN_K=True, EVEN_N=True,
+    )
+    types = GEMV_TYPES if native else {**GEMV_TYPES, "w_ptr": "*u8"}
+    ptx = compile_ptx(gemv_kernels._fp8_gemv_kernel, types, constexprs, arch, config[2])
+    if native:
+        assert count(r"cvt\.rn\.f16x2\.e4m3x2", ptx) > 0
+    assert count(r"griddepcontrol\.wait", ptx) == (1 if arch >= HOPPER else 0)
+
+
+@pytest.mark.parametrize("arch", [HOPPER, AMPERE])
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(32, 8, 128), (16, 8, 128), (4, 2, 64)])
+def test_attention_step_kernels_compile(arch: int, dtype: str, heads: int, kv_heads: int, head_dim: int) -> None:
+    split_types = {
+        "qkv_ptr": f"*{dtype}", "qk_norm_ptr": f"*{dtype}", "inv_freq_ptr": "*fp32", "rope_position_ptr": "*i64",
+        "cache_position_ptr": "*i64", "key_cache_ptr": f"*{dtype}", "value_cache_ptr": f"*{dtype}",
+        "partial_max_ptr": "*fp32", "partial_sum_ptr": "*fp32", "partial_out_ptr": "*fp32", "eps": "fp32",
+        "attention_scaling": "fp32", "scale_log2": "fp32", "max_tokens": "i32", "split_size": "i32", "splits": "i32",
+    }
+    split = dict(HEADS=heads, KV_HEADS=kv_heads, GROUP=heads // kv_heads, BLOCK_GROUP=16, HEAD_DIM=head_dim,
+                 BLOCK=step_kernels.ATTENTION_BLOCK, IEEE=dtype == "fp32")
+    ptx = compile_ptx(step_kernels._attention_split_kernel, split_types, split, arch, 4)
+    assert count(r"bar\.sync", ptx) > 0  # the step's own key is written before the block reads it
+    combine_types = {"partial_max_ptr": "*fp32", "partial_sum_ptr": "*fp32", "partial_out_ptr": "*fp32",
+                     "cache_position_ptr": "*i64", "out_ptr": f"*{dtype}", "split_size": "i32", "splits": "i32"}
+    combine = dict(GROUP=heads // kv_heads, BLOCK_GROUP=16, HEAD_DIM=head_dim, BLOCK_SPLITS=32)
+    compile_ptx(step_kernels._attention_combine_kernel, combine_types, combine, arch, 2)
+
+
+@pytest.mark.parametrize("arch", [HOPPER, AMPERE])
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_bf16_step_products_compile(arch: int, dtype: str) -> None:
+    norm_types = {"x_ptr": f"*{dtype}", "norm_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "out_ptr": f"*{dtype}",
+                  "N": "i32", "eps": "fp32"}
+    block_n, block_k, warps = step_kernels._gemv_config(6144, 4096)
+    shape = dict(K=4096, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=True, EVEN_N=True)
+    compile_ptx(step_kernels._rms_norm_linear_kernel, norm_types, shape, arch, warps)
+    residual_types = {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "residual_ptr": f"*{dtype}", "out_ptr": f"*{dtype}",
+                      "N": "i32"}
+    for silu_mul in (False, True):
+        compile_ptx(step_kernels._linear_residual_kernel, residual_types, {**shape, "SILU_MUL": silu_mul}, arch, warps)
