@@ -29,11 +29,15 @@ For fp8 also: each decoder layer's output error against the first dtype (bf16 no
 Frobenius norm, every layer fed that model's input to it, 64 text tokens) and the share of greedy
 answer tokens that agree with its answers (the agreeing prefix of each answer over its length).
 ``--quick`` runs the 8B shapes, bf16 and fp8, the ``framewise`` mode, a first question and one
-follow-up: a few minutes on one GPU.
+follow-up: a few minutes on one GPU. ``--profile`` asks each framewise mode's first question once
+more under ``torch.profiler`` and writes its kernel table (``profile_<size>_<dtype>_<mode>.txt``),
+with the wall and GPU milliseconds of that prefill in the results: what a first question's time
+goes to.
 
     python3 benchmarks/decode_bench.py --out results/ [--sizes 2B,8B] [--modes default,static,framewise]
     python3 benchmarks/decode_bench.py --sizes 8B --dtypes bfloat16,fp8 --modes framewise --out results/
     python3 benchmarks/decode_bench.py --quick --out results/
+    python3 benchmarks/decode_bench.py --sizes 8B --dtypes bfloat16,fp8 --modes framewise --follow-ups 0 --profile --out results/
     python3 benchmarks/decode_bench.py --sizes tiny --device cpu --dtypes float32 --new-tokens 8   # smoke test
 """
 
@@ -408,7 +412,7 @@ def bench_size(size: str, args, device, bandwidth: float, save: Callable[[dict],
             del reference_io
             reference_io = None
         answers_by_mode = bench_modes(run, model, features, conversation, context, weight_bytes, bandwidth, device, args,
-                                      lambda: save(result))
+                                      lambda: save(result), label=f"{size}_{dtype}")
         first = answers_by_mode.get(args.modes[0])
         if dtype != "fp8":
             reference_answers = first
@@ -422,9 +426,10 @@ def bench_size(size: str, args, device, bandwidth: float, save: Callable[[dict],
     return result
 
 
-def bench_modes(run, model, features, conversation, context, weight_bytes, bandwidth, device, args, save_all):
+def bench_modes(run, model, features, conversation, context, weight_bytes, bandwidth, device, args, save_all, label):
     """Every mode of ``args.modes`` on ``model`` as it is now; fills ``run["modes"]`` (saving the
-    whole result after each mode); returns each finished mode's answers (token ids per question)."""
+    whole result after each mode); returns each finished mode's answers (token ids per question).
+    ``label`` (size and dtype) names the profile files."""
     answers_by_mode: dict[str, list[list[int]]] = {}
     reference: list[list[int]] | None = None
     for mode in args.modes:
@@ -465,6 +470,10 @@ def bench_modes(run, model, features, conversation, context, weight_bytes, bandw
                 prefix_reused_last=runner.last.prefix_tokens_reused, prompt_last=runner.last.prompt_tokens,
                 prefill_graph_last=runner.last.prefill_graph,
             )
+            if args.profile:
+                entry["first_question_profile"] = profile_first_question(
+                    runner, conversation, device, args.out / f"profile_{label}_{mode}.txt"
+                )
         if mode == "static":
             entry["first_call_s"] = entry["warm_up_s"]  # the compile and one whole answer
         ids = [answer.token_ids for answer in answers]
@@ -480,6 +489,39 @@ def bench_modes(run, model, features, conversation, context, weight_bytes, bandw
         del runner
         _free(device)
     return answers_by_mode
+
+
+def profile_first_question(runner: FramewiseRunner, conversation: Conversation, device: torch.device,
+                           path: Path) -> dict[str, Any]:
+    """The first question's prefill and first token once more, from an empty cache, under
+    ``torch.profiler``: writes the table of its kernels by self GPU time (CPU time on the CPU) to
+    ``path`` and returns the wall and GPU milliseconds with the ten costliest kernels. GPU time well
+    under the wall time means the host launching kernels is what the prefill waits on."""
+    from torch.profiler import ProfilerActivity, profile
+
+    on_gpu = device.type == "cuda"
+    runner.decoder.cache.forget()
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_gpu else [ProfilerActivity.CPU]
+    _sync(device)
+    started = time.perf_counter()
+    with profile(activities=activities) as profiler:
+        runner.ask(conversation.first, 1)
+        _sync(device)
+    wall_ms = (time.perf_counter() - started) * 1e3
+    averages = profiler.key_averages()
+    sort_key = "self_device_time_total" if on_gpu else "self_cpu_time_total"
+    path.write_text(averages.table(sort_by=sort_key, row_limit=40) + "\n")
+    # On the GPU the kernels themselves (an operator's row repeats its kernels' time)
+    kernels = [event for event in averages if getattr(event, sort_key) > 0
+               and (not on_gpu or event.device_type == torch.autograd.DeviceType.CUDA)]
+    kernels.sort(key=lambda event: getattr(event, sort_key), reverse=True)
+    return {
+        "wall_ms": wall_ms,
+        "gpu_ms": sum(getattr(event, sort_key) for event in kernels) / 1e3 if on_gpu else None,
+        "top": [{"name": event.key[:100], "ms": getattr(event, sort_key) / 1e3, "calls": event.count}
+                for event in kernels[:10]],
+        "table": path.name,
+    }
 
 
 def make_runner(mode: str, model, features, conversation: Conversation, context: int, args) -> tuple[Any, Callable]:
@@ -537,10 +579,11 @@ def markdown(results: list[dict[str, Any]], header: dict[str, Any]) -> str:
         "p99/mean | x floor | capture (s) | cache + graphs (MiB) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    accuracy = []
+    accuracy, profiles = [], []
     for result in results:
         for dtype, run in result["dtypes"].items():
             lines += _mode_rows(result["size"], dtype, run)
+            profiles += _profile_rows(result["size"], dtype, run)
             if "layer_error" in run:
                 error = run["layer_error"]
                 agreement = run.get("greedy_agreement")
@@ -551,7 +594,21 @@ def markdown(results: list[dict[str, Any]], header: dict[str, Any]) -> str:
     if accuracy:
         lines += ["", "| size | dtype | layer output error, mean | max | greedy answer tokens agreeing |",
                   "|---|---|---|---|---|", *accuracy]
+    if profiles:
+        lines += ["", "| size | dtype | mode | first question profiled: wall ms | GPU ms | costliest kernels (ms, calls) |",
+                  "|---|---|---|---|---|---|", *profiles]
     return "\n".join(lines)
+
+
+def _profile_rows(size: str, dtype: str, run: dict[str, Any]) -> list[str]:
+    rows = []
+    for mode, entry in run["modes"].items():
+        profile = entry.get("first_question_profile")
+        if profile:
+            gpu = "–" if profile["gpu_ms"] is None else f"{profile['gpu_ms']:.1f}"
+            top = "; ".join(f"{item['name'][:48]} {item['ms']:.1f} ({item['calls']})" for item in profile["top"][:4])
+            rows.append(f"| {size} | {dtype} | {mode} | {profile['wall_ms']:.1f} | {gpu} | {top} |")
+    return rows
 
 
 def _mode_rows(size: str, dtype: str, run: dict[str, Any]) -> list[str]:
@@ -609,6 +666,8 @@ def main(argv: list[str] | None = None) -> int:
         default="framewise=30,framewise_ops=30,framewise_unfused=30,default=60,static=120",
         help="seconds one mode may take at one size: no question starts after them",
     )
+    parser.add_argument("--profile", action="store_true",
+                        help="profile each framewise mode's first question once more (kernel tables in --out)")
     parser.add_argument("--total-budget-s", type=float, default=3600.0, help="a mode that would end past it is skipped")
     args = parser.parse_args(argv)
     if args.quick:
