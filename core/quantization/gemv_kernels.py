@@ -14,8 +14,9 @@ of at most 128 columns, where both readings give the same product.
 
 Each weight is converted to float32 in registers and multiplied in. The conversion from float16
 to float32 runs at a quarter of the multiply rate; by that count it, more than the memory, holds
-these products above their read floor on the fastest cards (docs/benchmarks.md). A float16 tensor-core kernel that avoided it ran two to four times slower
-at batch 1 on an H200 and was removed.
+these products above their read floor on the fastest cards (docs/benchmarks.md). A float16
+tensor-core kernel that avoided it ran two to four times slower at batch 1 on an H200 and was
+removed.
 
 Rounding follows the bf16 kernels: the values the model rounds to its dtype (normed input, the
 product with the norm weight, ``silu(gate)``, the projection, the residual sum) are rounded
