@@ -47,6 +47,15 @@ _CHOOSE_INSTEAD = (
 )
 
 
+def scale_shape(scheme: Literal["block", "channel"], weight_shape: tuple[int, ...]) -> tuple[int, int]:
+    """The shape of a (N, K) weight's FP8 scales: (ceil(N/128), ceil(K/128)) for ``"block"``, (N, 1)
+    for ``"channel"``."""
+    rows, columns = weight_shape
+    if scheme == "block":
+        return math.ceil(rows / BLOCK_SIZE), math.ceil(columns / BLOCK_SIZE)
+    return rows, 1
+
+
 @dataclass(frozen=True)
 class WeightFormat:
     """How a checkpoint stores its weights.
@@ -70,11 +79,8 @@ class WeightFormat:
         return weight_name.removesuffix("weight") + self.scale_suffix
 
     def scale_shape(self, weight_shape: tuple[int, ...]) -> tuple[int, int]:
-        """The shape a (N, K) weight's scale must have: (ceil(N/128), ceil(K/128)) or (N, 1)."""
-        rows, columns = weight_shape
-        if self.scheme == "block":
-            return math.ceil(rows / BLOCK_SIZE), math.ceil(columns / BLOCK_SIZE)
-        return rows, 1
+        """The shape a (N, K) weight's scale must have in this format (:func:`scale_shape`)."""
+        return scale_shape("block" if self.scheme == "block" else "channel", weight_shape)
 
     def excludes(self, module_name: str) -> bool:
         """True when the config says the module ``module_name`` stays unquantized."""

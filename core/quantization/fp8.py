@@ -40,7 +40,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from framewise.core.quantization.formats import BLOCK_SIZE
+from framewise.core.quantization.formats import BLOCK_SIZE, scale_shape
 
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = torch.finfo(E4M3).max
@@ -101,10 +101,13 @@ def quantize_onto(
     scheme: Literal["block", "channel"],
     device: torch.device,
     chunk_elements: int = 1 << 20,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`quantize` of a (N, K) ``weight`` held anywhere (a memory-mapped checkpoint tensor),
     with the result on ``device``: the same e4m3 weight (N, K) and scales, computed a band of rows
-    at a time (whole 128-row blocks for ``"block"``).
+    at a time (whole 128-row blocks for ``"block"``). ``out`` (an e4m3 (N, K) tensor and a float32
+    one of :func:`~framewise.core.quantization.formats.scale_shape`, on ``device``; views are fine)
+    receives them instead of new tensors.
 
     Only a band of about ``chunk_elements`` weights and its float32 temporaries are on the device
     at once. Loading a model quantizes hundreds of weights; with temporaries of one size the
@@ -116,11 +119,14 @@ def quantize_onto(
     band = max(1, chunk_elements // columns)
     if scheme == "block":
         band = max(BLOCK_SIZE, band // BLOCK_SIZE * BLOCK_SIZE)
-        scale_shape: tuple[int, int] = (math.ceil(rows / BLOCK_SIZE), math.ceil(columns / BLOCK_SIZE))
+    if out is None:
+        quantized = torch.empty((rows, columns), dtype=E4M3, device=device)
+        scales = torch.empty(scale_shape(scheme, (rows, columns)), dtype=torch.float32, device=device)
     else:
-        scale_shape = (rows, 1)
-    quantized = torch.empty((rows, columns), dtype=E4M3, device=device)
-    scales = torch.empty(scale_shape, dtype=torch.float32, device=device)
+        quantized, scales = out
+        if quantized.shape != weight.shape or scales.shape != scale_shape(scheme, (rows, columns)):
+            raise ValueError(f"quantize_onto: out has shapes {tuple(quantized.shape)} and {tuple(scales.shape)} "
+                             f"for a {rows}x{columns} weight")
     for start in range(0, rows, band):
         part_quantized, part_scales = quantize(weight[start : start + band].to(device), scheme)
         quantized[start : start + band] = part_quantized

@@ -13,6 +13,12 @@ moved to the target device and put in its place:
   float32 temporaries;
 - anything else is cast to the model's dtype (floats only) and set as the parameter or buffer.
 
+Linear layers the caller names as a stack (a decoder layer's q/k/v projections, its gate/up)
+whose weights all end up in FP8 are written into one (rows of all, K) e4m3 tensor and one scale
+tensor, each layer's weight and scale a view of its rows: whoever multiplies by the stack
+(the fused decode step and prefill) finds it already laid out, and never copies the weights into
+a new stack and frees the old ones, which would leave the allocator's segments partly used.
+
 Tied weights (an output head sharing the input embedding) come apart when one of them is set:
 the family ties them again after loading, as ``from_pretrained`` does.
 """
@@ -31,9 +37,12 @@ from torch import nn
 
 from framewise.core.errors import QuantizationFormatError
 from framewise.core.quantization.formats import (
+    BLOCK_SIZE,
+    TensorHeader,
     WeightFormat,
     quantized_weight_scales,
     read_tensor_headers,
+    scale_shape,
 )
 from framewise.core.quantization.fp8 import QUANTIZE_ON_LOAD_SCHEME, quantize_onto
 from framewise.core.quantization.linear import Fp8Linear
@@ -61,19 +70,24 @@ def load_checkpoint(
     dtype: torch.dtype,
     quantize_on_load: Callable[[str], bool] = lambda module_name: False,
     scheme: Literal["block", "channel"] = QUANTIZE_ON_LOAD_SCHEME,
+    stacked_with: Callable[[str], Sequence[str] | None] = lambda module_name: None,
 ) -> LoadReport:
     """Fill ``model`` (in place) with the tensors of the safetensors ``files`` on ``device``.
 
     ``fmt`` is the checkpoint's format (:func:`~framewise.core.quantization.formats.detect_weight_format`);
     its quantized weights and scales are checked before anything is read. ``quantize_on_load``
     says, by module name, which of the remaining ``nn.Linear`` layers to quantize with ``scheme``
-    (the family passes its language model's linear layers). Raises QuantizationFormatError when
+    (the family passes its language model's linear layers). ``stacked_with`` names, by module
+    name, the linear layers stacked with it in row order (``None``: none); a stack whose layers
+    all end up in FP8 with one scheme (block-scaled: every layer but the last a whole number of
+    blocks high) shares one weight and one scale tensor. Raises QuantizationFormatError when
     the checkpoint's scales do not match its weights, or an FP8 weight belongs to a module that
     is not a linear layer.
     """
     headers = read_tensor_headers(files)
     scales = quantized_weight_scales(headers, fmt)
     scale_names = set(scales.values())
+    stacks = _plan_stacks(model, headers, fmt, scales, quantize_on_load, scheme, stacked_with)
     report = LoadReport()
     with ExitStack() as stack:
         handles = {file: stack.enter_context(safe_open(file, framework="pt", device="cpu")) for file in files}
@@ -98,17 +112,99 @@ def load_checkpoint(
                         f"{name} is stored in FP8, but {module_name} ({type(module).__name__}) is not a linear layer; "
                         "Framewise runs FP8 linear layers only. Choose a checkpoint that quantizes only linear layers."
                     )
-                scale = read(scales[name]).to(device, torch.float32).reshape(fmt.scale_shape(headers[name].shape))
-                _replace(model, module_name, Fp8Linear(read(name).to(device), scale, fmt.scheme, _bias_of(module)))
+                weight, scale = read(name), read(scales[name]).reshape(fmt.scale_shape(headers[name].shape))
+                if module_name in stacks:
+                    weight, scale = stacks[module_name].place(module_name, weight, scale, device)
+                else:
+                    weight, scale = weight.to(device), scale.to(device, torch.float32)
+                _replace(model, module_name, Fp8Linear(weight, scale, fmt.scheme, _bias_of(module)))
                 report.fp8_from_checkpoint.append(module_name)
             elif leaf == "weight" and isinstance(module, nn.Linear) and quantize_on_load(module_name):
-                weight, weight_scale = quantize_onto(read(name), scheme, device)
+                slot = stacks[module_name].slot(module_name, device) if module_name in stacks else None
+                weight, weight_scale = quantize_onto(read(name), scheme, device, out=slot)
                 _replace(model, module_name, Fp8Linear(weight, weight_scale, scheme, _bias_of(module)))
                 report.quantized_on_load.append(module_name)
             else:
                 _set_tensor(module, leaf, _cast(read(name).to(device), dtype))
     report.missing = meta_tensors(model)
     return report
+
+
+class _Stack:
+    """One weight and one scale tensor for a stack of FP8 linear layers, allocated when the first
+    of them is read; each layer gets the views of its rows.
+
+    ``weight_shapes`` maps each layer's module name, in row order, to its (N, K) weight shape."""
+
+    def __init__(self, weight_shapes: dict[str, tuple[int, int]], scheme: Literal["block", "channel"]) -> None:
+        self.scheme = scheme
+        self.weight_rows: dict[str, tuple[int, int]] = {}
+        self.scale_rows: dict[str, tuple[int, int]] = {}
+        row = scale_row = 0
+        for name, shape in weight_shapes.items():
+            scale_height = scale_shape(scheme, shape)[0]
+            self.weight_rows[name] = (row, row + shape[0])
+            self.scale_rows[name] = (scale_row, scale_row + scale_height)
+            row, scale_row = row + shape[0], scale_row + scale_height
+        self.shape = (row, next(iter(weight_shapes.values()))[1])
+        self.scale_shape = (scale_row, scale_shape(scheme, self.shape)[1])
+        self._tensors: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def slot(self, name: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (weight, scale) views for layer ``name``, to be filled."""
+        if self._tensors is None:
+            self._tensors = (torch.empty(self.shape, dtype=torch.float8_e4m3fn, device=device),
+                             torch.empty(self.scale_shape, dtype=torch.float32, device=device))
+        weight, scale = self._tensors
+        return weight[slice(*self.weight_rows[name])], scale[slice(*self.scale_rows[name])]
+
+    def place(
+        self, name: str, weight: torch.Tensor, scale: torch.Tensor, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copy layer ``name``'s stored e4m3 ``weight`` and ``scale`` into its views; returns them."""
+        weight_view, scale_view = self.slot(name, device)
+        weight_view.copy_(weight)
+        scale_view.copy_(scale)
+        return weight_view, scale_view
+
+
+def _plan_stacks(
+    model: nn.Module,
+    headers: dict[str, TensorHeader],
+    fmt: WeightFormat,
+    scales: dict[str, str],
+    quantize_on_load: Callable[[str], bool],
+    scheme: Literal["block", "channel"],
+    stacked_with: Callable[[str], Sequence[str] | None],
+) -> dict[str, _Stack]:
+    """The stack of each linear layer that will share one: by module name, for every layer of a
+    stack whose weights all end up in FP8 the same way (all stored in FP8, or all quantized on
+    load), with one column count, and in linear layers of the stored shapes."""
+    stacks: dict[str, _Stack] = {}
+    for name in headers:
+        module_name = name.removesuffix(".weight")
+        members = stacked_with(module_name) if name.endswith(".weight") else None
+        if not members or module_name != members[0]:
+            continue
+        shapes = {member: headers[f"{member}.weight"].shape for member in members if f"{member}.weight" in headers}
+        if len(shapes) != len(members) or len({shape[1] for shape in shapes.values()}) != 1:
+            continue
+        stored = {f"{member}.weight" in scales for member in members}
+        if stored == {True}:
+            member_scheme = "block" if fmt.scheme == "block" else "channel"
+        elif stored == {False} and all(quantize_on_load(member) for member in members):
+            member_scheme = scheme
+        else:
+            continue
+        modules = [_submodule(model, member) for member in members]
+        if not all(isinstance(module, nn.Linear) and tuple(module.weight.shape) == shapes[member]
+                   for module, member in zip(modules, members)):
+            continue
+        if member_scheme == "block" and any(shapes[member][0] % BLOCK_SIZE for member in members[:-1]):
+            continue  # a block row would span two layers
+        stack = _Stack({member: shapes[member] for member in members}, member_scheme)
+        stacks.update(dict.fromkeys(members, stack))
+    return stacks
 
 
 def meta_tensors(model: nn.Module) -> list[str]:

@@ -26,6 +26,9 @@ from framewise.core.quantization.linear import Fp8Linear
 from framewise.core.quantization.loading import load_checkpoint, meta_tensors
 
 LANGUAGE_LAYERS = "model.language_model.layers."
+# The projections a decoder layer's fused passes multiply as one stacked matrix, in row order
+# (as :func:`~framewise.core.families.qwen3_vl.language._dense_layers` stacks them).
+STACKED_PROJECTIONS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
 def is_fp8_checkpoint(path: Path) -> bool:
@@ -51,6 +54,7 @@ def load_fp8(model_class: type, path: Path, dtype: torch.dtype, device: torch.de
     report = load_checkpoint(
         model, files, fmt, device, dtype,
         quantize_on_load=lambda name: fmt is UNQUANTIZED and name.startswith(LANGUAGE_LAYERS),
+        stacked_with=stacked_projections,
     )
     _dequantize_outside_language_layers(model, dtype)
     if getattr(config, "tie_word_embeddings", False) or getattr(config.get_text_config(), "tie_word_embeddings", False):
@@ -58,6 +62,18 @@ def load_fp8(model_class: type, path: Path, dtype: torch.dtype, device: torch.de
     if (path / "generation_config.json").is_file():  # the answer's end tokens, as from_pretrained reads them
         model.generation_config = transformers.GenerationConfig.from_pretrained(path, local_files_only=True)
     return model.eval(), {"missing_keys": meta_tensors(model), "mismatched_keys": report.mismatched}
+
+
+def stacked_projections(module_name: str) -> tuple[str, ...] | None:
+    """The module names of the decoder-layer projections stacked with ``module_name`` (itself
+    included, in row order), or None for any other module."""
+    if not module_name.startswith(LANGUAGE_LAYERS):
+        return None
+    parent, _, leaf = module_name.rpartition(".")
+    for group in STACKED_PROJECTIONS:
+        if leaf in group:
+            return tuple(f"{parent}.{member}" for member in group)
+    return None
 
 
 def _move_buffers(model: nn.Module, device: torch.device) -> None:

@@ -28,6 +28,7 @@ q/k/v and once for gate/up) or dequantized weights (:func:`~framewise.core.quant
 from __future__ import annotations
 
 import importlib.util
+import math
 import inspect
 import weakref
 from dataclasses import dataclass
@@ -565,10 +566,30 @@ def _stacked(*linears: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | No
     return weight, scale
 
 
+def _adjacent_rows(parts: list[torch.Tensor]) -> torch.Tensor | None:
+    """The (rows of all, ...) view over ``parts`` when they are contiguous, of one dtype and row
+    shape, and follow each other in one storage; else None."""
+    first = parts[0]
+    offset = first.storage_offset()
+    for part in parts:
+        if (not part.is_contiguous() or part.dtype != first.dtype or part.shape[1:] != first.shape[1:]
+                or part.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+                or part.storage_offset() != offset):
+            return None
+        offset += part.numel()
+    shape = (sum(part.shape[0] for part in parts), *first.shape[1:])
+    strides = tuple(math.prod(shape[axis + 1 :]) for axis in range(len(shape)))
+    return first.detach().as_strided(shape, strides, first.storage_offset())
+
+
 def _stack_into_views(modules: tuple[torch.nn.Module, ...], name: str) -> torch.Tensor:
     """Allocate the row-wise stack of the ``modules``' tensors ``name`` (parameters or buffers),
-    copy each in, and replace it by its view, releasing the original."""
+    copy each in, and replace it by its view, releasing the original; when the tensors already
+    are consecutive rows of one tensor (the FP8 loader writes stacks so), that tensor's view."""
     parts = [getattr(module, name) for module in modules]
+    adjacent = _adjacent_rows(parts)
+    if adjacent is not None:
+        return adjacent
     stacked = torch.empty((sum(part.shape[0] for part in parts), *parts[0].shape[1:]),
                           dtype=parts[0].dtype, device=parts[0].device)
     del parts

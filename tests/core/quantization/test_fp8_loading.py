@@ -46,13 +46,36 @@ def bf16_model(state: dict[str, torch.Tensor]) -> TinyModel:
     return model
 
 
-def load(folder: Path, files: list[Path], quantize: bool = False) -> tuple[TinyModel, loading.LoadReport]:
+def load(
+    folder: Path, files: list[Path], quantize: bool = False, stacked_with=lambda name: None
+) -> tuple[TinyModel, loading.LoadReport]:
     model = meta_model()
     fmt = detect_weight_format(read_config(folder))
     report = loading.load_checkpoint(
-        model, files, fmt, CPU, torch.bfloat16, quantize_on_load=is_language_linear if quantize else lambda name: False
+        model, files, fmt, CPU, torch.bfloat16, quantize_on_load=is_language_linear if quantize else lambda name: False,
+        stacked_with=stacked_with,
     )
     return model, report
+
+
+def stacks_of(*groups: tuple[str, ...]):
+    """A ``stacked_with`` over each layer of :class:`TinyModel`: ``groups`` of its linear names."""
+
+    def stacked_with(module_name: str) -> tuple[str, ...] | None:
+        layer, _, leaf = module_name.rpartition(".")
+        layer, _, block = layer.rpartition(".")
+        for group in groups:
+            if f"{block}.{leaf}" in group:
+                return tuple(f"{layer}.{member}" for member in group)
+        return None
+
+    return stacked_with
+
+
+def follows(first: torch.Tensor, second: torch.Tensor) -> bool:
+    """Whether ``second`` starts where ``first`` ends, in one storage."""
+    return (first.untyped_storage().data_ptr() == second.untyped_storage().data_ptr()
+            and second.storage_offset() == first.storage_offset() + first.numel())
 
 
 @pytest.mark.parametrize("shards", [1, 3])
@@ -108,6 +131,43 @@ def test_bf16_checkpoint_without_quantizing_is_exact(tmp_path: Path) -> None:
     assert report.quantized_on_load == [] and report.missing == []
     assert not any(isinstance(module, Fp8Linear) for module in model.modules())
     assert all(torch.equal(model.state_dict()[name], tensor) for name, tensor in state.items())
+
+
+@pytest.mark.parametrize("fmt", ["block", "channel", "bf16"])
+def test_stacked_layers_share_one_tensor_and_hold_what_they_would_alone(tmp_path: Path, fmt: str) -> None:
+    """q/o (256 columns each) share one weight and one scale tensor, as stored in FP8 or quantized on
+    load; up/down (256 and 300 columns) cannot and stay apart; every layer holds the same bytes as
+    when loaded without stacks."""
+    files = write_checkpoint(tmp_path, random_state(3), fmt)
+    quantize = fmt == "bf16"
+    alone, _ = load(tmp_path, files, quantize)
+    stacked, report = load(tmp_path, files, quantize, stacks_of(("self_attn.q_proj", "self_attn.o_proj"),
+                                                                 ("mlp.up_proj", "mlp.down_proj")))
+    assert report.missing == [] and report.mismatched == []
+    for name in language_linear_names():
+        expected, actual = alone.get_submodule(name), stacked.get_submodule(name)
+        assert torch.equal(actual.weight.view(torch.uint8), expected.weight.view(torch.uint8))
+        assert torch.equal(actual.weight_scale, expected.weight_scale)
+    for layer in stacked.model.language_model.layers:
+        attention, mlp = layer.self_attn, layer.mlp
+        assert follows(attention.q_proj.weight, attention.o_proj.weight)
+        assert follows(attention.q_proj.weight_scale, attention.o_proj.weight_scale)
+        assert not follows(mlp.up_proj.weight, mlp.down_proj.weight)
+    tokens = torch.arange(20) % 50
+    assert torch.equal(stacked(tokens), alone(tokens))
+
+
+@pytest.mark.parametrize(("fmt", "shared"), [("block", False), ("channel", True)])
+def test_a_block_row_never_spans_two_stacked_layers(tmp_path: Path, fmt: str, shared: bool) -> None:
+    """up (300 rows) before q: per channel they stack; in 128x128 blocks its last block row is
+    partial, so they load apart."""
+    files = write_checkpoint(tmp_path, random_state(4), fmt)
+    model, report = load(tmp_path, files, stacked_with=stacks_of(("mlp.up_proj", "self_attn.q_proj")))
+    assert report.missing == []
+    layer = model.model.language_model.layers[0]
+    assert follows(layer.mlp.up_proj.weight, layer.self_attn.q_proj.weight) is shared
+    tokens = torch.arange(20) % 50
+    assert torch.equal(model(tokens), load(tmp_path, files)[0](tokens))
 
 
 def test_quantize_on_load_holds_one_full_precision_weight_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

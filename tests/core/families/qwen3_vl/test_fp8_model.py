@@ -89,6 +89,27 @@ def test_fused_fp8_step_matches_the_models_own_layers() -> None:
     torch.testing.assert_close(logits[0], logits[1], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("source", ["quantized on load", "channel"])
+def test_the_decoder_multiplies_by_the_stacks_the_loader_wrote(tmp_path: Path, source: str) -> None:
+    """The FP8 loader writes q/k/v and gate/up as one tensor each; building the fused decoder finds
+    them laid out and copies nothing (a copy would leave the loaded tensors' memory behind on a GPU)."""
+    settings = (ModelSettings(source="demo", device="cpu", dtype="fp8") if source == "quantized on load" else
+                ModelSettings(source=str(demo_in(tmp_path, source)), device="cpu", dtype="float32"))
+    model = load_model(settings).model
+    layers = model.model.language_model.layers
+    loaded = [(layer.self_attn.q_proj, layer.mlp.gate_proj) for layer in layers]
+    pointers = [(q.weight.data_ptr(), q.weight_scale.data_ptr(), gate.weight.data_ptr(), gate.weight_scale.data_ptr())
+                for q, gate in loaded]
+    dense = Qwen3VLLanguageModel(model)._dense
+    assert [(layer.qkv.data_ptr(), layer.qkv_scale.data_ptr(), layer.gate_up.data_ptr(), layer.gate_up_scale.data_ptr())
+            for layer in dense] == pointers
+    attention = layers[0].self_attn
+    rows = attention.q_proj.out_features + attention.k_proj.out_features + attention.v_proj.out_features
+    assert dense[0].qkv.shape == (rows, attention.q_proj.in_features)
+    assert torch.equal(dense[0].qkv[-attention.v_proj.out_features :].view(torch.uint8),
+                       attention.v_proj.weight.view(torch.uint8))
+
+
 @pytest.mark.timeout(600)
 def test_demo_model_in_fp8_answers_the_clips_as_in_full_precision() -> None:
     encoder = EncoderSettings(use_graphs=False)
