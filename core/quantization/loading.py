@@ -137,7 +137,6 @@ class _Stack:
     ``weight_shapes`` maps each layer's module name, in row order, to its (N, K) weight shape."""
 
     def __init__(self, weight_shapes: dict[str, tuple[int, int]], scheme: Literal["block", "channel"]) -> None:
-        self.scheme = scheme
         self.weight_rows: dict[str, tuple[int, int]] = {}
         self.scale_rows: dict[str, tuple[int, int]] = {}
         row = scale_row = 0
