@@ -32,7 +32,8 @@ answer tokens that agree with its answers (the agreeing prefix of each answer ov
 follow-up: a few minutes on one GPU. ``--profile`` asks each framewise mode's first question once
 more under ``torch.profiler`` and writes its kernel table (``profile_<size>_<dtype>_<mode>.txt``),
 with the wall and GPU milliseconds of that prefill in the results: what a first question's time
-goes to.
+goes to; and twice more, with 1 and 33 new tokens, for each kernel's time per decode step
+(``profile_<size>_<dtype>_<mode>_step.txt``).
 
     python3 benchmarks/decode_bench.py --out results/ [--sizes 2B,8B] [--modes default,static,framewise]
     python3 benchmarks/decode_bench.py --sizes 8B --dtypes bfloat16,fp8 --modes framewise --out results/
@@ -474,6 +475,9 @@ def bench_modes(run, model, features, conversation, context, weight_bytes, bandw
                 entry["first_question_profile"] = profile_first_question(
                     runner, conversation, device, args.out / f"profile_{label}_{mode}.txt"
                 )
+                entry["decode_step_profile"] = profile_decode_steps(
+                    runner, conversation, device, args.out / f"profile_{label}_{mode}_step.txt"
+                )
         if mode == "static":
             entry["first_call_s"] = entry["warm_up_s"]  # the compile and one whole answer
         ids = [answer.token_ids for answer in answers]
@@ -497,6 +501,49 @@ def profile_first_question(runner: FramewiseRunner, conversation: Conversation, 
     ``torch.profiler``: writes the table of its kernels by self GPU time (CPU time on the CPU) to
     ``path`` and returns the wall and GPU milliseconds with the ten costliest kernels. GPU time well
     under the wall time means the host launching kernels is what the prefill waits on."""
+    wall_ms, averages, kernels = _profiled(lambda: runner.ask(conversation.first, 1), runner, device)
+    path.write_text(averages.table(sort_by=_time_key(device), row_limit=40) + "\n")
+    on_gpu = device.type == "cuda"
+    return {
+        "wall_ms": wall_ms,
+        "gpu_ms": sum(kernels.values()) / 1e3 if on_gpu else None,
+        "top": [{"name": name[:100], "ms": us / 1e3, "calls": calls} for name, (us, calls) in
+                sorted(_with_calls(kernels, averages, device).items(), key=lambda item: -item[1][0])[:10]],
+        "table": path.name,
+    }
+
+
+def profile_decode_steps(runner: FramewiseRunner, conversation: Conversation, device: torch.device,
+                         path: Path, steps: int = 32) -> dict[str, Any]:
+    """What one decode step's time goes to: the first question profiled with one new token and with
+    ``1 + steps``, each from an empty cache; each kernel's time in the second less the first, over
+    ``steps``. Writes the per-token kernel list to ``path``; returns the GPU (CPU on the CPU)
+    microseconds per token and the ten costliest kernels per token."""
+    _, short_averages, short = _profiled(lambda: runner.ask(conversation.first, 1), runner, device)
+    _, long_averages, long = _profiled(lambda: runner.ask(conversation.first, 1 + steps), runner, device)
+    short_calls = _with_calls(short, short_averages, device)
+    per_token = {
+        name: ((us - short.get(name, 0.0)) / steps, (calls - short_calls.get(name, (0.0, 0))[1]) / steps)
+        for name, (us, calls) in _with_calls(long, long_averages, device).items()
+    }
+    ranked = sorted(((name, us, calls) for name, (us, calls) in per_token.items() if us > 0), key=lambda item: -item[1])
+    path.write_text("".join(f"{us:10.2f} us {calls:6.2f} calls  {name}\n" for name, us, calls in ranked))
+    return {
+        "steps": steps,
+        "us_per_token": sum(us for _, us, _ in ranked),
+        "top": [{"name": name[:100], "us": us, "calls": calls} for name, us, calls in ranked[:10]],
+        "table": path.name,
+    }
+
+
+def _time_key(device: torch.device) -> str:
+    return "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+
+
+def _profiled(ask: Callable[[], Any], runner: FramewiseRunner, device: torch.device):
+    """``ask()`` from an empty cache under ``torch.profiler``: its wall milliseconds, the profiler's
+    averages, and each kernel's self time in microseconds by name (on the CPU: every operator's
+    CPU time). On the GPU only the kernels count, since an operator's row repeats its kernels' time."""
     from torch.profiler import ProfilerActivity, profile
 
     on_gpu = device.type == "cuda"
@@ -505,23 +552,21 @@ def profile_first_question(runner: FramewiseRunner, conversation: Conversation, 
     _sync(device)
     started = time.perf_counter()
     with profile(activities=activities) as profiler:
-        runner.ask(conversation.first, 1)
+        ask()
         _sync(device)
     wall_ms = (time.perf_counter() - started) * 1e3
     averages = profiler.key_averages()
-    sort_key = "self_device_time_total" if on_gpu else "self_cpu_time_total"
-    path.write_text(averages.table(sort_by=sort_key, row_limit=40) + "\n")
-    # On the GPU the kernels themselves (an operator's row repeats its kernels' time)
-    kernels = [event for event in averages if getattr(event, sort_key) > 0
-               and (not on_gpu or event.device_type == torch.autograd.DeviceType.CUDA)]
-    kernels.sort(key=lambda event: getattr(event, sort_key), reverse=True)
-    return {
-        "wall_ms": wall_ms,
-        "gpu_ms": sum(getattr(event, sort_key) for event in kernels) / 1e3 if on_gpu else None,
-        "top": [{"name": event.key[:100], "ms": getattr(event, sort_key) / 1e3, "calls": event.count}
-                for event in kernels[:10]],
-        "table": path.name,
-    }
+    key = _time_key(device)
+    kernels = {event.key: getattr(event, key) for event in averages if getattr(event, key) > 0
+               and (not on_gpu or event.device_type == torch.autograd.DeviceType.CUDA)}
+    return wall_ms, averages, kernels
+
+
+def _with_calls(kernels: dict[str, float], averages, device: torch.device) -> dict[str, tuple[float, int]]:
+    """``kernels`` (name -> microseconds) with each one's call count from ``averages``."""
+    counts = {event.key: event.count for event in averages
+              if device.type != "cuda" or event.device_type == torch.autograd.DeviceType.CUDA}
+    return {name: (us, counts.get(name, 0)) for name, us in kernels.items()}
 
 
 def make_runner(mode: str, model, features, conversation: Conversation, context: int, args) -> tuple[Any, Callable]:
@@ -595,8 +640,9 @@ def markdown(results: list[dict[str, Any]], header: dict[str, Any]) -> str:
         lines += ["", "| size | dtype | layer output error, mean | max | greedy answer tokens agreeing |",
                   "|---|---|---|---|---|", *accuracy]
     if profiles:
-        lines += ["", "| size | dtype | mode | first question profiled: wall ms | GPU ms | costliest kernels (ms, calls) |",
-                  "|---|---|---|---|---|---|", *profiles]
+        lines += ["", "| size | dtype | mode | first question profiled: wall ms | GPU ms | costliest kernels (ms, calls) | "
+                  "decode step: GPU µs per token | costliest kernels per token (µs, calls) |",
+                  "|---|---|---|---|---|---|---|---|", *profiles]
     return "\n".join(lines)
 
 
@@ -607,7 +653,10 @@ def _profile_rows(size: str, dtype: str, run: dict[str, Any]) -> list[str]:
         if profile:
             gpu = "–" if profile["gpu_ms"] is None else f"{profile['gpu_ms']:.1f}"
             top = "; ".join(f"{item['name'][:48]} {item['ms']:.1f} ({item['calls']})" for item in profile["top"][:4])
-            rows.append(f"| {size} | {dtype} | {mode} | {profile['wall_ms']:.1f} | {gpu} | {top} |")
+            step = entry.get("decode_step_profile")
+            step_cells = ("– | –" if step is None else f"{step['us_per_token']:.1f} | " + "; ".join(
+                f"{item['name'][:48]} {item['us']:.1f} ({item['calls']:.1f})" for item in step["top"][:5]))
+            rows.append(f"| {size} | {dtype} | {mode} | {profile['wall_ms']:.1f} | {gpu} | {top} | {step_cells} |")
     return rows
 
 
