@@ -28,8 +28,8 @@ q/k/v and once for gate/up) or dequantized weights (:func:`~framewise.core.quant
 from __future__ import annotations
 
 import importlib.util
-import math
 import inspect
+import math
 import weakref
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -400,7 +400,8 @@ def _dense_layers(text: torch.nn.Module, config) -> list[_DenseLayer] | None:
 
     The stacked matrices are built layer by layer, each projection's weight copied into its place
     and released at once, and freed device memory is handed back between layers so that the next
-    layer's stacked matrix can reuse it: building holds no second copy of the weights."""
+    layer's stacked matrix can reuse it: building holds no second copy of the weights. Projections
+    the FP8 loader already wrote as one matrix are used as they lie, with no copy."""
     if config.hidden_act != "silu" or getattr(config, "attention_bias", False):
         return None
     layers = []
