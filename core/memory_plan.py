@@ -16,22 +16,25 @@ GIB = 2**30
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes each part of a loaded model takes on the device."""
+    """Bytes each part of a loaded model takes on the device; ``allocator_rounding`` is what the
+    caching allocator reserves beyond the parts' tensors."""
 
     weights: int
     kv_cache: int
     encoder_graphs: int
     decode_graphs: int
+    allocator_rounding: int = 0
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv_cache + self.encoder_graphs + self.decode_graphs
+        return self.weights + self.kv_cache + self.encoder_graphs + self.decode_graphs + self.allocator_rounding
 
     def describe(self) -> str:
         """One line: the total and its parts (:func:`size_text`)."""
+        rounding = f", allocator rounding {size_text(self.allocator_rounding)}" if self.allocator_rounding else ""
         return (
             f"about {size_text(self.total)} (weights {size_text(self.weights)}, KV cache {size_text(self.kv_cache)}, "
-            f"encoder graphs {size_text(self.encoder_graphs)}, decode graphs {size_text(self.decode_graphs)})"
+            f"encoder graphs {size_text(self.encoder_graphs)}, decode graphs {size_text(self.decode_graphs)}{rounding})"
         )
 
 

@@ -7,19 +7,27 @@ Four parts, in bytes: the weights, the KV cache, the encoder graphs and the deco
   stay in bf16.
 - The KV cache is :meth:`~framewise.core.decoding.kv_cache.StaticKVCache.bytes_needed` for the
   context (keys and values stay in the activations' dtype in FP8 too).
-- The encoder graphs hold, per token budget, their static inputs (patches, interpolation taps,
-  rotary positions) and outputs (merged tokens and deepstack features), and share one pool whose
-  size is set by the largest budget's live activations inside one vision block: the residual,
-  the normed input, q/k/v, the attention output and the MLP's hidden rows before and after GELU.
+- The encoder graphs share one set of static buffers, sized for the largest token budget (every
+  budget's graph reads views of them): inputs (patches, interpolation taps, rotary positions)
+  and outputs (merged tokens and deepstack features). Their pool is set by the largest budget's
+  live activations: inside one vision block (the residual pair, the normed input, q/k/v, the
+  attention output, the MLP's hidden rows before and after GELU), the float32 rotary tables,
+  the deepstack features gathered so far and a merger's rows.
 - The decode graphs hold the float32 logits and share a pool set by the largest follow-up
-  prefill bucket's activations in one decoder layer (hidden, q/k/v, gate/up, their product).
+  prefill bucket: one decoder layer's activations (hidden, q/k/v, gate/up, their product), the
+  key/value heads repeated for every query head over the whole context (the masked attention
+  kernel does not share them) and the additive mask.
+- Each capture (encoder, decoder) allocates cuBLAS workspaces for its warm-up stream and its
+  capture stream.
 
-The graph parts are a model of what the captures allocate, not a measurement; they are to be
-checked against ``torch.cuda.max_memory_reserved()`` on the GPU.
+The graph parts are a model of what the captures allocate, not a measurement; docs/benchmarks.md
+compares them with what the engine measured on the GPU. The caching allocator reserves whole
+segments, a few percent beyond what the parts hold: :data:`ALLOCATOR_ROUNDING` covers it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +45,13 @@ _ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 2}
 _SCALE_BYTES = 4
 # The follow-up prefill's largest token bucket (framewise.core.decoding.prefill_graphs.TOKEN_BUCKETS).
 PREFILL_TOKENS = 256
+# cuBLAS's workspace for one stream on Hopper cards (less on older ones); a capture uses two streams.
+CUBLAS_WORKSPACE = 32 * 2**20
+CAPTURE_WORKSPACES = 2 * CUBLAS_WORKSPACE
+# What the caching allocator reserves beyond the tensors it holds (whole segments, and the load's
+# brief peak above them), as a share of the estimate: measured 1.5-3.4 % plus 0.6 % of load peak
+# on an H100 (docs/benchmarks.md, 2026-12-06), rounded up.
+ALLOCATOR_ROUNDING = 0.05
 
 
 @dataclass(frozen=True)
@@ -91,6 +106,7 @@ class EncoderShape:
     intermediate: int
     depth: int
     out_hidden: int
+    heads: int
     patch_elements: int
     positions: int
     deepstack_layers: int
@@ -101,7 +117,7 @@ class EncoderShape:
         patch = vision["patch_size"]
         return cls(
             hidden=vision["hidden_size"], intermediate=vision["intermediate_size"], depth=vision["depth"],
-            out_hidden=vision["out_hidden_size"],
+            out_hidden=vision["out_hidden_size"], heads=vision.get("num_heads", 16),  # transformers' default
             patch_elements=vision.get("in_channels", 3) * vision.get("temporal_patch_size", 2) * patch * patch,
             positions=vision["num_position_embeddings"], deepstack_layers=len(vision.get("deepstack_visual_indexes", ())),
             merge_area=vision.get("spatial_merge_size", 2) ** 2,
@@ -137,22 +153,32 @@ def _linear_bytes(shape: tuple[int, int], dtype: WeightDtype, scheme: Literal["b
 
 
 def encoder_graph_bytes(encoder: EncoderShape, budgets: Sequence[int], element: int) -> int:
-    """Static buffers of a graph per budget, and the pool the largest budget's block needs."""
+    """The static buffers and the pool, both set by the largest of ``budgets`` (patch rows), and
+    the capture's workspaces."""
     if not budgets:
         return 0
+    rows = max(budgets)
+    merged = rows // encoder.merge_area
     # patches; interpolation taps (4 int64 indices, 4 float32 weights); rotary positions (2 int64)
     inputs_per_row = encoder.patch_elements * element + 4 * 8 + 4 * 4 + 2 * 8
     outputs_per_merged_row = (1 + encoder.deepstack_layers) * encoder.out_hidden * element
-    buffers = sum(budget * inputs_per_row + budget // encoder.merge_area * outputs_per_merged_row for budget in budgets)
-    live_per_row = (2 * encoder.hidden + 3 * encoder.hidden + encoder.hidden + 2 * encoder.intermediate) * element
-    return buffers + max(budgets) * live_per_row
+    buffers = rows * inputs_per_row + merged * outputs_per_merged_row
+    block_per_row = (2 * encoder.hidden + 3 * encoder.hidden + encoder.hidden + 2 * encoder.intermediate) * element
+    rotary_per_row = 2 * (encoder.hidden // encoder.heads) * 4  # cos and sin, float32
+    # a merger's gathered rows, its first product and GELU; the deepstack features kept so far
+    merged_per_row = 3 * encoder.merge_area * encoder.hidden * element + encoder.deepstack_layers * encoder.out_hidden * element
+    pool = rows * (block_per_row + rotary_per_row) + merged * merged_per_row
+    return buffers + pool + CAPTURE_WORKSPACES
 
 
-def decode_graph_bytes(decoder: DecoderShape, element: int) -> int:
-    """The float32 logits, and the pool a follow-up prefill bucket's decoder layer needs."""
+def decode_graph_bytes(decoder: DecoderShape, element: int, context_tokens: int) -> int:
+    """The float32 logits, the pool the largest follow-up prefill bucket needs over a context of
+    ``context_tokens`` positions, and the capture's workspaces."""
     query_key_value = (decoder.heads + 2 * decoder.kv_heads) * decoder.head_dim
-    live_per_token = (2 * decoder.hidden + query_key_value + 3 * decoder.intermediate) * element
-    return decoder.vocab * 4 + PREFILL_TOKENS * live_per_token
+    layer_per_token = (2 * decoder.hidden + query_key_value + 3 * decoder.intermediate) * element
+    repeated_keys_values = 2 * decoder.heads * context_tokens * decoder.head_dim * element
+    mask = PREFILL_TOKENS * context_tokens * element
+    return decoder.vocab * 4 + PREFILL_TOKENS * layer_per_token + repeated_keys_values + mask + CAPTURE_WORKSPACES
 
 
 def estimate_memory(
@@ -167,16 +193,20 @@ def estimate_memory(
     ``vision_config``) takes in ``dtype`` on a ``device_type`` device, with a KV cache of
     ``context_tokens`` positions and encoder graphs for ``encoder_budgets`` (patch rows each; none
     when graphs are off). On the CPU what FP8 leaves unquantized (and the KV cache) is float32, as
-    the load keeps it there, and the decoder captures no graphs."""
+    the load keeps it there, the decoder captures no graphs and nothing is added for a caching
+    allocator (the CPU has none)."""
     decoder = DecoderShape.from_config(config["text_config"], bool(config.get("tie_word_embeddings", False)))
     encoder = EncoderShape.from_config(config["vision_config"])
     unquantized: WeightDtype = "float32" if device_type == "cpu" and dtype == "fp8" else "bfloat16"
     activations = unquantized if dtype == "fp8" else dtype
     element = _ELEMENT_BYTES[activations]
     activation_dtype = {"float32": torch.float32, "float16": torch.float16}.get(activations, torch.bfloat16)
-    return MemoryEstimate(
+    parts = MemoryEstimate(
         weights=weight_bytes(decoder, encoder, dtype, scheme, unquantized),
         kv_cache=StaticKVCache.bytes_needed(decoder.layers, decoder.kv_heads, decoder.head_dim, context_tokens, activation_dtype),
         encoder_graphs=encoder_graph_bytes(encoder, encoder_budgets, element),
-        decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(decoder, element),
+        decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(decoder, element, context_tokens),
     )
+    if device_type == "cpu":
+        return parts
+    return dataclasses.replace(parts, allocator_rounding=math.ceil(parts.total * ALLOCATOR_ROUNDING))

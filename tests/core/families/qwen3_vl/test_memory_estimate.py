@@ -27,7 +27,7 @@ EIGHT_B = {
                     "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936},
     "vision_config": {"hidden_size": 1152, "intermediate_size": 4304, "depth": 27, "out_hidden_size": 4096,
                       "patch_size": 16, "temporal_patch_size": 2, "in_channels": 3, "num_position_embeddings": 2304,
-                      "deepstack_visual_indexes": [8, 16, 24], "spatial_merge_size": 2},
+                      "deepstack_visual_indexes": [8, 16, 24], "spatial_merge_size": 2, "num_heads": 16},
 }
 
 
@@ -110,4 +110,30 @@ def test_graph_parts_grow_with_their_settings(dtype: str) -> None:
     large = memory.estimate_memory(EIGHT_B, dtype, 8192, [256, 1024, 16384])
     assert large.encoder_graphs > small.encoder_graphs > 0
     assert memory.estimate_memory(EIGHT_B, dtype, 8192, ()).encoder_graphs == 0
-    assert large.total == large.weights + large.kv_cache + large.encoder_graphs + large.decode_graphs
+    assert large.total == large.weights + large.kv_cache + large.encoder_graphs + large.decode_graphs + large.allocator_rounding
+
+
+def test_encoder_graphs_share_the_largest_budgets_buffers() -> None:
+    """Every budget's graph reads views of one set of buffers sized for the largest budget, so
+    smaller budgets beside it add nothing."""
+    alone = memory.estimate_memory(EIGHT_B, "fp8", 8192, [16384])
+    with_smaller = memory.estimate_memory(EIGHT_B, "fp8", 8192, [256, 1024, 4096, 16384])
+    assert with_smaller.encoder_graphs == alone.encoder_graphs
+    assert memory.estimate_memory(EIGHT_B, "fp8", 8192, [4096]).encoder_graphs < alone.encoder_graphs
+
+
+def test_decode_graphs_grow_with_the_context_the_prefill_attends_over() -> None:
+    """A follow-up prefill repeats the key/value heads over the whole context: 2 x 32 heads x
+    128 dims x 2 bytes a position at the 8B shapes, and its mask one bf16 row of 256 a position."""
+    short = memory.estimate_memory(EIGHT_B, "bfloat16", 4096, ())
+    long = memory.estimate_memory(EIGHT_B, "bfloat16", 8192, ())
+    assert long.decode_graphs - short.decode_graphs == 4096 * (2 * 32 * 128 * 2 + 256 * 2)
+
+
+def test_on_a_gpu_the_allocator_rounding_is_a_share_of_the_parts() -> None:
+    estimate = memory.estimate_memory(EIGHT_B, "fp8", 2816, [256, 16384])
+    parts = estimate.weights + estimate.kv_cache + estimate.encoder_graphs + estimate.decode_graphs
+    assert estimate.allocator_rounding == pytest.approx(parts * memory.ALLOCATOR_ROUNDING, abs=1)
+    assert estimate.total == parts + estimate.allocator_rounding
+    assert "allocator rounding" in estimate.describe()
+    assert memory.estimate_memory(EIGHT_B, "fp8", 2816, (), device_type="cpu").allocator_rounding == 0
