@@ -49,7 +49,7 @@ PREFILL_TOKENS = 256
 CUBLAS_WORKSPACE = 32 * 2**20
 CAPTURE_WORKSPACES = 2 * CUBLAS_WORKSPACE
 # What the caching allocator reserves beyond the tensors it holds (whole segments, and the load's
-# brief peak above them), as a share of the estimate: measured 1.5-3.4 % plus 0.6 % of load peak
+# brief peak above them), as a share of the estimate: measured 1.4-3.4 % plus 0.6 % of load peak
 # on an H100 (docs/benchmarks.md, 2026-12-06), rounded up.
 ALLOCATOR_ROUNDING = 0.05
 
