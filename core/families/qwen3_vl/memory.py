@@ -1,6 +1,7 @@
 """How much device memory a model will take, estimated from its config before anything is loaded.
 
-Four parts, in bytes: the weights, the KV cache, the encoder graphs and the decode graphs.
+Four parts, in bytes: the weights, the KV cache, the encoder graphs and the decode graphs; on a
+GPU, an allowance for the caching allocator besides.
 
 - Weights are counted exactly from the shapes. In FP8 the language model's linear layers take
   one byte a weight plus float32 scales; the vision tower, embeddings, norms and the output head
