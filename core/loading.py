@@ -29,7 +29,7 @@ from framewise.core.events import Progress
 from framewise.core.families import FamilyLimits, ModelFamily, family_for
 from framewise.core.quantization.formats import checkpoint_weight_format
 from framewise.core.resources import asset_path
-from framewise.core.memory_plan import Alternative, MemoryEstimate, shortfall_message
+from framewise.core.memory_plan import Alternative, MemoryEstimate, shortfall_message, size_text
 from framewise.core.settings import DEMO_MODEL, AppSettings, ModelSettings
 
 DEMO_MODEL_DIR = asset_path("demo_model")
@@ -163,13 +163,21 @@ def _weight_dtype_name(setting: str, device: torch.device, fp8_checkpoint: bool)
 
 
 def memory_estimate_text(settings: AppSettings) -> str:
-    """:func:`estimate_memory` in one line for a settings page, or why there is none."""
+    """:func:`estimate_memory` in a few lines for a settings page, or why there is none: on a CUDA
+    device also how much is available there, or, when the model would not fit, the refusal
+    :func:`check_memory_fits` would give (with the settings that would fit)."""
     try:
         estimate = estimate_memory(settings)
         device = pick_device(settings.model.device)
     except FramewiseError as error:
         return f"No memory estimate: {error}"
-    return f"Needs {estimate.describe()} on {'the CPU' if device.type == 'cpu' else 'the GPU'}."
+    if device.type == "cpu":
+        return f"Needs {estimate.describe()} on the CPU."
+    available = _available_memory(device)
+    shortfall = _shortfall(settings, estimate, device, available)
+    if shortfall is not None:
+        return shortfall
+    return f"Needs {estimate.describe()} on the GPU, of the {size_text(available)} available there."
 
 
 def check_memory_fits(settings: AppSettings) -> None:
@@ -187,10 +195,23 @@ def check_memory_fits(settings: AppSettings) -> None:
         estimate = estimate_memory(settings)
     except ModelLoadError:
         return
+    shortfall = _shortfall(settings, estimate, device, _available_memory(device))
+    if shortfall is not None:
+        raise ModelLoadError(shortfall)
+
+
+def _available_memory(device: torch.device) -> int:
+    """Bytes a model loaded now could take on a CUDA ``device``: its free memory and what this
+    process's allocator holds (a model being replaced gives that back)."""
     free, _ = torch.cuda.mem_get_info(device)
-    available = free + torch.cuda.memory_reserved(device)
+    return free + torch.cuda.memory_reserved(device)
+
+
+def _shortfall(settings: AppSettings, estimate: MemoryEstimate, device: torch.device, available: int) -> str | None:
+    """Why the model ``settings`` name does not fit in ``available`` bytes, with the changes of
+    settings that would fit; None when it fits."""
     if estimate.total <= available:
-        return
+        return None
     model, encoder = settings.model, settings.encoder
     fp8_checkpoint = _declares_quantization(resolve_model_source(model.source))
     changes = []
@@ -204,7 +225,7 @@ def check_memory_fits(settings: AppSettings) -> None:
         changes.append(("turn the encoder's CUDA graphs off (encoder.use_graphs)", settings.replace("encoder", use_graphs=False)))
     alternatives = [Alternative(change, estimate_memory(changed)) for change, changed in changes]
     what = f"{_display_name(model.source)} in {_weight_dtype_name(model.dtype, device, fp8_checkpoint)}"
-    raise ModelLoadError(shortfall_message(what, estimate, available, str(device), alternatives))
+    return shortfall_message(what, estimate, available, str(device), alternatives)
 
 
 def resolve_model_source(source: str) -> Path:

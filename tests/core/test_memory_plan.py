@@ -71,3 +71,20 @@ def test_the_settings_page_line_words_the_estimate_or_why_there_is_none(eight_b:
 def test_a_source_without_a_config_is_left_to_the_load_to_report(eight_b: AppSettings, monkeypatch: pytest.MonkeyPatch) -> None:
     on_a_card_with(monkeypatch, 2 * GIB)
     loading.check_memory_fits(eight_b.replace("model", source="/nonexistent/model"))
+
+
+def test_on_a_gpu_the_settings_page_line_says_what_is_available(eight_b: AppSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    on_a_card_with(monkeypatch, 80 * GIB)
+    line = loading.memory_estimate_text(eight_b)
+    assert line.startswith("Needs about") and line.endswith("on the GPU, of the 80.0 GiB available there.")
+
+
+def test_the_settings_page_line_gives_the_refusal_before_the_load_would(eight_b: AppSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Too little memory shows, before the settings are applied, what the load would refuse with."""
+    on_a_card_with(monkeypatch, 80 * GIB)
+    bf16, fp8 = loading.estimate_memory(eight_b).total, loading.estimate_memory(eight_b.replace("model", dtype="fp8")).total
+    on_a_card_with(monkeypatch, (bf16 + fp8) // 2)
+    line = loading.memory_estimate_text(eight_b)
+    with pytest.raises(ModelLoadError) as refusal:
+        loading.check_memory_fits(eight_b)
+    assert line == str(refusal.value) and "To fit, choose dtype fp8" in line
