@@ -12,11 +12,10 @@ once to each row's sum; or (ceil(N/128), ceil(K/128)) per 128x128 block (a progr
 one block row, so each column has one scale). The two shapes coincide only for a one-row weight
 of at most 128 columns, where both readings give the same product.
 
-Each weight is converted to float32 in registers and multiplied in. The conversion from float16
-to float32 runs at a quarter of the multiply rate; by that count it, more than the memory, holds
-these products above their read floor on the fastest cards (docs/benchmarks.md). A float16
-tensor-core kernel that avoided it ran two to four times slower at batch 1 on an H200 and was
-removed.
+Each weight is converted to float32 in registers and multiplied in. The large products come
+close to their read floor and the small ones stay well above it: each launch has a cost of its
+own that does not shrink with the weight (docs/benchmarks.md has the measurements, and those of a
+float16 variant and of a tensor-core kernel, both slower and removed).
 
 Rounding follows the bf16 kernels: the values the model rounds to its dtype (normed input, the
 product with the norm weight, ``silu(gate)``, the projection, the residual sum) are rounded
@@ -39,11 +38,23 @@ from framewise.core.decoding.gemv_loads import load_chunk, load_rows, load_silu_
 from framewise.core.quantization.formats import BLOCK_SIZE
 
 
-def _fp8_gemv_config(rows: int, columns: int, block_scales: bool = False) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_K, num_warps) of the CUDA-core kernel for a (rows, columns) e4m3 weight:
-    four rows a program (a divisor of 128, so a program's rows share one row of block scales),
-    1024 columns a load, 2048 from 8192 columns on. Chosen by ``benchmarks/gemv_sweep.py`` at the
-    8B shapes on an H100 (docs/benchmarks.md)."""
+# (rows, columns) -> (BLOCK_N, BLOCK_K, num_warps) where benchmarks/gemv_sweep.py found a launch
+# shape better than the rule below: the 2B text shapes, swept on an H100 (docs/benchmarks.md).
+SWEPT_FP8_GEMV_CONFIGS: dict[tuple[int, int], tuple[int, int, int]] = {
+    (4096, 2048): (4, 2048, 8),  # q/k/v
+    (2048, 2048): (4, 512, 4),  # o
+    (12288, 2048): (4, 2048, 4),  # gate/up
+    (2048, 6144): (4, 2048, 8),  # down
+}
+
+
+def _fp8_gemv_config(rows: int, columns: int) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_K, num_warps) of the CUDA-core kernel for a (rows, columns) e4m3 weight: the
+    swept shape where there is one; otherwise four rows a program (a divisor of 128, so a program's
+    rows share one row of block scales), 1024 columns a load, 2048 from 8192 columns on, the best
+    shapes at the 8B text shapes on an H100 (docs/benchmarks.md)."""
+    if (rows, columns) in SWEPT_FP8_GEMV_CONFIGS:
+        return SWEPT_FP8_GEMV_CONFIGS[(rows, columns)]
     block_k = 2048 if columns >= 8192 else 1024
     block_k = block_k if columns % block_k == 0 else triton.next_power_of_2(min(columns, block_k))
     return 4, block_k, 4
@@ -144,7 +155,7 @@ def _launch(
     block_scales = scale.shape != (rows, 1)
     if native_fp8 is None:
         native_fp8 = os.environ.get("FRAMEWISE_FP8_NATIVE") != "0" and torch.cuda.get_device_capability(weight.device) >= (8, 9)
-    block_n, block_k, warps = config or _fp8_gemv_config(rows, columns, block_scales)
+    block_n, block_k, warps = config or _fp8_gemv_config(rows, columns)
     _fp8_gemv_kernel[(triton.cdiv(rows, block_n),)](
         x, x if norm_weight is None else norm_weight, weight if native_fp8 else weight.view(torch.uint8), scale,
         out if residual is None else residual, out, rows, eps,

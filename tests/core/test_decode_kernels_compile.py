@@ -50,13 +50,16 @@ def count(pattern: str, ptx: str) -> int:
 @pytest.mark.parametrize("arch", [HOPPER, AMPERE])
 @pytest.mark.parametrize("native", [True, False], ids=["hardware-e4m3", "bit-decoded-e4m3"])
 @pytest.mark.parametrize("block_scales", [False, True], ids=["channel", "block"])
-@pytest.mark.parametrize(("rows", "columns", "kind"), [(6144, 4096, "norm"), (4096, 12288, "silu"), (4096, 4096, "residual")])
+@pytest.mark.parametrize(
+    ("rows", "columns", "kind"),
+    [(6144, 4096, "norm"), (4096, 12288, "silu"), (4096, 4096, "residual"), (4096, 2048, "norm"), (2048, 6144, "silu")],
+)
 def test_fp8_decode_kernels_compile(
     arch: int, native: bool, block_scales: bool, rows: int, columns: int, kind: str
 ) -> None:
     if native and arch < 89:
         pytest.skip("hardware e4m3 conversion needs compute capability 8.9")
-    config = gemv_kernels._fp8_gemv_config(rows, columns, block_scales)
+    config = gemv_kernels._fp8_gemv_config(rows, columns)
     constexprs = dict(
         K=columns, SCALE_COLUMNS=columns // 128 if block_scales else 1, BLOCK_SCALES=block_scales,
         NORM=kind == "norm", SILU_MUL=kind == "silu", RESIDUAL=kind != "norm", NATIVE_FP8=native,
@@ -67,6 +70,16 @@ def test_fp8_decode_kernels_compile(
     if native:
         assert count(r"cvt\.rn\.f16x2\.e4m3x2", ptx) > 0
     assert count(r"griddepcontrol\.wait", ptx) == (1 if arch >= HOPPER else 0)
+
+
+@pytest.mark.parametrize(("rows", "columns"), list(gemv_kernels.SWEPT_FP8_GEMV_CONFIGS))
+def test_swept_launch_shapes_fit_their_weights(rows: int, columns: int) -> None:
+    """A swept shape must keep a program's rows in one row of 128x128 block scales and need no
+    masks (the kernel's even-block path), whatever the sweep preferred."""
+    block_n, block_k, num_warps = gemv_kernels._fp8_gemv_config(rows, columns)
+    assert 128 % block_n == 0 and rows % block_n == 0
+    assert block_k == triton.next_power_of_2(block_k) and columns % block_k == 0
+    assert num_warps in (4, 8)
 
 
 @pytest.mark.parametrize("arch", [HOPPER, AMPERE])
@@ -87,6 +100,16 @@ def test_attention_step_kernels_compile(arch: int, dtype: str, heads: int, kv_he
                      "cache_position_ptr": "*i64", "out_ptr": f"*{dtype}", "split_size": "i32", "splits": "i32"}
     combine = dict(GROUP=heads // kv_heads, BLOCK_GROUP=16, HEAD_DIM=head_dim, BLOCK_SPLITS=32)
     compile_ptx(step_kernels._attention_combine_kernel, combine_types, combine, arch, 2)
+
+
+@pytest.mark.parametrize(("rows", "columns"), list(gemv_kernels.SWEPT_FP8_GEMV_CONFIGS))
+def test_swept_launch_shapes_fit_their_weights(rows: int, columns: int) -> None:
+    """A swept shape must keep a program's rows in one row of 128x128 block scales and need no
+    masks (the kernel's even-block path), whatever the sweep preferred."""
+    block_n, block_k, num_warps = gemv_kernels._fp8_gemv_config(rows, columns)
+    assert 128 % block_n == 0 and rows % block_n == 0
+    assert block_k == triton.next_power_of_2(block_k) and columns % block_k == 0
+    assert num_warps in (4, 8)
 
 
 @pytest.mark.parametrize("arch", [HOPPER, AMPERE])

@@ -27,6 +27,8 @@ DEVICE = "cuda"
 BF16_TOLERANCE = 2e-2
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: BF16_TOLERANCE}
 SHAPES = [(40, 256), (300, 200), (37, 1024), (1000, 4096), (4096, 12288), (12288, 4096)]
+# the weights that run at a launch shape of their own
+SWEPT_SHAPES = list(kernels.SWEPT_FP8_GEMV_CONFIGS)
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
@@ -54,7 +56,7 @@ native_paths = pytest.mark.parametrize("native", [
 @native_paths
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("scheme", ["block", "channel"])
-@pytest.mark.parametrize(("rows", "columns"), SHAPES)
+@pytest.mark.parametrize(("rows", "columns"), SHAPES + SWEPT_SHAPES)
 def test_fp8_gemv_and_rms_norm_linear(native: bool, dtype: torch.dtype, scheme: str, rows: int, columns: int) -> None:
     if native and torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("hardware e4m3 conversion needs compute capability 8.9")
@@ -74,7 +76,7 @@ def test_fp8_gemv_and_rms_norm_linear(native: bool, dtype: torch.dtype, scheme: 
 @native_paths
 @pytest.mark.parametrize("scheme", ["block", "channel"])
 @pytest.mark.parametrize("silu_mul", [False, True])
-@pytest.mark.parametrize(("rows", "columns"), [(64, 512), (33, 768), (4096, 12288)])
+@pytest.mark.parametrize(("rows", "columns"), [(64, 512), (33, 768), (4096, 12288), *SWEPT_SHAPES])
 def test_fp8_linear_residual(native: bool, scheme: str, silu_mul: bool, rows: int, columns: int) -> None:
     if native and torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("hardware e4m3 conversion needs compute capability 8.9")
