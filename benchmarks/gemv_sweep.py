@@ -32,13 +32,15 @@ from framewise.core.families.qwen3_vl import step_kernels  # noqa: E402
 from framewise.core.quantization import gemv_kernels  # noqa: E402
 from framewise.core.quantization.fp8 import quantize_per_channel  # noqa: E402
 
-# name -> (rows, columns, kind) per text size; kind "norm": rms_norm_linear, "residual":
-# linear_residual, "silu": linear_residual on silu(gate) * up
+# name -> (rows, columns, kind) per text size, each product as the decode step runs it. Kind "norm":
+# rms_norm_linear; "residual": linear_residual; "gate_up": rms_norm_linear, and in FP8 the kernel that
+# also forms silu(gate) * up; "down": linear_residual, which in bf16 forms silu(gate) * up from the
+# gate/up product as it reads it and in FP8 reads it ready.
 SHAPES = {
-    "8B": {"qkv": (6144, 4096, "norm"), "o": (4096, 4096, "residual"), "gate_up": (24576, 4096, "norm"),
-           "down": (4096, 12288, "silu")},
-    "2B": {"qkv": (4096, 2048, "norm"), "o": (2048, 2048, "residual"), "gate_up": (12288, 2048, "norm"),
-           "down": (2048, 6144, "silu")},
+    "8B": {"qkv": (6144, 4096, "norm"), "o": (4096, 4096, "residual"), "gate_up": (24576, 4096, "gate_up"),
+           "down": (4096, 12288, "down")},
+    "2B": {"qkv": (4096, 2048, "norm"), "o": (2048, 2048, "residual"), "gate_up": (12288, 2048, "gate_up"),
+           "down": (2048, 6144, "down")},
 }
 LAUNCHES = 48
 CACHE_CLEARING_BYTES = 512 * 2**20
@@ -60,8 +62,7 @@ def bench_shape(rows: int, columns: int, kind: str, bandwidth: float, sweep_shap
     """bf16 and FP8 kernel times for one (rows, columns) weight, with the sweep over FP8 launch
     shapes when ``sweep_shapes``."""
     device = torch.device("cuda")
-    inputs = 2 * columns if kind == "silu" else columns
-    x = torch.randn(inputs, device=device, dtype=torch.bfloat16)
+    x = torch.randn(2 * columns if kind == "down" else columns, device=device, dtype=torch.bfloat16)
     norm = torch.randn(columns, device=device, dtype=torch.bfloat16)
     residual = torch.randn(rows, device=device, dtype=torch.bfloat16)
     copies = max(2, CACHE_CLEARING_BYTES // (rows * columns))
@@ -69,14 +70,17 @@ def bench_shape(rows: int, columns: int, kind: str, bandwidth: float, sweep_shap
     fp8 = [quantize_per_channel(weight) for weight in bf16 for _ in range(2)][:copies]
 
     def bf16_call(weight: torch.Tensor) -> Callable[[], object]:
-        if kind == "norm":
+        if kind in ("norm", "gate_up"):
             return lambda: step_kernels.rms_norm_linear(x, norm, weight, 1e-6)
-        return lambda: step_kernels.linear_residual(x, weight, residual, silu_mul=kind == "silu")
+        return lambda: step_kernels.linear_residual(x, weight, residual, silu_mul=kind == "down")
 
     def fp8_call(weight: torch.Tensor, scale: torch.Tensor, config: tuple[int, int, int] | None,
                  native: bool | None = None) -> Callable[[], object]:
-        options = dict(norm_weight=norm, eps=1e-6) if kind == "norm" else dict(residual=residual, silu_mul=kind == "silu")
-        out = torch.empty(rows, device=device, dtype=torch.bfloat16)
+        if kind in ("norm", "gate_up"):
+            options = dict(norm_weight=norm, eps=1e-6, gate_up=kind == "gate_up")
+        else:
+            options = dict(residual=residual)
+        out = torch.empty(rows // 2 if kind == "gate_up" else rows, device=device, dtype=torch.bfloat16)
         return lambda: gemv_kernels._launch(x, weight, scale, out, native_fp8=native, config=config, **options)
 
     floor_bf16_us = rows * columns * 2 / bandwidth * 1e6

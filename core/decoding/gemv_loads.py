@@ -1,7 +1,7 @@
 """Loads shared by the Triton matrix-vector kernels of a decode step (the model families' bf16
-step kernels and the FP8 ones): a chunk of the input vector (or of ``silu(gate) * up`` formed from
-a gate/up product) and a block of weight rows, masked only where the block can reach past the
-matrix. This module needs Triton."""
+step kernels and the FP8 ones): a chunk of the input vector (or, for the bf16 down projection, of
+``silu(gate) * up`` formed from a gate/up product) and a block of weight rows, masked only where
+the block can reach past the matrix. This module needs Triton."""
 
 import triton
 import triton.language as tl

@@ -4,12 +4,15 @@ The same fused products as the bf16 step kernels of the model family, with the w
 e4m3 (half the bytes, which is the decode step's time) and dequantized in registers:
 
 - :func:`fp8_rms_norm_linear`: ``linear(rms_norm(x) * norm_weight, W)``;
-- :func:`fp8_linear_residual`: ``residual + linear(x, W)``, optionally on ``silu(gate) * up``;
+- :func:`fp8_rms_norm_silu_gate_up`: ``silu(gate) * up`` from ``linear(rms_norm(x) * norm_weight, W)``
+  with a stacked gate/up ``W``, so the down projection reads its input ready;
+- :func:`fp8_linear_residual`: ``residual + linear(x, W)``;
 - :func:`fp8_gemv`: ``linear(x, W)``.
 
 ``W`` is an e4m3 (N, K) weight and ``scale`` its float32 scales: (N, 1) per output row, applied
 once to each row's sum; or (ceil(N/128), ceil(K/128)) per 128x128 block (a program's rows lie in
-one block row, so each column has one scale). The two shapes coincide only for a one-row weight
+one block row, or its gate rows in one and its up rows in another, so each column has one scale
+per row). The two shapes coincide only for a one-row weight
 of at most 128 columns, where both readings give the same product.
 
 Each weight is converted to float32 in registers and multiplied in. The large products come
@@ -34,7 +37,7 @@ import triton
 import triton.language as tl
 
 from framewise.core.decoding.dependent_launch import launch_options, wait_for_previous
-from framewise.core.decoding.gemv_loads import load_chunk, load_rows, load_silu_mul_chunk
+from framewise.core.decoding.gemv_loads import load_chunk, load_rows
 from framewise.core.quantization.formats import BLOCK_SIZE
 
 
@@ -75,17 +78,11 @@ def _e4m3_bits_to_float(bits):
 
 
 @triton.jit
-def _input_chunk(
-    x_ptr, norm_ptr, start, columns, inverse_rms,
-    K: tl.constexpr, EVEN_K: tl.constexpr, NORM: tl.constexpr, SILU_MUL: tl.constexpr,
-):
-    """Elements ``start + columns`` of the product's input in the model's dtype: ``x``,
-    ``silu(gate) * up`` (``SILU_MUL``), or ``x`` normed by ``inverse_rms`` and scaled by the norm
-    weight (``NORM``), rounded as the model rounds them."""
-    if SILU_MUL:
-        x = load_silu_mul_chunk(x_ptr, start, columns, K, EVEN_K)
-    else:
-        x = load_chunk(x_ptr, start, columns, K, EVEN_K)
+def _input_chunk(x_ptr, norm_ptr, start, columns, inverse_rms, K: tl.constexpr, EVEN_K: tl.constexpr, NORM: tl.constexpr):
+    """Elements ``start + columns`` of the product's input in the model's dtype: ``x``, or ``x``
+    normed by ``inverse_rms`` and scaled by the norm weight (``NORM``), rounded as the model rounds
+    them."""
+    x = load_chunk(x_ptr, start, columns, K, EVEN_K)
     if NORM:
         g = load_chunk(norm_ptr, start, columns, K, EVEN_K)
         x = (x.to(tl.float32) * inverse_rms).to(x.dtype) * g
@@ -93,17 +90,46 @@ def _input_chunk(
 
 
 @triton.jit
+def _block_scaled(x32, scale_ptr, block_row, start, columns, K: tl.constexpr, SCALE_COLUMNS: tl.constexpr,
+                  SCALE_BLOCK: tl.constexpr):
+    """``x32`` (BLOCK_K,) times the scales that block row ``block_row`` gives its columns."""
+    column_scale = tl.load(scale_ptr + block_row * SCALE_COLUMNS + (start + columns) // SCALE_BLOCK,
+                           mask=start + columns < K, other=0.0)
+    return x32 * column_scale
+
+
+@triton.jit
+def _silu_gate_times_up(y, lanes, OUTPUTS: tl.constexpr):
+    """``silu(gate) * up`` (OUTPUTS,) from a program's rounded products ``y`` (2 * OUTPUTS,), its
+    gate rows' first; ``silu(gate)`` and the product rounded to ``y``'s dtype as the model rounds
+    them."""
+    outputs = tl.arange(0, OUTPUTS)
+    y32 = y.to(tl.float32)[None, :]
+    gate = tl.sum(tl.where(lanes[None, :] == outputs[:, None], y32, 0.0), axis=1)
+    up = tl.sum(tl.where(lanes[None, :] == outputs[:, None] + OUTPUTS, y32, 0.0), axis=1)
+    return (gate * tl.sigmoid(gate)).to(y.dtype) * up.to(y.dtype)
+
+
+@triton.jit
 def _fp8_gemv_kernel(
     x_ptr, norm_ptr, w_ptr, scale_ptr, residual_ptr, out_ptr, N, eps,
     K: tl.constexpr, SCALE_COLUMNS: tl.constexpr, BLOCK_SCALES: tl.constexpr, NORM: tl.constexpr,
-    SILU_MUL: tl.constexpr, RESIDUAL: tl.constexpr, NATIVE_FP8: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
+    GATE_UP: tl.constexpr, RESIDUAL: tl.constexpr, NATIVE_FP8: tl.constexpr,
+    BLOCK_N: tl.constexpr, OUTPUTS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PDL: tl.constexpr,
 ):
+    # A program reads BLOCK_N weight rows for OUTPUTS of the N outputs: as many rows, or with
+    # GATE_UP half as many outputs, each output o from gate row o and up row N + o of a (2N, K) weight.
     wait_for_previous(PDL)
-    first_row = tl.program_id(0) * BLOCK_N
-    rows = first_row + tl.arange(0, BLOCK_N)
-    row_mask = rows < N
+    first = tl.program_id(0) * OUTPUTS
+    lanes = tl.arange(0, BLOCK_N)
+    if GATE_UP:
+        up_lane = lanes >= OUTPUTS
+        rows = first + lanes % OUTPUTS + tl.where(up_lane, N, 0)
+        row_mask = first + lanes % OUTPUTS < N
+    else:
+        rows = first + lanes
+        row_mask = rows < N
     columns = tl.arange(0, BLOCK_K)
     inverse_rms = 0.0
     if NORM:
@@ -114,26 +140,34 @@ def _fp8_gemv_kernel(
         inverse_rms = tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
-        x32 = _input_chunk(x_ptr, norm_ptr, start, columns, inverse_rms, K, EVEN_K, NORM, SILU_MUL).to(tl.float32)
+        x32 = _input_chunk(x_ptr, norm_ptr, start, columns, inverse_rms, K, EVEN_K, NORM).to(tl.float32)
         if BLOCK_SCALES:
-            block_row = first_row // SCALE_BLOCK
-            column_scale = tl.load(scale_ptr + block_row * SCALE_COLUMNS + (start + columns) // SCALE_BLOCK,
-                                   mask=start + columns < K, other=0.0)
-            x32 = x32 * column_scale
+            scaled = _block_scaled(x32, scale_ptr, first // SCALE_BLOCK, start, columns, K, SCALE_COLUMNS, SCALE_BLOCK)
+            if GATE_UP:
+                up_scaled = _block_scaled(x32, scale_ptr, (first + N) // SCALE_BLOCK, start, columns, K,
+                                          SCALE_COLUMNS, SCALE_BLOCK)
+                inputs = tl.where(up_lane[:, None], up_scaled[None, :], scaled[None, :])
+            else:
+                inputs = scaled[None, :]
+        else:
+            inputs = x32[None, :]
         w = load_rows(w_ptr, rows, row_mask, start, columns, K, EVEN_K, EVEN_N)
         if NATIVE_FP8:
             w = w.to(tl.float32)
         else:
             w = _e4m3_bits_to_float(w)
-        acc += w * x32[None, :]
+        acc += w * inputs
     y = tl.sum(acc, axis=1)
     if not BLOCK_SCALES:
         y = y * tl.load(scale_ptr + rows, mask=row_mask, other=0.0)
     y = y.to(x_ptr.dtype.element_ty)
+    outputs = first + tl.arange(0, OUTPUTS)
+    if GATE_UP:
+        y = _silu_gate_times_up(y, lanes, OUTPUTS)
     if RESIDUAL:
-        residual = tl.load(residual_ptr + rows, mask=row_mask, other=0.0)
+        residual = tl.load(residual_ptr + outputs, mask=outputs < N, other=0.0)
         y = residual + y
-    tl.store(out_ptr + rows, y.to(out_ptr.dtype.element_ty), mask=row_mask)
+    tl.store(out_ptr + outputs, y.to(out_ptr.dtype.element_ty), mask=outputs < N)
 
 
 def _launch(
@@ -145,7 +179,7 @@ def _launch(
     norm_weight: torch.Tensor | None = None,
     eps: float = 0.0,
     residual: torch.Tensor | None = None,
-    silu_mul: bool = False,
+    gate_up: bool = False,
     native_fp8: bool | None,
     config: tuple[int, int, int] | None = None,
 ) -> torch.Tensor:
@@ -156,13 +190,17 @@ def _launch(
     if native_fp8 is None:
         native_fp8 = os.environ.get("FRAMEWISE_FP8_NATIVE") != "0" and torch.cuda.get_device_capability(weight.device) >= (8, 9)
     block_n, block_k, warps = config or _fp8_gemv_config(rows, columns)
-    _fp8_gemv_kernel[(triton.cdiv(rows, block_n),)](
+    outputs = rows // 2 if gate_up else rows
+    per_program = block_n // 2 if gate_up else block_n
+    if gate_up and block_scales and outputs % per_program:
+        block_n, per_program = 2, 1  # a program's up rows must lie in one row of block scales
+    _fp8_gemv_kernel[(triton.cdiv(outputs, per_program),)](
         x, x if norm_weight is None else norm_weight, weight if native_fp8 else weight.view(torch.uint8), scale,
-        out if residual is None else residual, out, rows, eps,
+        out if residual is None else residual, out, outputs, eps,
         K=columns, SCALE_COLUMNS=scale.shape[1], BLOCK_SCALES=block_scales, NORM=norm_weight is not None,
-        SILU_MUL=silu_mul, RESIDUAL=residual is not None, NATIVE_FP8=native_fp8,
-        BLOCK_N=block_n, BLOCK_K=block_k, SCALE_BLOCK=BLOCK_SIZE,
-        EVEN_K=columns % block_k == 0, EVEN_N=rows % block_n == 0, num_warps=warps,
+        GATE_UP=gate_up, RESIDUAL=residual is not None, NATIVE_FP8=native_fp8,
+        BLOCK_N=block_n, OUTPUTS=per_program, BLOCK_K=block_k, SCALE_BLOCK=BLOCK_SIZE,
+        EVEN_K=columns % block_k == 0, EVEN_N=outputs % per_program == 0, num_warps=warps,
         **launch_options(x.device),
     )
     return out
@@ -188,23 +226,39 @@ def fp8_rms_norm_linear(
     return _launch(x, weight, scale, out, norm_weight=norm_weight, eps=eps, native_fp8=native_fp8)
 
 
+def fp8_rms_norm_silu_gate_up(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    eps: float,
+    *,
+    native_fp8: bool | None = None,
+) -> torch.Tensor:
+    """``silu(gate) * up`` for one token, where ``[gate; up] = linear(rms_norm(x) * norm_weight, W)``:
+    the MLP's input to its down projection, formed where the gate/up product is made.
+
+    ``x`` (K,) and ``norm_weight`` (K,) in the model's dtype; ``weight`` the stacked e4m3 gate/up
+    weight (2I, K), gate rows first, with ``scale`` as in :func:`fp8_rms_norm_linear`. Returns (I,)
+    in ``x``'s dtype; gate, up, ``silu(gate)`` and the product are each rounded to it.
+    """
+    if weight.shape[0] % 2:
+        raise ValueError(f"A stacked gate/up weight has an even number of rows, not {weight.shape[0]}.")
+    out = torch.empty(weight.shape[0] // 2, dtype=x.dtype, device=x.device)
+    return _launch(x, weight, scale, out, norm_weight=norm_weight, eps=eps, gate_up=True, native_fp8=native_fp8)
+
+
 def fp8_linear_residual(
     x: torch.Tensor,
     weight: torch.Tensor,
     scale: torch.Tensor,
     residual: torch.Tensor,
     *,
-    silu_mul: bool = False,
     native_fp8: bool | None = None,
 ) -> torch.Tensor:
-    """``residual + linear(x, W)`` for one token; with ``silu_mul``, ``x`` is the gate/up product
-    (2K,), gate first, and the input is ``silu(gate) * up``.
-
-    ``weight`` e4m3 (N, K) with ``scale`` as in :func:`fp8_rms_norm_linear`; ``residual`` (N,);
-    returns a new (N,) tensor.
-    """
-    return _launch(x, weight, scale, torch.empty_like(residual), residual=residual, silu_mul=silu_mul,
-                   native_fp8=native_fp8)
+    """``residual + linear(x, W)`` for one token: ``x`` (K,), ``weight`` e4m3 (N, K) with ``scale``
+    as in :func:`fp8_rms_norm_linear`, ``residual`` (N,); returns a new (N,) tensor."""
+    return _launch(x, weight, scale, torch.empty_like(residual), residual=residual, native_fp8=native_fp8)
 
 
 def fp8_gemv(

@@ -52,7 +52,10 @@ def count(pattern: str, ptx: str) -> int:
 @pytest.mark.parametrize("block_scales", [False, True], ids=["channel", "block"])
 @pytest.mark.parametrize(
     ("rows", "columns", "kind"),
-    [(6144, 4096, "norm"), (4096, 12288, "silu"), (4096, 4096, "residual"), (4096, 2048, "norm"), (2048, 6144, "silu")],
+    [
+        (6144, 4096, "norm"), (24576, 4096, "gate_up"), (4096, 12288, "residual"), (4096, 4096, "residual"),
+        (4096, 2048, "norm"), (12288, 2048, "gate_up"), (2048, 6144, "residual"),
+    ],
 )
 def test_fp8_decode_kernels_compile(
     arch: int, native: bool, block_scales: bool, rows: int, columns: int, kind: str
@@ -62,8 +65,9 @@ def test_fp8_decode_kernels_compile(
     config = gemv_kernels._fp8_gemv_config(rows, columns)
     constexprs = dict(
         K=columns, SCALE_COLUMNS=columns // 128 if block_scales else 1, BLOCK_SCALES=block_scales,
-        NORM=kind == "norm", SILU_MUL=kind == "silu", RESIDUAL=kind != "norm", NATIVE_FP8=native,
-        BLOCK_N=config[0], BLOCK_K=config[1], SCALE_BLOCK=128, EVEN_K=True, EVEN_N=True,
+        NORM=kind != "residual", GATE_UP=kind == "gate_up", RESIDUAL=kind == "residual", NATIVE_FP8=native,
+        BLOCK_N=config[0], OUTPUTS=config[0] // 2 if kind == "gate_up" else config[0], BLOCK_K=config[1],
+        SCALE_BLOCK=128, EVEN_K=True, EVEN_N=True,
     )
     types = GEMV_TYPES if native else {**GEMV_TYPES, "w_ptr": "*u8"}
     ptx = compile_ptx(gemv_kernels._fp8_gemv_kernel, types, constexprs, arch, config[2])

@@ -75,17 +75,31 @@ def test_fp8_gemv_and_rms_norm_linear(native: bool, dtype: torch.dtype, scheme: 
 
 @native_paths
 @pytest.mark.parametrize("scheme", ["block", "channel"])
-@pytest.mark.parametrize("silu_mul", [False, True])
 @pytest.mark.parametrize(("rows", "columns"), [(64, 512), (33, 768), (4096, 12288), *SWEPT_SHAPES])
-def test_fp8_linear_residual(native: bool, scheme: str, silu_mul: bool, rows: int, columns: int) -> None:
+def test_fp8_linear_residual(native: bool, scheme: str, rows: int, columns: int) -> None:
     if native and torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("hardware e4m3 conversion needs compute capability 8.9")
     weight, scales, reference = fp8_weight(rows, columns, scheme)
-    x = torch.randn(2 * columns if silu_mul else columns, device=DEVICE, dtype=torch.bfloat16)
+    x = torch.randn(columns, device=DEVICE, dtype=torch.bfloat16)
     residual = torch.randn(rows, device=DEVICE, dtype=torch.bfloat16)
-    inputs = F.silu(x[:columns]) * x[columns:] if silu_mul else x
-    actual = kernels.fp8_linear_residual(x, weight, scales, residual, silu_mul=silu_mul, native_fp8=native)
-    assert relative_error(actual, residual + F.linear(inputs, reference)) < BF16_TOLERANCE
+    actual = kernels.fp8_linear_residual(x, weight, scales, residual, native_fp8=native)
+    assert relative_error(actual, residual + F.linear(x, reference)) < BF16_TOLERANCE
+
+
+@native_paths
+@pytest.mark.parametrize("scheme", ["block", "channel"])
+# (intermediate, columns): odd counts that leave a program part empty, the 8B and 2B gate/up
+@pytest.mark.parametrize(("intermediate", "columns"), [(64, 512), (33, 768), (98, 256), (12288, 4096), (6144, 2048)])
+def test_fp8_rms_norm_silu_gate_up(native: bool, scheme: str, intermediate: int, columns: int) -> None:
+    if native and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("hardware e4m3 conversion needs compute capability 8.9")
+    weight, scales, reference = fp8_weight(2 * intermediate, columns, scheme)
+    x = torch.randn(columns, device=DEVICE, dtype=torch.bfloat16) * 3
+    norm = torch.rand(columns, device=DEVICE, dtype=torch.bfloat16) + 0.5
+    gate, up = F.linear(rms_norm_reference(x, norm, 1e-6), reference).split(intermediate)
+    actual = kernels.fp8_rms_norm_silu_gate_up(x, norm, weight, scales, 1e-6, native_fp8=native)
+    assert actual.shape == (intermediate,) and actual.dtype == torch.bfloat16
+    assert relative_error(actual, F.silu(gate) * up) < BF16_TOLERANCE
 
 
 def test_bit_decoding_matches_every_e4m3_code() -> None:

@@ -275,7 +275,7 @@ class Qwen3VLLanguageModel:
         kernels, rotary = self._kernels, self.text.rotary_emb
         heads = self.config.num_attention_heads
         hidden = self.text.embed_tokens(token).view(-1)
-        norm_linear, linear_residual = _step_products(kernels, self._dense[0].qkv_scale is not None)
+        norm_linear, linear_residual, mlp = _step_products(kernels, self._dense[0].qkv_scale is not None)
         for index, layer in enumerate(self._dense):
             keys, values = cache.keys[index], cache.values[index]
             qkv = norm_linear(hidden, layer.input_norm, layer.qkv, layer.qkv_scale, layer.eps)
@@ -284,8 +284,7 @@ class Qwen3VLLanguageModel:
                 keys, values, heads, layer.eps, cache.view_length, layer.scaling,
             )
             hidden = linear_residual(attended, layer.o, layer.o_scale, hidden)
-            gate_up = norm_linear(hidden, layer.post_norm, layer.gate_up, layer.gate_up_scale, layer.eps)
-            hidden = linear_residual(gate_up, layer.down, layer.down_scale, hidden, silu_mul=True)
+            hidden = mlp(hidden, layer)
         norm = self.text.norm
         logits = kernels.rms_norm_linear(
             hidden, norm.weight, self.model.lm_head.weight, norm.variance_epsilon, out_dtype=torch.float32
@@ -520,21 +519,33 @@ def _run_pre_hooks(module: torch.nn.Module, hidden: torch.Tensor) -> None:
 
 
 def _step_products(kernels, fp8: bool):
-    """The step's two fused products, ``norm_linear(x, norm, W, scale, eps)`` and
-    ``linear_residual(x, W, scale, residual, silu_mul=False)``: the FP8 gemv kernels for e4m3
-    weights, the bf16 step kernels (which take no scale) otherwise."""
+    """The step's fused products: ``norm_linear(x, norm, W, scale, eps)``,
+    ``linear_residual(x, W, scale, residual)`` and ``mlp(hidden, layer)`` (post-attention norm,
+    gate/up, ``silu(gate) * up``, down and the residual, in two launches): the FP8 gemv kernels for
+    e4m3 weights, the bf16 step kernels (which take no scale) otherwise. The FP8 gate/up kernel forms
+    ``silu(gate) * up`` itself, where the bf16 down kernel forms it as it reads the gate/up product."""
     if fp8:
         from framewise.core.quantization import gemv_kernels
 
-        return gemv_kernels.fp8_rms_norm_linear, gemv_kernels.fp8_linear_residual
+        def fp8_mlp(hidden, layer):
+            activation = gemv_kernels.fp8_rms_norm_silu_gate_up(
+                hidden, layer.post_norm, layer.gate_up, layer.gate_up_scale, layer.eps
+            )
+            return gemv_kernels.fp8_linear_residual(activation, layer.down, layer.down_scale, hidden)
+
+        return gemv_kernels.fp8_rms_norm_linear, gemv_kernels.fp8_linear_residual, fp8_mlp
 
     def norm_linear(x, norm, weight, scale, eps):
         return kernels.rms_norm_linear(x, norm, weight, eps)
 
-    def linear_residual(x, weight, scale, residual, silu_mul=False):
-        return kernels.linear_residual(x, weight, residual, silu_mul=silu_mul)
+    def linear_residual(x, weight, scale, residual):
+        return kernels.linear_residual(x, weight, residual)
 
-    return norm_linear, linear_residual
+    def mlp(hidden, layer):
+        gate_up = kernels.rms_norm_linear(hidden, layer.post_norm, layer.gate_up, layer.eps)
+        return kernels.linear_residual(gate_up, layer.down, hidden, silu_mul=True)
+
+    return norm_linear, linear_residual, mlp
 
 
 def step_kernels_unavailable(device: torch.device, config) -> str:
