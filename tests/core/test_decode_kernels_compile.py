@@ -106,16 +106,6 @@ def test_attention_step_kernels_compile(arch: int, dtype: str, heads: int, kv_he
     compile_ptx(step_kernels._attention_combine_kernel, combine_types, combine, arch, 2)
 
 
-@pytest.mark.parametrize(("rows", "columns"), list(gemv_kernels.SWEPT_FP8_GEMV_CONFIGS))
-def test_swept_launch_shapes_fit_their_weights(rows: int, columns: int) -> None:
-    """A swept shape must keep a program's rows in one row of 128x128 block scales and need no
-    masks (the kernel's even-block path), whatever the sweep preferred."""
-    block_n, block_k, num_warps = gemv_kernels._fp8_gemv_config(rows, columns)
-    assert 128 % block_n == 0 and rows % block_n == 0
-    assert block_k == triton.next_power_of_2(block_k) and columns % block_k == 0
-    assert num_warps in (4, 8)
-
-
 @pytest.mark.parametrize("arch", [HOPPER, AMPERE])
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_bf16_step_products_compile(arch: int, dtype: str) -> None:
