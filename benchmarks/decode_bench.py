@@ -19,7 +19,8 @@ follow-ups, ``--new-tokens`` each, greedy. Every answer runs to ``--new-tokens``
 
 Per weight dtype (``--dtypes bfloat16,fp8``, one process: the fp8 run quantizes the same model's
 decoder linear layers in place, per channel, as ``model.dtype = fp8`` does on load) and mode:
-time to first token (first question; follow-ups' mean), per-token time after the first token
+time to first token (first question; for the framewise modes also the median and range of
+``--first-repeats`` more first questions from an empty cache; follow-ups' mean), per-token time after the first token
 (mean, p99) and its tokens/s, the ratio of the per-token time to the memory-bandwidth
 floor (the weights read once per token at the copy bandwidth measured in this run), capture
 seconds (``framewise``: the decode graphs, captured twice to show a second start), and device
@@ -471,6 +472,9 @@ def bench_modes(run, model, features, conversation, context, weight_bytes, bandw
                 prefix_reused_last=runner.last.prefix_tokens_reused, prompt_last=runner.last.prompt_tokens,
                 prefill_graph_last=runner.last.prefill_graph,
             )
+            if args.first_repeats:
+                repeats = repeat_first_question(runner, conversation, args.first_repeats)
+                entry.update(ttft_first_repeats_ms=repeats, ttft_first_median_ms=percentile(sorted(repeats), 50))
             if args.profile:
                 entry["first_question_profile"] = profile_first_question(
                     runner, conversation, device, args.out / f"profile_{label}_{mode}.txt"
@@ -493,6 +497,18 @@ def bench_modes(run, model, features, conversation, context, weight_bytes, bandw
         del runner
         _free(device)
     return answers_by_mode
+
+
+def repeat_first_question(runner: FramewiseRunner, conversation: Conversation, repeats: int) -> list[float]:
+    """The first question's time to first token, in milliseconds, ``repeats`` more times, each from
+    an empty cache with one new token: one first question is a single sample of a prefill that
+    runs eagerly, so its spread shows only over several."""
+    samples = []
+    for _ in range(repeats):
+        runner.decoder.cache.forget()
+        samples.append(runner.ask(conversation.first, 1).ttft_ms)
+    runner.decoder.cache.forget()
+    return samples
 
 
 def profile_first_question(runner: FramewiseRunner, conversation: Conversation, device: torch.device,
@@ -620,9 +636,9 @@ def markdown(results: list[dict[str, Any]], header: dict[str, Any]) -> str:
         f"{header['device']}, torch {header['torch']}, transformers {header['transformers']}, "
         f"{header['date']}; copy bandwidth {header['bandwidth_gbs']:.0f} GB/s; clip {header['clip']}",
         "",
-        "| size | dtype | mode | TTFT first (ms) | TTFT follow-ups (ms) | decode tok/s | per token mean / p99 (ms) | "
-        "p99/mean | x floor | capture (s) | cache + graphs (MiB) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| size | dtype | mode | TTFT first (ms) | TTFT first, repeated: median (min–max) | TTFT follow-ups (ms) | "
+        "decode tok/s | per token mean / p99 (ms) | p99/mean | x floor | capture (s) | cache + graphs (MiB) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     accuracy, profiles = [], []
     for result in results:
@@ -664,7 +680,7 @@ def _mode_rows(size: str, dtype: str, run: dict[str, Any]) -> list[str]:
     lines = []
     for mode, entry in run["modes"].items():
         if "skipped" in entry:
-            lines.append(f"| {size} | {dtype} | {mode} | skipped: {entry['skipped']} |||||||||")
+            lines.append(f"| {size} | {dtype} | {mode} | skipped: {entry['skipped']} ||||||||||")
             continue
         capture = ""
         memory = ""
@@ -674,14 +690,16 @@ def _mode_rows(size: str, dtype: str, run: dict[str, Any]) -> list[str]:
         elif mode == "static":
             capture = f"first call {entry['first_call_s']:.0f} (compile)"
         follow = entry["ttft_follow_up_ms"]
+        repeats = entry.get("ttft_first_repeats_ms")
+        repeated = f"{entry['ttft_first_median_ms']:.1f} ({min(repeats):.1f}–{max(repeats):.1f})" if repeats else "–"
         lines.append(
-            f"| {size} | {dtype} | {mode} | {entry['ttft_first_ms']:.1f} | "
+            f"| {size} | {dtype} | {mode} | {entry['ttft_first_ms']:.1f} | {repeated} | "
             f"{'–' if follow is None else f'{follow:.1f}'} | {entry['tokens_per_s']:.1f} | "
             f"{entry['token_ms_mean']:.2f} / {entry['token_ms_p99']:.2f} | "
             f"{entry['token_ms_p99'] / entry['token_ms_mean']:.2f} | {entry['floor_ratio']:.2f} | {capture} | {memory} |"
         )
     lines.append(
-        f"| {size} | {dtype} | floor | | | {run['floor_tokens_per_s']:.0f} | "
+        f"| {size} | {dtype} | floor | | | | {run['floor_tokens_per_s']:.0f} | "
         f"{run['weight_bytes'] / 2**30:.2f} GiB per token | | 1.00 | | |"
     )
     return lines
@@ -715,6 +733,8 @@ def main(argv: list[str] | None = None) -> int:
         default="framewise=30,framewise_ops=30,framewise_unfused=30,default=60,static=120",
         help="seconds one mode may take at one size: no question starts after them",
     )
+    parser.add_argument("--first-repeats", type=int, default=5,
+                        help="framewise modes: the first question's time to first token this many more times (0: none)")
     parser.add_argument("--profile", action="store_true",
                         help="profile each framewise mode's first question once more (kernel tables in --out)")
     parser.add_argument("--total-budget-s", type=float, default=3600.0, help="a mode that would end past it is skipped")
