@@ -12,8 +12,8 @@ e4m3 (half the bytes, which is the decode step's time) and dequantized in regist
 ``W`` is an e4m3 (N, K) weight and ``scale`` its float32 scales: (N, 1) per output row, applied
 once to each row's sum; or (ceil(N/128), ceil(K/128)) per 128x128 block (a program's rows lie in
 one block row, or its gate rows in one and its up rows in another, so each column has one scale
-per row). The two shapes coincide only for a one-row weight
-of at most 128 columns, where both readings give the same product.
+per row). The two shapes coincide only for a one-row weight of at most 128 columns, where both
+readings give the same product.
 
 Each weight is converted to float32 in registers and multiplied in. The large products come
 close to their read floor and the small ones stay well above it: each launch has a cost of its
@@ -78,7 +78,9 @@ def _e4m3_bits_to_float(bits):
 
 
 @triton.jit
-def _input_chunk(x_ptr, norm_ptr, start, columns, inverse_rms, K: tl.constexpr, EVEN_K: tl.constexpr, NORM: tl.constexpr):
+def _input_chunk(
+    x_ptr, norm_ptr, start, columns, inverse_rms, K: tl.constexpr, EVEN_K: tl.constexpr, NORM: tl.constexpr
+):
     """Elements ``start + columns`` of the product's input in the model's dtype: ``x``, or ``x``
     normed by ``inverse_rms`` and scaled by the norm weight (``NORM``), rounded as the model rounds
     them."""
