@@ -42,12 +42,14 @@ from framewise.core.quantization.formats import BLOCK_SIZE
 
 
 # (rows, columns) -> (BLOCK_N, BLOCK_K, num_warps) where benchmarks/gemv_sweep.py found a launch
-# shape better than the rule below: the 2B text shapes, swept on an H100 (docs/benchmarks.md).
+# shape better than the rule below, swept on an H100 (docs/benchmarks.md).
 SWEPT_FP8_GEMV_CONFIGS: dict[tuple[int, int], tuple[int, int, int]] = {
-    (4096, 2048): (4, 2048, 8),  # q/k/v
-    (2048, 2048): (4, 512, 4),  # o
-    (12288, 2048): (4, 2048, 4),  # gate/up
-    (2048, 6144): (4, 2048, 8),  # down
+    (4096, 2048): (4, 2048, 8),  # 2B q/k/v
+    (2048, 2048): (4, 512, 4),  # 2B o
+    (12288, 2048): (4, 2048, 4),  # 2B gate/up
+    (2048, 6144): (2, 2048, 4),  # 2B down
+    (6144, 4096): (8, 512, 4),  # 8B q/k/v
+    (4096, 12288): (2, 2048, 4),  # 8B down
 }
 
 
