@@ -100,7 +100,7 @@ def quantize_onto(
     weight: torch.Tensor,
     scheme: Literal["block", "channel"],
     device: torch.device,
-    chunk_elements: int = 1 << 20,
+    chunk_elements: int = 1 << 22,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`quantize` of a (N, K) ``weight`` held anywhere (a memory-mapped checkpoint tensor),
