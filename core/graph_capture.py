@@ -21,13 +21,15 @@ class GraphCapture:
         self.pool = torch.cuda.graph_pool_handle()
         self._warmup_stream = torch.cuda.Stream(device)
 
-    def capture(self, forward: Callable[[], None]) -> torch.cuda.CUDAGraph:
-        """``forward`` run once on the warm-up stream, then captured as a graph in the pool."""
-        current = torch.cuda.current_stream(self.device)
-        self._warmup_stream.wait_stream(current)
-        with torch.cuda.stream(self._warmup_stream):
-            forward()
-        current.wait_stream(self._warmup_stream)
+    def capture(self, forward: Callable[[], None], *, warm_up: bool = True) -> torch.cuda.CUDAGraph:
+        """``forward`` run once on the warm-up stream (unless ``warm_up`` is off: a forward with the
+        same kernels, libraries and input sizes ran before), then captured as a graph in the pool."""
+        if warm_up:
+            current = torch.cuda.current_stream(self.device)
+            self._warmup_stream.wait_stream(current)
+            with torch.cuda.stream(self._warmup_stream):
+                forward()
+            current.wait_stream(self._warmup_stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             forward()

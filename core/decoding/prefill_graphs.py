@@ -123,13 +123,18 @@ class PrefillGraphs:
         started = time.perf_counter()
         capture = GraphCapture(device)
         shapes = self.shapes
+        warmed: set[int] = set()
         for done, (tokens, context) in enumerate(shapes):
             message = f"Capturing follow-up prefill graph for {tokens} tokens over {context} positions"
             report(self._progress, done, len(shapes), message)
             # Warm-up and capture prefill real-looking positions: the last ``tokens`` of the context.
             torch.arange(context - tokens, context, out=self.cache_positions[:tokens])
             self.last.fill_(tokens - 1)
-            self._graphs[(tokens, context)] = capture.capture(lambda: self._forward(tokens, context))
+            # One warm-up per token bucket: over a shorter context the same kernels run on the same
+            # activation sizes, and only attention reads fewer cache positions.
+            forward = lambda: self._forward(tokens, context)  # noqa: E731
+            self._graphs[(tokens, context)] = capture.capture(forward, warm_up=tokens not in warmed)
+            warmed.add(tokens)
         torch.cuda.synchronize(device)
         self.capture_seconds = time.perf_counter() - started
         self.graph_memory_bytes = max(0, memory_reserved(device) - memory_before)

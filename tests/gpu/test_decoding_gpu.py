@@ -82,6 +82,32 @@ def test_graphs_replay_exactly_what_the_eager_steps_compute_in_bfloat16(cuda_bf1
         torch.testing.assert_close(graphs.cache.keys[layer][:, :, :length], direct.cache.keys[layer][:, :, :length])
 
 
+def test_every_follow_up_prefill_graph_computes_what_the_direct_prefill_computes(cuda_bf16: Setup) -> None:
+    """Each (token bucket, context bucket) graph, those captured without a warm-up of their own
+    included, gives the logits and cache entries of the same padded prefill run op by op."""
+    language = Qwen3VLLanguageModel(cuda_bf16.model)
+    graphs = Decoder(language, 512, 16, use_graphs=True)
+    direct = Decoder(language, 512, 16, use_graphs=False)
+    generator = torch.Generator().manual_seed(0)
+    for tokens, context in graphs.prefills.shapes:
+        count = tokens - 3  # three positions of padding
+        start = context - tokens
+        input_ids = torch.randint(0, language.vocab_size, (1, count), generator=generator)
+        rope = torch.arange(start, start + count).expand(language.rope_axes, count)
+        for layer in range(language.layers):  # the same earlier cache entries for both to attend to
+            direct.cache.keys[layer].copy_(graphs.cache.keys[layer])
+            direct.cache.values[layer].copy_(graphs.cache.values[layer])
+        with torch.inference_mode():
+            through_graph, replayed = graphs.prefills.run(start, input_ids, rope)
+            directly, _ = direct.prefills.run(start, input_ids, rope)
+        assert replayed, (tokens, context)
+        shape = f"{tokens} tokens over {context} positions"
+        torch.testing.assert_close(through_graph, directly, rtol=1e-2, atol=1e-2, msg=shape)
+        written = slice(start, start + count)
+        for layer in (0, language.layers - 1):
+            torch.testing.assert_close(graphs.cache.keys[layer][:, :, written], direct.cache.keys[layer][:, :, written])
+
+
 def test_dependent_launches_change_no_result(cuda_bf16: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
     """The step kernels launched as programmatic dependents (each waits for the kernel before it)
     give the answer, and the cache entries bit for bit, that ordinary launches give."""
@@ -105,7 +131,7 @@ def test_dependent_launches_change_no_result(cuda_bf16: Setup, monkeypatch: pyte
 def test_a_failed_capture_falls_back_to_eager_steps_with_the_reason(
     cuda_fp32: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def fail(capture, forward):
+    def fail(capture, forward, **options):
         raise RuntimeError("CUDA out of memory (simulated)")
 
     monkeypatch.setattr(GraphCapture, "capture", fail)
