@@ -16,6 +16,7 @@ index of the last real token) through views of its bucket's length and writes on
 from __future__ import annotations
 
 import bisect
+import functools
 import time
 
 import torch
@@ -132,7 +133,7 @@ class PrefillGraphs:
             self.last.fill_(tokens - 1)
             # One warm-up per token bucket: over a shorter context the same kernels run on the same
             # activation sizes, and only attention reads fewer cache positions.
-            forward = lambda: self._forward(tokens, context)  # noqa: E731
+            forward = functools.partial(self._forward, tokens, context)
             self._graphs[(tokens, context)] = capture.capture(forward, warm_up=tokens not in warmed)
             warmed.add(tokens)
         torch.cuda.synchronize(device)
