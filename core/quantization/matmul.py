@@ -25,6 +25,8 @@ import torch.nn.functional as F
 from framewise.core.quantization.fp8 import dequantize, quantize_per_channel
 
 MatmulPath = Literal["tensor_cores", "dequantize"]
+# An RMS norm folded into a product: its (K,) weight and epsilon.
+Norm = tuple[torch.Tensor, float]
 FORCE_PATH_VARIABLE = "FRAMEWISE_FP8_PREFILL"
 
 
@@ -55,6 +57,19 @@ def _has_fp8_tensor_cores(device_index: int | None) -> bool:
     return torch.cuda.get_device_capability(device_index) >= (8, 9)
 
 
+def product_input(x: torch.Tensor, norm: Norm | None = None, silu_mul: bool = False) -> torch.Tensor:
+    """The input of a product formed from ``x`` (..., K) by torch ops: ``rms_norm(x)`` with ``norm``
+    (a (K,) weight and an epsilon), ``silu(gate) * up`` (..., K/2) with ``silu_mul`` (the gate
+    first), else ``x`` itself."""
+    if norm is not None:
+        weight, eps = norm
+        x = F.rms_norm(x, (x.shape[-1],), weight, eps)
+    if silu_mul:
+        gate, up = x.chunk(2, dim=-1)
+        x = F.silu(gate) * up
+    return x
+
+
 def fp8_linear(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -62,28 +77,34 @@ def fp8_linear(
     scheme: Literal["block", "channel"],
     bias: torch.Tensor | None = None,
     path: MatmulPath | None = None,
+    *,
+    norm: Norm | None = None,
+    silu_mul: bool = False,
 ) -> torch.Tensor:
-    """``linear(x, real weight, bias)`` for e4m3 ``weight`` (N, K) and its ``scales`` ((N, 1) per
-    channel, (ceil(N/128), ceil(K/128)) per block).
+    """``linear(product_input(x, norm, silu_mul), real weight, bias)`` for e4m3 ``weight`` (N, K) and
+    its ``scales`` ((N, 1) per channel, (ceil(N/128), ceil(K/128)) per block).
 
-    ``x`` (..., K) in bf16, fp16 or fp32; returns (..., N) in ``x``'s dtype. ``path`` forces a path
-    (tests do), else ``FRAMEWISE_FP8_PREFILL`` (:func:`forced_path`); by default
+    ``x`` (..., K), or (..., 2K) with ``silu_mul``, in bf16, fp16 or fp32; returns (..., N) in
+    ``x``'s dtype. On the tensor-core path the quantizing kernel forms the input itself. ``path``
+    forces a path (tests do), else ``FRAMEWISE_FP8_PREFILL`` (:func:`forced_path`); by default
     :func:`prefill_path` picks it. Block-scaled weights always dequantize (see the module's docstring).
     """
     rows, columns = weight.shape
     path = path or forced_path() or prefill_path(x.device, scheme, (rows, columns), x.dtype)
     if path == "dequantize" or scheme == "block":
-        return F.linear(x, dequantize(weight, scales, scheme, x.dtype), bias)
-    out = _rowwise_scaled_mm(x.reshape(-1, columns), weight, scales)
+        return F.linear(product_input(x, norm, silu_mul), dequantize(weight, scales, scheme, x.dtype), bias)
+    out = _rowwise_scaled_mm(x.reshape(-1, x.shape[-1]), weight, scales, norm, silu_mul)
     if bias is not None:
         out = out + bias
     return out.reshape(*x.shape[:-1], rows)
 
 
-def _rowwise_scaled_mm(tokens: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """(M, K) activations times a per-channel e4m3 (N, K) weight -> (M, N), the activations
-    quantized per token."""
-    quantized, token_scales = _token_quantizer()(tokens)
+def _rowwise_scaled_mm(
+    tokens: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, norm: Norm | None, silu_mul: bool
+) -> torch.Tensor:
+    """(M, K) activations, or (M, 2K) with ``silu_mul``, times a per-channel e4m3 (N, K) weight ->
+    (M, N), the input (:func:`product_input`) quantized per token."""
+    quantized, token_scales = _token_quantizer()(tokens, norm, silu_mul)
     return torch._scaled_mm(
         quantized, weight.t(), scale_a=token_scales, scale_b=scales.float().reshape(1, -1).contiguous(),
         out_dtype=tokens.dtype,
@@ -91,10 +112,10 @@ def _rowwise_scaled_mm(tokens: torch.Tensor, weight: torch.Tensor, scales: torch
 
 
 @functools.cache
-def _token_quantizer() -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+def _token_quantizer() -> Callable[[torch.Tensor, Norm | None, bool], tuple[torch.Tensor, torch.Tensor]]:
     """The one-pass Triton kernel where Triton is installed, else the same arithmetic in torch ops."""
     try:
         from framewise.core.quantization.row_quant_kernel import quantize_rows
     except ImportError:
-        return quantize_per_channel
+        return lambda tokens, norm, silu_mul: quantize_per_channel(product_input(tokens, norm, silu_mul))
     return quantize_rows

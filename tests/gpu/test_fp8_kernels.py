@@ -17,7 +17,7 @@ from torch import nn
 from framewise.core.quantization import loading
 from framewise.core.quantization.formats import UNQUANTIZED
 from framewise.core.quantization.fp8 import dequantize, quantize, quantize_per_channel
-from framewise.core.quantization.matmul import fp8_linear, prefill_path
+from framewise.core.quantization.matmul import fp8_linear, prefill_path, product_input
 
 pytestmark = pytest.mark.gpu
 kernels = pytest.importorskip("framewise.core.quantization.gemv_kernels", reason="needs Triton")
@@ -171,6 +171,40 @@ def test_activation_kernel_quantizes_like_the_torch_ops(tokens: int, columns: in
     # so a value on a rounding boundary may round the other way: to the neighbouring code, never further
     codes, expected_codes = quantized.view(torch.uint8).int(), expected.view(torch.uint8).int()
     assert ((codes - expected_codes).abs() <= 1).all()
+
+
+@pytest.mark.parametrize("fold", ["norm", "silu_mul"])
+@pytest.mark.parametrize(("tokens", "columns"), [(37, 200), (1116, 4096), (1116, 12288)])
+def test_activation_kernel_forms_the_input_like_the_torch_ops(fold: str, tokens: int, columns: int) -> None:
+    """The kernel's RMS norm and ``silu(gate) * up`` give the products' inputs the torch ops give
+    (``product_input``), to within one bf16 rounding of the input where the two sum the squares
+    in another order, and so codes at most one apart."""
+    from framewise.core.quantization.row_quant_kernel import quantize_rows
+
+    width = 2 * columns if fold == "silu_mul" else columns
+    magnitudes = torch.logspace(-3, 2, tokens, device=DEVICE)[:, None]
+    x = (torch.randn(tokens, width, device=DEVICE) * magnitudes).to(torch.bfloat16)
+    norm = (torch.rand(columns, device=DEVICE, dtype=torch.bfloat16) + 0.5, 1e-6) if fold == "norm" else None
+    quantized, scales = quantize_rows(x, norm, silu_mul=fold == "silu_mul")
+    formed = product_input(x, norm, fold == "silu_mul")
+    expected, expected_scales = quantize_per_channel(formed)
+    assert quantized.shape == (tokens, columns) and scales.shape == (tokens, 1)
+    torch.testing.assert_close(scales, expected_scales, rtol=2 ** -7, atol=0)
+    codes, expected_codes = quantized.view(torch.uint8).int(), expected.view(torch.uint8).int()
+    assert ((codes - expected_codes).abs() <= 1).all()
+    assert (codes == expected_codes).float().mean() > 0.99
+
+
+@pytest.mark.parametrize("fold", ["norm", "silu_mul"])
+def test_the_tensor_core_path_forms_the_input_it_is_given(fold: str) -> None:
+    weight, scales, reference = fp8_weight(4096, 4096, "channel")
+    width = 8192 if fold == "silu_mul" else 4096
+    x = torch.randn(1116, width, device=DEVICE, dtype=torch.bfloat16)
+    norm = (torch.rand(4096, device=DEVICE, dtype=torch.bfloat16) + 0.5, 1e-6) if fold == "norm" else None
+    out = fp8_linear(x, weight, scales, "channel", path="tensor_cores", norm=norm, silu_mul=fold == "silu_mul")
+    expected = F.linear(product_input(x, norm, fold == "silu_mul"), reference)
+    for token in range(0, 1116, 139):
+        assert relative_error(out[token], expected[token]) < 0.05
 
 
 def test_activation_kernel_leaves_an_all_zero_row_zero() -> None:

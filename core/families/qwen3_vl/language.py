@@ -32,7 +32,7 @@ import inspect
 import math
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -49,7 +49,7 @@ from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.encoding.defs import PieceGrid
 from framewise.core.quantization.formats import BLOCK_SIZE
 from framewise.core.quantization.linear import Fp8Linear
-from framewise.core.quantization.matmul import fp8_linear
+from framewise.core.quantization.matmul import Norm, fp8_linear, product_input
 
 
 @dataclass(frozen=True)
@@ -84,9 +84,15 @@ class _DenseLayer:
     down_scale: torch.Tensor | None = None
 
 
-# ``product(x, W, scale, scheme)``: one linear layer of a dense pass, ``x`` (n, K) and ``W`` (N, K)
-# float (``scale`` None) or e4m3 with its scales; returns (n, N) in ``x``'s dtype.
-Product = Callable[[torch.Tensor, torch.Tensor, "torch.Tensor | None", str], torch.Tensor]
+class Product(Protocol):
+    """One linear layer of a dense pass: the input formed from ``x`` (n, K) (itself, or with ``norm``
+    or ``silu_mul`` as :func:`~framewise.core.quantization.matmul.product_input` forms it) times
+    ``weight`` (N, K), float (``scale`` None) or e4m3 with its scales; returns (n, N) in ``x``'s dtype."""
+
+    def __call__(
+        self, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, scheme: str, *,
+        norm: Norm | None = None, silu_mul: bool = False,
+    ) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -331,11 +337,12 @@ class Qwen3VLLanguageModel:
 
         ``position_embeddings``: the rotary cos and sin, (1, n, head_dim) each. The keys and values go
         to the cache at ``cache.write_positions`` (n,); ``mask`` is additive over ``cache.view_length``
-        positions, or None for a causal prefill from an empty cache. ``product(x, W, scale, scheme)``
-        is every linear layer (:func:`_project` for a decode step, :func:`_prefill_product` for a
-        prefill). ``deepstack`` features are added at their rows after the first layers, as
-        ``Qwen3VLTextModel._deepstack_process`` does. The forward pre-hooks of ``hooked[i]`` run
-        before layer ``i`` (the engine's cancel checks inside a prefill)."""
+        positions, or None for a causal prefill from an empty cache. ``product`` is every linear layer
+        and forms its input from the norm before it or from ``silu(gate) * up`` (:func:`_project`
+        for a decode step, :func:`_prefill_product` for a prefill). ``deepstack`` features are added
+        at their rows after the first layers, as ``Qwen3VLTextModel._deepstack_process`` does. The
+        forward pre-hooks of ``hooked[i]`` run before layer ``i`` (the engine's cancel checks inside
+        a prefill)."""
         assert self._dense is not None
         count = hidden.shape[0]
         heads, kv_heads, head_dim = self.config.num_attention_heads, self.kv_heads, self.head_dim
@@ -347,8 +354,7 @@ class Qwen3VLLanguageModel:
         for index, layer in enumerate(self._dense):
             if index < len(hooked):
                 _run_pre_hooks(hooked[index], hidden)
-            normed = F.rms_norm(hidden, (size,), layer.input_norm, layer.eps)
-            qkv = product(normed, layer.qkv, layer.qkv_scale, layer.scheme)
+            qkv = product(hidden, layer.qkv, layer.qkv_scale, layer.scheme, norm=(layer.input_norm, layer.eps))
             qk = qkv[:, : (heads + kv_heads) * head_dim].view(count, heads + kv_heads, head_dim)
             qk = F.rms_norm(qk, (head_dim,), None, layer.eps) * layer.qk_norm
             qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), sin_signed)
@@ -357,9 +363,9 @@ class Qwen3VLLanguageModel:
             keys, values = cache.update(key, value, index)
             attended = _attend(qk[:, :heads], keys, values, mask, layer.scaling)
             hidden = hidden + product(attended, layer.o, layer.o_scale, layer.scheme)
-            normed = F.rms_norm(hidden, (size,), layer.post_norm, layer.eps)
-            gate, up = product(normed, layer.gate_up, layer.gate_up_scale, layer.scheme).chunk(2, dim=-1)
-            hidden = hidden + product(F.silu(gate) * up, layer.down, layer.down_scale, layer.scheme)
+            post_norm = (layer.post_norm, layer.eps)
+            gate_up = product(hidden, layer.gate_up, layer.gate_up_scale, layer.scheme, norm=post_norm)
+            hidden = hidden + product(gate_up, layer.down, layer.down_scale, layer.scheme, silu_mul=True)
             if deepstack is not None and index < len(deepstack.features):
                 hidden = hidden.index_add(0, deepstack.rows, deepstack.features[index])
         norm = self.text.norm
@@ -460,21 +466,28 @@ def _scale_of(linear: torch.nn.Module) -> torch.Tensor | None:
     return linear.weight_scale if isinstance(linear, Fp8Linear) else None
 
 
-def _project(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, scheme: str) -> torch.Tensor:
-    """``linear(x, W)`` for one token and a float weight (``scale`` None) or an e4m3 one with its
+def _project(
+    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, scheme: str, *,
+    norm: Norm | None = None, silu_mul: bool = False,
+) -> torch.Tensor:
+    """A :class:`Product` for one token, a float weight (``scale`` None) or an e4m3 one with its
     scales, dequantized: the arithmetic of the FP8 step kernels (activations stay unquantized)."""
     if scale is None:
-        return F.linear(x, weight)
-    return fp8_linear(x, weight, scale, scheme, path="dequantize")  # type: ignore[arg-type]
+        return F.linear(product_input(x, norm, silu_mul), weight)
+    path = "dequantize"
+    return fp8_linear(x, weight, scale, scheme, path=path, norm=norm, silu_mul=silu_mul)  # type: ignore[arg-type]
 
 
-def _prefill_product(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, scheme: str) -> torch.Tensor:
-    """``linear(x, W)`` for many tokens, as the model's own layers compute it: ``F.linear`` for a float
-    weight (``scale`` None), :func:`fp8_linear` on its default path for an e4m3 one (FP8 tensor
-    cores with the activations quantized per token where the card has them, as ``Fp8Linear`` does)."""
+def _prefill_product(
+    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, scheme: str, *,
+    norm: Norm | None = None, silu_mul: bool = False,
+) -> torch.Tensor:
+    """A :class:`Product` for many tokens, as the model's own layers compute it: ``F.linear`` for a
+    float weight (``scale`` None), :func:`fp8_linear` on its default path for an e4m3 one (FP8 tensor
+    cores with the input formed and quantized per token in one kernel where the card has them)."""
     if scale is None:
-        return F.linear(x, weight)
-    return fp8_linear(x, weight, scale, scheme)  # type: ignore[arg-type]
+        return F.linear(product_input(x, norm, silu_mul), weight)
+    return fp8_linear(x, weight, scale, scheme, norm=norm, silu_mul=silu_mul)  # type: ignore[arg-type]
 
 
 def _attend(

@@ -9,7 +9,7 @@ from torch import nn
 
 from framewise.core.quantization.fp8 import dequantize
 from framewise.core.quantization.linear import Fp8Linear
-from framewise.core.quantization.matmul import fp8_linear, prefill_path
+from framewise.core.quantization.matmul import fp8_linear, prefill_path, product_input
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
@@ -61,6 +61,22 @@ def test_row_wise_tensor_core_arithmetic_on_the_cpu() -> None:
         assert relative_error(fast[token], reference[token]) < 0.05
 
 
+@pytest.mark.parametrize("path", ["tensor_cores", "dequantize"])
+@pytest.mark.parametrize("fold", ["norm", "silu_mul"])
+def test_a_product_forms_its_input_from_the_norm_or_the_gate_and_up(path: str, fold: str) -> None:
+    """With ``norm`` or ``silu_mul`` each path multiplies what ``product_input`` forms, as if it had
+    been given that input (on the CPU the tensor-core path quantizes with torch ops)."""
+    torch.manual_seed(2)
+    layer = Fp8Linear.from_linear(_linear(torch.randn(96, 64) / 8), "channel")
+    x = torch.randn(5, 128 if fold == "silu_mul" else 64, dtype=torch.bfloat16)
+    norm = (torch.rand(64, dtype=torch.bfloat16) + 0.5, 1e-6) if fold == "norm" else None
+    weight, scales = layer.weight, layer.weight_scale
+    folded = fp8_linear(x, weight, scales, "channel", path=path, norm=norm, silu_mul=fold == "silu_mul")
+    formed = product_input(x, norm, fold == "silu_mul")
+    assert formed.shape == (5, 64) and not torch.equal(formed, x[:, :64])
+    assert torch.equal(folded, fp8_linear(formed, weight, scales, "channel", path=path))
+
+
 def _linear(weight: torch.Tensor) -> nn.Linear:
     linear = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
     linear.weight.data = weight
@@ -78,7 +94,7 @@ def test_the_environment_forces_a_prefill_path(monkeypatch: pytest.MonkeyPatch) 
     layer = Fp8Linear.from_linear(nn.Linear(32, 16, bias=False), "channel")
     monkeypatch.setenv(matmul.FORCE_PATH_VARIABLE, "tensor_cores")
     chosen = []
-    monkeypatch.setattr(matmul, "_rowwise_scaled_mm", lambda tokens, weight, scales: chosen.append("tc") or
+    monkeypatch.setattr(matmul, "_rowwise_scaled_mm", lambda tokens, weight, scales, *fold: chosen.append("tc") or
                         torch.zeros(tokens.shape[0], weight.shape[0]))
     layer(torch.randn(3, 32))
     assert chosen == ["tc"]  # even on the CPU, where the default is to dequantize
