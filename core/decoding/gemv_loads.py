@@ -1,7 +1,7 @@
 """Loads shared by the Triton matrix-vector kernels of a decode step (the model families' bf16
-step kernels and the FP8 ones): a chunk of the input vector (or, for the bf16 down projection, of
-``silu(gate) * up`` formed from a gate/up product) and a block of weight rows, masked only where
-the block can reach past the matrix. This module needs Triton."""
+step kernels and the FP8 ones, and the prefill's activation kernel): a chunk of the input vector
+(or, for the down projection, of ``silu(gate) * up`` formed from a gate/up product), its inverse
+RMS, and a block of weight rows, masked only where the block can reach past the matrix. This module needs Triton."""
 
 import triton
 import triton.language as tl
@@ -15,6 +15,17 @@ def load_chunk(ptr, start, columns, K: tl.constexpr, EVEN_K: tl.constexpr):
     else:
         chunk = tl.load(ptr + start + columns, mask=start + columns < K, other=0.0)
     return chunk
+
+
+@triton.jit
+def load_inverse_rms(ptr, columns, eps, K: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """``1 / sqrt(mean(x ** 2) + eps)`` of a (K,) vector ``x``, read ``BLOCK_K`` elements (``columns``)
+    at a time, in float32."""
+    squares = tl.zeros([BLOCK_K], dtype=tl.float32)
+    for start in range(0, K, BLOCK_K):
+        x = load_chunk(ptr, start, columns, K, EVEN_K).to(tl.float32)
+        squares += x * x
+    return tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
 
 
 @triton.jit

@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from framewise.core.decoding.dependent_launch import launch_options, wait_for_previous
-from framewise.core.decoding.gemv_loads import load_chunk, load_rows
+from framewise.core.decoding.gemv_loads import load_chunk, load_inverse_rms, load_rows
 from framewise.core.quantization.formats import BLOCK_SIZE
 
 
@@ -137,11 +137,7 @@ def _fp8_gemv_kernel(
     columns = tl.arange(0, BLOCK_K)
     inverse_rms = 0.0
     if NORM:
-        squares = tl.zeros([BLOCK_K], dtype=tl.float32)
-        for start in range(0, K, BLOCK_K):
-            x = load_chunk(x_ptr, start, columns, K, EVEN_K).to(tl.float32)
-            squares += x * x
-        inverse_rms = tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
+        inverse_rms = load_inverse_rms(x_ptr, columns, eps, K, BLOCK_K, EVEN_K)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
         x32 = _input_chunk(x_ptr, norm_ptr, start, columns, inverse_rms, K, EVEN_K, NORM).to(tl.float32)

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from framewise.core.decoding.gemv_loads import load_chunk, load_silu_mul_chunk
+from framewise.core.decoding.gemv_loads import load_chunk, load_inverse_rms, load_silu_mul_chunk
 from framewise.core.quantization.fp8 import MIN_SCALE, E4M3, E4M3_MAX
 
 
@@ -46,11 +46,7 @@ def _quantize_rows_kernel(
     columns = tl.arange(0, BLOCK_K)
     inverse_rms = 0.0
     if NORM:
-        squares = tl.zeros([BLOCK_K], dtype=tl.float32)
-        for start in range(0, K, BLOCK_K):
-            x = load_chunk(row_ptr, start, columns, K, EVEN_K).to(tl.float32)
-            squares += x * x
-        inverse_rms = tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
+        inverse_rms = load_inverse_rms(row_ptr, columns, eps, K, BLOCK_K, EVEN_K)
     largest = tl.zeros([BLOCK_K], dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
         x = _row_chunk(row_ptr, norm_ptr, start, columns, inverse_rms, K, EVEN_K, NORM, SILU_MUL)

@@ -32,7 +32,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from framewise.core.decoding.dependent_launch import launch_options, wait_for_previous
-from framewise.core.decoding.gemv_loads import load_chunk, load_rows, load_silu_mul_chunk
+from framewise.core.decoding.gemv_loads import load_chunk, load_inverse_rms, load_rows, load_silu_mul_chunk
 
 # Keys one program of the attention kernel handles per loop turn.
 ATTENTION_BLOCK = 64
@@ -58,11 +58,7 @@ def _rms_norm_linear_kernel(
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_mask = rows < N
     columns = tl.arange(0, BLOCK_K)
-    squares = tl.zeros([BLOCK_K], dtype=tl.float32)
-    for start in range(0, K, BLOCK_K):
-        x = load_chunk(x_ptr, start, columns, K, EVEN_K).to(tl.float32)
-        squares += x * x
-    inverse_rms = tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
+    inverse_rms = load_inverse_rms(x_ptr, columns, eps, K, BLOCK_K, EVEN_K)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
         x = load_chunk(x_ptr, start, columns, K, EVEN_K)
