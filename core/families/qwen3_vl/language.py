@@ -474,8 +474,9 @@ def _project(
     scales, dequantized: the arithmetic of the FP8 step kernels (activations stay unquantized)."""
     if scale is None:
         return F.linear(product_input(x, norm, silu_mul), weight)
-    path = "dequantize"
-    return fp8_linear(x, weight, scale, scheme, path=path, norm=norm, silu_mul=silu_mul)  # type: ignore[arg-type]
+    return fp8_linear(  # type: ignore[arg-type]
+        x, weight, scale, scheme, path="dequantize", norm=norm, silu_mul=silu_mul
+    )
 
 
 def _prefill_product(
