@@ -773,7 +773,7 @@ def main(argv: list[str] | None = None) -> int:
     for size in args.sizes.split(","):
         results.append(bench_size(size, args, device, bandwidth, save))
     save(results[-1])
-    table = markdown(results, header)
+    table = markdown(_rounded(results), header)  # the numbers the JSON holds, so the two agree to the digit
     (args.out / "decode_bench.md").write_text(table + "\n")
     print(table)
     return 0
