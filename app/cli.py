@@ -340,7 +340,7 @@ def format_info(info: EngineInfo) -> str:
     lines = [
         f"model:              {info.model_name}" + (f"  [{info.model_label}]" if info.model_label else ""),
         f"device:             {info.device}",
-        f"dtype:              {info.dtype}",
+        f"dtype:              {info.precision}",
         f"vision encoder:     {encoder}",
         f"attention backends: {', '.join(info.attention_backends)}",
     ]

@@ -416,7 +416,8 @@ class EngineInfo:
     a vLLM server answers. ``server`` is set then (the vision encoder runs there). ``limits`` are
     the loaded model family's (the settings dialog sizes its steps and hints by them); ``None`` where
     the model is not loaded here. ``held_memory`` is what the loaded model holds, measured as it was
-    built (``None`` where the model is not loaded here).
+    built (``None`` where the model is not loaded here). ``dtype`` is the activations'; where the
+    language model's linear weights are in another (``"fp8"``), ``weight_dtype`` names it.
 
     Sent once per change: when a model is loaded and when new settings change the model or the encoder.
     """
@@ -437,12 +438,18 @@ class EngineInfo:
     device_kind: str = "cpu"
     limits: FamilyLimits | None = None
     held_memory: HeldMemory | None = None
+    weight_dtype: str | None = None
     request_id: int = _request_id()
 
     @property
     def on_cpu(self) -> bool:
         """The model runs on this machine's CPU (no CUDA graphs, no GPU memory to report)."""
         return self.device_kind == "cpu"
+
+    @property
+    def precision(self) -> str:
+        """The dtypes in a few words: ``"fp8 weights, bfloat16 activations"``, or ``"bfloat16"``."""
+        return f"{self.weight_dtype} weights, {self.dtype} activations" if self.weight_dtype else self.dtype
 
 
 Event = Union[

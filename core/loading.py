@@ -56,7 +56,9 @@ class LoadedModel:
     ``framewise.json`` (the demo model's says its weights are random). ``family`` is the model
     family that loaded it (preprocessing, prompt, cancel points); ``adapter`` the family's side of
     the encoder seam (graphs, eager forward, feature injection, the decoder's language model);
-    ``limits`` this checkpoint's vision limits; ``path`` the checkpoint folder.
+    ``limits`` this checkpoint's vision limits; ``path`` the checkpoint folder. ``fp8``: the
+    language model's linear layers hold FP8 weights (quantized on load or read from an FP8
+    checkpoint), and ``dtype`` is then that of the activations and the other weights.
     """
 
     model: torch.nn.Module
@@ -70,6 +72,7 @@ class LoadedModel:
     adapter: FamilyAdapter
     limits: FamilyLimits
     path: Path
+    fp8: bool
 
 
 def load_model(settings: ModelSettings, progress: ProgressCallback | None = None) -> LoadedModel:
@@ -122,6 +125,7 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
         adapter=adapter,
         limits=family.limits_of(model),
         path=path,
+        fp8=settings.dtype == "fp8" or _declares_quantization(path),
     )
 
 

@@ -54,7 +54,7 @@ from framewise.ui.frames import ClipPreview, FrameStrip, format_timestamp
 from framewise.ui.metrics import EncoderPanel, live_speed_text
 from framewise.ui.section import Section
 from framewise.ui.services import AppServices
-from framewise.ui.session import Session, SessionListener, encoder_text, held_memory_text, model_text
+from framewise.ui.session import Session, SessionListener, encoder_text, engine_text, held_memory_text, model_text
 from framewise.ui.settings_dialog import SettingsDialog
 from framewise.ui.settings_store import SettingsStore
 from framewise.ui.worker import EngineHost
@@ -775,10 +775,10 @@ class MainWindow(QMainWindow, SessionListener):
     def engine_changed(self, info: EngineInfo) -> None:
         log.info("engine ready: %s on %s, %s", model_text(info), info.device, encoder_text(info))
         # The model's label (the demo model's) is said by its banner and its answers; these say the name only.
-        self.engine_label.setText(f"{info.model_name} · {info.device} · {encoder_text(info)}")
+        self.engine_label.setText(engine_text(info, info.model_name))
         held = info.held_memory
         held_lines = [f"Holds {held.amount_text()}:", *held.lines()] if held else []
-        self.engine_label.setToolTip("\n".join([f"{model_text(info)} · {info.device} · {encoder_text(info)}", *held_lines]))
+        self.engine_label.setToolTip("\n".join([engine_text(info, model_text(info)), *held_lines]))
         if self._settings_dialog is not None:
             self._settings_dialog.set_held_memory(held_memory_text(info))
         self.encoder_panel.set_engine_info(info)

@@ -638,6 +638,13 @@ def held_memory_text(info: EngineInfo) -> str:
     return f"Loaded now, {info.model_name} holds {held.describe()}." if held else ""
 
 
+def engine_text(info: EngineInfo, model: str) -> str:
+    """``model`` (a name for it), the device, the weights' dtype (where the model is loaded here) and
+    the encoder: "demo · cpu · fp8 · eager (no CUDA graphs)"."""
+    dtype = [] if info.server is not None else [info.weight_dtype or info.dtype]
+    return " · ".join([model, info.device, *dtype, encoder_text(info)])
+
+
 def encoder_text(info: EngineInfo) -> str:
     """The encoder in a few words."""
     if info.server is not None:

@@ -344,6 +344,7 @@ def test_info_shows_the_memory_estimate_of_the_chosen_dtype() -> None:
                                             ("weights", "kv_cache", "encoder_graphs", "decode_graphs"))
     text = framewise("info", "--device", "cpu", "--dtype", "fp8").stdout
     assert "memory estimate:    about" in text
+    assert "dtype:              fp8 weights, float32 activations" in text.splitlines()
 
 
 def test_ask_json_says_a_picture_is_an_image(tmp_path: Path) -> None:

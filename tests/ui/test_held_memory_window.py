@@ -18,6 +18,7 @@ def test_the_status_bar_and_the_model_page_show_what_the_model_holds(qtbot, make
     parameters = load_model(CPU.model).model.parameters()
     assert held is not None and held.weight_total == sum(p.numel() * p.element_size() for p in parameters)
 
+    assert window.engine_label.text() == f"{window.info.model_name} · cpu · float32 · eager (no CUDA graphs)"
     tooltip = window.engine_label.toolTip().splitlines()
     assert tooltip[1:] == [f"Holds {held.amount_text()}:", *held.lines()]
     assert tooltip[2].startswith("weights ") and "language model " in tooltip[2] and "vision tower " in tooltip[2]
@@ -26,6 +27,14 @@ def test_the_status_bar_and_the_model_page_show_what_the_model_holds(qtbot, make
     assert dialog.held_memory.isVisible()
     assert dialog.held_memory.text() == f"Loaded now, {window.info.model_name} holds {held.describe()}."
     dialog.reject()
+
+
+def test_the_status_bar_names_the_weights_dtype(qtbot, make_window) -> None:
+    window = make_window(real_engine, CPU.replace("model", dtype="fp8"))
+    wait_ready(qtbot, window)
+    assert (window.info.weight_dtype, window.info.dtype) == ("fp8", "float32")
+    assert window.engine_label.text() == f"{window.info.model_name} · cpu · fp8 · eager (no CUDA graphs)"
+    assert window.engine_label.toolTip().splitlines()[0].endswith(" · cpu · fp8 · eager (no CUDA graphs)")
 
 
 def test_without_a_loaded_model_the_model_page_says_nothing_held(qtbot, make_window) -> None:

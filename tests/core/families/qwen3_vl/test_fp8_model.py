@@ -54,6 +54,7 @@ def fp8_linears(model: torch.nn.Module) -> list[str]:
 def test_fp8_setting_quantizes_only_the_decoder_layers() -> None:
     loaded = load_model(ModelSettings(source="demo", device="cpu", dtype="fp8"))
     names = fp8_linears(loaded.model)
+    assert loaded.fp8 and loaded.dtype == torch.float32  # the activations' dtype on the CPU
     layers = loaded.model.config.text_config.num_hidden_layers
     assert len(names) == 7 * layers
     assert all(name.startswith("model.language_model.layers.") for name in names)
@@ -128,8 +129,11 @@ def test_fp8_checkpoint_of_each_format_loads_and_answers_like_its_source(tmp_pat
     folder = demo_in(tmp_path, fmt)
     loaded = load_model(ModelSettings(source=str(folder), device="cpu", dtype="auto"))
     names = fp8_linears(loaded.model)
+    assert loaded.fp8  # the checkpoint's own FP8, with no fp8 setting
     assert names and all(name.startswith("model.language_model.layers.") for name in names)
-    reference = load_model(ModelSettings(source="demo", device="cpu", dtype="float32")).model
+    reference_loaded = load_model(ModelSettings(source="demo", device="cpu", dtype="float32"))
+    assert not reference_loaded.fp8
+    reference = reference_loaded.model
     tokens = torch.tensor([[5, 17, 99, 3]])
     with torch.no_grad():
         got = loaded.model(input_ids=tokens).logits
