@@ -107,27 +107,61 @@ def load_checkpoint(
             elif tuple(place.shape) != headers[name].shape:
                 report.mismatched.append(name)
             elif name in scales:
-                if not isinstance(module, nn.Linear):
-                    raise QuantizationFormatError(
-                        f"{name} is stored in FP8, but {module_name} ({type(module).__name__}) is not a linear layer; "
-                        "Framewise runs FP8 linear layers only. Choose a checkpoint that quantizes only linear layers."
-                    )
-                weight, scale = read(name), read(scales[name]).reshape(fmt.scale_shape(headers[name].shape))
-                if module_name in stacks:
-                    weight, scale = stacks[module_name].place(module_name, weight, scale, device)
-                else:
-                    weight, scale = weight.to(device), scale.to(device, torch.float32)
-                _replace(model, module_name, Fp8Linear(weight, scale, fmt.scheme, _bias_of(module)))
+                _check_fp8_module(module_name, module)
+                scale = read(scales[name]).reshape(fmt.scale_shape(headers[name].shape))
+                stored = _stored_fp8_linear(module_name, module, read(name), scale, fmt, stacks.get(module_name), device)
+                _replace(model, module_name, stored)
                 report.fp8_from_checkpoint.append(module_name)
             elif leaf == "weight" and isinstance(module, nn.Linear) and quantize_on_load(module_name):
-                slot = stacks[module_name].slot(module_name, device) if module_name in stacks else None
-                weight, weight_scale = quantize_onto(read(name), scheme, device, out=slot)
-                _replace(model, module_name, Fp8Linear(weight, weight_scale, scheme, _bias_of(module)))
+                quantized = _quantized_linear(module_name, module, read(name), scheme, stacks.get(module_name), device)
+                _replace(model, module_name, quantized)
                 report.quantized_on_load.append(module_name)
             else:
                 _set_tensor(module, leaf, _cast(read(name).to(device), dtype))
     report.missing = meta_tensors(model)
     return report
+
+
+def _check_fp8_module(module_name: str, module: nn.Module | None) -> None:
+    """Raise QuantizationFormatError unless ``module``, whose weight is stored in FP8, is a linear layer."""
+    if not isinstance(module, nn.Linear):
+        raise QuantizationFormatError(
+            f"{module_name}.weight is stored in FP8, but {module_name} ({type(module).__name__}) is not a linear layer; "
+            "Framewise runs FP8 linear layers only. Choose a checkpoint that quantizes only linear layers."
+        )
+
+
+def _stored_fp8_linear(
+    module_name: str,
+    module: nn.Linear,
+    weight: torch.Tensor,
+    scale: torch.Tensor,
+    fmt: WeightFormat,
+    stack: _Stack | None,
+    device: torch.device,
+) -> Fp8Linear:
+    """``module`` as the checkpoint stores it: its e4m3 ``weight`` (N, K) and ``scale`` (in
+    ``fmt``'s shape for it) on ``device``, in its rows of ``stack`` where it has one."""
+    if stack is not None:
+        weight, scale = stack.place(module_name, weight, scale, device)
+    else:
+        weight, scale = weight.to(device), scale.to(device, torch.float32)
+    return Fp8Linear(weight, scale, fmt.scheme, _bias_of(module))
+
+
+def _quantized_linear(
+    module_name: str,
+    module: nn.Linear,
+    weight: torch.Tensor,
+    scheme: Literal["block", "channel"],
+    stack: _Stack | None,
+    device: torch.device,
+) -> Fp8Linear:
+    """``module`` with its full-precision ``weight`` (N, K) quantized onto ``device`` with ``scheme``,
+    into its rows of ``stack`` where it has one."""
+    slot = stack.slot(module_name, device) if stack is not None else None
+    quantized, scales = quantize_onto(weight, scheme, device, out=slot)
+    return Fp8Linear(quantized, scales, scheme, _bias_of(module))
 
 
 class _Stack:
