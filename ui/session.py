@@ -623,7 +623,7 @@ def _reset_notice(reset: ConversationReset) -> str | None:
     if reset.clip_name is None:
         return None
     if reset.reason == "resampled":
-        return f"The new settings re-sampled {reset.clip_name}; the conversation starts afresh"
+        return f"The new settings read {reset.clip_name} again; the conversation starts afresh"
     return f"Asking about {reset.clip_name}"
 
 

@@ -31,7 +31,7 @@ def test_a_setting_that_resamples_starts_a_new_conversation_and_keeps_the_old(qt
 
     window.apply_settings(window.settings.replace("sampling", fps=1.0))
     qtbot.waitUntil(lambda: window.operation is None and not window.conversation.turns, timeout=LOAD_TIMEOUT_MS)
-    assert "re-sampled" in window.chat.cards()[-1].text()
+    assert f"The new settings read {Path(sample_clip).name} again" in window.chat.cards()[-1].text()
     assert kept_questions() == [["What moves?", "Which way?"]], "the old conversation is kept"
     ask_and_wait(qtbot, window, "And now?")
     assert kept_questions() == [["And now?"], ["What moves?", "Which way?"]]

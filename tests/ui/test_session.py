@@ -421,7 +421,7 @@ def test_re_sampling_by_new_settings_says_why_the_conversation_restarted(session
     request_id = len(session.port.sent)  # type: ignore[attr-defined]
     serve(session, "apply_settings", request_id, open_events("a.mp4", request_id, reason="resampled"))
     assert session.settings == settings and view.applied == [settings] and session.conversation.turns == []
-    assert view.notices[-1] == "The new settings re-sampled a.mp4; the conversation starts afresh"
+    assert view.notices[-1] == "The new settings read a.mp4 again; the conversation starts afresh"
     assert view.passes[-1] == (request_id, "a.mp4")
     assert not session.apply_settings(settings), "the applied settings are not sent again"
 
