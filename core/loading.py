@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Literal, Protocol
 
 import torch
 from jinja2 import TemplateError
@@ -27,7 +27,8 @@ from framewise.core.encoding.defs import SupportsEncoderGraphs
 from framewise.core.errors import FramewiseError, ModelLoadError, SettingsError, UnsupportedModelError
 from framewise.core.events import Progress
 from framewise.core.families import FamilyLimits, ModelFamily, family_for
-from framewise.core.quantization.formats import checkpoint_weight_format
+from framewise.core.quantization.formats import checkpoint_weight_format, detect_weight_format
+from framewise.core.quantization.fp8 import QUANTIZE_ON_LOAD_SCHEME
 from framewise.core.resources import asset_path
 from framewise.core.memory_plan import Alternative, MemoryEstimate, shortfall_message, size_text
 from framewise.core.settings import DEMO_MODEL, AppSettings, ModelSettings
@@ -148,22 +149,25 @@ def estimate_memory(settings: AppSettings) -> MemoryEstimate:
     model = settings.model
     path = resolve_model_source(model.source)
     family = family_for(_read_model_type(path))
-    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    config = _read_config(path)
     device = pick_device(model.device)
     budgets = settings.encoder.token_budgets(family.limits) if settings.encoder.use_graphs and device.type == "cuda" else ()
+    weights, activations, scheme = _precision(model.dtype, config, device)
     return family.estimate_memory(
-        config, _weight_dtype_name(model.dtype, device, _declares_quantization(path)),
-        settings.context_tokens(family.limits), budgets, device.type,
+        config, weights, settings.context_tokens(family.limits), budgets, device.type,
+        activations=activations, scheme=scheme,
     )
 
 
-def _weight_dtype_name(setting: str, device: torch.device, fp8_checkpoint: bool) -> str:
-    """The weights' dtype as the estimate names it (``"fp8"`` for FP8 weights)."""
-    if setting == "fp8" or fp8_checkpoint:
-        return "fp8"
-    if setting == "auto":
-        return "bfloat16" if device.type == "cuda" else "float32"
-    return setting
+def _precision(setting: str, config: dict[str, Any], device: torch.device) -> tuple[str, str, Literal["block", "channel"]]:
+    """What loading with the dtype ``setting`` gives a checkpoint of this config.json on ``device``:
+    the dtype of the language model's linear layers (``"fp8"`` when quantized on load or stored in
+    FP8), that of everything else (:func:`pick_dtype`'s), and the FP8 scales' scheme."""
+    activations = str(pick_dtype(setting, device)).removeprefix("torch.")
+    stored = detect_weight_format(config).scheme
+    if stored != "none":
+        return "fp8", activations, stored
+    return ("fp8" if setting == "fp8" else activations), activations, QUANTIZE_ON_LOAD_SCHEME
 
 
 def memory_estimate_text(settings: AppSettings) -> str:
@@ -217,9 +221,9 @@ def _shortfall(settings: AppSettings, estimate: MemoryEstimate, device: torch.de
     if estimate.total <= available:
         return None
     model, encoder = settings.model, settings.encoder
-    fp8_checkpoint = _declares_quantization(resolve_model_source(model.source))
+    weights, _, _ = _precision(model.dtype, _read_config(resolve_model_source(model.source)), device)
     changes = []
-    if model.dtype != "fp8" and not fp8_checkpoint:
+    if weights != "fp8":
         changes.append(("choose dtype fp8 (Settings ▸ Model, --dtype fp8)", settings.replace("model", dtype="fp8")))
     context = settings.context_tokens(None)
     if context > 4096:
@@ -228,7 +232,7 @@ def _shortfall(settings: AppSettings, estimate: MemoryEstimate, device: torch.de
     if encoder.use_graphs:
         changes.append(("turn the encoder's CUDA graphs off (encoder.use_graphs)", settings.replace("encoder", use_graphs=False)))
     alternatives = [Alternative(change, estimate_memory(changed)) for change, changed in changes]
-    what = f"{_display_name(model.source)} in {_weight_dtype_name(model.dtype, device, fp8_checkpoint)}"
+    what = f"{_display_name(model.source)} in {weights}"
     return shortfall_message(what, estimate, available, str(device), alternatives)
 
 
@@ -313,7 +317,9 @@ def check_checkpoint(path: Path) -> str:
     return model_type
 
 
-def _read_model_type(path: Path) -> str:
+def _read_config(path: Path) -> dict[str, Any]:
+    """The checkpoint's config.json (``{}`` when it holds no JSON object); ModelLoadError when
+    there is none or it is not JSON."""
     config_file = path / "config.json"
     if not config_file.is_file():
         raise ModelLoadError(
@@ -323,7 +329,11 @@ def _read_model_type(path: Path) -> str:
         config = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ModelLoadError(f"{config_file} cannot be read as JSON ({error}); the download may be damaged.") from error
-    model_type = config.get("model_type") if isinstance(config, dict) else None
+    return config if isinstance(config, dict) else {}
+
+
+def _read_model_type(path: Path) -> str:
+    model_type = _read_config(path).get("model_type")
     try:
         family_for(model_type)
     except UnsupportedModelError as error:

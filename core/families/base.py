@@ -190,12 +190,14 @@ class ModelFamily(Protocol):
 
     def estimate_memory(
         self, config: Mapping[str, Any], dtype: str, context_tokens: int, encoder_budgets: Sequence[int],
-        device_type: str = "cuda",
+        device_type: str = "cuda", *, activations: str | None = None, scheme: str = "channel",
     ) -> MemoryEstimate:
         """The memory a checkpoint with this config.json (a dict) takes on a ``device_type``
         device (``"cuda"``, ``"cpu"``, ...) with weights in ``dtype`` (``"float32"``,
         ``"bfloat16"``, ``"float16"`` or ``"fp8"``), a KV cache of ``context_tokens`` positions and
-        encoder graphs for ``encoder_budgets``, before loading it."""
+        encoder graphs for ``encoder_budgets``, before loading it. With ``"fp8"``, ``activations``
+        is the dtype of everything else (``None``: what loading picks on such a device) and
+        ``scheme`` that of the FP8 scales (``"block"`` or ``"channel"``)."""
         ...
 
     def adapter(self, model: torch.nn.Module) -> FamilyAdapter:

@@ -29,6 +29,7 @@ def on_a_card_with(monkeypatch: pytest.MonkeyPatch, free: int) -> None:
     monkeypatch.setattr(loading, "pick_device", lambda name: torch.device("cuda"))
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 80 * GIB))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 0)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
 
 
 def test_the_estimate_follows_the_dtype(eight_b: AppSettings, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -86,12 +86,12 @@ class Qwen3VLFamily:
 
     def estimate_memory(
         self, config: Mapping[str, Any], dtype: str, context_tokens: int, encoder_budgets: Sequence[int],
-        device_type: str = "cuda",
+        device_type: str = "cuda", *, activations: str | None = None, scheme: str = "channel",
     ) -> MemoryEstimate:
         from framewise.core.families.qwen3_vl import memory
 
-        return memory.estimate_memory(
-            config, dtype, context_tokens, encoder_budgets, device_type=device_type  # type: ignore[arg-type]
+        return memory.estimate_memory(  # type: ignore[arg-type]  # the protocol's str for the Literal dtypes
+            config, dtype, context_tokens, encoder_budgets, scheme, device_type, activations
         )
 
     def adapter(self, model: torch.nn.Module) -> Qwen3VLAdapter:

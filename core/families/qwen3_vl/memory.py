@@ -189,21 +189,24 @@ def estimate_memory(
     encoder_budgets: Sequence[int],
     scheme: Literal["block", "channel"] = "channel",
     device_type: str = "cuda",
+    activations: WeightDtype | None = None,
 ) -> MemoryEstimate:
     """The device memory a model with this config.json (a dict with ``text_config`` and
     ``vision_config``) takes in ``dtype`` on a ``device_type`` device, with a KV cache of
     ``context_tokens`` positions and encoder graphs for ``encoder_budgets`` (patch rows each; none
-    when graphs are off). On the CPU what FP8 leaves unquantized (and the KV cache) is float32, as
-    the load keeps it there, the decoder captures no graphs and nothing is added for a caching
-    allocator (the CPU has none)."""
+    when graphs are off). In ``fp8``, what is not quantized (and the KV cache) is in
+    ``activations``; by default bfloat16, and float32 on the CPU, as loading picks there. On the
+    CPU the decoder captures no graphs and nothing is added for a caching allocator (it has none)."""
     decoder = DecoderShape.from_config(config["text_config"], bool(config.get("tie_word_embeddings", False)))
     encoder = EncoderShape.from_config(config["vision_config"])
-    unquantized: WeightDtype = "float32" if device_type == "cpu" and dtype == "fp8" else "bfloat16"
-    activations = unquantized if dtype == "fp8" else dtype
+    if dtype != "fp8":
+        activations = dtype
+    elif activations is None:
+        activations = "float32" if device_type == "cpu" else "bfloat16"
     element = _ELEMENT_BYTES[activations]
     activation_dtype = {"float32": torch.float32, "float16": torch.float16}.get(activations, torch.bfloat16)
     parts = MemoryEstimate(
-        weights=weight_bytes(decoder, encoder, dtype, scheme, unquantized),
+        weights=weight_bytes(decoder, encoder, dtype, scheme, activations),
         kv_cache=StaticKVCache.bytes_needed(decoder.layers, decoder.kv_heads, decoder.head_dim, context_tokens, activation_dtype),
         encoder_graphs=encoder_graph_bytes(encoder, encoder_budgets, element),
         decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(decoder, element, context_tokens),

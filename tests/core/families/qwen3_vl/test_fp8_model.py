@@ -11,13 +11,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.errors import QuantizationFormatError
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
-from framewise.core.loading import DEMO_MODEL_DIR, load_model
+from framewise.core.loading import DEMO_MODEL_DIR, estimate_memory, load_model
 from framewise.core.quantization.linear import Fp8Linear
-from framewise.core.settings import EncoderSettings, ModelSettings
+from framewise.core.settings import AppSettings, EncoderSettings, ModelSettings
 from framewise.core.settings import SamplingSettings
 from safetensors.torch import save_file
+from tests.core.families.qwen3_vl.test_memory_estimate import stored_bytes
 from tests.core.quantization.fp8_checkpoints import BLOCK_CONFIG, CHANNEL_CONFIG, block_fp8, channel_fp8
 from training.evaluate import HELD_OUT_SEEDS, Answerer, normalize
 
@@ -139,6 +141,21 @@ def test_fp8_checkpoint_of_each_format_loads_and_answers_like_its_source(tmp_pat
         got = loaded.model(input_ids=tokens).logits
         want = reference(input_ids=tokens).logits
     assert torch.nn.functional.cosine_similarity(got.flatten(), want.flatten(), dim=0) > 0.99
+
+
+@pytest.mark.parametrize("fmt", ["block", "channel"])
+@pytest.mark.parametrize("dtype", ["auto", "bfloat16", "fp8"])
+def test_the_estimate_of_an_fp8_checkpoint_is_what_loading_it_holds(tmp_path: Path, fmt: str, dtype: str) -> None:
+    """The estimate takes the activations' dtype the setting gives (not float32 whatever it says
+    on the CPU) and the checkpoint's own scales."""
+    settings = AppSettings().replace("model", source=str(demo_in(tmp_path, fmt)), device="cpu", dtype=dtype)
+    settings = settings.replace("decoding", max_context_tokens=1024)
+    loaded = load_model(settings.model)
+    estimate = estimate_memory(settings)
+    assert estimate.weights == stored_bytes(loaded.model)
+    text = loaded.model.config.text_config
+    kv_cache = StaticKVCache.bytes_needed(text.num_hidden_layers, text.num_key_value_heads, text.head_dim, 1024, loaded.dtype)
+    assert estimate.kv_cache == kv_cache
 
 
 def test_unsupported_quantization_is_a_typed_error_with_advice(tmp_path: Path) -> None:
