@@ -32,6 +32,7 @@ from framewise.app.logs import setup_logging
 from framewise.core.clip_times import ConversationItem, place_times
 from framewise.core.errors import EmptyQuestionError, OutputWriteError, SettingsError, describe_error
 from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo, Event, Progress, ServerInfo, Token
+from framewise.core.memory_plan import size_text
 from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, FAST_MODES, FIELD_WORDS, AppSettings
 from framewise.core.timecodes import find_times
 
@@ -351,7 +352,7 @@ def format_info(info: EngineInfo) -> str:
         decoder = info.decoder
         lines.append(f"decode graphs:      {'on' if decoder.graphs_enabled else 'off'} ({decoder.graphs_reason})")
         lines.append(
-            f"KV cache:           {decoder.context_tokens} tokens, {decoder.kv_cache_mb:.0f} MiB, "
+            f"KV cache:           {decoder.context_tokens} tokens, {size_text(round(decoder.kv_cache_mb * 2**20))}, "
             f"buckets {', '.join(map(str, decoder.buckets))}"
         )
     return "\n".join(lines)

@@ -37,6 +37,7 @@ from framewise.core.errors import ModelLoadError, QuantizationFormatError
 # Side of the square weight blocks that share one scale in the block-wise format.
 BLOCK_SIZE = 128
 E4M3_DTYPE = "F8_E4M3"
+E5M2_DTYPE = "F8_E5M2"
 FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
 
 Scheme = Literal["none", "block", "channel"]
@@ -114,7 +115,9 @@ def detect_weight_format(config: Mapping[str, Any]) -> WeightFormat:
         return UNQUANTIZED
     if not isinstance(quantization, Mapping):
         raise QuantizationFormatError(f"config.json's quantization_config is not an object. {_CHOOSE_INSTEAD}")
-    method = str(quantization.get("quant_method", "unknown"))
+    if "quant_method" not in quantization:
+        raise QuantizationFormatError(f"config.json's quantization_config names no quant_method. {_CHOOSE_INSTEAD}")
+    method = str(quantization["quant_method"])
     if method == "fp8":
         return _block_fp8_format(quantization)
     if method == "compressed-tensors":
@@ -123,11 +126,11 @@ def detect_weight_format(config: Mapping[str, Any]) -> WeightFormat:
 
 
 def _block_fp8_format(quantization: Mapping[str, Any]) -> WeightFormat:
-    block = list(quantization.get("weight_block_size") or [])
+    block = quantization.get("weight_block_size")
     if block != [BLOCK_SIZE, BLOCK_SIZE]:
-        shape = "per-tensor" if not block else "x".join(map(str, block))
         raise QuantizationFormatError(
-            f"The checkpoint holds FP8 weights with {shape} scales; Framewise runs FP8 with 128x128 blocks. {_CHOOSE_INSTEAD}"
+            f"The checkpoint holds FP8 weights with {_block_scales(block)}; Framewise runs FP8 with 128x128 blocks. "
+            f"{_CHOOSE_INSTEAD}"
         )
     if quantization.get("activation_scheme", "dynamic") != "dynamic":
         raise QuantizationFormatError(
@@ -141,6 +144,15 @@ def _block_fp8_format(quantization: Mapping[str, Any]) -> WeightFormat:
         "block", "block-wise FP8 (128x128, weight_scale_inv)", "weight_scale_inv",
         tuple(quantization.get("modules_to_not_convert") or ()),
     )
+
+
+def _block_scales(block: Any) -> str:
+    """The scales a ``weight_block_size`` value from config.json gives, in words."""
+    if not block:
+        return "per-tensor scales"
+    if isinstance(block, list) and len(block) == 2 and all(isinstance(side, int) for side in block):
+        return f"{block[0]}x{block[1]}-block scales"
+    return f"scales of weight_block_size {json.dumps(block)}"
 
 
 def _compressed_tensors_format(quantization: Mapping[str, Any]) -> WeightFormat:
@@ -179,8 +191,9 @@ def _compressed_tensors_group_scheme(name: str, group: Any) -> Scheme:
     elif strategy == "channel":
         scheme = "channel"
     else:
+        per = f"block of {json.dumps(weights.get('block_structure'))}" if strategy == "block" else strategy
         raise QuantizationFormatError(
-            f"The compressed-tensors group {name} scales its FP8 weights per {strategy}; Framewise runs per-channel "
+            f"The compressed-tensors group {name} scales its FP8 weights per {per}; Framewise runs per-channel "
             f"(FP8_DYNAMIC) or 128x128-block scales. {_CHOOSE_INSTEAD}"
         )
     activations = group.get("input_activations")
@@ -229,49 +242,82 @@ def quantized_weight_scales(headers: Mapping[str, TensorHeader], fmt: WeightForm
 
     Every e4m3 tensor must be a 2-D ``.weight`` with its scale of the right shape, in a module the
     config does not exclude; every scale must belong to an e4m3 weight; every other tensor must be
-    floating point. Raises QuantizationFormatError listing the first problems.
+    floating point. Raises QuantizationFormatError naming each kind of problem with its first few
+    tensors.
     """
     quantized = sorted(name for name, header in headers.items() if header.dtype == E4M3_DTYPE)
+    e5m2 = sorted(name for name, header in headers.items() if header.dtype == E5M2_DTYPE)
     problems: list[str] = []
+    if e5m2:
+        problems.append(f"{_problem(e5m2, '{} is stored in FP8 e5m2', 'tensors are stored in FP8 e5m2')}; Framewise runs e4m3")
     if fmt.scheme == "none":
         if quantized:
-            problems.append(f"{len(quantized)} tensors are FP8 but config.json has no quantization_config ({_few(quantized)})")
-        _check_floats(headers, set(), problems)
+            problems.append(_problem(quantized, "{} is FP8 but config.json has no quantization_config",
+                                     "tensors are FP8 but config.json has no quantization_config"))
+        _check_floats(headers, set(e5m2), problems)
         _raise_if_any(problems)
         return {}
-    if not quantized:
+    if not quantized and not e5m2:
         problems.append(f"config.json declares {fmt.description} but no tensor is stored in FP8")
     scales: dict[str, str] = {}
+    not_weights, excluded, missing, misshapen = [], [], [], []
     for name in quantized:
         header = headers[name]
         if not name.endswith(".weight") or len(header.shape) != 2:
-            problems.append(f"{name} is FP8 but not a 2-D weight")
+            not_weights.append(name)
             continue
-        module = name.removesuffix(".weight")
-        if fmt.excludes(module):
-            problems.append(f"{name} is FP8 although config.json keeps {module} unquantized")
+        if fmt.excludes(name.removesuffix(".weight")):
+            excluded.append(name)
         scale = fmt.scale_name(name)
         expected = fmt.scale_shape(header.shape)
         found = headers.get(scale)
         if found is None:
-            problems.append(f"{name} has no {fmt.scale_suffix}")
+            missing.append(name)
         elif found.shape not in ({expected, expected[:1]} if fmt.scheme == "channel" else {expected}):
-            problems.append(f"{scale} has shape {list(found.shape)}, {list(expected)} expected for a {list(header.shape)} weight")
+            misshapen.append(f"{scale} has shape {list(found.shape)}, {list(expected)} expected for a {list(header.shape)} weight")
         scales[name] = scale
+    if not_weights:
+        problems.append(_problem(not_weights, "{} is FP8 but not a 2-D weight", "FP8 tensors are not 2-D weights"))
+    if excluded:
+        problems.append(_problem(excluded, "{} is FP8 although config.json keeps its module unquantized",
+                                 "weights are FP8 although config.json keeps their modules unquantized"))
+    if missing:
+        problems.append(_problem(missing, f"{{}} has no {fmt.scale_suffix}", f"FP8 weights have no {fmt.scale_suffix}")
+                        + _other_format_hint(headers, fmt))
+    if misshapen:
+        problems.append(_problem(misshapen, "{}", "scales have the wrong shape"))
+    scaled_weights = set(scales) | set(e5m2)
     orphans = sorted(name for name in headers if name.endswith("." + fmt.scale_suffix) and
-                     name.removesuffix(fmt.scale_suffix) + "weight" not in scales)
+                     name.removesuffix(fmt.scale_suffix) + "weight" not in scaled_weights)
     if orphans:
-        problems.append(f"{len(orphans)} scales belong to no FP8 weight ({_few(orphans)})")
-    _check_floats(headers, set(quantized), problems)
+        problems.append(_problem(orphans, "{} belongs to no FP8 weight", "scales belong to no FP8 weight"))
+    _check_floats(headers, set(quantized) | set(e5m2), problems)
     _raise_if_any(problems)
     return scales
+
+
+def _other_format_hint(headers: Mapping[str, TensorHeader], fmt: WeightFormat) -> str:
+    """Where the checkpoint's scales carry the other FP8 format's name: which format they are."""
+    other_suffix, other = (
+        ("weight_scale", "compressed-tensors FP8") if fmt.scale_suffix == "weight_scale_inv"
+        else ("weight_scale_inv", "Qwen's block-wise FP8")
+    )
+    if not any(name.endswith("." + other_suffix) for name in headers):
+        return ""
+    return f"; its scales are named {other_suffix}, as {other} names them, so config.json names the wrong format"
 
 
 def _check_floats(headers: Mapping[str, TensorHeader], quantized: set[str], problems: list[str]) -> None:
     wrong = sorted(f"{name} ({header.dtype})" for name, header in headers.items()
                    if name not in quantized and header.dtype not in FLOAT_DTYPES)
     if wrong:
-        problems.append(f"{len(wrong)} tensors are neither floating point nor FP8 weights ({_few(wrong)})")
+        problems.append(_problem(wrong, "{} is neither floating point nor FP8", "tensors are neither floating point nor FP8"))
+
+
+def _problem(items: list[str], one: str, many: str) -> str:
+    """A problem with one tensor (``one`` with ``{}`` for its name) or with several (their count,
+    ``many`` and the first few)."""
+    return one.format(items[0]) if len(items) == 1 else f"{len(items)} {many} ({_few(items)})"
 
 
 def _raise_if_any(problems: list[str]) -> None:

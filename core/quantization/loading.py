@@ -108,7 +108,7 @@ def load_checkpoint(
                 report.mismatched.append(name)
             elif name in scales:
                 _check_fp8_module(module_name, module)
-                scale = read(scales[name]).reshape(fmt.scale_shape(headers[name].shape))
+                scale = _finite(scales[name], read(scales[name])).reshape(fmt.scale_shape(headers[name].shape))
                 stored = _stored_fp8_linear(module_name, module, read(name), scale, fmt, stacks.get(module_name), device)
                 _replace(model, module_name, stored)
                 report.fp8_from_checkpoint.append(module_name)
@@ -129,6 +129,18 @@ def _check_fp8_module(module_name: str, module: nn.Module | None) -> None:
             f"{module_name}.weight is stored in FP8, but {module_name} ({type(module).__name__}) is not a linear layer; "
             "Framewise runs FP8 linear layers only. Choose a checkpoint that quantizes only linear layers."
         )
+
+
+def _finite(name: str, scale: torch.Tensor) -> torch.Tensor:
+    """``scale`` (the stored tensor ``name``), or QuantizationFormatError where any of it is NaN or
+    infinite: every weight it scales would be, and the answers nonsense."""
+    bad = int((~torch.isfinite(scale)).sum())
+    if bad:
+        raise QuantizationFormatError(
+            f"{name} holds {bad} of {scale.numel()} scales that are not finite (NaN or infinite), so the weights "
+            "it scales cannot be used; the download is likely damaged. Repeat the download."
+        )
+    return scale
 
 
 def _stored_fp8_linear(

@@ -63,6 +63,11 @@ def test_compressed_tensors_weight_only_fp8_and_block_strategy() -> None:
     ({"quant_method": "gptq", "bits": 4}, "gptq"),
     ({**QWEN_FP8, "weight_block_size": [64, 64]}, "64x64"),
     ({**QWEN_FP8, "weight_block_size": None}, "per-tensor"),
+    ({**QWEN_FP8, "weight_block_size": "128"}, 'weight_block_size "128"'),
+    ({**QWEN_FP8, "weight_block_size": [128]}, "weight_block_size [128]"),
+    ({key: value for key, value in QWEN_FP8.items() if key != "quant_method"}, "names no quant_method"),
+    (compressed_tensors({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [64, 64]}),
+     "per block of [64, 64]"),
     ({**QWEN_FP8, "activation_scheme": "static"}, "static activation scales"),
     (compressed_tensors({"num_bits": 8, "type": "int", "strategy": "channel"}, fmt="int-quantized"), "int-quantized"),
     (compressed_tensors({"num_bits": 4, "type": "int", "strategy": "group"}, fmt="float-quantized"), "int 4-bit"),
@@ -106,8 +111,9 @@ def test_matching_scales_are_paired_with_their_weights() -> None:
      "a.q.weight_scale_inv has shape [2, 2], [3, 2] expected"),
     (headers(a__q__weight=("F8_E4M3", (30, 20)), a__q__weight_scale=("F32", (1, 30))), CHANNEL, "[30, 1] expected"),
     (headers(lm_head__weight=("F8_E4M3", (128, 128)), lm_head__weight_scale_inv=("F32", (1, 1))), BLOCK,
-     "although config.json keeps lm_head unquantized"),
-    (headers(a__q__weight=("BF16", (128, 128)), a__q__weight_scale_inv=("F32", (1, 1))), BLOCK, "belong to no FP8 weight"),
+     "lm_head.weight is FP8 although config.json keeps its module unquantized"),
+    (headers(a__q__weight=("BF16", (128, 128)), a__q__weight_scale_inv=("F32", (1, 1))), BLOCK,
+     "a.q.weight_scale_inv belongs to no FP8 weight"),
     (headers(a__q__weight=("BF16", (128, 128))), BLOCK, "no tensor is stored in FP8"),
     (headers(a__q__weight=("F8_E4M3", (128, 128))), UNQUANTIZED, "config.json has no quantization_config"),
     (headers(a__q__weight=("I8", (128, 128))), UNQUANTIZED, "neither floating point nor FP8"),
@@ -117,6 +123,33 @@ def test_mismatched_scales_are_refused_with_names(stored: dict, fmt: WeightForma
     with pytest.raises(QuantizationFormatError, match="do not match its quantization") as caught:
         quantized_weight_scales(stored, fmt)
     assert complaint in str(caught.value)
+
+
+def test_many_problems_of_a_kind_are_counted_with_the_first_few_named() -> None:
+    stored = headers(**{f"a{index}__weight": ("F8_E4M3", (128, 128)) for index in range(5)})
+    with pytest.raises(QuantizationFormatError) as caught:
+        quantized_weight_scales(stored, BLOCK)
+    assert "5 FP8 weights have no weight_scale_inv (a0.weight, a1.weight, a2.weight, and 2 more)" in str(caught.value)
+
+
+def test_scales_of_the_other_format_are_named_as_the_likely_cause() -> None:
+    stored = headers(a__weight=("F8_E4M3", (128, 128)), a__weight_scale=("F32", (128, 1)))
+    with pytest.raises(QuantizationFormatError) as caught:
+        quantized_weight_scales(stored, BLOCK)
+    assert "a.weight has no weight_scale_inv; its scales are named weight_scale, as compressed-tensors FP8" in str(caught.value)
+    with pytest.raises(QuantizationFormatError) as caught:
+        quantized_weight_scales(headers(a__weight=("F8_E4M3", (128, 128))), BLOCK)
+    assert "named" not in str(caught.value)
+
+
+def test_an_e5m2_weight_is_named_as_e5m2() -> None:
+    stored = headers(a__weight=("F8_E4M3", (128, 128)), a__weight_scale_inv=("F32", (1, 1)),
+                     b__weight=("F8_E5M2", (128, 128)), b__weight_scale_inv=("F32", (1, 1)))
+    with pytest.raises(QuantizationFormatError) as caught:
+        quantized_weight_scales(stored, BLOCK)
+    message = str(caught.value)
+    assert "b.weight is stored in FP8 e5m2; Framewise runs e4m3" in message
+    assert "neither floating point" not in message and "belongs to no FP8 weight" not in message
 
 
 def test_unquantized_headers_pass() -> None:

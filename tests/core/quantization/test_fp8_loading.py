@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import weakref
 from pathlib import Path
 
@@ -261,6 +262,19 @@ def test_fp8_weight_of_a_module_that_is_not_linear_is_refused(tmp_path: Path) ->
     tensors["model.language_model.embed_tokens.weight_scale"] = torch.ones(50, 1)
     save_file(tensors, files[0])
     with pytest.raises(QuantizationFormatError, match=r"embed_tokens \(Embedding\) is not a linear layer"):
+        load(tmp_path, files)
+
+
+@pytest.mark.parametrize("fmt", ["block", "channel"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_scale_that_is_not_finite_is_refused(tmp_path: Path, fmt: str, bad: float) -> None:
+    """A NaN scale would load, and every answer would be nonsense."""
+    files = write_checkpoint(tmp_path, random_state(), fmt)
+    tensors = load_file(files[0])
+    name = next(name for name in tensors if name.endswith("_proj.weight_scale" + ("_inv" if fmt == "block" else "")))
+    tensors[name].view(-1)[0] = bad
+    save_file(tensors, files[0])
+    with pytest.raises(QuantizationFormatError, match=rf"{re.escape(name)} holds 1 of \d+ scales that are not finite"):
         load(tmp_path, files)
 
 
