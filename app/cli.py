@@ -434,13 +434,17 @@ def _result_json(
 ) -> dict[str, Any]:
     """``ask --json``'s object: ``clip`` is the first file, ``clips`` every file in order. Each of
     ``times`` has its text and seconds and, when the question was about several items, ``clip``: the
-    name of the one it belongs to (``None`` where the answer does not say)."""
+    name of the one it belongs to (``None`` where the answer does not say). ``dtype`` is the
+    activations'; ``weight_dtype`` that of the language model's linear weights where it differs
+    (``"fp8"``), else ``None``."""
     return {
         "answer": done.text,
         "times": _times_json(done.text, (encoded, *added)),
         "model": info.model_name,
         "model_label": info.model_label,
         "device": info.device,
+        "dtype": info.dtype,
+        "weight_dtype": info.weight_dtype,
         "encoder": info.encoder_name,
         "clip": _clip_json(encoded),
         "clips": [_clip_json(item) for item in (encoded, *added)],

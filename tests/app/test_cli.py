@@ -54,6 +54,7 @@ def test_ask_json_is_one_object_with_answer_and_stats(sample_clip: Path) -> None
     assert payload["clip"]["name"] == sample_clip.name and payload["clip"]["kind"] == "video"
     assert len(payload["clip"]["timestamps"]) == payload["clip"]["frames"] == 4
     assert payload["clip"]["sampling_mode"] == "exact"  # a short clip: fast mode is for long ones
+    assert (payload["dtype"], payload["weight_dtype"]) == ("float32", None)
     assert payload["model_label"].startswith("Demo model")
     assert 0 < payload["stats"]["new_tokens"] <= 8
     assert payload["stats"]["time_to_first_token_ms"] > 0
@@ -334,14 +335,16 @@ def test_an_incomplete_checkpoint_is_refused_with_what_is_missing(
 
 def test_info_shows_the_memory_estimate_of_the_chosen_dtype() -> None:
     """fp8 quantizes the demo's decoder layers: its estimate holds fewer weight bytes than float32's."""
-    estimates = {}
+    payloads = {}
     for dtype in ("float32", "fp8"):
         result = framewise("info", "--device", "cpu", "--dtype", dtype, "--json")
         assert result.returncode == 0, result.stderr
-        estimates[dtype] = json.loads(result.stdout)["memory_estimate"]
+        payloads[dtype] = json.loads(result.stdout)
+    estimates = {dtype: payload["memory_estimate"] for dtype, payload in payloads.items()}
     assert 0 < estimates["fp8"]["weights"] < estimates["float32"]["weights"]
     assert estimates["fp8"]["total"] == sum(estimates["fp8"][part] for part in
                                             ("weights", "kv_cache", "encoder_graphs", "decode_graphs"))
+    assert [(payload["dtype"], payload["weight_dtype"]) for payload in payloads.values()] == [("float32", None), ("float32", "fp8")]
     text = framewise("info", "--device", "cpu", "--dtype", "fp8").stdout
     assert "memory estimate:    about" in text
     assert "dtype:              fp8 weights, float32 activations" in text.splitlines()
