@@ -126,7 +126,7 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
         adapter=adapter,
         limits=family.limits_of(model),
         path=path,
-        fp8=settings.dtype == "fp8" or _declares_quantization(path),
+        fp8=_precision(settings.dtype, _read_config(path), device)[0] == "fp8",
     )
 
 
