@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QAbstractSpinBox,
@@ -64,6 +64,8 @@ SESSION_ONLY_KEY_NOTE = (
     "it is never written to the settings file or the log, and you type it again after a restart."
 )
 _INT_MAX = 2**31 - 1
+# How long typing in the model's folder or repo id field pauses before the memory estimate follows it.
+ESTIMATE_AFTER_TYPING_MS = 400
 
 
 class FieldError(QWidget):
@@ -184,6 +186,8 @@ class SettingsDialog(QDialog):
             column.addWidget(hint)
             self._hints[name] = hint
         column.addWidget(error)
+        for edited in _edited_signals(widget):
+            edited.connect(error.clear)
         form.addRow(label, cell)
         self._fields[name] = widget
         self._errors[name] = error
@@ -220,10 +224,15 @@ class SettingsDialog(QDialog):
         self.folder_edit.textEdited.connect(lambda: self.folder_radio.setChecked(True))
         self.repo_edit.textEdited.connect(lambda: self.repo_radio.setChecked(True))
         self._add_field(form, "model.source", "Model", source)
+        for button in (self.demo_radio, self.folder_radio, self.repo_radio):
+            button.clicked.connect(self._errors["model.source"].clear)
+        for edit in (self.folder_edit, self.repo_edit):
+            edit.textEdited.connect(self._errors["model.source"].clear)
         self._add_field(form, "model.device", "Device", _combo(DEVICES))
         self._add_field(
             form, "model.dtype", "Data type", _combo(DTYPES),
-            "fp8 keeps the language model's linear layers in 8 bits: about half their memory, and faster answers on a GPU.",
+            "fp8 keeps the language model's linear layers in 8 bits: about half their memory, and faster answers on a GPU. "
+            "An FP8 checkpoint keeps them in 8 bits whatever is chosen here.",
         )
         self.memory_estimate = QLabel()
         self.memory_estimate.setWordWrap(True)
@@ -237,7 +246,13 @@ class SettingsDialog(QDialog):
             self._fields[field].currentIndexChanged.connect(self.update_memory_estimate)
         for button in (self.demo_radio, self.folder_radio, self.repo_radio):
             button.toggled.connect(self.update_memory_estimate)
+        # While a path or repo id is typed, the estimate follows once the typing pauses.
+        self._estimate_after_typing = QTimer(self)
+        self._estimate_after_typing.setSingleShot(True)
+        self._estimate_after_typing.setInterval(ESTIMATE_AFTER_TYPING_MS)
+        self._estimate_after_typing.timeout.connect(self.update_memory_estimate)
         for edit in (self.folder_edit, self.repo_edit):
+            edit.textEdited.connect(self._estimate_after_typing.start)
             edit.editingFinished.connect(self.update_memory_estimate)
 
     def update_memory_estimate(self) -> None:
@@ -497,6 +512,8 @@ class SettingsDialog(QDialog):
         if folder:
             self.folder_edit.setText(folder)
             self.folder_radio.setChecked(True)
+            self._errors["model.source"].clear()
+            self.update_memory_estimate()
 
     def _update_backend_fields(self) -> None:
         remote = self.server_radio.isChecked()
@@ -579,6 +596,19 @@ def _budgets_hint(limits: FamilyLimits) -> str:
 def _looks_like_folder(source: str) -> bool:
     path = Path(source).expanduser()
     return path.is_absolute() or source.startswith((".", "~")) or path.is_dir()
+
+
+def _edited_signals(widget: QWidget) -> list[Any]:
+    """The signals by which a person changes ``widget``'s value (a composite field wires its own)."""
+    if isinstance(widget, QLineEdit):
+        return [widget.textEdited]
+    if isinstance(widget, QComboBox):
+        return [widget.activated]
+    if isinstance(widget, QCheckBox):
+        return [widget.clicked]
+    if isinstance(widget, QAbstractSpinBox):
+        return [widget.valueChanged]
+    return []
 
 
 def _combo(choices: tuple[str, ...]) -> QComboBox:

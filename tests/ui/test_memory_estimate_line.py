@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from framewise.core.errors import SettingsError
 from framewise.core.settings import AppSettings
 from framewise.ui.settings_dialog import SettingsDialog
 
@@ -25,3 +28,44 @@ def test_without_an_estimator_the_line_stays_hidden(qtbot) -> None:
     dialog = SettingsDialog(AppSettings())
     qtbot.addWidget(dialog)
     assert dialog.memory_estimate.text() == "" and dialog.memory_estimate.isHidden()
+
+
+def estimate_of_source(settings: AppSettings) -> str:
+    return f"Needs what {settings.model.source} takes."
+
+
+def test_the_estimate_follows_a_path_as_it_is_typed(qtbot) -> None:
+    dialog = SettingsDialog(AppSettings(), memory_estimate=estimate_of_source)
+    qtbot.addWidget(dialog)
+    qtbot.keyClicks(dialog.folder_edit, "/models/qwen")
+    assert dialog.folder_radio.isChecked()
+    qtbot.waitUntil(lambda: dialog.memory_estimate.text() == "Needs what /models/qwen takes.", timeout=2000)
+
+
+def test_a_folder_chosen_with_browse_is_estimated(qtbot, monkeypatch) -> None:
+    from framewise.ui import settings_dialog
+
+    dialog = SettingsDialog(AppSettings().replace("model", source="/models/first"), memory_estimate=estimate_of_source)
+    qtbot.addWidget(dialog)
+    monkeypatch.setattr(settings_dialog.QFileDialog, "getExistingDirectory", lambda *args: "/models/second")
+    dialog._choose_folder()
+    assert dialog.memory_estimate.text() == "Needs what /models/second takes."
+
+
+CHANGES = {
+    "typing a path": ("model.source", lambda qtbot, dialog: qtbot.keyClicks(dialog.folder_edit, "x")),
+    "choosing the demo": ("model.source", lambda qtbot, dialog: dialog.demo_radio.click()),
+    "choosing a dtype": ("model.dtype", lambda qtbot, dialog: dialog.field_widget("model.dtype").activated.emit(1)),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_an_error_under_a_field_goes_once_a_person_changes_it(qtbot, change: str) -> None:
+    field, make_change = CHANGES[change]
+    dialog = SettingsDialog(AppSettings().replace("model", source="/models/broken"), memory_estimate=estimate_of_source)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    dialog.show_error(SettingsError(field, "The checkpoint's weights do not match its quantization"))
+    assert dialog.error_text(field)
+    make_change(qtbot, dialog)
+    assert dialog.error_text(field) == ""
