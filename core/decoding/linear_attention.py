@@ -113,12 +113,7 @@ def gated_delta_chunked(
     ``state`` (1, heads, key_dim, value_dim) float32. Returns (1, n, heads, value_dim) in
     ``value``'s dtype. Through ``fla``'s chunk kernel where given."""
     if fla is not None:
-        out, final = fla.chunk(
-            query, key, value, decay, beta, initial_state=state, output_final_state=True,
-            use_qk_l2norm_in_kernel=True,
-        )
-        state.copy_(final)
-        return out
+        return _through_fla(fla.chunk, query, key, value, decay, beta, state)
     q, k, v = _head_major(query, key, value)
     count = q.shape[1]
     padding = -count % CHUNK_SIZE
@@ -132,6 +127,19 @@ def gated_delta_chunked(
     out = _scan_chunks(terms, state)
     out = out.reshape(heads, -1, out.shape[-1])[:, :count]
     return out.transpose(0, 1)[None].to(value.dtype)
+
+
+def _through_fla(
+    rule: Callable, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, decay: torch.Tensor,
+    beta: torch.Tensor, state: torch.Tensor,
+) -> torch.Tensor:
+    """One of fla-core's gated delta rules on the arguments of :func:`gated_delta_chunked`, its
+    final state copied into ``state``."""
+    out, final = rule(
+        query, key, value, decay, beta, initial_state=state, output_final_state=True, use_qk_l2norm_in_kernel=True
+    )
+    state.copy_(final)
+    return out
 
 
 @dataclass(frozen=True)
@@ -208,12 +216,7 @@ def gated_delta_step(
     with n = 1; ``state`` is updated in place. Returns (1, 1, heads, value_dim) in ``value``'s
     dtype. Through ``fla``'s recurrent kernel where given."""
     if fla is not None:
-        out, final = fla.recurrent(
-            query, key, value, decay, beta, initial_state=state, output_final_state=True,
-            use_qk_l2norm_in_kernel=True,
-        )
-        state.copy_(final)
-        return out
+        return _through_fla(fla.recurrent, query, key, value, decay, beta, state)
     q, k, v = (t[:, 0] for t in _head_major(query, key, value))  # (heads, dim)
     current = state[0]
     current.mul_(decay[0, 0].float().exp()[:, None, None])
