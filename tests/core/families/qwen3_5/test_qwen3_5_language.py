@@ -65,12 +65,12 @@ def build_prompt(config, items: tuple[Item, ...], seed: int = 0) -> PromptCase:
 
 
 def items_for(kinds: str, dtype: torch.dtype) -> tuple[Item, ...]:
-    """A clip of two slices (8x8 patches a frame), and first a 4x6-patch picture when ``kinds`` says so."""
+    """``kinds`` "video" (a clip of two slices, 8x8 patches a frame), "image" (a 4x6-patch picture)
+    or "image and video" (the picture, then the clip)."""
     generator = torch.Generator().manual_seed(3)
+    image = Item("image", (1, 4, 6), torch.randn(24, 1536, generator=generator).to(dtype))
     video = Item("video", (2, 8, 8), torch.randn(128, 1536, generator=generator).to(dtype))
-    if kinds == "video":
-        return (video,)
-    return (Item("image", (1, 4, 6), torch.randn(24, 1536, generator=generator).to(dtype)), video)
+    return {"video": (video,), "image": (image,), "image and video": (image, video)}[kinds]
 
 
 def reference_inputs(case: PromptCase) -> dict[str, torch.Tensor]:
@@ -144,7 +144,7 @@ def fp32_model():
     return tiny_model(tiny_config(), seed=1)
 
 
-@pytest.mark.parametrize("kinds", ["video", "image and video"])
+@pytest.mark.parametrize("kinds", ["video", "image", "image and video"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_prefill_and_greedy_steps_equal_transformers_generate(fp32_model, kinds: str, dtype: torch.dtype) -> None:
     model = fp32_model if dtype == torch.float32 else tiny_model(tiny_config(), seed=1, dtype=dtype)
