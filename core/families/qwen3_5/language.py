@@ -1,0 +1,268 @@
+"""Qwen3.5's language model, run pass by pass over a :class:`HybridState`.
+
+Three of every four layers are linear attention (Gated DeltaNet), the fourth gated full attention
+(transformers' ``layer_types``). A pass runs the model's own modules and weights in the order
+``Qwen3_5TextModel.forward`` runs them, with Framewise's state in place of transformers' cache:
+
+- a full-attention layer is the model's own decoder layer, called with the state as its cache
+  (:meth:`HybridState.update` maps the layer to its slot of the KV cache) and with the decoder's
+  attention function (:func:`~framewise.core.decoding.attention.decoder_attention`);
+- a linear-attention layer runs its norms, projections and MLP as modules, and its token mixing
+  through :mod:`framewise.core.decoding.linear_attention` on the layer's convolution and recurrent
+  states (the chunked rule for a prefill, the one-token rule for a decode step).
+
+Rotary positions are Qwen3-VL's: three axes from the model's own ``get_rope_index`` over the whole
+prompt (the same code in transformers), interleaved over the rotary quarter of each head, and a
+token generated at cache position ``p`` has rotary position ``p + rope_offset`` on every axis.
+There are no deepstack features.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+import torch.nn.functional as F
+
+from framewise.core.decoding.attention import causal_mask, decoder_attention, prefill_mask
+from framewise.core.decoding.defs import VisionRows
+from framewise.core.decoding.hybrid_state import FULL_ATTENTION, HybridState
+from framewise.core.decoding.linear_attention import (
+    causal_conv,
+    fla_kernels,
+    fla_unavailable,
+    gated_delta_chunked,
+    gated_delta_step,
+)
+from framewise.core.errors import ModelLoadError
+from framewise.core.families.qwen3_5.config import TextShape
+from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
+
+
+class Qwen35LanguageModel:
+    """The language half of a ``Qwen3_5ForConditionalGeneration`` as the decoder runs it.
+
+    ``linear_kernels`` runs the linear layers' token mixing through fla-core's kernels: by default
+    where they can run (:func:`~framewise.core.decoding.linear_attention.fla_unavailable`), never
+    when False; True where they cannot is a ValueError saying why.
+    """
+
+    def __init__(self, model: torch.nn.Module, linear_kernels: bool | None = None) -> None:
+        self.model = model
+        self.text = model.model.language_model
+        self.config = model.config.text_config
+        self.shape = TextShape.from_text_config(self.config.to_dict())
+        parameter = next(self.text.parameters())
+        self.device = parameter.device
+        self.dtype = parameter.dtype
+        layer_parameters = inspect.signature(self.text.layers[0].forward).parameters
+        # transformers renamed the layers' cache argument after 5.17.
+        self._cache_keyword = "cache" if "cache" in layer_parameters else "past_key_values"
+        _check_mixers(self.text.layers, self.shape)
+        unavailable = fla_unavailable(self.device)
+        if linear_kernels and unavailable:
+            raise ValueError(f"the linear-attention kernels cannot run here: {unavailable}")
+        self._fla = fla_kernels(self.device) if linear_kernels is not False else None
+
+    @property
+    def linear_kernels(self) -> bool:
+        """Whether the linear layers mix tokens through fla-core's kernels."""
+        return self._fla is not None
+
+    @property
+    def step_kernels(self) -> bool:
+        return False
+
+    @property
+    def step_description(self) -> str:
+        mixing = "fla-core's kernels" if self._fla is not None else "torch ops"
+        return f"the model's own layers, Gated DeltaNet through {mixing}"
+
+    def disable_step_kernels(self) -> None:
+        """Nothing to disable: no hand-written step kernels run."""
+
+    # ------------------------------------------------------------------ sizes
+
+    @property
+    def layers(self) -> int:
+        """Layers with keys and values in the cache (the full-attention ones)."""
+        return self.shape.full_layers
+
+    @property
+    def kv_heads(self) -> int:
+        return self.shape.kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.shape.head_dim
+
+    @property
+    def vocab_size(self) -> int:
+        return self.shape.vocab_size
+
+    @property
+    def max_positions(self) -> int:
+        return self.shape.max_positions
+
+    @property
+    def rope_axes(self) -> int:
+        return 3  # temporal, height, width
+
+    def new_state(self, max_tokens: int) -> HybridState:
+        """A zeroed decoder state for ``max_tokens`` positions on the model's device."""
+        shape = self.shape
+        return HybridState(
+            shape.layer_kinds, shape.kv_heads, shape.head_dim, shape.linear, max_tokens, self.dtype, self.device
+        )
+
+    def state_bytes(self, max_tokens: int) -> int:
+        """Device memory :meth:`new_state` takes for ``max_tokens`` positions."""
+        shape = self.shape
+        return HybridState.bytes_needed(
+            shape.layer_kinds, shape.kv_heads, shape.head_dim, shape.linear, max_tokens, self.dtype
+        )
+
+    # ------------------------------------------------------------------ positions
+
+    # transformers' Qwen3.5 computes rotary positions with Qwen3-VL's code, so the positions do too.
+    positions = Qwen3VLLanguageModel.positions
+
+    # ------------------------------------------------------------------ passes
+
+    def prefill(
+        self, state: HybridState, start: int, input_ids: torch.Tensor, rope: torch.Tensor, vision: VisionRows | None
+    ) -> torch.Tensor:
+        """Run the prompt tail ``input_ids`` (1, n), whose first token goes to position ``start``,
+        at rotary positions ``rope`` (3, n); ``state`` must hold exactly the ``start`` tokens before
+        it (its linear layers cannot skip or repeat one). ``vision`` features replace the
+        embeddings of the tokens it marks. Returns the last token's logits (1, vocab) float32."""
+        count = input_ids.shape[1]
+        device = self.device
+        embeds = self.text.embed_tokens(input_ids.to(device))
+        if vision is not None:
+            if vision.deepstack:
+                raise ValueError("Qwen3.5 takes no deepstack features; its vision tower makes none")
+            mask = vision.mask.to(device)[..., None]
+            embeds = embeds.masked_scatter(mask, vision.embeds.to(device, embeds.dtype))
+        state.kv.write_positions = torch.arange(start, start + count, device=device)
+        state.kv.view_length = start + count
+        mask = prefill_mask(start, count, device, embeds.dtype)
+        hidden = self._layers(embeds, rope.to(device)[:, None, :], state, mask)
+        return self.model.lm_head(hidden[:, -1, :]).float()
+
+    def text_prefill(
+        self,
+        state: HybridState,
+        input_ids: torch.Tensor,
+        cache_positions: torch.Tensor,
+        rope: torch.Tensor,
+        last: torch.Tensor,
+    ) -> torch.Tensor:
+        """A prefill of text tokens, graph-safe: ``input_ids`` (1, n) at ``cache_positions`` (n,)
+        with rotary positions ``rope`` (3, n), all on the device, attending over
+        ``state.kv.view_length`` positions. Tokens after index ``last`` (1,) are padding: the linear
+        states end after token ``last``, as if the padding had not been there. Returns the logits
+        (1, vocab) float32 of token ``last``."""
+        embeds = self.text.embed_tokens(input_ids)
+        state.kv.write_positions = cache_positions
+        mask = causal_mask(state.kv.view_length, cache_positions, embeds.dtype)
+        hidden = self._layers(embeds, rope[:, None, :], state, mask, last=last)
+        return self.model.lm_head(hidden[0].index_select(0, last)).float()
+
+    def step(
+        self, state: HybridState, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor
+    ) -> torch.Tensor:
+        """One decode step, graph-safe: ``token`` (1, 1) int64 at ``cache_position`` (1,) with rotary
+        position ``rope_position`` (1,) on every axis; reads ``state.kv.view_length`` positions and
+        moves every linear state on by one token. Returns logits (1, vocab) float32."""
+        embeds = self.text.embed_tokens(token)
+        state.kv.write_positions = cache_position
+        mask = causal_mask(state.kv.view_length, cache_position, embeds.dtype)
+        hidden = self._layers(embeds, rope_position.view(1, 1, 1).expand(3, 1, 1), state, mask, one_token=True)
+        return self.model.lm_head(hidden[:, -1, :]).float()
+
+    def _layers(
+        self,
+        embeds: torch.Tensor,
+        rope: torch.Tensor,
+        state: HybridState,
+        mask: torch.Tensor | None,
+        *,
+        one_token: bool = False,
+        last: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The decoder stack on ``embeds`` (1, n, hidden) at rotary positions ``rope`` (3, 1, n),
+        full attention under the additive ``mask`` (None: causal from an empty cache). Linear layers
+        take the one-token rule when ``one_token``, and ignore the tokens after ``last`` where given.
+        Returns the normed hidden states (1, n, hidden)."""
+        position_embeddings = self.text.rotary_emb(embeds, rope)
+        hidden = embeds
+        with decoder_attention(self.config):
+            for index, layer in enumerate(self.text.layers):
+                if self.shape.layer_kinds[index] == FULL_ATTENTION:
+                    hidden = layer(
+                        hidden, attention_mask=mask, position_embeddings=position_embeddings,
+                        **{self._cache_keyword: state},
+                    )
+                else:
+                    residual = hidden
+                    mixed = self._mix(layer.linear_attn, layer.input_layernorm(hidden), state, index, one_token, last)
+                    hidden = residual + mixed
+                    hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        return self.text.norm(hidden)
+
+    def _mix(
+        self,
+        mixer: torch.nn.Module,
+        x: torch.Tensor,
+        state: HybridState,
+        layer: int,
+        one_token: bool,
+        last: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """A Gated DeltaNet layer's token mixing of the normed ``x`` (1, n, hidden), as
+        ``Qwen3_5GatedDeltaNet.forward`` computes it, over the linear states of model layer
+        ``layer``. Returns (1, n, hidden)."""
+        count = x.shape[1]
+        mixed = causal_conv(mixer.in_proj_qkv(x), state.conv_state(layer), mixer.conv1d.weight[:, 0], last, self._fla)
+        query, key, value = _split_mixed(mixed, mixer.key_dim, mixer.head_k_dim, mixer.head_v_dim)
+        beta = mixer.in_proj_b(x).sigmoid()
+        # In float32: in a half-precision model exp(A_log) * softplus(.) may not fit.
+        decay = -mixer.A_log.float().exp() * F.softplus(mixer.in_proj_a(x).float() + mixer.dt_bias)
+        if last is not None:
+            # Padding neither decays nor writes the recurrent state.
+            real = (torch.arange(count, device=x.device) <= last)[None, :, None]
+            beta, decay = beta * real, decay * real
+        rule = gated_delta_step if one_token else gated_delta_chunked
+        out = rule(query, key, value, decay, beta, state.recurrent_state(layer), self._fla)
+        gate = mixer.in_proj_z(x)
+        out = mixer.norm(out.reshape(-1, mixer.head_v_dim), gate.reshape(-1, mixer.head_v_dim))
+        return mixer.out_proj(out.reshape(1, count, -1))
+
+
+def _split_mixed(
+    mixed: torch.Tensor, key_dim: int, head_k_dim: int, head_v_dim: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Query, key (1, n, key_heads, head_k_dim) and value (1, n, heads, head_v_dim) from the
+    convolved channels ``mixed`` (1, n, 2 key_dim + value_dim), laid out in that order."""
+    count = mixed.shape[1]
+    query, key, value = mixed.split((key_dim, key_dim, mixed.shape[-1] - 2 * key_dim), dim=-1)
+    return (
+        query.reshape(1, count, -1, head_k_dim),
+        key.reshape(1, count, -1, head_k_dim),
+        value.reshape(1, count, -1, head_v_dim),
+    )
+
+
+def _check_mixers(layers: torch.nn.ModuleList, shape: TextShape) -> None:
+    """Raise ModelLoadError when a linear layer is not the Gated DeltaNet this module computes (SiLU
+    convolution without bias, the projections of Qwen3.5)."""
+    for index, kind in enumerate(shape.layer_kinds):
+        if kind == FULL_ATTENTION:
+            continue
+        mixer = layers[index].linear_attn
+        if mixer.activation != "silu" or mixer.conv1d.bias is not None or not hasattr(mixer, "in_proj_qkv"):
+            raise ModelLoadError(
+                f"layer {index}'s linear attention is not Qwen3.5's Gated DeltaNet (SiLU convolution without "
+                "bias, in_proj_qkv/z/b/a): this checkpoint's language model cannot run here"
+            )

@@ -1,0 +1,73 @@
+"""Qwen3.5's language model on CUDA: a decode step captured as a CUDA graph replays what the same
+step computes directly, with its linear states moving on in place; fla-core's kernels, where they
+import, give the torch code's logits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from framewise.core.decoding.linear_attention import fla_unavailable
+from framewise.core.graph_capture import GraphCapture
+from tests.core.families.qwen3_5.checkpoint import tiny_config, tiny_model
+from tests.core.families.qwen3_5.test_qwen3_5_language import (
+    MAX_TOKENS,
+    assert_relatively_close,
+    build_prompt,
+    items_for,
+    prefilled,
+)
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def cuda_model():
+    return tiny_model(tiny_config(), seed=1, dtype=torch.bfloat16).to("cuda")
+
+
+def test_a_captured_step_replays_the_direct_steps(cuda_model) -> None:
+    case = build_prompt(cuda_model.config, items_for("video", torch.bfloat16))
+    length = case.input_ids.shape[1]
+    with torch.inference_mode():
+        run, _ = prefilled(cuda_model, case)
+        language, state = run.language, run.state
+        snapshot = state.snapshot()
+        token = torch.zeros(1, 1, dtype=torch.long, device="cuda")
+        position = torch.zeros(1, dtype=torch.long, device="cuda")
+        rope_position = torch.zeros(1, dtype=torch.long, device="cuda")
+        logits = torch.zeros(1, language.vocab_size, device="cuda")
+        state.kv.view_length = MAX_TOKENS
+
+        def forward() -> None:
+            logits.copy_(language.step(state, token, position, rope_position))
+
+        def run_steps(replay) -> list[torch.Tensor]:
+            state.restore(snapshot)
+            seen = []
+            for offset, next_token in enumerate((5, 9, 11)):
+                token.fill_(next_token)
+                position.fill_(length + offset)
+                rope_position.fill_(length + offset + run.rope_offset)
+                replay()
+                seen.append(logits.clone())
+            return seen
+
+        directly = run_steps(forward)
+        graph = GraphCapture(torch.device("cuda")).capture(forward)
+        through_graph = run_steps(graph.replay)
+    for replayed, direct in zip(through_graph, directly):
+        torch.testing.assert_close(replayed, direct, rtol=0, atol=0)
+    assert not torch.equal(directly[0], directly[1])  # the state moved on between steps
+
+
+def test_the_fla_kernels_give_the_torch_codes_logits(cuda_model) -> None:
+    unavailable = fla_unavailable(torch.device("cuda"))
+    if unavailable:
+        pytest.skip(f"fla-core cannot run here: {unavailable}")
+    case = build_prompt(cuda_model.config, items_for("image and video", torch.bfloat16))
+    with torch.inference_mode():
+        run, with_kernels = prefilled(cuda_model, case)
+        without = prefilled(cuda_model, case, linear_kernels=False)[1]
+    assert run.language.linear_kernels
+    assert_relatively_close(with_kernels, without, 2**-6)
