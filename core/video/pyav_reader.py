@@ -132,12 +132,15 @@ class _SegmentSpan:
         self.last_duration = packet.duration or 0
 
     def duration_s(self, time_base: Fraction) -> float:
-        """The last frame is taken to last as long as the one before it: packet durations cannot
-        be trusted for this, as with B-frames they are gaps in decoding order."""
+        """The last frame is taken to last as long as the one before it, or as long as the last
+        packet says when that is shorter (or the only length known). The packet alone is not
+        trusted: with B-frames its duration is a gap in decoding order. The step alone is not
+        either: a pause before the last frame (a camera that records on motion) would count twice."""
         if self.first_pts is None:
             return 0.0
-        last_duration = self.last_two[1] - self.last_two[0] if len(self.last_two) == 2 else self.last_duration
-        return float((self.last_two[-1] + last_duration - self.first_pts) * time_base)
+        lengths = [self.last_two[1] - self.last_two[0]] if len(self.last_two) == 2 else []
+        lengths += [self.last_duration] if self.last_duration > 0 else []
+        return float((self.last_two[-1] + min(lengths, default=0) - self.first_pts) * time_base)
 
     def segment(self, offset_s: float, time_base: Fraction) -> Segment:
         return Segment(self.first_pts or 0, offset_s, self.duration_s(time_base), tuple(sorted(self.keyframes)))
@@ -196,8 +199,10 @@ def index_scan(container: Any, stream: Any) -> PacketScan | None:
     tail = _packets_from(container, stream, keyframes[-1] + shift)
     if not tail or not tail[0].is_keyframe or (tail[0].dts, tail[0].pts) != (keyframes[-1], keyframes[-1] + shift):
         return None
-    span = _SegmentSpan(first_pts=head[0].pts, keyframes=[dts + shift for dts in keyframes])
-    span.last_two = sorted(packet.pts for packet in tail)[-2:]
+    span = _SegmentSpan(first_pts=head[0].pts)
+    for packet in tail:
+        span.add(packet)
+    span.keyframes = [dts + shift for dts in keyframes]
     return PacketScan(packets=len(entries), segments=(span.segment(0.0, stream.time_base),))
 
 

@@ -180,6 +180,35 @@ def test_variable_frame_rate_is_sampled_by_time_not_by_frame_index(tmp_path):
     assert sampled.timestamps == pytest.approx([times[i] for i in expected], abs=1e-3)
 
 
+def write_intra_clip(path: Path, codec: str, pix_fmt: str, count: int, fps: int) -> Path:
+    """``count`` frames of :func:`index_frame` at ``fps`` in a codec whose every frame is a keyframe."""
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=fps)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, pix_fmt
+        for index in range(count):
+            frame = av.VideoFrame.from_ndarray(index_frame(index), format="rgb24")
+            frame.pts, frame.time_base = index, Fraction(1, fps)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+    return path
+
+
+@pytest.mark.parametrize(("name", "codec", "pix_fmt"), [("mjpeg.avi", "mjpeg", "yuvj420p"), ("prores.mov", "prores_ks", "yuv422p10le")])
+def test_all_intra_clips_are_sampled_at_the_same_frames_as_h264(tmp_path, name, codec, pix_fmt):
+    h264 = sample(write_clip(tmp_path / "h264.mp4", [index_frame(i) for i in range(24)], fps=12))
+    intra = sample(write_intra_clip(tmp_path / name, codec, pix_fmt, 24, 12))
+
+    assert intra.info.duration_s == pytest.approx(2.0)  # the last frame lasts 1/12 s, as every other one
+    assert indices(intra.frames) == indices(h264.frames) == [3, 9, 15, 21]
+    assert intra.timestamps == pytest.approx(h264.timestamps)
+
+
+def test_a_pause_before_the_last_frame_is_not_counted_twice(tmp_path):
+    path = write_clip(tmp_path / "pause.mp4", [index_frame(i) for i in range(3)], fps=1, timestamps=[0.0, 1.0, 600.0])
+
+    assert probe_clip(path).duration_s == pytest.approx(601.0)  # not 1199: the last frame lasts 1 s, not the pause
+
+
 @pytest.fixture
 def decoded_times(monkeypatch) -> list[float]:
     """Records the time of every frame the PyAV reader decodes."""
