@@ -9,7 +9,9 @@ decode (:mod:`.opencv_reader`). Both hand their frames to one sampling loop
   pairs: an even count). A clip with fewer frames than that count keeps its own frame count
   (rounded up the same way), but never fewer than
   ``min_frames``: a clip with too few frames has frames repeated, evenly spread, so a still or a
-  two-frame clip becomes pairs of identical frames, the way Qwen3-VL encodes still images.
+  two-frame clip becomes pairs of identical frames, the way Qwen3-VL encodes still images. Such a
+  clip gives each of its frames in turn, however far apart they are in time (a timelapse with a
+  pause of hours), not the frames on screen at the target times.
 * **Which frames.** Target times are the middles of equal slices of the clip; in exact mode each
   target takes the frame on screen at that time (the last frame whose presentation time is at or
   before it). In fast mode (``SamplingSettings.fast_mode``; by default for clips over 10 minutes)

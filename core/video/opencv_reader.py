@@ -103,9 +103,10 @@ class OpenCVClip:
         """Every frame in order until the last target is passed; OpenCV cannot tell keyframes,
         so a ``"fast"`` request is read exactly too."""
         picker = FramePicker(
-            request.targets,
+            request.targets if request.in_turn is None else request.in_turn,
             lambda frame: request.resize(self.upright_rgb(frame)[None], request.size)[0],
             on_keep=lambda index, rgb, time_s: request.hand_on(index, [(rgb, time_s)]),
+            by_place=request.in_turn is not None,
         )
         decoded = 0
         for time_s, frame in self.frames():

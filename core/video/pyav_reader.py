@@ -391,15 +391,14 @@ class PyAVClip:
 
     def take(self, request: TakeRequest) -> Taken:
         """Carry out the plan of :func:`plan_reads` for ``request``: runs of reads on parallel
-        decoders, each starting at a keyframe, so the frames are those one decoder would take."""
+        decoders, each starting at a keyframe, so the frames are those one decoder would take. A
+        request for every frame in turn is one read from the first frame."""
         assert self._first is not None, "first_frame() before take()"
-        if not self.keyframes_known:
-            self._scan_keyframes()
-        mode: SamplingMode = request.mode if self.keyframes else "exact"
-        frame_s = 1.0 / self.fps if self.fps > 0 else 0.0
-        reads = plan_reads(self.keyframe_times, request.targets, mode, request.interval_s, frame_s)
-        workers = self.workers if self.can_seek else 1
-        runs = split_reads(reads, self.keyframe_times, self.duration_s, frame_s, workers)
+        if request.in_turn is not None:
+            mode: SamplingMode = "exact"
+            runs = [[Read(None, None, request.in_turn, by_place=True)]]
+        else:
+            mode, runs = self._plan(request)
         convert = self._converter(request.size, request.resize if mode == "exact" else None)
         firsts = [0]
         for run in runs[:-1]:
@@ -419,6 +418,16 @@ class PyAVClip:
             mode=mode,
             decoded=sum(decoded for _, decoded in taken),
         )
+
+    def _plan(self, request: TakeRequest) -> tuple[SamplingMode, list[list[Read]]]:
+        """The mode the clip allows and the runs of reads that take ``request``'s targets by time."""
+        if not self.keyframes_known:
+            self._scan_keyframes()
+        mode: SamplingMode = request.mode if self.keyframes else "exact"
+        frame_s = 1.0 / self.fps if self.fps > 0 else 0.0
+        reads = plan_reads(self.keyframe_times, request.targets, mode, request.interval_s, frame_s)
+        workers = self.workers if self.can_seek else 1
+        return mode, split_reads(reads, self.keyframe_times, self.duration_s, frame_s, workers)
 
     def _converter(
         self, size: tuple[int, int], resize: Callable[[np.ndarray, tuple[int, int]], np.ndarray] | None
@@ -466,7 +475,7 @@ class PyAVClip:
             for index in range(len(read.targets) if first is not None else 0):
                 keep(index, first[1], first[0])
             return
-        picker = FramePicker(read.targets, lambda frame: frame, on_keep=keep)  # converted by the converter
+        picker = FramePicker(read.targets, lambda frame: frame, on_keep=keep, by_place=read.by_place)  # converted later
         for time_s, frame in frames:
             picker.offer(time_s, frame)
             if picker.done:

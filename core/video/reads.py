@@ -42,12 +42,14 @@ class Read:
     """Decode from keyframe ``start`` up to (not including) keyframe ``stop`` (None: to the end of
     the clip) and take, for each of ``targets`` (seconds, ascending), the frame on screen then.
     ``first_frame_only``: every target takes the first frame decoded, and decoding stops there.
-    ``start`` None means from the beginning of the file (a clip without a keyframe list)."""
+    ``start`` None means from the beginning of the file (a clip without a keyframe list).
+    ``by_place``: the targets are places in presentation order (0: the clip's first frame), not times."""
 
     start: int | None
     stop: int | None
     targets: tuple[float, ...]
     first_frame_only: bool = False
+    by_place: bool = False
 
 
 def plan_reads(

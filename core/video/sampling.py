@@ -50,6 +50,17 @@ def sample_times(duration_s: float, count: int) -> tuple[float, ...]:
     return tuple((index + 0.5) * duration_s / count for index in range(count))
 
 
+def in_turn(frames: int, count: int) -> tuple[int, ...]:
+    """Which frame (by its place in presentation order) each of ``count`` targets takes from a clip
+    of ``frames`` frames, ``frames <= count``: every frame in turn, repeats spread evenly. On a
+    constant frame rate this is the frame on screen at each of :func:`sample_times`.
+
+    >>> in_turn(3, 4)
+    (0, 1, 1, 2)
+    """
+    return tuple(math.floor((index + 0.5) * frames / count) for index in range(count))
+
+
 def span_count(span_s: float, clip_fps: float, sampling: SamplingSettings, multiple: int | None = None) -> int:
     """How many frames a closer look at ``span_s`` seconds samples: the whole frame budget
     (``max_frames``), but no more than the span holds at the clip's ``clip_fps`` (0: unknown), and
@@ -84,7 +95,9 @@ def _round_up(count: int, multiple: int) -> int:
 class TakeRequest:
     """What to take from an opened clip: for each of ``targets`` (seconds on the clip's timeline,
     ascending, ``interval_s`` apart) a frame, by the rule of ``mode``, as (h, w, 3) RGB at
-    ``size`` = (h, w) as displayed. ``resize`` is the caller's resampler (see :class:`FrameSizing`)."""
+    ``size`` = (h, w) as displayed. ``resize`` is the caller's resampler (see :class:`FrameSizing`).
+    ``in_turn``, for a clip with no more frames than targets, replaces the time rule: target ``i``
+    takes the frame at place ``in_turn[i]`` in presentation order (see :func:`in_turn`)."""
 
     targets: tuple[float, ...]
     interval_s: float
@@ -92,6 +105,7 @@ class TakeRequest:
     size: tuple[int, int]
     resize: Callable[[np.ndarray, tuple[int, int]], np.ndarray]
     sink: FrameSink | None = None
+    in_turn: tuple[int, ...] | None = None
 
     def hand_on(self, first: int, kept: Sequence[tuple[np.ndarray, float] | None]) -> None:
         """Put frames ``first ..`` into the sink as soon as they are kept (None: not found yet)."""
@@ -146,17 +160,21 @@ class OpenedClip(Protocol):
 class FramePicker:
     """Takes decoded frames in presentation order and keeps, for each target time, the frame on
     screen at that time (the last one at or before it), converted by ``convert`` to (H, W, 3).
-    ``on_keep(target index, frame, time)`` is told of each as it is kept."""
+    ``on_keep(target index, frame, time)`` is told of each as it is kept. With ``by_place`` the
+    targets are places in presentation order (0: the first frame), not times."""
 
     def __init__(
         self,
         targets: tuple[float, ...],
         convert: Callable[[Any], np.ndarray],
         on_keep: Callable[[int, np.ndarray, float], None] = lambda index, rgb, time_s: None,
+        by_place: bool = False,
     ) -> None:
         self.targets = targets
         self.convert = convert
         self.on_keep = on_keep
+        self.by_place = by_place
+        self._place = -1
         self.frames: list[np.ndarray] = []
         self.times: list[float] = []
         self._previous: tuple[float, Any] | None = None
@@ -172,8 +190,10 @@ class FramePicker:
 
     def offer(self, time_s: float, frame: Any) -> None:
         """Take the next decoded frame. Targets before the first frame get the first frame."""
+        self._place += 1
+        position = self._place if self.by_place else time_s
         if self._previous is not None:
-            while not self.done and self.targets[len(self.frames)] < time_s:
+            while not self.done and self.targets[len(self.frames)] < position:
                 self._keep_previous()
         self._previous, self._previous_rgb = (time_s, frame), None
 
@@ -234,10 +254,12 @@ def read_clip(
     if span is None:
         start, length = 0.0, info.duration_s
         count = sample_count(length, sampling, info.frame_count, sizing.frames_per_slice)
+        every_frame = in_turn(info.frame_count, count) if info.frame_count and info.frame_count <= count else None
     else:
         start, end = _within(path, span, info.duration_s)
         length = end - start
         count = span_count(length, info.fps, sampling, sizing.frames_per_slice)
+        every_frame = None
     request = TakeRequest(
         targets=tuple(start + t for t in sample_times(length, count)),
         interval_s=length / count,
@@ -245,6 +267,7 @@ def read_clip(
         size=sizing.size(count, height, width),
         resize=sizing.resize,
         sink=sink,
+        in_turn=every_frame,
     )
     if sink is not None:
         sink.start(count, request.size)

@@ -209,6 +209,19 @@ def test_a_pause_before_the_last_frame_is_not_counted_twice(tmp_path):
     assert probe_clip(path).duration_s == pytest.approx(601.0)  # not 1199: the last frame lasts 1 s, not the pause
 
 
+@pytest.mark.parametrize("reader", ["pyav", "opencv"])
+def test_a_clip_of_fewer_frames_than_sampled_gives_each_frame_however_far_apart(tmp_path, request, reader):
+    path = write_clip(tmp_path / "pause.mp4", [index_frame(i) for i in range(3)], fps=1, timestamps=[0.0, 1.0, 600.0])
+    if reader == "opencv":
+        request.getfixturevalue("pyav_fails")
+
+    sampled = sample(path)  # 4 frames; by time, frame 1 (on screen 1-600 s) would fill all four
+
+    assert sampled.reader == reader
+    assert indices(sampled.frames) == [0, 1, 1, 2]
+    assert sampled.timestamps == pytest.approx([0.0, 1.0, 1.0, 600.0], abs=1e-3)
+
+
 @pytest.fixture
 def decoded_times(monkeypatch) -> list[float]:
     """Records the time of every frame the PyAV reader decodes."""
