@@ -45,7 +45,7 @@ from typing import Any
 import av
 import numpy as np
 
-from framewise.core.errors import EmptyClipError, NoVideoStreamError
+from framewise.core.errors import EmptyClipError, NoVideoStreamError, UnreadableClipError
 from framewise.core.video.bounded import POLL_S, Guard, Stopped
 from framewise.core.video.clip import (
     ReaderFailed,
@@ -285,9 +285,26 @@ def video_stream(container: Any, path: Path) -> Any:
             f"{path.name} holds only a cover picture (album art), no video"
             f"{' beside its audio' if container.streams.audio else ''}. Choose a file with moving pictures in it."
         )
-    kinds = sorted({stream.type for stream in container.streams}) or ["nothing"]
+    if not container.streams:
+        raise UnreadableClipError(_no_streams_message(container, path))
+    kinds = sorted({stream.type for stream in container.streams})
     raise NoVideoStreamError(
         f"{path.name} has no video stream (it holds {', '.join(kinds)} only). Choose a file with video in it."
+    )
+
+
+def _no_streams_message(container: Any, path: Path) -> str:
+    """Why a file that opened lists no stream at all: an MP4 or MOV whose index was cut off, or another damaged file."""
+    if "mov" in container.format.name.split(","):
+        return (
+            f"{path.name} has lost its index (the 'moov' box that an MP4 or MOV file writes last, when "
+            "recording stops, is missing or cut off), so none of its pictures can be found. The recording was "
+            "probably interrupted, or the file not copied whole: copy it again from where it came from, or "
+            "rebuild its index with a repair tool that uses a good recording from the same camera."
+        )
+    return (
+        f"{path.name} opens but lists no streams at all, so it is truncated or damaged. Copy it again from "
+        "where it came from, or re-encode it (MP4 with H.264 works everywhere)."
     )
 
 

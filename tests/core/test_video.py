@@ -397,6 +397,19 @@ def test_bad_files_raise_a_typed_error_that_says_what_to_do(clips, clip, error, 
         assert clips[clip].name in message and words in message
 
 
+def test_an_mp4_whose_index_is_cut_off_is_named_as_such(clips, tmp_path):
+    raw = clips["counted"].read_bytes()  # the index (moov box) comes last, after the pictures
+    cut = tmp_path / "no_index.mp4"
+    cut.write_bytes(raw[: raw.rfind(b"moov") + 50])  # the box begun, no track in it
+
+    for call in (lambda: sample(cut), lambda: probe_clip(cut)):
+        with pytest.raises(UnreadableClipError) as raised:
+            call()
+        message = str(raised.value)
+        assert "no_index.mp4 has lost its index" in message and "'moov'" in message
+        assert "no video stream" not in message and "nothing only" not in message
+
+
 def test_resolution_is_checked_from_the_header_before_any_decoding(clips, monkeypatch):
     def no_decoding(*args):
         raise AssertionError("decoded a clip whose header is too large")
