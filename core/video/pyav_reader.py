@@ -275,9 +275,18 @@ def _reason(error: BaseException) -> str:
 
 
 def video_stream(container: Any, path: Path) -> Any:
-    """The first video stream that is not a cover picture (an attached picture in audio files)."""
+    """The first video stream that is not a cover picture (an attached picture in audio files).
+    Raises :class:`ReaderFailed` when PyAV has no decoder for it (OpenCV's FFmpeg may have one),
+    a typed error for an SVG drawing, which neither reader decodes."""
     attached_pic = av.stream.Disposition.attached_pic
     streams = [stream for stream in container.streams.video if not stream.disposition & attached_pic]
+    if streams and streams[0].codec_context is None:
+        if container.format.name == "svg_pipe":
+            raise UnreadableClipError(
+                f"{path.name} is an SVG drawing; Framewise reads pictures made of pixels (PNG, JPEG, WebP, GIF, BMP), "
+                "not vector drawings. Export it as a PNG (a web browser or any vector editor can) and open that."
+            )
+        raise ReaderFailed("PyAV has no decoder for its video")
     if streams:
         return streams[0]
     if container.streams.video:

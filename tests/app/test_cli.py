@@ -17,6 +17,7 @@ from framewise.app.cli import _result_json, main
 from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo
 from framewise.core.timecodes import find_times
 from tests.conftest import REPO_ROOT, SAMPLE_CLIPS
+from tests.core.test_video import SVG_DRAWING
 
 FAST = ["--max-frames", "4", "--max-new-tokens", "8", "--device", "cpu"]
 
@@ -77,6 +78,15 @@ def test_ask_about_a_missing_clip_says_so_and_exits_2(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "nope.mp4" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_an_svg_drawing_is_refused_by_name_before_loading(tmp_path: Path) -> None:
+    drawing = tmp_path / "drawing.svg"
+    drawing.write_text(SVG_DRAWING)
+    result = framewise("ask", str(drawing), "What is drawn?", *FAST)
+    assert result.returncode == 2
+    assert "drawing.svg is an SVG drawing" in result.stderr and "Export it as a PNG" in result.stderr
+    assert "Unexpected" not in result.stderr and "[load]" not in result.stderr
 
 
 def test_ask_about_random_bytes_exits_2_with_a_message(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from framewise.core.families.qwen3_vl.sizing import video_frame_size
 from framewise.core.settings import SamplingSettings
 from framewise.core.video import ReadBudget, SampledClip, probe_clip, pyav_reader, sample_count, sample_times
 from framewise.core.video.clip import ReaderFailed
+from framewise.core.video.still import read_still
 from training.clip_writer import write_audio_only, write_clip
 
 SAMPLE_CLIPS = Path(__file__).resolve().parents[2] / "assets" / "clips"
@@ -408,6 +409,19 @@ def test_an_mp4_whose_index_is_cut_off_is_named_as_such(clips, tmp_path):
         message = str(raised.value)
         assert "no_index.mp4 has lost its index" in message and "'moov'" in message
         assert "no video stream" not in message and "nothing only" not in message
+
+
+SVG_DRAWING = '<svg xmlns="http://www.w3.org/2000/svg" width="64" height="48"><rect width="64" height="48" fill="red"/></svg>'
+
+
+def test_an_svg_drawing_is_refused_by_name(tmp_path):
+    drawing = tmp_path / "drawing.svg"
+    drawing.write_text(SVG_DRAWING)
+
+    assert read_still(drawing) is None  # not a picture Framewise can decode; sampling says why
+    for call in (lambda: sample(drawing), lambda: probe_clip(drawing)):
+        with pytest.raises(UnreadableClipError, match="drawing.svg is an SVG drawing.*Export it as a PNG"):
+            call()
 
 
 def test_resolution_is_checked_from_the_header_before_any_decoding(clips, monkeypatch):

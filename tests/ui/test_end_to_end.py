@@ -15,6 +15,9 @@ from PySide6.QtCore import Qt
 from framewise.core.events import ChunkStats, Done, Token
 from framewise.core.settings import AppSettings
 from framewise.core.wording import plural
+from framewise.core.errors import UnreadableClipError
+from framewise.core.video import probe_clip
+from tests.core.test_video import SVG_DRAWING
 from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, drop_file, open_and_wait, wait_ready
 from framewise.ui.frames import format_timestamp
 from framewise.ui.settings_store import SettingsStore
@@ -114,6 +117,21 @@ def test_corrupt_clip_keeps_the_conversation_and_the_next_clip_loads(qtbot, make
     other = sorted(sample_clip.parent.glob("*.mp4"))[-1]
     open_and_wait(qtbot, window, other)
     assert window.conversation.clip_name == other.name and not window.error_banner.isVisible()
+
+
+def test_an_svg_drawing_is_refused_in_the_window_with_the_clis_message(qtbot, make_window, sample_clip, tmp_path):
+    drawing = tmp_path / "drawing.svg"
+    drawing.write_text(SVG_DRAWING)
+    window = make_window(real_engine, FAST)
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+
+    drop_file(window.frame_strip, drawing)
+    qtbot.waitUntil(lambda: window.error_banner.isVisible(), timeout=LOAD_TIMEOUT_MS)
+    with pytest.raises(UnreadableClipError) as refused:
+        probe_clip(drawing)
+    assert window.error_banner.text() == f"Could not open drawing.svg: {refused.value}"
+    assert window.clip.path == str(sample_clip)
 
 
 def run_app(
