@@ -277,6 +277,9 @@ def _ask(
     added = [engine.add_clip(clip) for clip in clips[1:]]
     if span is not None:
         added.append(engine.look_closer(*span))
+    for item in (encoded, *added):
+        if item.damage:
+            print(f"framewise: warning: {item.damage}", file=sys.stderr)
     if not as_json:
         printer.stream_answer(f"[{info.model_label}]\n" if info.model_label else "")
     done = engine.ask(question)
@@ -426,6 +429,7 @@ def _clip_json(encoded: EncodeDone) -> dict[str, Any]:
         "passes": len(encoded.chunks),
         "sampling_mode": encoded.sampling_mode,
         "span": list(encoded.span) if encoded.span else None,
+        "damage": encoded.damage,
     }
 
 

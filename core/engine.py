@@ -418,7 +418,9 @@ class Engine(BackendBase[EncodedClip]):
         """Preprocess and encode a still picture as one image item (no times)."""
         loaded = self._require_model()
         info = still.info
-        picture = SampledFrames(still.pixels[None], (0.0,), name, path, decode_ms, (info.width, info.height, 0.0))
+        picture = SampledFrames(
+            still.pixels[None], (0.0,), name, path, decode_ms, (info.width, info.height, 0.0), damage=still.damage
+        )
         self._emit(clip_sampled(picture, kind="image"))
         self._raise_if_cancelled()
         started = time.perf_counter()
@@ -459,6 +461,7 @@ class Engine(BackendBase[EncodedClip]):
                 chunks=stamped,
                 kind=item.modality,
                 duration_s=sampled.size_and_duration[2],
+                damage=sampled.damage,
             )
         )
 

@@ -192,7 +192,8 @@ class EncodeDone:
     computed them. ``sampling_mode`` is how the frames were taken (``"exact"`` or ``"fast"``).
     ``kind`` is ``"image"`` for a still picture (one image item), else ``"video"``; ``span`` is the
     (start, end) seconds a closer look sampled (``None``: the whole clip); ``duration_s`` the length
-    of the clip read (0 for a picture, and where it is not known).
+    of the clip read (0 for a picture, and where it is not known); ``damage`` what of the file could
+    not be read, for a person (``None``: all of it).
     """
 
     clip_name: str
@@ -209,6 +210,7 @@ class EncodeDone:
     kind: str = "video"
     span: tuple[float, float] | None = None
     duration_s: float = 0.0
+    damage: str | None = None
     request_id: int = _request_id()
 
 

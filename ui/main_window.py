@@ -768,6 +768,8 @@ class MainWindow(QMainWindow, SessionListener):
 
     def clip_encoded(self, done: EncodeDone) -> None:
         self.encoder_panel.set_encode_done(done)
+        if done.damage:
+            self.chat.add_notice(done.damage)
 
     def answer_stats(self, stats: AnswerStats) -> None:
         self.encoder_panel.set_answer_stats(stats)

@@ -175,7 +175,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         started = time.perf_counter()
         still = read_still(path) if span is None else None
         if still is not None:
-            return self._pack_picture(still.pixels, path, (time.perf_counter() - started) * 1e3)
+            return self._pack_picture(still.pixels, path, (time.perf_counter() - started) * 1e3, still.damage)
         sampling = self.settings.sampling
         arrivals = FrameArrivals()
 
@@ -198,8 +198,9 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             return clip
         return dataclasses.replace(clip, summary=closer_look_summary(clip.summary, span, sampled.info.duration_s))
 
-    def _pack_picture(self, picture: np.ndarray, path: Path, decode_ms: float) -> RemoteClip:
-        """Pack a still picture (H, W, 3) uint8 RGB for the server as one image."""
+    def _pack_picture(self, picture: np.ndarray, path: Path, decode_ms: float, damage: str | None) -> RemoteClip:
+        """Pack a still picture (H, W, 3) uint8 RGB for the server as one image (``damage``: what of
+        its file could not be read)."""
         height, width = picture.shape[:2]
         still = SampledFrames(picture[None], (0.0,), path.name, path, decode_ms, (width, height, 0.0))
         self._emit(clip_sampled(still, kind="image"))
@@ -216,6 +217,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             ms_per_frame=0.0,
             graph_hit=False,
             kind="image",
+            damage=damage,
         )
         return RemoteClip(path=path, url=url, media_io_kwargs={}, summary=summary, kind="image")
 
@@ -255,6 +257,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             graph_hit=False,
             sampling_mode=sampled.mode,
             duration_s=sampled.size_and_duration[2],
+            damage=sampled.damage,
         )
         return RemoteClip(path=sampled.path, url=url, media_io_kwargs=media_io_kwargs(timestamps), summary=summary)
 

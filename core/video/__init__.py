@@ -125,6 +125,7 @@ def sample_clip(
         reader=reader,
         mode=sampled.mode,
         frames_decoded=sampled.decoded,
+        damage=sampled.damage,
     )
 
 

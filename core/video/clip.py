@@ -49,7 +49,8 @@ class SampledClip:
 
     ``mode`` is how they were taken (``"exact"`` or ``"fast"``, see
     :class:`~framewise.core.settings.SamplingSettings`); ``frames_decoded`` counts the frames the
-    reader decoded to take them, the first frame that describes the clip included.
+    reader decoded to take them, the first frame that describes the clip included. ``damage`` says
+    what of the file could not be read, for a person (``None``: all of it).
     """
 
     frames: np.ndarray
@@ -58,6 +59,7 @@ class SampledClip:
     reader: Reader
     mode: SamplingMode = "exact"
     frames_decoded: int = 0
+    damage: str | None = None
 
 
 # Resamples (T, H, W, 3) uint8 frames to (T, h, w, 3) uint8 for ``(h, w)``.
@@ -87,7 +89,8 @@ class SampledFrames:
     ``frames`` (T, H, W, 3) uint8 RGB at the model family's frame size; ``timestamps`` their T times
     in seconds; ``name`` the clip as shown; ``decode_ms`` how long reading them took;
     ``size_and_duration`` the clip's (width, height, seconds); ``mode`` how the frames were taken
-    (``"exact"`` or ``"fast"``, see :func:`~framewise.core.video.sampling.sampling_mode`).
+    (``"exact"`` or ``"fast"``, see :func:`~framewise.core.video.sampling.sampling_mode`);
+    ``damage`` what of the file could not be read, for a person (``None``: all of it).
     """
 
     frames: np.ndarray
@@ -97,6 +100,7 @@ class SampledFrames:
     decode_ms: float
     size_and_duration: tuple[int, int, float]
     mode: str = "exact"
+    damage: str | None = None
 
     @classmethod
     def read(cls, sampled: SampledClip, path: Path, decode_ms: float) -> SampledFrames:
@@ -104,7 +108,7 @@ class SampledFrames:
         info = sampled.info
         return cls(
             sampled.frames, sampled.timestamps, path.name, path, decode_ms,
-            (info.width, info.height, info.duration_s), sampled.mode,
+            (info.width, info.height, info.duration_s), sampled.mode, sampled.damage,
         )
 
     @classmethod

@@ -60,6 +60,9 @@ from framewise.core.video.reads import Read, SamplingMode, plan_reads, split_rea
 from framewise.core.video.sampling import FramePicker, Taken, TakeRequest
 
 DISCONTINUITY_GAP_S = 10.0  # as FFmpeg's own dts_delta_threshold
+# How much shorter than its header's duration a clip's packets may run before the file counts as cut
+# short: a header's duration may cover an audio track that ends a little after the video.
+HEADER_SLACK_S = 1.0
 _TS_DISCONT = av.format.Flags.ts_discont.value
 
 # --- the packet pass -------------------------------------------------------------------------------
@@ -222,15 +225,34 @@ def header_scan(container: Any, stream: Any) -> PacketScan | None:
     return PacketScan(packets=max(round(duration_s * float(rate)), 1), segments=(start,), keyframes_known=False)
 
 
-def measure(container: Any, stream: Any, guard: Guard) -> PacketScan:
+def measure(container: Any, stream: Any, guard: Guard, cut_short: bool = False) -> PacketScan:
     """The stream's packets, segments and keyframes: from its index where that lists every frame,
     else from its header where that gives the duration and frame rate (keyframes are then
-    scanned for only when frames are sampled), else from a pass over its packets."""
-    scan = index_scan(container, stream) or header_scan(container, stream)
+    scanned for only when frames are sampled), else from a pass over its packets. Of a file
+    ``cut_short`` (its index lists frames past its end: :func:`indexed_past_end`) neither is
+    trusted: the packets tell how much is there."""
+    scan = None if cut_short else index_scan(container, stream) or header_scan(container, stream)
     if scan is None:
         guard.begin("scan")
         scan = scan_packets(container, stream, guard)
     return scan
+
+
+def indexed_past_end(container: Any, stream: Any) -> tuple[int, int] | None:
+    """(frames wholly in the file, frames listed) when the stream's index places frames past the
+    end of the file (an MP4 or MOV whose index comes first, cut short by a copy or download that
+    did not finish), else ``None``."""
+    entries = [entry for entry in stream.index_entries if entry.size > 0]
+    whole = sum(1 for entry in entries if entry.pos + entry.size <= container.size)
+    return (whole, len(entries)) if container.size > 0 and whole < len(entries) else None
+
+
+def cut_short_message(name: str, read_s: float, whole_s: float, frames: str = "") -> str:
+    """What a person is told when only the first ``read_s`` seconds of a clip of ``whole_s`` could be read."""
+    return (
+        f"Only the first {read_s:.1f} s of {name}'s {whole_s:.1f} s could be read{frames}: the file is cut short or "
+        "damaged past that point (a copy or download that did not finish, say), so the answers see that part only."
+    )
 
 
 def _packets_from(container: Any, stream: Any, keyframe_pts: int | None) -> list[Any]:
@@ -353,7 +375,8 @@ class PyAVClip:
             self.time_base = stream.time_base or Fraction(1, 1)
             self.codec = stream.codec_context.name
             rate = stream.average_rate or stream.guessed_rate
-            scan = measure(container, stream, guard)
+            past_end = indexed_past_end(container, stream)
+            scan = measure(container, stream, guard, past_end is not None)
             header = Segment(stream.start_time or 0, 0.0, _header_duration_s(container, stream) or 0.0)
             has_index = len(stream.index_entries) > 0
             discontinuous = SegmentSplitter(container, self.time_base).enabled
@@ -372,6 +395,10 @@ class PyAVClip:
         else:
             self.fps = float(rate) if rate else 0.0
         self._first: _Decoder | None = None
+        self.damage: str | None = None  # what of the file could not be read, for a person
+        if past_end is not None and header.duration_s > self.duration_s:
+            frames = " ({} of {} frames)".format(*past_end)
+            self.damage = cut_short_message(path.name, self.duration_s, header.duration_s, frames)
 
     def _set_segments(self, segments: tuple[Segment, ...]) -> None:
         """Take ``segments`` as the clip's timeline, with their keyframes."""
@@ -388,6 +415,8 @@ class PyAVClip:
             scan = scan_packets(container, container.streams[self.stream_index], self.guard)
         if scan.segments:
             self._set_segments(scan.segments)
+        if scan.duration_s is not None and scan.duration_s < self.duration_s - HEADER_SLACK_S:
+            self.damage = cut_short_message(self.path.name, scan.duration_s, self.duration_s)
         self.keyframes_known = True
         self.guard.begin("decode", self.duration_s)
 
@@ -443,6 +472,7 @@ class PyAVClip:
             times=tuple(time_s for _, time_s in frames),
             mode=mode,
             decoded=sum(decoded for _, decoded in taken),
+            damage=self.damage,
         )
 
     def _plan(self, request: TakeRequest) -> tuple[SamplingMode, list[list[Read]]]:

@@ -128,13 +128,15 @@ class FrameSink(Protocol):
 @dataclass(frozen=True)
 class Taken:
     """What a reader took: ``frames`` (T, h, w, 3) uint8, their own ``times`` (T,) in seconds, the
-    ``mode`` it used (a reader without keyframe positions reads ``"fast"`` requests exactly) and
-    how many frames it ``decoded`` to take them."""
+    ``mode`` it used (a reader without keyframe positions reads ``"fast"`` requests exactly),
+    how many frames it ``decoded`` to take them, and what of the file it could not read
+    (``damage``, for a person; ``None``: all of it)."""
 
     frames: np.ndarray
     times: tuple[float, ...]
     mode: SamplingMode
     decoded: int
+    damage: str | None = None
 
 
 class OpenedClip(Protocol):

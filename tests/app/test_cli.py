@@ -17,7 +17,7 @@ from framewise.app.cli import _result_json, main
 from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo
 from framewise.core.timecodes import find_times
 from tests.conftest import REPO_ROOT, SAMPLE_CLIPS
-from tests.core.test_video import SVG_DRAWING
+from tests.core.test_video import SVG_DRAWING, cut_short_mp4
 
 FAST = ["--max-frames", "4", "--max-new-tokens", "8", "--device", "cpu"]
 
@@ -87,6 +87,17 @@ def test_an_svg_drawing_is_refused_by_name_before_loading(tmp_path: Path) -> Non
     assert result.returncode == 2
     assert "drawing.svg is an SVG drawing" in result.stderr and "Export it as a PNG" in result.stderr
     assert "Unexpected" not in result.stderr and "[load]" not in result.stderr
+
+
+def test_a_cut_short_clip_is_answered_with_a_warning_of_how_much_was_read(tmp_path: Path) -> None:
+    _, cut = cut_short_mp4(tmp_path)
+    result = framewise("ask", str(cut), "What is there?", "--json", *FAST)
+    assert result.returncode == 0, result.stderr
+    damage = json.loads(result.stdout)["clip"]["damage"]
+    assert damage.startswith("Only the first ") and "of cut.mp4's 4.0 s could be read" in damage
+    assert f"framewise: warning: {damage}" in result.stderr.splitlines()
+    whole = framewise("ask", str(SAMPLE_CLIPS / "red_square_moves_right.mp4"), "What is there?", "--json", *FAST)
+    assert json.loads(whole.stdout)["clip"]["damage"] is None and "warning" not in whole.stderr
 
 
 def test_ask_about_random_bytes_exits_2_with_a_message(tmp_path: Path) -> None:

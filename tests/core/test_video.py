@@ -453,6 +453,77 @@ def test_missing_paths_and_folders_raise_clip_not_found(tmp_path):
         sample(fifo)
 
 
+def index_first(source: Path, path: Path) -> Path:
+    """``source`` remuxed with its index (moov) before its pictures, as web-ready MP4s are."""
+    with av.open(str(source)) as given, av.open(str(path), "w", options={"movflags": "faststart"}) as output:
+        stream = output.add_stream_from_template(given.streams.video[0])
+        for packet in given.demux(given.streams.video[0]):
+            if packet.size:
+                packet.stream = stream
+                output.mux(packet)
+    return path
+
+
+def cut_through_pictures(path: Path, into: Path, *, marker: bytes, fraction: float = 0.5) -> Path:
+    """``path`` cut ``fraction`` of the way from its first ``marker`` (the box or element that holds
+    the pictures) to its end."""
+    raw = path.read_bytes()
+    start = raw.find(marker)
+    into.write_bytes(raw[: start + int((len(raw) - start) * fraction)])
+    return into
+
+
+def cut_short_mp4(folder: Path) -> tuple[Path, Path]:
+    """(whole, cut): a 4-second MP4 of 48 :func:`index_frame` frames with its index first, and a
+    copy cut 70 % of the way through its pictures (a download that did not finish)."""
+    source = write_clip(folder / "source.mp4", [index_frame(i) for i in range(48)], fps=12, keyframe_interval=12)
+    whole = index_first(source, folder / "whole.mp4")
+    return whole, cut_through_pictures(whole, folder / "cut.mp4", marker=b"mdat", fraction=0.7)
+
+
+def test_a_cut_short_mp4_says_how_much_of_it_could_be_read(tmp_path):
+    whole, cut = cut_short_mp4(tmp_path)
+
+    assert sample(whole).damage is None
+    sampled = sample(cut)
+
+    read_s = sampled.info.duration_s
+    assert 1.5 < read_s < 3.5 and sampled.info.frame_count < 48  # the part that is there, not the index's 4 s
+    assert max(sampled.timestamps) < read_s and indices(sampled.frames)[-1] > 12  # sampled over that part
+    assert sampled.damage is not None
+    assert sampled.damage.startswith(f"Only the first {read_s:.1f} s of cut.mp4's 4.0 s could be read (")
+    assert "of 48 frames)" in sampled.damage
+
+
+def test_a_cut_short_matroska_file_says_how_much_of_it_could_be_read(tmp_path):
+    whole = write_clip(tmp_path / "whole.mkv", [index_frame(i) for i in range(48)], fps=12, keyframe_interval=12)
+    cut = cut_through_pictures(whole, tmp_path / "cut.mkv", marker=b"\x1f\x43\xb6\x75")  # the first cluster
+
+    assert sample(whole).damage is None
+    sampled = sample(cut)  # measured from the header (4 s); the packets found when sampling end sooner
+
+    assert sampled.damage is not None and sampled.damage.startswith("Only the first ")
+    assert "of cut.mkv's 4.0 s could be read:" in sampled.damage
+
+
+def test_a_cut_short_jpeg_is_read_as_a_damaged_picture(tmp_path):
+    rows, cols = np.mgrid[0:240, 0:320]
+    picture = np.stack([cols * 255 // 320, rows * 255 // 240, (rows + cols) % 64 * 4], axis=-1).astype(np.uint8)
+    whole = tmp_path / "whole.jpg"
+    with av.open(str(whole), "w", format="image2") as container:
+        stream = container.add_stream("mjpeg", rate=1)
+        stream.width, stream.height, stream.pix_fmt = 320, 240, "yuvj420p"
+        container.mux(stream.encode(av.VideoFrame.from_ndarray(picture, format="rgb24")))
+        container.mux(stream.encode())
+    cut = tmp_path / "cut.jpg"
+    cut.write_bytes(whole.read_bytes()[:800])
+
+    assert read_still(whole).damage is None
+    still = read_still(cut)
+    assert still is not None and still.pixels.shape == (240, 320, 3)  # the decoder fills in what is missing
+    assert still.damage is not None and still.damage.startswith("cut.jpg is damaged or cut short: part of the picture")
+
+
 # --- bounded in time, cancellable --------------------------------------------------------------------
 
 

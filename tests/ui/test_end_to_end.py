@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 
-from framewise.core.events import ChunkStats, Done, Token
+from framewise.core.events import ChunkStats, Done, EncodeDone, Token
 from framewise.core.settings import AppSettings
 from framewise.core.wording import plural
 from framewise.core.errors import UnreadableClipError
 from framewise.core.video import probe_clip
-from tests.core.test_video import SVG_DRAWING
+from tests.core.test_video import SVG_DRAWING, cut_short_mp4
 from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, drop_file, open_and_wait, wait_ready
 from framewise.ui.frames import format_timestamp
 from framewise.ui.settings_store import SettingsStore
@@ -132,6 +132,19 @@ def test_an_svg_drawing_is_refused_in_the_window_with_the_clis_message(qtbot, ma
         probe_clip(drawing)
     assert window.error_banner.text() == f"Could not open drawing.svg: {refused.value}"
     assert window.clip.path == str(sample_clip)
+
+
+def test_a_cut_short_clip_opens_with_a_notice_of_how_much_was_read(qtbot, make_window, tmp_path):
+    _, cut = cut_short_mp4(tmp_path)
+    window = make_window(real_engine, FAST)
+    events = []
+    window.host.event.connect(events.append)
+    wait_ready(qtbot, window)
+
+    open_and_wait(qtbot, window, cut)
+    done = next(event for event in events if isinstance(event, EncodeDone))
+    assert done.damage and done.damage.startswith("Only the first ")
+    assert window.chat.cards()[-1].text() == done.damage
 
 
 def run_app(
