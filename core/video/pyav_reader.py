@@ -298,18 +298,12 @@ def _reason(error: BaseException) -> str:
 
 def video_stream(container: Any, path: Path) -> Any:
     """The first video stream that is not a cover picture (an attached picture in audio files).
-    Raises :class:`ReaderFailed` when PyAV has no decoder for it (OpenCV's FFmpeg may have one),
-    a typed error for an SVG drawing, which neither reader decodes."""
+    Raises a typed error for a picture neither reader decodes (:func:`_check_decodable`), and
+    :class:`ReaderFailed` for a stream PyAV has no decoder for (OpenCV's FFmpeg may have one)."""
     attached_pic = av.stream.Disposition.attached_pic
     streams = [stream for stream in container.streams.video if not stream.disposition & attached_pic]
-    if streams and streams[0].codec_context is None:
-        if container.format.name == "svg_pipe":
-            raise UnreadableClipError(
-                f"{path.name} is an SVG drawing; Framewise reads pictures made of pixels (PNG, JPEG, WebP, GIF, BMP), "
-                "not vector drawings. Export it as a PNG (a web browser or any vector editor can) and open that."
-            )
-        raise ReaderFailed("PyAV has no decoder for its video")
     if streams:
+        _check_decodable(container, streams[0], path)
         return streams[0]
     if container.streams.video:
         raise NoVideoStreamError(
@@ -322,6 +316,31 @@ def video_stream(container: Any, path: Path) -> Any:
     raise NoVideoStreamError(
         f"{path.name} has no video stream (it holds {', '.join(kinds)} only). Choose a file with video in it."
     )
+
+
+def _check_decodable(container: Any, stream: Any, path: Path) -> None:
+    """Refuse by name what this FFmpeg cannot decode and OpenCV would misread: an SVG drawing, and
+    an animated WebP (FFmpeg decodes still WebP pictures only; OpenCV gives its first frame over
+    and over, at no time). Another stream without a decoder is left to OpenCV."""
+    if container.format.name == "webp_pipe" and _animated_webp(path):
+        raise UnreadableClipError(
+            f"{path.name} is an animated WebP; Framewise reads still WebP pictures, but its decoder (FFmpeg's) "
+            "cannot read an animation. Convert it to an MP4 or a GIF and open that."
+        )
+    if stream.codec_context is None:
+        if container.format.name == "svg_pipe":
+            raise UnreadableClipError(
+                f"{path.name} is an SVG drawing; Framewise reads pictures made of pixels (PNG, JPEG, WebP, GIF, BMP), "
+                "not vector drawings. Export it as a PNG (a web browser or any vector editor can) and open that."
+            )
+        raise ReaderFailed("PyAV has no decoder for its video")
+
+
+def _animated_webp(path: Path) -> bool:
+    """Whether ``path`` is a WebP file whose extended header (its VP8X chunk) sets the animation flag."""
+    with open(path, "rb") as file:
+        head = file.read(21)
+    return len(head) == 21 and head[8:16] == b"WEBPVP8X" and bool(head[20] & 0x02)
 
 
 def _no_streams_message(container: Any, path: Path) -> str:

@@ -17,7 +17,7 @@ from framewise.app.cli import _result_json, main
 from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo
 from framewise.core.timecodes import find_times
 from tests.conftest import REPO_ROOT, SAMPLE_CLIPS
-from tests.core.test_video import SVG_DRAWING, cut_short_mp4
+from tests.core.test_video import SVG_DRAWING, cut_short_mp4, write_animated_webp
 
 FAST = ["--max-frames", "4", "--max-new-tokens", "8", "--device", "cpu"]
 
@@ -87,6 +87,12 @@ def test_an_svg_drawing_is_refused_by_name_before_loading(tmp_path: Path) -> Non
     assert result.returncode == 2
     assert "drawing.svg is an SVG drawing" in result.stderr and "Export it as a PNG" in result.stderr
     assert "Unexpected" not in result.stderr and "[load]" not in result.stderr
+
+
+def test_an_animated_webp_is_refused_by_name_before_loading(tmp_path: Path) -> None:
+    result = framewise("ask", str(write_animated_webp(tmp_path / "animation.webp")), "What moves?", *FAST)
+    assert result.returncode == 2
+    assert "animation.webp is an animated WebP" in result.stderr and "[load]" not in result.stderr
 
 
 def test_a_cut_short_clip_is_answered_with_a_warning_of_how_much_was_read(tmp_path: Path) -> None:

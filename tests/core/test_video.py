@@ -424,6 +424,30 @@ def test_an_svg_drawing_is_refused_by_name(tmp_path):
             call()
 
 
+def write_animated_webp(path: Path, count: int = 4) -> Path:
+    """An animated WebP of ``count`` different :func:`index_frame` frames, 0.25 s each."""
+    if "libwebp_anim" not in av.codecs_available:
+        pytest.skip("this PyAV's FFmpeg has no animated WebP encoder (libwebp_anim) to write the file with")
+    with av.open(str(path), "w", format="webp") as container:
+        stream = container.add_stream("libwebp_anim", rate=4)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for index in range(count):
+            frame = av.VideoFrame.from_ndarray(index_frame(index * 5), format="rgb24")
+            frame.pts, frame.time_base = index, Fraction(1, 4)
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+    return path
+
+
+def test_an_animated_webp_is_refused_by_name_not_read_as_one_frame_repeated(tmp_path):
+    animation = write_animated_webp(tmp_path / "animation.webp")
+
+    assert read_still(animation) is None
+    for call in (lambda: sample(animation), lambda: probe_clip(animation)):
+        with pytest.raises(UnreadableClipError, match="animation.webp is an animated WebP.*cannot read an animation"):
+            call()
+
+
 def test_resolution_is_checked_from_the_header_before_any_decoding(clips, monkeypatch):
     def no_decoding(*args):
         raise AssertionError("decoded a clip whose header is too large")
