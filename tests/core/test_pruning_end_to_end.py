@@ -114,8 +114,12 @@ def test_a_follow_up_to_a_pruned_clip_counts_on_from_the_unpruned_positions(
     language = decoder.language
     passed: list[tuple[int, torch.Tensor]] = []
     text_prefill = language.text_prefill  # a text tail's prefill, padded to its token bucket
-    monkeypatch.setattr(language, "text_prefill", lambda cache, ids, positions, rope, last: (
-        passed.append((int(positions[0]), rope[:, : int(last) + 1].clone())), text_prefill(cache, ids, positions, rope, last))[1])
+
+    def recording(cache, ids, positions, rope, last):
+        passed.append((int(positions[0]), rope[:, : int(last) + 1].clone()))
+        return text_prefill(cache, ids, positions, rope, last)
+
+    monkeypatch.setattr(language, "text_prefill", recording)
     monkeypatch.setattr(language, "positions", lambda *args: pytest.fail("positions recomputed for a text tail"))
     _, inputs, prompt = ask(demo, decoder, video, features, demo.questions[1], history)
     monkeypatch.undo()

@@ -10,7 +10,6 @@ checks it against it.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -320,15 +319,10 @@ def _video_blocks(tokens: _VisionTokens, video: VideoInputs, merge_area: int, pr
     if len(video.pair_timestamps) != t:
         raise ValueError(f"{len(video.pair_timestamps)} pair timestamps for {t} frame pairs")
     retention = video.retention
-    if retention is not None and retention.grid != (t, h // _side(merge_area), w // _side(merge_area)):
+    if retention is not None and (retention.grid[0] != t or retention.total != t * h * w // merge_area):
         raise ValueError(f"a retention of grid {retention.grid} for a clip of {t} frame pairs of {h}x{w} patches")
     counts = retention.kept_per_slice if pruned and retention is not None else (h * w // merge_area,) * t
     return "".join(
         f"{time_marker(seconds)}{tokens.vision_start}{tokens.video_pad * count}{tokens.vision_end}"
         for seconds, count in zip(video.pair_timestamps, counts)
     )
-
-
-def _side(merge_area: int) -> int:
-    """Patches along one side of a merge block of ``merge_area`` patches."""
-    return math.isqrt(merge_area)

@@ -36,7 +36,7 @@ TOKENIZER = build_demo_tokenizer()
 GEOMETRY = VisionGeometry()
 HEIGHT, WIDTH = 64, 96  # 4 x 6 patches: 2 x 3 = 6 merged tokens a frame pair
 PER_PAIR = 6
-BLOCK = re.compile(r"<(\d+\.\d) seconds><\|vision_start\|>((?:<\|video_pad\|>)*)<\|vision_end\|>")
+BLOCK = re.compile(r"(<\d+\.\d seconds>)<\|vision_start\|>((?:<\|video_pad\|>)*)<\|vision_end\|>")
 
 
 @pytest.fixture(scope="module")
@@ -68,16 +68,16 @@ def pruned_clip(pairs: int, rate: float, seed: int = 0, still: float = 0.5) -> t
 
 
 def blocks_in(ids: torch.Tensor) -> list[tuple[str, int]]:
-    """(marker seconds, pads in the vision block right after it) for every time marker, read
-    from the prompt's token ids."""
-    return [(seconds, pads.count("<|video_pad|>")) for seconds, pads in BLOCK.findall(TOKENIZER.decode(ids[0]))]
+    """(time marker, pads in the vision block right after it) for every time marker, read from the
+    prompt's token ids."""
+    return [(marker, pads.count("<|video_pad|>")) for marker, pads in BLOCK.findall(TOKENIZER.decode(ids[0]))]
 
 
 def assert_markers_match(inputs: ChatInputs, video: VideoInputs, retention: Retention) -> None:
     """Each pair's marker, in order, followed by exactly the pads of the tokens that pair kept;
     as many pads in all as kept feature rows."""
     blocks = blocks_in(inputs.input_ids)
-    assert [seconds for seconds, _ in blocks] == [time_marker(t)[1:-9] for t in video.pair_timestamps]
+    assert [marker for marker, _ in blocks] == [time_marker(seconds) for seconds in video.pair_timestamps]
     assert tuple(count for _, count in blocks) == retention.kept_per_slice
     assert int((inputs.input_ids == TOKENIZER.convert_tokens_to_ids("<|video_pad|>")).sum()) == retention.kept
 
@@ -95,7 +95,8 @@ def test_each_marker_is_followed_by_the_pads_its_frame_pair_kept(pairs, rate, se
     assert_markers_match(inputs, video, video.retention)
     assert TOKENIZER.decode(inputs.input_ids[0]) == inputs.prompt_text
     assert TOKENIZER.encode(inputs.prompt_text, add_special_tokens=False) == inputs.input_ids[0].tolist()
-    assert torch.equal(inputs.mm_token_type_ids == VIDEO_TOKEN, inputs.input_ids == TOKENIZER.convert_tokens_to_ids("<|video_pad|>"))
+    video_pads = inputs.input_ids == TOKENIZER.convert_tokens_to_ids("<|video_pad|>")
+    assert torch.equal(inputs.mm_token_type_ids == VIDEO_TOKEN, video_pads)
 
 
 def test_the_marker_check_fails_on_counts_spread_evenly_over_the_later_pairs() -> None:
@@ -146,9 +147,8 @@ def test_a_pair_that_kept_nothing_keeps_its_marker_and_an_empty_block() -> None:
 def test_rate_zero_builds_exactly_the_unpruned_prompt() -> None:
     video = clip(4)
     plain = build_chat_inputs(TOKENIZER, "What moves?", videos=[video])
-    kept_all = build_chat_inputs(
-        TOKENIZER, "What moves?", videos=[dataclasses.replace(video, retention=retained_mask(merged_tokens(4, 0), (4, 2, 3), 0.0))]
-    )
+    retention = retained_mask(merged_tokens(4, 0), (4, 2, 3), 0.0)
+    kept_all = build_chat_inputs(TOKENIZER, "What moves?", videos=[dataclasses.replace(video, retention=retention)])
     assert kept_all.unpruned is None
     for field in ("input_ids", "attention_mask", "mm_token_type_ids"):
         assert torch.equal(getattr(kept_all, field), getattr(plain, field))
@@ -160,10 +160,17 @@ def test_the_unpruned_prompt_is_the_one_built_without_pruning_and_the_kept_token
     pruned = build_chat_inputs(TOKENIZER, "What moves?", videos=[video])
     plain = build_chat_inputs(TOKENIZER, "What moves?", videos=[dataclasses.replace(video, retention=None)])
     unpruned = pruned.unpruned
-    assert torch.equal(unpruned.input_ids, plain.input_ids) and torch.equal(unpruned.token_types, plain.mm_token_type_ids)
+    assert torch.equal(unpruned.input_ids, plain.input_ids)
+    assert torch.equal(unpruned.token_types, plain.mm_token_type_ids)
     assert torch.equal(unpruned.input_ids[:, unpruned.kept], pruned.input_ids)
     assert unpruned.pruned_tokens == video.retention.total - video.retention.kept > 0
     assert pruned.grids == plain.grids  # positions are computed over the unpruned grid
+
+
+def test_a_retention_of_another_clips_grid_is_refused() -> None:
+    video = dataclasses.replace(clip(4), retention=Retention.keep_all((4, 3, 6)))
+    with pytest.raises(ValueError, match=r"retention of grid \(4, 3, 6\) for a clip of 4 frame pairs of 4x6 patches"):
+        build_chat_inputs(TOKENIZER, "What moves?", videos=[video])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,7 +217,8 @@ def test_at_rate_zero_the_positions_are_get_rope_indexs(model) -> None:
     rope, offset = rope_index(model, inputs, inputs.input_ids, inputs.token_types)
     assert torch.equal(positions.rope, rope) and positions.rope_offset == offset
     every = torch.ones(inputs.input_ids.shape[1], dtype=torch.bool)
-    assert torch.equal(kept_positions(positions, every).rope, rope) and kept_positions(positions, every).rope_offset == offset
+    all_kept = kept_positions(positions, every)
+    assert torch.equal(all_kept.rope, rope) and all_kept.rope_offset == offset
 
 
 @settings(max_examples=20, deadline=None)
