@@ -34,7 +34,7 @@ from framewise.core.errors import SettingsError
 
 # Tokens of later slices whose dissimilarity is computed in float32 at once: bounds the float32
 # copy a long clip's bf16 embeddings would otherwise need whole.
-_SCORE_ROWS = 8192
+_SCORE_ROWS = 4096
 # Below this product of norms a token counts as zero (its cosine 0, as torch's cosine_similarity has it).
 _EPS = 1e-8
 
