@@ -22,6 +22,7 @@ import torch
 from framewise.core.decoding.defs import LanguageModel, VisionRows
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.decoding.prefill_graphs import PrefillGraphs
+from framewise.core.decoding.pruned_positions import UnprunedPrompt, prompt_positions
 from framewise.core.decoding.step_graphs import ProgressCallback, StepGraphs, context_buckets
 from framewise.core.encoding.defs import EncodedItem, PieceGrid
 from framewise.core.errors import FramewiseError, SettingsError
@@ -39,7 +40,8 @@ class Prompt:
     """A prompt to answer: ``input_ids`` and the family's ``token_types`` (1, n) int64 on the CPU;
     ``spans``, where the encoded ``items`` go (none for a text-only prompt), and ``grids``, each
     item's ``(modality, grid_thw)``; ``owner``, the object that identifies the items (cache
-    entries are re-used only for the same owner)."""
+    entries are re-used only for the same owner); ``unpruned``, for a prompt whose video tokens
+    were pruned, the prompt it was cut from (its rotary positions come from that one)."""
 
     input_ids: torch.Tensor
     token_types: torch.Tensor
@@ -47,6 +49,7 @@ class Prompt:
     grids: tuple[PieceGrid, ...] = ()
     items: tuple[EncodedItem, ...] = ()
     owner: Any = None
+    unpruned: UnprunedPrompt | None = None
 
     def vision_rows(self, start: int) -> VisionRows | None:
         """The features of the tokens from ``start`` on, or ``None`` when no span reaches past it.
@@ -242,7 +245,9 @@ class Decoder:
             # p + the offset the prefix's prefill found, on every axis.
             tail_rope = torch.arange(reused, len(ids)).expand(self.language.rope_axes, -1) + self._rope_offset
         else:
-            positions = self.language.positions(prompt.input_ids, prompt.token_types, prompt.grids)
+            positions = prompt_positions(
+                self.language, prompt.input_ids, prompt.token_types, prompt.grids, prompt.unpruned
+            )
             self._rope_offset = positions.rope_offset
             tail_rope = positions.rope[:, reused:]
         tail_ids = prompt.input_ids[:, reused:]

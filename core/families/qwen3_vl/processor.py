@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from framewise.core.encoding.defs import VisionItem
+from framewise.core.encoding.pruning import Retention
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.sizing import (
     IMAGE_MAX_PIXELS,
@@ -41,10 +42,15 @@ from framewise.core.video import FrameSizing
 
 @dataclass(frozen=True)
 class VideoInputs:
-    """A preprocessed clip: the tower's input and one timestamp (seconds) per frame pair."""
+    """A preprocessed clip: the tower's input and one timestamp (seconds) per frame pair.
+
+    ``retention``, when the clip's video tokens were pruned after encoding, says which of its
+    merged tokens the prompt keeps (``None``: all of them).
+    """
 
     item: VisionItem
     pair_timestamps: tuple[float, ...]
+    retention: Retention | None = None
 
 
 # ---------------------------------------------------------------------------------------------

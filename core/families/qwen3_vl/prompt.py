@@ -11,12 +11,13 @@ checks it against it.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from framewise.core.decoding.pruned_positions import UnprunedPrompt
 from framewise.core.encoding.defs import PieceGrid, VisionItem
 from framewise.core.errors import FramewiseError, ModelLoadError
 from framewise.core.families.base import DecodedAnswer, VisionSpan
@@ -41,6 +42,10 @@ class ChatInputs:
     items' features (items numbered clips first, then images; a clip has one span per frame pair);
     ``grids`` give every item's ``(modality, grid_thw)`` in that order. ``prompt_text`` is the text
     that was tokenized, placeholders expanded.
+
+    A prompt about a clip whose video tokens were pruned holds, per frame pair, only the pads of
+    the tokens it kept, and its spans point at the kept feature rows; ``unpruned`` is then the
+    prompt it was cut from (its positions are the language model's; ``grids`` stay unpruned).
     """
 
     input_ids: torch.Tensor
@@ -49,6 +54,7 @@ class ChatInputs:
     spans: tuple[VisionSpan, ...]
     grids: tuple[PieceGrid, ...]
     prompt_text: str
+    unpruned: UnprunedPrompt | None = None
 
     @property
     def token_types(self) -> torch.Tensor:
@@ -78,7 +84,8 @@ def build_chat_inputs(
     (h*w/merge^2) image pads. Special-token ids are looked up in the tokenizer. An earlier answer
     that is a :class:`~framewise.core.families.base.DecodedAnswer` enters as its own token ids
     (the text around it is tokenized piece by piece), so the prompt starts with exactly the
-    tokens the decoder's cache holds.
+    tokens the decoder's cache holds. A clip with a ``retention`` takes, per frame pair, only the
+    pads of the tokens pruning kept (see :class:`ChatInputs`).
 
     Raises FramewiseError when a question or answer contains one of the reserved vision
     markers, and ModelLoadError when the tokenizer or its chat template lacks them.
@@ -105,13 +112,47 @@ def build_chat_inputs(
             f"The tokenizer splits the vision pad tokens ({tokens.image_pad}, {tokens.video_pad}); "
             "use the tokenizer that came with the model."
         )
-    return ChatInputs(
+    inputs = ChatInputs(
         input_ids=ids,
         attention_mask=torch.ones_like(ids),
         mm_token_type_ids=token_types,
         spans=spans,
         grids=grids,
         prompt_text=_fill_answer_slots(slotted_text, decoded),
+    )
+    if not any(video.retention is not None and video.retention.prunes for video in videos):
+        return inputs
+    pruned_text = _expand_placeholders(template_text, tokens, videos, images, geometry.merge_area, pruned=True)
+    return _pruned(inputs, videos, geometry.merge_area, _fill_answer_slots(pruned_text, decoded))
+
+
+def _pruned(inputs: ChatInputs, videos: Sequence[VideoInputs], merge_area: int, text: str) -> ChatInputs:
+    """``inputs`` (built with every video token) cut to the video tokens the clips' retentions keep;
+    ``text`` is the pruned prompt's text."""
+    token_types = inputs.mm_token_type_ids
+    kept = torch.ones(token_types.shape[1], dtype=torch.bool)
+    # The video pads run clip after clip, each clip's in its row order, as the retention masks do.
+    masks = [
+        torch.ones(video.item.patches // merge_area, dtype=torch.bool) if video.retention is None
+        else video.retention.mask
+        for video in videos
+    ]
+    kept[(token_types[0] == VIDEO_TOKEN).nonzero().flatten()] = torch.cat(masks)
+    pruned_types = token_types[:, kept]
+    kept_per_slice = {
+        item: video.retention.kept_per_slice for item, video in enumerate(videos) if video.retention is not None
+    }
+    spans = vision_spans(pruned_types, inputs.grids, merge_area, kept_per_slice)
+    assert spans is not None, "a pruned prompt's pads are the unpruned prompt's, which matched its grids"
+    input_ids = inputs.input_ids[:, kept]
+    return ChatInputs(
+        input_ids=input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        mm_token_type_ids=pruned_types,
+        spans=spans,
+        grids=inputs.grids,
+        prompt_text=text,
+        unpruned=UnprunedPrompt(inputs.input_ids, token_types, kept),
     )
 
 
@@ -158,26 +199,42 @@ def _fill_answer_slots(text: str, answers: Sequence[DecodedAnswer]) -> str:
 
 
 def vision_spans(
-    token_types: torch.Tensor, grids: Sequence[PieceGrid], merge_area: int
+    token_types: torch.Tensor,
+    grids: Sequence[PieceGrid],
+    merge_area: int,
+    kept_per_slice: Mapping[int, Sequence[int]] | None = None,
 ) -> tuple[VisionSpan, ...] | None:
     """Where the features of items of ``grids`` ((modality, grid_thw) each, in item order) go in
     a prompt of ``token_types`` (1, L): one span per run of that modality's pads, a clip's frame
-    pairs and the images each in order. ``None`` when the runs do not match the grids (a
-    tokenizer that does not keep every pad a token of its own)."""
+    pairs and the images each in order. ``kept_per_slice`` gives, for an item pruned, the tokens
+    each of its slices kept (a slice that kept none has no run); its spans then point at the kept
+    rows. ``None`` when the runs do not match the grids (a tokenizer that does not keep every pad
+    a token of its own)."""
     spans: list[VisionSpan] = []
     for modality, token_type in (("video", VIDEO_TOKEN), ("image", IMAGE_TOKEN)):
         runs = _runs(token_types[0] == token_type)
-        slices = [
-            (item, index, h * w // merge_area)
-            for item, (kind, (t, h, w)) in enumerate(grids) if kind == modality for index in range(t)
-        ]
+        slices = _slices_with_tokens(grids, modality, merge_area, kept_per_slice or {})
         if len(runs) != len(slices) or any(length != tokens for (_, length), (*_, tokens) in zip(runs, slices)):
             return None
-        spans += [
-            VisionSpan(item, start, length, row=index * length)
-            for (start, length), (item, index, _) in zip(runs, slices)
-        ]
+        spans += [VisionSpan(item, start, length, row=row) for (start, length), (item, row, _) in zip(runs, slices)]
     return tuple(sorted(spans, key=lambda span: span.start))
+
+
+def _slices_with_tokens(
+    grids: Sequence[PieceGrid], modality: str, merge_area: int, kept_per_slice: Mapping[int, Sequence[int]]
+) -> list[tuple[int, int, int]]:
+    """(item, first feature row, tokens) of every slice of ``modality``'s items that holds tokens
+    in the prompt, in order: each slice's h*w/merge_area tokens, or what ``kept_per_slice`` says."""
+    slices = []
+    for item, (kind, (t, h, w)) in enumerate(grids):
+        if kind != modality:
+            continue
+        row = 0
+        for tokens in kept_per_slice.get(item, (h * w // merge_area,) * t):
+            if tokens:
+                slices.append((item, row, tokens))
+            row += tokens
+    return slices
 
 
 def _runs(mask: torch.Tensor) -> list[tuple[int, int]]:
@@ -229,8 +286,15 @@ class _VisionTokens:
 
 
 def _expand_placeholders(
-    text: str, tokens: _VisionTokens, videos: Sequence[VideoInputs], images: Sequence[VisionItem], merge_area: int
+    text: str,
+    tokens: _VisionTokens,
+    videos: Sequence[VideoInputs],
+    images: Sequence[VisionItem],
+    merge_area: int,
+    pruned: bool = False,
 ) -> str:
+    """``text`` with the template's placeholders expanded: every video token's pad, or with
+    ``pruned`` only the pads of the tokens each clip's retention keeps."""
     found_videos = text.count(tokens.video_pad)
     found_images = text.count(tokens.image_pad)
     if found_videos != len(videos) or found_images != len(images):
@@ -239,7 +303,7 @@ def _expand_placeholders(
             f"{len(videos)} and {len(images)} were given; use a Qwen3-VL chat template."
         )
     image_blocks = iter(tokens.image_pad * (item.patches // merge_area) for item in images)
-    video_blocks = iter(_video_blocks(tokens, video, merge_area) for video in videos)
+    video_blocks = iter(_video_blocks(tokens, video, merge_area, pruned) for video in videos)
 
     def expand(match: re.Match[str]) -> str:
         return next(image_blocks if match.group() == tokens.image_pad else video_blocks)
@@ -248,11 +312,17 @@ def _expand_placeholders(
     return re.sub(pattern, expand, text)
 
 
-def _video_blocks(tokens: _VisionTokens, video: VideoInputs, merge_area: int) -> str:
+def _video_blocks(tokens: _VisionTokens, video: VideoInputs, merge_area: int, pruned: bool = False) -> str:
+    """Per frame pair of ``video``: its time marker and its vision block, holding a pad for each of
+    the pair's tokens (with ``pruned``, each it kept)."""
     t, h, w = video.item.grid_thw
     if len(video.pair_timestamps) != t:
         raise ValueError(f"{len(video.pair_timestamps)} pair timestamps for {t} frame pairs")
-    pads = tokens.video_pad * (h * w // merge_area)
+    retention = video.retention
+    if retention is not None and (retention.grid[0] != t or retention.total != t * h * w // merge_area):
+        raise ValueError(f"a retention of grid {retention.grid} for a clip of {t} frame pairs of {h}x{w} patches")
+    counts = retention.kept_per_slice if pruned and retention is not None else (h * w // merge_area,) * t
     return "".join(
-        f"{time_marker(seconds)}{tokens.vision_start}{pads}{tokens.vision_end}" for seconds in video.pair_timestamps
+        f"{time_marker(seconds)}{tokens.vision_start}{tokens.video_pad * count}{tokens.vision_end}"
+        for seconds, count in zip(video.pair_timestamps, counts)
     )
