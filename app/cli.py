@@ -66,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     setup_logging()
     try:
+        _stdout()  # a closed stdout is found before the model loads, not when the answer comes
         settings = _settings_from_args(args).validate()
         if args.command == "info":
             return _info(settings, args.json)
@@ -83,14 +84,36 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def write_stdout(text: str) -> None:
     """Write ``text`` to stdout at once; a failed write (``>/dev/full``, a closed pipe) is an OutputWriteError."""
+    stdout = _stdout()
     try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        stdout.write(text)
+        stdout.flush()
     except OSError as error:
         raise OutputWriteError(
             f"Cannot write the answer to standard output ({error.strerror or error}); send the output to a disk "
             "with room, or to a program that reads all of it."
         ) from error
+
+
+def _stdout() -> TextIO:
+    """``sys.stdout``, or an OutputWriteError when the program was started with it closed (``>&-``)."""
+    if sys.stdout is None:
+        raise OutputWriteError(
+            "Standard output is closed, so the answer has nowhere to go; send it to a file (> answer.txt), "
+            "or to /dev/null to discard it."
+        )
+    return sys.stdout
+
+
+def _seconds(text: str) -> float:
+    """``--start``/``--end``'s value: a finite number of seconds; argparse prints the refusal and exits 2."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        raise argparse.ArgumentTypeError(f"{text} is not a time in seconds; give a number such as 12 or 12.5")
+    return seconds
 
 
 def _discard_stdout() -> None:
@@ -127,8 +150,8 @@ def _parser() -> argparse.ArgumentParser:
         "clips", nargs="+", metavar="CLIP", help="path of a video file or a picture; give several to ask about them together"
     )
     ask.add_argument("question", help="the question, in quotes")
-    ask.add_argument("--start", type=float, metavar="S", help="look closer at the first clip from S seconds (default 0)")
-    ask.add_argument("--end", type=float, metavar="S", help="look closer at the first clip up to S seconds (default its end)")
+    ask.add_argument("--start", type=_seconds, metavar="S", help="look closer at the first clip from S seconds (default 0)")
+    ask.add_argument("--end", type=_seconds, metavar="S", help="look closer at the first clip up to S seconds (default its end)")
     info = commands.add_parser("info", help="show the device, attention backends and model in use")
     for command in (ask, info):
         _add_settings_flags(command)

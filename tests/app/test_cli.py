@@ -426,3 +426,26 @@ def test_ask_json_says_which_clip_each_time_belongs_to_when_there_are_several() 
     assert [(time["text"], time["clip"]) for time in payload["times"]] == [
         ("0:02", "short.mp4"), ("0:25", "long.mp4"), ("0:03", None),
     ]
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--start", "nan"), ("--end", "nan"), ("--start", "inf")])
+def test_a_start_or_end_that_is_not_a_time_is_refused_before_loading(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["ask", str(RED_SQUARE), "What color is the square?", *FAST, flag, value])
+    assert exit_info.value.code == 2
+    stderr = capsys.readouterr().err
+    assert f"argument {flag}: {value} is not a time in seconds" in stderr, stderr
+    assert "[load]" not in stderr and "Unexpected error" not in stderr
+
+
+def test_a_closed_stdout_is_refused_before_loading_with_exit_2() -> None:
+    script = 'exec "$0" -m framewise.app.cli ask "$1" "What color is the square?" --device cpu >&-'
+    result = subprocess.run(
+        ["sh", "-c", script, sys.executable, str(RED_SQUARE)],
+        cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True, timeout=240,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "framewise: Standard output is closed" in result.stderr
+    assert "[load]" not in result.stderr and "Unexpected error" not in result.stderr
