@@ -259,7 +259,7 @@ def test_a_question_too_long_for_the_context_is_refused_before_loading_with_the_
     assert result.returncode == 2
     message = result.stderr.strip().splitlines()[-1]
     assert re.match(r"framewise: --max-context: the question is [\d,]{6,} tokens", message), message
-    assert "shorten the question, or raise the context to at least" in message
+    assert re.search(r"shorten the question to at most [\d,]+ tokens, or raise the context \(now [\d,]+\) to at least", message)
     assert "new conversation" not in message and "decoding." not in message
     assert "[load]" not in result.stderr, "the model was loaded before the question was checked"
     assert result.stdout == ""
