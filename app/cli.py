@@ -25,7 +25,7 @@ import json
 import math
 import os
 import sys
-from typing import Any, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Sequence, TextIO
 
 from framewise import __version__
 from framewise.app.logs import setup_logging
@@ -35,6 +35,9 @@ from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo, Eve
 from framewise.core.memory_plan import size_text
 from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, FAST_MODES, FIELD_WORDS, AppSettings
 from framewise.core.timecodes import find_times
+
+if TYPE_CHECKING:
+    from framewise.core.video import ClipInfo
 
 # The flag that sets each settings field, so messages name what a person can type.
 FLAGS = {
@@ -285,8 +288,7 @@ def _ask(
         raise EmptyQuestionError()
     from framewise.core.video import probe_clip  # no torch: a bad path is found before the model loads
 
-    for clip in clips:
-        probe_clip(clip)
+    files = [probe_clip(clip) for clip in clips]
     if settings.backend.kind == "local":  # a server has its own tokenizer and context
         from framewise.core.loading import count_question_tokens  # the tokenizer only, no weights
 
@@ -300,6 +302,7 @@ def _ask(
     added = [engine.add_clip(clip) for clip in clips[1:]]
     if span is not None:
         added.append(engine.look_closer(*span))
+        files.append(files[0])  # a closer look is a part of the first file
     for item in (encoded, *added):
         if item.damage:
             print(f"framewise: warning: {item.damage}", file=sys.stderr)
@@ -307,13 +310,21 @@ def _ask(
         printer.stream_answer(f"[{info.model_label}]\n" if info.model_label else "")
     done = engine.ask(question)
     if as_json:
-        write_stdout(json.dumps(_result_json(info, encoded, done, added)) + "\n")
+        write_stdout(json.dumps(_result_json(info, encoded, done, added, files)) + "\n")
     else:
         printer.start_answer()  # the label, when an answer came without a token
-        write_stdout("\n" + format_stats(done.stats, encoded, info) + "\n")
-        for other in added:
-            write_stdout(f"also asked about {other.clip_name}: {_item_words(other)}\n")
+        write_stdout("\n" + format_stats(done.stats, encoded, info) + "\n" + _items_text(encoded, added, files))
     return 0
+
+
+def _items_text(encoded: EncodeDone, added: Sequence[EncodeDone], files: Sequence[ClipInfo]) -> str:
+    """A line for the first item's file, then one for each item added to the question."""
+    kind = "picture" if encoded.kind == "image" else "clip"
+    lines = [f"{kind} {encoded.clip_name}: {_file_words(files[0], encoded)}"]
+    for other, file in zip(added, files[1:]):
+        about = "" if other.span else f" ({_file_words(file, other)})"
+        lines.append(f"also asked about {other.clip_name}{about}: {_item_words(other)}")
+    return "".join(line + "\n" for line in lines)
 
 
 def _note_unused_settings(settings: AppSettings, info: EngineInfo) -> None:
@@ -438,7 +449,29 @@ def _item_words(encoded: EncodeDone) -> str:
     return f"frames {encoded.frames}, patches {encoded.patches}"
 
 
-def _clip_json(encoded: EncodeDone) -> dict[str, Any]:
+def _file_words(file: ClipInfo, encoded: EncodeDone) -> str:
+    """What the file an item came from is: a clip's length, size, frame rate and codec; a picture's size."""
+    size = f"{file.width}×{file.height}"
+    if encoded.kind == "image":
+        return size
+    return f"{file.duration_s:,.1f} s, {size}, {file.fps:.4g} fps, {file.codec}"
+
+
+def _file_json(file: ClipInfo | None, encoded: EncodeDone) -> dict[str, Any] | None:
+    """The file's facts as :func:`_file_words` says them (a picture has no length nor frame rate)."""
+    if file is None:
+        return None
+    video = encoded.kind != "image"
+    return {
+        "width": file.width,
+        "height": file.height,
+        "duration_s": file.duration_s if video else None,
+        "fps": file.fps if video else None,
+        "codec": file.codec,
+    }
+
+
+def _clip_json(encoded: EncodeDone, file: ClipInfo | None = None) -> dict[str, Any]:
     return {
         "name": encoded.clip_name,
         "kind": encoded.kind,
@@ -453,28 +486,36 @@ def _clip_json(encoded: EncodeDone) -> dict[str, Any]:
         "sampling_mode": encoded.sampling_mode,
         "span": list(encoded.span) if encoded.span else None,
         "damage": encoded.damage,
+        "file": _file_json(file, encoded),
     }
 
 
 def _result_json(
-    info: EngineInfo, encoded: EncodeDone, done: Done, added: Sequence[EncodeDone] = ()
+    info: EngineInfo,
+    encoded: EncodeDone,
+    done: Done,
+    added: Sequence[EncodeDone] = (),
+    files: Sequence[ClipInfo] = (),
 ) -> dict[str, Any]:
-    """``ask --json``'s object: ``clip`` is the first file, ``clips`` every file in order. Each of
-    ``times`` has its text and seconds and, when the question was about several items, ``clip``: the
-    name of the one it belongs to (``None`` where the answer does not say). ``dtype`` is the
+    """``ask --json``'s object: ``clip`` is the first file, ``clips`` every file in order, each with
+    ``file``: the size, length, frame rate and codec of the file it was read from (``files``, in the
+    same order; ``None`` where not given). Each of ``times`` has its text and seconds and, when the
+    question was about several items, ``clip``: the name of the one it belongs to (``None`` where the answer does not say). ``dtype`` is the
     activations'; ``weight_dtype`` that of the language model's linear weights where it differs
     (``"fp8"``), else ``None``."""
+    items = (encoded, *added)
+    item_files: Sequence[ClipInfo | None] = files or [None] * len(items)
     return {
         "answer": done.text,
-        "times": _times_json(done.text, (encoded, *added)),
+        "times": _times_json(done.text, items),
         "model": info.model_name,
         "model_label": info.model_label,
         "device": info.device,
         "dtype": info.dtype,
         "weight_dtype": info.weight_dtype,
         "encoder": info.encoder_name,
-        "clip": _clip_json(encoded),
-        "clips": [_clip_json(item) for item in (encoded, *added)],
+        "clip": _clip_json(encoded, item_files[0]),
+        "clips": [_clip_json(item, file) for item, file in zip(items, item_files)],
         "stats": dataclasses.asdict(done.stats),
         "server": dataclasses.asdict(info.server) if info.server else None,
     }

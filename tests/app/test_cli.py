@@ -449,3 +449,25 @@ def test_a_closed_stdout_is_refused_before_loading_with_exit_2() -> None:
     assert result.returncode == 2, result.stderr
     assert "framewise: Standard output is closed" in result.stderr
     assert "[load]" not in result.stderr and "Unexpected error" not in result.stderr
+
+
+def test_ask_states_each_files_length_size_and_frame_rate(tmp_path: Path) -> None:
+    import av
+
+    from tests.core.test_images import red_square_picture
+
+    with av.open(str(RED_SQUARE)) as container:
+        stream = container.streams.video[0]
+        width, height, fps = stream.width, stream.height, float(stream.average_rate)
+        duration = container.duration / av.time_base
+    picture = red_square_picture(tmp_path)
+    files = (str(RED_SQUARE), str(picture), "What color is the square?", *FAST)
+    text = framewise("ask", *files, "--start", "1").stdout
+    assert f"clip {RED_SQUARE.name}: {duration:.1f} s, {width}×{height}, {fps:.4g} fps, h264\n" in text
+    assert f"also asked about {picture.name} (320×224): a picture" in text
+    assert f"also asked about {RED_SQUARE.name} 1.0–4.0 s: a closer look" in text, "a part of a file said once"
+    clips = json.loads(framewise("ask", *files, "--json").stdout)["clips"]
+    assert clips[0]["file"] == {
+        "width": width, "height": height, "duration_s": pytest.approx(duration), "fps": pytest.approx(fps), "codec": "h264"
+    }
+    assert clips[1]["file"] == {"width": 320, "height": 224, "duration_s": None, "fps": None, "codec": "png"}
