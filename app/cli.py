@@ -66,7 +66,13 @@ API_KEY_VARIABLE = "FRAMEWISE_SERVER_API_KEY"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = _parser().parse_args(arguments)
+    except SystemExit as exit_:
+        if exit_.code == 2:  # argparse refused them: a file name that starts with a dash read as a flag?
+            _explain_dashed_names(arguments)
+        raise
     setup_logging()
     try:
         _stdout()  # a closed stdout is found before the model loads, not when the answer comes
@@ -106,6 +112,19 @@ def _stdout() -> TextIO:
             "or to /dev/null to discard it."
         )
     return sys.stdout
+
+
+def _explain_dashed_names(arguments: Sequence[str]) -> None:
+    """Say on stderr how to give the files among ``arguments`` whose names start with a dash, which
+    argparse reads as flags (those before a ``--``)."""
+    before_files = arguments[: arguments.index("--")] if "--" in arguments else arguments
+    for name in before_files:
+        if name.startswith("-") and name != "-" and os.path.lexists(name):
+            print(
+                f"framewise: {name} starts with a dash, so it was read as a flag; put -- before the files "
+                f'(framewise ask [flags] -- {name} "question"), or write it as ./{name}',
+                file=sys.stderr,
+            )
 
 
 def _seconds(text: str) -> float:

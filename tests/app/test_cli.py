@@ -471,3 +471,20 @@ def test_ask_states_each_files_length_size_and_frame_rate(tmp_path: Path) -> Non
         "width": width, "height": height, "duration_s": pytest.approx(duration), "fps": pytest.approx(fps), "codec": "h264"
     }
     assert clips[1]["file"] == {"width": 320, "height": 224, "duration_s": None, "fps": None, "codec": "png"}
+
+
+def test_a_file_name_that_starts_with_a_dash_is_explained_and_works_after_double_dash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "-clip.mp4").write_bytes(RED_SQUARE.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["ask", "-clip.mp4", "What color is the square?", *FAST])
+    assert exit_info.value.code == 2
+    hint = capsys.readouterr().err.strip().splitlines()[-1]
+    assert hint == (
+        "framewise: -clip.mp4 starts with a dash, so it was read as a flag; put -- before the files "
+        '(framewise ask [flags] -- -clip.mp4 "question"), or write it as ./-clip.mp4'
+    )
+    assert framewise("ask", *FAST, "--", "-clip.mp4", "What color is the square?").returncode == 0
+    assert framewise("ask", "./-clip.mp4", "What color is the square?", *FAST).returncode == 0
