@@ -519,9 +519,9 @@ def _result_json(
     """``ask --json``'s object: ``clip`` is the first file, ``clips`` every file in order, each with
     ``file``: the size, length, frame rate and codec of the file it was read from (``files``, in the
     same order; ``None`` where not given). Each of ``times`` has its text and seconds and, when the
-    question was about several items, ``clip``: the name of the one it belongs to (``None`` where the answer does not say). ``dtype`` is the
-    activations'; ``weight_dtype`` that of the language model's linear weights where it differs
-    (``"fp8"``), else ``None``."""
+    question was about several items, ``clip``: the name of the one it belongs to (``None`` where
+    the answer does not say). ``dtype`` is the activations'; ``weight_dtype`` that of the language
+    model's linear weights where it differs (``"fp8"``), else ``None``."""
     items = (encoded, *added)
     item_files: Sequence[ClipInfo | None] = files or [None] * len(items)
     return {

@@ -108,7 +108,8 @@ class Conversation:
         (:mod:`~framewise.core.markdown_text`)."""
         lines = [f"# Framewise conversation — {code_span(self.clip_name) if self.clip_name else 'no clip'}", ""]
         if self.clip_name:
-            lines.append(f"- Clip: {code_span(self.clip_name)}" + (f" ({code_span(self.clip_path)})" if self.clip_path else ""))
+            path = f" ({code_span(self.clip_path)})" if self.clip_path else ""
+            lines.append(f"- Clip: {code_span(self.clip_name)}{path}")
             if self.timestamps:
                 seconds = ", ".join(f"{timestamp:.2f}" for timestamp in self.timestamps)
                 lines.append(f"- {plural(len(self.timestamps), 'frame')} sampled at (s): {seconds}")
