@@ -398,7 +398,7 @@ def test_ask_about_a_clip_and_a_picture_together(sample_clip: Path, tmp_path: Pa
     assert payload["clip"]["name"] == sample_clip.name and payload["answer"]
 
     text = framewise("ask", str(sample_clip), str(picture), "What color is the square?", *FAST)
-    assert text.returncode == 0 and f"also asked about {picture.name}: a picture" in text.stdout
+    assert text.returncode == 0 and f"also asked about {picture.name} (320×224): a picture" in text.stdout
 
 
 def test_ask_refuses_a_missing_second_file_before_loading(sample_clip: Path, tmp_path: Path) -> None:
