@@ -25,7 +25,7 @@ import json
 import math
 import os
 import sys
-from typing import Any, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Sequence, TextIO
 
 from framewise import __version__
 from framewise.app.logs import setup_logging
@@ -35,6 +35,9 @@ from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo, Eve
 from framewise.core.memory_plan import size_text
 from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, FAST_MODES, FIELD_WORDS, AppSettings
 from framewise.core.timecodes import find_times
+
+if TYPE_CHECKING:
+    from framewise.core.video import ClipInfo
 
 # The flag that sets each settings field, so messages name what a person can type.
 FLAGS = {
@@ -63,9 +66,16 @@ API_KEY_VARIABLE = "FRAMEWISE_SERVER_API_KEY"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = _parser().parse_args(arguments)
+    except SystemExit as exit_:
+        if exit_.code == 2:  # argparse refused them: a file name that starts with a dash read as a flag?
+            _explain_dashed_names(arguments)
+        raise
     setup_logging()
     try:
+        _stdout()  # a closed stdout is found before the model loads, not when the answer comes
         settings = _settings_from_args(args).validate()
         if args.command == "info":
             return _info(settings, args.json)
@@ -83,14 +93,49 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def write_stdout(text: str) -> None:
     """Write ``text`` to stdout at once; a failed write (``>/dev/full``, a closed pipe) is an OutputWriteError."""
+    stdout = _stdout()
     try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        stdout.write(text)
+        stdout.flush()
     except OSError as error:
         raise OutputWriteError(
             f"Cannot write the answer to standard output ({error.strerror or error}); send the output to a disk "
             "with room, or to a program that reads all of it."
         ) from error
+
+
+def _stdout() -> TextIO:
+    """``sys.stdout``, or an OutputWriteError when the program was started with it closed (``>&-``)."""
+    if sys.stdout is None:
+        raise OutputWriteError(
+            "Standard output is closed, so the answer has nowhere to go; send it to a file (> answer.txt), "
+            "or to /dev/null to discard it."
+        )
+    return sys.stdout
+
+
+def _explain_dashed_names(arguments: Sequence[str]) -> None:
+    """Say on stderr how to give the files among ``arguments`` whose names start with a dash, which
+    argparse reads as flags (those before a ``--``)."""
+    before_files = arguments[: arguments.index("--")] if "--" in arguments else arguments
+    for name in before_files:
+        if name.startswith("-") and name != "-" and os.path.lexists(name):
+            print(
+                f"framewise: {name} starts with a dash, so it was read as a flag; put -- before the files "
+                f'(framewise ask [flags] -- {name} "question"), or write it as ./{name}',
+                file=sys.stderr,
+            )
+
+
+def _seconds(text: str) -> float:
+    """``--start``/``--end``'s value: a finite number of seconds; argparse prints the refusal and exits 2."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        raise argparse.ArgumentTypeError(f"{text} is not a time in seconds; give a number such as 12 or 12.5")
+    return seconds
 
 
 def _discard_stdout() -> None:
@@ -127,8 +172,8 @@ def _parser() -> argparse.ArgumentParser:
         "clips", nargs="+", metavar="CLIP", help="path of a video file or a picture; give several to ask about them together"
     )
     ask.add_argument("question", help="the question, in quotes")
-    ask.add_argument("--start", type=float, metavar="S", help="look closer at the first clip from S seconds (default 0)")
-    ask.add_argument("--end", type=float, metavar="S", help="look closer at the first clip up to S seconds (default its end)")
+    ask.add_argument("--start", type=_seconds, metavar="S", help="look closer at the first clip from S seconds (default 0)")
+    ask.add_argument("--end", type=_seconds, metavar="S", help="look closer at the first clip up to S seconds (default its end)")
     info = commands.add_parser("info", help="show the device, attention backends and model in use")
     for command in (ask, info):
         _add_settings_flags(command)
@@ -262,8 +307,7 @@ def _ask(
         raise EmptyQuestionError()
     from framewise.core.video import probe_clip  # no torch: a bad path is found before the model loads
 
-    for clip in clips:
-        probe_clip(clip)
+    files = [probe_clip(clip) for clip in clips]
     if settings.backend.kind == "local":  # a server has its own tokenizer and context
         from framewise.core.loading import count_question_tokens  # the tokenizer only, no weights
 
@@ -277,6 +321,7 @@ def _ask(
     added = [engine.add_clip(clip) for clip in clips[1:]]
     if span is not None:
         added.append(engine.look_closer(*span))
+        files.append(files[0])  # a closer look is a part of the first file
     for item in (encoded, *added):
         if item.damage:
             print(f"framewise: warning: {item.damage}", file=sys.stderr)
@@ -284,13 +329,21 @@ def _ask(
         printer.stream_answer(f"[{info.model_label}]\n" if info.model_label else "")
     done = engine.ask(question)
     if as_json:
-        write_stdout(json.dumps(_result_json(info, encoded, done, added)) + "\n")
+        write_stdout(json.dumps(_result_json(info, encoded, done, added, files)) + "\n")
     else:
         printer.start_answer()  # the label, when an answer came without a token
-        write_stdout("\n" + format_stats(done.stats, encoded, info) + "\n")
-        for other in added:
-            write_stdout(f"also asked about {other.clip_name}: {_item_words(other)}\n")
+        write_stdout("\n" + format_stats(done.stats, encoded, info) + "\n" + _items_text(encoded, added, files))
     return 0
+
+
+def _items_text(encoded: EncodeDone, added: Sequence[EncodeDone], files: Sequence[ClipInfo]) -> str:
+    """A line for the first item's file, then one for each item added to the question."""
+    kind = "picture" if encoded.kind == "image" else "clip"
+    lines = [f"{kind} {encoded.clip_name}: {_file_words(files[0], encoded)}"]
+    for other, file in zip(added, files[1:]):
+        about = "" if other.span else f" ({_file_words(file, other)})"
+        lines.append(f"also asked about {other.clip_name}{about}: {_item_words(other)}")
+    return "".join(line + "\n" for line in lines)
 
 
 def _note_unused_settings(settings: AppSettings, info: EngineInfo) -> None:
@@ -415,7 +468,29 @@ def _item_words(encoded: EncodeDone) -> str:
     return f"frames {encoded.frames}, patches {encoded.patches}"
 
 
-def _clip_json(encoded: EncodeDone) -> dict[str, Any]:
+def _file_words(file: ClipInfo, encoded: EncodeDone) -> str:
+    """What the file an item came from is: a clip's length, size, frame rate and codec; a picture's size."""
+    size = f"{file.width}×{file.height}"
+    if encoded.kind == "image":
+        return size
+    return f"{file.duration_s:,.1f} s, {size}, {file.fps:.4g} fps, {file.codec}"
+
+
+def _file_json(file: ClipInfo | None, encoded: EncodeDone) -> dict[str, Any] | None:
+    """The file's facts as :func:`_file_words` says them (a picture has no length nor frame rate)."""
+    if file is None:
+        return None
+    video = encoded.kind != "image"
+    return {
+        "width": file.width,
+        "height": file.height,
+        "duration_s": file.duration_s if video else None,
+        "fps": file.fps if video else None,
+        "codec": file.codec,
+    }
+
+
+def _clip_json(encoded: EncodeDone, file: ClipInfo | None = None) -> dict[str, Any]:
     return {
         "name": encoded.clip_name,
         "kind": encoded.kind,
@@ -430,28 +505,36 @@ def _clip_json(encoded: EncodeDone) -> dict[str, Any]:
         "sampling_mode": encoded.sampling_mode,
         "span": list(encoded.span) if encoded.span else None,
         "damage": encoded.damage,
+        "file": _file_json(file, encoded),
     }
 
 
 def _result_json(
-    info: EngineInfo, encoded: EncodeDone, done: Done, added: Sequence[EncodeDone] = ()
+    info: EngineInfo,
+    encoded: EncodeDone,
+    done: Done,
+    added: Sequence[EncodeDone] = (),
+    files: Sequence[ClipInfo] = (),
 ) -> dict[str, Any]:
-    """``ask --json``'s object: ``clip`` is the first file, ``clips`` every file in order. Each of
-    ``times`` has its text and seconds and, when the question was about several items, ``clip``: the
-    name of the one it belongs to (``None`` where the answer does not say). ``dtype`` is the
-    activations'; ``weight_dtype`` that of the language model's linear weights where it differs
-    (``"fp8"``), else ``None``."""
+    """``ask --json``'s object: ``clip`` is the first file, ``clips`` every file in order, each with
+    ``file``: the size, length, frame rate and codec of the file it was read from (``files``, in the
+    same order; ``None`` where not given). Each of ``times`` has its text and seconds and, when the
+    question was about several items, ``clip``: the name of the one it belongs to (``None`` where
+    the answer does not say). ``dtype`` is the activations'; ``weight_dtype`` that of the language
+    model's linear weights where it differs (``"fp8"``), else ``None``."""
+    items = (encoded, *added)
+    item_files: Sequence[ClipInfo | None] = files or [None] * len(items)
     return {
         "answer": done.text,
-        "times": _times_json(done.text, (encoded, *added)),
+        "times": _times_json(done.text, items),
         "model": info.model_name,
         "model_label": info.model_label,
         "device": info.device,
         "dtype": info.dtype,
         "weight_dtype": info.weight_dtype,
         "encoder": info.encoder_name,
-        "clip": _clip_json(encoded),
-        "clips": [_clip_json(item) for item in (encoded, *added)],
+        "clip": _clip_json(encoded, item_files[0]),
+        "clips": [_clip_json(item, file) for item, file in zip(items, item_files)],
         "stats": dataclasses.asdict(done.stats),
         "server": dataclasses.asdict(info.server) if info.server else None,
     }

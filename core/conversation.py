@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from framewise.core.errors import ExportError
 from framewise.core.events import AnswerStats
+from framewise.core.markdown_text import code_span, escape_text, safe_answer
 from framewise.core.settings import AppSettings
 from framewise.core.timecodes import TimeMention, find_times
 from framewise.core.wording import plural
@@ -102,40 +103,26 @@ class Conversation:
         }
 
     def to_markdown(self, settings: AppSettings) -> str:
-        """A readable transcript: clip, models, each question and answer with its stats, then the settings."""
-        title = self.clip_name or "no clip"
-        lines = [f"# Framewise conversation — {title}", ""]
+        """A readable transcript: clip, models, each question and answer with its stats, then the
+        settings. What people and files wrote shows as written, answers keep their safe Markdown
+        (:mod:`~framewise.core.markdown_text`)."""
+        lines = [f"# Framewise conversation — {code_span(self.clip_name) if self.clip_name else 'no clip'}", ""]
         if self.clip_name:
-            lines.append(f"- Clip: `{self.clip_name}`" + (f" ({self.clip_path})" if self.clip_path else ""))
+            path = f" ({code_span(self.clip_path)})" if self.clip_path else ""
+            lines.append(f"- Clip: {code_span(self.clip_name)}{path}")
             if self.timestamps:
                 seconds = ", ".join(f"{timestamp:.2f}" for timestamp in self.timestamps)
                 lines.append(f"- {plural(len(self.timestamps), 'frame')} sampled at (s): {seconds}")
         else:
             lines.append("- Clip: none")
         for model in _models_used(self.turns):
-            lines.append(f"- Model: {model}")
+            lines.append(f"- Model: {escape_text(model)}")
         lines.append(f"- Exported: {_now()}")
         for number, turn in enumerate(self.turns, start=1):
-            lines += ["", f"## Question {number}", "", turn.question, ""]
-            lines.append(f"**Answer** — {_model_text(turn.model_name, turn.model_label)}")
-            lines.append("")
-            if turn.answer:
-                lines.append(turn.answer)
-                lines.append("")
-                times = turn.times()
-                if times:
-                    lines += [f"_Times: {'; '.join(_time_in_seconds(time, clip) for time, clip in times)}_", ""]
-            if turn.status == "failed":
-                lines += [f"> Error: {turn.error}", ""]
-            elif turn.status == "stopped":
-                lines += ["_(stopped)_", ""]
-            elif turn.status == "interrupted":
-                lines += [f"_({INTERRUPTED_TEXT})_", ""]
-            if turn.stats:
-                lines += [f"_{format_answer_stats(turn.stats)}_", ""]
+            lines += ["", f"## Question {number}", "", escape_text(turn.question), ""]
+            lines += _answer_lines(turn)
         lines += ["", "## Settings", "", "```json", json.dumps(settings.to_dict(), indent=2, sort_keys=True), "```", ""]
         return "\n".join(lines)
-
 
     def export_text(self, settings: AppSettings, suffix: str) -> str:
         """The export for a file ending in ``suffix``: JSON for ``.json``, Markdown otherwise."""
@@ -149,6 +136,25 @@ class Conversation:
             path.write_text(self.export_text(settings, path.suffix) + "\n", encoding="utf-8")
         except OSError as error:
             raise ExportError(f"Could not write {path}: {error.strerror or error}. Choose another folder.") from error
+
+
+def _answer_lines(turn: Turn) -> list[str]:
+    """A turn's answer in the Markdown export: who answered, the answer, its times, how it ended, its stats."""
+    lines = [f"**Answer** — {escape_text(_model_text(turn.model_name, turn.model_label))}", ""]
+    if turn.answer:
+        lines += [safe_answer(turn.answer), ""]
+        times = turn.times()
+        if times:
+            lines += [f"_Times: {'; '.join(_time_in_seconds(time, clip) for time, clip in times)}_", ""]
+    if turn.status == "failed":
+        lines += ["\n".join(f"> {line}" for line in escape_text(f"Error: {turn.error}").splitlines()), ""]
+    elif turn.status == "stopped":
+        lines += ["_(stopped)_", ""]
+    elif turn.status == "interrupted":
+        lines += [f"_({INTERRUPTED_TEXT})_", ""]
+    if turn.stats:
+        lines += [f"_{escape_text(format_answer_stats(turn.stats))}_", ""]
+    return lines
 
 
 def format_answer_stats(stats: AnswerStats) -> str:
@@ -166,7 +172,7 @@ def _time_in_seconds(time: TimeMention, clip: str | None = None) -> str:
     """A time as the answer wrote it (as code: Qwen3-VL's `<t seconds>` markers are not HTML), in
     seconds, and the item it belongs to when known."""
     seconds = f"{time.start_s:g}" if time.end_s is None else f"{time.start_s:g}–{time.end_s:g}"
-    return f"`{time.text}` = {seconds} s" + (f" in `{clip}`" if clip else "")
+    return f"{code_span(time.text)} = {seconds} s" + (f" in {code_span(clip)}" if clip else "")
 
 
 def _model_text(model_name: str, model_label: str | None) -> str:

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import sqlite3
 import tempfile
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -85,18 +86,27 @@ def store_note(path: Path) -> str | None:
     if existing is not None and not existing.is_dir():
         return _not_a_folder(existing)
     if not path.exists():
-        reason = _read_only_reason(path) if existing == path.parent else None
+        reason = _read_only_reason(existing / path.name) if existing is not None else None
+        if reason and existing != path.parent:
+            reason = f"the folder {path.parent} cannot be created, as {reason}"
         return _not_kept_because(reason) if reason else None
-    if _read_only_reason(path) is None:
-        return None  # a writable store is opened (and found damaged, if it is) only by the window
+    problem = _opening_problem(path)
+    if problem is not None:
+        return problem
+    reason = _read_only_reason(path)
+    return None if reason is None else _shown_not_kept(reason)
+
+
+def _opening_problem(path: Path) -> str | None:
+    """What opening the store at ``path`` would say is wrong with it (a damaged file, one from a
+    newer Framewise), found by reading it only; None when it opens."""
     try:
-        store = ConversationStore(path)
-    except ConversationStoreError as error:
-        return str(error)
-    try:
-        return store.read_only_note()
-    finally:
-        store.close()
+        with closing(_connect_read_only(path)) as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as error:
+        return _cannot_be_opened(path, error)
+    return _written_by_newer(path, version) if version > SCHEMA_VERSION else None
 
 
 @dataclass(frozen=True)
@@ -150,15 +160,9 @@ class ConversationStore:
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._migrate()
         except _NewerSchemaError as error:
-            raise ConversationStoreError(
-                f"Past conversations cannot be shown: {self.path} {error}. "
-                "Update Framewise, or set FRAMEWISE_DATA_DIR to another folder."
-            ) from error
+            raise ConversationStoreError(_written_by_newer(self.path, error.version)) from error
         except (OSError, sqlite3.Error) as error:
-            raise ConversationStoreError(
-                f"Past conversations cannot be kept: {self.path} could not be opened ({error}). "
-                "Move or delete that file, or set FRAMEWISE_DATA_DIR to another folder."
-            ) from error
+            raise ConversationStoreError(_cannot_be_opened(self.path, error)) from error
 
     @property
     def read_only(self) -> bool:
@@ -167,12 +171,7 @@ class ConversationStore:
 
     def read_only_note(self) -> str | None:
         """What a person should be told about a read-only store (None when it is writable)."""
-        if self.read_only_reason is None:
-            return None
-        return (
-            f"Past conversations are shown, but new ones will not be kept: {self.read_only_reason}. "
-            "Make it writable, or set FRAMEWISE_DATA_DIR to a folder you can write to."
-        )
+        return None if self.read_only_reason is None else _shown_not_kept(self.read_only_reason)
 
     def close(self) -> None:
         self._db.close()
@@ -294,7 +293,7 @@ class ConversationStore:
     def _check_version(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise _NewerSchemaError(f"was written by a newer Framewise (schema {version})")
+            raise _NewerSchemaError(version)
 
     def _write(self) -> _Transaction:
         if self.read_only_reason is not None:
@@ -315,7 +314,11 @@ class ConversationStore:
 
 
 class _NewerSchemaError(Exception):
-    """The store was written by a newer Framewise: healthy, but not this version's to read."""
+    """The store was written by a newer Framewise (schema ``version``): healthy, but not this version's to read."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(version)
+        self.version = version
 
 
 def _make_folder(folder: Path) -> None:
@@ -334,6 +337,27 @@ def _make_folder(folder: Path) -> None:
 
 def _not_a_folder(blocker: Path) -> str:
     return f"Conversations will not be kept: {blocker} is a file, not a folder. Set FRAMEWISE_DATA_DIR to a folder."
+
+
+def _shown_not_kept(read_only_reason: str) -> str:
+    return (
+        f"Past conversations are shown, but new ones will not be kept: {read_only_reason}. "
+        "Make it writable, or set FRAMEWISE_DATA_DIR to a folder you can write to."
+    )
+
+
+def _cannot_be_opened(path: Path, error: BaseException) -> str:
+    return (
+        f"Past conversations cannot be kept: {path} could not be opened ({error}). "
+        "Move or delete that file, or set FRAMEWISE_DATA_DIR to another folder."
+    )
+
+
+def _written_by_newer(path: Path, version: int) -> str:
+    return (
+        f"Past conversations cannot be shown: {path} was written by a newer Framewise (schema {version}). "
+        "Update Framewise, or set FRAMEWISE_DATA_DIR to another folder."
+    )
 
 
 def _not_kept_because(read_only_reason: str) -> str:

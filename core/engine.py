@@ -65,7 +65,7 @@ from framewise.core.held_memory import recording_growth, weight_shares
 from framewise.core.loading import LoadedModel, check_memory_fits, family_limits_of, load_model, pick_device
 from framewise.core.memory_plan import HeldMemory
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
-from framewise.core.settings import AppSettings
+from framewise.core.settings import SHORTEST_QUESTION_TOKENS, AppSettings, ContextNeed
 from framewise.core.settings_transaction import SettingsTransaction
 from framewise.core.video import ReadProgress, SampledClip, SampledFrames, sample_clip
 from framewise.core.video.feed import ChunkFeed, FrameChunk
@@ -517,24 +517,42 @@ class Engine(BackendBase[EncodedClip]):
         )
 
     def _check_prompt_fits(self, inputs: PromptInputs, question: str, items: Sequence[EncodedClip]) -> None:
-        """Refuse, before any of it runs, a prompt the decoder's context cannot hold, saying whether
-        the question itself (with the open ``items``) or the conversation grown around it is too long
-        (QuestionTooLongError)."""
+        """Refuse, before any of it runs, a prompt that leaves the decoder's context no room for one
+        answer, saying whether the question itself (with the open ``items``) or the conversation
+        grown around it is too long (QuestionTooLongError), in :class:`ContextNeed`'s words."""
         context = self._require_decoder().max_tokens
         prompt_tokens = int(inputs.input_ids.shape[1])
-        if prompt_tokens < context:
+        if prompt_tokens + self.settings.generation.max_new_tokens <= context:
             return
-        alone_tokens = int(self._build_prompt(question, items).input_ids.shape[1])
-        if alone_tokens >= context:
-            loaded = self._require_model()
-            question_tokens = len(loaded.tokenizer.encode(question, add_special_tokens=False))
+        need = self._context_need(question, items, prompt_tokens)
+        if need.earlier and dataclasses.replace(need, earlier=0).fits(context):
             raise QuestionTooLongError(
-                f"This question is {question_tokens:,} tokens: with the clip it needs {alone_tokens:,} of the "
-                f"{context:,} tokens the model's context holds. Shorten the question."
+                f"With this question the context must hold {need.describe()}, more than its {context:,}. "
+                "Start a new conversation (File ▸ New Conversation) and ask again."
             )
+        room = need.room_for_question(context)
+        advice = (
+            f"Shorten the question to at most {room:,} tokens."
+            if room >= SHORTEST_QUESTION_TOKENS
+            else "Ask about fewer items or frames, or raise max context (decoding.max_context_tokens) in the settings."
+        )
         raise QuestionTooLongError(
-            f"With this question the conversation needs {prompt_tokens:,} tokens, more than the {context:,} the "
-            "model's context holds. Start a new conversation (File ▸ New Conversation) and ask again."
+            f"This question is {need.question:,} tokens, and with it the context must hold {need.describe()}, "
+            f"more than its {context:,}. {advice}"
+        )
+
+    def _context_need(self, question: str, items: Sequence[EncodedClip], prompt_tokens: int) -> ContextNeed:
+        """The ``prompt_tokens`` of ``question`` about ``items`` after the conversation so far, part by part."""
+        alone = int(self._build_prompt(question, items).input_ids.shape[1])
+        text_only = int(self._build_prompt(question, []).input_ids.shape[1])
+        question_tokens = len(self._require_model().tokenizer.encode(question, add_special_tokens=False))
+        return ContextNeed(
+            items=alone - text_only,
+            question=question_tokens,
+            answer=self.settings.generation.max_new_tokens,
+            template=text_only - question_tokens,
+            earlier=prompt_tokens - alone,
+            items_words=_items_words(items),
         )
 
     def _decode(self, inputs: PromptInputs, items: Sequence[EncodedClip], streamer: _TokenStreamer) -> Decoded:
@@ -781,6 +799,13 @@ class _Reading:
             raise self._outcome
         assert self._outcome is not None, "join() before result()"
         return self._outcome
+
+
+def _items_words(items: Sequence[EncodedClip]) -> str:
+    """What a question's items are, in a context message's words."""
+    if len(items) == 1:
+        return f"the {'picture' if items[0].kind == 'image' else 'clip'} {items[0].summary.clip_name}"
+    return f"the {len(items)} open items" if items else "no clip"
 
 
 def _decoded_answer(text: str, token_ids: Sequence[int], loaded: LoadedModel) -> DecodedAnswer:

@@ -211,10 +211,16 @@ class GenerationSettings:
             raise SettingsError("generation.temperature", "use a temperature between 0 (greedy) and 2")
 
 
-# Context the decoder reserves for text around the clip: the chat template, the questions, and
-# per slice of frames a time marker with the tokens around its vision block.
+# Room the automatic context keeps for the questions of a conversation.
 PROMPT_TEXT_TOKENS = 1024
+# Per slice of frames, a time marker with the tokens around its vision block (8.5 on average for
+# the sample clips in the demo model's tokenizer).
 TOKENS_PER_SLICE_MARKER = 10
+# The chat template's own tokens around a question and a clip: 8 role markers and 2 vision
+# markers around the clip in the demo model's tokenizer (Qwen3-VL's template), with room to spare.
+CHAT_TEMPLATE_TOKENS = 16
+# The shortest question: what a context must hold besides the largest clip and one answer.
+SHORTEST_QUESTION_TOKENS = 1
 # Answers the automatic context holds: a first question and three follow-ups.
 ANSWERS_IN_CONTEXT = 4
 CONTEXT_ROUNDING = 256
@@ -256,11 +262,55 @@ def clip_context_tokens(sampling: SamplingSettings, limits: FamilyLimits | None 
     return sampling.max_pixels // limits.pixels_per_video_token + slices * TOKENS_PER_SLICE_MARKER
 
 
-def minimum_context_tokens(
-    sampling: SamplingSettings, generation: GenerationSettings, limits: FamilyLimits | None = None
-) -> int:
-    """The context one question about the largest clip needs: clip, prompt text and one answer."""
-    return clip_context_tokens(sampling, limits) + PROMPT_TEXT_TOKENS + generation.max_new_tokens
+@dataclass(frozen=True)
+class ContextNeed:
+    """The context one question takes, in tokens, part by part: ``items`` (the clips and pictures
+    with their time markers, which ``items_words`` names), ``question``, ``template`` (the chat
+    template's own tokens), ``earlier`` (the conversation's turns before it) and ``answer`` (room
+    for one answer of max new tokens).
+
+    Every message about a context too small says its numbers through :meth:`describe`, so the
+    checks before loading, at load and before each question agree.
+    """
+
+    items: int
+    question: int
+    answer: int
+    template: int = CHAT_TEMPLATE_TOKENS
+    earlier: int = 0
+    items_words: str = "the largest clip the sampling settings allow"
+
+    @property
+    def total(self) -> int:
+        return self.items + self.question + self.template + self.earlier + self.answer
+
+    def fits(self, context_tokens: int) -> bool:
+        return self.total <= context_tokens
+
+    def room_for_question(self, context_tokens: int) -> int:
+        """The longest question a context of ``context_tokens`` holds beside the other parts."""
+        return max(context_tokens - (self.total - self.question), 0)
+
+    def describe(self) -> str:
+        """``"1,329 tokens: 1,184 for the largest clip …, 1 for the question, 16 for the chat template
+        and 128 for one answer (max new tokens)"``."""
+        parts = [f"{self.items:,} for {self.items_words}", f"{self.question:,} for the question"]
+        parts.append(f"{self.template:,} for the chat template")
+        if self.earlier:
+            parts.append(f"{self.earlier:,} for the conversation so far")
+        answer_words = f"{self.answer:,} for one answer ({FIELD_WORDS['generation.max_new_tokens']})"
+        return f"{self.total:,} tokens: {', '.join(parts)} and {answer_words}"
+
+
+def context_needed(
+    sampling: SamplingSettings,
+    generation: GenerationSettings,
+    question_tokens: int = SHORTEST_QUESTION_TOKENS,
+    limits: FamilyLimits | None = None,
+) -> ContextNeed:
+    """What a question of ``question_tokens`` tokens about the largest clip ``sampling`` allows
+    needs, with one answer; by default the shortest question, so the smallest usable context."""
+    return ContextNeed(clip_context_tokens(sampling, limits), question_tokens, generation.max_new_tokens)
 
 
 def automatic_context_tokens(
@@ -364,14 +414,13 @@ class AppSettings:
         self.generation.validate()
         # Before the decoding section's own checks: a context too short for any question is what a
         # person set (--max-context 1), not the internal bucket size that then exceeds it.
-        needed = minimum_context_tokens(self.sampling, self.generation, limits)
-        if 0 < self.decoding.max_context_tokens < needed:
+        needed = context_needed(self.sampling, self.generation, limits=limits)
+        if self.decoding.max_context_tokens > 0 and not needed.fits(self.decoding.max_context_tokens):
             raise SettingsError(
                 "decoding.max_context_tokens",
-                f"{self.decoding.max_context_tokens} tokens cannot hold one question about the largest clip the "
-                f"sampling settings allow ({needed} tokens with {FIELD_WORDS['generation.max_new_tokens']} "
-                f"{self.generation.max_new_tokens}); raise it, use 0 (automatic), or lower "
-                f"{FIELD_WORDS['sampling.max_pixels']} or {FIELD_WORDS['generation.max_new_tokens']}",
+                f"{self.decoding.max_context_tokens:,} tokens cannot hold one question: the context must hold "
+                f"{needed.describe()}; raise it, use 0 (automatic), or lower {FIELD_WORDS['sampling.max_pixels']} "
+                f"or {FIELD_WORDS['generation.max_new_tokens']}",
             )
         for section in (self.decoding, self.backend):
             section.validate()
@@ -385,23 +434,26 @@ class AppSettings:
 
     def check_question_fits(self, question_tokens: int) -> None:
         """Raise SettingsError (on max context) when a question of ``question_tokens`` tokens
-        cannot fit the context beside the largest clip the sampling settings allow and one answer.
-
-        A bound checked before the model loads; the chat template's few tokens are left to the
-        decoder's own check.
+        cannot fit the context beside the largest clip the sampling settings allow, the chat
+        template and one answer (:func:`context_needed`): a bound checked before the model loads.
         """
         context = self.context_tokens()
-        clip = clip_context_tokens(self.sampling)
-        answer = self.generation.max_new_tokens
-        room = context - clip - answer
-        if question_tokens > room:
-            raise SettingsError(
-                "decoding.max_context_tokens",
-                f"the question is {question_tokens:,} tokens, but a context of {context:,} tokens leaves "
-                f"{max(room, 0):,} beside the largest clip the sampling settings allow ({clip:,} tokens) and one "
-                f"answer ({answer:,}); shorten the question, or raise the context to at least "
-                f"{question_tokens + clip + answer:,} tokens",
-            )
+        needed = context_needed(self.sampling, self.generation, question_tokens)
+        if needed.fits(context):
+            return
+        room = needed.room_for_question(context)
+        raise_context = f"raise the context (now {context:,}) to at least {needed.total:,} tokens"
+        advice = (
+            f"shorten the question to at most {room:,} tokens, or {raise_context}"
+            if room >= SHORTEST_QUESTION_TOKENS
+            else f"{raise_context}, or lower {FIELD_WORDS['sampling.max_pixels']} or "
+            f"{FIELD_WORDS['generation.max_new_tokens']}"
+        )
+        raise SettingsError(
+            "decoding.max_context_tokens",
+            f"the question is {question_tokens:,} tokens, and with it the context must hold {needed.describe()}; "
+            f"{advice}",
+        )
 
     def replace(self, section: str, **changes: Any) -> AppSettings:
         """A copy with fields of one section changed, e.g. ``replace("encoder", use_graphs=False)``."""

@@ -27,7 +27,7 @@ from framewise.core.decoding.step_graphs import ProgressCallback, StepGraphs, co
 from framewise.core.encoding.defs import EncodedItem, PieceGrid
 from framewise.core.errors import FramewiseError, SettingsError
 from framewise.core.families.base import FamilyLimits, VisionSpan
-from framewise.core.settings import AppSettings, minimum_context_tokens
+from framewise.core.settings import AppSettings, context_needed
 
 # Share of the free device memory the cache may take; the rest is left for activations.
 CACHE_MEMORY_SHARE = 0.8
@@ -322,14 +322,18 @@ def context_for(settings: AppSettings, language: LanguageModel, limits: FamilyLi
     fits -= fits % CONTEXT_ALIGNMENT
     if requested <= fits:
         return requested
-    needed = minimum_context_tokens(settings.sampling, settings.generation, limits)
-    if explicit or fits < needed:
+    needed = context_needed(settings.sampling, settings.generation, limits=limits)
+    if explicit or not needed.fits(fits):
+        advice = (
+            f"lower it to at most {fits:,}, or lower sampling max pixels or max new tokens"
+            if needed.fits(fits)
+            else f"the context must hold {needed.describe()}: lower sampling max pixels or max new tokens"
+        )
         raise SettingsError(
             "decoding.max_context_tokens",
-            f"{requested} tokens need {requested * per_token / 2**30:.2f} GiB of KV cache, but "
+            f"{requested:,} tokens need {requested * per_token / 2**30:.2f} GiB of KV cache, but "
             f"{free / 2**30:.2f} GiB is free on {language.device.type} (the model takes at most "
-            f"{language.max_positions} positions); lower it to at most {fits}, or lower sampling max pixels "
-            "or max new tokens",
+            f"{language.max_positions:,} positions); {advice}",
         )
     return fits
 

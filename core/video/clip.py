@@ -4,10 +4,12 @@ sized, the path checks, and the orientation and resolution rules."""
 from __future__ import annotations
 
 import errno
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -18,6 +20,7 @@ from framewise.core.video.reads import SamplingMode
 MAX_SIDE = 8192
 MAX_FRAME_PIXELS = 50_000_000
 MAX_NAME_BYTES = 255  # one path component, on the file systems Framewise runs on
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")  # a scheme, then "//": http://, https://, rtsp://, file://
 
 Reader = Literal["pyav", "opencv"]
 
@@ -131,6 +134,8 @@ class ReaderFailed(Exception):
 def existing_file(path: str | Path) -> Path:
     """``path`` as a readable regular file, or a ClipError that says what is wrong with it."""
     clip_path = Path(path).expanduser()
+    if isinstance(path, str) and _URL.match(path) and not clip_path.exists():
+        raise ClipNotFoundError(_url_refusal(path))
     try:
         if clip_path.is_dir():
             raise ClipNotFoundError(f"{clip_path} is a folder, not a video file. Choose a clip (an .mp4, say) inside it.")
@@ -150,6 +155,16 @@ def existing_file(path: str | Path) -> Path:
     except OSError as error:
         raise path_error(clip_path, error) from None
     return clip_path
+
+
+def _url_refusal(url: str) -> str:
+    """Why ``url`` is not opened, and what to give instead."""
+    from urllib.request import url2pathname  # imported here: only a refusal needs it
+
+    parts = urlsplit(url)
+    if parts.scheme.lower() == "file":
+        return f"{url} is a file URL; give the file's path instead: {url2pathname(parts.path)}"
+    return f"{url} is a web address; Framewise reads files on this machine only. Download the clip, then open the file."
 
 
 def _is_link_loop(path: Path) -> bool:

@@ -77,9 +77,10 @@ def span_count(span_s: float, clip_fps: float, sampling: SamplingSettings, multi
 
 
 def _within(path: Path, span: tuple[float, float], duration_s: float) -> tuple[float, float]:
-    """``span`` cut to the clip's ``[0, duration_s]``; SpanError when nothing of it is left."""
+    """``span`` cut to the clip's ``[0, duration_s]``; SpanError when nothing of it is left (or
+    either end is not a number)."""
     start, end = max(span[0], 0.0), min(span[1], duration_s)
-    if end <= start:
+    if not end > start:  # also true when either end is NaN
         raise SpanError(
             f"{span[0]:.1f}–{span[1]:.1f} s holds nothing of {path.name}, which runs 0.0–{duration_s:.1f} s. "
             "Select a span inside the clip, its start before its end."

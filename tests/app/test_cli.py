@@ -259,7 +259,7 @@ def test_a_question_too_long_for_the_context_is_refused_before_loading_with_the_
     assert result.returncode == 2
     message = result.stderr.strip().splitlines()[-1]
     assert re.match(r"framewise: --max-context: the question is [\d,]{6,} tokens", message), message
-    assert "shorten the question, or raise the context to at least" in message
+    assert re.search(r"shorten the question to at most [\d,]+ tokens, or raise the context \(now [\d,]+\) to at least", message)
     assert "new conversation" not in message and "decoding." not in message
     assert "[load]" not in result.stderr, "the model was loaded before the question was checked"
     assert result.stdout == ""
@@ -398,7 +398,7 @@ def test_ask_about_a_clip_and_a_picture_together(sample_clip: Path, tmp_path: Pa
     assert payload["clip"]["name"] == sample_clip.name and payload["answer"]
 
     text = framewise("ask", str(sample_clip), str(picture), "What color is the square?", *FAST)
-    assert text.returncode == 0 and f"also asked about {picture.name}: a picture" in text.stdout
+    assert text.returncode == 0 and f"also asked about {picture.name} (320×224): a picture" in text.stdout
 
 
 def test_ask_refuses_a_missing_second_file_before_loading(sample_clip: Path, tmp_path: Path) -> None:
@@ -426,3 +426,65 @@ def test_ask_json_says_which_clip_each_time_belongs_to_when_there_are_several() 
     assert [(time["text"], time["clip"]) for time in payload["times"]] == [
         ("0:02", "short.mp4"), ("0:25", "long.mp4"), ("0:03", None),
     ]
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--start", "nan"), ("--end", "nan"), ("--start", "inf")])
+def test_a_start_or_end_that_is_not_a_time_is_refused_before_loading(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["ask", str(RED_SQUARE), "What color is the square?", *FAST, flag, value])
+    assert exit_info.value.code == 2
+    stderr = capsys.readouterr().err
+    assert f"argument {flag}: {value} is not a time in seconds" in stderr, stderr
+    assert "[load]" not in stderr and "Unexpected error" not in stderr
+
+
+def test_a_closed_stdout_is_refused_before_loading_with_exit_2() -> None:
+    script = 'exec "$0" -m framewise.app.cli ask "$1" "What color is the square?" --device cpu >&-'
+    result = subprocess.run(
+        ["sh", "-c", script, sys.executable, str(RED_SQUARE)],
+        cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True, timeout=240,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "framewise: Standard output is closed" in result.stderr
+    assert "[load]" not in result.stderr and "Unexpected error" not in result.stderr
+
+
+def test_ask_states_each_files_length_size_and_frame_rate(tmp_path: Path) -> None:
+    import av
+
+    from tests.core.test_images import red_square_picture
+
+    with av.open(str(RED_SQUARE)) as container:
+        stream = container.streams.video[0]
+        width, height, fps = stream.width, stream.height, float(stream.average_rate)
+        duration = container.duration / av.time_base
+    picture = red_square_picture(tmp_path)
+    files = (str(RED_SQUARE), str(picture), "What color is the square?", *FAST)
+    text = framewise("ask", *files, "--start", "1").stdout
+    assert f"clip {RED_SQUARE.name}: {duration:.1f} s, {width}×{height}, {fps:.4g} fps, h264\n" in text
+    assert f"also asked about {picture.name} (320×224): a picture" in text
+    assert f"also asked about {RED_SQUARE.name} 1.0–4.0 s: a closer look" in text, "a part of a file said once"
+    clips = json.loads(framewise("ask", *files, "--json").stdout)["clips"]
+    assert clips[0]["file"] == {
+        "width": width, "height": height, "duration_s": pytest.approx(duration), "fps": pytest.approx(fps), "codec": "h264"
+    }
+    assert clips[1]["file"] == {"width": 320, "height": 224, "duration_s": None, "fps": None, "codec": "png"}
+
+
+def test_a_file_name_that_starts_with_a_dash_is_explained_and_works_after_double_dash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "-clip.mp4").write_bytes(RED_SQUARE.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["ask", "-clip.mp4", "What color is the square?", *FAST])
+    assert exit_info.value.code == 2
+    hint = capsys.readouterr().err.strip().splitlines()[-1]
+    assert hint == (
+        "framewise: -clip.mp4 starts with a dash, so it was read as a flag; put -- before the files "
+        '(framewise ask [flags] -- -clip.mp4 "question"), or write it as ./-clip.mp4'
+    )
+    assert framewise("ask", *FAST, "--", "-clip.mp4", "What color is the square?").returncode == 0
+    assert framewise("ask", "./-clip.mp4", "What color is the square?", *FAST).returncode == 0

@@ -42,3 +42,11 @@ def test_info_is_silent_about_a_store_that_works_and_creates_none(tmp_path: Path
     monkeypatch.setenv("FRAMEWISE_DATA_DIR", str(tmp_path / "data"))
     assert info_until_load() == ""
     assert not (tmp_path / "data").exists()
+
+
+def test_info_says_in_one_line_that_a_damaged_store_keeps_nothing(tmp_path: Path, monkeypatch, info_until_load):
+    (tmp_path / "conversations.sqlite3").write_bytes(b"\x00garbage" * 512)
+    monkeypatch.setenv("FRAMEWISE_DATA_DIR", str(tmp_path))
+    lines = info_until_load().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("framewise: Past conversations cannot be kept: ")
+    assert "could not be opened" in lines[0] and str(tmp_path / "conversations.sqlite3") in lines[0]

@@ -69,6 +69,17 @@ def test_a_span_outside_the_clip_or_of_a_picture_is_refused(
     assert len(engine_.clips) == 2, "a refused span leaves the items as they were"
 
 
+@pytest.mark.parametrize("span", [(float("nan"), 2.0), (1.0, float("nan")), (float("nan"), float("nan"))])
+def test_a_span_that_is_not_a_number_is_refused_not_a_crash(
+    engine: tuple[Engine, Recorder], clip: Path, span: tuple[float, float]
+) -> None:
+    engine_, _ = engine
+    engine_.open_clip(clip)
+    with pytest.raises(SpanError, match="holds nothing"):
+        engine_.look_closer(*span)
+    assert len(engine_.clips) == 1
+
+
 def test_span_count_spends_the_budget_but_not_more_than_the_span_holds() -> None:
     sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=32)
     assert span_count(10.0, 30.0, sampling) == 32

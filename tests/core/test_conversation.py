@@ -27,7 +27,7 @@ def test_exports_label_demo_answers_and_mark_failures():
     conversation.turns.append(Turn("And now?", "demo", "Demo model — random weights", status="failed", error="Out of memory."))
     conversation.turns.append(Turn("Then?", "demo", "Demo model — random weights", status="interrupted"))
     markdown = conversation.to_markdown(AppSettings())
-    assert "# Framewise conversation — clip.mp4" in markdown
+    assert "# Framewise conversation — `clip.mp4`" in markdown
     assert "**Answer** — demo (Demo model — random weights)" in markdown
     assert "> Error: Out of memory." in markdown
     assert "3 frames sampled at (s): 0.00, 0.50, 1.00" in markdown
@@ -68,7 +68,7 @@ def test_exports_keep_the_times_an_answer_mentions_with_their_seconds():
         {"text": "0:40 to 0:52", "start_s": 40.0, "end_s": 52.0},
     ]
     markdown = conversation.to_markdown(AppSettings())
-    assert answer in markdown
+    assert "It enters at &lt;2.5 seconds&gt; and stays from 0:40 to 0:52." in markdown, "a time marker is no HTML tag"
     assert "_Times: `<2.5 seconds>` = 2.5 s; `0:40 to 0:52` = 40–52 s_" in markdown
     quiet = Conversation("clip.mp4", None, [Turn("What?", "demo", None, answer="A red square.", status="done")])
     assert "Times:" not in quiet.to_markdown(AppSettings())
@@ -99,3 +99,16 @@ def test_exports_say_which_item_each_time_belongs_to():
     data = json.loads(conversation.export_text(AppSettings(), ".json"))
     assert [(time["text"], time["clip"]) for time in data["turns"][0]["times"]] == [("0:12", "b.mp4"), ("0:03", None)]
     assert "_Times: `0:12` = 12 s in `b.mp4`; `0:03` = 3 s_" in conversation.to_markdown(AppSettings())
+
+
+def test_the_markdown_export_keeps_what_people_and_files_wrote_as_text():
+    name = "<b>a</b>.mp4"
+    question = '<img src=x onerror=alert(1)> [click](file:///etc/passwd) typed &lt;b&gt;'
+    turn = Turn(question, "demo", "label <i>x</i>", answer="**Red** <script>x</script>", status="failed", error="<b>no</b>")
+    markdown = Conversation(name, f"/clips/{name}", [turn]).to_markdown(AppSettings())
+    assert "# Framewise conversation — `<b>a</b>.mp4`" in markdown
+    assert "- Clip: `<b>a</b>.mp4` (`/clips/<b>a</b>.mp4`)" in markdown
+    assert "&lt;img src=x onerror=alert(1)&gt; \\[click\\](file\\:///etc/passwd) typed &amp;lt;b&amp;gt;" in markdown
+    assert "**Answer** — demo (label &lt;i&gt;x&lt;/i&gt;)" in markdown and "- Model: demo (label &lt;i&gt;x&lt;/i&gt;)" in markdown
+    assert "**Red** &lt;script&gt;x&lt;/script&gt;" in markdown and "> Error: &lt;b&gt;no&lt;/b&gt;" in markdown
+    assert "<img" not in markdown and "<script" not in markdown and "<i>" not in markdown

@@ -342,3 +342,35 @@ def test_a_read_only_schema_1_store_still_opens(tmp_path: Path, monkeypatch):
         store.close()
     finally:
         folder.chmod(0o755)
+
+
+def test_the_store_note_names_a_damaged_store_and_leaves_it_as_it_was(tmp_path: Path):
+    path = tmp_path / "c.sqlite3"
+    path.write_bytes(b"not a database " * 400)
+    note = store_note(path)
+    assert note is not None and note.startswith("Past conversations cannot be kept") and str(path) in note
+    assert "could not be opened (file is not a database)" in note and "Move or delete that file" in note
+    assert path.read_bytes() == b"not a database " * 400 and sorted(tmp_path.iterdir()) == [path]
+
+
+def test_the_store_note_names_a_store_from_a_newer_version(tmp_path: Path):
+    path = tmp_path / "c.sqlite3"
+    ConversationStore(path).close()
+    sqlite3.connect(path).execute("PRAGMA user_version = 99").connection.commit()
+    note = store_note(path)
+    assert note is not None and "newer Framewise (schema 99)" in note and "delete" not in note.lower()
+
+
+def test_the_store_note_names_a_data_folder_that_cannot_be_created(tmp_path: Path, monkeypatch):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    make_read_only(folder, monkeypatch)
+    try:
+        note = store_note(folder / "framewise" / "inner" / "c.sqlite3")
+    finally:
+        folder.chmod(0o755)
+    assert note == (
+        f"Conversations will not be kept: the folder {folder / 'framewise' / 'inner'} cannot be created, as the "
+        f"folder {folder} is read-only. Make it writable, or set FRAMEWISE_DATA_DIR to a folder you can write to."
+    )
+    assert list(folder.iterdir()) == []

@@ -27,7 +27,7 @@ from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.families.qwen3_vl.processor import VideoInputs, preprocess_image, preprocess_video
 from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
-from framewise.core.settings import AppSettings, minimum_context_tokens
+from framewise.core.settings import AppSettings, context_needed
 
 NEW_TOKENS = 40
 
@@ -416,10 +416,10 @@ def test_an_answer_stops_when_the_context_is_full(setup: Setup) -> None:
 
 def test_a_context_too_short_for_one_question_is_a_settings_error() -> None:
     settings = AppSettings()
-    needed = minimum_context_tokens(settings.sampling, settings.generation)
+    needed = context_needed(settings.sampling, settings.generation).total
     with pytest.raises(SettingsError) as raised:
         settings.replace("decoding", max_context_tokens=needed - 1).validate()
-    assert raised.value.field == "decoding.max_context_tokens" and str(needed) in raised.value.message
+    assert raised.value.field == "decoding.max_context_tokens" and f"must hold {needed:,} tokens" in raised.value.message
     assert settings.replace("decoding", max_context_tokens=needed).validate().context_tokens() == needed
     assert settings.context_tokens() >= needed + 3 * settings.generation.max_new_tokens  # room for follow-ups
 
@@ -434,9 +434,27 @@ def test_the_context_is_bounded_by_free_memory(setup: Setup, monkeypatch: pytest
     assert context_for(AppSettings(), language) == automatic
     room = int(per_token * (automatic - 100) / decoder_module.CACHE_MEMORY_SHARE) + per_token
     monkeypatch.setattr(decoder_module, "free_memory_bytes", lambda device: room)
-    assert minimum_context_tokens(AppSettings().sampling, AppSettings().generation) < context_for(
+    assert context_needed(AppSettings().sampling, AppSettings().generation).total < context_for(
         AppSettings(), language
     ) < automatic  # the automatic length shrinks to what fits
     explicit = AppSettings().replace("decoding", max_context_tokens=automatic)
     with pytest.raises(SettingsError, match="lower it to at most"):
         context_for(explicit, language)
+
+
+def test_memory_too_small_for_one_question_says_what_one_question_needs(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not "lower it to at most N" where N is below what any question needs: the numbers of the
+    check at load, in its words."""
+    language = Qwen3VLLanguageModel(setup.model)
+    per_token = decoder_module.StaticKVCache.bytes_needed(
+        language.layers, language.kv_heads, language.head_dim, 1, language.dtype
+    )
+    needed = context_needed(AppSettings().sampling, AppSettings().generation)
+    room = int(per_token * (needed.total - 2 * decoder_module.CONTEXT_ALIGNMENT) / decoder_module.CACHE_MEMORY_SHARE)
+    monkeypatch.setattr(decoder_module, "free_memory_bytes", lambda device: room)
+    with pytest.raises(SettingsError) as raised:
+        context_for(AppSettings(), language)
+    assert f"the context must hold {needed.describe()}" in raised.value.message
+    assert "lower it to at most" not in raised.value.message

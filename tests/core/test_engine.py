@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -31,7 +32,7 @@ from framewise.core.events import (
 )
 from framewise.core.families.qwen3_vl.attention import REGISTERED_NAMES
 from framewise.core.metrics import DecodeSpeedMeter
-from framewise.core.settings import AppSettings
+from framewise.core.settings import AppSettings, context_needed
 from framewise.core.video import pyav_reader
 from tests.conftest import SAMPLE_CLIPS
 from tests.core.test_video_robustness import write_audio_with_cover
@@ -197,14 +198,53 @@ def test_a_question_or_conversation_too_long_for_the_context_is_refused_before_i
 ) -> None:
     engine_, recorder = engine
     context = engine_.decoder.max_tokens
-    with pytest.raises(QuestionTooLongError, match=r"This question is [\d,]+ tokens.*Shorten the question"):
+    with pytest.raises(QuestionTooLongError, match=r"This question is [\d,]+ tokens.*Shorten the question") as raised:
         engine_.ask("red " * context)
     assert not recorder.of(Token) and engine_.turns == []
+    total, *parts = _context_parts(str(raised.value))
+    assert total == sum(parts) > context and parts[1] == context and parts[3] == FAST.generation.max_new_tokens
 
     engine_.turns.append(("What moves?", "red " * context))
     with pytest.raises(QuestionTooLongError, match="Start a new conversation"):
         engine_.ask("And then?")
     assert not recorder.of(Token) and len(engine_.turns) == 1
+
+
+def _context_parts(message: str) -> list[int]:
+    """The total and the parts (items, question, chat template, answer) of a context message."""
+    found = re.search(
+        r"must hold ([\d,]+) tokens: ([\d,]+) for the clip .*?, ([\d,]+) for the question, ([\d,]+) for the chat "
+        r"template and ([\d,]+) for one answer",
+        message,
+    )
+    assert found, message
+    return [int(number.replace(",", "")) for number in found.groups()]
+
+
+def test_a_question_the_settings_let_through_is_answered_at_the_smallest_context_they_accept(
+    loaded_engine: tuple[Engine, Recorder], clip: Path
+) -> None:
+    """The check before loading counts the largest clip, the chat template and one answer; the engine
+    counts the real prompt: at the smallest context the first lets a question through (a clip that
+    fills the pixel budget), the engine answers it, and the answer has its full room."""
+    engine_, _ = loaded_engine
+    question = "What color is the square?"
+    question_tokens = len(engine_.loaded.tokenizer.encode(question, add_special_tokens=False))
+    settings = FAST.replace("sampling", max_pixels=4 * 320 * 240)
+    unaligned = context_needed(settings.sampling, settings.generation, question_tokens)
+    answer_tokens = unaligned.answer + -unaligned.total % decoder_module.CONTEXT_ALIGNMENT  # no rounding up
+    settings = settings.replace("generation", max_new_tokens=answer_tokens)
+    smallest = context_needed(settings.sampling, settings.generation, question_tokens).total
+    tight = settings.replace("decoding", max_context_tokens=smallest, min_bucket=64)
+    tight.check_question_fits(question_tokens)
+    engine_.apply_settings(tight)
+    try:
+        engine_.open_clip(clip)
+        done = engine_.ask(question)
+    finally:
+        engine_.apply_settings(FAST)
+    assert done.kept and done.stats.decoder.context_tokens == smallest
+    assert done.stats.decoder.prompt_tokens + answer_tokens <= smallest
 
 
 def test_a_new_clip_is_prefilled_from_the_start(engine: tuple[Engine, Recorder], clip: Path) -> None:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from framewise.core.errors import SettingsError
-from framewise.core.settings import AppSettings, EncoderSettings, clip_context_tokens, geometric_budgets
+from framewise.core.settings import (
+    CHAT_TEMPLATE_TOKENS,
+    AppSettings,
+    EncoderSettings,
+    clip_context_tokens,
+    geometric_budgets,
+)
 
 
 def test_defaults_are_valid_and_budgets_are_finer_than_powers_of_two() -> None:
@@ -100,11 +108,49 @@ def test_a_context_below_one_question_is_named_before_the_bucket_size_that_excee
     assert "1 tokens cannot hold one question" in raised.value.message
 
 
+def _smallest_accepted_context(settings: AppSettings) -> int:
+    """The smallest max context ``validate`` accepts beside ``settings``' other fields (by bisection)."""
+    low, high = 1, 1 << 20
+    while low < high:
+        middle = (low + high) // 2
+        try:
+            settings.replace("decoding", max_context_tokens=middle).validate()
+            high = middle
+        except SettingsError:
+            low = middle + 1
+    return low
+
+
+_PARTS = re.compile(r"([\d,]+) for the largest clip .* ([\d,]+) for the chat template and ([\d,]+) for one answer")
+
+
+def test_the_context_messages_agree_on_what_one_question_needs() -> None:
+    """Once 2,335 tokens were refused as too few for any question, while the question check let a
+    1,000-token question beside the same clip through: the check at load and the check of a
+    question now draw the same line, and say the same parts."""
+    settings = AppSettings()
+    smallest = _smallest_accepted_context(settings)
+    at, below = (settings.replace("decoding", max_context_tokens=tokens) for tokens in (smallest, smallest - 1))
+    at.check_question_fits(1)
+    with pytest.raises(SettingsError) as too_short:
+        below.validate()
+    with pytest.raises(SettingsError) as no_room:
+        below.check_question_fits(1)
+    with pytest.raises(SettingsError) as one_more:
+        at.check_question_fits(2)
+    assert f"must hold {smallest:,} tokens" in too_short.value.message
+    assert f"to at least {smallest:,} tokens" in no_room.value.message
+    assert f"to at least {smallest + 1:,} tokens" in one_more.value.message
+    parts = {_PARTS.search(raised.value.message).groups() for raised in (too_short, no_room, one_more)}
+    assert parts == {(f"{clip_context_tokens(settings.sampling):,}", str(CHAT_TEMPLATE_TOKENS), "128")}
+
+
 def test_a_question_is_checked_against_the_room_beside_the_largest_clip_and_one_answer() -> None:
     settings = AppSettings().replace("decoding", max_context_tokens=4096)
-    room = 4096 - clip_context_tokens(settings.sampling) - settings.generation.max_new_tokens
+    room = 4096 - clip_context_tokens(settings.sampling) - CHAT_TEMPLATE_TOKENS - settings.generation.max_new_tokens
     settings.check_question_fits(room)
     with pytest.raises(SettingsError) as raised:
         settings.check_question_fits(room + 1)
     assert raised.value.field == "decoding.max_context_tokens"
-    assert f"leaves {room:,} beside" in raised.value.message and "at least 4,097 tokens" in raised.value.message
+    assert f"shorten the question to at most {room:,} tokens" in raised.value.message
+    assert "raise the context (now 4,096) to at least 4,097 tokens" in raised.value.message

@@ -548,6 +548,20 @@ def test_a_cut_short_jpeg_is_read_as_a_damaged_picture(tmp_path):
     assert still.damage is not None and still.damage.startswith("cut.jpg is damaged or cut short: part of the picture")
 
 
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        ("http://127.0.0.1:8000/clip.mp4", "http://127.0.0.1:8000/clip.mp4 is a web address; Framewise reads files"),
+        ("https://example.com/a.mp4?x=1", "https://example.com/a.mp4?x=1 is a web address"),
+        ("file:///clips/a%20b.mp4", "file:///clips/a%20b.mp4 is a file URL; give the file's path instead: /clips/a b.mp4"),
+    ],
+)
+def test_a_url_is_refused_as_one_not_as_a_missing_file(address: str, expected: str) -> None:
+    with pytest.raises(ClipNotFoundError) as raised:
+        probe_clip(address)
+    assert str(raised.value).startswith(expected) and "No file at" not in str(raised.value)
+
+
 # --- bounded in time, cancellable --------------------------------------------------------------------
 
 

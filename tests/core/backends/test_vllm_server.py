@@ -302,6 +302,7 @@ def test_settings_refuse_addresses_that_are_not_http() -> None:
 
 def test_an_exported_conversation_carries_the_servers_figures() -> None:
     from framewise.core.conversation import Conversation, Turn
+    from framewise.core.markdown_text import escape_text
 
     with FakeVllmServer(Behaviour(pieces=("re", "d", ""))) as server:
         engine = loaded(server.url)
@@ -310,7 +311,7 @@ def test_an_exported_conversation_carries_the_servers_figures() -> None:
                 answer=done.text, status="done", stats=done.stats)
     conversation = Conversation(clip_name="clip.mp4", turns=[turn])
     markdown = conversation.to_markdown(engine.settings)
-    assert f"vLLM server {server.url}: prompt 368 tokens (256 cached)" in markdown
+    assert escape_text(f"vLLM server {server.url}: prompt 368 tokens (256 cached)") in markdown  # as typed
     exported = json.loads(conversation.export_text(engine.settings, ".json"))
     assert exported["turns"][0]["stats"]["server"]["completion_tokens"] == 2
     assert "api_key" not in exported["settings"]["backend"]
