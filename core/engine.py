@@ -59,12 +59,12 @@ from framewise.core.events import (
     Token,
     ignore_events,
 )
-from framewise.core.families import FamilyLimits
-from framewise.core.families.base import DecodedAnswer, PreparedVideo, PromptInputs
+from framewise.core.families.base import PreparedVideo, PromptInputs
 from framewise.core.held_memory import recording_growth, weight_shares
 from framewise.core.loading import LoadedModel, check_memory_fits, family_limits_of, load_model, pick_device
 from framewise.core.memory_plan import HeldMemory
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
+from framewise.core.seam import DecodedAnswer, FamilyLimits
 from framewise.core.settings import AppSettings
 from framewise.core.settings_transaction import SettingsTransaction
 from framewise.core.video import ReadProgress, SampledClip, SampledFrames, sample_clip

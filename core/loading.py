@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Literal
 
 import torch
 from jinja2 import TemplateError
@@ -22,15 +22,15 @@ from safetensors import SafetensorError, safe_open
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
 
-from framewise.core.decoding.defs import LanguageModel
-from framewise.core.encoding.defs import SupportsEncoderGraphs
 from framewise.core.errors import FramewiseError, ModelLoadError, SettingsError, UnsupportedModelError
 from framewise.core.events import Progress
-from framewise.core.families import FamilyLimits, ModelFamily, family_for
+from framewise.core.families import family_for
+from framewise.core.families.base import FamilyAdapter, ModelFamily
 from framewise.core.quantization.formats import checkpoint_weight_format, detect_weight_format
 from framewise.core.quantization.fp8 import QUANTIZE_ON_LOAD_SCHEME
 from framewise.core.resources import asset_path
 from framewise.core.memory_plan import Alternative, MemoryEstimate, shortfall_message, size_text
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import DEMO_MODEL, AppSettings, ModelSettings
 
 DEMO_MODEL_DIR = asset_path("demo_model")
@@ -41,12 +41,6 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 LOAD_STEPS = 4
 
 ProgressCallback = Callable[[Progress], None]
-
-
-class FamilyAdapter(SupportsEncoderGraphs, Protocol):
-    """A loaded model's side of the encoder seam, which also gives the decoder its language model."""
-
-    def language_model(self) -> LanguageModel: ...
 
 
 @dataclass(frozen=True)

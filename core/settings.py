@@ -19,7 +19,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from framewise.core.errors import SettingsError
-from framewise.core.families import FamilyLimits, default_limits
+from framewise.core.families import default_limits
+from framewise.core.seam import FamilyLimits
 
 ATTENTION_BACKENDS = ("auto", "triton", "varlen", "flash_attn", "sdpa_masked", "eager")
 BACKENDS = ("local", "vllm")

@@ -39,7 +39,8 @@ from PySide6.QtWidgets import (
 )
 
 from framewise.core.errors import SettingsError
-from framewise.core.families import FamilyLimits, default_limits
+from framewise.core.families import default_limits
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import (
     ATTENTION_BACKENDS,
     DEMO_MODEL,

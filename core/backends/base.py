@@ -28,7 +28,7 @@ from framewise.core.events import (
     ResetReason,
     ignore_events,
 )
-from framewise.core.families import FamilyLimits
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import AppSettings
 from framewise.core.video import SampledFrames
 

@@ -23,9 +23,9 @@ from framewise.core.decoding.defs import LanguageModel, VisionRows
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.decoding.prefill_graphs import PrefillGraphs
 from framewise.core.decoding.step_graphs import ProgressCallback, StepGraphs, context_buckets
-from framewise.core.encoding.defs import EncodedItem, PieceGrid
+from framewise.core.encoding.defs import EncodedItem
 from framewise.core.errors import FramewiseError, SettingsError
-from framewise.core.families.base import FamilyLimits, VisionSpan
+from framewise.core.seam import FamilyLimits, PieceGrid, VisionSpan
 from framewise.core.settings import AppSettings, minimum_context_tokens
 
 # Share of the free device memory the cache may take; the rest is left for activations.

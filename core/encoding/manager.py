@@ -36,8 +36,8 @@ from framewise.core.encoding.planning import Batch, BatchLimits, PlanItem, plan_
 from framewise.core.encoding.timing import StageTimer
 from framewise.core.errors import EncoderError, FramewiseError
 from framewise.core.events import ChunkStats, Progress
-from framewise.core.families import FamilyLimits
 from framewise.core.graph_capture import GraphCapture, memory_reserved
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import EncoderSettings
 
 __all__ = [

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from framewise.core.errors import SettingsError
-from framewise.core.families import FamilyLimits, default_limits
+from framewise.core.families import default_limits
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import EncoderSettings
 
 SUPPORTED_MODALITIES = ("image", "video")

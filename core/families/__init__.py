@@ -14,12 +14,13 @@ import importlib
 from collections.abc import Callable
 
 from framewise.core.errors import UnsupportedModelError
-from framewise.core.families.base import FamilyLimits, ModelFamily, VisionSpan
+from framewise.core.families.base import ModelFamily
 from framewise.core.families.qwen3_vl.limits import MODEL_TYPES as _QWEN3_VL_TYPES
 from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS
+from framewise.core.seam import FamilyLimits
 
 __all__ = [
-    "FamilyLimits", "ModelFamily", "VisionSpan",
+    "ModelFamily",
     "default_family", "default_limits", "family_for", "register", "supported_model_types", "unregister",
 ]
 # The family of the bundled demo model; also the one a vLLM server serves for Framewise.

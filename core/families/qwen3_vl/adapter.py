@@ -18,7 +18,7 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
-from framewise.core.encoding.defs import BufferSpec, EncodedItem, GraphBuffers, PieceGrid, VisionItem
+from framewise.core.encoding.defs import BufferSpec, EncodedItem, GraphBuffers, VisionItem
 from framewise.core.errors import EncoderError, FramewiseError
 from framewise.core.families.qwen3_vl.attention import (
     REGISTERED_NAMES,
@@ -31,6 +31,7 @@ from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.injection import FeatureInjector
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.families.qwen3_vl.metadata import MetadataCache
+from framewise.core.seam import PieceGrid
 
 # The metadata inputs of the tower's forward: (trailing shape, dtype), leading dim the rows.
 _ROW_INPUTS = {

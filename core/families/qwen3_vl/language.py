@@ -46,10 +46,10 @@ from framewise.core.decoding.attention import (
 )
 from framewise.core.decoding.defs import PromptPositions, VisionRows
 from framewise.core.decoding.kv_cache import StaticKVCache
-from framewise.core.encoding.defs import PieceGrid
 from framewise.core.quantization.formats import BLOCK_SIZE
 from framewise.core.quantization.linear import Fp8Linear
 from framewise.core.quantization.matmul import Norm, fp8_linear, product_input
+from framewise.core.seam import PieceGrid
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ is loaded, also by the window)."""
 
 from __future__ import annotations
 
-from framewise.core.families.base import FamilyLimits
+from framewise.core.seam import FamilyLimits
 
 MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe")
 

@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from framewise.core.encoding import manager as manager_module
-from framewise.core.encoding.defs import BufferSpec, CaptureReport, GraphBuffers, PieceGrid, VisionItem
+from framewise.core.encoding.defs import BufferSpec, CaptureReport, GraphBuffers, VisionItem
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_encoder
 from framewise.core.errors import EncoderError
+from framewise.core.seam import PieceGrid
 from framewise.core.settings import EncoderSettings
 
 ROW_WIDTH, HIDDEN, OUT = 6, 8, 5

@@ -16,7 +16,7 @@ from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.planning import BatchLimits, PlanItem, plan_batches
 from framewise.core.errors import SettingsError, UnsupportedModelError
-from framewise.core.families import FamilyLimits, VisionSpan
+from framewise.core.seam import FamilyLimits, VisionSpan
 from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings, clip_context_tokens
 from framewise.core.video import sample_count
 
