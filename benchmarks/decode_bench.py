@@ -144,10 +144,11 @@ class Conversation:
 def app_frame_size(frames: int) -> tuple[int, int]:
     """(height, width) the app samples a 1280x720 clip of ``frames`` frames to at its default
     settings (the Qwen3-VL family's sizing within the default pixel budget)."""
-    from framewise.core.families import default_limits, family_for
+    from framewise.core.families import family_for
     from framewise.core.settings import AppSettings
 
-    sizing = family_for("qwen3_vl").frame_sizing(AppSettings().sampling, default_limits())
+    family = family_for("qwen3_vl")
+    sizing = family.frame_sizing(AppSettings().sampling, family.limits)
     return sizing.size(frames, 720, 1280)
 
 

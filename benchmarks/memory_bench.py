@@ -56,7 +56,7 @@ from encoder_bench import TOWERS  # noqa: E402
 from framewise.core.engine import Engine  # noqa: E402
 from framewise.core.families.qwen3_vl.demo_model import build_demo_config, special_token_ids  # noqa: E402
 from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS  # noqa: E402
-from framewise.core.loading import DEMO_MODEL_DIR  # noqa: E402
+from framewise.core.model_source import DEMO_MODEL_DIR, family_limits_of  # noqa: E402
 from framewise.core.memory_plan import GIB  # noqa: E402
 from framewise.core.settings import AppSettings  # noqa: E402
 
@@ -177,7 +177,7 @@ def run_settings(spec: RunSpec) -> AppSettings:
     )
     if spec.scenario == "long":
         settings = settings.replace("sampling", max_frames=spec.frames, max_pixels=spec.max_pixels)
-    return settings.validate()
+    return settings.validate(family_limits_of(spec.checkpoint))
 
 
 def memory_now(device: torch.device) -> dict[str, int | None]:

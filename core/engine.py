@@ -61,9 +61,10 @@ from framewise.core.events import (
 )
 from framewise.core.families.base import PreparedVideo, PromptInputs
 from framewise.core.held_memory import recording_growth, weight_shares
-from framewise.core.loading import LoadedModel, check_memory_fits, family_limits_of, load_model, pick_device
+from framewise.core.loading import LoadedModel, check_memory_fits, load_model, pick_device
 from framewise.core.memory_plan import HeldMemory
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
+from framewise.core.model_source import family_limits_of
 from framewise.core.seam import DecodedAnswer, FamilyLimits
 from framewise.core.settings import AppSettings
 from framewise.core.settings_transaction import SettingsTransaction
@@ -200,7 +201,7 @@ class Engine(BackendBase[EncodedClip]):
     def _limits_for(self, settings: AppSettings) -> FamilyLimits | None:
         """The family limits ``settings`` are checked against: the loaded checkpoint's while they keep
         its source, else those of the family the chosen source's config.json names (no weights are
-        read), else (it cannot be read yet) the default family's."""
+        read), else ``None`` (it cannot be read yet: loading it then says why)."""
         loaded = self.loaded
         if loaded is not None and settings.model.source == self.settings.model.source:
             return loaded.limits

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from framewise.core.backends.base import AnsweringBackend, BackendCall
 from framewise.core.events import EventSink, ignore_events
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import AppSettings
 
-__all__ = ["AnsweringBackend", "BackendCall", "create_engine", "same_backend"]
+__all__ = ["AnsweringBackend", "BackendCall", "create_engine", "family_limits_for", "same_backend"]
 
 
 def create_engine(settings: AppSettings, sink: EventSink = ignore_events) -> AnsweringBackend:
@@ -26,6 +27,19 @@ def create_engine(settings: AppSettings, sink: EventSink = ignore_events) -> Ans
     from framewise.core.engine import Engine  # imports torch and transformers
 
     return Engine(settings, sink=sink)
+
+
+def family_limits_for(settings: AppSettings) -> FamilyLimits | None:
+    """The limits of the model family the backend ``settings`` choose will answer with, known before
+    it loads and without torch: a vLLM server's served family; on this machine the family the
+    checkpoint's config.json names, or ``None`` while that cannot be read (loading then says why)."""
+    if settings.backend.kind == "vllm":
+        from framewise.core.backends.vllm_family import served_family
+
+        return served_family().limits
+    from framewise.core.model_source import family_limits_of
+
+    return family_limits_of(settings.model.source)
 
 
 def same_backend(old: AppSettings, new: AppSettings) -> bool:

@@ -7,8 +7,8 @@ import dataclasses
 import json
 import shlex
 
+from framewise.core.backends.vllm_family import served_family
 from framewise.core.events import ServerInfo
-from framewise.core.families import default_limits
 from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings
 
 
@@ -26,7 +26,7 @@ def vllm_serve_command(
     default silently keeps 32). A closer look goes beside its clip as up to ``max_frames`` pictures
     (:func:`~framewise.core.backends.vllm_request.travels_as_pictures`), which the image limit admits.
     """
-    limits = default_limits()
+    limits = served_family().limits
     budgets = [budget // limits.merge_area for budget in encoder.token_budgets(limits)]
     compilation = {
         "cudagraph_mm_encoder": True,

@@ -35,6 +35,7 @@ from framewise.core.backends.vllm_request import (
     travels_as_pictures,
     video_data_url,
 )
+from framewise.core.backends.vllm_family import served_family
 from framewise.core.backends.vllm_serve_command import with_serve_command
 from framewise.core.backends.base import BackendBase, closer_look_summary
 from framewise.core.errors import CancelledError, FramewiseError
@@ -51,9 +52,9 @@ from framewise.core.events import (
     Token,
     ignore_events,
 )
-from framewise.core.families import default_family, default_limits
 from framewise.core.metrics import DecodeSpeedMeter, decode_rate
 from framewise.core.resources import asset_path
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import DEMO_MODEL, AppSettings
 from framewise.core.video import ReadProgress, SampledFrames, sample_clip
 from framewise.core.video.feed import FrameArrivals
@@ -75,9 +76,8 @@ class VllmServerEngine(BackendBase[RemoteClip]):
 
     def __init__(self, settings: AppSettings, sink: EventSink = ignore_events) -> None:
         super().__init__(settings, sink)
-        # The server serves a checkpoint of the default family (see vllm_serve_command).
-        self.family = default_family()
-        self.limits = default_limits()
+        self.family = served_family()
+        self.limits = self.family.limits
         self._server: ServerInfo | None = None
         self._client: openai.OpenAI | None = None
 
@@ -106,8 +106,12 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         with self._requests.serving(request_id):
             return self._apply_settings(settings)
 
+    def _limits_for(self, settings: AppSettings) -> FamilyLimits:
+        """The served family's limits: settings are checked against them."""
+        return served_family().limits
+
     def _apply_settings(self, settings: AppSettings) -> EngineInfo | None:
-        settings.validate()
+        settings.validate(self.limits)
         old, self.settings = self.settings, settings
         if self._server is None:
             return None

@@ -304,7 +304,7 @@ def _pick(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
-def context_for(settings: AppSettings, language: LanguageModel, limits: FamilyLimits | None = None) -> int:
+def context_for(settings: AppSettings, language: LanguageModel, limits: FamilyLimits) -> int:
     """The decoder's context length for ``settings`` on ``language``'s device (a model of the
     family ``limits``), checked against the model's position limit and the free memory. An
     explicit setting that does not fit is a SettingsError saying how far to lower it; the

@@ -16,6 +16,7 @@ from framewise.core.decoding.step_graphs import context_buckets
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.errors import FramewiseError, SettingsError
+from framewise.core.families import family_for
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
 from framewise.core.families.qwen3_vl.demo_model import (
     build_demo_config,
@@ -29,6 +30,7 @@ from framewise.core.families.qwen3_vl.processor import VideoInputs, preprocess_i
 from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
 from framewise.core.settings import AppSettings, minimum_context_tokens
 
+QWEN3_VL = family_for("qwen3_vl").limits
 NEW_TOKENS = 40
 
 
@@ -416,12 +418,12 @@ def test_an_answer_stops_when_the_context_is_full(setup: Setup) -> None:
 
 def test_a_context_too_short_for_one_question_is_a_settings_error() -> None:
     settings = AppSettings()
-    needed = minimum_context_tokens(settings.sampling, settings.generation)
+    needed = minimum_context_tokens(settings.sampling, settings.generation, QWEN3_VL)
     with pytest.raises(SettingsError) as raised:
-        settings.replace("decoding", max_context_tokens=needed - 1).validate()
+        settings.replace("decoding", max_context_tokens=needed - 1).validate(QWEN3_VL)
     assert raised.value.field == "decoding.max_context_tokens" and str(needed) in raised.value.message
-    assert settings.replace("decoding", max_context_tokens=needed).validate().context_tokens() == needed
-    assert settings.context_tokens() >= needed + 3 * settings.generation.max_new_tokens  # room for follow-ups
+    assert settings.replace("decoding", max_context_tokens=needed).validate(QWEN3_VL).context_tokens(QWEN3_VL) == needed
+    assert settings.context_tokens(QWEN3_VL) >= needed + 3 * settings.generation.max_new_tokens  # room for follow-ups
 
 
 def test_the_context_is_bounded_by_free_memory(setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -429,14 +431,14 @@ def test_the_context_is_bounded_by_free_memory(setup: Setup, monkeypatch: pytest
     per_token = decoder_module.StaticKVCache.bytes_needed(
         language.layers, language.kv_heads, language.head_dim, 1, language.dtype
     )
-    automatic = AppSettings().context_tokens()
+    automatic = AppSettings().context_tokens(QWEN3_VL)
     monkeypatch.setattr(decoder_module, "free_memory_bytes", lambda device: per_token * automatic * 10)
-    assert context_for(AppSettings(), language) == automatic
+    assert context_for(AppSettings(), language, QWEN3_VL) == automatic
     room = int(per_token * (automatic - 100) / decoder_module.CACHE_MEMORY_SHARE) + per_token
     monkeypatch.setattr(decoder_module, "free_memory_bytes", lambda device: room)
-    assert minimum_context_tokens(AppSettings().sampling, AppSettings().generation) < context_for(
-        AppSettings(), language
+    assert minimum_context_tokens(AppSettings().sampling, AppSettings().generation, QWEN3_VL) < context_for(
+        AppSettings(), language, QWEN3_VL
     ) < automatic  # the automatic length shrinks to what fits
     explicit = AppSettings().replace("decoding", max_context_tokens=automatic)
     with pytest.raises(SettingsError, match="lower it to at most"):
-        context_for(explicit, language)
+        context_for(explicit, language, QWEN3_VL)

@@ -155,9 +155,11 @@ def test_the_engines_answer_is_generates_answer_with_the_models_own_vision_pass(
 
 
 def test_info_says_decode_steps_run_eagerly_on_the_cpu_and_why(loaded_engine: tuple[Engine, Recorder]) -> None:
-    decoder = loaded_engine[0].info().decoder
+    engine = loaded_engine[0]
+    decoder = engine.info().decoder
     assert decoder is not None and not decoder.graphs_enabled and "CPU" in decoder.graphs_reason
-    assert decoder.context_tokens == FAST.context_tokens() and decoder.buckets[-1] == decoder.context_tokens
+    assert decoder.context_tokens == FAST.context_tokens(engine.loaded.limits)
+    assert decoder.buckets[-1] == decoder.context_tokens
     assert decoder.kv_cache_mb > 0
 
 
@@ -315,10 +317,10 @@ def test_turning_graphs_off_gives_the_tower_back_its_stock_attention(monkeypatch
     Graphs run ``direct`` here (same buffers and forward, no CUDA graph), so the switch happens on the CPU.
     """
 
-    def direct_graphs(adapter, settings, progress=None, limits=None):
+    def direct_graphs(adapter, settings, progress=None, *, limits):
         if not settings.use_graphs:
             return EagerVisionEncoder(adapter), "graphs off"
-        return GraphVisionEncoder(adapter, settings, direct=True), "direct graphs on the CPU"
+        return GraphVisionEncoder(adapter, settings, direct=True, limits=limits), "direct graphs on the CPU"
 
     monkeypatch.setattr(engine_module, "make_vision_encoder", direct_graphs)
     settings = FAST.replace("encoder", budgets=(64, 256), max_items_per_batch=4, max_frame_pairs_per_batch=8)

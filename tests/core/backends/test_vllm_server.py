@@ -294,7 +294,7 @@ def test_settings_refuse_addresses_that_are_not_http() -> None:
 
     for url in ("", "ftp://host", "127.0.0.1:8000", "http://host:99999", "http://host/?q=1"):
         with pytest.raises(SettingsError) as raised:
-            remote_settings(url).validate()
+            remote_settings(url).validate(None)
         assert raised.value.field == "backend.server_url"
     assert same_backend(AppSettings(), AppSettings().replace("sampling", max_frames=8))
     assert not same_backend(AppSettings(), remote_settings("http://127.0.0.1:1"))
