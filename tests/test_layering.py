@@ -10,13 +10,13 @@ from tests.conftest import REPO_ROOT
 
 # Modules that need an optional package, which the application imports only where it is installed.
 OPTIONAL = {
-    "framewise.core.families.qwen3_vl.step_kernels": "triton",
-    "framewise.core.families.qwen3_vl.norm_kernel": "triton",
-    "framewise.core.families.qwen3_vl.tile_attention": "triton",
-    "framewise.core.quantization.gemv_kernels": "triton",
-    "framewise.core.quantization.row_quant_kernel": "triton",
-    "framewise.core.decoding.gemv_loads": "triton",
-    "framewise.core.decoding.dependent_launch": "triton",
+    "framewise.core.kernels.decode_step": "triton",
+    "framewise.core.kernels.add_layer_norm": "triton",
+    "framewise.core.kernels.vision_attention": "triton",
+    "framewise.core.kernels.fp8_gemv": "triton",
+    "framewise.core.kernels.fp8_row_quant": "triton",
+    "framewise.core.kernels.gemv_loads": "triton",
+    "framewise.core.kernels.dependent_launch": "triton",
 }
 
 

@@ -80,10 +80,10 @@ def flash_attn_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 
 
 def triton_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, boundaries: Boundaries, scale: float):
-    """Framewise's Triton tile kernel (:mod:`~framewise.core.families.qwen3_vl.tile_attention`); the tile
+    """Framewise's Triton tile kernel (:mod:`~framewise.core.kernels.vision_attention`); the tile
     list is made anew in every call here (the fused forward makes it once a pass)."""
-    from framewise.core.families.qwen3_vl.tile_attention import tile_attention
-    from framewise.core.families.qwen3_vl.tile_schedule import tile_schedule
+    from framewise.core.kernels.vision_attention import tile_attention
+    from framewise.core.kernels.tile_schedule import tile_schedule
 
     cu_seqlens = boundaries[0]
     return tile_attention(query, key, value, cu_seqlens, tile_schedule(cu_seqlens, query.shape[0]), scale)

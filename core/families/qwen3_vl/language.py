@@ -14,13 +14,13 @@ one product for q/k/v and one for gate/up, ``F.rms_norm``, rotary as one ``addcm
 model built with ``fused_steps=False``, run the model's own decoder layers, rotary embedding and norm,
 called the way ``Qwen3VLTextModel.forward`` calls them, with Framewise's cache and attention function.
 On a CUDA device with Triton the step is six kernel launches a layer instead
-(:mod:`framewise.core.families.qwen3_vl.step_kernels`: norms, rotary, SiLU and residual adds done
+(:mod:`framewise.core.kernels.decode_step`: norms, rotary, SiLU and residual adds done
 inside the matrix-vector products and the cache write, attention reading only the filled positions).
 
 Decoder linear layers in FP8 (:class:`~framewise.core.quantization.linear.Fp8Linear`, from an FP8
 checkpoint or ``model.dtype = fp8``) are stacked the same way, e4m3 with their scales, and the
 step reads them through the FP8 matrix-vector kernels
-(:mod:`framewise.core.quantization.gemv_kernels`), or dequantized in torch ops; a prefill multiplies
+(:mod:`framewise.core.kernels.fp8_gemv`), or dequantized in torch ops; a prefill multiplies
 them as ``Fp8Linear`` does, through FP8 tensor cores (the activations quantized per token, once for
 q/k/v and once for gate/up) or dequantized weights (:func:`~framewise.core.quantization.matmul.fp8_linear`).
 """
@@ -46,7 +46,7 @@ from framewise.core.decoding.attention import (
 )
 from framewise.core.decoding.defs import PromptPositions, VisionRows
 from framewise.core.decoding.kv_cache import StaticKVCache
-from framewise.core.quantization.formats import BLOCK_SIZE
+from framewise.core.kernels.e4m3 import BLOCK_SIZE
 from framewise.core.quantization.linear import Fp8Linear
 from framewise.core.quantization.matmul import Norm, fp8_linear, product_input
 from framewise.core.seam import PieceGrid
@@ -138,7 +138,7 @@ class Qwen3VLLanguageModel:
             if unavailable and step_kernels:
                 raise ValueError(f"the decode step kernels cannot run here: {unavailable}")
             if not unavailable:
-                from framewise.core.families.qwen3_vl import step_kernels as kernels
+                from framewise.core.kernels import decode_step as kernels
 
                 self._kernels = kernels
 
@@ -539,15 +539,15 @@ def _step_products(kernels, fp8: bool):
     e4m3 weights, the bf16 step kernels (which take no scale) otherwise. The FP8 gate/up kernel forms
     ``silu(gate) * up`` itself, where the bf16 down kernel forms it as it reads the gate/up product."""
     if fp8:
-        from framewise.core.quantization import gemv_kernels
+        from framewise.core.kernels import fp8_gemv
 
         def fp8_mlp(hidden, layer):
-            activation = gemv_kernels.fp8_rms_norm_silu_gate_up(
+            activation = fp8_gemv.fp8_rms_norm_silu_gate_up(
                 hidden, layer.post_norm, layer.gate_up, layer.gate_up_scale, layer.eps
             )
-            return gemv_kernels.fp8_linear_residual(activation, layer.down, layer.down_scale, hidden)
+            return fp8_gemv.fp8_linear_residual(activation, layer.down, layer.down_scale, hidden)
 
-        return gemv_kernels.fp8_rms_norm_linear, gemv_kernels.fp8_linear_residual, fp8_mlp
+        return fp8_gemv.fp8_rms_norm_linear, fp8_gemv.fp8_linear_residual, fp8_mlp
 
     def norm_linear(x, norm, weight, scale, eps):
         return kernels.rms_norm_linear(x, norm, weight, eps)
