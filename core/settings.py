@@ -23,7 +23,11 @@ from urllib.parse import urlsplit
 from framewise.core.errors import SettingsError
 from framewise.core.seam import FamilyLimits
 
-ATTENTION_BACKENDS = ("auto", "triton", "varlen", "flash_attn", "sdpa_masked", "eager")
+GRAPH_SAFE_ATTENTION_BACKENDS = ("triton", "varlen", "flash_attn", "sdpa_masked")
+"""The vision encoder's attention backends that run inside a CUDA graph
+(:mod:`framewise.core.encoding.attention_backends` implements them)."""
+ATTENTION_BACKENDS = ("auto", *GRAPH_SAFE_ATTENTION_BACKENDS, "eager")
+"""Every choice of ``encoder.attention_backend``: ``auto`` picks one; ``eager`` is the tower's own."""
 BACKENDS = ("local", "vllm")
 SECRET_FIELDS = frozenset({"backend.api_key"})
 """Fields never written by ``to_dict`` nor read back by ``from_dict``."""

@@ -552,7 +552,7 @@ def use_varlen_vision_attention(model: Qwen3VLForConditionalGeneration, device: 
     per frame pair) when this machine can, checked by a forward and backward pass against SDPA."""
     if device.type != "cuda":
         return False
-    from framewise.core.families.qwen3_vl.attention import REGISTERED_NAMES, register_backends
+    from framewise.core.encoding.attention_backends import REGISTERED_NAMES, register_backends
 
     register_backends()
     visual = model.model.visual

@@ -29,7 +29,7 @@ from framewise.core.events import (
     Progress,
     Token,
 )
-from framewise.core.families.qwen3_vl.attention import REGISTERED_NAMES
+from framewise.core.encoding.attention_backends import REGISTERED_NAMES
 from framewise.core.metrics import DecodeSpeedMeter
 from framewise.core.settings import AppSettings
 from framewise.core.video import pyav_reader

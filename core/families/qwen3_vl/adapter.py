@@ -20,7 +20,7 @@ import torch
 
 from framewise.core.encoding.defs import BufferSpec, EncodedItem, GraphBuffers, VisionItem
 from framewise.core.errors import EncoderError, FramewiseError
-from framewise.core.families.qwen3_vl.attention import (
+from framewise.core.encoding.attention_backends import (
     REGISTERED_NAMES,
     available_attention_backends,
     register_backends,

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from framewise.core.errors import EncoderError
-from framewise.core.families.qwen3_vl.attention import flash_attn_kernel, flash_attn_rows, masked_rows, varlen_rows
+from framewise.core.encoding.attention_backends import flash_attn_kernel, flash_attn_rows, masked_rows, varlen_rows
 from framewise.core.user_folders import user_folder
 
 LAYER_NORM_EPS = 1e-6

@@ -13,7 +13,7 @@ from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_enco
 from framewise.core.errors import EncoderError
 from framewise.core.families import family_for
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
-from framewise.core.families.qwen3_vl.attention import REGISTERED_NAMES
+from framewise.core.encoding.attention_backends import REGISTERED_NAMES
 from framewise.core.metrics import EncoderMetricsAccumulator
 from framewise.core.settings import EncoderSettings
 
