@@ -65,12 +65,12 @@ from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 from framewise.core.decoding import Decoder, Prompt, SamplingRule  # noqa: E402
 from framewise.core.encoding.defs import EncodedItem  # noqa: E402
-from framewise.core.families.qwen3_vl.injection import FeatureInjector  # noqa: E402
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel  # noqa: E402
 from framewise.core.families.qwen3_vl.prompt import TEXT_TOKEN, VIDEO_TOKEN, vision_spans
 from framewise.core.metrics import percentile  # noqa: E402
 from framewise.core.quantization.fp8 import QUANTIZE_ON_LOAD_SCHEME  # noqa: E402
 from framewise.core.quantization.linear import Fp8Linear  # noqa: E402
+from training.feature_injection import FeatureInjector  # noqa: E402
 
 # hidden, intermediate, layers, heads, kv heads, head_dim, tied embeddings (released Qwen3-VL text models)
 TEXT_SIZES = {

@@ -55,7 +55,7 @@ class LoadedModel:
     ``label`` is shown next to the model's answers when set: it comes from the folder's
     ``framewise.json`` (the demo model's says its weights are random). ``family`` is the model
     family that loaded it (preprocessing, prompt, cancel points); ``adapter`` the family's side of
-    the encoder seam (graphs, eager forward, feature injection, the decoder's language model);
+    the encoder seam (graphs, eager forward, the decoder's language model);
     ``limits`` this checkpoint's vision limits; ``path`` the checkpoint folder. ``fp8``: the
     language model's linear layers hold FP8 weights (quantized on load or read from an FP8
     checkpoint), and ``dtype`` is then that of the activations and the other weights.

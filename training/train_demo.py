@@ -29,8 +29,8 @@ What makes the few minutes of training go further:
 - The data workers compute everything that depends only on the example (rendering, prompt,
   multimodal rotary positions, the tower's attention boundaries and position-table taps), so
   the training loop issues only the model's own work. The tower runs once per batch and its
-  features reach the language model through the Qwen3-VL ``FeatureInjector``, as in the
-  application.
+  features reach the language model through the Qwen3-VL ``FeatureInjector``
+  (:mod:`training.feature_injection`).
 
 Seed ``i`` gives example ``i``, so the data do not depend on the number of workers. The output
 folder is a demo-model folder (bfloat16 safetensors weights, config, tokenizer,
@@ -74,7 +74,7 @@ from framewise.core.families.qwen3_vl.demo_model import (
     special_token_ids,
 )
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
-from framewise.core.families.qwen3_vl.injection import FeatureInjector
+from training.feature_injection import FeatureInjector
 from framewise.core.families.qwen3_vl.metadata import MetadataCache
 from framewise.core.families.qwen3_vl.processor import VideoInputs, preprocess_video
 from framewise.core.families.qwen3_vl.prompt import VIDEO_TOKEN, build_chat_inputs

@@ -62,3 +62,15 @@ def test_preprocessing_and_sizing_through_the_family_match_the_processor() -> No
     sizing = family.frame_sizing(sampling, limits)
     assert sizing.size(8, 720, 1280) == video_frame_sizing(sampling).size(8, 720, 1280)
     assert sizing.frames_per_slice == 2
+
+
+def test_the_adapter_of_a_loaded_model_runs_nothing_of_transformers_feature_seam(model, monkeypatch) -> None:
+    """The product places vision features itself: building the adapter at load calls no
+    ``get_image_features`` (only training and the tests inject features through it)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("get_image_features was called")
+
+    monkeypatch.setattr(type(model.model), "get_image_features", refuse)
+    adapter = family_for("qwen3_vl").adapter(model)
+    assert adapter.language_model().layers == 2
