@@ -54,11 +54,11 @@ from transformers import AutoTokenizer, Qwen3VLForConditionalGeneration  # noqa:
 from decode_bench import TEXT_SIZES, VOCAB  # noqa: E402
 from encoder_bench import TOWERS  # noqa: E402
 from framewise.core.engine import Engine  # noqa: E402
-from framewise.core.families.qwen3_vl.demo_model import build_demo_config, special_token_ids  # noqa: E402
 from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS  # noqa: E402
 from framewise.core.model_source import DEMO_MODEL_DIR, family_limits_of  # noqa: E402
 from framewise.core.memory_plan import GIB  # noqa: E402
 from framewise.core.settings import AppSettings  # noqa: E402
+from training.demo_model import build_demo_config, special_token_ids  # noqa: E402
 
 # depth, hidden, heads, MLP, out hidden (the language model's width), deepstack layers
 TOWER_SIZES = {**TOWERS, "tiny": (2, 64, 2, 128, TEXT_SIZES["tiny"][0], (1,))}

@@ -62,7 +62,12 @@ from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
 
 from framewise.core.encoding.defs import EncodedItem, VisionItem
-from framewise.core.families.qwen3_vl.demo_model import (
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.metadata import MetadataCache
+from framewise.core.families.qwen3_vl.processor import VideoInputs, preprocess_video
+from framewise.core.families.qwen3_vl.prompt import VIDEO_TOKEN, build_chat_inputs
+from framewise.core.settings import SamplingSettings
+from training.demo_model import (
     DEMO_LABEL,
     DEMO_WORDS,
     IM_END,
@@ -73,12 +78,7 @@ from framewise.core.families.qwen3_vl.demo_model import (
     save_demo_model,
     special_token_ids,
 )
-from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from training.feature_injection import FeatureInjector
-from framewise.core.families.qwen3_vl.metadata import MetadataCache
-from framewise.core.families.qwen3_vl.processor import VideoInputs, preprocess_video
-from framewise.core.families.qwen3_vl.prompt import VIDEO_TOKEN, build_chat_inputs
-from framewise.core.settings import SamplingSettings
 from training.synthetic import (
     COLORS,
     DIRECTIONS,

@@ -18,17 +18,17 @@ from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.errors import FramewiseError, SettingsError
 from framewise.core.families import family_for
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
-from framewise.core.families.qwen3_vl.demo_model import (
-    build_demo_config,
-    build_demo_tokenizer,
-    init_demo_model,
-    special_token_ids,
-)
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.families.qwen3_vl.processor import VideoInputs, preprocess_image, preprocess_video
 from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
 from framewise.core.settings import AppSettings, minimum_context_tokens
+from training.demo_model import (
+    build_demo_config,
+    build_demo_tokenizer,
+    init_demo_model,
+    special_token_ids,
+)
 
 QWEN3_VL = family_for("qwen3_vl").limits
 NEW_TOKENS = 40

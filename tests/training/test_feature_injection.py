@@ -14,15 +14,15 @@ import torch
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
-from framewise.core.families.qwen3_vl.demo_model import (
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.processor import preprocess_video
+from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
+from training.demo_model import (
     build_demo_config,
     build_demo_tokenizer,
     init_demo_model,
     special_token_ids,
 )
-from framewise.core.families.qwen3_vl.geometry import VisionGeometry
-from framewise.core.families.qwen3_vl.processor import preprocess_video
-from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
 from training.feature_injection import FeatureInjectionError, FeatureInjector
 
 NEW_TOKENS = 6

@@ -32,11 +32,11 @@ from framewise.core.events import (
     ResetReason,
     Token,
 )
-from framewise.core.families.qwen3_vl.demo_model import DEMO_LABEL
 from framewise.core.families import family_for
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator
 from framewise.core.seam import FamilyLimits
 from framewise.core.settings import AppSettings
+from training.demo_model import DEMO_LABEL
 
 
 # The fake stands in for the demo model, a Qwen3-VL checkpoint.

@@ -8,15 +8,15 @@ import torch
 
 from framewise.core.families import ModelFamily, family_for
 from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS
-from framewise.core.families.qwen3_vl.demo_model import (
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.processor import preprocess_video, video_frame_sizing
+from framewise.core.settings import SamplingSettings
+from training.demo_model import (
     build_demo_config,
     build_demo_tokenizer,
     init_demo_model,
     special_token_ids,
 )
-from framewise.core.families.qwen3_vl.geometry import VisionGeometry
-from framewise.core.families.qwen3_vl.processor import preprocess_video, video_frame_sizing
-from framewise.core.settings import SamplingSettings
 
 
 @pytest.fixture(scope="module")
