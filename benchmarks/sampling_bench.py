@@ -143,7 +143,7 @@ def measure_open_to_ready(path: Path, frames: int, fast_mode: str) -> dict[str, 
     the bundled demo model, on a GPU where there is one, else the CPU, in this process."""
     import torch
 
-    from framewise.core.engine import Engine
+    from framewise.core.backends.local.engine import Engine
     from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS
     from framewise.core.settings import AppSettings
 

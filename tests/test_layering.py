@@ -43,7 +43,7 @@ def imported_after(modules: list[str]) -> set[str]:
 
 
 def _layer(module: str) -> str:
-    """``framewise.core.engine`` -> ``framewise.core``; ``torch.nn`` -> ``torch``."""
+    """``framewise.core.backends.local.engine`` -> ``framewise.core``; ``torch.nn`` -> ``torch``."""
     parts = module.split(".")
     return ".".join(parts[:2]) if parts[0] == "framewise" and len(parts) > 1 else parts[0]
 

@@ -5,7 +5,7 @@ CLI agree on field names. By default the store is the platform's native one for 
 and application "Framewise"; tests point it at an ini file instead.
 
 The vLLM server's API key is never part of that value. With the native store it goes to the
-desktop's secret store (:mod:`framewise.core.backends.server_keys`) when one is available;
+desktop's secret store (:mod:`framewise.core.backends.vllm.keys`) when one is available;
 otherwise it lives in the running application only.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from PySide6.QtCore import QByteArray, QSettings
 
 from framewise.core.backends import family_limits_for
-from framewise.core.backends.server_keys import desktop_server_keys
+from framewise.core.backends.vllm.keys import desktop_server_keys
 from framewise.core.errors import SettingsError
 from framewise.core.settings import AppSettings
 from framewise.ui.settings_dialog import SESSION_ONLY_KEY_NOTE

@@ -12,8 +12,8 @@ import pytest
 
 from framewise.core.backends.base import AnsweringBackend, BackendBase
 from framewise.core.video import SampledFrames, frames_size_and_duration
-from framewise.core.backends.vllm_server import VllmServerEngine
-from framewise.core.engine import Engine
+from framewise.core.backends.vllm.server import VllmServerEngine
+from framewise.core.backends.local.engine import Engine
 from framewise.core.errors import ModelLoadError, SettingsError
 from framewise.core.events import ConversationReset, Done, EncodeDone, ignore_events
 from framewise.core.settings import AppSettings
@@ -186,7 +186,7 @@ def test_adding_keeps_the_conversation_and_opening_replaces_every_item() -> None
 
 def test_each_backend_checks_settings_against_the_family_it_answers_with(tmp_path) -> None:
     from framewise.core.backends import family_limits_for
-    from framewise.core.backends.vllm_family import served_family
+    from framewise.core.backends.vllm.family import served_family
     from framewise.core.families import family_for
 
     remote = AppSettings().replace("backend", kind="vllm", server_url="http://127.0.0.1:1")

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from framewise.core.engine import Engine
+from framewise.core.backends.local.engine import Engine
 from framewise.core.errors import SpanError
 from framewise.core.events import ClipSampled, ConversationReset
 from framewise.core.settings import SamplingSettings

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from framewise.core import engine as engine_module
+from framewise.core.backends.local import engine as engine_module
 from framewise.core.decoding import decoder as decoder_module
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.encoding.manager import GraphVisionEncoder
-from framewise.core.engine import Engine
+from framewise.core.backends.local.engine import Engine
 from framewise.core.errors import CancelledError, ClipError, FramewiseError, QuestionTooLongError
 from framewise.core.events import (
     AnswerSpeed,

@@ -1,4 +1,4 @@
-"""A stand-in for ``core.engine.Engine`` with the same API: frames from the clip (OpenCV), canned answers.
+"""A stand-in for ``core.backends.local.engine.Engine`` with the same API: frames from the clip (OpenCV), canned answers.
 
 It implements :class:`~framewise.core.backends.base.AnsweringBackend` on the backends' shared
 plumbing (a test holds it to the protocol) and follows the engine's event protocol: every event carries the request's id, EngineInfo is sent
@@ -52,7 +52,7 @@ class FakeClip:
 
 
 class FakeEngine(BackendBase[FakeClip]):
-    """``core.engine.Engine``'s API without a model: frames come from the clip (OpenCV), answers are canned.
+    """``core.backends.local.engine.Engine``'s API without a model: frames come from the clip (OpenCV), answers are canned.
 
     Class attributes let a test slow answers down, make them run to ``max_new_tokens`` (``endless``),
     hold ``load`` until ``load_gate`` is set, or make a call fail.

@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 
 from framewise.core import families
 from framewise.core.encoding.defs import VisionItem
-from framewise.core.engine import Engine
+from framewise.core.backends.local.engine import Engine
 from framewise.core.errors import SettingsError
 from framewise.core.events import ChunkStats, Event
 from framewise.core.families.base import CancelPoints

@@ -14,7 +14,7 @@ a cancel that arrives just before a call begins is never lost. It is consumed wh
 ends. Cancelling reaches every stage: reading the clip, preprocessing, every vision-tower block of
 every encoder pass, every decoder layer of the prefill and every generated token.
 
-:meth:`Engine.apply_settings` is a transaction (:class:`~framewise.core.settings_transaction.SettingsTransaction`):
+:meth:`Engine.apply_settings` is a transaction (:class:`~framewise.core.backends.local.settings_transaction.SettingsTransaction`):
 when any part of the switch fails, the engine keeps the model, encoder, decoder, clip and
 conversation it had, and the error says what failed.
 
@@ -67,7 +67,7 @@ from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, 
 from framewise.core.model_source import family_limits_of
 from framewise.core.seam import DecodedAnswer, FamilyLimits
 from framewise.core.settings import AppSettings
-from framewise.core.settings_transaction import SettingsTransaction
+from framewise.core.backends.local.settings_transaction import SettingsTransaction
 from framewise.core.video import ReadProgress, SampledClip, SampledFrames, sample_clip
 from framewise.core.video.feed import ChunkFeed, FrameChunk
 from framewise.core.video.still import StillImage, read_still

@@ -3,7 +3,7 @@
 :class:`SettingsTransaction` redoes only what new settings change (the model, the encoder's graphs,
 the decoder's cache and graphs, the open clip's sampling) and, when any part fails, puts back the
 settings, model, encoder, decoder, clip and conversation the engine had. The engine keeps the
-orchestration (:meth:`~framewise.core.engine.Engine.apply_settings`); the transaction knows it only
+orchestration (:meth:`~framewise.core.backends.local.engine.Engine.apply_settings`); the transaction knows it only
 through :class:`SwitchableEngine` (its steps), :class:`EngineParts` (the parts it snapshots and
 puts back), the function that re-opens its clip and the one that samples every item of its
 conversation anew.

@@ -27,7 +27,7 @@ import cv2
 import numpy as np
 
 from framewise.core.errors import FramewiseError
-from framewise.core.backends.vllm_family import served_family
+from framewise.core.backends.vllm.family import served_family
 from framewise.core.events import EncodeDone
 
 _VIDEO_URL_PREFIX = "data:video/jpeg;base64,"
