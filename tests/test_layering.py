@@ -1,4 +1,6 @@
-"""The dependency rule: ``core`` never imports Qt; ``ui`` never imports torch or transformers."""
+"""The dependency rule: ``core`` never imports Qt; ``ui`` never imports torch or transformers. And
+inside core, read from the source: no import circle, kernels import nothing above them, the seam's
+plain types import none of their users."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import importlib.util
 import subprocess
 import sys
 from tests.conftest import REPO_ROOT
+from tests.import_graph import first_cycle, import_graph, modules_under, outside_imports
 
 
 # Modules that need an optional package, which the application imports only where it is installed.
@@ -60,3 +63,59 @@ def test_core_does_not_import_qt_or_the_other_layers() -> None:
     assert "torch" in loaded
     assert not loaded & {"PySide6", "shiboken6", "framewise.ui", "framewise.app"}
     assert not loaded & {"core", "ui", "app"}, "import the layers as framewise.core / framewise.ui / framewise.app"
+
+
+# ---------------------------------------------------------------- the rooms of core, read from the source
+
+CORE = REPO_ROOT / "core"
+CORE_MODULES = modules_under(CORE, REPO_ROOT)
+KNOWN = set(CORE_MODULES)
+
+
+def test_no_import_circle_among_core_modules() -> None:
+    graph = import_graph(CORE_MODULES)
+    assert len(graph) > 50 and any(graph.values()), "the graph was read"
+    cycle = first_cycle(graph)
+    assert cycle is None, "core modules import each other in a circle: " + " -> ".join(cycle or ())
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    assert first_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert first_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_the_graph_reads_every_kind_of_import(tmp_path) -> None:
+    package = tmp_path / "core" / "pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from framewise.core.pkg import low\n")
+    (package / "low.py").write_text("import os\n")
+    (package / "high.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import low\n"
+        "def later():\n    import framewise.core.pkg\n"
+    )
+    modules = modules_under(tmp_path / "core", tmp_path)
+    graph = import_graph(modules)
+    assert graph["framewise.core.pkg.high"] == {"framewise.core.pkg.low", "framewise.core.pkg"}
+    assert graph["framewise.core.pkg"] == {"framewise.core.pkg.low"} and graph["framewise.core.pkg.low"] == set()
+
+
+def test_kernels_import_nothing_of_the_rooms_above_them() -> None:
+    """A kernel is chosen by its callers (families, decoding, encoding, quantization, backends)
+    and never reaches back to them."""
+    kernels = {name: path for name, path in CORE_MODULES.items() if name.startswith("framewise.core.kernels")}
+    assert len(kernels) > 5
+    allowed = ("framewise.core.kernels", "framewise.core.errors")
+    assert outside_imports(kernels, allowed, KNOWN) == {}
+
+
+def test_the_seam_imports_nothing_of_its_users() -> None:
+    seam = {"framewise.core.seam": CORE_MODULES["framewise.core.seam"]}
+    assert outside_imports(seam, ("framewise.core.errors", "framewise.core.wording"), KNOWN) == {}
+
+
+def test_the_room_rules_find_what_they_forbid() -> None:
+    """The check itself works: the engine reaches most rooms of core."""
+    engine = {name: CORE_MODULES[name] for name in ("framewise.core.backends.local.engine",)}
+    assert "framewise.core.decoding" in outside_imports(engine, ("framewise.core.kernels",), KNOWN)[
+        "framewise.core.backends.local.engine"
+    ]
