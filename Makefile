@@ -12,7 +12,7 @@ NEWEST_VENV ?= .venv-newest
 NEWEST_PY := $(NEWEST_VENV)/bin/python
 OLDEST_VENV ?= .venv-oldest
 OLDEST_PY := $(OLDEST_VENV)/bin/python
-NEWEST_TESTS ?= tests/core/test_engine.py tests/core/test_loading.py tests/core/families/qwen3_vl tests/app/test_cli.py tests/ui
+NEWEST_TESTS ?= tests/core/test_engine.py tests/core/test_loading.py tests/core/families/qwen3_vl tests/training/test_feature_injection.py tests/app/test_cli.py tests/ui
 
 VLLM_VENV ?= .vllm-venv
 

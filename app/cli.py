@@ -33,6 +33,7 @@ from framewise.core.clip_times import ConversationItem, place_times
 from framewise.core.errors import EmptyQuestionError, OutputWriteError, SettingsError, describe_error
 from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo, Event, Progress, ServerInfo, Token
 from framewise.core.memory_plan import size_text
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, FAST_MODES, FIELD_WORDS, AppSettings
 from framewise.core.timecodes import find_times
 
@@ -76,7 +77,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging()
     try:
         _stdout()  # a closed stdout is found before the model loads, not when the answer comes
-        settings = _settings_from_args(args).validate()
+        settings = _settings_from_args(args)
+        settings.validate(_family_limits(settings))
         if args.command == "info":
             return _info(settings, args.json)
         return _ask(settings, args.clips, args.question, args.json, _span(args.start, args.end))
@@ -89,6 +91,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = describe_error(error)
         print(f"framewise: {_in_flag_words(error, report.message)}", file=sys.stderr)
         return report.exit_code
+
+
+def _family_limits(settings: AppSettings) -> FamilyLimits | None:
+    """The limits of the model family that will answer, read before anything heavy is imported."""
+    from framewise.core.backends import family_limits_for  # imported late so `--help` stays instant
+
+    return family_limits_for(settings)
 
 
 def write_stdout(text: str) -> None:
@@ -311,7 +320,7 @@ def _ask(
     if settings.backend.kind == "local":  # a server has its own tokenizer and context
         from framewise.core.loading import count_question_tokens  # the tokenizer only, no weights
 
-        settings.check_question_fits(count_question_tokens(settings.model.source, question))
+        settings.check_question_fits(count_question_tokens(settings.model.source, question), _family_limits(settings))
     printer = _ProgressPrinter(sys.stderr, quiet=as_json)
     engine = _load_engine(settings, printer)
     info = engine.info()

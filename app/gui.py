@@ -1,7 +1,7 @@
 """``framewise-studio`` / ``python -m framewise.app``: the desktop window.
 
 The composition root: it creates the ``QApplication``, the settings store, the engine's worker
-thread (with ``core.engine.Engine``) and the main window, shows the window at once and only
+thread (with ``core.backends.local.engine.Engine``) and the main window, shows the window at once and only
 then starts loading the model on the worker thread.
 """
 

@@ -31,8 +31,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.varlen import varlen_attn
 
-from framewise.core.families.qwen3_vl.tile_attention import tile_attention
-from framewise.core.families.qwen3_vl.tile_schedule import tile_schedule
+from framewise.core.kernels.vision_attention import tile_attention
+from framewise.core.kernels.tile_schedule import tile_schedule
 from graph_timing import graph_replay_ms
 
 # (name, sequence length, sequences, budget rows): the encoder benchmark's workloads, one

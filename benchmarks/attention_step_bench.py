@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from graph_timing import graph_replay_ms  # noqa: E402
 
-from framewise.core.families.qwen3_vl import step_kernels  # noqa: E402
+from framewise.core.kernels import decode_step  # noqa: E402
 
 LAYERS = 36
 # size -> (query heads, key/value heads, head dim)
@@ -43,7 +43,7 @@ def attention_us(heads: int, kv_heads: int, head_dim: int, view_length: int, pos
 
     def layers() -> None:
         for _ in range(LAYERS):
-            step_kernels.attend_step(qkv, qk_norms, inv_freq, 1.0, at, at, keys, values, heads, 1e-6, view_length, head_dim**-0.5)
+            decode_step.attend_step(qkv, qk_norms, inv_freq, 1.0, at, at, keys, values, heads, 1e-6, view_length, head_dim**-0.5)
 
     return graph_replay_ms(layers, replays=50) * 1e3 / LAYERS
 
@@ -51,14 +51,14 @@ def attention_us(heads: int, kv_heads: int, head_dim: int, view_length: int, pos
 def main() -> int:
     print("| size | context bucket | position | programs a multiprocessor | keys a loop turn | µs a layer | read floor µs |")
     print("|---|---|---|---|---|---|---|")
-    chosen = step_kernels.ATTENTION_PROGRAMS_PER_SM, step_kernels.ATTENTION_BLOCK
+    chosen = decode_step.ATTENTION_PROGRAMS_PER_SM, decode_step.ATTENTION_BLOCK
     for size, (heads, kv_heads, head_dim) in HEAD_SHAPES.items():
         for (view_length, position), per_sm, block in itertools.product(CONTEXTS, (1, 2, 4), (32, 64, 128)):
-            step_kernels.ATTENTION_PROGRAMS_PER_SM, step_kernels.ATTENTION_BLOCK = per_sm, block
+            decode_step.ATTENTION_PROGRAMS_PER_SM, decode_step.ATTENTION_BLOCK = per_sm, block
             floor = 2 * kv_heads * (position + 1) * head_dim * 2 / 4e12 * 1e6
             us = attention_us(heads, kv_heads, head_dim, view_length, position)
             print(f"| {size} | {view_length} | {position} | {per_sm} | {block} | {us:.2f} | {floor:.2f} |", flush=True)
-    step_kernels.ATTENTION_PROGRAMS_PER_SM, step_kernels.ATTENTION_BLOCK = chosen
+    decode_step.ATTENTION_PROGRAMS_PER_SM, decode_step.ATTENTION_BLOCK = chosen
     return 0
 
 

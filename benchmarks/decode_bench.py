@@ -65,12 +65,12 @@ from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 from framewise.core.decoding import Decoder, Prompt, SamplingRule  # noqa: E402
 from framewise.core.encoding.defs import EncodedItem  # noqa: E402
-from framewise.core.families.qwen3_vl.injection import FeatureInjector  # noqa: E402
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel  # noqa: E402
 from framewise.core.families.qwen3_vl.prompt import TEXT_TOKEN, VIDEO_TOKEN, vision_spans
 from framewise.core.metrics import percentile  # noqa: E402
 from framewise.core.quantization.fp8 import QUANTIZE_ON_LOAD_SCHEME  # noqa: E402
 from framewise.core.quantization.linear import Fp8Linear  # noqa: E402
+from training.feature_injection import FeatureInjector  # noqa: E402
 
 # hidden, intermediate, layers, heads, kv heads, head_dim, tied embeddings (released Qwen3-VL text models)
 TEXT_SIZES = {
@@ -144,10 +144,11 @@ class Conversation:
 def app_frame_size(frames: int) -> tuple[int, int]:
     """(height, width) the app samples a 1280x720 clip of ``frames`` frames to at its default
     settings (the Qwen3-VL family's sizing within the default pixel budget)."""
-    from framewise.core.families import default_limits, family_for
+    from framewise.core.families import family_for
     from framewise.core.settings import AppSettings
 
-    sizing = family_for("qwen3_vl").frame_sizing(AppSettings().sampling, default_limits())
+    family = family_for("qwen3_vl")
+    sizing = family.frame_sizing(AppSettings().sampling, family.limits)
     return sizing.size(frames, 720, 1280)
 
 

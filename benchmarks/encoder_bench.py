@@ -47,6 +47,7 @@ from framewise.core.encoding.defs import VisionItem  # noqa: E402
 from framewise.core.encoding.eager import EagerVisionEncoder, item_frames  # noqa: E402
 from framewise.core.encoding.manager import GraphVisionEncoder  # noqa: E402
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
+from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS as QWEN3_VL  # noqa: E402
 from framewise.core.metrics import percentile  # noqa: E402
 from framewise.core.settings import EncoderSettings  # noqa: E402
 from tests.core.families.qwen3_vl.references import stock_attention  # noqa: E402
@@ -169,7 +170,7 @@ def bench_workload(
     item = make_item(modality, frames, height, width, torch.Generator(device="cuda").manual_seed(0))
     t, _, _ = item.grid_thw
     exact_settings = EncoderSettings(budgets=(item.patches,), max_items_per_batch=1, max_frame_pairs_per_batch=t)
-    exact = GraphVisionEncoder(adapter, exact_settings)
+    exact = GraphVisionEncoder(adapter, exact_settings, limits=QWEN3_VL)
     floor = dense_floor_ms(adapter.visual, item.patches)
     modes = {"eager": EagerVisionEncoder(adapter), **encoders, "exact": exact}
     measured = time_modes(adapter, modes, [[item]] * (warmup + runs), warmup)
@@ -254,9 +255,9 @@ def bench_tower(name: str, runs: int, warmup: int, stream: int) -> dict:
     adapter = Qwen3VLAdapter(build_tower(name))  # one per tower: it owns the tower's attention switch
     torch.cuda.synchronize()
     encoders = {
-        "graphs": GraphVisionEncoder(adapter, EncoderSettings(fuse_kernels=False)),
-        "fused_varlen": GraphVisionEncoder(adapter, EncoderSettings(attention_backend="varlen")),
-        "fused": GraphVisionEncoder(adapter, EncoderSettings()),
+        "graphs": GraphVisionEncoder(adapter, EncoderSettings(fuse_kernels=False), limits=QWEN3_VL),
+        "fused_varlen": GraphVisionEncoder(adapter, EncoderSettings(attention_backend="varlen"), limits=QWEN3_VL),
+        "fused": GraphVisionEncoder(adapter, EncoderSettings(), limits=QWEN3_VL),
     }
     result = {"tower": name, "capture": {}, "workloads": {}}
     for mode, encoder in encoders.items():
@@ -289,7 +290,7 @@ def capture_only(name: str) -> int:
     """Capture one tower's fused graphs (default settings) in this process; print the seconds as JSON."""
     adapter = Qwen3VLAdapter(build_tower(name))
     started = time.perf_counter()
-    encoder = GraphVisionEncoder(adapter, EncoderSettings())
+    encoder = GraphVisionEncoder(adapter, EncoderSettings(), limits=QWEN3_VL)
     report = encoder.report
     print(json.dumps({
         "tower": name, "fused": report.fused, "graphs": len(report.budgets), "capture_seconds": report.seconds,

@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from decode_bench import copy_bandwidth  # noqa: E402
 from graph_timing import graph_replay_ms  # noqa: E402
 
-from framewise.core.families.qwen3_vl import step_kernels  # noqa: E402
-from framewise.core.quantization import gemv_kernels  # noqa: E402
+from framewise.core.kernels import decode_step  # noqa: E402
+from framewise.core.kernels import fp8_gemv  # noqa: E402
 from framewise.core.quantization.fp8 import quantize_per_channel  # noqa: E402
 
 # name -> (rows, columns, kind) per text size, each product as the decode step runs it. Kind "norm":
@@ -71,8 +71,8 @@ def bench_shape(rows: int, columns: int, kind: str, bandwidth: float, sweep_shap
 
     def bf16_call(weight: torch.Tensor) -> Callable[[], object]:
         if kind in ("norm", "gate_up"):
-            return lambda: step_kernels.rms_norm_linear(x, norm, weight, 1e-6)
-        return lambda: step_kernels.linear_residual(x, weight, residual, silu_mul=kind == "down")
+            return lambda: decode_step.rms_norm_linear(x, norm, weight, 1e-6)
+        return lambda: decode_step.linear_residual(x, weight, residual, silu_mul=kind == "down")
 
     def fp8_call(weight: torch.Tensor, scale: torch.Tensor, config: tuple[int, int, int] | None,
                  native: bool | None = None) -> Callable[[], object]:
@@ -81,7 +81,7 @@ def bench_shape(rows: int, columns: int, kind: str, bandwidth: float, sweep_shap
         else:
             options = dict(residual=residual)
         out = torch.empty(rows // 2 if kind == "gate_up" else rows, device=device, dtype=torch.bfloat16)
-        return lambda: gemv_kernels._launch(x, weight, scale, out, native_fp8=native, config=config, **options)
+        return lambda: fp8_gemv._launch(x, weight, scale, out, native_fp8=native, config=config, **options)
 
     floor_bf16_us = rows * columns * 2 / bandwidth * 1e6
     floor_fp8_us = rows * columns / bandwidth * 1e6
@@ -89,7 +89,7 @@ def bench_shape(rows: int, columns: int, kind: str, bandwidth: float, sweep_shap
               "bf16_us": graph_us([bf16_call(weight) for weight in bf16]), "bf16_floor_us": floor_bf16_us,
               "fp8_us": graph_us([fp8_call(weight, scale, None) for weight, scale in fp8]), "fp8_floor_us": floor_fp8_us,
               "fp8_bits_us": graph_us([fp8_call(weight, scale, None, native=False) for weight, scale in fp8]),
-              "fp8_default": list(gemv_kernels._fp8_gemv_config(rows, columns))}
+              "fp8_default": list(fp8_gemv._fp8_gemv_config(rows, columns))}
     sweep: dict[str, float | str] = {}
     for config in SWEEP if sweep_shapes else []:
         if config[1] > triton.next_power_of_2(columns):

@@ -4,7 +4,7 @@ Writes once (cached in ``--cache``) a random-weight bf16 checkpoint of Qwen3-VL 
 shapes (language model and vision tower) with the real 151,936-token vocabulary and the demo
 model's tokenizer and chat template, which the loader's checks accept. Then, per dtype
 (``bfloat16``; ``fp8``: the language model's linear layers quantized while loading), each in a
-new process through :class:`~framewise.core.engine.Engine` at the default settings (graphs on):
+new process through :class:`~framewise.core.backends.local.engine.Engine` at the default settings (graphs on):
 
 - ``short`` run, twice (a first start with empty compile caches, a second start with the
   caches the first left): load, then a 32-frame 720p clip opened and asked about;
@@ -15,7 +15,7 @@ After the load and after each clip it records ``torch.cuda.max_memory_reserved()
 far), ``torch.cuda.memory_reserved()`` and the device's used memory (``torch.cuda.mem_get_info``:
 what other programs see, the CUDA context included); the load's seconds (weights, encoder graphs,
 decoder graphs) and what the engine measured it holds (:class:`~framewise.core.memory_plan.HeldMemory`).
-Clips are synthetic frames handed to :meth:`~framewise.core.engine.Engine.open_frames` at the
+Clips are synthetic frames handed to :meth:`~framewise.core.backends.local.engine.Engine.open_frames` at the
 size the model family samples a 1280x720 clip to. Writes ``memory_bench.json`` (every run) and
 ``memory_bench.md`` (the table) under ``--out``; each run's JSON stays under ``--out/runs`` and
 the table is made from every run there, so dtypes may be run by separate commands.
@@ -53,12 +53,12 @@ from transformers import AutoTokenizer, Qwen3VLForConditionalGeneration  # noqa:
 
 from decode_bench import TEXT_SIZES, VOCAB  # noqa: E402
 from encoder_bench import TOWERS  # noqa: E402
-from framewise.core.engine import Engine  # noqa: E402
-from framewise.core.families.qwen3_vl.demo_model import build_demo_config, special_token_ids  # noqa: E402
+from framewise.core.backends.local.engine import Engine  # noqa: E402
 from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS  # noqa: E402
-from framewise.core.loading import DEMO_MODEL_DIR  # noqa: E402
+from framewise.core.model_source import DEMO_MODEL_DIR, family_limits_of  # noqa: E402
 from framewise.core.memory_plan import GIB  # noqa: E402
 from framewise.core.settings import AppSettings  # noqa: E402
+from training.demo_model import build_demo_config, special_token_ids  # noqa: E402
 
 # depth, hidden, heads, MLP, out hidden (the language model's width), deepstack layers
 TOWER_SIZES = {**TOWERS, "tiny": (2, 64, 2, 128, TEXT_SIZES["tiny"][0], (1,))}
@@ -177,7 +177,7 @@ def run_settings(spec: RunSpec) -> AppSettings:
     )
     if spec.scenario == "long":
         settings = settings.replace("sampling", max_frames=spec.frames, max_pixels=spec.max_pixels)
-    return settings.validate()
+    return settings.validate(family_limits_of(spec.checkpoint))
 
 
 def memory_now(device: torch.device) -> dict[str, int | None]:

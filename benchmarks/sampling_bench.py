@@ -117,14 +117,14 @@ def peak_rss_mib() -> float:
 
 def measure_sampling(path: Path, frames: int, fast_mode: str, workers: int | None) -> dict[str, object]:
     """Open-to-ready time of ``sample_clip`` as the app calls it, in this process."""
-    from framewise.core.families import default_limits
+    from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS
     from framewise.core.families.qwen3_vl.processor import video_frame_sizing
     from framewise.core.settings import SamplingSettings
     from framewise.core.video import pyav_reader, sample_clip
 
     if workers is not None:
         pyav_reader.default_workers = lambda: workers
-    sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=frames, max_pixels=default_limits().max_clip_pixels, fast_mode=fast_mode)
+    sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=frames, max_pixels=QWEN3_VL_LIMITS.max_clip_pixels, fast_mode=fast_mode)
     started = time.perf_counter()
     sampled = sample_clip(path, sampling, video_frame_sizing(sampling))
     seconds = time.perf_counter() - started
@@ -143,12 +143,12 @@ def measure_open_to_ready(path: Path, frames: int, fast_mode: str) -> dict[str, 
     the bundled demo model, on a GPU where there is one, else the CPU, in this process."""
     import torch
 
-    from framewise.core.engine import Engine
-    from framewise.core.families import default_limits
+    from framewise.core.backends.local.engine import Engine
+    from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS
     from framewise.core.settings import AppSettings
 
     settings = AppSettings().replace(
-        "sampling", fps=2.0, min_frames=4, max_frames=frames, max_pixels=default_limits().max_clip_pixels, fast_mode=fast_mode
+        "sampling", fps=2.0, min_frames=4, max_frames=frames, max_pixels=QWEN3_VL_LIMITS.max_clip_pixels, fast_mode=fast_mode
     ).replace("model", device="cuda" if torch.cuda.is_available() else "cpu")
     engine = Engine(settings)
     engine.load()

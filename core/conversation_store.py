@@ -459,7 +459,8 @@ def _stats_from_json(text: str | None) -> AnswerStats | None:
 
 def _settings_from_json(text: str) -> tuple[AppSettings, str | None]:
     try:
-        return AppSettings.from_dict(json.loads(text)).validate(), None
+        # A record of what was asked: checked as settings, not against a model family (none is read here).
+        return AppSettings.from_dict(json.loads(text)).validate(None), None
     except SettingsError as error:
         return AppSettings(), f"The settings kept with this conversation are no longer valid ({error}); showing the defaults."
 

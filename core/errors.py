@@ -113,10 +113,6 @@ class QuestionTooLongError(FramewiseError):
     """The question, or the conversation with it, does not fit the model's context."""
 
 
-class FeatureInjectionError(FramewiseError):
-    """The installed transformers does not take precomputed vision features the way Framewise gives them."""
-
-
 class CancelledError(FramewiseError):
     """The work was cancelled by the user."""
 

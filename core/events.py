@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterator, Literal, TypeVar, Union
 
 import numpy as np
 
-from framewise.core.families.base import FamilyLimits
 from framewise.core.memory_plan import HeldMemory
+from framewise.core.seam import FamilyLimits
 from framewise.core.wording import plural
 
 NO_REQUEST = 0

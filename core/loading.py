@@ -2,8 +2,9 @@
 
 The checks here are generic (config, weight files, dtypes, tokenizer, chat template); the model
 family the checkpoint's ``model_type`` names (:func:`~framewise.core.families.family_for`) loads
-its own classes. Nothing here touches the network: a repo id is looked up in the local Hugging
-Face cache only. Only safetensors weights and the classes shipped with transformers are used (no
+its own classes. Where a source points, and its config.json, are read by
+:mod:`framewise.core.model_source`, which needs no torch. Nothing here touches the network: a repo
+id is looked up in the local Hugging Face cache only. Only safetensors weights and the classes shipped with transformers are used (no
 remote code). A folder that is missing, incomplete or of another architecture gives a
 :class:`~framewise.core.errors.ModelLoadError` that says what is wrong and what to do.
 """
@@ -11,10 +12,9 @@ remote code). A folder that is missing, incomplete or of another architecture gi
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Literal
 
 import torch
 from jinja2 import TemplateError
@@ -22,18 +22,23 @@ from safetensors import SafetensorError, safe_open
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
 
-from framewise.core.decoding.defs import LanguageModel
-from framewise.core.encoding.defs import SupportsEncoderGraphs
-from framewise.core.errors import FramewiseError, ModelLoadError, SettingsError, UnsupportedModelError
+from framewise.core.errors import FramewiseError, ModelLoadError, SettingsError
 from framewise.core.events import Progress
-from framewise.core.families import FamilyLimits, ModelFamily, family_for
+from framewise.core.families import family_for
+from framewise.core.families.base import FamilyAdapter, ModelFamily
 from framewise.core.quantization.formats import checkpoint_weight_format, detect_weight_format
 from framewise.core.quantization.fp8 import QUANTIZE_ON_LOAD_SCHEME
-from framewise.core.resources import asset_path
 from framewise.core.memory_plan import Alternative, MemoryEstimate, shortfall_message, size_text
+from framewise.core.model_source import (
+    DEMO_MODEL_DIR,
+    looks_like_path,
+    read_config,
+    read_model_type,
+    resolve_model_source,
+)
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import DEMO_MODEL, AppSettings, ModelSettings
 
-DEMO_MODEL_DIR = asset_path("demo_model")
 MODEL_INFO_FILE = "framewise.json"
 FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
 PICKLE_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -43,12 +48,6 @@ LOAD_STEPS = 4
 ProgressCallback = Callable[[Progress], None]
 
 
-class FamilyAdapter(SupportsEncoderGraphs, Protocol):
-    """A loaded model's side of the encoder seam, which also gives the decoder its language model."""
-
-    def language_model(self) -> LanguageModel: ...
-
-
 @dataclass(frozen=True)
 class LoadedModel:
     """A model ready to answer: weights on ``device`` in ``dtype``, in eval mode.
@@ -56,7 +55,7 @@ class LoadedModel:
     ``label`` is shown next to the model's answers when set: it comes from the folder's
     ``framewise.json`` (the demo model's says its weights are random). ``family`` is the model
     family that loaded it (preprocessing, prompt, cancel points); ``adapter`` the family's side of
-    the encoder seam (graphs, eager forward, feature injection, the decoder's language model);
+    the encoder seam (graphs, eager forward, the decoder's language model);
     ``limits`` this checkpoint's vision limits; ``path`` the checkpoint folder. ``fp8``: the
     language model's linear layers hold FP8 weights (quantized on load or read from an FP8
     checkpoint), and ``dtype`` is then that of the activations and the other weights.
@@ -126,18 +125,8 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
         adapter=adapter,
         limits=family.limits_of(model),
         path=path,
-        fp8=_precision(settings.dtype, _read_config(path), device)[0] == "fp8",
+        fp8=_precision(settings.dtype, read_config(path), device)[0] == "fp8",
     )
-
-
-def family_limits_of(source: str) -> FamilyLimits | None:
-    """The limits of the family whose checkpoint ``source`` names, read from its config.json alone
-    (no weights); ``None`` when that cannot be known (no such folder, no readable config, a family
-    Framewise lacks), which loading the model then says in its own words."""
-    try:
-        return family_for(_read_model_type(resolve_model_source(source))).limits
-    except FramewiseError:
-        return None
 
 
 def estimate_memory(settings: AppSettings) -> MemoryEstimate:
@@ -148,8 +137,8 @@ def estimate_memory(settings: AppSettings) -> MemoryEstimate:
     Raises ModelLoadError for a source that cannot be read, as :func:`load_model` would."""
     model = settings.model
     path = resolve_model_source(model.source)
-    family = family_for(_read_model_type(path))
-    config = _read_config(path)
+    family = family_for(read_model_type(path))
+    config = read_config(path)
     device = pick_device(model.device)
     budgets = settings.encoder.token_budgets(family.limits) if settings.encoder.use_graphs and device.type == "cuda" else ()
     weights, activations, scheme = _precision(model.dtype, config, device)
@@ -221,11 +210,12 @@ def _shortfall(settings: AppSettings, estimate: MemoryEstimate, device: torch.de
     if estimate.total <= available:
         return None
     model, encoder = settings.model, settings.encoder
-    weights, _, _ = _precision(model.dtype, _read_config(resolve_model_source(model.source)), device)
+    path = resolve_model_source(model.source)
+    weights, _, _ = _precision(model.dtype, read_config(path), device)
     changes = []
     if weights != "fp8":
         changes.append(("choose dtype fp8 (Settings ▸ Model, --dtype fp8)", settings.replace("model", dtype="fp8")))
-    context = settings.context_tokens(None)
+    context = settings.context_tokens(family_for(read_model_type(path)).limits)
     if context > 4096:
         changes.append((f"lower the context to 4096 tokens (decoding.max_context_tokens, now {context})",
                         settings.replace("decoding", max_context_tokens=4096)))
@@ -234,71 +224,6 @@ def _shortfall(settings: AppSettings, estimate: MemoryEstimate, device: torch.de
     alternatives = [Alternative(change, estimate_memory(changed)) for change, changed in changes]
     what = f"{_display_name(model.source)} in {weights}"
     return shortfall_message(what, estimate, available, str(device), alternatives)
-
-
-def resolve_model_source(source: str) -> Path:
-    """The folder a model source points to.
-
-    ``"demo"`` is the bundled demo model; an existing folder is itself; anything else is a
-    Hugging Face repo id looked up in the local cache (``HF_HUB_CACHE`` / ``HF_HOME``, read now),
-    never downloaded. Raises ModelLoadError when there is no such folder or cached repo.
-    """
-    source = source.strip()
-    if source == DEMO_MODEL:
-        if not DEMO_MODEL_DIR.is_dir():
-            raise ModelLoadError(
-                f"The bundled demo model is missing from {DEMO_MODEL_DIR}; reinstall Framewise "
-                "(in a clone of the repository: git checkout -- assets/demo_model)."
-            )
-        return DEMO_MODEL_DIR
-    path = Path(source).expanduser()
-    if path.is_dir():
-        return path.resolve()
-    if path.exists():
-        raise ModelLoadError(f"{source} is a file; choose the checkpoint folder that holds config.json.")
-    if _looks_like_path(source):
-        raise ModelLoadError(f"The model folder {source} does not exist; check the path.")
-    return _cached_snapshot(source)
-
-
-def _looks_like_path(source: str) -> bool:
-    return (
-        os.path.isabs(source)
-        or source.startswith(("~", "."))
-        or "\\" in source
-        or source.count("/") > 1
-    )
-
-
-def _cached_snapshot(repo_id: str) -> Path:
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
-
-    cache_dir = hub_cache_dir()
-    try:
-        return Path(snapshot_download(repo_id, cache_dir=cache_dir, local_files_only=True))
-    except HFValidationError as error:
-        raise ModelLoadError(
-            f"{repo_id} is neither an existing folder nor a Hugging Face repo id (like Qwen/Qwen3-VL-2B-Instruct); "
-            "check the spelling."
-        ) from error
-    except (LocalEntryNotFoundError, FileNotFoundError) as error:
-        raise ModelLoadError(
-            f"{repo_id} is not a folder and is not in the local Hugging Face cache ({cache_dir}). "
-            f"Framewise never downloads: run `hf download {repo_id}` on a machine with network access "
-            "(and copy the cache here), or choose the checkpoint folder."
-        ) from error
-
-
-def hub_cache_dir() -> Path:
-    """The Hugging Face hub cache folder, from the environment as it is now."""
-    if cache := os.environ.get("HF_HUB_CACHE"):
-        return Path(cache).expanduser()
-    if home := os.environ.get("HF_HOME"):
-        return Path(home).expanduser() / "hub"
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HUB_CACHE)
 
 
 def check_checkpoint(path: Path) -> str:
@@ -310,35 +235,10 @@ def check_checkpoint(path: Path) -> str:
     failed. Loading then checks that every weight the architecture needs came with the right shape
     (:func:`check_loaded_weights`) and that the chat template renders (:func:`check_chat_template`).
     """
-    model_type = _read_model_type(path)
+    model_type = read_model_type(path)
     _check_weights(path)
     check_weight_dtypes(path)
     _check_tokenizer_files(path)
-    return model_type
-
-
-def _read_config(path: Path) -> dict[str, Any]:
-    """The checkpoint's config.json (``{}`` when it holds no JSON object); ModelLoadError when
-    there is none or it is not JSON."""
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise ModelLoadError(
-            f"{path} has no config.json, so it is not a model checkpoint folder (or it is incomplete)."
-        )
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ModelLoadError(f"{config_file} cannot be read as JSON ({error}); the download may be damaged.") from error
-    return config if isinstance(config, dict) else {}
-
-
-def _read_model_type(path: Path) -> str:
-    model_type = _read_config(path).get("model_type")
-    try:
-        family_for(model_type)
-    except UnsupportedModelError as error:
-        described = model_type or "model of unknown type"
-        raise UnsupportedModelError(f"{path} holds a {described!s} checkpoint. {error}") from None
     return model_type
 
 
@@ -518,7 +418,7 @@ def _display_name(source: str) -> str:
     if source == DEMO_MODEL:
         return "demo"
     path = Path(source).expanduser()
-    if path.is_dir() or _looks_like_path(source):
+    if path.is_dir() or looks_like_path(source):
         return path.resolve().name or source
     return source
 

@@ -1,12 +1,14 @@
 """Framewise's settings: one validated object shared by the GUI, the CLI and the engine.
 
-Settings are frozen dataclasses grouped in sections. ``AppSettings.validate()`` raises a
+Settings are frozen dataclasses grouped in sections. ``AppSettings.validate(limits)`` raises a
 :class:`~framewise.core.errors.SettingsError` naming the offending field (``section.name``) with a message
 that says what to change. ``to_dict``/``from_dict`` give a plain JSON-able form for persistence.
 
 Bounds that come from the model (frame counts, pixel budgets, budget multiples) are read from a
-:class:`~framewise.core.families.base.FamilyLimits`: the loaded model's where one is given, else
-:func:`~framewise.core.families.default_limits`.
+:class:`~framewise.core.seam.FamilyLimits` the caller passes: the loaded model's, or those of the
+family the chosen checkpoint's config.json names. Where no family is known yet (``None``: a source
+that cannot be read), the checks that need one are skipped, and the backend makes them once it
+knows the family; no family is ever assumed.
 """
 
 from __future__ import annotations
@@ -19,9 +21,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from framewise.core.errors import SettingsError
-from framewise.core.families import FamilyLimits, default_limits
+from framewise.core.seam import FamilyLimits
 
-ATTENTION_BACKENDS = ("auto", "triton", "varlen", "flash_attn", "sdpa_masked", "eager")
+GRAPH_SAFE_ATTENTION_BACKENDS = ("triton", "varlen", "flash_attn", "sdpa_masked")
+"""The vision encoder's attention backends that run inside a CUDA graph
+(:mod:`framewise.core.encoding.attention_backends` implements them)."""
+ATTENTION_BACKENDS = ("auto", *GRAPH_SAFE_ATTENTION_BACKENDS, "eager")
+"""Every choice of ``encoder.attention_backend``: ``auto`` picks one; ``eager`` is the tower's own."""
 BACKENDS = ("local", "vllm")
 SECRET_FIELDS = frozenset({"backend.api_key"})
 """Fields never written by ``to_dict`` nor read back by ``from_dict``."""
@@ -83,21 +89,33 @@ class SamplingSettings:
     min_pixels_per_frame: int = 64 * 64
     fast_mode: str = "auto"
 
-    def validate(self, limits: FamilyLimits | None = None) -> None:
-        limits = limits or default_limits()
-        per_slice = limits.frames_per_slice
+    def validate(self, limits: FamilyLimits | None) -> None:
+        """Raise SettingsError for the first invalid field. ``limits``: the model family's; ``None``
+        (no family known yet) skips the frame-count multiple and the family's frame and pixel bounds."""
         _require_choice("sampling.fast_mode", self.fast_mode, FAST_MODES)
         if not (0.05 <= self.fps <= 60):
             raise SettingsError("sampling.fps", "use a sampling rate between 0.05 and 60 frames per second")
+        per_slice = limits.frames_per_slice if limits else 1
         if self.min_frames < per_slice or self.min_frames % per_slice:
+            rule = f" ({limits.frames_rule()})" if limits else ""
             raise SettingsError(
-                "sampling.min_frames",
-                f"use {_multiple_words(per_slice)} of at least {per_slice} ({limits.frames_rule()})",
+                "sampling.min_frames", f"use {_multiple_words(per_slice)} of at least {per_slice}{rule}"
             )
         if self.max_frames < self.min_frames or self.max_frames % per_slice:
             raise SettingsError(
                 "sampling.max_frames", f"use {_multiple_words(per_slice)} of at least min frames ({self.min_frames})"
             )
+        if limits is not None:
+            self._check_family_bounds(limits)
+        if self.max_pixels < self.min_frames * self.min_pixels_per_frame:
+            raise SettingsError(
+                "sampling.max_pixels",
+                f"raise max pixels to at least {self.min_frames * self.min_pixels_per_frame} "
+                "(min frames x min pixels per frame)",
+            )
+
+    def _check_family_bounds(self, limits: FamilyLimits) -> None:
+        """The bounds of the model family: its most frames, one merge block a frame, its largest clip."""
         if self.max_frames > limits.max_frames:
             raise SettingsError(
                 "sampling.max_frames", f"{limits.name} takes at most {limits.max_frames} frames; lower max frames"
@@ -112,12 +130,6 @@ class SamplingSettings:
                 "sampling.max_pixels",
                 f"use at most {limits.max_clip_pixels:,} ({limits.name}'s largest clip: "
                 f"{limits.max_clip_blocks:,} blocks of {side}x{side} pixels); lower max pixels",
-            )
-        if self.max_pixels < self.min_frames * self.min_pixels_per_frame:
-            raise SettingsError(
-                "sampling.max_pixels",
-                f"raise max pixels to at least {self.min_frames * self.min_pixels_per_frame} "
-                "(min frames x min pixels per frame)",
             )
 
 
@@ -143,57 +155,70 @@ class EncoderSettings:
     max_items_per_batch: int = 8
     max_frame_pairs_per_batch: int = 64
 
-    def token_budgets(self, limits: FamilyLimits | None = None) -> tuple[int, ...]:
+    def token_budgets(self, limits: FamilyLimits) -> tuple[int, ...]:
         """The budgets graphs are captured for, ascending; each a multiple of ``limits.budget_multiple``."""
         if self.budgets:
             return tuple(sorted(set(self.budgets)))
-        multiple = (limits or default_limits()).budget_multiple
-        return geometric_budgets(self.min_budget, self.max_budget, self.budget_ratio, multiple)
+        return geometric_budgets(self.min_budget, self.max_budget, self.budget_ratio, limits.budget_multiple)
 
-    def validate(self, limits: FamilyLimits | None = None) -> None:
-        limits = limits or default_limits()
-        multiple, merge = limits.budget_multiple, limits.merge_size
-        why = f"(the {merge}x{merge} patch merge)"
+    def validate(self, limits: FamilyLimits | None) -> None:
+        """Raise SettingsError for the first invalid field. ``limits``: the model family's; ``None``
+        (no family known yet) skips what depends on it: the budgets' multiple and bound, and the
+        checks of the batch limits against the budgets the family's multiple makes."""
         _require_choice("encoder.attention_backend", self.attention_backend, ATTENTION_BACKENDS)
+        self._check_budget_fields(limits)
+        if self.max_items_per_batch < 1:
+            raise SettingsError("encoder.max_items_per_batch", "use at least 1")
+        if limits is not None:
+            self._check_batches_fit(limits)
+        if self.max_frame_pairs_per_batch < self.max_items_per_batch:
+            raise SettingsError(
+                "encoder.max_frame_pairs_per_batch",
+                f"must be at least max items per batch ({self.max_items_per_batch})",
+            )
+
+    def _check_budget_fields(self, limits: FamilyLimits | None) -> None:
+        """The budget list, or the series' range and ratio: positive, whole merge blocks of the
+        family (any positive number while it is unknown), within its largest useful budget, and not
+        too many graphs."""
+        multiple, kind, why = _budget_rule(limits)
         if self.budgets:
             for budget in self.budgets:
                 if budget <= 0 or budget % multiple:
-                    raise SettingsError("encoder.budgets", f"{budget} is not a positive multiple of {multiple} {why}")
-                if budget > limits.max_budget:
+                    raise SettingsError("encoder.budgets", f"{budget} is not a positive {kind}{why}")
+                if limits is not None and budget > limits.max_budget:
                     raise SettingsError("encoder.budgets", f"{budget} is above {_budget_bound(limits)}")
         else:
-            if self.min_budget <= 0 or self.min_budget % multiple:
-                raise SettingsError("encoder.min_budget", f"use a positive multiple of {multiple} {why}")
-            if self.max_budget < self.min_budget or self.max_budget % multiple:
-                raise SettingsError(
-                    "encoder.max_budget", f"use a multiple of {multiple} that is at least min budget ({self.min_budget})"
-                )
-            if self.max_budget > limits.max_budget:
-                raise SettingsError("encoder.max_budget", f"lower it to at most {_budget_bound(limits)}")
-            if not (1.01 <= self.budget_ratio <= 4.0):
-                raise SettingsError("encoder.budget_ratio", "use a spacing ratio between 1.01 and 4")
+            self._check_series_fields(limits)
+        count = len(self.token_budgets(limits)) if limits else 0
+        if count > 64:
+            raise SettingsError("encoder.budget_ratio", f"{count} graphs is too many; raise the ratio or narrow the range")
+
+    def _check_series_fields(self, limits: FamilyLimits | None) -> None:
+        """The series' range and ratio (see :meth:`_check_budget_fields`)."""
+        multiple, kind, why = _budget_rule(limits)
+        if self.min_budget <= 0 or self.min_budget % multiple:
+            raise SettingsError("encoder.min_budget", f"use a positive {kind}{why}")
+        if self.max_budget < self.min_budget or self.max_budget % multiple:
+            raise SettingsError("encoder.max_budget", f"use a {kind} that is at least min budget ({self.min_budget})")
+        if limits is not None and self.max_budget > limits.max_budget:
+            raise SettingsError("encoder.max_budget", f"lower it to at most {_budget_bound(limits)}")
+        if not (1.01 <= self.budget_ratio <= 4.0):
+            raise SettingsError("encoder.budget_ratio", "use a spacing ratio between 1.01 and 4")
+
+    def _check_batches_fit(self, limits: FamilyLimits) -> None:
+        """Each batch limit within the graphs the family's budgets make."""
         budgets = self.token_budgets(limits)
-        if len(budgets) > 64:
-            raise SettingsError(
-                "encoder.budget_ratio", f"{len(budgets)} graphs is too many; raise the ratio or narrow the range"
-            )
-        if self.max_items_per_batch < 1:
-            raise SettingsError("encoder.max_items_per_batch", "use at least 1")
         if self.max_items_per_batch > budgets[0]:
             raise SettingsError(
                 "encoder.max_items_per_batch",
                 f"must not exceed the smallest budget ({budgets[0]}); lower it or raise the smallest budget",
             )
-        most_sequences = budgets[-1] // multiple  # every image or frame pair holds at least one merge block
+        most_sequences = budgets[-1] // limits.budget_multiple  # every image or frame pair holds at least one merge block
         if self.max_frame_pairs_per_batch > most_sequences:
             raise SettingsError(
                 "encoder.max_frame_pairs_per_batch",
                 f"lower it to at most {most_sequences}: no more frame pairs fit the largest budget ({budgets[-1]})",
-            )
-        if self.max_frame_pairs_per_batch < self.max_items_per_batch:
-            raise SettingsError(
-                "encoder.max_frame_pairs_per_batch",
-                f"must be at least max items per batch ({self.max_items_per_batch})",
             )
 
 
@@ -255,9 +280,8 @@ class DecodingSettings:
             )
 
 
-def clip_context_tokens(sampling: SamplingSettings, limits: FamilyLimits | None = None) -> int:
+def clip_context_tokens(sampling: SamplingSettings, limits: FamilyLimits) -> int:
     """The most context one clip can take under ``sampling``: its video tokens and time markers."""
-    limits = limits or default_limits()
     slices = sampling.max_frames // limits.frames_per_slice
     return sampling.max_pixels // limits.pixels_per_video_token + slices * TOKENS_PER_SLICE_MARKER
 
@@ -306,16 +330,15 @@ def context_needed(
     sampling: SamplingSettings,
     generation: GenerationSettings,
     question_tokens: int = SHORTEST_QUESTION_TOKENS,
-    limits: FamilyLimits | None = None,
+    *,
+    limits: FamilyLimits,
 ) -> ContextNeed:
     """What a question of ``question_tokens`` tokens about the largest clip ``sampling`` allows
     needs, with one answer; by default the shortest question, so the smallest usable context."""
     return ContextNeed(clip_context_tokens(sampling, limits), question_tokens, generation.max_new_tokens)
 
 
-def automatic_context_tokens(
-    sampling: SamplingSettings, generation: GenerationSettings, limits: FamilyLimits | None = None
-) -> int:
+def automatic_context_tokens(sampling: SamplingSettings, generation: GenerationSettings, limits: FamilyLimits) -> int:
     """The default context: the largest clip, the prompt text and ``ANSWERS_IN_CONTEXT`` answers."""
     tokens = clip_context_tokens(sampling, limits) + PROMPT_TEXT_TOKENS + ANSWERS_IN_CONTEXT * generation.max_new_tokens
     return CONTEXT_ROUNDING * math.ceil(tokens / CONTEXT_ROUNDING)
@@ -404,18 +427,20 @@ class AppSettings:
     decoding: DecodingSettings = field(default_factory=DecodingSettings)
     backend: BackendSettings = field(default_factory=BackendSettings)
 
-    def validate(self, limits: FamilyLimits | None = None) -> AppSettings:
+    def validate(self, limits: FamilyLimits | None) -> AppSettings:
         """Raise :class:`SettingsError` for the first invalid field; return ``self`` when valid.
 
-        ``limits``: the loaded model's family limits (default: :func:`default_limits`)."""
+        ``limits``: those of the model family the settings are for (the loaded model's, or the one
+        the chosen checkpoint names); ``None`` when no family is known yet, which skips every check
+        that needs one (the family's frame, pixel and budget bounds, the context's room for a clip)."""
         self.model.validate()
         self.sampling.validate(limits)
         self.encoder.validate(limits)
         self.generation.validate()
         # Before the decoding section's own checks: a context too short for any question is what a
         # person set (--max-context 1), not the internal bucket size that then exceeds it.
-        needed = context_needed(self.sampling, self.generation, limits=limits)
-        if self.decoding.max_context_tokens > 0 and not needed.fits(self.decoding.max_context_tokens):
+        needed = context_needed(self.sampling, self.generation, limits=limits) if limits else None
+        if needed and self.decoding.max_context_tokens > 0 and not needed.fits(self.decoding.max_context_tokens):
             raise SettingsError(
                 "decoding.max_context_tokens",
                 f"{self.decoding.max_context_tokens:,} tokens cannot hold one question: the context must hold "
@@ -426,19 +451,24 @@ class AppSettings:
             section.validate()
         return self
 
-    def context_tokens(self, limits: FamilyLimits | None = None) -> int:
-        """The decoder's context length: the setting, or the automatic one when it is 0."""
+    def context_tokens(self, limits: FamilyLimits) -> int:
+        """The decoder's context length: the setting, or the automatic one for the family of
+        ``limits`` when it is 0."""
         if self.decoding.max_context_tokens:
             return self.decoding.max_context_tokens
         return automatic_context_tokens(self.sampling, self.generation, limits)
 
-    def check_question_fits(self, question_tokens: int) -> None:
+    def check_question_fits(self, question_tokens: int, limits: FamilyLimits | None) -> None:
         """Raise SettingsError (on max context) when a question of ``question_tokens`` tokens
-        cannot fit the context beside the largest clip the sampling settings allow, the chat
-        template and one answer (:func:`context_needed`): a bound checked before the model loads.
+        cannot fit the context beside the largest clip the sampling settings allow for the family of
+        ``limits``, the chat template and one answer (:func:`context_needed`): a bound checked before
+        the model loads. With ``limits`` ``None`` (no family known yet, so no clip size) nothing is
+        checked here: the decoder checks the prompt it is given.
         """
-        context = self.context_tokens()
-        needed = context_needed(self.sampling, self.generation, question_tokens)
+        if limits is None:
+            return
+        context = self.context_tokens(limits)
+        needed = context_needed(self.sampling, self.generation, question_tokens, limits=limits)
         if needed.fits(context):
             return
         room = needed.room_for_question(context)
@@ -502,11 +532,22 @@ def geometric_budgets(min_budget: int, max_budget: int, ratio: float, multiple: 
     return tuple(sorted(set(budgets)))
 
 
+def _budget_rule(limits: FamilyLimits | None) -> tuple[int, str, str]:
+    """What every budget is a multiple of, that rule in words, and why: whole merge blocks of the
+    family, or any positive number while no family is known."""
+    if limits is None:
+        return 1, "number", ""
+    merge = limits.merge_size
+    return limits.budget_multiple, f"multiple of {limits.budget_multiple}", f" (the {merge}x{merge} patch merge)"
+
+
 def _budget_bound(limits: FamilyLimits) -> str:
     return f"{limits.max_budget:,}, the patches of the largest clip {limits.name} takes (a larger graph is never used)"
 
 
 def _multiple_words(multiple: int) -> str:
+    if multiple == 1:
+        return "a whole number"
     return "an even number" if multiple == 2 else f"a multiple of {multiple}"
 
 

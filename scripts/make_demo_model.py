@@ -4,7 +4,7 @@ Run from the repository root: ``python scripts/make_demo_model.py --out DIR`` (`
 other weights). ``DIR`` must be new or empty; ``--replace`` overwrites an existing model there.
 The shipped model in ``assets/demo_model`` is the trained one (``training/train_demo.py``), so
 this script never writes there by default. The tokenizer, chat template and config come from
-``core.families.qwen3_vl.demo_model``; the weights are drawn from the seed on the CPU, so every run writes the
+``training.demo_model``; the weights are drawn from the seed on the CPU, so every run writes the
 same files. The folder loads with transformers' Qwen3VLForConditionalGeneration like any
 Qwen3-VL checkpoint.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from framewise.core.families.qwen3_vl.demo_model import (  # noqa: E402
+from training.demo_model import (  # noqa: E402
     DEMO_SEED,
     DEMO_WORDS,
     UNTRAINED_DEMO_LABEL,

@@ -1,4 +1,6 @@
-"""The dependency rule: ``core`` never imports Qt; ``ui`` never imports torch or transformers."""
+"""The dependency rule: ``core`` never imports Qt; ``ui`` never imports torch or transformers. And
+inside core, read from the source: no import circle, kernels import nothing above them, the seam's
+plain types import none of their users."""
 
 from __future__ import annotations
 
@@ -6,17 +8,18 @@ import importlib.util
 import subprocess
 import sys
 from tests.conftest import REPO_ROOT
+from tests.import_graph import first_cycle, import_graph, modules_under, outside_imports
 
 
 # Modules that need an optional package, which the application imports only where it is installed.
 OPTIONAL = {
-    "framewise.core.families.qwen3_vl.step_kernels": "triton",
-    "framewise.core.families.qwen3_vl.norm_kernel": "triton",
-    "framewise.core.families.qwen3_vl.tile_attention": "triton",
-    "framewise.core.quantization.gemv_kernels": "triton",
-    "framewise.core.quantization.row_quant_kernel": "triton",
-    "framewise.core.decoding.gemv_loads": "triton",
-    "framewise.core.decoding.dependent_launch": "triton",
+    "framewise.core.kernels.decode_step": "triton",
+    "framewise.core.kernels.add_layer_norm": "triton",
+    "framewise.core.kernels.vision_attention": "triton",
+    "framewise.core.kernels.fp8_gemv": "triton",
+    "framewise.core.kernels.fp8_row_quant": "triton",
+    "framewise.core.kernels.gemv_loads": "triton",
+    "framewise.core.kernels.dependent_launch": "triton",
 }
 
 
@@ -43,7 +46,7 @@ def imported_after(modules: list[str]) -> set[str]:
 
 
 def _layer(module: str) -> str:
-    """``framewise.core.engine`` -> ``framewise.core``; ``torch.nn`` -> ``torch``."""
+    """``framewise.core.backends.local.engine`` -> ``framewise.core``; ``torch.nn`` -> ``torch``."""
     parts = module.split(".")
     return ".".join(parts[:2]) if parts[0] == "framewise" and len(parts) > 1 else parts[0]
 
@@ -60,3 +63,59 @@ def test_core_does_not_import_qt_or_the_other_layers() -> None:
     assert "torch" in loaded
     assert not loaded & {"PySide6", "shiboken6", "framewise.ui", "framewise.app"}
     assert not loaded & {"core", "ui", "app"}, "import the layers as framewise.core / framewise.ui / framewise.app"
+
+
+# ---------------------------------------------------------------- the rooms of core, read from the source
+
+CORE = REPO_ROOT / "core"
+CORE_MODULES = modules_under(CORE, REPO_ROOT)
+KNOWN = set(CORE_MODULES)
+
+
+def test_no_import_circle_among_core_modules() -> None:
+    graph = import_graph(CORE_MODULES)
+    assert len(graph) > 50 and any(graph.values()), "the graph was read"
+    cycle = first_cycle(graph)
+    assert cycle is None, "core modules import each other in a circle: " + " -> ".join(cycle or ())
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    assert first_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert first_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_the_graph_reads_every_kind_of_import(tmp_path) -> None:
+    package = tmp_path / "core" / "pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from framewise.core.pkg import low\n")
+    (package / "low.py").write_text("import os\n")
+    (package / "high.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import low\n"
+        "def later():\n    import framewise.core.pkg\n"
+    )
+    modules = modules_under(tmp_path / "core", tmp_path)
+    graph = import_graph(modules)
+    assert graph["framewise.core.pkg.high"] == {"framewise.core.pkg.low", "framewise.core.pkg"}
+    assert graph["framewise.core.pkg"] == {"framewise.core.pkg.low"} and graph["framewise.core.pkg.low"] == set()
+
+
+def test_kernels_import_nothing_of_the_rooms_above_them() -> None:
+    """A kernel is chosen by its callers (families, decoding, encoding, quantization, backends)
+    and never reaches back to them."""
+    kernels = {name: path for name, path in CORE_MODULES.items() if name.startswith("framewise.core.kernels")}
+    assert len(kernels) > 5
+    allowed = ("framewise.core.kernels", "framewise.core.errors")
+    assert outside_imports(kernels, allowed, KNOWN) == {}
+
+
+def test_the_seam_imports_nothing_of_its_users() -> None:
+    seam = {"framewise.core.seam": CORE_MODULES["framewise.core.seam"]}
+    assert outside_imports(seam, ("framewise.core.errors", "framewise.core.wording"), KNOWN) == {}
+
+
+def test_the_room_rules_find_what_they_forbid() -> None:
+    """The check itself works: the engine reaches most rooms of core."""
+    engine = {name: CORE_MODULES[name] for name in ("framewise.core.backends.local.engine",)}
+    assert "framewise.core.decoding" in outside_imports(engine, ("framewise.core.kernels",), KNOWN)[
+        "framewise.core.backends.local.engine"
+    ]

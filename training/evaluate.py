@@ -5,7 +5,7 @@
 
 Clips come from :data:`training.synthetic.HELD_OUT_SEEDS` (never used in training). Each clip is
 sampled as ``core.video`` samples a file and resized to its Qwen3-VL size, then handed to the
-application's :class:`~framewise.core.engine.Engine` (``open_frames``), which encodes it once (CUDA graphs
+application's :class:`~framewise.core.backends.local.engine.Engine` (``open_frames``), which encodes it once (CUDA graphs
 with ``--graphs`` on a GPU, else eager); every question the clip allows is asked on its own,
 greedily, in its canonical wording, and then once more in one of its paraphrases
 (``training.synthetic.WORDINGS``, chosen by the seed and the question's place).
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from framewise.core.engine import Engine
+from framewise.core.backends.local.engine import Engine
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.processor import fit_video_frames
 from framewise.core.settings import AppSettings, EncoderSettings, GenerationSettings, ModelSettings, SamplingSettings

@@ -38,6 +38,7 @@ from framewise.core.families.qwen3_vl.processor import (
     video_frame_sizing,
 )
 from framewise.core.settings import SamplingSettings
+from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS  # the demo model is a Qwen3-VL checkpoint
 from framewise.core.video import sample_clip, sample_count, sample_times
 
 ShapeKind = Literal["square", "circle", "triangle"]
@@ -335,7 +336,7 @@ def render_clip(scene: Scene) -> np.ndarray:
 def sample_scene(scene: Scene, sampling: SamplingSettings = SamplingSettings()) -> SampledScene:
     """Render the frames the application samples from the scene's clip (``core.video``'s rule:
     ``sample_count`` target times, each taking the source frame on screen at that time)."""
-    count = sample_count(scene.duration_s, sampling, scene.frame_count)
+    count = sample_count(scene.duration_s, sampling, scene.frame_count, multiple=QWEN3_VL_LIMITS.frames_per_slice)
     targets = sample_times(scene.duration_s, count)
     indices = [min(scene.frame_count - 1, math.floor(t * scene.fps + 1e-6)) for t in targets]
     times = scene.frame_times()[indices]

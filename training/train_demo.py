@@ -29,8 +29,8 @@ What makes the few minutes of training go further:
 - The data workers compute everything that depends only on the example (rendering, prompt,
   multimodal rotary positions, the tower's attention boundaries and position-table taps), so
   the training loop issues only the model's own work. The tower runs once per batch and its
-  features reach the language model through the Qwen3-VL ``FeatureInjector``, as in the
-  application.
+  features reach the language model through the Qwen3-VL ``FeatureInjector``
+  (:mod:`training.feature_injection`).
 
 Seed ``i`` gives example ``i``, so the data do not depend on the number of workers. The output
 folder is a demo-model folder (bfloat16 safetensors weights, config, tokenizer,
@@ -62,7 +62,12 @@ from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
 
 from framewise.core.encoding.defs import EncodedItem, VisionItem
-from framewise.core.families.qwen3_vl.demo_model import (
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.metadata import MetadataCache
+from framewise.core.families.qwen3_vl.processor import VideoInputs, preprocess_video
+from framewise.core.families.qwen3_vl.prompt import VIDEO_TOKEN, build_chat_inputs
+from framewise.core.settings import SamplingSettings
+from training.demo_model import (
     DEMO_LABEL,
     DEMO_WORDS,
     IM_END,
@@ -73,12 +78,7 @@ from framewise.core.families.qwen3_vl.demo_model import (
     save_demo_model,
     special_token_ids,
 )
-from framewise.core.families.qwen3_vl.geometry import VisionGeometry
-from framewise.core.families.qwen3_vl.injection import FeatureInjector
-from framewise.core.families.qwen3_vl.metadata import MetadataCache
-from framewise.core.families.qwen3_vl.processor import VideoInputs, preprocess_video
-from framewise.core.families.qwen3_vl.prompt import VIDEO_TOKEN, build_chat_inputs
-from framewise.core.settings import SamplingSettings
+from training.feature_injection import FeatureInjector
 from training.synthetic import (
     COLORS,
     DIRECTIONS,
@@ -552,7 +552,7 @@ def use_varlen_vision_attention(model: Qwen3VLForConditionalGeneration, device: 
     per frame pair) when this machine can, checked by a forward and backward pass against SDPA."""
     if device.type != "cuda":
         return False
-    from framewise.core.families.qwen3_vl.attention import REGISTERED_NAMES, register_backends
+    from framewise.core.encoding.attention_backends import REGISTERED_NAMES, register_backends
 
     register_backends()
     visual = model.model.visual

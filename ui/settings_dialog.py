@@ -1,6 +1,7 @@
 """The settings dialog: every field of ``core.settings.AppSettings``, validated by core.
 
-Apply and OK build an ``AppSettings`` from the fields and call its ``validate()``; a
+Apply and OK build an ``AppSettings`` from the fields and validate it against the loaded model
+family's limits (:meth:`SettingsDialog.set_limits`); a
 ``SettingsError`` is shown next to the field it names (``SettingsError.field``) and nothing is
 applied. Valid settings are announced with ``settings_applied``.
 """
@@ -38,8 +39,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from framewise.core.backends import family_limits_for
 from framewise.core.errors import SettingsError
-from framewise.core.families import FamilyLimits, default_limits
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import (
     ATTENTION_BACKENDS,
     DEMO_MODEL,
@@ -119,7 +121,8 @@ class SettingsDialog(QDialog):
         self._errors: dict[str, FieldError] = {}
         self._field_tabs: dict[str, int] = {}
         self._hints: dict[str, QLabel] = {}
-        self.limits = default_limits()
+        self._loaded_limits: FamilyLimits | None = None
+        self.limits: FamilyLimits | None = None
         self.tabs = QTabWidget()
         self._build_model_tab()
         self._build_sampling_tab()
@@ -463,7 +466,7 @@ class SettingsDialog(QDialog):
         try:
             settings = AppSettings.from_dict(self.values())  # leaves the API key out, as files never hold it
             key = self._fields["backend.api_key"].text().strip()
-            return settings.replace("backend", api_key=key).validate(self.limits)
+            return settings.replace("backend", api_key=key).validate(self._loaded_limits or family_limits_for(settings))
         except SettingsError as error:
             self.show_error(error)
             return None
@@ -531,10 +534,14 @@ class SettingsDialog(QDialog):
 
     def set_limits(self, limits: FamilyLimits | None) -> None:
         """Size the frame and budget steps, and word their hints, by the loaded model family's
-        ``limits`` (``None``: the default family's, as before a model is loaded); settings are then
-        checked against them."""
-        self.limits = limits or default_limits()
-        per_slice, multiple = self.limits.frames_per_slice, self.limits.budget_multiple
+        ``limits``; settings are then checked against them. ``None`` (no model loaded yet): by the
+        limits of the family the chosen checkpoint's config.json names, and where that cannot be
+        read by none: steps of one, hints that say the family's bounds are checked once a model is
+        loaded, and only the checks that need no family."""
+        self._loaded_limits = limits
+        self.limits = limits or self._chosen_family_limits()
+        limits = self.limits
+        per_slice, multiple = (limits.frames_per_slice, limits.budget_multiple) if limits else (1, 1)
         for name in ("sampling.min_frames", "sampling.max_frames"):
             self._fields[name].setSingleStep(per_slice)
         for name in ("encoder.min_budget", "encoder.max_budget"):
@@ -542,6 +549,13 @@ class SettingsDialog(QDialog):
         self._hints["sampling.max_frames"].setText(_frames_hint(self.limits))
         self._hints["encoder.budgets"].setText(_budgets_hint(self.limits))
         self._update_budget_preview()
+
+    def _chosen_family_limits(self) -> FamilyLimits | None:
+        """The limits of the family the model in the fields names (``None`` where it cannot be read)."""
+        try:
+            return family_limits_for(AppSettings.from_dict(self.values()))
+        except SettingsError:
+            return None
 
     def set_graphs_available(self, available: bool, reason: str) -> None:
         """Disable the settings that only CUDA graphs use where there are none, saying why on the Encoder tab."""
@@ -566,6 +580,11 @@ class SettingsDialog(QDialog):
         self._update_budget_preview()
 
     def _update_budget_preview(self) -> None:
+        """The graphs the budget fields make, for the loaded model family (none shown before one is
+        loaded: the budgets are whole merge blocks of the family)."""
+        if self.limits is None:
+            self.budget_preview.setText("")
+            return
         try:
             encoder = AppSettings.from_dict(self.values()).encoder
             # Validate the budget fields alone (batch limits of 1 always fit) before expanding the series.
@@ -581,14 +600,18 @@ class SettingsDialog(QDialog):
         self.budget_preview.setText(f"{len(budgets)} graphs: {shown}")
 
 
-def _frames_hint(limits: FamilyLimits) -> str:
+def _frames_hint(limits: FamilyLimits | None) -> str:
+    if limits is None:
+        return "The model family's most frames and frame-count multiple are checked once a model is loaded."
     return (
         f"{limits.name} takes at most {limits.max_frames:,} frames; {limits.frames_rule()}, "
         f"so frame counts are multiples of {limits.frames_per_slice}."
     )
 
 
-def _budgets_hint(limits: FamilyLimits) -> str:
+def _budgets_hint(limits: FamilyLimits | None) -> str:
+    if limits is None:
+        return "Comma-separated token budgets; the model family's multiple is checked once a model is loaded."
     examples = ", ".join(str(limits.budget_multiple * 64 * 4**power) for power in range(3))
     return f"Comma-separated multiples of {limits.budget_multiple}, e.g. {examples}"
 

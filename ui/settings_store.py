@@ -5,7 +5,7 @@ CLI agree on field names. By default the store is the platform's native one for 
 and application "Framewise"; tests point it at an ini file instead.
 
 The vLLM server's API key is never part of that value. With the native store it goes to the
-desktop's secret store (:mod:`framewise.core.backends.server_keys`) when one is available;
+desktop's secret store (:mod:`framewise.core.backends.vllm.keys`) when one is available;
 otherwise it lives in the running application only.
 """
 
@@ -16,7 +16,8 @@ import logging
 from pathlib import Path
 from PySide6.QtCore import QByteArray, QSettings
 
-from framewise.core.backends.server_keys import desktop_server_keys
+from framewise.core.backends import family_limits_for
+from framewise.core.backends.vllm.keys import desktop_server_keys
 from framewise.core.errors import SettingsError
 from framewise.core.settings import AppSettings
 from framewise.ui.settings_dialog import SESSION_ONLY_KEY_NOTE
@@ -63,7 +64,8 @@ class SettingsStore:
         return self._qsettings.fileName()
 
     def load_settings(self) -> AppSettings:
-        """The saved settings, or the defaults when none are saved or they are no longer valid.
+        """The saved settings, or the defaults when none are saved or they are no longer valid
+        (checked against the model family their model names, where its config.json can be read).
 
         When saved settings are rejected, ``load_problem`` says why (the window shows it).
         """
@@ -72,7 +74,8 @@ class SettingsStore:
         if not raw:
             return AppSettings()
         try:
-            settings = AppSettings.from_dict(json.loads(str(raw))).validate()
+            settings = AppSettings.from_dict(json.loads(str(raw)))
+            settings.validate(family_limits_for(settings))
             if self._keys is None:
                 return settings
             return settings.replace("backend", api_key=self._keys.key_for(settings.backend))

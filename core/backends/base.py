@@ -28,7 +28,7 @@ from framewise.core.events import (
     ResetReason,
     ignore_events,
 )
-from framewise.core.families import FamilyLimits
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import AppSettings
 from framewise.core.video import SampledFrames
 
@@ -105,9 +105,11 @@ class BackendBase(ABC, Generic[ClipT]):
         self._cancel = threading.Event()
         self._requests = RequestScope()
 
+    @abstractmethod
     def _limits_for(self, settings: AppSettings) -> FamilyLimits | None:
-        """The family limits ``settings`` are checked against (``None``: the default family's)."""
-        return None
+        """The limits of the model family ``settings`` are for, which they are checked against;
+        ``None`` when no family is known yet (the checks that need one are then skipped). Called
+        before the subclass's own ``__init__`` has run."""
 
     def open_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
         """Sample the clip at ``path`` and make it the one later questions are about.

@@ -24,9 +24,9 @@ from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.decoding.prefill_graphs import PrefillGraphs
 from framewise.core.decoding.pruned_positions import UnprunedPrompt, prompt_positions
 from framewise.core.decoding.step_graphs import ProgressCallback, StepGraphs, context_buckets
-from framewise.core.encoding.defs import EncodedItem, PieceGrid
+from framewise.core.encoding.defs import EncodedItem
 from framewise.core.errors import FramewiseError, SettingsError
-from framewise.core.families.base import FamilyLimits, VisionSpan
+from framewise.core.seam import FamilyLimits, PieceGrid, VisionSpan
 from framewise.core.settings import AppSettings, context_needed
 
 # Share of the free device memory the cache may take; the rest is left for activations.
@@ -309,7 +309,7 @@ def _pick(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
-def context_for(settings: AppSettings, language: LanguageModel, limits: FamilyLimits | None = None) -> int:
+def context_for(settings: AppSettings, language: LanguageModel, limits: FamilyLimits) -> int:
     """The decoder's context length for ``settings`` on ``language``'s device (a model of the
     family ``limits``), checked against the model's position limit and the free memory. An
     explicit setting that does not fit is a SettingsError saying how far to lower it; the

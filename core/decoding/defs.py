@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from framewise.core.encoding.defs import PieceGrid
+from framewise.core.seam import PieceGrid
 
 if TYPE_CHECKING:
     from framewise.core.decoding.kv_cache import StaticKVCache

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from framewise.core.decoding.defs import LanguageModel, PromptPositions
-from framewise.core.encoding.defs import PieceGrid
+from framewise.core.seam import PieceGrid
 
 
 @dataclass(frozen=True)

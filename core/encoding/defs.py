@@ -14,16 +14,15 @@ item may be cut between slices without changing the result.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Mapping, Protocol, Sequence
-
-import torch
+from typing import TYPE_CHECKING, Literal, Mapping, Protocol, Sequence
 
 from framewise.core.events import ChunkStats
+from framewise.core.seam import PieceGrid
+
+if TYPE_CHECKING:
+    import torch
 
 Modality = Literal["image", "video"]
-
-# One piece of an item as a pass sees it: its modality and the grid (slices, h, w) of those slices.
-PieceGrid = tuple[str, tuple[int, int, int]]
 
 
 @dataclass(frozen=True)

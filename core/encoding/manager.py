@@ -36,8 +36,8 @@ from framewise.core.encoding.planning import Batch, BatchLimits, PlanItem, plan_
 from framewise.core.encoding.timing import StageTimer
 from framewise.core.errors import EncoderError, FramewiseError
 from framewise.core.events import ChunkStats, Progress
-from framewise.core.families import FamilyLimits
 from framewise.core.graph_capture import GraphCapture, memory_reserved
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import EncoderSettings
 
 __all__ = [
@@ -99,8 +99,7 @@ class GraphVisionEncoder:
     """A vision tower replayed through one CUDA graph per token budget.
 
     ``adapter`` is the model family's side of the seam, its tower already on its device and
-    dtype; ``limits`` the family's (budget multiple, largest clip), default
-    :func:`~framewise.core.families.default_limits`. Graphs are captured at construction unless
+    dtype; ``limits`` the family's (budget multiple, largest clip). Graphs are captured at construction unless
     ``capture=False``. ``direct=True`` runs the same buffers and forward without a graph, which
     lets the whole path be tested on a CPU.
     """
@@ -113,7 +112,7 @@ class GraphVisionEncoder:
         progress: ProgressCallback | None = None,
         capture: bool = True,
         direct: bool = False,
-        limits: FamilyLimits | None = None,
+        limits: FamilyLimits,
     ) -> None:
         self.family_limits = limits
         settings.validate(limits)
@@ -385,7 +384,8 @@ def make_vision_encoder(
     adapter: SupportsEncoderGraphs,
     settings: EncoderSettings,
     progress: ProgressCallback | None = None,
-    limits: FamilyLimits | None = None,
+    *,
+    limits: FamilyLimits,
 ) -> tuple[VisionEncoder, str]:
     """The encoder the settings and the machine call for, and a plain sentence saying why;
     ``limits`` are the model family's.

@@ -10,11 +10,11 @@ with a reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 from framewise.core.errors import SettingsError
-from framewise.core.families import FamilyLimits, default_limits
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import EncoderSettings
 
 SUPPORTED_MODALITIES = ("image", "video")
@@ -41,11 +41,11 @@ class BatchLimits:
     budgets: tuple[int, ...]
     max_items: int
     max_sequences: int
-    budget_multiple: int = field(default_factory=lambda: default_limits().budget_multiple)
+    budget_multiple: int
 
     @classmethod
-    def from_settings(cls, settings: EncoderSettings, limits: FamilyLimits | None = None) -> BatchLimits:
-        limits = limits or default_limits()
+    def from_settings(cls, settings: EncoderSettings, limits: FamilyLimits) -> BatchLimits:
+        """The limits ``settings`` give the graphs of a model family of ``limits``."""
         return cls(
             budgets=settings.token_budgets(limits),
             max_items=settings.max_items_per_batch,

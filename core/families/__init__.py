@@ -1,11 +1,15 @@
 """Model families: everything that knows one family of vision-language models lives in its own
 package here (Qwen3-VL: :mod:`framewise.core.families.qwen3_vl`); the rest of core asks it through
-:class:`~framewise.core.families.base.ModelFamily` and :class:`~framewise.core.families.base.FamilyLimits`.
+:class:`~framewise.core.families.base.ModelFamily` and the plain values of :mod:`framewise.core.seam`.
 
-:mod:`.base` holds that protocol, the limits and :class:`~framewise.core.families.base.VisionSpan`;
-this module is the registry that maps a checkpoint's ``model_type`` to its family. A family's
-module is imported when it is first asked for, and its tensor code when first used, so reading
-:func:`default_limits` costs no heavy import and the vLLM backend runs without torch.
+This module is the registry that maps a checkpoint's ``model_type`` to its family: one line per
+built-in family, naming the module whose ``FAMILY`` it is and the model types it loads. A family's
+module is imported when it is first asked for, and its tensor code when first used, so the
+registry costs no heavy import and the vLLM backend runs without torch.
+
+A family package may import another family's modules only where it reuses that family's piece
+whole (as transformers' modular files reuse a sibling's), and it names each such family in its
+``REUSES`` tuple; reuse runs one way.
 """
 
 from __future__ import annotations
@@ -14,18 +18,16 @@ import importlib
 from collections.abc import Callable
 
 from framewise.core.errors import UnsupportedModelError
-from framewise.core.families.base import FamilyLimits, ModelFamily, VisionSpan
-from framewise.core.families.qwen3_vl.limits import MODEL_TYPES as _QWEN3_VL_TYPES
-from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS
+from framewise.core.families.base import ModelFamily
 
-__all__ = [
-    "FamilyLimits", "ModelFamily", "VisionSpan",
-    "default_family", "default_limits", "family_for", "register", "supported_model_types", "unregister",
-]
-# The family of the bundled demo model; also the one a vLLM server serves for Framewise.
-_DEFAULT_MODEL_TYPE = _QWEN3_VL_TYPES[0]
+__all__ = ["ModelFamily", "family_for", "register", "supported_model_types", "unregister"]
 
 FamilyFactory = Callable[[], ModelFamily]
+
+# The module whose FAMILY loads checkpoints of these model types.
+BUILT_IN_FAMILIES = {
+    "framewise.core.families.qwen3_vl.family": ("qwen3_vl", "qwen3_vl_moe"),
+}
 
 
 def _module_family(module: str) -> FamilyFactory:
@@ -34,7 +36,7 @@ def _module_family(module: str) -> FamilyFactory:
 
 
 _REGISTRY: dict[str, FamilyFactory] = {
-    model_type: _module_family("framewise.core.families.qwen3_vl.family") for model_type in _QWEN3_VL_TYPES
+    model_type: _module_family(module) for module, model_types in BUILT_IN_FAMILIES.items() for model_type in model_types
 }
 
 
@@ -65,14 +67,3 @@ def family_for(model_type: str | None) -> ModelFamily:
             f"checkpoints of model_type {' or '.join(supported_model_types())}. Choose such a checkpoint."
         )
     return factory()
-
-
-def default_family() -> ModelFamily:
-    """The bundled demo model's family, which is also the one a vLLM server serves for Framewise."""
-    return family_for(_DEFAULT_MODEL_TYPE)
-
-
-def default_limits() -> FamilyLimits:
-    """The limits settings are checked against before a model is loaded: :func:`default_family`'s
-    (read without importing it)."""
-    return QWEN3_VL_LIMITS

@@ -1,9 +1,9 @@
-"""What the rest of core asks of a model family: its limits, where vision features go in a prompt,
-and the :class:`ModelFamily` protocol.
+"""What the rest of core asks of a model family: the :class:`ModelFamily` protocol, the
+:class:`FamilyAdapter` a loaded model gives the encoder and the decoder, and the shapes of what a
+family's preprocessing and prompt hand back.
 
-Nothing here names a model. Settings validation, encoder planning, clip sampling and the decoder
-read a :class:`FamilyLimits` value and :class:`VisionSpan` records instead of constants and token
-ids; the family's own package supplies them.
+Nothing here names a model. The plain values of the seam (limits, vision spans, decoded answers)
+live in :mod:`framewise.core.seam`, below everything that reads them.
 """
 
 from __future__ import annotations
@@ -12,119 +12,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
+from framewise.core.encoding.defs import SupportsEncoderGraphs
+from framewise.core.seam import FamilyLimits, PieceGrid, VisionSpan
+
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from framewise.core.encoding.defs import PieceGrid, VisionItem
-    from framewise.core.loading import FamilyAdapter
+    from framewise.core.decoding.defs import LanguageModel
+    from framewise.core.encoding.defs import VisionItem
     from framewise.core.memory_plan import MemoryEstimate
     from framewise.core.settings import SamplingSettings
     from framewise.core.video import FrameSizing, Resize
 
 
-@dataclass(frozen=True)
-class FamilyLimits:
-    """The sizes and bounds of one model family's vision input, as the generic code reads them.
+class FamilyAdapter(SupportsEncoderGraphs, Protocol):
+    """A loaded model's side of the encoder seam, which also gives the decoder its language model."""
 
-    ``patch_size``: side of one patch in pixels; ``merge_size``: patches per side merged into one
-    language-model token; ``frames_per_slice``: frames one attention sequence of the tower covers
-    (a clip's frame count is a multiple of it); ``max_frames``: the most frames one clip may have;
-    ``max_clip_blocks``: the most merge blocks (``block_side`` squared pixels each) a whole clip's
-    frames may hold together. ``name`` is the family as messages name it.
-    """
-
-    name: str
-    patch_size: int
-    merge_size: int
-    frames_per_slice: int
-    max_frames: int
-    max_clip_blocks: int
-
-    @property
-    def patch_pixels(self) -> int:
-        """Pixels of one frame in one patch."""
-        return self.patch_size * self.patch_size
-
-    @property
-    def merge_area(self) -> int:
-        """Patches merged into one language-model token."""
-        return self.merge_size * self.merge_size
-
-    @property
-    def block_side(self) -> int:
-        """Frame sides are multiples of this: one merge block, in pixels."""
-        return self.patch_size * self.merge_size
-
-    @property
-    def block_pixels(self) -> int:
-        """Pixels of one frame in one merge block."""
-        return self.block_side * self.block_side
-
-    @property
-    def budget_multiple(self) -> int:
-        """Every token budget of the encoder is a multiple of this (whole merge blocks)."""
-        return self.merge_area
-
-    @property
-    def pixels_per_video_token(self) -> int:
-        """Pixels of a clip (frames x height x width) that become one video token."""
-        return self.frames_per_slice * self.block_pixels
-
-    @property
-    def max_clip_pixels(self) -> int:
-        """The most pixels (frames x height x width) of one sampled clip."""
-        return self.max_clip_blocks * self.block_pixels
-
-    @property
-    def max_budget(self) -> int:
-        """The largest token budget worth capturing: the patches of the largest clip."""
-        return self.max_clip_pixels // self.patch_pixels
-
-    def frames_rule(self) -> str:
-        """Why frame counts are multiples of ``frames_per_slice``, in a few words for messages."""
-        if self.frames_per_slice == 1:
-            return "frames are encoded one by one"
-        if self.frames_per_slice == 2:
-            return "frames are encoded in pairs"
-        return f"frames are encoded in groups of {self.frames_per_slice}"
-
-
-class DecodedAnswer(str):
-    """An answer's text that also keeps the token ids it was decoded from (end-of-answer token
-    left out).
-
-    A follow-up prompt splices these ids where the answer goes instead of tokenizing the text
-    again: the text need not tokenize back to the same ids, and the decoder's cache holds the ids,
-    so only then does a follow-up prefill just its new tokens. Compares and prints as its text.
-    """
-
-    token_ids: tuple[int, ...]
-
-    def __new__(cls, text: str, token_ids: Sequence[int]) -> DecodedAnswer:
-        answer = super().__new__(cls, text)
-        answer.token_ids = tuple(token_ids)
-        return answer
-
-
-@dataclass(frozen=True)
-class VisionSpan:
-    """Where encoded vision features go in a prompt's token sequence.
-
-    Tokens ``start .. start + length - 1`` take rows ``row .. row + length - 1`` of the encoded
-    features of item ``item`` (its index among the prompt's items). An item may have several spans
-    (one per frame pair of a clip, with text between them); spans do not overlap.
-    """
-
-    item: int
-    start: int
-    length: int
-    row: int = 0
-
-    @property
-    def end(self) -> int:
-        """The token index just past the span."""
-        return self.start + self.length
+    def language_model(self) -> LanguageModel: ...
 
 
 class PromptInputs(Protocol):
@@ -253,7 +158,7 @@ class ModelFamily(Protocol):
     ) -> PromptInputs:
         """The prompt asking ``question`` after the ``history`` turns about ``videos`` (from
         :meth:`preprocess_video`) and ``images``; items are numbered videos first, then images.
-        An answer that is a :class:`DecodedAnswer` enters the prompt as its token ids."""
+        An answer that is a :class:`~framewise.core.seam.DecodedAnswer` enters the prompt as its token ids."""
         ...
 
     def chat_messages(

@@ -33,9 +33,8 @@ from typing import Any, Literal
 from safetensors import SafetensorError, safe_open
 
 from framewise.core.errors import ModelLoadError, QuantizationFormatError
+from framewise.core.kernels.e4m3 import BLOCK_SIZE
 
-# Side of the square weight blocks that share one scale in the block-wise format.
-BLOCK_SIZE = 128
 E4M3_DTYPE = "F8_E4M3"
 E5M2_DTYPE = "F8_E5M2"
 FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})

@@ -40,12 +40,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from framewise.core.quantization.formats import BLOCK_SIZE, scale_shape
-
-E4M3 = torch.float8_e4m3fn
-E4M3_MAX = torch.finfo(E4M3).max
-# Smallest scale used, so that an all-zero block or row quantizes to zeros instead of 0/0.
-MIN_SCALE = 1e-12
+from framewise.core.kernels.e4m3 import BLOCK_SIZE, E4M3, E4M3_MAX, MIN_SCALE
+from framewise.core.quantization.formats import scale_shape
 
 QUANTIZE_ON_LOAD_SCHEME: Literal["block", "channel"] = "channel"
 

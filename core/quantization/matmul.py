@@ -2,7 +2,7 @@
 has them, the weights dequantized to the activations' dtype elsewhere.
 
 On the tensor-core path the activations are quantized to e4m3 per token as they come (one Triton
-kernel, :mod:`.row_quant_kernel`, where Triton is installed) and multiplied with per-channel e4m3 weights by ``torch._scaled_mm``, which applies both scales to the
+kernel, :mod:`framewise.core.kernels.fp8_row_quant`, where Triton is installed) and multiplied with per-channel e4m3 weights by ``torch._scaled_mm``, which applies both scales to the
 float32 sums. It needs compute capability 8.9 or newer, bfloat16 activations and sides that are
 multiples of 16. Anything else (the CPU, Ampere, odd shapes, and 128x128-block weights) takes the
 dequantize path: one (N, K) weight in the activations' dtype at a time, the weight-only path.
@@ -115,7 +115,7 @@ def _rowwise_scaled_mm(
 def _token_quantizer() -> Callable[[torch.Tensor, Norm | None, bool], tuple[torch.Tensor, torch.Tensor]]:
     """The one-pass Triton kernel where Triton is installed, else the same arithmetic in torch ops."""
     try:
-        from framewise.core.quantization.row_quant_kernel import quantize_rows
+        from framewise.core.kernels.fp8_row_quant import quantize_rows
     except ImportError:
         return lambda tokens, norm, silu_mul: quantize_per_channel(product_input(tokens, norm, silu_mul))
     return quantize_rows

@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -14,7 +14,6 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from framewise.core.errors import ClipAccessError, ClipNotFoundError, ClipTooLargeError
-from framewise.core.families import default_limits
 from framewise.core.video.reads import SamplingMode
 
 MAX_SIDE = 8192
@@ -81,7 +80,7 @@ class FrameSizing:
 
     size: Callable[[int, int, int], tuple[int, int]]
     resize: Resize
-    frames_per_slice: int = field(default_factory=lambda: default_limits().frames_per_slice)
+    frames_per_slice: int
 
 
 @dataclass(frozen=True)

@@ -14,25 +14,23 @@ from typing import Any, Protocol
 import numpy as np
 
 from framewise.core.errors import SpanError
-from framewise.core.families import default_limits
 from framewise.core.settings import FAST_MODE_AUTO_ABOVE_S, SamplingSettings
 from framewise.core.video.clip import ClipInfo, FrameSizing, Reader, check_resolution
 from framewise.core.video.reads import SamplingMode
 
 
 def sample_count(
-    duration_s: float, sampling: SamplingSettings, frame_count: int | None = None, multiple: int | None = None
+    duration_s: float, sampling: SamplingSettings, frame_count: int | None = None, *, multiple: int
 ) -> int:
     """How many frames to sample from a clip: a multiple of ``multiple`` (the model family's frames
-    per slice, by default :func:`~framewise.core.families.default_limits`'s: even), within
-    ``[min_frames, max_frames]``.
+    per slice), within ``[min_frames, max_frames]``, and no more than the ``frame_count`` the clip
+    holds (rounded up to the multiple) when that is known.
 
-    >>> sample_count(4.0, SamplingSettings(fps=2.0, min_frames=4, max_frames=32))
+    >>> sample_count(4.0, SamplingSettings(fps=2.0, min_frames=4, max_frames=32), multiple=2)
     8
-    >>> sample_count(4.0, SamplingSettings(fps=2.0, min_frames=4, max_frames=32), frame_count=5)
+    >>> sample_count(4.0, SamplingSettings(fps=2.0, min_frames=4, max_frames=32), frame_count=5, multiple=2)
     6
     """
-    multiple = multiple or default_limits().frames_per_slice
     count = math.floor(max(duration_s, 0.0) * sampling.fps + 1e-6)
     count = _round_up(min(max(count, sampling.min_frames), sampling.max_frames), multiple)
     if frame_count:
@@ -61,17 +59,16 @@ def in_turn(frames: int, count: int) -> tuple[int, ...]:
     return tuple(math.floor((index + 0.5) * frames / count) for index in range(count))
 
 
-def span_count(span_s: float, clip_fps: float, sampling: SamplingSettings, multiple: int | None = None) -> int:
+def span_count(span_s: float, clip_fps: float, sampling: SamplingSettings, *, multiple: int) -> int:
     """How many frames a closer look at ``span_s`` seconds samples: the whole frame budget
     (``max_frames``), but no more than the span holds at the clip's ``clip_fps`` (0: unknown), and
     never fewer than ``min_frames``; a multiple of ``multiple`` as :func:`sample_count`'s.
 
-    >>> span_count(2.0, 30.0, SamplingSettings(fps=2.0, min_frames=4, max_frames=32))
+    >>> span_count(2.0, 30.0, SamplingSettings(fps=2.0, min_frames=4, max_frames=32), multiple=2)
     32
-    >>> span_count(0.5, 10.0, SamplingSettings(fps=2.0, min_frames=4, max_frames=32))
+    >>> span_count(0.5, 10.0, SamplingSettings(fps=2.0, min_frames=4, max_frames=32), multiple=2)
     6
     """
-    multiple = multiple or default_limits().frames_per_slice
     held = math.ceil(span_s * clip_fps - 1e-6) if clip_fps > 0 else sampling.max_frames
     return _round_up(min(max(held, sampling.min_frames), sampling.max_frames), multiple)
 
@@ -256,12 +253,12 @@ def read_clip(
     assert sizing is not None, "sampling needs a FrameSizing"
     if span is None:
         start, length = 0.0, info.duration_s
-        count = sample_count(length, sampling, info.frame_count, sizing.frames_per_slice)
+        count = sample_count(length, sampling, info.frame_count, multiple=sizing.frames_per_slice)
         every_frame = in_turn(info.frame_count, count) if info.frame_count and info.frame_count <= count else None
     else:
         start, end = _within(path, span, info.duration_s)
         length = end - start
-        count = span_count(length, info.fps, sampling, sizing.frames_per_slice)
+        count = span_count(length, info.fps, sampling, multiple=sizing.frames_per_slice)
         every_frame = None
     request = TakeRequest(
         targets=tuple(start + t for t in sample_times(length, count)),

@@ -164,7 +164,7 @@ def assert_answers_afterwards() -> None:
 def test_an_unexpected_engine_error_names_the_log_and_keeps_the_traceback_there(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from framewise.core.engine import Engine
+    from framewise.core.backends.local.engine import Engine
 
     def broken_ask(self, question: str):
         raise TypeError("cat(): argument 'tensors' (position 1) must be tuple of Tensors, not Tensor")
@@ -191,7 +191,7 @@ def test_an_unexpected_engine_error_names_the_log_and_keeps_the_traceback_there(
     ],
 )
 def test_running_out_of_memory_says_which_settings_to_lower(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
-    from framewise.core.engine import Engine
+    from framewise.core.backends.local.engine import Engine
 
     def exhausted(self, path):
         raise error
@@ -274,7 +274,7 @@ def test_a_context_too_short_for_any_question_names_the_flag_and_its_bound() -> 
 
 
 def test_a_failed_question_prints_no_model_label_without_an_answer(monkeypatch: pytest.MonkeyPatch) -> None:
-    from framewise.core.engine import Engine
+    from framewise.core.backends.local.engine import Engine
     from framewise.core.errors import FramewiseError
 
     def refused(self, question: str):

@@ -33,7 +33,7 @@ def log_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def test_override_folder_is_used_and_created(log_dir: Path) -> None:
     path = logs.setup_logging()
     assert path == logs.log_file_path() == log_dir / "framewise.log"
-    logging.getLogger("framewise.core.engine").info("hello from the engine")
+    logging.getLogger("framewise.core.backends.local.engine").info("hello from the engine")
     assert "hello from the engine" in path.read_text(encoding="utf-8")
 
 

@@ -12,8 +12,9 @@ import pytest
 
 from framewise.core.backends.base import AnsweringBackend, BackendBase
 from framewise.core.video import SampledFrames, frames_size_and_duration
-from framewise.core.backends.vllm_server import VllmServerEngine
-from framewise.core.engine import Engine
+from framewise.core.backends.vllm.server import VllmServerEngine
+from framewise.core.backends.local.engine import Engine
+from framewise.core.errors import ModelLoadError, SettingsError
 from framewise.core.events import ConversationReset, Done, EncodeDone, ignore_events
 from framewise.core.settings import AppSettings
 from tests.ui.fake_engine import FakeEngine
@@ -110,6 +111,9 @@ class _Frames:
 class _Plumbed(BackendBase[_Frames]):
     """A backend that only keeps frames given directly, on the shared plumbing."""
 
+    def _limits_for(self, settings) -> None:
+        return None  # no model family: the settings are checked without one
+
     def _open_clip(self, path, reason) -> EncodeDone:
         raise NotImplementedError
 
@@ -178,3 +182,25 @@ def test_adding_keeps_the_conversation_and_opening_replaces_every_item() -> None
     assert backend.turns == [("q", "a")], "adding an item keeps the questions and answers"
     backend.open_frames(frames, (0.0, 0.5), "second")
     assert [clip.summary.clip_name for clip in backend.clips] == ["second"] and backend.turns == []
+
+
+def test_each_backend_checks_settings_against_the_family_it_answers_with(tmp_path) -> None:
+    from framewise.core.backends import family_limits_for
+    from framewise.core.backends.vllm.family import served_family
+    from framewise.core.families import family_for
+
+    remote = AppSettings().replace("backend", kind="vllm", server_url="http://127.0.0.1:1")
+    assert family_limits_for(remote) == served_family().limits
+    assert family_limits_for(AppSettings()) == family_for("qwen3_vl").limits, "the demo model is a Qwen3-VL checkpoint"
+    unreadable = AppSettings().replace("model", source=str(tmp_path / "missing"))
+    assert family_limits_for(unreadable) is None, "no family is guessed for a checkpoint that cannot be read"
+
+
+def test_a_source_that_cannot_be_read_yet_is_checked_without_a_family(tmp_path) -> None:
+    odd_frames = AppSettings().replace("model", source=str(tmp_path / "missing")).replace("sampling", max_frames=7)
+    engine = Engine(odd_frames)  # Qwen3-VL's frame pairs are not assumed for an unknown checkpoint
+    assert engine.settings is odd_frames
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        engine.load()
+    with pytest.raises(SettingsError, match="even number"):
+        Engine(AppSettings().replace("sampling", max_frames=7))  # the demo model's family is read from its config

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from framewise.core.engine import Engine
+from framewise.core.backends.local.engine import Engine
 from framewise.core.errors import SpanError
 from framewise.core.events import ClipSampled, ConversationReset
 from framewise.core.settings import SamplingSettings
@@ -82,8 +82,8 @@ def test_a_span_that_is_not_a_number_is_refused_not_a_crash(
 
 def test_span_count_spends_the_budget_but_not_more_than_the_span_holds() -> None:
     sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=32)
-    assert span_count(10.0, 30.0, sampling) == 32
-    assert span_count(1.0, 12.0, sampling) == 12
-    assert span_count(0.1, 12.0, sampling) == 4
-    assert span_count(1.0, 0.0, sampling) == 32, "an unknown frame rate spends the budget"
+    assert span_count(10.0, 30.0, sampling, multiple=2) == 32
+    assert span_count(1.0, 12.0, sampling, multiple=2) == 12
+    assert span_count(0.1, 12.0, sampling, multiple=2) == 4
+    assert span_count(1.0, 0.0, sampling, multiple=2) == 32, "an unknown frame rate spends the budget"
     assert span_count(0.75, 10.0, sampling, multiple=2) == 8

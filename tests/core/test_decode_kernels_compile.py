@@ -17,8 +17,8 @@ triton = pytest.importorskip("triton", reason="compiling the kernels needs Trito
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from framewise.core.families.qwen3_vl import step_kernels  # noqa: E402
-from framewise.core.quantization import gemv_kernels  # noqa: E402
+from framewise.core.kernels import decode_step  # noqa: E402
+from framewise.core.kernels import fp8_gemv  # noqa: E402
 
 HOPPER, AMPERE = 90, 80
 GEMV_TYPES = {"x_ptr": "*bf16", "norm_ptr": "*bf16", "w_ptr": "*fp8e4nv", "scale_ptr": "*fp32", "residual_ptr": "*bf16",
@@ -62,7 +62,7 @@ def test_fp8_decode_kernels_compile(
 ) -> None:
     if native and arch < 89:
         pytest.skip("hardware e4m3 conversion needs compute capability 8.9")
-    config = gemv_kernels._fp8_gemv_config(rows, columns)
+    config = fp8_gemv._fp8_gemv_config(rows, columns)
     constexprs = dict(
         K=columns, SCALE_COLUMNS=columns // 128 if block_scales else 1, BLOCK_SCALES=block_scales,
         NORM=kind != "residual", GATE_UP=kind == "gate_up", RESIDUAL=kind == "residual", NATIVE_FP8=native,
@@ -70,17 +70,17 @@ def test_fp8_decode_kernels_compile(
         SCALE_BLOCK=128, EVEN_K=True, EVEN_N=True,
     )
     types = GEMV_TYPES if native else {**GEMV_TYPES, "w_ptr": "*u8"}
-    ptx = compile_ptx(gemv_kernels._fp8_gemv_kernel, types, constexprs, arch, config[2])
+    ptx = compile_ptx(fp8_gemv._fp8_gemv_kernel, types, constexprs, arch, config[2])
     if native:
         assert count(r"cvt\.rn\.f16x2\.e4m3x2", ptx) > 0
     assert count(r"griddepcontrol\.wait", ptx) == (1 if arch >= HOPPER else 0)
 
 
-@pytest.mark.parametrize(("rows", "columns"), list(gemv_kernels.SWEPT_FP8_GEMV_CONFIGS))
+@pytest.mark.parametrize(("rows", "columns"), list(fp8_gemv.SWEPT_FP8_GEMV_CONFIGS))
 def test_swept_launch_shapes_fit_their_weights(rows: int, columns: int) -> None:
     """A swept shape must keep a program's rows in one row of 128x128 block scales and need no
     masks (the kernel's even-block path), whatever the sweep preferred."""
-    block_n, block_k, num_warps = gemv_kernels._fp8_gemv_config(rows, columns)
+    block_n, block_k, num_warps = fp8_gemv._fp8_gemv_config(rows, columns)
     assert 128 % block_n == 0 and rows % block_n == 0
     assert block_k == triton.next_power_of_2(block_k) and columns % block_k == 0
     assert num_warps in (4, 8)
@@ -97,13 +97,13 @@ def test_attention_step_kernels_compile(arch: int, dtype: str, heads: int, kv_he
         "attention_scaling": "fp32", "scale_log2": "fp32", "max_tokens": "i32", "split_size": "i32", "splits": "i32",
     }
     split = dict(HEADS=heads, KV_HEADS=kv_heads, GROUP=heads // kv_heads, BLOCK_GROUP=16, HEAD_DIM=head_dim,
-                 BLOCK=step_kernels.ATTENTION_BLOCK, IEEE=dtype == "fp32")
-    ptx = compile_ptx(step_kernels._attention_split_kernel, split_types, split, arch, 4)
+                 BLOCK=decode_step.ATTENTION_BLOCK, IEEE=dtype == "fp32")
+    ptx = compile_ptx(decode_step._attention_split_kernel, split_types, split, arch, 4)
     assert count(r"bar\.sync", ptx) > 0  # the step's own key is written before the block reads it
     combine_types = {"partial_max_ptr": "*fp32", "partial_sum_ptr": "*fp32", "partial_out_ptr": "*fp32",
                      "cache_position_ptr": "*i64", "out_ptr": f"*{dtype}", "split_size": "i32", "splits": "i32"}
     combine = dict(GROUP=heads // kv_heads, BLOCK_GROUP=16, HEAD_DIM=head_dim, BLOCK_SPLITS=32)
-    compile_ptx(step_kernels._attention_combine_kernel, combine_types, combine, arch, 2)
+    compile_ptx(decode_step._attention_combine_kernel, combine_types, combine, arch, 2)
 
 
 @pytest.mark.parametrize("arch", [HOPPER, AMPERE])
@@ -111,10 +111,10 @@ def test_attention_step_kernels_compile(arch: int, dtype: str, heads: int, kv_he
 def test_bf16_step_products_compile(arch: int, dtype: str) -> None:
     norm_types = {"x_ptr": f"*{dtype}", "norm_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "out_ptr": f"*{dtype}",
                   "N": "i32", "eps": "fp32"}
-    block_n, block_k, warps = step_kernels._gemv_config(6144, 4096)
+    block_n, block_k, warps = decode_step._gemv_config(6144, 4096)
     shape = dict(K=4096, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=True, EVEN_N=True)
-    compile_ptx(step_kernels._rms_norm_linear_kernel, norm_types, shape, arch, warps)
+    compile_ptx(decode_step._rms_norm_linear_kernel, norm_types, shape, arch, warps)
     residual_types = {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "residual_ptr": f"*{dtype}", "out_ptr": f"*{dtype}",
                       "N": "i32"}
     for silu_mul in (False, True):
-        compile_ptx(step_kernels._linear_residual_kernel, residual_types, {**shape, "SILU_MUL": silu_mul}, arch, warps)
+        compile_ptx(decode_step._linear_residual_kernel, residual_types, {**shape, "SILU_MUL": silu_mul}, arch, warps)

@@ -16,19 +16,21 @@ from framewise.core.decoding.step_graphs import context_buckets
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.errors import FramewiseError, SettingsError
+from framewise.core.families import family_for
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
-from framewise.core.families.qwen3_vl.demo_model import (
-    build_demo_config,
-    build_demo_tokenizer,
-    init_demo_model,
-    special_token_ids,
-)
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.families.qwen3_vl.processor import VideoInputs, preprocess_image, preprocess_video
 from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
 from framewise.core.settings import AppSettings, context_needed
+from training.demo_model import (
+    build_demo_config,
+    build_demo_tokenizer,
+    init_demo_model,
+    special_token_ids,
+)
 
+QWEN3_VL = family_for("qwen3_vl").limits
 NEW_TOKENS = 40
 
 
@@ -416,12 +418,12 @@ def test_an_answer_stops_when_the_context_is_full(setup: Setup) -> None:
 
 def test_a_context_too_short_for_one_question_is_a_settings_error() -> None:
     settings = AppSettings()
-    needed = context_needed(settings.sampling, settings.generation).total
+    needed = context_needed(settings.sampling, settings.generation, limits=QWEN3_VL).total
     with pytest.raises(SettingsError) as raised:
-        settings.replace("decoding", max_context_tokens=needed - 1).validate()
+        settings.replace("decoding", max_context_tokens=needed - 1).validate(QWEN3_VL)
     assert raised.value.field == "decoding.max_context_tokens" and f"must hold {needed:,} tokens" in raised.value.message
-    assert settings.replace("decoding", max_context_tokens=needed).validate().context_tokens() == needed
-    assert settings.context_tokens() >= needed + 3 * settings.generation.max_new_tokens  # room for follow-ups
+    assert settings.replace("decoding", max_context_tokens=needed).validate(QWEN3_VL).context_tokens(QWEN3_VL) == needed
+    assert settings.context_tokens(QWEN3_VL) >= needed + 3 * settings.generation.max_new_tokens  # room for follow-ups
 
 
 def test_the_context_is_bounded_by_free_memory(setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -429,17 +431,17 @@ def test_the_context_is_bounded_by_free_memory(setup: Setup, monkeypatch: pytest
     per_token = decoder_module.StaticKVCache.bytes_needed(
         language.layers, language.kv_heads, language.head_dim, 1, language.dtype
     )
-    automatic = AppSettings().context_tokens()
+    automatic = AppSettings().context_tokens(QWEN3_VL)
     monkeypatch.setattr(decoder_module, "free_memory_bytes", lambda device: per_token * automatic * 10)
-    assert context_for(AppSettings(), language) == automatic
+    assert context_for(AppSettings(), language, QWEN3_VL) == automatic
     room = int(per_token * (automatic - 100) / decoder_module.CACHE_MEMORY_SHARE) + per_token
     monkeypatch.setattr(decoder_module, "free_memory_bytes", lambda device: room)
-    assert context_needed(AppSettings().sampling, AppSettings().generation).total < context_for(
-        AppSettings(), language
+    assert context_needed(AppSettings().sampling, AppSettings().generation, limits=QWEN3_VL).total < context_for(
+        AppSettings(), language, QWEN3_VL
     ) < automatic  # the automatic length shrinks to what fits
     explicit = AppSettings().replace("decoding", max_context_tokens=automatic)
     with pytest.raises(SettingsError, match="lower it to at most"):
-        context_for(explicit, language)
+        context_for(explicit, language, QWEN3_VL)
 
 
 def test_memory_too_small_for_one_question_says_what_one_question_needs(
@@ -451,10 +453,10 @@ def test_memory_too_small_for_one_question_says_what_one_question_needs(
     per_token = decoder_module.StaticKVCache.bytes_needed(
         language.layers, language.kv_heads, language.head_dim, 1, language.dtype
     )
-    needed = context_needed(AppSettings().sampling, AppSettings().generation)
+    needed = context_needed(AppSettings().sampling, AppSettings().generation, limits=QWEN3_VL)
     room = int(per_token * (needed.total - 2 * decoder_module.CONTEXT_ALIGNMENT) / decoder_module.CACHE_MEMORY_SHARE)
     monkeypatch.setattr(decoder_module, "free_memory_bytes", lambda device: room)
     with pytest.raises(SettingsError) as raised:
-        context_for(AppSettings(), language)
+        context_for(AppSettings(), language, QWEN3_VL)
     assert f"the context must hold {needed.describe()}" in raised.value.message
     assert "lower it to at most" not in raised.value.message

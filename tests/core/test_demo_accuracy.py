@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from framewise.core.families.qwen3_vl.demo_model import DEMO_LABEL
 from framewise.core.loading import DEMO_MODEL_DIR, read_model_info
 from framewise.core.settings import EncoderSettings, ModelSettings
+from training.demo_model import DEMO_LABEL
 from training.evaluate import Answer, Report, evaluate, same_answers
 from training.synthetic import QUESTION_KINDS
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from framewise.core.engine import Engine
+from framewise.core.backends.local.engine import Engine
 from framewise.core.errors import CancelledError
 from framewise.core.events import ChunkStats, ClipSampled, EncodeDone, FramesRead
 from framewise.core.settings import AppSettings

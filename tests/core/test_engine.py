@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from framewise.core import engine as engine_module
+from framewise.core.backends.local import engine as engine_module
 from framewise.core.decoding import decoder as decoder_module
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.encoding.manager import GraphVisionEncoder
-from framewise.core.engine import Engine
+from framewise.core.backends.local.engine import Engine
 from framewise.core.errors import CancelledError, ClipError, FramewiseError, QuestionTooLongError
 from framewise.core.events import (
     AnswerSpeed,
@@ -30,7 +30,7 @@ from framewise.core.events import (
     Progress,
     Token,
 )
-from framewise.core.families.qwen3_vl.attention import REGISTERED_NAMES
+from framewise.core.encoding.attention_backends import REGISTERED_NAMES
 from framewise.core.metrics import DecodeSpeedMeter
 from framewise.core.settings import AppSettings, context_needed
 from framewise.core.video import pyav_reader
@@ -156,9 +156,11 @@ def test_the_engines_answer_is_generates_answer_with_the_models_own_vision_pass(
 
 
 def test_info_says_decode_steps_run_eagerly_on_the_cpu_and_why(loaded_engine: tuple[Engine, Recorder]) -> None:
-    decoder = loaded_engine[0].info().decoder
+    engine = loaded_engine[0]
+    decoder = engine.info().decoder
     assert decoder is not None and not decoder.graphs_enabled and "CPU" in decoder.graphs_reason
-    assert decoder.context_tokens == FAST.context_tokens() and decoder.buckets[-1] == decoder.context_tokens
+    assert decoder.context_tokens == FAST.context_tokens(engine.loaded.limits)
+    assert decoder.buckets[-1] == decoder.context_tokens
     assert decoder.kv_cache_mb > 0
 
 
@@ -231,12 +233,12 @@ def test_a_question_the_settings_let_through_is_answered_at_the_smallest_context
     question = "What color is the square?"
     question_tokens = len(engine_.loaded.tokenizer.encode(question, add_special_tokens=False))
     settings = FAST.replace("sampling", max_pixels=4 * 320 * 240)
-    unaligned = context_needed(settings.sampling, settings.generation, question_tokens)
+    unaligned = context_needed(settings.sampling, settings.generation, question_tokens, limits=engine_.loaded.limits)
     answer_tokens = unaligned.answer + -unaligned.total % decoder_module.CONTEXT_ALIGNMENT  # no rounding up
     settings = settings.replace("generation", max_new_tokens=answer_tokens)
-    smallest = context_needed(settings.sampling, settings.generation, question_tokens).total
+    smallest = context_needed(settings.sampling, settings.generation, question_tokens, limits=engine_.loaded.limits).total
     tight = settings.replace("decoding", max_context_tokens=smallest, min_bucket=64)
-    tight.check_question_fits(question_tokens)
+    tight.check_question_fits(question_tokens, engine_.loaded.limits)
     engine_.apply_settings(tight)
     try:
         engine_.open_clip(clip)
@@ -355,10 +357,10 @@ def test_turning_graphs_off_gives_the_tower_back_its_stock_attention(monkeypatch
     Graphs run ``direct`` here (same buffers and forward, no CUDA graph), so the switch happens on the CPU.
     """
 
-    def direct_graphs(adapter, settings, progress=None, limits=None):
+    def direct_graphs(adapter, settings, progress=None, *, limits):
         if not settings.use_graphs:
             return EagerVisionEncoder(adapter), "graphs off"
-        return GraphVisionEncoder(adapter, settings, direct=True), "direct graphs on the CPU"
+        return GraphVisionEncoder(adapter, settings, direct=True, limits=limits), "direct graphs on the CPU"
 
     monkeypatch.setattr(engine_module, "make_vision_encoder", direct_graphs)
     settings = FAST.replace("encoder", budgets=(64, 256), max_items_per_batch=4, max_frame_pairs_per_batch=8)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from framewise.core import engine as engine_module
-from framewise.core.engine import Engine
+from framewise.core.backends.local import engine as engine_module
+from framewise.core.backends.local.engine import Engine
 from framewise.core.errors import CancelledError, ClipNotFoundError, ModelLoadError, describe_error
 from framewise.core.events import Token
 from framewise.core.settings import AppSettings

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from framewise.core.engine import Engine
+from framewise.core.backends.local.engine import Engine
 from framewise.core.held_memory import LANGUAGE_PART, VISION_PART, recording_growth, weight_shares
 from framewise.core.memory_plan import HeldMemory, WeightBytes
 from framewise.core.quantization.linear import Fp8Linear

@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import pytest
 
-from framewise.core.engine import Engine
+from framewise.core.backends.local.engine import Engine
 from framewise.core.events import ClipSampled, EncodeDone
 from framewise.core.video.still import read_still
 from tests.core.test_engine import FAST, Recorder

@@ -21,18 +21,6 @@ from transformers import (
 from framewise.core.encoding.defs import VisionItem
 from framewise.core.errors import ModelLoadError, SettingsError
 from framewise.core.events import Progress
-from framewise.core.families.qwen3_vl.demo_model import (
-    CHAT_TEMPLATE,
-    DEMO_WORDS,
-    MODEL_INFO_FILE,
-    SPECIAL_TOKENS,
-    UNTRAINED_DEMO_LABEL,
-    build_demo_config,
-    build_demo_tokenizer,
-    init_demo_model,
-    mrope_section,
-    special_token_ids,
-)
 from framewise.core.families.qwen3_vl.processor import VideoInputs
 from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
 from framewise.core.loading import (
@@ -45,6 +33,18 @@ from framewise.core.loading import (
     resolve_model_source,
 )
 from framewise.core.settings import ModelSettings
+from training.demo_model import (
+    CHAT_TEMPLATE,
+    DEMO_WORDS,
+    MODEL_INFO_FILE,
+    SPECIAL_TOKENS,
+    UNTRAINED_DEMO_LABEL,
+    build_demo_config,
+    build_demo_tokenizer,
+    init_demo_model,
+    mrope_section,
+    special_token_ids,
+)
 from tests.conftest import REPO_ROOT
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from framewise.core.errors import SettingsError
+from framewise.core.families import family_for
 from framewise.core.settings import (
     CHAT_TEMPLATE_TOKENS,
     AppSettings,
@@ -15,10 +16,13 @@ from framewise.core.settings import (
     geometric_budgets,
 )
 
+# The bounds the messages below name are Qwen3-VL's (the demo model's family).
+QWEN3_VL = family_for("qwen3_vl").limits
+
 
 def test_defaults_are_valid_and_budgets_are_finer_than_powers_of_two() -> None:
-    settings = AppSettings().validate()
-    budgets = settings.encoder.token_budgets()
+    settings = AppSettings().validate(QWEN3_VL)
+    budgets = settings.encoder.token_budgets(QWEN3_VL)
     assert budgets[0] == settings.encoder.min_budget and budgets[-1] == settings.encoder.max_budget
     assert all(b % 4 == 0 for b in budgets)
     ratios = [later / earlier for earlier, later in zip(budgets, budgets[1:])]
@@ -63,14 +67,14 @@ def test_geometric_budgets_cover_the_range_ascending(low: int, high: int, ratio:
 )
 def test_invalid_settings_name_the_field_and_the_fix(section: str, changes: dict, field: str, hint: str) -> None:
     with pytest.raises(SettingsError) as raised:
-        AppSettings().replace(section, **changes).validate()
+        AppSettings().replace(section, **changes).validate(QWEN3_VL)
     assert raised.value.field == field
     assert hint in raised.value.message
 
 
 def test_explicit_budgets_win_over_the_range() -> None:
     encoder = EncoderSettings(budgets=(1024, 256, 256, 4096), max_items_per_batch=4)
-    assert encoder.token_budgets() == (256, 1024, 4096)
+    assert encoder.token_budgets(QWEN3_VL) == (256, 1024, 4096)
 
 
 def test_round_trip_through_dict_keeps_every_value() -> None:
@@ -103,7 +107,7 @@ def test_from_dict_rejects_wrong_types_with_the_field_name() -> None:
 
 def test_a_context_below_one_question_is_named_before_the_bucket_size_that_exceeds_it() -> None:
     with pytest.raises(SettingsError) as raised:
-        AppSettings().replace("decoding", max_context_tokens=1).validate()
+        AppSettings().replace("decoding", max_context_tokens=1).validate(QWEN3_VL)
     assert raised.value.field == "decoding.max_context_tokens"
     assert "1 tokens cannot hold one question" in raised.value.message
 
@@ -114,7 +118,7 @@ def _smallest_accepted_context(settings: AppSettings) -> int:
     while low < high:
         middle = (low + high) // 2
         try:
-            settings.replace("decoding", max_context_tokens=middle).validate()
+            settings.replace("decoding", max_context_tokens=middle).validate(QWEN3_VL)
             high = middle
         except SettingsError:
             low = middle + 1
@@ -131,26 +135,67 @@ def test_the_context_messages_agree_on_what_one_question_needs() -> None:
     settings = AppSettings()
     smallest = _smallest_accepted_context(settings)
     at, below = (settings.replace("decoding", max_context_tokens=tokens) for tokens in (smallest, smallest - 1))
-    at.check_question_fits(1)
+    at.check_question_fits(1, QWEN3_VL)
     with pytest.raises(SettingsError) as too_short:
-        below.validate()
+        below.validate(QWEN3_VL)
     with pytest.raises(SettingsError) as no_room:
-        below.check_question_fits(1)
+        below.check_question_fits(1, QWEN3_VL)
     with pytest.raises(SettingsError) as one_more:
-        at.check_question_fits(2)
+        at.check_question_fits(2, QWEN3_VL)
     assert f"must hold {smallest:,} tokens" in too_short.value.message
     assert f"to at least {smallest:,} tokens" in no_room.value.message
     assert f"to at least {smallest + 1:,} tokens" in one_more.value.message
     parts = {_PARTS.search(raised.value.message).groups() for raised in (too_short, no_room, one_more)}
-    assert parts == {(f"{clip_context_tokens(settings.sampling):,}", str(CHAT_TEMPLATE_TOKENS), "128")}
+    assert parts == {(f"{clip_context_tokens(settings.sampling, QWEN3_VL):,}", str(CHAT_TEMPLATE_TOKENS), "128")}
 
 
 def test_a_question_is_checked_against_the_room_beside_the_largest_clip_and_one_answer() -> None:
     settings = AppSettings().replace("decoding", max_context_tokens=4096)
-    room = 4096 - clip_context_tokens(settings.sampling) - CHAT_TEMPLATE_TOKENS - settings.generation.max_new_tokens
-    settings.check_question_fits(room)
+    room = 4096 - clip_context_tokens(settings.sampling, QWEN3_VL) - CHAT_TEMPLATE_TOKENS - settings.generation.max_new_tokens
+    settings.check_question_fits(room, QWEN3_VL)
     with pytest.raises(SettingsError) as raised:
-        settings.check_question_fits(room + 1)
+        settings.check_question_fits(room + 1, QWEN3_VL)
     assert raised.value.field == "decoding.max_context_tokens"
     assert f"shorten the question to at most {room:,} tokens" in raised.value.message
     assert "raise the context (now 4,096) to at least 4,097 tokens" in raised.value.message
+
+
+@pytest.mark.parametrize(
+    ("section", "changes"),
+    [
+        ("sampling", {"max_frames": 7}),  # Qwen3-VL's frames come in pairs
+        ("sampling", {"max_frames": 800}),
+        ("sampling", {"max_pixels": 10**12}),
+        ("encoder", {"budgets": (256, 1000, 1001)}),
+        ("encoder", {"max_budget": 10**6}),
+        ("encoder", {"max_frame_pairs_per_batch": 5000}),
+        ("decoding", {"max_context_tokens": 300}),  # no room for the largest Qwen3-VL clip
+    ],
+)
+def test_without_a_known_family_its_bounds_are_left_to_the_backend(section: str, changes: dict) -> None:
+    settings = AppSettings().replace(section, **changes)
+    assert settings.validate(None) is settings, "no family is assumed when none is known"
+    with pytest.raises(SettingsError):
+        settings.validate(QWEN3_VL)
+
+
+@pytest.mark.parametrize(
+    ("section", "changes", "field", "hint"),
+    [
+        ("sampling", {"min_frames": 0}, "sampling.min_frames", "whole number of at least 1"),
+        ("sampling", {"min_frames": 8, "max_frames": 4}, "sampling.max_frames", "at least min frames (8)"),
+        ("sampling", {"max_pixels": 1000}, "sampling.max_pixels", "raise max pixels"),
+        ("encoder", {"budgets": (256, -4)}, "encoder.budgets", "-4 is not a positive number"),
+        ("encoder", {"min_budget": 1024, "max_budget": 512}, "encoder.max_budget", "a number that is at least min budget"),
+        ("encoder", {"max_frame_pairs_per_batch": 2}, "encoder.max_frame_pairs_per_batch", "max items per batch"),
+    ],
+)
+def test_the_checks_that_need_no_family_run_without_one(section: str, changes: dict, field: str, hint: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        AppSettings().replace(section, **changes).validate(None)
+    assert raised.value.field == field
+    assert hint in raised.value.message
+
+
+def test_a_question_is_not_checked_against_a_clip_of_no_known_family() -> None:
+    AppSettings().replace("decoding", max_context_tokens=4096).check_question_fits(10**6, None)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from framewise.core.engine import Engine
+from framewise.core.backends.local.engine import Engine
 from framewise.core.events import ConversationReset, EncodeDone
 from tests.conftest import SAMPLE_CLIPS
 from tests.core.test_engine import FAST, Recorder

@@ -142,7 +142,7 @@ def test_fast_mode_auto_turns_on_above_its_length_only():
     assert sampling_mode(off, 10 * FAST_MODE_AUTO_ABOVE_S) == "exact"
     assert sampling_mode(on, 1.0) == "fast"
     with pytest.raises(SettingsError, match="sampling.fast_mode"):
-        SamplingSettings(fast_mode="sometimes").validate()
+        SamplingSettings(fast_mode="sometimes").validate(None)
 
 
 # --- reading a clip ------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import torch
 
 from framewise.core.decoding import Decoder
 from framewise.core.encoding.eager import EagerVisionEncoder
-from framewise.core.engine import Engine
+from framewise.core.backends.local.engine import Engine
 from framewise.core.events import Progress
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel

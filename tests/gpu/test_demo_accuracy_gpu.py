@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from framewise.core.families.qwen3_vl.demo_model import DEMO_LABEL
 from framewise.core.loading import DEMO_MODEL_DIR, read_model_info
 from framewise.core.settings import EncoderSettings, ModelSettings
-from tests.core.test_demo_accuracy import PARAPHRASE_TARGET, TARGET
+from training.demo_model import DEMO_LABEL
 from training.evaluate import Report, evaluate
+from tests.core.test_demo_accuracy import PARAPHRASE_TARGET, TARGET
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

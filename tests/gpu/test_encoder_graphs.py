@@ -26,6 +26,7 @@ from framewise.core.encoding.defs import VisionItem  # noqa: E402
 from framewise.core.encoding.eager import EagerVisionEncoder  # noqa: E402
 from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_encoder  # noqa: E402
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
+from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS as QWEN3_VL  # noqa: E402
 from framewise.core.metrics import EncoderMetricsAccumulator  # noqa: E402
 from framewise.core.settings import EncoderSettings  # noqa: E402
 from tests.core.families.qwen3_vl.references import stock_attention  # noqa: E402
@@ -81,7 +82,7 @@ def encoder(request, tower_name):
     )
     visual = Qwen3VLVisionModel(config).eval().to(device="cuda", dtype=dtype)
     settings = dataclasses.replace(SETTINGS, attention_backend=backend, fuse_kernels=fuse_kernels)
-    graph_encoder = GraphVisionEncoder(Qwen3VLAdapter(visual), settings)
+    graph_encoder = GraphVisionEncoder(Qwen3VLAdapter(visual), settings, limits=QWEN3_VL)
     assert graph_encoder.fused is fuse_kernels
     yield graph_encoder
     graph_encoder.clear()
@@ -172,7 +173,7 @@ def test_request_after_clear_and_recapture(encoder):
     encoder.clear()
     assert not encoder.captured
     report = encoder.capture()
-    assert report.seconds > 0 and report.graph_memory_bytes > 0 and report.budgets == SETTINGS.token_budgets()
+    assert report.seconds > 0 and report.graph_memory_bytes > 0 and report.budgets == SETTINGS.token_budgets(QWEN3_VL)
     assert_matches(encoder, encoder.encode(items), expected)
 
 
@@ -188,7 +189,7 @@ def test_stats_and_timing_are_recorded(encoder):
 def test_factory_captures_graphs_on_cuda(encoder):
     events = []
     graph_encoder, reason = make_vision_encoder(
-        encoder.adapter, dataclasses.replace(encoder.settings, budgets=(64, 256)), events.append
+        encoder.adapter, dataclasses.replace(encoder.settings, budgets=(64, 256)), events.append, limits=QWEN3_VL
     )
     try:
         assert isinstance(graph_encoder, GraphVisionEncoder) and "2 CUDA graphs captured" in reason

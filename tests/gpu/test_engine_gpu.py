@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from framewise.core.engine import Engine
+from framewise.core.backends.local.engine import Engine
 from framewise.core.settings import AppSettings
 from tests.conftest import SAMPLE_CLIPS
 

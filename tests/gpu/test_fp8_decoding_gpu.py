@@ -11,12 +11,12 @@ from transformers import Qwen3VLForConditionalGeneration
 
 from framewise.core.decoding import Decoder
 from framewise.core.decoding.kv_cache import StaticKVCache
-from framewise.core.families.qwen3_vl.demo_model import build_demo_config, build_demo_tokenizer, special_token_ids
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.loading import load_model
 from framewise.core.quantization.linear import Fp8Linear
 from framewise.core.quantization.matmul import FORCE_PATH_VARIABLE
 from framewise.core.settings import ModelSettings
+from training.demo_model import build_demo_config, build_demo_tokenizer, special_token_ids
 
 pytestmark = pytest.mark.gpu
 pytest.importorskip("triton", reason="the decode step kernels need Triton")

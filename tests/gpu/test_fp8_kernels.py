@@ -20,7 +20,7 @@ from framewise.core.quantization.fp8 import dequantize, quantize, quantize_per_c
 from framewise.core.quantization.matmul import fp8_linear, prefill_path, product_input
 
 pytestmark = pytest.mark.gpu
-kernels = pytest.importorskip("framewise.core.quantization.gemv_kernels", reason="needs Triton")
+kernels = pytest.importorskip("framewise.core.kernels.fp8_gemv", reason="needs Triton")
 
 DEVICE = "cuda"
 # bf16 results are rounded to 8 bits of mantissa; float32 ones differ by summation order only
@@ -157,7 +157,7 @@ def test_prefill_paths(scheme: str, path: str, tokens: int) -> None:
 @pytest.mark.parametrize(("tokens", "columns"), [(1, 4096), (37, 200), (1116, 4096), (1677, 12288)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_activation_kernel_quantizes_like_the_torch_ops(tokens: int, columns: int, dtype: torch.dtype) -> None:
-    from framewise.core.quantization.row_quant_kernel import quantize_rows
+    from framewise.core.kernels.fp8_row_quant import quantize_rows
 
     x = (torch.randn(tokens, columns, device=DEVICE) * torch.logspace(-3, 2, tokens, device=DEVICE)[:, None]).to(dtype)
     x[0, : columns // 2] = 0  # a row's zeros stay zeros; an all-zero row would too (smallest scale)
@@ -179,7 +179,7 @@ def test_activation_kernel_forms_the_input_like_the_torch_ops(fold: str, tokens:
     """The kernel's RMS norm and ``silu(gate) * up`` give the products' inputs the torch ops give
     (``product_input``), to within one bf16 rounding of the input where the two sum the squares
     in another order, and so codes at most one apart."""
-    from framewise.core.quantization.row_quant_kernel import quantize_rows
+    from framewise.core.kernels.fp8_row_quant import quantize_rows
 
     width = 2 * columns if fold == "silu_mul" else columns
     magnitudes = torch.logspace(-3, 2, tokens, device=DEVICE)[:, None]
@@ -208,7 +208,7 @@ def test_the_tensor_core_path_forms_the_input_it_is_given(fold: str) -> None:
 
 
 def test_activation_kernel_leaves_an_all_zero_row_zero() -> None:
-    from framewise.core.quantization.row_quant_kernel import quantize_rows
+    from framewise.core.kernels.fp8_row_quant import quantize_rows
 
     quantized, scales = quantize_rows(torch.zeros(3, 256, device=DEVICE, dtype=torch.bfloat16))
     assert torch.equal(quantized.float(), torch.zeros(3, 256, device=DEVICE)) and (scales > 0).all()

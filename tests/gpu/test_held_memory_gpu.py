@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from benchmarks import memory_bench
-from framewise.core.engine import Engine
+from framewise.core.backends.local.engine import Engine
 from framewise.core.loading import estimate_memory
 from framewise.core.settings import AppSettings
 

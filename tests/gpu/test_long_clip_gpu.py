@@ -22,6 +22,7 @@ from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_encoder
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
+from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS as QWEN3_VL
 from framewise.core.families.qwen3_vl.prompt import TEXT_TOKEN, VIDEO_TOKEN, vision_spans
 from framewise.core.settings import EncoderSettings
 from tests.core.families.qwen3_vl.references import stock_attention
@@ -110,7 +111,7 @@ def make_prompt(ids: list[int], features: EncodedItem) -> Prompt:
 def test_768_frames_at_the_full_pixel_budget_answer_through_the_graphs_like_eager(model) -> None:
     adapter = Qwen3VLAdapter(model.model.visual)
     clip = long_clip()
-    encoder, reason = make_vision_encoder(adapter, EncoderSettings())
+    encoder, reason = make_vision_encoder(adapter, EncoderSettings(), limits=QWEN3_VL)
     assert isinstance(encoder, GraphVisionEncoder), reason
     with torch.inference_mode():
         through_graphs = encoder.encode([clip])

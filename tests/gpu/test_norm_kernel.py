@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 pytestmark = pytest.mark.gpu
-kernel = pytest.importorskip("framewise.core.families.qwen3_vl.norm_kernel", reason="needs Triton")
+kernel = pytest.importorskip("framewise.core.kernels.add_layer_norm", reason="needs Triton")
 
 from framewise.core.families.qwen3_vl.fused import _linear_gelu  # noqa: E402
 

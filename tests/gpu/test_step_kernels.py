@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 pytestmark = pytest.mark.gpu
-kernels = pytest.importorskip("framewise.core.families.qwen3_vl.step_kernels", reason="needs Triton")
+kernels = pytest.importorskip("framewise.core.kernels.decode_step", reason="needs Triton")
 
 DEVICE = "cuda"
 # Relative error bounds: float32 differs only by summation order; bfloat16 results are rounded

@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 
 pytestmark = pytest.mark.gpu
-kernel = pytest.importorskip("framewise.core.families.qwen3_vl.tile_attention", reason="needs Triton")
+kernel = pytest.importorskip("framewise.core.kernels.vision_attention", reason="needs Triton")
 
 from framewise.core.families.qwen3_vl.fused import _rotate_qk  # noqa: E402
-from framewise.core.families.qwen3_vl.tile_schedule import tile_schedule  # noqa: E402
+from framewise.core.kernels.tile_schedule import tile_schedule  # noqa: E402
 
 DEVICE = "cuda"
 # float32 multiplies in full precision, so only the summation order differs; bfloat16 inputs

@@ -17,9 +17,9 @@ import httpx
 import numpy as np
 import pytest
 
-from framewise.core.backends.vllm_request import openai_messages
-from framewise.core.backends.vllm_serve_command import vllm_serve_command
-from framewise.core.backends.vllm_server import VllmServerEngine
+from framewise.core.backends.vllm.request import openai_messages
+from framewise.core.backends.vllm.serve_command import vllm_serve_command
+from framewise.core.backends.vllm.server import VllmServerEngine
 from framewise.core.errors import ServerModelError, ServerRequestError
 from framewise.core.events import Token
 from framewise.core.families.qwen3_vl.sizing import pair_timestamps

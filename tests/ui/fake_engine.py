@@ -1,4 +1,4 @@
-"""A stand-in for ``core.engine.Engine`` with the same API: frames from the clip (OpenCV), canned answers.
+"""A stand-in for ``core.backends.local.engine.Engine`` with the same API: frames from the clip (OpenCV), canned answers.
 
 It implements :class:`~framewise.core.backends.base.AnsweringBackend` on the backends' shared
 plumbing (a test holds it to the protocol) and follows the engine's event protocol: every event carries the request's id, EngineInfo is sent
@@ -32,9 +32,15 @@ from framewise.core.events import (
     ResetReason,
     Token,
 )
-from framewise.core.families.qwen3_vl.demo_model import DEMO_LABEL
+from framewise.core.families import family_for
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import AppSettings
+from training.demo_model import DEMO_LABEL
+
+
+# The fake stands in for the demo model, a Qwen3-VL checkpoint.
+DEMO_LIMITS = family_for("qwen3_vl").limits
 
 
 @dataclass(frozen=True)
@@ -46,7 +52,7 @@ class FakeClip:
 
 
 class FakeEngine(BackendBase[FakeClip]):
-    """``core.engine.Engine``'s API without a model: frames come from the clip (OpenCV), answers are canned.
+    """``core.backends.local.engine.Engine``'s API without a model: frames come from the clip (OpenCV), answers are canned.
 
     Class attributes let a test slow answers down, make them run to ``max_new_tokens`` (``endless``),
     hold ``load`` until ``load_gate`` is set, or make a call fail.
@@ -64,6 +70,9 @@ class FakeEngine(BackendBase[FakeClip]):
         self.calls: list[tuple[str, float]] = []
         self.metrics = EncoderMetricsAccumulator()
 
+    def _limits_for(self, settings: AppSettings) -> FamilyLimits:
+        return DEMO_LIMITS
+
     def load(self, request_id: int | None = None) -> EngineInfo:
         with self._requests.serving(request_id):
             self._cancel.clear()
@@ -78,8 +87,8 @@ class FakeEngine(BackendBase[FakeClip]):
 
     def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None:
         with self._requests.serving(request_id):
-            old, self.settings = self.settings, settings.validate()
-            budgets = settings.encoder.token_budgets()[:3]
+            old, self.settings = self.settings, settings.validate(DEMO_LIMITS)
+            budgets = settings.encoder.token_budgets(DEMO_LIMITS)[:3]
             for index, budget in enumerate(budgets):
                 self._emit(Progress("capture", index, len(budgets), f"Capturing encoder graph for {budget} patches"))
             self._emit(Progress("capture", len(budgets), len(budgets), f"Captured {len(budgets)} encoder graphs"))
@@ -101,6 +110,7 @@ class FakeEngine(BackendBase[FakeClip]):
             graphs_enabled=False,
             graphs_reason="no CUDA device: the encoder runs eager on the CPU",
             attention_backends=("eager", "sdpa_masked"),
+            limits=DEMO_LIMITS,
         )
 
     def cancel(self, request_id: int | None = None) -> None:

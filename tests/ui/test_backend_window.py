@@ -110,7 +110,7 @@ def test_the_dialog_warns_about_plain_http_to_another_host_and_keeps_the_key_out
 
 
 def test_with_a_secret_store_the_key_outlives_the_session_but_never_enters_the_file(tmp_path, monkeypatch):
-    from framewise.core.backends.server_keys import KEYRING_SERVICE, ServerKeys
+    from framewise.core.backends.vllm.keys import KEYRING_SERVICE, ServerKeys
     from framewise.ui import settings_store
     from framewise.ui.settings_store import SettingsStore
     from tests.core.backends.test_server_keys import MemoryKeyring

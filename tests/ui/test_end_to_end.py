@@ -32,7 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def real_engine(settings, sink):
-    from framewise.core.engine import Engine
+    from framewise.core.backends.local.engine import Engine
 
     return Engine(settings, sink=sink)
 

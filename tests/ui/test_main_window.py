@@ -1,4 +1,4 @@
-"""The window on a fake engine (same API as core.engine.Engine): fast checks of every interaction."""
+"""The window on a fake engine (same API as core.backends.local.engine.Engine): fast checks of every interaction."""
 
 from __future__ import annotations
 

@@ -52,3 +52,7 @@ Facts as transformers 5.17 has them (``transformers/models/qwen3_5``):
 - transformers' own torch code for the linear layers runs fla-core's kernels instead wherever the
   ``fla`` package imports.
 """
+
+# Family packages whose modules this one reuses (see framewise.core.families): the vision tower,
+# its preprocessing, prompt tokens and 3-D positions are Qwen3-VL's.
+REUSES: tuple[str, ...] = ("qwen3_vl",)

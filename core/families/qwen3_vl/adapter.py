@@ -3,8 +3,7 @@
 :class:`Qwen3VLAdapter` supplies the tower's buffer specs and capture inputs, the forward
 captured into every graph, how its outputs split per item, the metadata cache, the switch to a
 graph-safe attention backend (undone by :meth:`Qwen3VLAdapter.release_graphs`, which the
-manager calls on ``clear()``), and, for a whole model, the injection of precomputed features into
-the language model for one call.
+manager calls on ``clear()``), and, for a whole model, the language model the decoder runs.
 
 The tower's forward takes the precomputed ``interp_indices``, ``interp_weights``,
 ``position_ids``, ``cu_seqlens`` and ``max_seqlen`` as keyword arguments instead of deriving
@@ -13,14 +12,13 @@ them from ``grid_thw`` with host-side loops, which is what lets it run inside a 
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from typing import Callable, Mapping, Sequence
 
 import torch
 
-from framewise.core.encoding.defs import BufferSpec, EncodedItem, GraphBuffers, PieceGrid, VisionItem
+from framewise.core.encoding.defs import BufferSpec, GraphBuffers, VisionItem
 from framewise.core.errors import EncoderError, FramewiseError
-from framewise.core.families.qwen3_vl.attention import (
+from framewise.core.encoding.attention_backends import (
     REGISTERED_NAMES,
     available_attention_backends,
     register_backends,
@@ -28,9 +26,9 @@ from framewise.core.families.qwen3_vl.attention import (
 )
 from framewise.core.families.qwen3_vl.fused import FusedVisionForward, compile_cache_dir, use_compile_cache
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
-from framewise.core.families.qwen3_vl.injection import FeatureInjector
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.families.qwen3_vl.metadata import MetadataCache
+from framewise.core.seam import PieceGrid
 
 # The metadata inputs of the tower's forward: (trailing shape, dtype), leading dim the rows.
 _ROW_INPUTS = {
@@ -43,9 +41,9 @@ _ROW_INPUTS = {
 class Qwen3VLAdapter:
     """A transformers ``Qwen3VLVisionModel`` (any released size; the MoE models use the same tower).
 
-    ``visual`` is on its device and dtype. ``injector`` serves precomputed features to the whole
-    model it belongs to (see :meth:`for_model`); a tower alone has none. The attention the tower
-    was built with is recorded here, once, and is what :meth:`release_graphs` puts back.
+    ``visual`` is on its device and dtype; ``model`` is the whole model it belongs to (see
+    :meth:`for_model`), whose language half the decoder runs; a tower alone has none. The attention
+    the tower was built with is recorded here, once, and is what :meth:`release_graphs` puts back.
 
     :attr:`graph_tower` is the module :meth:`graph_forward` runs (the one captured into every
     graph); it defaults to ``visual`` and may be replaced by any module with the same weights and
@@ -53,9 +51,7 @@ class Qwen3VLAdapter:
     :class:`~framewise.core.families.qwen3_vl.fused.FusedVisionForward` instead.
     """
 
-    def __init__(
-        self, visual: torch.nn.Module, injector: FeatureInjector | None = None, model: torch.nn.Module | None = None
-    ) -> None:
+    def __init__(self, visual: torch.nn.Module, model: torch.nn.Module | None = None) -> None:
         parameter = next(visual.parameters())
         self.visual = visual
         self.model = model
@@ -63,7 +59,6 @@ class Qwen3VLAdapter:
         self.dtype = parameter.dtype
         self.geometry = VisionGeometry.from_visual(visual)
         self.metadata = MetadataCache(self.geometry)
-        self.injector = injector
         self.graph_tower: Callable[..., object] = visual
         self._loaded_attention = visual.config._attn_implementation
         self._fuse = False
@@ -71,9 +66,8 @@ class Qwen3VLAdapter:
 
     @classmethod
     def for_model(cls, model: torch.nn.Module) -> Qwen3VLAdapter:
-        """The adapter of a whole Qwen3-VL model (``model.model.visual`` its tower); checks the
-        installed transformers' feature seam (FeatureInjectionError when it changed)."""
-        return cls(model.model.visual, FeatureInjector(model), model)
+        """The adapter of a whole Qwen3-VL model (``model.model.visual`` its tower)."""
+        return cls(model.model.visual, model)
 
     # ------------------------------------------------------------------ items and outputs
 
@@ -183,11 +177,3 @@ class Qwen3VLAdapter:
         if self.model is None:
             raise FramewiseError("This adapter holds a vision tower alone; it has no language model to decode with.")
         return Qwen3VLLanguageModel(self.model, fused_steps=fused_steps)
-
-    def injected(
-        self, video: Sequence[EncodedItem] = (), images: Sequence[EncodedItem] = ()
-    ) -> AbstractContextManager[None]:
-        """A block in which the whole model takes these features instead of running its tower."""
-        if self.injector is None:
-            raise FramewiseError("This adapter holds a vision tower alone; it has no language model to inject into.")
-        return self.injector.serving(video=video, images=images)

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from framewise.core.families.base import CancelPoints, FamilyLimits
+from framewise.core.families.base import CancelPoints
 from framewise.core.families.qwen3_vl import chat, sizing
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.limits import MODEL_TYPES, QWEN3_VL_LIMITS
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import SamplingSettings
 from framewise.core.video import FrameSizing, Resize
 

@@ -27,7 +27,7 @@ from framewise.core.quantization.loading import load_checkpoint, meta_tensors
 
 LANGUAGE_LAYERS = "model.language_model.layers."
 # The projections a decoder layer's fused passes multiply as one stacked matrix, in row order
-# (as :func:`~framewise.core.families.qwen3_vl.language._dense_layers` stacks them).
+# (as :func:`~framewise.core.decoding.dense_layers.dense_layers` stacks them).
 STACKED_PROJECTIONS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 

@@ -13,8 +13,8 @@ compiled, with the row count dynamic so that one compile serves every token budg
 A block leaves its last residual add to whatever reads its output next (the next block's first
 layer norm, or a merger), so that the add and the norm are one pass over the rows. What runs
 inside a block comes from its :class:`BlockKernels`: on CUDA with Triton, Framewise's kernels
-for the rotary embedding, attention (:mod:`~framewise.core.families.qwen3_vl.tile_attention`) and the
-residual add with its layer norm (:mod:`~framewise.core.families.qwen3_vl.norm_kernel`); elsewhere plain
+for the rotary embedding, attention (:mod:`~framewise.core.kernels.vision_attention`) and the
+residual add with its layer norm (:mod:`~framewise.core.kernels.add_layer_norm`); elsewhere plain
 torch, fused by inductor where compiled. The MLP's bias and tanh-GELU run in the matrix
 product's epilogue on CUDA. Per-pass attention preparation (the tile list) runs once, outside
 the blocks. Compiled code is cached on disk by inductor; :func:`compile_cache_dir` names the folder.
@@ -23,6 +23,7 @@ the blocks. Compiled code is cached on disk by inductor; :func:`compile_cache_di
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import os
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -31,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from framewise.core.errors import EncoderError
-from framewise.core.families.qwen3_vl.attention import flash_attn_kernel, flash_attn_rows, masked_rows, varlen_rows
+from framewise.core.encoding.attention_backends import flash_attn_kernel, flash_attn_rows, masked_rows, varlen_rows
 from framewise.core.user_folders import user_folder
 
 LAYER_NORM_EPS = 1e-6
@@ -201,10 +202,10 @@ def block_kernels(backend: str) -> BlockKernels:
     if backend == "flash_attn":
         flash_attn_kernel()
     if backend == "triton":
-        from framewise.core.families.qwen3_vl import norm_kernel, tile_attention  # need Triton: imported when chosen
+        from framewise.core.kernels import add_layer_norm, vision_attention  # need Triton: imported when chosen
 
-        tile_attention.register_op()
-        norm_kernel.register_op()
+        vision_attention.register_op()
+        add_layer_norm.register_op()
         return BlockKernels(_tile_schedule, _rotate_qk_triton, _tile_attention, _add_layer_norm_triton)
     backends = {
         "varlen": BlockKernels(_boundaries, _rotate_qk, varlen_rows, _add_layer_norm),
@@ -234,7 +235,7 @@ def _boundaries(cu_seqlens: torch.Tensor, max_seqlen: int, rows: int) -> tuple[t
 
 
 def _tile_schedule(cu_seqlens: torch.Tensor, max_seqlen: int, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    from framewise.core.families.qwen3_vl.tile_schedule import tile_schedule
+    from framewise.core.kernels.tile_schedule import tile_schedule
 
     return cu_seqlens, tile_schedule(cu_seqlens, rows)
 
@@ -337,8 +338,8 @@ def use_compile_cache(folder: Path) -> None:
 
 
 def _triton_version() -> str:
+    """The installed Triton's version, read from its package metadata (Triton is not imported here)."""
     try:
-        import triton
-    except ImportError:
+        return importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
         return "no triton"
-    return triton.__version__

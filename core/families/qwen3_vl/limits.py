@@ -1,9 +1,9 @@
-"""Qwen3-VL's limits, importable without torch (settings are checked against them before a model
-is loaded, also by the window)."""
+"""Qwen3-VL's model types and limits, importable without torch (the vLLM backend and the window
+check settings against them without loading a model)."""
 
 from __future__ import annotations
 
-from framewise.core.families.base import FamilyLimits
+from framewise.core.seam import FamilyLimits
 
 MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe")
 

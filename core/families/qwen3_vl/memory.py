@@ -38,7 +38,7 @@ import torch
 
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.memory_plan import MemoryEstimate
-from framewise.core.quantization.formats import BLOCK_SIZE
+from framewise.core.kernels.e4m3 import BLOCK_SIZE
 
 WeightDtype = Literal["float32", "bfloat16", "float16", "fp8"]
 # Bytes of each element of the tensors that stay in floating point.

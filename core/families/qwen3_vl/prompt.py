@@ -18,12 +18,12 @@ from typing import Any
 import torch
 
 from framewise.core.decoding.pruned_positions import UnprunedPrompt
-from framewise.core.encoding.defs import PieceGrid, VisionItem
+from framewise.core.encoding.defs import VisionItem
 from framewise.core.errors import FramewiseError, ModelLoadError
-from framewise.core.families.base import DecodedAnswer, VisionSpan
 from framewise.core.families.qwen3_vl.chat import chat_messages, time_marker
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.processor import VideoInputs
+from framewise.core.seam import DecodedAnswer, PieceGrid, VisionSpan
 
 VISION_START = "<|vision_start|>"
 VISION_END = "<|vision_end|>"
@@ -82,7 +82,7 @@ def build_chat_inputs(
     becomes, per frame pair, ``<t.t seconds>`` + vision start + video pad x (h*w/merge^2) + vision
     end (the template's own vision start/end stay around the whole), and each image pad becomes
     (h*w/merge^2) image pads. Special-token ids are looked up in the tokenizer. An earlier answer
-    that is a :class:`~framewise.core.families.base.DecodedAnswer` enters as its own token ids
+    that is a :class:`~framewise.core.seam.DecodedAnswer` enters as its own token ids
     (the text around it is tokenized piece by piece), so the prompt starts with exactly the
     tokens the decoder's cache holds. A clip with a ``retention`` takes, per frame pair, only the
     pads of the tokens pruning kept (see :class:`ChatInputs`).

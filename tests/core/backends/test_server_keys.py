@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from framewise.core.backends.server_keys import KEYRING_SERVICE, ServerKeys
+from framewise.core.backends.vllm.keys import KEYRING_SERVICE, ServerKeys
 from framewise.core.settings import AppSettings
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import openai
 
-from framewise.core.backends.vllm_errors import server_error
+from framewise.core.backends.vllm.errors import server_error
 from framewise.core.errors import ServerAddressError, ServerAuthError
 
 URL = "http://127.0.0.1:8000/v1/chat/completions"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from framewise.core.backends.vllm_metrics import prometheus_totals
+from framewise.core.backends.vllm.metrics import prometheus_totals
 
 
 def test_counters_sum_over_labels() -> None:

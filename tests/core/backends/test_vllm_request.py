@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from framewise.core.backends.vllm_request import media_io_kwargs, resize_with_opencv
+from framewise.core.backends.vllm.request import media_io_kwargs, resize_with_opencv
 
 
 def test_times_are_milliseconds_of_a_1000_fps_source() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from framewise.core.backends.vllm_serve_command import vllm_serve_command
+from framewise.core.backends.vllm.serve_command import vllm_serve_command
 from framewise.core.settings import EncoderSettings, SamplingSettings
 
 

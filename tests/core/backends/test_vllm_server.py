@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from framewise.core.backends import create_engine, same_backend
-from framewise.core.backends.vllm_server import VllmServerEngine
+from framewise.core.backends.vllm.server import VllmServerEngine
 from framewise.core.errors import (
     FramewiseError,
     ServerAddressError,
@@ -294,7 +294,7 @@ def test_settings_refuse_addresses_that_are_not_http() -> None:
 
     for url in ("", "ftp://host", "127.0.0.1:8000", "http://host:99999", "http://host/?q=1"):
         with pytest.raises(SettingsError) as raised:
-            remote_settings(url).validate()
+            remote_settings(url).validate(None)
         assert raised.value.field == "backend.server_url"
     assert same_backend(AppSettings(), AppSettings().replace("sampling", max_frames=8))
     assert not same_backend(AppSettings(), remote_settings("http://127.0.0.1:1"))
@@ -320,7 +320,7 @@ def test_an_exported_conversation_carries_the_servers_figures() -> None:
 # Loads, opens the sample clip and asks, against the fake server, then names the heavy modules loaded.
 _IMPORTS_SCRIPT = f"""
 import json, sys
-from framewise.core.backends.vllm_server import VllmServerEngine
+from framewise.core.backends.vllm.server import VllmServerEngine
 from framewise.core.settings import AppSettings
 from tests.fake_vllm_server import FakeVllmServer
 with FakeVllmServer() as server:
@@ -408,7 +408,7 @@ def test_new_sampling_settings_resample_every_clip_and_keep_the_picture(tmp_path
 def test_the_strip_fills_while_the_clip_is_read_as_on_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     """Frames reach the window as they are read (FramesRead, with the reading's progress), not only
     once the whole clip is: each once, at the time and with the picture the finished clip shows."""
-    from framewise.core.backends import vllm_server
+    from framewise.core.backends.vllm import server as vllm_server
     from framewise.core.events import ClipSampled, FramesRead
     from framewise.core.video.feed import FrameArrivals
 

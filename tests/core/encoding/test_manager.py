@@ -14,14 +14,17 @@ import pytest
 import torch
 
 from framewise.core.encoding import manager as manager_module
-from framewise.core.encoding.defs import BufferSpec, CaptureReport, GraphBuffers, PieceGrid, VisionItem
+from framewise.core.encoding.defs import BufferSpec, CaptureReport, GraphBuffers, VisionItem
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_encoder
 from framewise.core.errors import EncoderError
+from framewise.core.seam import FamilyLimits, PieceGrid
 from framewise.core.settings import EncoderSettings
 
 ROW_WIDTH, HIDDEN, OUT = 6, 8, 5
 SETTINGS = EncoderSettings(budgets=(16, 32, 64), max_items_per_batch=3, max_frame_pairs_per_batch=6)
+# The toy tower's limits: rows merge by four into budgets, a video slice is three frames.
+TOY_LIMITS = FamilyLimits(name="Toy", patch_size=1, merge_size=2, frames_per_slice=3, max_frames=768, max_clip_blocks=24576)
 
 
 class ToyTower(torch.nn.Module):
@@ -140,7 +143,7 @@ def test_toy_family_runs_through_the_manager_like_its_eager_forward(adapter):
         toy_item((1, 10, 8), "image", 4),  # 80 rows > every budget: eager
         *[toy_item((1, 2, 2), "image", 5 + i) for i in range(4)],  # more items than one batch takes
     ]
-    encoder = GraphVisionEncoder(adapter, SETTINGS, direct=True)
+    encoder = GraphVisionEncoder(adapter, SETTINGS, direct=True, limits=TOY_LIMITS)
     try:
         assert adapter.attention == "toy"
         got = encoder.encode(items)
@@ -159,7 +162,7 @@ def test_toy_family_runs_through_the_manager_like_its_eager_forward(adapter):
 
 def test_a_smaller_batch_after_a_larger_one_sees_no_stale_rows(adapter):
     """The tails of every input buffer are zeroed: rows a previous pass filled must not join a slice."""
-    encoder = GraphVisionEncoder(adapter, SETTINGS, direct=True)
+    encoder = GraphVisionEncoder(adapter, SETTINGS, direct=True, limits=TOY_LIMITS)
     try:
         big, small = [toy_item((6, 2, 4), "video", 1)], [toy_item((1, 2, 2), "image", 2)]
         first = encoder.encode(big)
@@ -191,7 +194,7 @@ def test_cached_inputs_are_copied_again_whenever_another_pass_wrote_the_buffers(
     torch.manual_seed(0)
     adapter = CachingToyAdapter(ToyTower().eval())
     small, other_small, big = toy_item((1, 2, 2), "image", 1), toy_item((1, 2, 3), "image", 2), toy_item((6, 2, 4))
-    encoder = GraphVisionEncoder(adapter, SETTINGS, direct=True)
+    encoder = GraphVisionEncoder(adapter, SETTINGS, direct=True, limits=TOY_LIMITS)
     try:
         for request in ([small], [small], [big], [small], [other_small], [small], [small, other_small], [big]):
             output = encoder.encode(request)
@@ -239,7 +242,7 @@ def test_the_pixel_rows_a_graph_reads_past_a_pass_are_always_zero():
 
 def test_outputs_split_by_the_adapters_row_ratio(adapter):
     items = [toy_item((2, 2, 3), "video", 1), toy_item((1, 4, 4), "image", 2)]
-    for encoder in (EagerVisionEncoder(adapter), GraphVisionEncoder(adapter, SETTINGS, direct=True)):
+    for encoder in (EagerVisionEncoder(adapter), GraphVisionEncoder(adapter, SETTINGS, direct=True, limits=TOY_LIMITS)):
         output = encoder.encode(items)
         assert [item.embeds.shape for item in output.items] == [(6, OUT), (8, OUT)]  # rows / 2, not / 4
         assert sum(chunk.frames for chunk in output.chunks) == 2 * 3 + 1
@@ -247,11 +250,11 @@ def test_outputs_split_by_the_adapters_row_ratio(adapter):
 
 
 def test_the_factory_runs_the_toy_eager_without_cuda(adapter):
-    encoder, reason = make_vision_encoder(adapter, SETTINGS)
+    encoder, reason = make_vision_encoder(adapter, SETTINGS, limits=TOY_LIMITS)
     assert encoder.name == "eager" and not encoder.captured and encoder.budgets == () and encoder.report is None
     assert reason == "CUDA not available: the encoder runs eager on the CPU"
     with pytest.raises(EncoderError, match="CUDA device"):
-        GraphVisionEncoder(adapter, SETTINGS)
+        GraphVisionEncoder(adapter, SETTINGS, limits=TOY_LIMITS)
 
 
 
@@ -287,7 +290,7 @@ def capturing_only(monkeypatch, works) -> list[tuple[str, bool]]:
 
 def test_auto_attention_falls_back_to_the_next_backend_when_capture_fails(monkeypatch):
     attempts = capturing_only(monkeypatch, lambda backend, fused: backend == "varlen")
-    encoder, reason = make_vision_encoder(CudaAdapterStub(), EncoderSettings())
+    encoder, reason = make_vision_encoder(CudaAdapterStub(), EncoderSettings(), limits=TOY_LIMITS)
     assert attempts == [("triton", True), ("triton", False), ("varlen", True)]
     assert encoder.report.attention_backend == "varlen" and encoder.report.fused
     assert reason.startswith("2 CUDA graphs captured (varlen attention, fused kernels)")
@@ -297,10 +300,10 @@ def test_auto_attention_falls_back_to_the_next_backend_when_capture_fails(monkey
 
 def test_a_chosen_backend_is_never_swapped_and_eager_is_the_last_resort(monkeypatch):
     attempts = capturing_only(monkeypatch, lambda backend, fused: False)
-    encoder, reason = make_vision_encoder(CudaAdapterStub(), EncoderSettings(attention_backend="varlen"))
+    encoder, reason = make_vision_encoder(CudaAdapterStub(), EncoderSettings(attention_backend="varlen"), limits=TOY_LIMITS)
     assert attempts == [("varlen", True), ("varlen", False)]
     assert encoder.name == "eager" and reason.startswith("CUDA graphs unavailable: the encoder runs eager; ")
 
     attempts.clear()
-    make_vision_encoder(CudaAdapterStub(), EncoderSettings(fuse_kernels=False))
+    make_vision_encoder(CudaAdapterStub(), EncoderSettings(fuse_kernels=False), limits=TOY_LIMITS)
     assert attempts == [("triton", False), ("varlen", False), ("sdpa_masked", False)]

@@ -8,10 +8,15 @@ from hypothesis import strategies as st
 
 from framewise.core.encoding.planning import BatchLimits, PlanItem, plan_batches
 from framewise.core.errors import SettingsError
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import EncoderSettings
 
+# A family whose tokens merge 2x2 patches: every budget is a multiple of 4.
+MERGE_BY_FOUR = FamilyLimits(name="Toy", patch_size=16, merge_size=2, frames_per_slice=2, max_frames=768, max_clip_blocks=24576)
+
+
 def limits(budgets=(64, 128, 256, 512), max_items=4, max_sequences=8) -> BatchLimits:
-    return BatchLimits(budgets=tuple(budgets), max_items=max_items, max_sequences=max_sequences)
+    return BatchLimits(budgets=tuple(budgets), max_items=max_items, max_sequences=max_sequences, budget_multiple=4)
 
 
 grids = st.tuples(st.integers(1, 12), st.integers(1, 10).map(lambda v: 2 * v), st.integers(1, 10).map(lambda v: 2 * v))
@@ -105,7 +110,8 @@ def test_unsupported_modality_runs_eager_with_a_reason():
 
 def test_limits_from_settings_match_the_settings():
     encoder = EncoderSettings(budgets=(256, 1024), max_items_per_batch=4, max_frame_pairs_per_batch=16)
-    assert BatchLimits.from_settings(encoder) == BatchLimits(budgets=(256, 1024), max_items=4, max_sequences=16)
+    expected = BatchLimits(budgets=(256, 1024), max_items=4, max_sequences=16, budget_multiple=4)
+    assert BatchLimits.from_settings(encoder, MERGE_BY_FOUR) == expected
 
 
 @pytest.mark.parametrize(
@@ -114,4 +120,4 @@ def test_limits_from_settings_match_the_settings():
 )
 def test_invalid_limits_are_refused(budgets, max_items, max_sequences):
     with pytest.raises(SettingsError):
-        BatchLimits(budgets=budgets, max_items=max_items, max_sequences=max_sequences)
+        BatchLimits(budgets=budgets, max_items=max_items, max_sequences=max_sequences, budget_multiple=4)

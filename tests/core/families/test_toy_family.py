@@ -5,6 +5,7 @@ encoder's seam."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 
 import pytest
@@ -16,7 +17,7 @@ from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.planning import BatchLimits, PlanItem, plan_batches
 from framewise.core.errors import SettingsError, UnsupportedModelError
-from framewise.core.families import FamilyLimits, VisionSpan
+from framewise.core.seam import FamilyLimits, VisionSpan
 from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings, clip_context_tokens
 from framewise.core.video import sample_count
 
@@ -116,9 +117,11 @@ def test_the_registry_picks_the_family_by_model_type_and_names_the_supported_one
         families.family_for("llama")
 
 
-def test_the_default_family_loads_by_model_type() -> None:
-    qwen = families.family_for("qwen3_vl_moe")
-    assert qwen is families.default_family() and qwen.limits == families.default_limits()
+def test_each_registry_line_names_the_model_types_its_family_loads() -> None:
+    for module, model_types in families.BUILT_IN_FAMILIES.items():
+        family = importlib.import_module(module).FAMILY
+        assert family.model_types == model_types
+        assert all(families.family_for(model_type) is family for model_type in model_types)
 
 
 @pytest.mark.parametrize(
@@ -142,7 +145,8 @@ def test_settings_are_checked_against_the_familys_limits(section: str, changes: 
     assert raised.value.field == field and hint in raised.value.message
 
 
-def test_settings_valid_for_the_toy_family_but_not_for_the_default_one() -> None:
+def test_settings_valid_for_the_toy_family_but_not_for_qwen3_vl() -> None:
+    qwen3_vl = families.family_for("qwen3_vl").limits
     settings = (
         AppSettings()
         .replace("sampling", min_frames=3, max_frames=9, max_pixels=9 * 64 * 64)
@@ -150,10 +154,10 @@ def test_settings_valid_for_the_toy_family_but_not_for_the_default_one() -> None
     )
     assert settings.validate(TOY_LIMITS) is settings
     with pytest.raises(SettingsError):
-        settings.validate()
+        settings.validate(qwen3_vl)
     # A clip's tokens: one per 3 frames of a 24x24 block (not 2 frames of 32x32), one time marker per 3 frames.
     assert clip_context_tokens(settings.sampling, TOY_LIMITS) == 36864 // (3 * 24 * 24) + 3 * 10
-    assert clip_context_tokens(settings.sampling) == 36864 // (2 * 32 * 32) + 4 * 10
+    assert clip_context_tokens(settings.sampling, qwen3_vl) == 36864 // (2 * 32 * 32) + 4 * 10
 
 
 def test_automatic_budgets_are_multiples_of_the_merge_area() -> None:

@@ -19,13 +19,13 @@ import torch
 from safetensors.torch import save_file
 
 from framewise.core import families
-from framewise.core.encoding.defs import PieceGrid, VisionItem
-from framewise.core.engine import Engine
+from framewise.core.encoding.defs import VisionItem
+from framewise.core.backends.local.engine import Engine
 from framewise.core.errors import SettingsError
 from framewise.core.events import ChunkStats, Event
-from framewise.core.families import FamilyLimits, VisionSpan
-from framewise.core.families.base import CancelPoints, DecodedAnswer
+from framewise.core.families.base import CancelPoints
 from framewise.core.loading import DEMO_MODEL_DIR
+from framewise.core.seam import DecodedAnswer, FamilyLimits, PieceGrid, VisionSpan
 from framewise.core.settings import AppSettings, SamplingSettings
 from framewise.core.video import FrameSizing, Resize
 from tests.conftest import SAMPLE_CLIPS

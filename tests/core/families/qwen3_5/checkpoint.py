@@ -11,7 +11,7 @@ from typing import Sequence
 import torch
 from transformers import AutoTokenizer, Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
-from framewise.core.families.qwen3_vl.demo_model import (
+from training.demo_model import (
     ENDOFTEXT,
     IM_END,
     IMAGE_PAD,

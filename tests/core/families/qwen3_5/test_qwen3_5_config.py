@@ -11,7 +11,7 @@ from transformers import AutoTokenizer, Qwen3_5ForConditionalGeneration, Qwen3_5
 from framewise.core.decoding.hybrid_state import FULL_ATTENTION, LINEAR_ATTENTION
 from framewise.core.errors import ModelLoadError
 from framewise.core.families.qwen3_5.config import TextShape
-from framewise.core.families.qwen3_vl.demo_model import special_token_ids
+from training.demo_model import special_token_ids
 from tests.core.families.qwen3_5.checkpoint import tiny_config, tiny_model, write_tiny_checkpoint
 
 # The text_config of a 9B-shaped checkpoint as its config.json writes it: no layer_types, the rotary

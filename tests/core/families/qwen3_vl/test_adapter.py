@@ -11,11 +11,13 @@ from framewise.core.encoding.defs import VisionItem
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.encoding.manager import GraphVisionEncoder, make_vision_encoder
 from framewise.core.errors import EncoderError
+from framewise.core.families import family_for
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
-from framewise.core.families.qwen3_vl.attention import REGISTERED_NAMES
+from framewise.core.encoding.attention_backends import REGISTERED_NAMES
 from framewise.core.metrics import EncoderMetricsAccumulator
 from framewise.core.settings import EncoderSettings
 
+QWEN3_VL = family_for("qwen3_vl").limits
 SETTINGS = EncoderSettings(budgets=(64, 128, 256), max_items_per_batch=4, max_frame_pairs_per_batch=8)
 
 
@@ -51,7 +53,7 @@ def test_direct_encoder_matches_eager_on_mixed_split_and_oversized_items(visual,
     ]
     expected = reference(visual, items)
     settings = dataclasses.replace(SETTINGS, fuse_kernels=fuse_kernels)
-    encoder = GraphVisionEncoder(Qwen3VLAdapter(visual), settings, direct=True)
+    encoder = GraphVisionEncoder(Qwen3VLAdapter(visual), settings, direct=True, limits=QWEN3_VL)
     try:
         assert encoder.fused is fuse_kernels and ("fused" in encoder.name) is fuse_kernels
         got = encoder.encode(items)
@@ -83,7 +85,7 @@ def test_direct_encoder_after_clear_and_new_settings(visual):
     items = [vision_item((2, 4, 4), "video", 7), vision_item((1, 6, 6), "image", 8)]
     expected = reference(visual, items)
     adapter = Qwen3VLAdapter(visual)
-    encoder = GraphVisionEncoder(adapter, SETTINGS, direct=True)
+    encoder = GraphVisionEncoder(adapter, SETTINGS, direct=True, limits=QWEN3_VL)
     try:
         assert visual.config._attn_implementation == REGISTERED_NAMES["sdpa_masked"]
         encoder.encode(items)
@@ -97,7 +99,7 @@ def test_direct_encoder_after_clear_and_new_settings(visual):
         assert adapter.metadata.pass_misses == 2 * passes_built  # clear() dropped the cached passes
         # New encoder settings: the engine clears the encoder and builds another over the same adapter.
         encoder.clear()
-        encoder = GraphVisionEncoder(adapter, dataclasses.replace(SETTINGS, budgets=(32, 96)), direct=True)
+        encoder = GraphVisionEncoder(adapter, dataclasses.replace(SETTINGS, budgets=(32, 96)), direct=True, limits=QWEN3_VL)
         assert encoder.budgets == (32, 96)
         got = encoder.encode(items)
         assert_same_outputs(got, expected)
@@ -107,7 +109,7 @@ def test_direct_encoder_after_clear_and_new_settings(visual):
 
 
 def test_direct_encoder_refuses_mismatched_pixels(visual):
-    encoder = GraphVisionEncoder(Qwen3VLAdapter(visual), SETTINGS, direct=True)
+    encoder = GraphVisionEncoder(Qwen3VLAdapter(visual), SETTINGS, direct=True, limits=QWEN3_VL)
     try:
         bad = VisionItem(pixel_values=torch.zeros(10, 1536), grid_thw=(1, 4, 4), modality="image")
         with pytest.raises(EncoderError, match="do not match grid"):
@@ -119,7 +121,7 @@ def test_direct_encoder_refuses_mismatched_pixels(visual):
 
 def test_progress_is_reported_per_graph(visual):
     events = []
-    encoder = GraphVisionEncoder(Qwen3VLAdapter(visual), SETTINGS, direct=True, progress=events.append)
+    encoder = GraphVisionEncoder(Qwen3VLAdapter(visual), SETTINGS, direct=True, progress=events.append, limits=QWEN3_VL)
     encoder.clear()
     assert [event.current for event in events] == [0, 1, 2, 3]
     assert all(event.stage == "capture" and event.total == 3 for event in events)
@@ -128,8 +130,8 @@ def test_progress_is_reported_per_graph(visual):
 
 def test_graphs_without_cuda_are_refused_and_the_factory_says_why(visual):
     with pytest.raises(EncoderError, match="CUDA device"):
-        GraphVisionEncoder(Qwen3VLAdapter(visual), SETTINGS)
-    encoder, reason = make_vision_encoder(Qwen3VLAdapter(visual), SETTINGS)
+        GraphVisionEncoder(Qwen3VLAdapter(visual), SETTINGS, limits=QWEN3_VL)
+    encoder, reason = make_vision_encoder(Qwen3VLAdapter(visual), SETTINGS, limits=QWEN3_VL)
     assert encoder.name == "eager" and reason == "CUDA not available: the encoder runs eager on the CPU"
-    encoder, reason = make_vision_encoder(Qwen3VLAdapter(visual), dataclasses.replace(SETTINGS, use_graphs=False))
+    encoder, reason = make_vision_encoder(Qwen3VLAdapter(visual), dataclasses.replace(SETTINGS, use_graphs=False), limits=QWEN3_VL)
     assert encoder.name == "eager" and "off" in reason

@@ -14,8 +14,8 @@ from transformers.vision_utils import (
 )
 
 from framewise.core.errors import EncoderError
-from framewise.core.families.qwen3_vl import attention as attention_module
-from framewise.core.families.qwen3_vl.attention import (
+from framewise.core.encoding import attention_backends as attention_module
+from framewise.core.encoding.attention_backends import (
     REGISTERED_NAMES,
     available_attention_backends,
     register_backends,

@@ -21,7 +21,7 @@ from framewise.core.decoding.pruned_positions import kept_positions, prompt_posi
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.pruning import Retention, prune_encoded, retained_mask
 from framewise.core.families.qwen3_vl.chat import time_marker
-from framewise.core.families.qwen3_vl.demo_model import (
+from training.demo_model import (
     build_demo_config,
     build_demo_tokenizer,
     init_demo_model,

@@ -1,6 +1,7 @@
-"""Attention backends for the vision tower that run inside a CUDA graph: the one place both the
-tower's own forward (through transformers' attention interface) and the fused forward
-(:mod:`~framewise.core.families.qwen3_vl.fused`) get them from.
+"""Variable-length attention backends for a vision tower that run inside a CUDA graph, beside the
+encoder manager that captures them: the one place both a tower's own forward (through
+transformers' attention interface) and a family's fused forward get them from. Their names are
+the settings' (:data:`~framewise.core.settings.GRAPH_SAFE_ATTENTION_BACKENDS`), which need no torch.
 
 Stock transformers ``sdpa``/``eager`` attention splits the packed rows per sequence with
 ``.tolist()``: a host sync and a Python loop, which a graph cannot capture. The functions here
@@ -26,13 +27,11 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 from framewise.core.errors import EncoderError
+from framewise.core.settings import GRAPH_SAFE_ATTENTION_BACKENDS
 
-REGISTERED_NAMES = {
-    "triton": "framewise_flash_triton",
-    "varlen": "framewise_flash_varlen",
-    "flash_attn": "framewise_flash_attn",
-    "sdpa_masked": "framewise_flash_sdpa_masked",
-}
+# The name each backend is registered under with transformers ("flash" in it makes the vision
+# attention hand over cu_seqlens; see the module docstring).
+REGISTERED_NAMES = {name: "framewise_flash_" + name.removeprefix("flash_") for name in GRAPH_SAFE_ATTENTION_BACKENDS}
 HALF_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -80,10 +79,10 @@ def flash_attn_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
 
 
 def triton_rows(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, boundaries: Boundaries, scale: float):
-    """Framewise's Triton tile kernel (:mod:`~framewise.core.families.qwen3_vl.tile_attention`); the tile
-    list is made anew in every call here (the fused forward makes it once a pass)."""
-    from framewise.core.families.qwen3_vl.tile_attention import tile_attention
-    from framewise.core.families.qwen3_vl.tile_schedule import tile_schedule
+    """Framewise's Triton tile kernel (:mod:`~framewise.core.kernels.vision_attention`); the tile
+    list is made anew in every call here (a fused forward makes it once a pass)."""
+    from framewise.core.kernels.vision_attention import tile_attention
+    from framewise.core.kernels.tile_schedule import tile_schedule
 
     cu_seqlens = boundaries[0]
     return tile_attention(query, key, value, cu_seqlens, tile_schedule(cu_seqlens, query.shape[0]), scale)

@@ -1,4 +1,5 @@
-"""Triton kernels for one decode step of a dense Qwen3 decoder layer, six launches a layer.
+"""Triton kernels for one decode step of a dense decoder layer (RMSNorm, per-head q and k norms,
+rotary embedding, SiLU-gated MLP, no biases: the layer of Qwen3's text models), six launches a layer.
 
 A decode step reads every weight once and does almost no arithmetic, so its time is the weights'
 bytes plus one launch per kernel. These kernels keep the launches few by doing the elementwise
@@ -15,11 +16,11 @@ work inside the matrix-vector products that need it:
   split across programs, each norming and rotating its own query heads, then one combining
   pass), so a step never reads more of the cache than the conversation has filled.
 
-Rounding follows the model's own layers (transformers' Qwen3-VL text model): every value the
+Rounding follows the model's own layers (transformers' Qwen3 text layers): every value the
 model rounds to its dtype (the normed hidden state before the norm weight, the product with the
 norm weight, the rotated q and k, ``silu(gate)``, each projection's output, each residual sum) is
-rounded here too; sums run in float32. This module needs Triton and a CUDA device; the decoder
-runs the same arithmetic in torch ops elsewhere (:mod:`framewise.core.families.qwen3_vl.language`).
+rounded here too; sums run in float32. This module needs Triton and a CUDA device; the decoder's
+dense layers run the same arithmetic in torch ops where it cannot run.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from framewise.core.decoding.dependent_launch import launch_options, wait_for_previous
-from framewise.core.decoding.gemv_loads import load_chunk, load_inverse_rms, load_rows, load_silu_mul_chunk
+from framewise.core.kernels.dependent_launch import launch_options, wait_for_previous
+from framewise.core.kernels.gemv_loads import load_chunk, load_inverse_rms, load_rows, load_silu_mul_chunk
 
 # Keys one program of the attention kernel handles per loop turn.
 ATTENTION_BLOCK = 64

@@ -8,7 +8,7 @@ unused slots are empty. Kernels that launch a program per (slot, query block of 
 possible sequence) spend most of their programs on nothing there. This kernel instead launches a
 bounded list of tiles, each one query block of one real sequence:
 
-- :func:`~framewise.core.families.qwen3_vl.tile_schedule.tile_schedule` turns ``cu_seqlens`` into that
+- :func:`~framewise.core.kernels.tile_schedule.tile_schedule` turns ``cu_seqlens`` into that
   list on the device, once per pass (every layer attends over the same sequences);
 - :func:`tile_attention` runs one program per (tile, head); tiles past the real ones return at
   once. There are at most ``ceil(rows / BLOCK_M) + sequences`` tiles, so the wasted programs are
@@ -39,7 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
-from framewise.core.families.qwen3_vl.tile_schedule import BLOCK_M
+from framewise.core.kernels.tile_schedule import BLOCK_M
 
 # Key rows per loop turn with one column block, with two, and the launch shape (measured,
 # docs/benchmarks.md). Two blocks only ever run with a TAIL_DIM-wide second block at
@@ -198,7 +198,7 @@ def tile_attention(
 
     ``query``/``key``/``value`` (rows, heads, head_dim), any row and head strides with the head
     dim contiguous; ``cu_seqlens`` (sequences + 1,) int32 boundaries covering every row;
-    ``schedule`` from :func:`~framewise.core.families.qwen3_vl.tile_schedule.tile_schedule` on the same
+    ``schedule`` from :func:`~framewise.core.kernels.tile_schedule.tile_schedule` on the same
     boundaries, made with the same ``block_m``. Returns (rows, heads, head_dim) in the query's
     dtype. The launch shape is the measured default unless given: ``split_head_dim`` (two column
     blocks, :func:`column_blocks`) from :data:`SPLIT_FROM_ROWS` rows, and ``block_n`` keys per

@@ -1,4 +1,6 @@
-"""The bundled demo model: a tiny Qwen3-VL with its own tokenizer and chat template.
+"""The recipe of the bundled demo model: a tiny Qwen3-VL with its own tokenizer and chat template.
+The application loads the demo model from its folder like any checkpoint; this module is for
+making one (``scripts/make_demo_model.py``, ``training/train_demo.py``) and for the tests.
 
 Everything here is a pure function of its arguments, so the demo model can be rebuilt bit for
 bit (``scripts/make_demo_model.py``) and a trained one built on the same pieces:

@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from framewise.core.families.qwen3_vl.tile_schedule import tile_count, tile_schedule
+from framewise.core.kernels.tile_schedule import tile_count, tile_schedule
 
 
 def boundaries(lengths: list[int], empty_slots: int) -> torch.Tensor:

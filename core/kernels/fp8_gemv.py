@@ -36,9 +36,9 @@ import torch
 import triton
 import triton.language as tl
 
-from framewise.core.decoding.dependent_launch import launch_options, wait_for_previous
-from framewise.core.decoding.gemv_loads import load_chunk, load_inverse_rms, load_rows
-from framewise.core.quantization.formats import BLOCK_SIZE
+from framewise.core.kernels.dependent_launch import launch_options, wait_for_previous
+from framewise.core.kernels.e4m3 import BLOCK_SIZE
+from framewise.core.kernels.gemv_loads import load_chunk, load_inverse_rms, load_rows
 
 
 # (rows, columns) -> (BLOCK_N, BLOCK_K, num_warps) where benchmarks/gemv_sweep.py found a launch

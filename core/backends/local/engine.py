@@ -14,7 +14,7 @@ a cancel that arrives just before a call begins is never lost. It is consumed wh
 ends. Cancelling reaches every stage: reading the clip, preprocessing, every vision-tower block of
 every encoder pass, every decoder layer of the prefill and every generated token.
 
-:meth:`Engine.apply_settings` is a transaction (:class:`~framewise.core.settings_transaction.SettingsTransaction`):
+:meth:`Engine.apply_settings` is a transaction (:class:`~framewise.core.backends.local.settings_transaction.SettingsTransaction`):
 when any part of the switch fails, the engine keeps the model, encoder, decoder, clip and
 conversation it had, and the error says what failed.
 
@@ -59,14 +59,15 @@ from framewise.core.events import (
     Token,
     ignore_events,
 )
-from framewise.core.families import FamilyLimits
-from framewise.core.families.base import DecodedAnswer, PreparedVideo, PromptInputs
+from framewise.core.families.base import PreparedVideo, PromptInputs
 from framewise.core.held_memory import recording_growth, weight_shares
-from framewise.core.loading import LoadedModel, check_memory_fits, family_limits_of, load_model, pick_device
+from framewise.core.loading import LoadedModel, check_memory_fits, load_model, pick_device
 from framewise.core.memory_plan import HeldMemory
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
+from framewise.core.model_source import family_limits_of
+from framewise.core.seam import DecodedAnswer, FamilyLimits
 from framewise.core.settings import SHORTEST_QUESTION_TOKENS, AppSettings, ContextNeed
-from framewise.core.settings_transaction import SettingsTransaction
+from framewise.core.backends.local.settings_transaction import SettingsTransaction
 from framewise.core.video import ReadProgress, SampledClip, SampledFrames, sample_clip
 from framewise.core.video.feed import ChunkFeed, FrameChunk
 from framewise.core.video.still import StillImage, read_still
@@ -200,7 +201,7 @@ class Engine(BackendBase[EncodedClip]):
     def _limits_for(self, settings: AppSettings) -> FamilyLimits | None:
         """The family limits ``settings`` are checked against: the loaded checkpoint's while they keep
         its source, else those of the family the chosen source's config.json names (no weights are
-        read), else (it cannot be read yet) the default family's."""
+        read), else ``None`` (it cannot be read yet: loading it then says why)."""
         loaded = self.loaded
         if loaded is not None and settings.model.source == self.settings.model.source:
             return loaded.limits

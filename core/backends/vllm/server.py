@@ -1,13 +1,13 @@
 """Answers from a vLLM server, over its OpenAI-compatible chat-completions API, streaming.
 
 Framewise samples the clip itself, exactly as for the local engine (same frames, same
-timestamps), and sends the frames inline (:mod:`~framewise.core.backends.vllm_request`): a remote
+timestamps), and sends the frames inline (:mod:`~framewise.core.backends.vllm.request`): a remote
 server cannot read the person's files. The server is checked before the first question
-(:mod:`~framewise.core.backends.vllm_check`); the answer streams over
-:mod:`~framewise.core.backends.vllm_http`, and Stop closes the connection (the server then aborts
+(:mod:`~framewise.core.backends.vllm.check`); the answer streams over
+:mod:`~framewise.core.backends.vllm.http`, and Stop closes the connection (the server then aborts
 the request) and returns at once. Nothing is retried on its own: every failure becomes a
 :class:`~framewise.core.errors.ServerError` that says what to change
-(:mod:`~framewise.core.backends.vllm_errors`).
+(:mod:`~framewise.core.backends.vllm.errors`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import openai
 
-from framewise.core.backends.vllm_check import check_server
-from framewise.core.backends.vllm_http import StreamPiece, openai_client, stream_chat
-from framewise.core.backends.vllm_metrics import read_mm_cache_counters
-from framewise.core.backends.vllm_request import (
+from framewise.core.backends.vllm.check import check_server
+from framewise.core.backends.vllm.http import StreamPiece, openai_client, stream_chat
+from framewise.core.backends.vllm.metrics import read_mm_cache_counters
+from framewise.core.backends.vllm.request import (
     RemoteClip,
     image_data_url,
     media_io_kwargs,
@@ -35,7 +35,8 @@ from framewise.core.backends.vllm_request import (
     travels_as_pictures,
     video_data_url,
 )
-from framewise.core.backends.vllm_serve_command import with_serve_command
+from framewise.core.backends.vllm.family import served_family
+from framewise.core.backends.vllm.serve_command import with_serve_command
 from framewise.core.backends.base import BackendBase, closer_look_summary
 from framewise.core.errors import CancelledError, FramewiseError
 from framewise.core.events import (
@@ -51,9 +52,9 @@ from framewise.core.events import (
     Token,
     ignore_events,
 )
-from framewise.core.families import default_family, default_limits
 from framewise.core.metrics import DecodeSpeedMeter, decode_rate
 from framewise.core.resources import asset_path
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import DEMO_MODEL, AppSettings
 from framewise.core.video import ReadProgress, SampledFrames, sample_clip
 from framewise.core.video.feed import FrameArrivals
@@ -66,7 +67,7 @@ log = logging.getLogger(__name__)
 
 
 class VllmServerEngine(BackendBase[RemoteClip]):
-    """The engine's seam over a vLLM server: same calls, same events as :class:`~framewise.core.engine.Engine`.
+    """The engine's seam over a vLLM server: same calls, same events as :class:`~framewise.core.backends.local.engine.Engine`.
 
     ``load()`` checks the server (``/health``, ``/v1/models``, the model name); ``open_clip()``
     samples and packs the clip; ``ask()`` streams the answer with the conversation so far. As there,
@@ -75,9 +76,8 @@ class VllmServerEngine(BackendBase[RemoteClip]):
 
     def __init__(self, settings: AppSettings, sink: EventSink = ignore_events) -> None:
         super().__init__(settings, sink)
-        # The server serves a checkpoint of the default family (see vllm_serve_command).
-        self.family = default_family()
-        self.limits = default_limits()
+        self.family = served_family()
+        self.limits = self.family.limits
         self._server: ServerInfo | None = None
         self._client: openai.OpenAI | None = None
 
@@ -106,8 +106,12 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         with self._requests.serving(request_id):
             return self._apply_settings(settings)
 
+    def _limits_for(self, settings: AppSettings) -> FamilyLimits:
+        """The served family's limits: settings are checked against them."""
+        return served_family().limits
+
     def _apply_settings(self, settings: AppSettings) -> EngineInfo | None:
-        settings.validate()
+        settings.validate(self.limits)
         old, self.settings = self.settings, settings
         if self._server is None:
             return None

@@ -3,7 +3,7 @@
 :class:`SettingsTransaction` redoes only what new settings change (the model, the encoder's graphs,
 the decoder's cache and graphs, the open clip's sampling) and, when any part fails, puts back the
 settings, model, encoder, decoder, clip and conversation the engine had. The engine keeps the
-orchestration (:meth:`~framewise.core.engine.Engine.apply_settings`); the transaction knows it only
+orchestration (:meth:`~framewise.core.backends.local.engine.Engine.apply_settings`); the transaction knows it only
 through :class:`SwitchableEngine` (its steps), :class:`EngineParts` (the parts it snapshots and
 puts back), the function that re-opens its clip and the one that samples every item of its
 conversation anew.
@@ -17,6 +17,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from framewise.core.errors import is_out_of_memory
 from framewise.core.events import EncodeDone, EngineInfo, ResetReason
+from framewise.core.seam import FamilyLimits
 from framewise.core.settings import AppSettings
 
 
@@ -107,7 +108,8 @@ class SettingsTransaction:
                 before.encoder = None
                 engine.build_encoder()
                 rebuilt = True
-            if _decoder_shape(self.settings) != _decoder_shape(old):
+            limits = engine.loaded.limits  # the model stays, and so do its limits
+            if _decoder_shape(self.settings, limits) != _decoder_shape(old, limits):
                 self._rebuild_decoder()
                 rebuilt = True
         clip_path = before.clip.path if before.clip else None
@@ -182,6 +184,6 @@ class SettingsTransaction:
             engine.free_cached_memory()
 
 
-def _decoder_shape(settings: AppSettings) -> tuple[Any, int]:
-    """The settings that decide the decoder's cache and graphs."""
-    return settings.decoding, settings.context_tokens()
+def _decoder_shape(settings: AppSettings, limits: FamilyLimits) -> tuple[Any, int]:
+    """The settings that decide the decoder's cache and graphs, for a model of ``limits``."""
+    return settings.decoding, settings.context_tokens(limits)

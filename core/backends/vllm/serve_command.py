@@ -7,8 +7,8 @@ import dataclasses
 import json
 import shlex
 
+from framewise.core.backends.vllm.family import served_family
 from framewise.core.events import ServerInfo
-from framewise.core.families import default_limits
 from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings
 
 
@@ -24,9 +24,9 @@ def vllm_serve_command(
     frames per batch counts attention sequences (one per frame pair) in both. Per-request frame
     times need ``--trust-request-mm-kwargs``; ``num_frames -1`` keeps every frame sent (vLLM's
     default silently keeps 32). A closer look goes beside its clip as up to ``max_frames`` pictures
-    (:func:`~framewise.core.backends.vllm_request.travels_as_pictures`), which the image limit admits.
+    (:func:`~framewise.core.backends.vllm.request.travels_as_pictures`), which the image limit admits.
     """
-    limits = default_limits()
+    limits = served_family().limits
     budgets = [budget // limits.merge_area for budget in encoder.token_budgets(limits)]
     compilation = {
         "cudagraph_mm_encoder": True,

@@ -27,8 +27,8 @@ import cv2
 import numpy as np
 
 from framewise.core.errors import FramewiseError
+from framewise.core.backends.vllm.family import served_family
 from framewise.core.events import EncodeDone
-from framewise.core.families import default_family
 
 _VIDEO_URL_PREFIX = "data:video/jpeg;base64,"
 _PNG_URL_PREFIX = "data:image/png;base64,"
@@ -57,7 +57,7 @@ class RemoteClip:
     def frame_parts(self) -> list[dict[str, Any]]:
         """A clip's frames as parts of a chat-completions message: for each frame, its time marker as
         text, then the frame as a picture."""
-        marker = default_family().time_marker
+        marker = served_family().time_marker
         frames = self.url.split(",", 1)[1].split(",")
         parts: list[dict[str, Any]] = []
         for seconds, frame in zip(self.summary.timestamps, frames, strict=True):
@@ -140,7 +140,7 @@ def openai_messages(
     the earlier turns, then ``question``."""
     videos = iter([clip for clip in clips if clip.kind == "video"])
     images = iter([clip for clip in clips if clip.kind == "image"])
-    messages = default_family().chat_messages(
+    messages = served_family().chat_messages(
         question,
         videos=sum(clip.kind == "video" for clip in clips),
         images=sum(clip.kind == "image" for clip in clips),

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import httpx
 import openai
 
-from framewise.core.backends.vllm_errors import server_error
+from framewise.core.backends.vllm.errors import server_error
 from framewise.core.errors import ServerStreamCutError
 from framewise.core.settings import BackendSettings
 

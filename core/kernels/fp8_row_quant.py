@@ -16,8 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
-from framewise.core.decoding.gemv_loads import load_chunk, load_inverse_rms, load_silu_mul_chunk
-from framewise.core.quantization.fp8 import MIN_SCALE, E4M3, E4M3_MAX
+from framewise.core.kernels.e4m3 import E4M3, E4M3_MAX, MIN_SCALE
+from framewise.core.kernels.gemv_loads import load_chunk, load_inverse_rms, load_silu_mul_chunk
 
 
 @triton.jit

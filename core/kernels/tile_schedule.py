@@ -1,4 +1,4 @@
-"""The list of tiles :mod:`~framewise.core.families.qwen3_vl.tile_attention` walks: one per query block of
+"""The list of tiles :mod:`~framewise.core.kernels.vision_attention` walks: one per query block of
 each real sequence. Plain torch, so it runs (and is tested) without Triton or a GPU."""
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""Precomputed features into transformers' own generate(): the same answer as the model's own vision pass.
+"""Precomputed features into transformers' own generate() (training/feature_injection.py, which the
+demo model's training and the decode benchmark use): the same answer as the model's own vision pass.
 
 Run against both ends of the transformers range the pyproject admits (``make test-newest``): the
-layout ``get_*_features`` returns changed between them, and the injection reads it at load.
+layout ``get_*_features`` returns changed between them, and the injector reads it when it is built.
 """
 
 from __future__ import annotations
@@ -12,18 +13,17 @@ import torch
 
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.eager import EagerVisionEncoder
-from framewise.core.errors import FeatureInjectionError, FramewiseError
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
-from framewise.core.families.qwen3_vl.demo_model import (
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.processor import preprocess_video
+from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
+from training.demo_model import (
     build_demo_config,
     build_demo_tokenizer,
     init_demo_model,
     special_token_ids,
 )
-from framewise.core.families.qwen3_vl.geometry import VisionGeometry
-from framewise.core.families.qwen3_vl.injection import FeatureInjector
-from framewise.core.families.qwen3_vl.processor import preprocess_video
-from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
+from training.feature_injection import FeatureInjectionError, FeatureInjector
 
 NEW_TOKENS = 6
 
@@ -75,7 +75,7 @@ def test_injected_features_answer_as_the_models_own_vision_pass(model, prompt):
     inputs, item = prompt
     adapter = Qwen3VLAdapter.for_model(model)
     stock_tokens, stock_logits = generate(model, inputs, item, item.pixel_values)
-    with adapter.injected(video=[features_of(adapter, item)]):
+    with FeatureInjector(model).serving(video=[features_of(adapter, item)]):
         tokens, logits = generate(model, inputs, item, torch.empty(0))
     assert tokens == stock_tokens
     torch.testing.assert_close(logits, stock_logits, rtol=1e-4, atol=1e-4)
@@ -89,25 +89,23 @@ def test_the_injected_features_are_the_ones_used(model, prompt):
     features = features_of(adapter, item)
     _, stock_logits = generate(model, inputs, item, item.pixel_values)
     wrong = EncodedItem(embeds=features.embeds, deepstack=tuple(torch.zeros_like(layer) for layer in features.deepstack))
-    with adapter.injected(video=[wrong]):
+    with FeatureInjector(model).serving(video=[wrong]):
         _, logits = generate(model, inputs, item, torch.empty(0))
     assert not torch.allclose(logits, stock_logits, rtol=1e-3, atol=1e-3)
 
 
 def test_features_the_model_never_asks_for_are_an_error(model):
-    adapter = Qwen3VLAdapter.for_model(model)
     dummy = EncodedItem(embeds=torch.zeros(1, 4), deepstack=())
     with pytest.raises(FeatureInjectionError, match="never asked"):
-        with adapter.injected(video=[dummy]):
+        with FeatureInjector(model).serving(video=[dummy]):
             pass
     assert "get_video_features" not in vars(model.model)
 
 
 def test_a_call_that_asks_for_features_none_were_given_is_an_error(model, prompt):
     inputs, item = prompt
-    adapter = Qwen3VLAdapter.for_model(model)
     with pytest.raises(FeatureInjectionError, match="none were encoded"):
-        with adapter.injected(video=[]):
+        with FeatureInjector(model).serving(video=[]):
             generate(model, inputs, item, torch.empty(0))
 
 
@@ -119,13 +117,8 @@ def test_a_call_that_asks_for_features_none_were_given_is_an_error(model, prompt
     ],
     ids=["output", "signature"],
 )
-def test_a_changed_get_image_features_is_refused_at_load_with_a_clear_message(model, monkeypatch, changed):
+def test_a_changed_get_image_features_is_refused_when_the_injector_is_built(model, monkeypatch, changed):
     monkeypatch.setattr(type(model.model), "get_image_features", changed)
     with pytest.raises(FeatureInjectionError, match="transformers .* is not supported") as refused:
         FeatureInjector(model)
     assert "constraints.txt" in str(refused.value)
-
-
-def test_a_tower_alone_has_no_language_model_to_inject_into(model):
-    with pytest.raises(FramewiseError, match="no language model"):
-        Qwen3VLAdapter(model.model.visual).injected(video=[])

@@ -1,4 +1,7 @@
-"""Precomputed vision features into Qwen3-VL's language model, for the span of one call.
+"""Precomputed vision features into Qwen3-VL's language model, for the span of one call: how the
+demo model is trained on features Framewise's encoder computed, how benchmarks time transformers'
+own ``generate()`` on them, and how the tests hold the encoder's features to the model's own vision
+pass. The application never needs it: its decoder places the features itself.
 
 transformers' ``Qwen3VLModel.forward`` (and, from 5.24, ``generate``'s multimodal pre-encoding)
 calls ``get_video_features`` / ``get_image_features`` when pixel values are passed. Inside
@@ -23,10 +26,14 @@ import torch
 import transformers
 
 from framewise.core.encoding.defs import EncodedItem
-from framewise.core.errors import FeatureInjectionError
+from framewise.core.errors import FramewiseError
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 
 PROBE_ITEMS = 2
+
+
+class FeatureInjectionError(FramewiseError):
+    """The installed transformers does not take precomputed vision features the way they are given."""
 
 
 @dataclass(frozen=True)

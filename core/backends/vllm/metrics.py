@@ -7,7 +7,7 @@ from typing import Sequence
 
 import httpx
 
-from framewise.core.backends.vllm_http import auth_headers, http_client
+from framewise.core.backends.vllm.http import auth_headers, http_client
 from framewise.core.settings import BackendSettings
 
 # Prometheus counters of vLLM's multimodal cache (names without the _total suffix some versions add).

@@ -6,9 +6,9 @@ from typing import NamedTuple
 
 import httpx
 
-from framewise.core.backends.vllm_errors import raise_for_status
-from framewise.core.backends.vllm_http import auth_headers, get, http_client
-from framewise.core.backends.vllm_serve_command import vllm_serve_command
+from framewise.core.backends.vllm.errors import raise_for_status
+from framewise.core.backends.vllm.http import auth_headers, get, http_client
+from framewise.core.backends.vllm.serve_command import vllm_serve_command
 from framewise.core.errors import ServerAddressError, ServerFailedError, ServerModelError
 from framewise.core.events import ServerInfo
 from framewise.core.settings import BackendSettings, EncoderSettings, SamplingSettings

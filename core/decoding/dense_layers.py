@@ -1,0 +1,435 @@
+"""Dense decoder layers laid out for few-kernel passes, whichever model family they belong to.
+
+A dense layer (no biases, per-head q and k RMS norms, rotary embedding, SiLU-gated MLP: the text
+layers of Qwen3-style models) is laid out as a :class:`DenseLayer`: q, k and v
+stacked into one matrix, gate and up into another, the model's own projections views into them. A
+prefill and a decode step run the same torch ops over them (:func:`dense_stack`, n tokens): one
+product for q/k/v and one for gate/up, ``F.rms_norm``, rotary as one ``addcmul``, attention in
+``scaled_dot_product_attention``. On a CUDA device with Triton a decode step is six kernel
+launches a layer instead (:func:`kernel_step_stack` over :mod:`framewise.core.kernels.decode_step`:
+norms, rotary, SiLU and residual adds done inside the matrix-vector products and the cache write,
+attention reading only the filled positions).
+
+Decoder linear layers in FP8 (:class:`~framewise.core.quantization.linear.Fp8Linear`, from an FP8
+checkpoint or ``model.dtype = fp8``) are stacked the same way, e4m3 with their scales, and the
+step reads them through the FP8 matrix-vector kernels (:mod:`framewise.core.kernels.fp8_gemv`), or
+dequantized in torch ops; a prefill multiplies them as ``Fp8Linear`` does, through FP8 tensor cores
+(the activations quantized per token, once for q/k/v and once for gate/up) or dequantized weights
+(:func:`~framewise.core.quantization.matmul.fp8_linear`).
+
+A family's language model decides where its layers come from, how its positions and any extra
+features are made, and calls these passes; this module names no model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import weakref
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable, Protocol, Sequence
+
+import torch
+import torch.nn.functional as F
+from transformers.integrations.sdpa_attention import repeat_kv
+
+from framewise.core.decoding.attention import prefill_attention_backends
+from framewise.core.decoding.kv_cache import StaticKVCache
+from framewise.core.kernels.e4m3 import BLOCK_SIZE
+from framewise.core.quantization.linear import Fp8Linear
+from framewise.core.quantization.matmul import Norm, fp8_linear, product_input
+
+
+@dataclass(frozen=True)
+class DenseLayer:
+    """One dense decoder layer's weights laid out for few-product passes (prefills and steps).
+
+    ``qkv`` ((heads + 2 kv_heads) * head_dim, hidden) and ``gate_up`` (2 intermediate, hidden)
+    are the q/k/v and gate/up projections stacked; the layer's own parameters are views into
+    them, so the layout costs no memory. ``qk_norm`` (heads + kv_heads, head_dim) repeats the
+    q norm's weight per query head, then the k norm's per key/value head; ``qk_norms``
+    (2, head_dim) holds the two once. ``heads`` and ``kv_heads`` count the query and key/value
+    heads.
+
+    In a model whose decoder linear layers are :class:`~framewise.core.quantization.linear.Fp8Linear`
+    the four matrices are e4m3 and each ``*_scale`` holds its float32 scales (stacked alike:
+    (rows, 1) per channel, (rows/128, columns/128) per 128x128 block); otherwise the scales are None.
+    """
+
+    input_norm: torch.Tensor
+    qkv: torch.Tensor
+    qk_norm: torch.Tensor
+    qk_norms: torch.Tensor
+    o: torch.Tensor
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+    heads: int
+    kv_heads: int
+    eps: float
+    scaling: float
+    scheme: str = "none"
+    qkv_scale: torch.Tensor | None = None
+    o_scale: torch.Tensor | None = None
+    gate_up_scale: torch.Tensor | None = None
+    down_scale: torch.Tensor | None = None
+
+
+class Product(Protocol):
+    """One linear layer of a dense pass: the input formed from ``x`` (n, K) (itself, or with ``norm``
+    or ``silu_mul`` as :func:`~framewise.core.quantization.matmul.product_input` forms it) times
+    ``weight`` (N, K), float (``scale`` None) or e4m3 with its scales; returns (n, N) in ``x``'s dtype."""
+
+    def __call__(
+        self, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, scheme: str, *,
+        norm: Norm | None = None, silu_mul: bool = False,
+    ) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class RowAdditions:
+    """Features a family adds to the hidden state of a prefill after its first layers:
+    ``features[i]`` (rows, hidden) is added at the tokens ``rows`` (rows,) after layer ``i``
+    (a vision-language family's extra vision features, for one)."""
+
+    rows: torch.Tensor
+    features: list[torch.Tensor]
+
+
+# Stacked weights by the first projection they hold, with that projection's data pointer then:
+# a model whose parameters were moved since gets stacked anew.
+_STACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def dense_stack(
+    layers: Sequence[DenseLayer],
+    hidden: torch.Tensor,
+    position_embeddings: tuple[torch.Tensor, torch.Tensor],
+    cache: StaticKVCache,
+    mask: torch.Tensor | None,
+    product: Product,
+    final_norm: Norm,
+    additions: RowAdditions | None = None,
+    hooked: Sequence[torch.nn.Module] = (),
+) -> torch.Tensor:
+    """The decoder stack for ``n`` tokens ``hidden`` (n, hidden) through ``layers`` as torch ops,
+    the arithmetic of the model's own layers; returns the hidden states (n, hidden) normed by
+    ``final_norm`` (its weight and epsilon).
+
+    ``position_embeddings``: the rotary cos and sin, (1, n, head_dim) each. The keys and values go
+    to the cache at ``cache.write_positions`` (n,); ``mask`` is additive over ``cache.view_length``
+    positions, or None for a causal prefill from an empty cache. ``product`` is every linear layer
+    and forms its input from the norm before it or from ``silu(gate) * up`` (:func:`project` for a
+    decode step, :func:`prefill_product` for a prefill). ``additions`` are added at their rows after
+    the first layers. The forward pre-hooks of ``hooked[i]`` run before layer ``i`` (the engine's
+    cancel checks inside a prefill)."""
+    count = hidden.shape[0]
+    head_dim = layers[0].qk_norm.shape[-1]
+    half = head_dim // 2
+    cos, sin = (part.reshape(count, 1, head_dim) for part in position_embeddings)
+    # rotate_half(x) * sin == roll(x, half) * sin with its first half negated
+    sin_signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+    for index, layer in enumerate(layers):
+        if index < len(hooked):
+            _run_pre_hooks(hooked[index], hidden)
+        heads, kv_heads = layer.heads, layer.kv_heads
+        qkv = product(hidden, layer.qkv, layer.qkv_scale, layer.scheme, norm=(layer.input_norm, layer.eps))
+        qk = qkv[:, : (heads + kv_heads) * head_dim].view(count, heads + kv_heads, head_dim)
+        qk = F.rms_norm(qk, (head_dim,), None, layer.eps) * layer.qk_norm
+        qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), sin_signed)
+        key = qk[:, heads:].transpose(0, 1)[None]
+        value = qkv[:, (heads + kv_heads) * head_dim :].view(count, kv_heads, head_dim).transpose(0, 1)[None]
+        keys, values = cache.update(key, value, index)
+        attended = _attend(qk[:, :heads], keys, values, mask, layer.scaling)
+        hidden = hidden + product(attended, layer.o, layer.o_scale, layer.scheme)
+        post_norm = (layer.post_norm, layer.eps)
+        gate_up = product(hidden, layer.gate_up, layer.gate_up_scale, layer.scheme, norm=post_norm)
+        hidden = hidden + product(gate_up, layer.down, layer.down_scale, layer.scheme, silu_mul=True)
+        if additions is not None and index < len(additions.features):
+            hidden = hidden.index_add(0, additions.rows, additions.features[index])
+    weight, eps = final_norm
+    return F.rms_norm(hidden, (hidden.shape[-1],), weight, eps)
+
+
+def kernel_step_stack(
+    layers: Sequence[DenseLayer],
+    kernels: ModuleType,
+    hidden: torch.Tensor,
+    rotary: torch.nn.Module,
+    cache: StaticKVCache,
+    cache_position: torch.Tensor,
+    rope_position: torch.Tensor,
+) -> torch.Tensor:
+    """One decode step's decoder stack through the Triton kernels (:func:`load_step_kernels`): six
+    launches a layer, none reading more of the cache than ``cache_position`` (1,) has filled.
+    ``hidden`` (hidden,) is the token's embedding, ``rotary`` the model's rotary embedding (its
+    ``inv_freq`` and ``attention_scaling``), ``rope_position`` (1,) its position on every axis.
+    Returns the last layer's hidden state (hidden,), not normed."""
+    norm_linear, linear_residual, mlp = _step_products(kernels, layers[0].qkv_scale is not None)
+    for index, layer in enumerate(layers):
+        keys, values = cache.keys[index], cache.values[index]
+        qkv = norm_linear(hidden, layer.input_norm, layer.qkv, layer.qkv_scale, layer.eps)
+        attended = kernels.attend_step(
+            qkv, layer.qk_norms, rotary.inv_freq, rotary.attention_scaling, rope_position, cache_position,
+            keys, values, layer.heads, layer.eps, cache.view_length, layer.scaling,
+        )
+        hidden = linear_residual(attended, layer.o, layer.o_scale, hidden)
+        hidden = mlp(hidden, layer)
+    return hidden
+
+
+def load_step_kernels(device: torch.device, config: Any, wanted: bool | None) -> ModuleType | None:
+    """The Triton decode-step kernels for a text model of ``config`` on ``device``: where they can
+    run when ``wanted`` is None, never when False; True where they cannot run is a ValueError
+    saying why (:func:`step_kernels_unavailable`)."""
+    if wanted is False:
+        return None
+    unavailable = step_kernels_unavailable(device, config)
+    if unavailable and wanted:
+        raise ValueError(f"the decode step kernels cannot run here: {unavailable}")
+    if unavailable:
+        return None
+    from framewise.core.kernels import decode_step
+
+    return decode_step
+
+
+def dense_layers(text: torch.nn.Module, config: Any) -> list[DenseLayer] | None:
+    """The decoder layers of the text model ``text`` (``text.layers``, a transformers model of
+    ``config``) laid out for few-product passes, or ``None`` when a layer is not a dense layer of
+    this shape (no bias, SiLU gated MLP, per-head q and k norms) or its linear layers cannot be
+    stacked (mixed precisions, block-scaled projections whose rows are not whole blocks).
+
+    The stacked matrices are built layer by layer, each projection's weight copied into its place
+    and released at once, and freed device memory is handed back between layers so that the next
+    layer's stacked matrix can reuse it: building holds no second copy of the weights. Projections
+    the FP8 loader already wrote as one matrix are used as they lie, with no copy."""
+    if config.hidden_act != "silu" or getattr(config, "attention_bias", False):
+        return None
+    layers = []
+    for layer in text.layers:
+        attention, mlp = layer.self_attn, layer.mlp
+        if not all(hasattr(mlp, name) for name in ("gate_proj", "up_proj", "down_proj")):
+            return None
+        projections = (attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj,
+                       mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+        scheme = _common_scheme(projections)
+        if scheme is None or not _stackable(scheme, (attention.q_proj, attention.k_proj), (mlp.gate_proj,)):
+            return None
+        heads = attention.q_proj.out_features // attention.head_dim
+        kv_heads = attention.k_proj.out_features // attention.head_dim
+        q_norm, k_norm = attention.q_norm.weight.detach(), attention.k_norm.weight.detach()
+        qk_norm = torch.cat((q_norm.expand(heads, -1), k_norm.expand(kv_heads, -1)))
+        qkv, qkv_scale = _stacked(attention.q_proj, attention.k_proj, attention.v_proj)
+        gate_up, gate_up_scale = _stacked(mlp.gate_proj, mlp.up_proj)
+        layers.append(
+            DenseLayer(
+                input_norm=layer.input_layernorm.weight.detach(),
+                qkv=qkv,
+                qk_norm=qk_norm,
+                qk_norms=torch.stack((q_norm, k_norm)),
+                o=attention.o_proj.weight.detach(),
+                post_norm=layer.post_attention_layernorm.weight.detach(),
+                gate_up=gate_up,
+                down=mlp.down_proj.weight.detach(),
+                heads=heads,
+                kv_heads=kv_heads,
+                eps=layer.input_layernorm.variance_epsilon,
+                scaling=attention.scaling,
+                scheme=scheme,
+                qkv_scale=qkv_scale,
+                o_scale=_scale_of(attention.o_proj),
+                gate_up_scale=gate_up_scale,
+                down_scale=_scale_of(mlp.down_proj),
+            )
+        )
+        if qkv.is_cuda:
+            torch.cuda.empty_cache()  # the released projections' segments, for the next layer's stacks
+    return layers
+
+
+def _common_scheme(linears: tuple[torch.nn.Module, ...]) -> str | None:
+    """``"none"`` when all ``linears`` are ``nn.Linear``, the FP8 scheme when all are Fp8Linear with
+    one scheme, else None."""
+    schemes = {linear.scheme if isinstance(linear, Fp8Linear) else
+               "none" if isinstance(linear, torch.nn.Linear) else "other" for linear in linears}
+    return schemes.pop() if len(schemes) == 1 and "other" not in schemes else None
+
+
+def _stackable(scheme: str, *leading: tuple[torch.nn.Module, ...]) -> bool:
+    """Block scales stack only when every projection but the last of a stack fills whole blocks."""
+    return scheme != "block" or all(linear.out_features % BLOCK_SIZE == 0 for group in leading for linear in group)
+
+
+def _scale_of(linear: torch.nn.Module) -> torch.Tensor | None:
+    return linear.weight_scale if isinstance(linear, Fp8Linear) else None
+
+
+def project(
+    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, scheme: str, *,
+    norm: Norm | None = None, silu_mul: bool = False,
+) -> torch.Tensor:
+    """A :class:`Product` for one token (a decode step), a float weight (``scale`` None) or an e4m3
+    one with its scales, dequantized: the arithmetic of the FP8 step kernels (activations stay
+    unquantized)."""
+    if scale is None:
+        return F.linear(product_input(x, norm, silu_mul), weight)
+    return fp8_linear(  # type: ignore[arg-type]
+        x, weight, scale, scheme, path="dequantize", norm=norm, silu_mul=silu_mul
+    )
+
+
+def prefill_product(
+    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, scheme: str, *,
+    norm: Norm | None = None, silu_mul: bool = False,
+) -> torch.Tensor:
+    """A :class:`Product` for many tokens, as the model's own layers compute it: ``F.linear`` for a
+    float weight (``scale`` None), :func:`fp8_linear` on its default path for an e4m3 one (FP8 tensor
+    cores with the input formed and quantized per token in one kernel where the card has them)."""
+    if scale is None:
+        return F.linear(product_input(x, norm, silu_mul), weight)
+    return fp8_linear(x, weight, scale, scheme, norm=norm, silu_mul=silu_mul)  # type: ignore[arg-type]
+
+
+def _attend(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scaling: float
+) -> torch.Tensor:
+    """Attention of ``query`` (n, heads, head_dim) over the cached ``keys``/``values``
+    (1, kv_heads, length, head_dim) under the additive ``mask`` (1, 1, n, length), or causally when
+    ``mask`` is None (then ``length`` is n). Returns (n, heads * head_dim)."""
+    count, heads, head_dim = query.shape
+    kv_heads = keys.shape[1]
+    if count == 1:
+        # The query heads of one key/value head attend as that head's queries: no copies.
+        grouped = query.reshape(1, kv_heads, heads // kv_heads, head_dim)
+        attended = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, scale=scaling)
+        return attended.reshape(1, heads * head_dim)
+    query = query.transpose(0, 1)[None]
+    with prefill_attention_backends():
+        if mask is None:
+            # Causal from an empty cache: flash attention shares the key/value heads itself.
+            attended = F.scaled_dot_product_attention(
+                query, keys, values, is_causal=True, scale=scaling, enable_gqa=True
+            )
+        else:
+            # Only the memory-efficient and math kernels take a mask, and the memory-efficient one
+            # does not share key/value heads (enable_gqa would fall back to math): repeat them, as
+            # transformers' sdpa attention does (an expand and a copy, no host sync: graph-safe).
+            group = heads // kv_heads
+            keys, values = repeat_kv(keys, group), repeat_kv(values, group)
+            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scaling)
+    return attended[0].transpose(0, 1).reshape(count, heads * head_dim)
+
+
+def _run_pre_hooks(module: torch.nn.Module, hidden: torch.Tensor) -> None:
+    """Run ``module``'s forward pre-hooks as if it were called on ``hidden``: a dense pass computes a
+    layer without calling it, and the engine's cancel checks are such hooks. What a hook returns is
+    not used."""
+    for key, hook in module._forward_pre_hooks.items():
+        if key in module._forward_pre_hooks_with_kwargs:
+            hook(module, (hidden,), {})
+        else:
+            hook(module, (hidden,))
+
+
+def _step_products(kernels: ModuleType, fp8: bool) -> tuple[Callable, Callable, Callable]:
+    """The step's fused products: ``norm_linear(x, norm, W, scale, eps)``,
+    ``linear_residual(x, W, scale, residual)`` and ``mlp(hidden, layer)`` (post-attention norm,
+    gate/up, ``silu(gate) * up``, down and the residual, in two launches): the FP8 gemv kernels for
+    e4m3 weights, the bf16 step kernels (which take no scale) otherwise. The FP8 gate/up kernel forms
+    ``silu(gate) * up`` itself, where the bf16 down kernel forms it as it reads the gate/up product."""
+    if fp8:
+        from framewise.core.kernels import fp8_gemv
+
+        def fp8_mlp(hidden, layer):
+            activation = fp8_gemv.fp8_rms_norm_silu_gate_up(
+                hidden, layer.post_norm, layer.gate_up, layer.gate_up_scale, layer.eps
+            )
+            return fp8_gemv.fp8_linear_residual(activation, layer.down, layer.down_scale, hidden)
+
+        return fp8_gemv.fp8_rms_norm_linear, fp8_gemv.fp8_linear_residual, fp8_mlp
+
+    def norm_linear(x, norm, weight, scale, eps):
+        return kernels.rms_norm_linear(x, norm, weight, eps)
+
+    def linear_residual(x, weight, scale, residual):
+        return kernels.linear_residual(x, weight, residual)
+
+    def mlp(hidden, layer):
+        gate_up = kernels.rms_norm_linear(hidden, layer.post_norm, layer.gate_up, layer.eps)
+        return kernels.linear_residual(gate_up, layer.down, hidden, silu_mul=True)
+
+    return norm_linear, linear_residual, mlp
+
+
+def step_kernels_unavailable(device: torch.device, config: Any) -> str:
+    """Why the Triton decode-step kernels cannot run for a text model of ``config`` on ``device``
+    ("" when they can)."""
+    if device.type != "cuda":
+        return "they need a CUDA device"
+    if importlib.util.find_spec("triton") is None:
+        return "Triton is not installed"
+    rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    if rope_type != "default":
+        return f"they compute plain rotary angles, not {rope_type!r} ones"
+    return ""
+
+
+def _stacked(*linears: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The weights of ``linears`` stacked by rows, and their FP8 scales stacked alike (None for
+    float weights); the layers' own weights and scales become views into them, once.
+
+    The stacked tensors are allocated once and each layer's tensor is copied in and dropped
+    before the next is read, so no second copy of the weights is held."""
+    first = linears[0]
+    known = _STACKED.get(first)
+    if known is not None and known[2] == first.weight.data_ptr():
+        return known[0], known[1]
+    with torch.no_grad():
+        weight = _stack_into_views(linears, "weight")
+        scale = _stack_into_views(linears, "weight_scale") if isinstance(first, Fp8Linear) else None
+    _STACKED[first] = (weight, scale, first.weight.data_ptr())
+    return weight, scale
+
+
+def _adjacent_rows(parts: list[torch.Tensor]) -> torch.Tensor | None:
+    """The (rows of all, ...) view over ``parts`` when they are contiguous, of one dtype and row
+    shape, and follow each other in one storage; else None."""
+    first = parts[0]
+    offset = first.storage_offset()
+    for part in parts:
+        if (not part.is_contiguous() or part.dtype != first.dtype or part.shape[1:] != first.shape[1:]
+                or part.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+                or part.storage_offset() != offset):
+            return None
+        offset += part.numel()
+    shape = (sum(part.shape[0] for part in parts), *first.shape[1:])
+    strides = tuple(math.prod(shape[axis + 1 :]) for axis in range(len(shape)))
+    return first.detach().as_strided(shape, strides, first.storage_offset())
+
+
+def _stack_into_views(modules: tuple[torch.nn.Module, ...], name: str) -> torch.Tensor:
+    """Allocate the row-wise stack of the ``modules``' tensors ``name`` (parameters or buffers),
+    copy each in, and replace it by its view, releasing the original; when the tensors already
+    are consecutive rows of one tensor (the FP8 loader writes stacks so), that tensor's view."""
+    parts = [getattr(module, name) for module in modules]
+    adjacent = _adjacent_rows(parts)
+    if adjacent is not None:
+        return adjacent
+    stacked = torch.empty((sum(part.shape[0] for part in parts), *parts[0].shape[1:]),
+                          dtype=parts[0].dtype, device=parts[0].device)
+    del parts
+    row = 0
+    for module in modules:
+        part = getattr(module, name)
+        rows = part.shape[0]
+        view = stacked[row : row + rows]
+        view.copy_(part)
+        if isinstance(part, torch.nn.Parameter):
+            setattr(module, name, torch.nn.Parameter(view, requires_grad=part.requires_grad))
+        else:
+            setattr(module, name, view)
+        del part
+        row += rows
+    return stacked
