@@ -60,7 +60,7 @@ FLAGS = {
     "backend.server_url": "--server",
     "backend.server_model": "--server-model",
     "backend.timeout_s": "--server-timeout",
-    "backend.answer_timeout_s": "--server-timeout",
+    "backend.answer_timeout_s": "--answer-timeout",
     "backend.api_key": "FRAMEWISE_SERVER_API_KEY",
 }
 API_KEY_VARIABLE = "FRAMEWISE_SERVER_API_KEY"
@@ -239,7 +239,14 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=defaults.backend.timeout_s,
         metavar="S",
-        help="seconds to wait for the server to connect and answer its checks",
+        help="seconds to wait for the server to connect and answer its checks (the answer: --answer-timeout)",
+    )
+    parser.add_argument(
+        "--answer-timeout",
+        type=float,
+        default=defaults.backend.answer_timeout_s,
+        metavar="S",
+        help="seconds the server's whole answer may take, from sending the question to its last word",
     )
 
 
@@ -262,6 +269,7 @@ def _settings_from_args(args: argparse.Namespace) -> AppSettings:
             server_model=args.server_model,
             api_key=os.environ.get(API_KEY_VARIABLE, ""),
             timeout_s=args.server_timeout,
+            answer_timeout_s=args.answer_timeout,
         )
     )
 

@@ -178,6 +178,12 @@ class ServerTimeoutError(ServerError):
     field = "backend.timeout_s"
 
 
+class ServerAnswerTimeoutError(ServerTimeoutError):
+    """The server's answer took longer, in all, than the answer timeout."""
+
+    field = "backend.answer_timeout_s"
+
+
 class ServerStreamCutError(ServerError):
     """The answer's stream ended before the server said it was complete."""
 

@@ -22,6 +22,7 @@ from framewise.core.errors import (
     ServerModelError,
     ServerRequestError,
     ServerStreamCutError,
+    ServerAnswerTimeoutError,
     ServerTimeoutError,
     ServerTlsError,
     ServerUnreachableError,
@@ -65,6 +66,15 @@ def server_error(error: BaseException, model: str) -> ServerError:
             "the address in Settings ▸ Backend (--server)."
         )
     return ServerFailedError(f"The vLLM server's answer could not be read ({type(error).__name__}: {_first_line(error)}).")
+
+
+def answer_timeout_error(seconds: float) -> ServerAnswerTimeoutError:
+    """The error for an answer that took longer than the answer timeout (``seconds``)."""
+    return ServerAnswerTimeoutError(
+        f"The vLLM server's answer did not finish within the answer timeout ({seconds:g} s); the question was "
+        "withdrawn and the conversation is kept. Check that the server is running and not stalled, or raise the "
+        "answer timeout in Settings ▸ Backend (--answer-timeout) for long answers on a slow server."
+    )
 
 
 def status_error(status: int, message: str, model: str, url: str, *, key_sent: bool) -> ServerError:

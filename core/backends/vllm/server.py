@@ -286,7 +286,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             request["extra_body"] = {"media_io_kwargs": video_kwargs}
         started = time.perf_counter()
         answer = _StreamedAnswer()
-        for piece in stream_chat(self._require_client(), request, self._cancel):
+        for piece in stream_chat(self._require_client(), request, self._cancel, self.settings.backend.answer_timeout_s):
             answer.take(piece, self._emit)
         finished = time.perf_counter()
         text = "".join(answer.pieces).strip()

@@ -20,6 +20,7 @@ from framewise.core.backends.vllm.server import VllmServerEngine
 from framewise.core.errors import (
     FramewiseError,
     ServerAddressError,
+    ServerAnswerTimeoutError,
     ServerAuthError,
     ServerFailedError,
     ServerModelError,
@@ -172,6 +173,19 @@ def test_a_server_that_goes_quiet_times_out() -> None:
         with pytest.raises(ServerTimeoutError, match="timeout"):
             engine.ask("What color?")
     assert time.monotonic() - started < 4
+
+
+def test_an_answer_that_trickles_past_the_answer_timeout_is_cut_there_and_not_kept() -> None:
+    behaviour = Behaviour(pieces=tuple("abcdefghij"), piece_delay_s=0.4)  # each piece well within the timeout
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url, answer_timeout_s=1.5)
+        engine.open_clip(CLIP)
+        started = time.monotonic()
+        with pytest.raises(ServerAnswerTimeoutError, match=r"answer timeout \(1.5 s\)") as raised:
+            engine.ask("What color?")
+    assert time.monotonic() - started < 3
+    assert describe_error(raised.value).field == "backend.answer_timeout_s"
+    assert engine.turns == []
 
 
 def test_a_stream_cut_mid_answer_is_said_and_the_answer_is_not_kept() -> None:
