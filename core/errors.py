@@ -160,6 +160,24 @@ class ServerRequestError(ServerError):
     field = None
 
 
+class ServerContextError(ServerError):
+    """The question with the conversation's items, its turns and one answer does not fit the server's context."""
+
+    field = None
+
+
+class ServerLayoutError(ServerError):
+    """The conversation's items cannot reach a vLLM server laid out as the model's prompt lays them out."""
+
+    field = None
+
+
+class ServerModelGoneError(ServerError):
+    """The server no longer serves the model it chose when none was named (it was restarted under another name)."""
+
+    field = None
+
+
 class ServerFailedError(ServerError):
     """The server answered with an error of its own (5xx) or with something that is not vLLM's API."""
 

@@ -29,9 +29,11 @@ from framewise.core.families.base import FamilyAdapter, ModelFamily
 from framewise.core.quantization.formats import checkpoint_weight_format, detect_weight_format
 from framewise.core.quantization.fp8 import QUANTIZE_ON_LOAD_SCHEME
 from framewise.core.memory_plan import Alternative, MemoryEstimate, shortfall_message, size_text
-from framewise.core.model_source import (
+from framewise.core.model_source import (  # MODEL_INFO_FILE and read_model_info: importers read them here too
     DEMO_MODEL_DIR,
+    MODEL_INFO_FILE,
     looks_like_path,
+    read_model_info,
     read_config,
     read_model_type,
     resolve_model_source,
@@ -39,7 +41,6 @@ from framewise.core.model_source import (
 from framewise.core.seam import FamilyLimits
 from framewise.core.settings import DEMO_MODEL, AppSettings, ModelSettings
 
-MODEL_INFO_FILE = "framewise.json"
 FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
 PICKLE_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -274,18 +275,6 @@ def _check_tokenizer_files(path: Path) -> None:
         raise ModelLoadError(
             f"{path} has no tokenizer (tokenizer.json, or vocab.json and merges.txt); finish or repeat the download."
         )
-
-
-def read_model_info(path: Path) -> dict[str, Any]:
-    """Framewise's own notes on a model folder (``framewise.json``: label, description), or {}."""
-    info_file = path / MODEL_INFO_FILE
-    if not info_file.is_file():
-        return {}
-    try:
-        info = json.loads(info_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ModelLoadError(f"{info_file} cannot be read as JSON ({error}).") from error
-    return info if isinstance(info, dict) else {}
 
 
 def _load_weights(

@@ -403,7 +403,8 @@ class SettingsDialog(QDialog):
         self._add_field(form, "backend.timeout_s", "Connect timeout (s)", _double_spin(0.0, 10_000.0, 1, 1.0))
         self._add_field(
             form, "backend.answer_timeout_s", "Answer timeout (s)", _double_spin(0.0, 100_000.0, 0, 10.0),
-            "The longest wait for the next piece of an answer (the first includes the server's encoding).",
+            "The longest a whole answer may take, from sending the question to its last word (the server's "
+            "encoding included); the server then drops it.",
         )
         url.textChanged.connect(self._update_http_warning)
         for button in (self.local_radio, self.server_radio):

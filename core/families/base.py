@@ -166,8 +166,3 @@ class ModelFamily(Protocol):
     ) -> list[dict[str, Any]]:
         """The conversation in the transformers chat format, visual content first."""
         ...
-
-    def time_marker(self, seconds: float) -> str:
-        """The text the prompt puts before the frames of a clip at ``seconds`` (a server that is sent
-        frames as pictures is sent it before each)."""
-        ...

@@ -56,7 +56,8 @@ def test_info_lists_the_served_models_and_the_serve_command() -> None:
         (Behaviour(api_key="needed"), [], "needs an API key and none was given (401: Unauthorized)"),
         (Behaviour(models=("demo",)), ["--server-model", "big"], "does not serve 'big'; it serves demo"),
         (Behaviour(chat_status=400, chat_body={"error": {"message": "This model's maximum context length is 8192"}}),
-         [], "refused the request: This model's maximum context length is 8192"),
+         [], "cannot hold this question with the conversation so far and one answer (This model's maximum context "
+         "length is 8192). Start a new conversation"),
     ],
 )
 def test_server_failures_exit_2_with_what_to_change(behaviour: Behaviour, flags: list[str], said: str) -> None:

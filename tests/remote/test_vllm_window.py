@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 from framewise.core.backends import create_engine
 from framewise.core.settings import AppSettings
 from tests.conftest import SAMPLE_CLIPS
+from tests.remote.conftest import SERVED_NAME
 from tests.ui.conftest import log_file, make_window, services, store  # noqa: F401 - the window fixtures
 from tests.ui.test_main_window import drop_file
 
@@ -24,7 +25,7 @@ def test_the_window_streams_an_answer_from_the_server_with_its_figures(qtbot, ma
     )
     window = make_window(create_engine, settings)
     qtbot.waitUntil(lambda: window.info is not None and window.operation is None, timeout=WAIT_MS)
-    assert window.info.server.model == "demo" and window.demo_banner.isVisible()
+    assert window.info.server.model == SERVED_NAME and window.demo_banner.isVisible()
     clip = SAMPLE_CLIPS / "red_square_moves_right.mp4"
     drop_file(window.preview.view, clip)
     qtbot.waitUntil(lambda: window.clip is not None and not window.opening_clip, timeout=WAIT_MS)

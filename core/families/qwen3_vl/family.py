@@ -150,8 +150,5 @@ class Qwen3VLFamily:
     ) -> list[dict[str, Any]]:
         return chat.chat_messages(question, videos=videos, images=images, history=history)
 
-    def time_marker(self, seconds: float) -> str:
-        return chat.time_marker(seconds)
-
 
 FAMILY = Qwen3VLFamily()
