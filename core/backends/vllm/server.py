@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import openai
 
+from framewise.core.backends.vllm.check import check_server, model_gone_error
 from framewise.core.backends.vllm.http import StreamPiece, openai_client, stream_chat
 from framewise.core.backends.vllm.metrics import read_mm_cache_counters
 from framewise.core.backends.vllm.request import (
@@ -32,7 +33,6 @@ from framewise.core.backends.vllm.request import (
     resize_with_opencv,
     video_data_url,
 )
-from framewise.core.backends.vllm.check import check_server, model_gone_error
 from framewise.core.backends.vllm.fit import check_fits_context, check_one_timeline, items_words
 from framewise.core.backends.vllm.family import served_family
 from framewise.core.backends.vllm.serve_command import with_serve_command
