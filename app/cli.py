@@ -234,20 +234,12 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--server-model", metavar="NAME", default="", help="the server's model name (default: the one it serves)"
     )
-    parser.add_argument(
-        "--server-timeout",
-        type=float,
-        default=defaults.backend.timeout_s,
-        metavar="S",
-        help="seconds to wait for the server to connect and answer its checks (the answer: --answer-timeout)",
-    )
-    parser.add_argument(
-        "--answer-timeout",
-        type=float,
-        default=defaults.backend.answer_timeout_s,
-        metavar="S",
-        help="seconds the server's whole answer may take, from sending the question to its last word",
-    )
+    timeouts = [
+        ("--server-timeout", defaults.backend.timeout_s, "to connect and answer its checks (the answer: --answer-timeout)"),
+        ("--answer-timeout", defaults.backend.answer_timeout_s, "for its whole answer, from the question to the last word"),
+    ]
+    for flag, default, what in timeouts:
+        parser.add_argument(flag, type=float, default=default, metavar="S", help=f"seconds the server may take {what}")
 
 
 def _settings_from_args(args: argparse.Namespace) -> AppSettings:
