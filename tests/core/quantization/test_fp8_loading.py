@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from framewise.core.errors import ModelLoadError, QuantizationFormatError
+from framewise.core.errors import QuantizationFormatError
 from framewise.core.quantization import loading
 from framewise.core.quantization.formats import read_tensor_headers
 from framewise.core.quantization.fp8 import dequantize

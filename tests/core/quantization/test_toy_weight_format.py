@@ -6,8 +6,7 @@ estimate counts its bytes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from types import ModuleType
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -24,7 +23,8 @@ from framewise.core.quantization.registry import (
     register_weight_format,
     unregister_weight_format,
 )
-from framewise.core.quantization.weight_format import Norm, StepProducts, WeightFormat, linear_bias, product_input
+from framewise.core.quantization.float_weights import FloatProducts
+from framewise.core.quantization.weight_format import Norm, WeightFormat, linear_bias, product_input
 from framewise.core.settings import EncoderSettings, ModelSettings, SamplingSettings
 from training.evaluate import HELD_OUT_SEEDS, Answerer, normalize
 
@@ -37,15 +37,12 @@ def dequantized(weight: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -
     return (weight.float() * scale.float()).to(dtype)
 
 
-class Int8Products:
+class Int8Products(FloatProducts):
     """Products with int8 weights: the weight dequantized to the input's dtype, then ``F.linear``;
     no Triton step kernels (a step runs in torch ops)."""
 
     weight_dtype = "int8"
     has_step_kernels = False
-
-    def stackable(self, rows: Sequence[int]) -> bool:
-        return True
 
     def prefill(
         self, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, *,
@@ -55,9 +52,6 @@ class Int8Products:
         return F.linear(product_input(x, norm, silu_mul), dequantized(weight, scale, x.dtype))
 
     step = prefill
-
-    def step_kernels(self, kernels: ModuleType) -> StepProducts:
-        raise AssertionError("int8 weights have no step kernels")
 
 
 INT8_PRODUCTS = Int8Products()
