@@ -83,6 +83,7 @@ class SettingsDialog(QDialog):
         self._loaded_limits: FamilyLimits | None = None
         self._chosen_limits = LatestQuery(run_query)
         self.limits: FamilyLimits | None = None
+        self._filling = False
         self.model_choice = ModelSourceChoice()
         self.memory_estimate = MemoryEstimateLine(memory_estimate, run_query)
         self.tabs = FieldTabs()
@@ -239,25 +240,10 @@ class SettingsDialog(QDialog):
         self.http_warning.setWordWrap(True)
         self.http_warning.hide()
         form.addRow("", self.http_warning)
-        self._add_server_fields(form)
+        _add_server_fields(self.tabs, form, self._api_key_note)
         url.textChanged.connect(self._update_http_warning)
         for button in (self.local_radio, self.server_radio):
             button.toggled.connect(self._update_backend_fields)
-
-    def _add_server_fields(self, form: QFormLayout) -> None:
-        tabs = self.tabs
-        model = QLineEdit()
-        model.setPlaceholderText("empty: the one model the server serves")
-        tabs.add_field(form, "backend.server_model", "Server model", model, "vLLM's --served-model-name.")
-        key = QLineEdit()
-        key.setEchoMode(QLineEdit.EchoMode.Password)
-        key.setPlaceholderText("empty: the server needs none")
-        tabs.add_field(form, "backend.api_key", "API key", key, self._api_key_note)
-        tabs.add_field(form, "backend.timeout_s", "Connect timeout (s)", double_spin(0.0, 10_000.0, 1, 1.0))
-        tabs.add_field(
-            form, "backend.answer_timeout_s", "Answer timeout (s)", double_spin(0.0, 100_000.0, 0, 10.0),
-            "The longest wait for the next piece of an answer (the first includes the server's encoding).",
-        )
 
     # -- values -----------------------------------------------------------------------------
 
@@ -265,8 +251,10 @@ class SettingsDialog(QDialog):
         """Fill every field from ``settings`` and clear the errors."""
         self.clear_errors()
         self._base_values = settings.to_dict()
+        self._filling = True  # the fields half filled make no settings worth estimating
         self.model_choice.set_source(settings.model.source)
         self.tabs.fill(settings.to_dict())
+        self._filling = False
         self.budget_mode.setCurrentIndex(1 if settings.encoder.budgets else 0)
         self._update_budget_mode()
         self.update_memory_estimate()
@@ -288,6 +276,8 @@ class SettingsDialog(QDialog):
 
     def update_memory_estimate(self) -> None:
         """Estimate what the model in the fields will take (the line hides without a valid model)."""
+        if self._filling:
+            return
         self.memory_estimate.estimate(self._settings_in_fields() if self.model_choice.source() else None)
 
     def set_held_memory(self, text: str) -> None:
@@ -422,6 +412,22 @@ def _budget_preview(encoder: EncoderSettings, limits: FamilyLimits) -> str:
         ", ".join(map(str, budgets[:4])) + ", …, " + ", ".join(map(str, budgets[-2:]))
     )
     return f"{len(budgets)} graphs: {shown}"
+
+
+def _add_server_fields(tabs: FieldTabs, form: QFormLayout, api_key_note: str) -> None:
+    """The vLLM server's fields after its address: the model it serves, the key, the timeouts."""
+    model = QLineEdit()
+    model.setPlaceholderText("empty: the one model the server serves")
+    tabs.add_field(form, "backend.server_model", "Server model", model, "vLLM's --served-model-name.")
+    key = QLineEdit()
+    key.setEchoMode(QLineEdit.EchoMode.Password)
+    key.setPlaceholderText("empty: the server needs none")
+    tabs.add_field(form, "backend.api_key", "API key", key, api_key_note)
+    tabs.add_field(form, "backend.timeout_s", "Connect timeout (s)", double_spin(0.0, 10_000.0, 1, 1.0))
+    tabs.add_field(
+        form, "backend.answer_timeout_s", "Answer timeout (s)", double_spin(0.0, 100_000.0, 0, 10.0),
+        "The longest wait for the next piece of an answer (the first includes the server's encoding).",
+    )
 
 
 def _backend_choice(local: QRadioButton, server: QRadioButton) -> QWidget:

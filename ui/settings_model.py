@@ -95,23 +95,33 @@ class ModelSourceChoice(QWidget):
 class MemoryEstimateLine(QLabel):
     """What the chosen model will take on its device, worded by ``estimate(settings)`` run through
     ``run_query`` (off the GUI thread): "Estimating…" until the estimate of the settings last asked
-    about comes back; one of settings asked about earlier is dropped. Hidden when there is none."""
+    about comes back; one of settings asked about earlier is dropped (the same settings asked about
+    again while their estimate is on its way are not asked twice). Hidden when there is none."""
 
     def __init__(self, estimate: Callable[[AppSettings], str] | None, run_query: RunQuery) -> None:
         super().__init__()
         self.setWordWrap(True)
         self._estimate = estimate
         self._latest = LatestQuery(run_query)
+        self._pending: AppSettings | None = None  # the settings whose estimate is on its way
 
     def estimate(self, settings: AppSettings | None) -> None:
         """Estimate what ``settings`` (``None``: not valid ones) will take."""
         estimate = self._estimate
         if estimate is None or settings is None:
             self._latest.forget()
+            self._pending = None
             self._show("")
             return
+        if settings == self._pending:
+            return
+        self._pending = settings
         self._show(ESTIMATING_TEXT)
-        self._latest.ask(lambda: estimate(settings), self._show)
+        self._latest.ask(lambda: estimate(settings), self._answered)
+
+    def _answered(self, text: str) -> None:
+        self._pending = None
+        self._show(text)
 
     def _show(self, text: str) -> None:
         self.setText(text)

@@ -9,7 +9,7 @@ from typing import Callable, TypeVar
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QPalette
-from PySide6.QtWidgets import QLabel, QListWidget, QWidget
+from PySide6.QtWidgets import QAbstractItemView, QLabel, QWidget
 
 from framewise.ui.chat import MessageCard
 from framewise.ui.elided_label import ElidedLabel
@@ -72,9 +72,10 @@ def hint_text(dialog: QWidget, name: str) -> str:
 # -- lists and labels --------------------------------------------------------------------------
 
 
-def item_texts(widget: QListWidget) -> list[str]:
-    """The text of every item of a list, in order (a frame strip's captions, the past conversations)."""
-    return [widget.item(row).text() for row in range(widget.count())]
+def item_texts(view: QAbstractItemView) -> list[str]:
+    """The text of every row of a list, in order (a frame strip's captions, the past conversations)."""
+    model = view.model()
+    return [model.index(row, 0).data() or "" for row in range(model.rowCount())]
 
 
 def pictured_frames(strip: FrameStrip) -> int:

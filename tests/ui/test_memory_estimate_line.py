@@ -72,11 +72,18 @@ def test_a_folder_chosen_with_browse_is_estimated(qtbot, monkeypatch) -> None:
 
 def test_the_line_says_estimating_until_the_estimate_of_the_fields_as_they_are_now_comes_back(qtbot) -> None:
     queries = probes.HeldQueries()
-    dialog = SettingsDialog(AppSettings().replace("model", dtype="bfloat16"), queries, memory_estimate=estimate_of_dtype)
+    asked: list[AppSettings] = []
+
+    def estimate(settings: AppSettings) -> str:
+        asked.append(settings)
+        return estimate_of_dtype(settings)
+
+    dialog = SettingsDialog(AppSettings().replace("model", dtype="bfloat16"), queries, memory_estimate=estimate)
     qtbot.addWidget(dialog)
     assert dialog.memory_estimate.text() == ESTIMATING_TEXT and not dialog.memory_estimate.isHidden()
     queries.answer_all()
     assert dialog.memory_estimate.text() == "Needs what bfloat16 takes."
+    assert len(asked) == 1, "the settings the dialog opened with are estimated once"
 
     dtype = probes.field(dialog, "model.dtype")
     dtype.setCurrentText("fp8")
