@@ -31,7 +31,7 @@ class ClipFiles(QObject):
 
     def __init__(self, window: QMainWindow, session: Session, store: SettingsStore) -> None:
         super().__init__(window)
-        self.window = window
+        self._window = window
         self.session = session
         self.store = store
         self.highlight = _drop_highlight(window)
@@ -71,7 +71,7 @@ class ClipFiles(QObject):
     def _choose(self, caption: str) -> str:
         recent = self.store.recent_files()
         start = str(Path(recent[0]).parent) if recent else str(Path.home())
-        path, _ = QFileDialog.getOpenFileName(self.window, caption, start, VIDEO_FILTER)
+        path, _ = QFileDialog.getOpenFileName(self._window, caption, start, VIDEO_FILTER)
         return path
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
@@ -100,7 +100,7 @@ class ClipFiles(QObject):
             f"Drop to add {name} to the conversation" if _adds(event)
             else f"Drop to open {name}\n(hold Ctrl to add it to the conversation instead)"
         )
-        self.highlight.setGeometry(self.window.centralWidget().geometry())
+        self.highlight.setGeometry(self._window.centralWidget().geometry())
         self.highlight.raise_()
         self.highlight.show()
 

@@ -278,7 +278,10 @@ class Session:
             request.follow(event)
 
     def _on_started(self, started: RequestStarted) -> None:
-        self._running = self._requests.setdefault(started.request_id, Request(self, started.request_id, started.kind))
+        request = self._requests.get(started.request_id)
+        if request is None:  # sent by another part of the window: followed from here on
+            request = self._requests[started.request_id] = Request(self, started.request_id, started.kind)
+        self._running = request
         self.signals.state_changed.emit()
 
     def _on_finished(self, finished: RequestFinished) -> None:
