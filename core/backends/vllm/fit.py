@@ -4,8 +4,8 @@ them out, and fit the server's context: checked here before anything is sent.
 vLLM 0.32 takes one set of frame times per request for all of its videos (see
 :mod:`~framewise.core.backends.vllm.request`), so a clip sampled at other times than the first (a
 closer look at a span, or a clip of another length) has no layout there that equals this machine's
-prompt: sent as timed pictures it cost 2 to 5 times the tokens and changed the answers. It is
-refused, saying why. What a request carries (videos and pictures) is said as each item is added,
+prompt: sent as timed pictures, each frame takes the vision tokens a frame pair takes in a video,
+and the model reads a layout it was not given on this machine. It is refused, saying why. What a request carries (videos and pictures) is said as each item is added,
 so a server started with lower limits than the offered serve command is no surprise.
 """
 
