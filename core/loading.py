@@ -360,6 +360,7 @@ def check_chat_template(tokenizer: PreTrainedTokenizerBase, path: Path, family: 
             family.chat_messages("What happens?", videos=1),
             tokenize=False,
             add_generation_prompt=True,
+            **family.chat_template_options,
         )
     except (TemplateError, ValueError, TypeError, KeyError) as error:
         raise ModelLoadError(f"The chat template in {path} does not render a question about a video: {error}") from error

@@ -1,6 +1,6 @@
-"""The plain types of the model-family seam, at the bottom of core: a family's vision limits, where
-vision features go in a prompt, a decoded answer that keeps its token ids, and the grid of one
-piece of a vision item.
+"""The plain types of the model-family seam, at the bottom of core: a family's vision limits, its
+language model's layers by kind, where vision features go in a prompt, a decoded answer that keeps
+its token ids, and the grid of one piece of a vision item.
 
 Settings validation, clip sampling, encoder planning, the events and the decoder read these
 instead of a family's constants and token ids; the family's own package supplies the values. This
@@ -81,6 +81,28 @@ class FamilyLimits:
         if self.frames_per_slice == 2:
             return "frames are encoded in pairs"
         return f"frames are encoded in groups of {self.frames_per_slice}"
+
+
+@dataclass(frozen=True)
+class LanguageLayout:
+    """A language model's layers by kind, as people are told them, and what they keep of each token.
+
+    ``layers``: (kind in words, count) in the model's order of first appearance, e.g.
+    ``(("linear-attention", 24), ("full-attention", 8))``; ``kv_values_per_token``: the key and value
+    elements the full-attention layers together keep for one token (2 x layers x key/value heads x
+    head dim); the other layers keep a state of fixed size instead.
+    """
+
+    layers: tuple[tuple[str, int], ...]
+    kv_values_per_token: int
+
+    def describe(self) -> str:
+        """``"24 linear-attention + 8 full-attention layers"``."""
+        return " + ".join(f"{count} {kind}" for kind, count in self.layers) + " layers"
+
+    def kv_bytes_per_token(self, element_size: int) -> int:
+        """Bytes of keys and values a token takes with ``element_size``-byte elements."""
+        return self.kv_values_per_token * element_size
 
 
 class DecodedAnswer(str):

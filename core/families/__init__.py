@@ -27,6 +27,7 @@ FamilyFactory = Callable[[], ModelFamily]
 # The module whose FAMILY loads checkpoints of these model types.
 BUILT_IN_FAMILIES = {
     "framewise.core.families.qwen3_vl.family": ("qwen3_vl", "qwen3_vl_moe"),
+    "framewise.core.families.qwen3_5.family": ("qwen3_5",),
 }
 
 

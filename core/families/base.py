@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from framewise.core.encoding.defs import SupportsEncoderGraphs
-from framewise.core.seam import FamilyLimits, PieceGrid, VisionSpan
+from framewise.core.seam import FamilyLimits, LanguageLayout, PieceGrid, VisionSpan
 
 if TYPE_CHECKING:
     import numpy as np
@@ -78,12 +78,15 @@ class ModelFamily(Protocol):
     """One family of vision-language checkpoints (e.g. Qwen3-VL), as the rest of core uses it.
 
     ``limits`` are those of the family's released checkpoints, against which settings are checked
-    before a model is loaded; :meth:`limits_of` gives a loaded model's own.
+    before a model is loaded; :meth:`limits_of` gives a loaded model's own. ``chat_template_options``
+    are the keywords every rendering of a checkpoint's chat template gets, here or on a server
+    (Qwen3.5's ``enable_thinking=False``, so that the answer begins at once).
     """
 
     name: str
     model_types: tuple[str, ...]
     limits: FamilyLimits
+    chat_template_options: Mapping[str, Any]
 
     def load_weights(
         self, path: Path, model_type: str, weight_format: WeightFormat, dtype: torch.dtype, device: torch.device
@@ -106,6 +109,11 @@ class ModelFamily(Protocol):
         ``weight_format`` (:meth:`~framewise.core.quantization.weight_format.WeightFormat.linear_bytes`),
         everything else and a KV cache of ``context_tokens`` positions in ``activations``, and
         encoder graphs for ``encoder_budgets``."""
+        ...
+
+    def language_layout(self, config: Mapping[str, Any]) -> LanguageLayout:
+        """The language model's layers by kind, and the keys and values they keep of a token, read
+        from a checkpoint's config.json (a dict) without torch."""
         ...
 
     def adapter(self, model: torch.nn.Module) -> FamilyAdapter:

@@ -1,8 +1,13 @@
 """Qwen3.5, the second model family: a Qwen3-VL vision tower before a hybrid language model.
 
-So far: :mod:`.config` reads the language model's sizes, :mod:`.language` runs it over a
-:class:`~framewise.core.decoding.hybrid_state.HybridState`. The family object, preprocessing,
-prompt, memory estimate and registration come next.
+:mod:`.family` is its :class:`~framewise.core.families.base.ModelFamily`, Qwen3-VL's family with
+Qwen3.5's classes (frame sizing, preprocessing, prompt and chat layout are Qwen3-VL's, as
+transformers has them), and :mod:`.limits` its model types and limits (no torch); :mod:`.config`
+reads the language model's sizes, :mod:`.language` runs it over a
+:class:`~framewise.core.decoding.hybrid_state.HybridState`, :mod:`.adapter` is Qwen3-VL's encoder
+adapter giving that language model, :mod:`.weights` says which linear layers a quantized weight
+format holds (and why the others stay float) and loads them, :mod:`.memory` estimates what a
+checkpoint will take.
 
 Facts as transformers 5.17 has them (``transformers/models/qwen3_5``):
 
@@ -48,7 +53,8 @@ Facts as transformers 5.17 has them (``transformers/models/qwen3_5``):
   in public repositories (not checked against a checkpoint here) are ChatML with
   ``<|vision_start|><|video_pad|><|vision_end|>`` per clip and ``<|image_pad|>`` per picture, and
   open the answer with ``<think>\\n`` (a thinking model), or ``<think>\\n\\n</think>\\n\\n`` with
-  ``enable_thinking=False``.
+  ``enable_thinking=False``, which Framewise passes; earlier answers are shown without the block,
+  so a follow-up puts the opening back before an earlier answer's token ids (what the model saw).
 - transformers' own torch code for the linear layers runs fla-core's kernels instead wherever the
   ``fla`` package imports.
 """

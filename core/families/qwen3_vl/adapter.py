@@ -25,7 +25,7 @@ from framewise.core.encoding.attention_backends import (
     resolve_backend,
 )
 from framewise.core.families.qwen3_vl.fused import FusedVisionForward, compile_cache_dir, use_compile_cache
-from framewise.core.families.qwen3_vl.geometry import VisionGeometry
+from framewise.core.families.qwen3_vl.geometry import VisionGeometry, deepstack_indexes
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.families.qwen3_vl.metadata import MetadataCache
 from framewise.core.seam import PieceGrid
@@ -121,7 +121,8 @@ class Qwen3VLAdapter:
 
     def graph_buffers(self, rows: int, max_sequences: int) -> GraphBuffers:
         """Patch rows, the metadata inputs and ``cu_seqlens`` (one slot per frame pair, one for the
-        padding sequence, one leading zero); outputs merged tokens, then one per deepstack layer."""
+        padding sequence, one leading zero); outputs merged tokens, then one per deepstack layer
+        (none for a tower without them)."""
         config = self.visual.config
         inputs = {name: BufferSpec((rows, *shape), dtype) for name, (shape, dtype) in _ROW_INPUTS.items()}
         inputs["cu_seqlens"] = BufferSpec((max_sequences + 2,), torch.int32, per_budget=False)
@@ -129,7 +130,7 @@ class Qwen3VLAdapter:
         return GraphBuffers(
             row_width=self.geometry.patch_dim,
             inputs=inputs,
-            outputs=(output,) * (1 + len(config.deepstack_visual_indexes)),
+            outputs=(output,) * (1 + len(deepstack_indexes(config))),
         )
 
     def fill_capture_inputs(self, inputs: Mapping[str, torch.Tensor], rows: int) -> None:
@@ -158,14 +159,14 @@ class Qwen3VLAdapter:
             )
             return (embeds, *deepstack)
         output = self.graph_tower(pixels, grid_thw=None, max_seqlen=rows, return_dict=True, **inputs)
-        return (output.pooler_output, *output.deepstack_features)
+        return _tower_outputs(output)
 
     def eager_forward(self, items: Sequence[VisionItem]) -> tuple[torch.Tensor, ...]:
         """The stock forward on ``items`` together, which derives its metadata from ``grid_thw`` itself."""
         pixels = torch.cat([item.pixel_values for item in items]).to(device=self.device, dtype=self.dtype)
         grid = torch.tensor([item.grid_thw for item in items], device=self.device)
         output = self.visual(pixels, grid_thw=grid, return_dict=True)
-        return (output.pooler_output, *output.deepstack_features)
+        return _tower_outputs(output)
 
     def metadata_counts(self) -> tuple[int, int]:
         return self.metadata.hits + self.metadata.pass_hits, self.metadata.misses + self.metadata.pass_misses
@@ -177,3 +178,9 @@ class Qwen3VLAdapter:
         if self.model is None:
             raise FramewiseError("This adapter holds a vision tower alone; it has no language model to decode with.")
         return Qwen3VLLanguageModel(self.model, fused_steps=fused_steps)
+
+
+def _tower_outputs(output: object) -> tuple[torch.Tensor, ...]:
+    """The merged tokens of a tower's output, then its deepstack features (a tower without
+    deepstack layers returns none)."""
+    return (output.pooler_output, *(getattr(output, "deepstack_features", None) or ()))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from framewise.core.families.base import CancelPoints
 from framewise.core.families.qwen3_vl import chat, sizing
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.limits import MODEL_TYPES, QWEN3_VL_LIMITS
-from framewise.core.seam import FamilyLimits
+from framewise.core.seam import FamilyLimits, LanguageLayout
 from framewise.core.settings import SamplingSettings
 from framewise.core.video import FrameSizing, Resize
 
@@ -32,10 +33,6 @@ if TYPE_CHECKING:
     from framewise.core.memory_plan import MemoryEstimate
     from framewise.core.quantization.weight_format import WeightFormat
 
-# transformers' class of each model type, by name (imported when a checkpoint is loaded).
-MODEL_CLASSES = {"qwen3_vl": "Qwen3VLForConditionalGeneration", "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration"}
-
-
 def geometry_of(limits: FamilyLimits) -> VisionGeometry:
     """The preprocessing geometry of a Qwen3-VL checkpoint with ``limits`` (released mean and std)."""
     return VisionGeometry(
@@ -43,10 +40,10 @@ def geometry_of(limits: FamilyLimits) -> VisionGeometry:
     )
 
 
-def limits_of_geometry(geometry: VisionGeometry) -> FamilyLimits:
-    """The limits of a Qwen3-VL tower of ``geometry``: the released bounds at its patch sizes."""
+def limits_of_geometry(geometry: VisionGeometry, released: FamilyLimits) -> FamilyLimits:
+    """The limits of a tower of ``geometry``: the ``released`` checkpoints' bounds at its patch sizes."""
     return dataclasses.replace(
-        QWEN3_VL_LIMITS,
+        released,
         patch_size=geometry.patch_size,
         merge_size=geometry.merge_size,
         frames_per_slice=geometry.temporal_patch_size,
@@ -59,6 +56,12 @@ class Qwen3VLFamily:
     name = QWEN3_VL_LIMITS.name
     model_types = MODEL_TYPES
     limits = QWEN3_VL_LIMITS
+    # transformers' class of each model type, by name (imported when a checkpoint is loaded).
+    model_classes: Mapping[str, str] = MappingProxyType(
+        {"qwen3_vl": "Qwen3VLForConditionalGeneration", "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration"}
+    )
+    # Keywords every rendering of the chat template gets (a served model's too): none.
+    chat_template_options: Mapping[str, Any] = MappingProxyType({})
 
     def load_weights(
         self, path: Path, model_type: str, weight_format: WeightFormat, dtype: torch.dtype, device: torch.device
@@ -66,15 +69,13 @@ class Qwen3VLFamily:
         """The checkpoint's weights through transformers' own classes (safetensors only, no remote
         code), and its loading report. Errors propagate to the generic loader, which words them.
 
-        A quantized ``weight_format`` streams the weights onto ``device``, the decoder layers'
-        linear layers in that format (:mod:`.streamed`); float weights load on the CPU in ``dtype``."""
+        A quantized ``weight_format`` streams the weights onto ``device`` (:meth:`load_streamed`);
+        float weights load on the CPU in ``dtype``."""
         import transformers
 
-        from framewise.core.families.qwen3_vl import streamed
-
-        model_class = getattr(transformers, MODEL_CLASSES[model_type])
+        model_class = getattr(transformers, self.model_classes[model_type])
         if weight_format.quantized:
-            return streamed.load_streamed(model_class, path, weight_format, dtype, device)
+            return self.load_streamed(model_class, path, weight_format, dtype, device)
         return model_class.from_pretrained(
             path,
             dtype=dtype,
@@ -85,6 +86,15 @@ class Qwen3VLFamily:
             ignore_mismatched_sizes=True,  # reported, with names, by the loader's weight check
         )
 
+    def load_streamed(
+        self, model_class: type, path: Path, weight_format: WeightFormat, dtype: torch.dtype, device: torch.device
+    ) -> tuple[torch.nn.Module, dict[str, Any]]:
+        """The checkpoint streamed onto ``device``, the decoder layers' linear layers in the
+        quantized ``weight_format`` (:mod:`.streamed`)."""
+        from framewise.core.families.qwen3_vl import streamed
+
+        return streamed.load_streamed(model_class, path, weight_format, dtype, device)
+
     def estimate_memory(
         self, config: Mapping[str, Any], weight_format: WeightFormat, activations: torch.dtype, context_tokens: int,
         encoder_budgets: Sequence[int], device_type: str,
@@ -93,13 +103,20 @@ class Qwen3VLFamily:
 
         return memory.estimate_memory(config, weight_format, activations, context_tokens, encoder_budgets, device_type)
 
+    def language_layout(self, config: Mapping[str, Any]) -> LanguageLayout:
+        """Every layer full attention."""
+        text = config["text_config"]
+        layers = int(text["num_hidden_layers"])
+        head_dim = int(text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"])
+        return LanguageLayout((("full-attention", layers),), 2 * layers * int(text["num_key_value_heads"]) * head_dim)
+
     def adapter(self, model: torch.nn.Module) -> Qwen3VLAdapter:
         from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
 
         return Qwen3VLAdapter.for_model(model)
 
     def limits_of(self, model: torch.nn.Module) -> FamilyLimits:
-        return limits_of_geometry(VisionGeometry.from_vision_config(model.config.vision_config))
+        return limits_of_geometry(VisionGeometry.from_vision_config(model.config.vision_config), self.limits)
 
     def cancel_points(self, model: torch.nn.Module) -> CancelPoints:
         return CancelPoints(vision=model.model.visual.blocks, language=model.model.language_model.layers)
@@ -140,7 +157,8 @@ class Qwen3VLFamily:
         from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
 
         return build_chat_inputs(
-            tokenizer, question, videos=videos, images=images, history=history, geometry=geometry_of(limits)
+            tokenizer, question, videos=videos, images=images, history=history, geometry=geometry_of(limits),
+            template_options=self.chat_template_options,
         )
 
     def chat_messages(

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from framewise.core.errors import EncoderError
 from framewise.core.encoding.attention_backends import flash_attn_kernel, flash_attn_rows, masked_rows, varlen_rows
+from framewise.core.families.qwen3_vl.geometry import deepstack_indexes
 from framewise.core.user_folders import user_folder
 
 LAYER_NORM_EPS = 1e-6
@@ -258,8 +259,9 @@ class FusedVisionForward:
     Call with the graph buffers: ``pixels`` (rows, patch_dim), ``interp_indices`` /
     ``interp_weights`` (rows, 4), ``position_ids`` (rows, 2), ``cu_seqlens`` (sequences + 1,)
     int32 and ``max_seqlen``; returns merged tokens (rows/4, out_hidden) and one
-    (rows/4, out_hidden) tensor per deepstack layer. ``compiled=False`` runs the same code
-    uncompiled (the reference for the compiled path, and what a CPU test can afford).
+    (rows/4, out_hidden) tensor per deepstack layer (none for a tower without them).
+    ``compiled=False`` runs the same code uncompiled (the reference for the compiled path, and what
+    a CPU test can afford).
     """
 
     def __init__(self, visual: torch.nn.Module, attention_backend: str, *, compiled: bool = True) -> None:
@@ -275,8 +277,8 @@ class FusedVisionForward:
         self.position_table = visual.pos_embed.weight
         self.inv_freq = visual.rotary_pos_emb.inv_freq
         self.blocks = [BlockWeights.of(layer) for layer in visual.blocks]
-        self.deepstack_layers = {layer: index for index, layer in enumerate(config.deepstack_visual_indexes)}
-        self.deepstack_mergers = [MergerWeights.of(m) for m in visual.deepstack_merger_list]
+        self.deepstack_layers = {layer: index for index, layer in enumerate(deepstack_indexes(config))}
+        self.deepstack_mergers = [MergerWeights.of(m) for m in getattr(visual, "deepstack_merger_list", ())]
         self.final_merger = MergerWeights.of(visual.merger)
         compile_ = (lambda fn: torch.compile(fn, dynamic=True)) if compiled else (lambda fn: fn)
         self._stem, self._block, self._merger = compile_(stem), compile_(block), compile_(merger)
@@ -321,7 +323,7 @@ def compile_cache_dir(visual: torch.nn.Module, device: torch.device) -> Path:
         for part in (
             torch.__version__, transformers.__version__, _triton_version(), gpu, next(visual.parameters()).dtype,
             config.depth, config.hidden_size, config.num_heads, config.intermediate_size,
-            config.out_hidden_size, tuple(config.deepstack_visual_indexes), config.hidden_act,
+            config.out_hidden_size, deepstack_indexes(config), config.hidden_act,
         )
     )
     root = user_folder("FRAMEWISE_CACHE_DIR", "cache")

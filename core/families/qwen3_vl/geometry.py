@@ -84,3 +84,9 @@ class VisionGeometry:
     def merge_area(self) -> int:
         """Patches merged into one language-model token."""
         return self.merge_size * self.merge_size
+
+
+def deepstack_indexes(vision_config: Any) -> tuple[int, ...]:
+    """The tower layers whose merged features go to the language model besides its output
+    (Qwen3-VL's deepstack layers); none for a tower without them, such as Qwen3.5's."""
+    return tuple(getattr(vision_config, "deepstack_visual_indexes", None) or ())

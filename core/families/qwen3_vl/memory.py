@@ -192,6 +192,12 @@ def estimate_memory(
         encoder_graphs=encoder_graph_bytes(encoder, encoder_budgets, element),
         decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(decoder, element, context_tokens),
     )
+    return with_allocator_rounding(parts, device_type)
+
+
+def with_allocator_rounding(parts: MemoryEstimate, device_type: str) -> MemoryEstimate:
+    """``parts`` with what the caching allocator reserves beyond them on a GPU; on the CPU (no
+    caching allocator) as they are."""
     if device_type == "cpu":
         return parts
     return dataclasses.replace(parts, allocator_rounding=math.ceil(parts.total * ALLOCATOR_ROUNDING))

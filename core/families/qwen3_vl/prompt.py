@@ -10,9 +10,11 @@ checks it against it.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -74,17 +76,20 @@ def build_chat_inputs(
     images: Sequence[VisionItem] = (),
     history: Sequence[tuple[str, str]] = (),
     geometry: VisionGeometry = VisionGeometry(),
+    template_options: Mapping[str, Any] = MappingProxyType({}),
 ) -> ChatInputs:
     """Token inputs for asking ``question`` about ``videos`` and/or ``images``.
 
     The prompt comes from the tokenizer's chat template (:func:`chat_messages` lays out the
-    turns). Then, as transformers' Qwen3VLProcessor does, each of the template's video pads
+    turns), rendered with ``template_options`` (keywords the template reads, such as Qwen3.5's
+    ``enable_thinking``). Then, as transformers' Qwen3VLProcessor does, each of the template's video pads
     becomes, per frame pair, ``<t.t seconds>`` + vision start + video pad x (h*w/merge^2) + vision
     end (the template's own vision start/end stay around the whole), and each image pad becomes
     (h*w/merge^2) image pads. Special-token ids are looked up in the tokenizer. An earlier answer
     that is a :class:`~framewise.core.seam.DecodedAnswer` enters as its own token ids
-    (the text around it is tokenized piece by piece), so the prompt starts with exactly the
-    tokens the decoder's cache holds. A clip with a ``retention`` takes, per frame pair, only the
+    (the text around it is tokenized piece by piece) after what the template opened that answer
+    with (:func:`answer_opening`), so the prompt starts with exactly the tokens the decoder's
+    state holds. A clip with a ``retention`` takes, per frame pair, only the
     pads of the tokens pruning kept (see :class:`ChatInputs`).
 
     Raises FramewiseError when a question or answer contains one of the reserved vision
@@ -96,9 +101,13 @@ def build_chat_inputs(
             if marker in text:
                 raise FramewiseError(f"The text contains the reserved marker {marker}; remove it and ask again.")
 
-    slotted, decoded = _slot_decoded_answers(history)
+    opening = answer_opening(tokenizer, template_options) if history else ""
+    opening_ids = tokenizer.encode(opening, add_special_tokens=False) if opening else []
+    slotted, decoded = _slot_decoded_answers(history, opening, opening_ids)
     messages = chat_messages(question, videos=len(videos), images=len(images), history=slotted)
-    template_text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    template_text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, **template_options
+    )
     slotted_text = _expand_placeholders(template_text, tokens, videos, images, geometry.merge_area)
 
     ids, from_answers = _tokenize_around_answers(tokenizer, slotted_text, decoded)
@@ -157,18 +166,35 @@ def _pruned(inputs: ChatInputs, videos: Sequence[VideoInputs], merge_area: int, 
 
 
 def _slot_decoded_answers(
-    history: Sequence[tuple[str, str]],
+    history: Sequence[tuple[str, str]], opening: str, opening_ids: Sequence[int]
 ) -> tuple[list[tuple[str, str]], list[DecodedAnswer]]:
-    """``history`` with every decoded answer replaced by a numbered slot, and those answers in order."""
+    """``history`` with every decoded answer replaced by a numbered slot, and those answers in order,
+    each after ``opening`` (its text and ``opening_ids``), what the model saw before the answer."""
     slotted: list[tuple[str, str]] = []
     decoded: list[DecodedAnswer] = []
     for asked, answer in history:
         if isinstance(answer, DecodedAnswer):
             slotted.append((asked, _answer_slot(len(decoded))))
-            decoded.append(answer)
+            decoded.append(DecodedAnswer(opening + answer, (*opening_ids, *answer.token_ids)))
         else:
             slotted.append((asked, answer))
     return slotted, decoded
+
+
+def answer_opening(tokenizer: Any, template_options: Mapping[str, Any]) -> str:
+    """What the chat template writes after an answer's role header when it asks for an answer (with
+    ``template_options``) but not where it shows an earlier answer: Qwen3.5's empty thinking block
+    with thinking off, nothing for Qwen3-VL. The model saw it before its answer's tokens."""
+    asked = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "?"}], tokenize=False, add_generation_prompt=True, **template_options
+    )
+    shown = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "?"}, {"role": "assistant", "content": _answer_slot(0)},
+         {"role": "user", "content": "?"}],
+        tokenize=False, add_generation_prompt=False, **template_options,
+    )
+    common = len(os.path.commonprefix([asked, shown]))
+    return asked[common:] if shown[common:].startswith(_answer_slot(0)) else ""
 
 
 def _answer_slot(index: int) -> str:

@@ -12,13 +12,20 @@ weights stored there included (turned back into floats once).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from framewise.core.quantization.loading import load_checkpoint, meta_tensors, move_buffers, parameters_on_meta
+from framewise.core.quantization.loading import (
+    KeepFloat,
+    load_checkpoint,
+    meta_tensors,
+    move_buffers,
+    parameters_on_meta,
+)
 from framewise.core.quantization.weight_format import WeightFormat
 
 LANGUAGE_LAYERS = "model.language_model.layers."
@@ -28,11 +35,21 @@ STACKED_PROJECTIONS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
 def load_streamed(
-    model_class: type, path: Path, weight_format: WeightFormat, dtype: torch.dtype, device: torch.device
+    model_class: type,
+    path: Path,
+    weight_format: WeightFormat,
+    dtype: torch.dtype,
+    device: torch.device,
+    keep_float: KeepFloat | None = None,
+    stacked_with: Callable[[str], Sequence[str] | None] | None = None,
 ) -> tuple[nn.Module, dict[str, Any]]:
     """The checkpoint in ``path`` as ``model_class`` on ``device``, its decoder layers' linear layers
     in ``weight_format``, the rest in ``dtype``; and a loading report shaped like transformers'
-    (``missing_keys``, ``mismatched_keys``)."""
+    (``missing_keys``, ``mismatched_keys``).
+
+    ``keep_float`` and ``stacked_with`` are :func:`load_checkpoint`'s (default: Qwen3-VL's,
+    :func:`stays_float` and :func:`stacked_projections`); a family whose model is built the same
+    way (Qwen3.5) passes its own."""
     import transformers
 
     config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
@@ -42,7 +59,8 @@ def load_streamed(
     move_buffers(model, device)
     files = sorted(path.glob("*.safetensors"))
     report = load_checkpoint(
-        model, files, weight_format, device, dtype, keep_float=stays_float, stacked_with=stacked_projections,
+        model, files, weight_format, device, dtype,
+        keep_float=keep_float or stays_float, stacked_with=stacked_with or stacked_projections,
     )
     if getattr(config, "tie_word_embeddings", False) or getattr(config.get_text_config(), "tie_word_embeddings", False):
         model.lm_head.weight = model.model.language_model.embed_tokens.weight

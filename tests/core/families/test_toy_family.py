@@ -113,7 +113,7 @@ def registered() -> Iterator[ToyFamily]:
 def test_the_registry_picks_the_family_by_model_type_and_names_the_supported_ones(registered: ToyFamily) -> None:
     assert families.family_for("toy_vl") is registered
     assert "toy_vl" in families.supported_model_types()
-    with pytest.raises(UnsupportedModelError, match=r"'llama'.*qwen3_vl or qwen3_vl_moe or toy_vl"):
+    with pytest.raises(UnsupportedModelError, match=r"'llama'.*qwen3_vl or qwen3_vl_moe or qwen3_5 or toy_vl"):
         families.family_for("llama")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
-from transformers import AutoTokenizer, Qwen3_5Config, Qwen3_5ForConditionalGeneration
+from transformers import AutoTokenizer, GenerationConfig, Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
 from training.demo_model import (
     ENDOFTEXT,
@@ -23,7 +23,35 @@ from training.demo_model import (
 from tests.conftest import REPO_ROOT
 
 DEMO_MODEL = REPO_ROOT / "assets" / "demo_model"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# A chat template that behaves as Qwen3.5's released one does where Framewise relies on it (written
+# here, not copied): ChatML; one vision block per clip or picture; the answer opened with a
+# thinking block, empty with enable_thinking=False; earlier answers shown without their thinking.
+CHAT_TEMPLATE = (
+    "{%- set thinking = enable_thinking is not defined or enable_thinking -%}"
+    "{%- set ns = namespace(last_user=-1) -%}"
+    "{%- for message in messages -%}{%- if message.role == 'user' -%}{%- set ns.last_user = loop.index0 -%}"
+    "{%- endif -%}{%- endfor -%}"
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message.role + '\n' -}}"
+    "{%- if message.content is string -%}"
+    "{%- set text = message.content -%}"
+    "{%- if message.role == 'assistant' and '</think>' in text -%}"
+    "{%- set text = text.split('</think>')[-1].lstrip('\n') -%}{%- endif -%}"
+    "{%- if message.role == 'assistant' and loop.index0 > ns.last_user -%}{{- '<think>\n\n</think>\n\n' -}}"
+    "{%- endif -%}"
+    "{{- text -}}"
+    "{%- else -%}{%- for item in message.content -%}"
+    "{%- if item.type == 'image' -%}{{- '<|vision_start|><|image_pad|><|vision_end|>' -}}"
+    "{%- elif item.type == 'video' -%}{{- '<|vision_start|><|video_pad|><|vision_end|>' -}}"
+    "{%- elif item.type == 'text' -%}{{- item.text -}}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{{- '<|im_end|>\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}"
+    "{%- if thinking -%}{{- '<think>\n' -}}{%- else -%}{{- '<think>\n\n</think>\n\n' -}}{%- endif -%}"
+    "{%- endif -%}"
+)
 LAYER_TYPES = ("linear_attention", "linear_attention", "full_attention")
 # Ids of the special tokens in a model without a tokenizer: the last ones of a 300-token vocabulary.
 TOY_IDS = {ENDOFTEXT: 294, IM_END: 295, IMAGE_PAD: 296, VIDEO_PAD: 297, VISION_START: 298, VISION_END: 299}
@@ -84,11 +112,16 @@ def _spread(name: str, parameter: torch.nn.Parameter) -> None:
 
 def write_tiny_checkpoint(folder: Path, seed: int = 0, layer_types: Sequence[str] = LAYER_TYPES) -> Path:
     """Write a loadable tiny Qwen3.5 checkpoint into ``folder``: config.json and model.safetensors
-    of :func:`tiny_model`, with the demo model's tokenizer files; the vocabulary and special token
-    ids are the tokenizer's. Returns ``folder``."""
+    of :func:`tiny_model`, the demo model's tokenizer files and :data:`CHAT_TEMPLATE`; the
+    vocabulary and special token ids are the tokenizer's, an answer ends at ``<|im_end|>``.
+    Returns ``folder``."""
     tokenizer = AutoTokenizer.from_pretrained(DEMO_MODEL)
     config = tiny_config(len(tokenizer), special_token_ids(tokenizer), layer_types)
-    tiny_model(config, seed).save_pretrained(folder)
+    model = tiny_model(config, seed)
+    ids = special_token_ids(tokenizer)
+    model.generation_config = GenerationConfig(eos_token_id=[ids[IM_END], ids[ENDOFTEXT]], pad_token_id=ids[ENDOFTEXT])
+    model.save_pretrained(folder)
     for name in TOKENIZER_FILES:
         shutil.copy(DEMO_MODEL / name, folder / name)
+    (folder / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
     return folder
