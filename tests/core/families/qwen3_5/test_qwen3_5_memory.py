@@ -1,0 +1,109 @@
+"""Qwen3.5's memory estimate: against what loading a tiny checkpoint holds on the CPU (float and
+quantized on load) and the decoder state it makes, and at the released shapes (parameter counts
+as published, keys and values of one layer in four)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from framewise.core.families import family_for
+from framewise.core.families.qwen3_5 import memory
+from framewise.core.loading import load_model
+from framewise.core.quantization.registry import choose_weight_format
+from framewise.core.settings import ModelSettings
+from tests.core.families.qwen3_5.checkpoint import write_tiny_checkpoint
+from tests.core.families.qwen3_vl.test_memory_estimate import stored_bytes
+from tests.core.families.released_configs import RELEASED
+
+QWEN3_5 = family_for("qwen3_5")
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("memory") / "tiny", seed=3)
+
+
+def estimate(config: dict, setting: str, context: int, budgets=(), device_type: str = "cuda",
+             activations: torch.dtype = torch.bfloat16):
+    weight_format = choose_weight_format(config, setting, CPU)
+    return QWEN3_5.estimate_memory(config, weight_format, activations, context, budgets, device_type)
+
+
+@pytest.mark.parametrize("setting", ["bfloat16", "fp8"])
+def test_the_weights_are_what_loading_holds(checkpoint: Path, setting: str) -> None:
+    model = load_model(ModelSettings(source=str(checkpoint), device="cpu", dtype=setting))
+    config = json.loads((checkpoint / "config.json").read_text())
+    assert estimate(config, setting, 64, device_type="cpu", activations=model.dtype).weights == stored_bytes(model.model)
+
+
+def test_the_state_is_the_decoders_state_and_its_snapshots(checkpoint: Path) -> None:
+    """Keys and values of the one full-attention layer for the context, and four copies (the live
+    state, three snapshots) of the two linear layers' convolution and recurrent states."""
+    language = load_model(ModelSettings(source=str(checkpoint), device="cpu", dtype="float32")).adapter.language_model()
+    state = language.new_state(300)
+    snapshot = state.snapshot()
+    snapshot_bytes = sum(tensor.nbytes for tensor in (*snapshot.conv, *snapshot.recurrent))
+    config = json.loads((checkpoint / "config.json").read_text())
+    parts = estimate(config, "float32", 300, device_type="cpu", activations=torch.float32)
+    assert parts.kv_cache == state.nbytes + memory.STATE_SNAPSHOTS * snapshot_bytes
+    assert state.kv.nbytes == 300 * 2 * 2 * 64 * 4  # one layer's keys and values: 2 heads of 64, float32
+    assert parts.decode_graphs == parts.encoder_graphs == parts.allocator_rounding == 0
+
+
+def test_released_sizes_count_the_published_parameters() -> None:
+    """Qwen3.5-9B: 8.95 billion parameters in the language model (its GGUF's count), untied head;
+    Qwen3.5-4B: 4.54 billion in all; Qwen3-VL-4B: 4.438 billion in all."""
+    for name, billions, part in [("Qwen3.5-9B", 8.95, "language"), ("Qwen3.5-4B", 4.54, "all"),
+                                 ("Qwen3-VL-4B", 4.438, "all")]:
+        config = RELEASED[name]
+        family = family_for(config["model_type"])
+        weights = family.estimate_memory(config, choose_weight_format(config, "bfloat16", CPU), torch.bfloat16, 0, (),
+                                         "cpu").weights / 2
+        if part == "language":
+            weights -= memory.EncoderShape.from_config(config["vision_config"]).parameters()
+        assert weights == pytest.approx(billions * 1e9, rel=0.002), name
+
+
+def test_the_9b_keeps_32_kib_a_token_against_144_for_qwen3_vl_8b() -> None:
+    nine_b, eight_b = RELEASED["Qwen3.5-9B"], RELEASED["Qwen3-VL-8B"]
+    layout = QWEN3_5.language_layout(nine_b)
+    assert layout.describe() == "24 linear-attention + 8 full-attention layers"
+    assert layout.kv_bytes_per_token(2) == 32 * 1024
+    assert family_for("qwen3_vl").language_layout(eight_b).kv_bytes_per_token(2) == 144 * 1024
+    growth = estimate(nine_b, "bfloat16", 2_000, device_type="cpu").kv_cache - estimate(
+        nine_b, "bfloat16", 1_000, device_type="cpu").kv_cache
+    assert growth == 1_000 * 32 * 1024
+    # The fixed part: 24 linear layers' states (the convolution's 8,192 channels x 4 taps in bf16,
+    # 32 heads of 128 x 128 in float32), live and in three snapshots.
+    fixed = estimate(nine_b, "bfloat16", 0, device_type="cpu").kv_cache
+    assert fixed == 4 * 24 * (8192 * 4 * 2 + 32 * 128 * 128 * 4)
+
+
+def test_at_a_hundred_thousand_tokens_the_9b_keeps_a_quarter_of_the_8bs_cache() -> None:
+    """A hundred thousand tokens of context: 3.1 GiB of keys and values on the 9B (and 0.2 GiB of
+    linear states), 13.7 GiB on Qwen3-VL-8B."""
+    nine_b = estimate(RELEASED["Qwen3.5-9B"], "fp8", 100_000, [256, 16384])
+    eight_b = family_for("qwen3_vl").estimate_memory(
+        RELEASED["Qwen3-VL-8B"], choose_weight_format(RELEASED["Qwen3-VL-8B"], "fp8", CPU), torch.bfloat16, 100_000,
+        [256, 16384], "cuda",
+    )
+    fixed = estimate(RELEASED["Qwen3.5-9B"], "fp8", 0, device_type="cpu").kv_cache
+    assert nine_b.kv_cache - fixed == 100_000 * 32 * 1024 and eight_b.kv_cache == 100_000 * 144 * 1024
+    assert eight_b.total - nine_b.total > 8 * 2**30
+
+
+def test_graph_parts_grow_with_their_settings() -> None:
+    nine_b = RELEASED["Qwen3.5-9B"]
+    short, long = estimate(nine_b, "fp8", 4096, [256, 1024]), estimate(nine_b, "fp8", 8192, [256, 1024, 16384])
+    assert long.encoder_graphs > short.encoder_graphs > 0 and long.decode_graphs > short.decode_graphs > 0
+    # A follow-up prefill repeats the key/value heads over the context: 2 x 16 heads x 256 dims x 2
+    # bytes a position, and its mask one bf16 row of 256 a position.
+    assert long.decode_graphs - estimate(nine_b, "fp8", 4096, [256, 1024, 16384]).decode_graphs == 4096 * (
+        2 * 16 * 256 * 2 + 256 * 2
+    )
+    assert long.total == long.weights + long.kv_cache + long.encoder_graphs + long.decode_graphs + long.allocator_rounding
