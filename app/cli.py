@@ -171,7 +171,7 @@ def _in_flag_words(error: BaseException, message: str) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="framewise",
-        description="Ask Qwen3-VL questions about video clips.",
+        description="Ask Qwen3-VL or Qwen3.5 questions about video clips.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"framewise {__version__}")
@@ -405,6 +405,7 @@ def format_info(info: EngineInfo) -> str:
     encoder = "CUDA graphs" if info.graphs_enabled else f"eager ({info.graphs_reason})"
     lines = [
         f"model:              {info.model_name}" + (f"  [{info.model_label}]" if info.model_label else ""),
+        *_family_lines(info),
         f"device:             {info.device}",
         f"dtype:              {info.precision}",
         f"vision encoder:     {encoder}",
@@ -416,11 +417,21 @@ def format_info(info: EngineInfo) -> str:
     if info.decoder is not None:
         decoder = info.decoder
         lines.append(f"decode graphs:      {'on' if decoder.graphs_enabled else 'off'} ({decoder.graphs_reason})")
+        per_token = f" ({size_text(info.kv_bytes_per_token)} a token)" if info.kv_bytes_per_token else ""
         lines.append(
-            f"KV cache:           {decoder.context_tokens} tokens, {size_text(round(decoder.kv_cache_mb * 2**20))}, "
-            f"buckets {', '.join(map(str, decoder.buckets))}"
+            f"KV cache:           {decoder.context_tokens} tokens{per_token}, "
+            f"{size_text(round(decoder.kv_cache_mb * 2**20))}, buckets {', '.join(map(str, decoder.buckets))}"
         )
     return "\n".join(lines)
+
+
+def _family_lines(info: EngineInfo) -> list[str]:
+    """The model family and its language layers ("Qwen3.5, 24 linear-attention + 8 full-attention
+    layers"), where the engine names them."""
+    if not info.family:
+        return []
+    layers = f", {info.layout.describe()}" if info.layout else ""
+    return [f"family:             {info.family}{layers}"]
 
 
 def format_server_info(info: EngineInfo, server: ServerInfo) -> str:
@@ -428,6 +439,7 @@ def format_server_info(info: EngineInfo, server: ServerInfo) -> str:
     lines = [
         f"backend:            vLLM server {server.url}" + (f" (vLLM {server.version})" if server.version else ""),
         f"model:              {server.model}" + (f"  [{info.model_label}]" if info.model_label else ""),
+        *_family_lines(info),
         f"served models:      {', '.join(server.served_models)}",
         f"context:            {server.max_model_len if server.max_model_len else 'not said'} tokens",
         "vision encoder:     runs on the server",
@@ -529,8 +541,9 @@ def _result_json(
     ``file``: the size, length, frame rate and codec of the file it was read from (``files``, in the
     same order; ``None`` where not given). Each of ``times`` has its text and seconds and, when the
     question was about several items, ``clip``: the name of the one it belongs to (``None`` where
-    the answer does not say). ``dtype`` is the activations'; ``weight_dtype`` that of the language
-    model's linear weights where it differs (``"fp8"``), else ``None``."""
+    the answer does not say). ``family`` is the model family that answered (``"Qwen3.5"``). ``dtype``
+    is the activations'; ``weight_dtype`` that of the language model's linear weights where it
+    differs (``"fp8"``), else ``None``."""
     items = (encoded, *added)
     item_files: Sequence[ClipInfo | None] = files or [None] * len(items)
     return {
@@ -538,6 +551,7 @@ def _result_json(
         "times": _times_json(done.text, items),
         "model": info.model_name,
         "model_label": info.model_label,
+        "family": info.family,
         "device": info.device,
         "dtype": info.dtype,
         "weight_dtype": info.weight_dtype,

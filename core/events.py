@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Literal, TypeVar, Union
 import numpy as np
 
 from framewise.core.memory_plan import HeldMemory
-from framewise.core.seam import FamilyLimits
+from framewise.core.seam import FamilyLimits, LanguageLayout
 from framewise.core.wording import plural
 
 NO_REQUEST = 0
@@ -420,7 +420,9 @@ class EngineInfo:
     the model is not loaded here. ``held_memory`` is what the loaded model holds, measured as it was
     built (``None`` where the model is not loaded here). ``dtype`` is the activations'; where the
     language model's linear weights are in another (a quantized weight format's), ``weight_dtype``
-    names it.
+    names it. ``family`` names the model family that answers (a served model's too); ``layout`` is
+    its language model's layers by kind and ``kv_bytes_per_token`` the keys and values a token
+    takes in the cache (both ``None`` where the model is not loaded here).
 
     Sent once per change: when a model is loaded and when new settings change the model or the encoder.
     """
@@ -442,6 +444,9 @@ class EngineInfo:
     limits: FamilyLimits | None = None
     held_memory: HeldMemory | None = None
     weight_dtype: str | None = None
+    family: str = ""
+    layout: LanguageLayout | None = None
+    kv_bytes_per_token: int | None = None
     request_id: int = _request_id()
 
     @property

@@ -39,7 +39,7 @@ from framewise.core.model_source import (  # MODEL_INFO_FILE and read_model_info
 from framewise.core.quantization.formats import read_tensor_headers
 from framewise.core.quantization.registry import choose_weight_format, declared_weight_format, format_settings
 from framewise.core.quantization.weight_format import WeightFormat
-from framewise.core.seam import FamilyLimits
+from framewise.core.seam import FamilyLimits, LanguageLayout
 from framewise.core.settings import DEMO_MODEL, DTYPES, AppSettings, ModelSettings
 
 FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
@@ -61,6 +61,7 @@ class LoadedModel:
     ``limits`` this checkpoint's vision limits; ``path`` the checkpoint folder. ``weight_format``
     is how the language model's linear layers hold their weights (chosen once, from the checkpoint
     and the dtype setting); ``dtype`` is that of the activations and of every float weight.
+    ``layout`` is the language model's layers by kind, as the family reads them from config.json.
     """
 
     model: torch.nn.Module
@@ -75,6 +76,7 @@ class LoadedModel:
     limits: FamilyLimits
     path: Path
     weight_format: WeightFormat
+    layout: LanguageLayout
 
 
 def load_model(settings: ModelSettings, progress: ProgressCallback | None = None) -> LoadedModel:
@@ -129,6 +131,7 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
         limits=family.limits_of(model),
         path=path,
         weight_format=weight_format,
+        layout=family.language_layout(read_config(path)),
     )
 
 
@@ -152,21 +155,38 @@ def estimate_memory(settings: AppSettings) -> MemoryEstimate:
 
 
 def memory_estimate_text(settings: AppSettings) -> str:
-    """:func:`estimate_memory` in a few lines for a settings page, or why there is none: on a CUDA
-    device also how much is available there, or, when the model would not fit, the refusal
-    :func:`check_memory_fits` would give (with the settings that would fit)."""
+    """:func:`estimate_memory` in a few lines for a settings page, after the checkpoint's family and
+    layers (:func:`checkpoint_text`), or why there is none: on a CUDA device also how much is
+    available there, or, when the model would not fit, the refusal :func:`check_memory_fits` would
+    give (with the settings that would fit)."""
     try:
         estimate = estimate_memory(settings)
         device = pick_device(settings.model.device)
+        checkpoint = checkpoint_text(settings)
     except FramewiseError as error:
         return f"No memory estimate: {error}"
     if device.type == "cpu":
-        return f"Needs {estimate.describe()} on the CPU."
+        return f"{checkpoint} Needs {estimate.describe()} on the CPU."
     available = _available_memory(device)
     shortfall = _shortfall(settings, estimate, device, available)
     if shortfall is not None:
-        return shortfall
-    return f"Needs {estimate.describe()} on the GPU, of the {size_text(available)} available there."
+        return f"{checkpoint} {shortfall}"
+    return f"{checkpoint} Needs {estimate.describe()} on the GPU, of the {size_text(available)} available there."
+
+
+def checkpoint_text(settings: AppSettings) -> str:
+    """The family of the checkpoint ``settings`` name and its language layers, from its config.json:
+    "A Qwen3.5 checkpoint: 24 linear-attention + 8 full-attention layers, 32 KiB of keys and values a
+    token." (in the activations' dtype the settings give on their device). Raises ModelLoadError for
+    a source that cannot be read."""
+    path = resolve_model_source(settings.model.source)
+    family = family_for(read_model_type(path))
+    layout = family.language_layout(read_config(path))
+    element = pick_dtype(settings.model.dtype, pick_device(settings.model.device)).itemsize
+    return (
+        f"A {family.name} checkpoint: {layout.describe()}, "
+        f"{size_text(layout.kv_bytes_per_token(element))} of keys and values a token."
+    )
 
 
 def check_memory_fits(settings: AppSettings) -> None:

@@ -70,8 +70,11 @@ def short_dtype_name(dtype: str) -> str:
 
 
 def size_text(size: int) -> str:
-    """``size`` bytes in GiB from one GiB on, else in MiB ("16.4 GiB", "17.2 MiB")."""
-    return f"{size / GIB:.1f} GiB" if size >= GIB else f"{size / 2**20:.1f} MiB"
+    """``size`` bytes in GiB from one GiB on, in MiB from one MiB on, else in KiB ("16.4 GiB",
+    "17.2 MiB", "32.0 KiB")."""
+    if size >= GIB:
+        return f"{size / GIB:.1f} GiB"
+    return f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size / 2**10:.1f} KiB"
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from framewise.ui.elided_label import ElidedLabel
 from framewise.ui.frames import format_timestamp
 from framewise.ui.icons import glyph_icon
 from framewise.ui.metrics import live_speed_text
-from framewise.ui.wording import model_text
+from framewise.ui.wording import family_words, model_text, model_title
 
 if TYPE_CHECKING:
     from framewise.ui.session import Session
@@ -329,8 +329,8 @@ class ChatPanel(QWidget):
 
     def _show_model(self, info: EngineInfo) -> None:
         # The model's label (the demo model's) is said by its banner and its answers; the title says the name only.
-        self.title.setText(info.model_name)
-        self.title.setToolTip(model_text(info))
+        self.title.setText(model_title(info))
+        self.title.setToolTip(" · ".join([model_text(info), *family_words(info)]))
 
     def _start_afresh(self, conversation: Conversation, notice: str | None) -> None:
         self.clear()

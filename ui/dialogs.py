@@ -41,7 +41,7 @@ class AboutDialog(QDialog):
         font.setBold(True)
         title.setFont(font)
         blurb = QLabel(
-            "Ask questions about video clips. Qwen3-VL answers, with its vision encoder run through "
+            "Ask questions about video clips. Qwen3-VL or Qwen3.5 answers, with its vision encoder run through "
             "CUDA graphs when a GPU is present."
         )
         blurb.setWordWrap(True)

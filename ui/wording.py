@@ -37,10 +37,22 @@ def held_memory_text(info: EngineInfo) -> str:
 
 
 def engine_text(info: EngineInfo, model: str) -> str:
-    """``model`` (a name for it), the device, the weights' dtype (where the model is loaded here) and
-    the encoder: "demo · cpu · fp8 · eager (no CUDA graphs)"."""
+    """``model`` (a name for it), its family where the name does not say it, the device, the
+    weights' dtype (where the model is loaded here) and the encoder: "demo · Qwen3-VL · cpu · fp8 ·
+    eager (no CUDA graphs)"."""
     dtype = [] if info.server is not None else [info.weight_dtype or info.dtype]
-    return " · ".join([model, info.device, *dtype, encoder_text(info)])
+    return " · ".join([model, *family_words(info), info.device, *dtype, encoder_text(info)])
+
+
+def family_words(info: EngineInfo) -> list[str]:
+    """The model family, unless the model's name already says it ("Qwen3.5-9B" says "Qwen3.5")."""
+    family = info.family
+    return [family] if family and family.lower() not in info.model_name.lower() else []
+
+
+def model_title(info: EngineInfo) -> str:
+    """The model's name and its family where the name does not say it: "demo · Qwen3-VL"."""
+    return " · ".join([info.model_name, *family_words(info)])
 
 
 def encoder_text(info: EngineInfo) -> str:

@@ -56,7 +56,7 @@ def test_ask_json_is_one_object_with_answer_and_stats(sample_clip: Path) -> None
     assert len(payload["clip"]["timestamps"]) == payload["clip"]["frames"] == 4
     assert payload["clip"]["sampling_mode"] == "exact"  # a short clip: fast mode is for long ones
     assert (payload["dtype"], payload["weight_dtype"]) == ("float32", None)
-    assert payload["model_label"].startswith("Demo model")
+    assert payload["model_label"].startswith("Demo model") and payload["family"] == "Qwen3-VL"
     assert 0 < payload["stats"]["new_tokens"] <= 8
     assert payload["stats"]["time_to_first_token_ms"] > 0
     assert payload["times"] == [time.to_json() for time in find_times(payload["answer"])]
@@ -131,6 +131,16 @@ def test_info_says_the_encoder_runs_eager_on_the_cpu() -> None:
     assert "attention backends:" in result.stdout
     info = json.loads(framewise("info", "--device", "cpu", "--json").stdout)
     assert info["graphs_enabled"] is False and info["device"] == "cpu"
+
+
+def test_info_names_the_family_its_layers_and_the_keys_and_values_a_token_takes() -> None:
+    """The demo model is a Qwen3-VL of 6 layers of 2 KV heads of 64: 6 KiB a token in float32."""
+    result = framewise("info", "--device", "cpu")
+    assert "family:             Qwen3-VL, 6 full-attention layers" in result.stdout
+    assert re.search(r"KV cache: +\d+ tokens \(6\.0 KiB a token\)", result.stdout)
+    info = json.loads(framewise("info", "--device", "cpu", "--json").stdout)
+    assert info["family"] == "Qwen3-VL" and info["layout"]["layers"] == [["full-attention", 6]]
+    assert info["kv_bytes_per_token"] == 6 * 2 * 2 * 64 * 4
 
 
 def test_the_installed_module_runs_as_a_program() -> None:

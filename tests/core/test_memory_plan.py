@@ -13,6 +13,7 @@ from framewise.core import loading
 from framewise.core.errors import ModelLoadError
 from framewise.core.settings import AppSettings
 from tests.core.families.qwen3_vl.test_memory_estimate import EIGHT_B
+from tests.core.families.released_configs import RELEASED
 
 GIB = 2**30
 
@@ -64,7 +65,8 @@ def test_the_cpu_is_not_checked(eight_b: AppSettings) -> None:
 
 def test_the_settings_page_line_words_the_estimate_or_why_there_is_none(eight_b: AppSettings) -> None:
     line = loading.memory_estimate_text(eight_b.replace("model", device="cpu", dtype="fp8"))
-    assert line.startswith("Needs about") and line.endswith("on the CPU.")
+    assert line.startswith("A Qwen3-VL checkpoint: 36 full-attention layers, 288.0 KiB of keys and values a token.")
+    assert " Needs about" in line and line.endswith("on the CPU.")  # float32 keys and values on the CPU
     missing = loading.memory_estimate_text(eight_b.replace("model", source="/nonexistent/model", device="cpu"))
     assert missing.startswith("No memory estimate:") and "does not exist" in missing
 
@@ -77,7 +79,8 @@ def test_a_source_without_a_config_is_left_to_the_load_to_report(eight_b: AppSet
 def test_on_a_gpu_the_settings_page_line_says_what_is_available(eight_b: AppSettings, monkeypatch: pytest.MonkeyPatch) -> None:
     on_a_card_with(monkeypatch, 80 * GIB)
     line = loading.memory_estimate_text(eight_b)
-    assert line.startswith("Needs about") and line.endswith("on the GPU, of the 80.0 GiB available there.")
+    assert line.startswith("A Qwen3-VL checkpoint: 36 full-attention layers, 144.0 KiB of keys and values a token.")
+    assert " Needs about" in line and line.endswith("on the GPU, of the 80.0 GiB available there.")
 
 
 def test_the_settings_page_line_gives_the_refusal_before_the_load_would(eight_b: AppSettings, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,4 +91,17 @@ def test_the_settings_page_line_gives_the_refusal_before_the_load_would(eight_b:
     line = loading.memory_estimate_text(eight_b)
     with pytest.raises(ModelLoadError) as refusal:
         loading.check_memory_fits(eight_b)
-    assert line == str(refusal.value) and "To fit, choose dtype fp8" in line
+    assert line.endswith(" " + str(refusal.value)) and "To fit, choose dtype fp8" in line
+
+
+def test_a_qwen3_5_checkpoint_is_named_with_its_layers_and_its_estimate(tmp_path: Path, monkeypatch) -> None:
+    """The Qwen3.5-9B shapes: one layer in four keeps keys and values; refused as a Qwen3-VL would be."""
+    (tmp_path / "config.json").write_text(json.dumps(RELEASED["Qwen3.5-9B"]))
+    settings = AppSettings().replace("model", source=str(tmp_path), device="cuda", dtype="bfloat16")
+    on_a_card_with(monkeypatch, 80 * GIB)
+    line = loading.memory_estimate_text(settings)
+    assert line.startswith("A Qwen3.5 checkpoint: 24 linear-attention + 8 full-attention layers, 32.0 KiB of keys and "
+                           "values a token. Needs about 19.6 GiB")
+    on_a_card_with(monkeypatch, 16 * GIB)
+    with pytest.raises(ModelLoadError, match="To fit, choose dtype fp8"):
+        loading.check_memory_fits(settings)

@@ -18,7 +18,9 @@ def test_the_status_bar_and_the_model_page_show_what_the_model_holds(qtbot, make
     parameters = load_model(CPU.model).model.parameters()
     assert held is not None and held.weight_total == sum(p.numel() * p.element_size() for p in parameters)
 
-    assert window.status_bar.engine_label.text() == f"{window.session.info.model_name} · cpu · float32 · eager (no CUDA graphs)"
+    info = window.session.info
+    assert window.status_bar.engine_label.text() == f"{info.model_name} · Qwen3-VL · cpu · float32 · eager (no CUDA graphs)"
+    assert window.chat.title.text() == f"{info.model_name} · Qwen3-VL"
     tooltip = window.status_bar.engine_label.toolTip().splitlines()
     assert tooltip[1:] == [f"Holds {held.amount_text()}:", *held.lines()]
     assert tooltip[2].startswith("weights ") and "language model " in tooltip[2] and "vision tower " in tooltip[2]
@@ -33,7 +35,7 @@ def test_the_status_bar_names_the_weights_dtype(qtbot, make_window) -> None:
     window = make_window(real_engine, CPU.replace("model", dtype="fp8"))
     wait_ready(qtbot, window)
     assert (window.session.info.weight_dtype, window.session.info.dtype) == ("fp8", "float32")
-    assert window.status_bar.engine_label.text() == f"{window.session.info.model_name} · cpu · fp8 · eager (no CUDA graphs)"
+    assert window.status_bar.engine_label.text() == f"{window.session.info.model_name} · Qwen3-VL · cpu · fp8 · eager (no CUDA graphs)"
     assert window.status_bar.engine_label.toolTip().splitlines()[0].endswith(" · cpu · fp8 · eager (no CUDA graphs)")
 
 

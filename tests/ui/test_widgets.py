@@ -19,6 +19,7 @@ from framewise.ui.frames import FrameStrip, format_timestamp, image_from_array
 from framewise.ui.latency_plot import HIT_COLOR, MISS_COLOR
 from framewise.ui.metrics import EncoderPanel
 from framewise.ui.settings_store import MAX_RECENT_FILES, SettingsStore
+from framewise.ui.wording import engine_text, model_title
 from tests.ui import probes
 
 GPU_INFO = EngineInfo(
@@ -102,6 +103,15 @@ def test_the_decoder_line_shows_graph_steps_prefill_and_the_reused_prefix(qtbot)
     line = panel.decoder_value.text()
     assert "graph steps 19, eager steps 0" in line and "prefill 20 tokens in 14 ms" in line
     assert "1290 of 1310 prompt tokens reused" in line and "210.5 tokens/s" in line
+
+
+def test_the_model_is_named_with_its_family_unless_its_name_says_it():
+    qwen3_5 = dataclasses.replace(GPU_INFO, model_name="Qwen3.5-9B", family="Qwen3.5")
+    assert engine_text(qwen3_5, qwen3_5.model_name).startswith("Qwen3.5-9B · cuda (NVIDIA H200) · bfloat16")
+    folder = dataclasses.replace(qwen3_5, model_name="my-finetune")
+    assert model_title(folder) == "my-finetune · Qwen3.5"
+    assert engine_text(folder, folder.model_name).startswith("my-finetune · Qwen3.5 · cuda (NVIDIA H200)")
+    assert model_title(GPU_INFO) == "Qwen3-VL-8B-Instruct"  # no family said: none shown
 
 
 def test_format_timestamp():

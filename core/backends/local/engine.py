@@ -229,6 +229,9 @@ class Engine(BackendBase[EncodedClip]):
             decoder=self._decoder_info(),
             limits=loaded.limits,
             held_memory=self._held_memory(loaded),
+            family=loaded.family.name,
+            layout=loaded.layout,
+            kv_bytes_per_token=loaded.layout.kv_bytes_per_token(loaded.dtype.itemsize),
         )
 
     def _held_memory(self, loaded: LoadedModel) -> HeldMemory:
