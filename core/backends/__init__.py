@@ -37,7 +37,7 @@ def family_limits_for(settings: AppSettings) -> FamilyLimits | None:
     if settings.backend.kind == "vllm":
         from framewise.core.backends.vllm.family import served_family
 
-        return served_family().limits
+        return served_family(settings.backend.server_model).limits
     from framewise.core.model_source import family_limits_of
 
     return family_limits_of(settings.model.source)

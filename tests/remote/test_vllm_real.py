@@ -67,7 +67,7 @@ def test_the_server_writes_framewises_time_markers(vllm_server: str) -> None:
     opened = engine.open_clip(CLIP)
     body = {
         "model": SERVED_NAME,
-        "messages": openai_messages("When?", engine.clips, []),
+        "messages": openai_messages("When?", engine.clips, [], engine.family),
         "media_io_kwargs": engine.clip.media_io_kwargs,
     }
     tokenized = httpx.post(f"{vllm_server}/tokenize", json=body, timeout=120)

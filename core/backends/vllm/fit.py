@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from framewise.core.backends.vllm.errors import CONTEXT_ADVICE
-from framewise.core.backends.vllm.family import served_family
 from framewise.core.backends.vllm.request import RemoteClip
 from framewise.core.errors import ServerContextError, ServerLayoutError
+from framewise.core.seam import FamilyLimits
 from framewise.core.wording import plural
 
 # Tokens each slice of a video takes in the prompt beside its vision tokens, at the least: its
@@ -40,12 +40,15 @@ def check_one_timeline(clips: Sequence[RemoteClip]) -> None:
             )
 
 
-def check_fits_context(clips: Sequence[RemoteClip], max_new_tokens: int, context_tokens: int | None) -> None:
+def check_fits_context(
+    clips: Sequence[RemoteClip], max_new_tokens: int, context_tokens: int | None, limits: FamilyLimits
+) -> None:
     """Raise :class:`ServerContextError` when ``clips`` and one answer of ``max_new_tokens`` cannot
-    fit ``context_tokens`` (the server's ``max_model_len``; nothing is checked when it is unknown)."""
+    fit ``context_tokens`` (the server's ``max_model_len``; nothing is checked when it is unknown),
+    for the served family of ``limits``."""
     if context_tokens is None:
         return
-    least = least_clip_tokens(clips)
+    least = least_clip_tokens(clips, limits)
     if least + max_new_tokens <= context_tokens:
         return
     raise ServerContextError(
@@ -55,11 +58,11 @@ def check_fits_context(clips: Sequence[RemoteClip], max_new_tokens: int, context
     )
 
 
-def least_clip_tokens(clips: Sequence[RemoteClip]) -> int:
-    """The fewest prompt tokens the clips (videos) of ``clips`` take on the server: their vision
-    tokens, which the frames' sizes fix (the server keeps the size Framewise sent), and the tokens
-    around each slice of frames. Pictures, which the server may resize, are not counted."""
-    limits = served_family().limits
+def least_clip_tokens(clips: Sequence[RemoteClip], limits: FamilyLimits) -> int:
+    """The fewest prompt tokens the clips (videos) of ``clips`` take on the server (a family of
+    ``limits``): their vision tokens, which the frames' sizes fix (the server keeps the size
+    Framewise sent), and the tokens around each slice of frames. Pictures, which the server may
+    resize, are not counted."""
     total = 0
     for clip in clips:
         if clip.kind != "video":

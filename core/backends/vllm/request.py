@@ -27,8 +27,8 @@ import cv2
 import numpy as np
 
 from framewise.core.errors import FramewiseError
-from framewise.core.backends.vllm.family import served_family
 from framewise.core.events import EncodeDone
+from framewise.core.families import ModelFamily
 
 _VIDEO_URL_PREFIX = "data:video/jpeg;base64,"
 _PNG_URL_PREFIX = "data:image/png;base64,"
@@ -114,14 +114,14 @@ def resize_with_opencv(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 
 def openai_messages(
-    question: str, clips: Sequence[RemoteClip], history: Sequence[tuple[str, str]]
+    question: str, clips: Sequence[RemoteClip], history: Sequence[tuple[str, str]], family: ModelFamily
 ) -> list[dict[str, Any]]:
     """The conversation in the chat-completions form: the clips and pictures open the first user
-    turn (as the served family's chat layout puts them: clips first, then pictures, each in the
+    turn (as the served ``family``'s chat layout puts them: clips first, then pictures, each in the
     order they were opened), then the earlier turns, then ``question``."""
     videos = iter([clip for clip in clips if clip.kind == "video"])
     images = iter([clip for clip in clips if clip.kind == "image"])
-    messages = served_family().chat_messages(
+    messages = family.chat_messages(
         question,
         videos=sum(clip.kind == "video" for clip in clips),
         images=sum(clip.kind == "image" for clip in clips),

@@ -27,7 +27,7 @@ def vllm_serve_command(
     default (999 videos and 999 pictures a question), whatever a conversation holds; its frame count
     sizes the server's memory profile for Framewise's longest video.
     """
-    limits = served_family().limits
+    limits = served_family(served_name or model, model).limits
     budgets = [budget // limits.merge_area for budget in encoder.token_budgets(limits)]
     compilation = {
         "cudagraph_mm_encoder": True,

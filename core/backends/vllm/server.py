@@ -73,9 +73,9 @@ class VllmServerEngine(BackendBase[RemoteClip]):
     """
 
     def __init__(self, settings: AppSettings, sink: EventSink = ignore_events) -> None:
-        super().__init__(settings, sink)
-        self.family = served_family()
+        self.family = served_family(settings.backend.server_model)  # until the server says what it serves
         self.limits = self.family.limits
+        super().__init__(settings, sink)
         self._server: ServerInfo | None = None
         self._client: openai.OpenAI | None = None
 
@@ -94,6 +94,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             self._emit(Progress("load", 0, 1, f"Warning: {warning}"))
         self._emit(Progress("load", 0, 1, f"Contacting the vLLM server at {backend.base_url()}"))
         self._server = check_server(backend, self.settings.encoder, self.settings.sampling)
+        self._follow_served_family()
         self._client = openai_client(backend)
         self._emit(Progress("load", 1, 1, f"vLLM server ready: model {self._server.model}"))
         return self._emit(self.info())
@@ -106,7 +107,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
 
     def _limits_for(self, settings: AppSettings) -> FamilyLimits:
         """The served family's limits: settings are checked against them."""
-        return served_family().limits
+        return self.family.limits
 
     def _apply_settings(self, settings: AppSettings) -> EngineInfo | None:
         settings.validate(self.limits)
@@ -136,6 +137,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             attention_backends=(),
             server=server,
             device_kind="server",
+            family=self.family.name,
         )
 
     def cancel(self, request_id: int | None = None) -> None:
@@ -271,7 +273,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         server = self._require_server()
         self._cancel.clear()
         self._admit(self.clips)
-        messages = openai_messages(question, self.clips, self.turns)
+        messages = openai_messages(question, self.clips, self.turns, self.family)
         generation = self.settings.generation
         request: dict[str, Any] = {
             "model": server.model,
@@ -281,9 +283,9 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             "stream": True,
             "stream_options": {"include_usage": True},
         }
-        video_kwargs = request_media_io_kwargs(self.clips)
-        if video_kwargs is not None:
-            request["extra_body"] = {"media_io_kwargs": video_kwargs}
+        extra_body = self._extra_body()
+        if extra_body:
+            request["extra_body"] = extra_body
         started = time.perf_counter()
         answer = _StreamedAnswer()
         try:
@@ -298,6 +300,17 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             self.turns.append((question, text))
         stats = self._answer_stats(server, answer, started, finished)
         return self._emit(Done(text=text, stats=stats, kept=not answer.cancelled))
+
+    def _extra_body(self) -> dict[str, Any]:
+        """What a question carries beyond the OpenAI fields: the clips' frame times, and the keywords
+        the served family's chat template takes (Qwen3.5's ``enable_thinking``)."""
+        extra: dict[str, Any] = {}
+        video_kwargs = request_media_io_kwargs(self.clips)
+        if video_kwargs is not None:
+            extra["media_io_kwargs"] = video_kwargs
+        if self.family.chat_template_options:
+            extra["chat_template_kwargs"] = dict(self.family.chat_template_options)
+        return extra
 
     def _answer_stats(self, server: ServerInfo, answer: _StreamedAnswer, started: float, finished: float) -> AnswerStats:
         usage = answer.usage or {}
@@ -329,7 +342,13 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         """Refuse ``clips`` (all the conversation would hold) when they cannot reach the server as the
         model's prompt lays them out, or cannot fit its context with one answer."""
         check_one_timeline(clips)
-        check_fits_context(clips, self.settings.generation.max_new_tokens, self._require_server().max_model_len)
+        check_fits_context(clips, self.settings.generation.max_new_tokens, self._require_server().max_model_len, self.limits)
+
+    def _follow_served_family(self) -> None:
+        """Take the family of the model the server serves now (:func:`served_family`)."""
+        server = self._require_server()
+        self.family = served_family(server.model, server.model_source)
+        self.limits = self.family.limits
 
     def _follow_a_renamed_model(self, error: ServerModelError) -> None:
         """After the server said it does not serve the model it chose itself (none was named; a
@@ -342,6 +361,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         self._server = check_server(self.settings.backend, self.settings.encoder, self.settings.sampling)
         if self._server.model == gone:
             return
+        self._follow_served_family()
         self._emit(self.info())
         raise model_gone_error(self._server, gone) from error
 
