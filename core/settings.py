@@ -41,6 +41,11 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "fp8")
 DEMO_MODEL = "demo"
 MAX_MIN_BUCKET = 1 << 16  # the first decode bucket; every step of a short answer reads this much cache
+# Tokens of one prefill pass: the prefill's activations grow with it, not with the prompt (see
+# DecodingSettings for how it was chosen).
+PREFILL_CHUNK_TOKENS = 2048
+# Shorter chunks read every weight again too often for the products to stay compute-bound.
+MIN_PREFILL_CHUNK_TOKENS = 256
 FAST_MODES = ("auto", "on", "off")
 # Fast mode's automatic threshold. From 6.4 minutes on, 2 frames per second already reach the
 # 768-frame cap, so a longer clip means more decoding for no more frames; exact reading of a
@@ -259,11 +264,16 @@ class DecodingSettings:
 
     ``max_context_tokens`` 0 means automatic: the largest clip the sampling settings allow,
     the prompt text, and ``ANSWERS_IN_CONTEXT`` answers of ``max_new_tokens``.
+
+    A prompt is prefilled in passes of at most ``prefill_chunk_tokens`` tokens, so that the
+    prefill's activations stay bounded whatever the clip's length, and Stop is answered between
+    two passes.
     """
 
     use_graphs: bool = True
     max_context_tokens: int = 0
     min_bucket: int = 256
+    prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS
 
     def validate(self) -> None:
         if self.max_context_tokens < 0:
@@ -277,6 +287,11 @@ class DecodingSettings:
         if self.max_context_tokens and self.min_bucket > self.max_context_tokens:
             raise SettingsError(
                 "decoding.min_bucket", f"must not exceed the context ({self.max_context_tokens} tokens); lower it"
+            )
+        if self.prefill_chunk_tokens < MIN_PREFILL_CHUNK_TOKENS:
+            raise SettingsError(
+                "decoding.prefill_chunk_tokens",
+                f"use at least {MIN_PREFILL_CHUNK_TOKENS}: shorter passes read every weight again too often",
             )
 
 
