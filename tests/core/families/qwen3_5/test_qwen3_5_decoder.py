@@ -82,8 +82,10 @@ def first_question(model, seed: int = 0, text: int = 0) -> Conversation:
         case = PromptCase(torch.cat((case.input_ids, more), dim=1),
                           torch.cat((case.token_types, torch.zeros_like(more)), dim=1), case.items)
     (item,) = case.items
+    device = next(model.parameters()).device
     with torch.inference_mode():
-        embeds = model.model.get_video_features(item.pixels, torch.tensor([item.grid])).pooler_output
+        grid = torch.tensor([item.grid], device=device)
+        embeds = model.model.get_video_features(item.pixels.to(device, model.dtype), grid).pooler_output
     return Conversation(model, case, (EncodedItem(embeds=torch.cat(embeds), deepstack=()),))
 
 
@@ -102,10 +104,13 @@ def reference(conversation: Conversation) -> list[int]:
 
 def reference_with_logits(conversation: Conversation) -> tuple[list[int], tuple[torch.Tensor, ...]]:
     """generate()'s tokens and the logits of each (1, vocab)."""
-    case = conversation.case
+    case, model = conversation.case, conversation.model
+    device = next(model.parameters()).device
+    inputs = {name: value.to(device) for name, value in reference_inputs(case).items()}
+    inputs = {name: value.to(model.dtype) if value.is_floating_point() else value for name, value in inputs.items()}
     with torch.inference_mode():
-        output = conversation.model.generate(
-            **reference_inputs(case), max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0,
+        output = model.generate(
+            **inputs, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0,
             output_logits=True, return_dict_in_generate=True,
         )
     return output.sequences[0, case.input_ids.shape[1]:].tolist(), output.logits
