@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 from pathlib import Path
@@ -25,6 +26,14 @@ for variable, folder in [
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_CLIPS = REPO_ROOT / "assets" / "clips"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Freeze the objects that exist once every test module is imported (torch, transformers, Qt:
+    about half a million): Python's garbage collector then never walks them again, so that a full
+    collection, such as the window tests' after each test, scans only what the tests made."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

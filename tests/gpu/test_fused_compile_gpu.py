@@ -1,0 +1,31 @@
+"""The compiled fused vision forward on CUDA, through inductor as the product runs it: one compile
+serves every row count, and the compiled code computes what the tower computes.
+
+The CPU suite checks the same compile request traced by ``aot_eager``
+(tests/core/families/qwen3_vl/test_fused.py); here inductor's own guards and Triton code count too.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():  # pragma: no cover - the conftest marks these skipped as well
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+from framewise.core.families.qwen3_vl.fused import FusedVisionForward  # noqa: E402
+from tests.core.families.qwen3_vl.references import run_both, tiny_tower  # noqa: E402
+
+
+def test_compiled_fused_forward_serves_two_row_counts_with_one_compile() -> None:
+    torch.manual_seed(0)
+    tower = tiny_tower().cuda()
+    torch._dynamo.reset()
+    fused = FusedVisionForward(tower, "sdpa_masked", compiled=True)
+    for rows, grids in ((64, [(2, 4, 4)]), (96, [(1, 4, 6), (2, 4, 4)])):
+        reference, embeds, _ = run_both(tower, fused, grids, padded_rows=rows)
+        torch.testing.assert_close(embeds, reference.pooler_output, rtol=1e-4, atol=1e-5)
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert frames <= 4, f"{frames} graphs compiled: the row count should be dynamic (stem, block, two mergers)"
