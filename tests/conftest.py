@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import io
 import os
+import runpy
 import tempfile
 from pathlib import Path
 
@@ -26,6 +29,13 @@ for variable, folder in [
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_CLIPS = REPO_ROOT / "assets" / "clips"
+
+
+def make_random_demo_model(*args: str) -> None:
+    """Run ``scripts/make_demo_model.py`` with ``args`` in this process (torch is loaded already)."""
+    script = runpy.run_path(str(REPO_ROOT / "scripts" / "make_demo_model.py"), run_name="make_demo_model")
+    with contextlib.redirect_stdout(io.StringIO()):
+        script["main"](list(args))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
