@@ -13,6 +13,11 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# One intra-op thread for torch, here and in the tests' subprocesses (set before torch is imported).
+# The tests' models are tiny, and on a machine whose cores are busy torch's OpenMP workers spin-wait
+# for one another: with two threads on a shared 2-core machine a test took several times as long and
+# burnt several times the CPU. A person who wants more threads sets OMP_NUM_THREADS themselves.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Tests never write into the user's own folders: the log, the kept conversations and the compiled
 # kernels go to one temporary folder per session (subprocesses inherit these variables). The native
