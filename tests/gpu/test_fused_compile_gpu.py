@@ -15,8 +15,13 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():  # pragma: no cover - the conftest marks these skipped as well
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from framewise.core.families.qwen3_vl.fused import FusedVisionForward  # noqa: E402
-from tests.core.families.qwen3_vl.references import run_both, tiny_tower  # noqa: E402
+from tests.core.families.qwen3_vl.references import graphs_compiled_at_two_row_counts, tiny_tower  # noqa: E402
+from tests.gpu.test_encoder_graphs import relative_error  # noqa: E402
+
+
+def assert_near(got: torch.Tensor, expected: torch.Tensor) -> None:
+    error = relative_error(got, expected)
+    assert error <= 1e-4, f"relative error {error:.2e}"
 
 
 def test_compiled_fused_forward_serves_two_row_counts_with_one_compile(monkeypatch) -> None:
@@ -24,15 +29,5 @@ def test_compiled_fused_forward_serves_two_row_counts_with_one_compile(monkeypat
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     torch.manual_seed(0)
-    tower = tiny_tower().cuda()
-    torch._dynamo.reset()  # forgets compiled code, not the counters: count from here
-    graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    fused = FusedVisionForward(tower, "sdpa_masked", compiled=True)
-    for rows, grids in ((64, [(2, 4, 4)]), (96, [(1, 4, 6), (2, 4, 4)])):
-        reference, embeds, _ = run_both(tower, fused, grids, padded_rows=rows)
-        error = torch.linalg.vector_norm((embeds - reference.pooler_output).double()) / torch.linalg.vector_norm(
-            reference.pooler_output.double()
-        )
-        assert error.item() <= 1e-4, f"{rows} rows: relative error {error.item():.2e}"
-    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before
+    frames = graphs_compiled_at_two_row_counts(tiny_tower().cuda(), assert_near)
     assert 0 < frames <= 4, f"{frames} graphs compiled: the row count should be dynamic (stem, block, two mergers)"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -57,3 +57,16 @@ def run_both(tower: Qwen3VLVisionModel, fused: FusedVisionForward, grids, padded
         tables = (metadata.interp_indices, metadata.interp_weights, metadata.position_ids, metadata.cu_seqlens)
         embeds, deepstack = fused(buffer, *(table.to(device) for table in tables), max(metadata.max_sequence_length, 1))
     return reference, embeds[: patches // 4], [layer[: patches // 4] for layer in deepstack]
+
+
+def graphs_compiled_at_two_row_counts(tower: Qwen3VLVisionModel, compare: Callable[[torch.Tensor, torch.Tensor], None]) -> int:
+    """Compile ``tower``'s fused forward (masked SDPA) from a reset dynamo, run it on buffers of 64
+    and then 96 rows, hand ``compare`` its merged tokens and the tower's (each (patches/4,
+    out_hidden)) at each, and return how many graphs dynamo compiled meanwhile."""
+    torch._dynamo.reset()  # forgets compiled code, not the counters: count from here
+    graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    fused = FusedVisionForward(tower, "sdpa_masked", compiled=True)
+    for rows, grids in ((64, [(2, 4, 4)]), (96, [(1, 4, 6), (2, 4, 4)])):
+        reference, embeds, _ = run_both(tower, fused, grids, padded_rows=rows)
+        compare(embeds, reference.pooler_output)
+    return torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before
