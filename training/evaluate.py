@@ -92,8 +92,8 @@ class Answerer:
         self.engine.open_frames(frames, sampled.timestamps, f"held-out clip {seed}")
         answers = []
         canonical = questions_for(sampled)
-        reworded = [q.reworded(paraphrase_wording(seed, i, q.kind)) for i, q in enumerate(canonical)] if paraphrased else []
-        for question in [*canonical, *reworded]:
+        reworded = [q.reworded(paraphrase_wording(seed, i, q.kind)) for i, q in enumerate(canonical)]
+        for question in [*canonical, *(reworded if paraphrased else [])]:
             self.engine.new_conversation()
             text = self.engine.ask(question.text).text
             answers.append(Answer(seed, question.kind, question.text, question.answer, text, question.wording))

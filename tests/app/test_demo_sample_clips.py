@@ -36,7 +36,9 @@ def test_every_sample_clip_is_asked_about() -> None:
 
 
 @pytest.mark.parametrize(("clip", "question", "expected"), CASES)
-def test_the_demo_model_answers_the_sample_clip(engine: AnsweringBackend, clip: str, question: str, expected: str) -> None:
+def test_the_demo_model_answers_the_sample_clip(
+    engine: AnsweringBackend, clip: str, question: str, expected: str
+) -> None:
     path = SAMPLE_CLIPS / clip
     if engine.open_clip_path() == path:
         engine.new_conversation()  # the clip stays encoded; the earlier question and answer go

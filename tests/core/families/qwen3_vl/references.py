@@ -59,7 +59,9 @@ def run_both(tower: Qwen3VLVisionModel, fused: FusedVisionForward, grids, padded
     return reference, embeds[: patches // 4], [layer[: patches // 4] for layer in deepstack]
 
 
-def graphs_compiled_at_two_row_counts(tower: Qwen3VLVisionModel, compare: Callable[[torch.Tensor, torch.Tensor], None]) -> int:
+def graphs_compiled_at_two_row_counts(
+    tower: Qwen3VLVisionModel, compare: Callable[[torch.Tensor, torch.Tensor], None]
+) -> int:
     """Compile ``tower``'s fused forward (masked SDPA) from a reset dynamo, run it on buffers of 64
     and then 96 rows, hand ``compare`` its merged tokens and the tower's (each (patches/4,
     out_hidden)) at each, and return how many graphs dynamo compiled meanwhile."""
