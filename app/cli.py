@@ -60,7 +60,7 @@ FLAGS = {
     "backend.server_url": "--server",
     "backend.server_model": "--server-model",
     "backend.timeout_s": "--server-timeout",
-    "backend.answer_timeout_s": "--server-timeout",
+    "backend.answer_timeout_s": "--answer-timeout",
     "backend.api_key": "FRAMEWISE_SERVER_API_KEY",
 }
 API_KEY_VARIABLE = "FRAMEWISE_SERVER_API_KEY"
@@ -234,13 +234,12 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--server-model", metavar="NAME", default="", help="the server's model name (default: the one it serves)"
     )
-    parser.add_argument(
-        "--server-timeout",
-        type=float,
-        default=defaults.backend.timeout_s,
-        metavar="S",
-        help="seconds to wait for the server to connect and answer its checks",
-    )
+    timeouts = [
+        ("--server-timeout", defaults.backend.timeout_s, "to connect and answer its checks (the answer: --answer-timeout)"),
+        ("--answer-timeout", defaults.backend.answer_timeout_s, "for its whole answer, from the question to the last word"),
+    ]
+    for flag, default, what in timeouts:
+        parser.add_argument(flag, type=float, default=default, metavar="S", help=f"seconds the server may take {what}")
 
 
 def _settings_from_args(args: argparse.Namespace) -> AppSettings:
@@ -262,6 +261,7 @@ def _settings_from_args(args: argparse.Namespace) -> AppSettings:
             server_model=args.server_model,
             api_key=os.environ.get(API_KEY_VARIABLE, ""),
             timeout_s=args.server_timeout,
+            answer_timeout_s=args.answer_timeout,
         )
     )
 

@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     window.show()
     window.start()
     if args.clip:
-        window.open_clip(args.clip)
+        window.session.open_clip(args.clip)
     return app.exec()
 
 

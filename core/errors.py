@@ -160,6 +160,24 @@ class ServerRequestError(ServerError):
     field = None
 
 
+class ServerContextError(ServerError):
+    """The question with the conversation's items, its turns and one answer does not fit the server's context."""
+
+    field = None
+
+
+class ServerLayoutError(ServerError):
+    """The conversation's items cannot reach a vLLM server laid out as the model's prompt lays them out."""
+
+    field = None
+
+
+class ServerModelGoneError(ServerError):
+    """The server no longer serves the model it chose when none was named (it was restarted under another name)."""
+
+    field = None
+
+
 class ServerFailedError(ServerError):
     """The server answered with an error of its own (5xx) or with something that is not vLLM's API."""
 
@@ -176,6 +194,12 @@ class ServerTimeoutError(ServerError):
     """The server did not answer within the timeout."""
 
     field = "backend.timeout_s"
+
+
+class ServerAnswerTimeoutError(ServerTimeoutError):
+    """The server's answer took longer, in all, than the answer timeout."""
+
+    field = "backend.answer_timeout_s"
 
 
 class ServerStreamCutError(ServerError):

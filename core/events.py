@@ -419,7 +419,8 @@ class EngineInfo:
     the loaded model family's (the settings dialog sizes its steps and hints by them); ``None`` where
     the model is not loaded here. ``held_memory`` is what the loaded model holds, measured as it was
     built (``None`` where the model is not loaded here). ``dtype`` is the activations'; where the
-    language model's linear weights are in another (``"fp8"``), ``weight_dtype`` names it.
+    language model's linear weights are in another (a quantized weight format's), ``weight_dtype``
+    names it.
 
     Sent once per change: when a model is loaded and when new settings change the model or the encoder.
     """
@@ -450,7 +451,7 @@ class EngineInfo:
 
     @property
     def precision(self) -> str:
-        """The dtypes in a few words: ``"fp8 weights, bfloat16 activations"``, or ``"bfloat16"``."""
+        """The dtypes in a few words: ``"<weight_dtype> weights, bfloat16 activations"``, or ``"bfloat16"``."""
         return f"{self.weight_dtype} weights, {self.dtype} activations" if self.weight_dtype else self.dtype
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import torch
 from jinja2 import TemplateError
@@ -26,20 +26,22 @@ from framewise.core.errors import FramewiseError, ModelLoadError, SettingsError
 from framewise.core.events import Progress
 from framewise.core.families import family_for
 from framewise.core.families.base import FamilyAdapter, ModelFamily
-from framewise.core.quantization.formats import checkpoint_weight_format, detect_weight_format
-from framewise.core.quantization.fp8 import QUANTIZE_ON_LOAD_SCHEME
 from framewise.core.memory_plan import Alternative, MemoryEstimate, shortfall_message, size_text
-from framewise.core.model_source import (
+from framewise.core.model_source import (  # MODEL_INFO_FILE and read_model_info: importers read them here too
     DEMO_MODEL_DIR,
+    MODEL_INFO_FILE,
     looks_like_path,
+    read_model_info,
     read_config,
     read_model_type,
     resolve_model_source,
 )
+from framewise.core.quantization.formats import read_tensor_headers
+from framewise.core.quantization.registry import choose_weight_format, declared_weight_format, format_settings
+from framewise.core.quantization.weight_format import WeightFormat
 from framewise.core.seam import FamilyLimits
-from framewise.core.settings import DEMO_MODEL, AppSettings, ModelSettings
+from framewise.core.settings import DEMO_MODEL, DTYPES, AppSettings, ModelSettings
 
-MODEL_INFO_FILE = "framewise.json"
 FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
 PICKLE_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -56,9 +58,9 @@ class LoadedModel:
     ``framewise.json`` (the demo model's says its weights are random). ``family`` is the model
     family that loaded it (preprocessing, prompt, cancel points); ``adapter`` the family's side of
     the encoder seam (graphs, eager forward, the decoder's language model);
-    ``limits`` this checkpoint's vision limits; ``path`` the checkpoint folder. ``fp8``: the
-    language model's linear layers hold FP8 weights (quantized on load or read from an FP8
-    checkpoint), and ``dtype`` is then that of the activations and the other weights.
+    ``limits`` this checkpoint's vision limits; ``path`` the checkpoint folder. ``weight_format``
+    is how the language model's linear layers hold their weights (chosen once, from the checkpoint
+    and the dtype setting); ``dtype`` is that of the activations and of every float weight.
     """
 
     model: torch.nn.Module
@@ -72,7 +74,7 @@ class LoadedModel:
     adapter: FamilyAdapter
     limits: FamilyLimits
     path: Path
-    fp8: bool
+    weight_format: WeightFormat
 
 
 def load_model(settings: ModelSettings, progress: ProgressCallback | None = None) -> LoadedModel:
@@ -92,9 +94,10 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
     model_type = check_checkpoint(path)
     family = family_for(model_type)
     label = read_model_info(path).get("label")
+    weight_format = choose_weight_format(read_config(path), settings.dtype, device)
 
     report(Progress("load", 1, LOAD_STEPS, f"Loading the weights of {name}"))
-    model = _load_weights(family, path, model_type, dtype, fp8=settings.dtype == "fp8", device=device)
+    model = _load_weights(family, path, model_type, weight_format, dtype, device)
 
     report(Progress("load", 2, LOAD_STEPS, "Loading the tokenizer"))
     tokenizer = _load_tokenizer(path)
@@ -125,14 +128,15 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
         adapter=adapter,
         limits=family.limits_of(model),
         path=path,
-        fp8=_precision(settings.dtype, read_config(path), device)[0] == "fp8",
+        weight_format=weight_format,
     )
 
 
 def estimate_memory(settings: AppSettings) -> MemoryEstimate:
     """What the model ``settings`` name will take on their device, from its config.json alone:
-    weights in the chosen dtype (an FP8 checkpoint counts as ``fp8``), the KV cache of the
-    settings' context, and the encoder graphs' budgets (none on the CPU or with graphs off).
+    linear layers in the weight format loading would choose, everything else and the KV cache of
+    the settings' context in the activations' dtype, and the encoder graphs' budgets (none on the
+    CPU or with graphs off).
 
     Raises ModelLoadError for a source that cannot be read, as :func:`load_model` would."""
     model = settings.model
@@ -141,22 +145,10 @@ def estimate_memory(settings: AppSettings) -> MemoryEstimate:
     config = read_config(path)
     device = pick_device(model.device)
     budgets = settings.encoder.token_budgets(family.limits) if settings.encoder.use_graphs and device.type == "cuda" else ()
-    weights, activations, scheme = _precision(model.dtype, config, device)
-    return family.estimate_memory(
-        config, weights, settings.context_tokens(family.limits), budgets, device.type,
-        activations=activations, scheme=scheme,
-    )
-
-
-def _precision(setting: str, config: dict[str, Any], device: torch.device) -> tuple[str, str, Literal["block", "channel"]]:
-    """What loading with the dtype ``setting`` gives a checkpoint of this config.json on ``device``:
-    the dtype of the language model's linear layers (``"fp8"`` when quantized on load or stored in
-    FP8), that of everything else (:func:`pick_dtype`'s), and the FP8 scales' scheme."""
-    activations = str(pick_dtype(setting, device)).removeprefix("torch.")
-    stored = detect_weight_format(config).scheme
-    if stored != "none":
-        return "fp8", activations, stored
-    return ("fp8" if setting == "fp8" else activations), activations, QUANTIZE_ON_LOAD_SCHEME
+    activations = pick_dtype(model.dtype, device)
+    weight_format = choose_weight_format(config, model.dtype, device)
+    context = settings.context_tokens(family.limits)
+    return family.estimate_memory(config, weight_format, activations, context, budgets, device.type)
 
 
 def memory_estimate_text(settings: AppSettings) -> str:
@@ -182,8 +174,8 @@ def check_memory_fits(settings: AppSettings) -> None:
 
     Available is the device's free memory plus what this process's allocator already holds (a
     model being replaced gives that back, or the load retries without it). The ModelLoadError
-    names the settings that would fit: dtype fp8, a shorter context, smaller or no encoder
-    graphs. Nothing is checked on the CPU, nor for a source whose config cannot be read (loading
+    names the settings that would fit: a dtype that quantizes the weights, a shorter context,
+    smaller or no encoder graphs. Nothing is checked on the CPU, nor for a source whose config cannot be read (loading
     it reports why)."""
     device = pick_device(settings.model.device)
     if device.type != "cuda":
@@ -211,10 +203,12 @@ def _shortfall(settings: AppSettings, estimate: MemoryEstimate, device: torch.de
         return None
     model, encoder = settings.model, settings.encoder
     path = resolve_model_source(model.source)
-    weights, _, _ = _precision(model.dtype, read_config(path), device)
+    weight_format = choose_weight_format(read_config(path), model.dtype, device)
+    weights = weight_format.weight_dtype or str(pick_dtype(model.dtype, device)).removeprefix("torch.")
     changes = []
-    if weights != "fp8":
-        changes.append(("choose dtype fp8 (Settings ▸ Model, --dtype fp8)", settings.replace("model", dtype="fp8")))
+    if not weight_format.quantized:
+        changes += [(f"choose dtype {choice} (Settings ▸ Model, --dtype {choice})", settings.replace("model", dtype=choice))
+                    for choice in format_settings()]
     context = settings.context_tokens(family_for(read_model_type(path)).limits)
     if context > 4096:
         changes.append((f"lower the context to 4096 tokens (decoding.max_context_tokens, now {context})",
@@ -276,31 +270,18 @@ def _check_tokenizer_files(path: Path) -> None:
         )
 
 
-def read_model_info(path: Path) -> dict[str, Any]:
-    """Framewise's own notes on a model folder (``framewise.json``: label, description), or {}."""
-    info_file = path / MODEL_INFO_FILE
-    if not info_file.is_file():
-        return {}
-    try:
-        info = json.loads(info_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ModelLoadError(f"{info_file} cannot be read as JSON ({error}).") from error
-    return info if isinstance(info, dict) else {}
-
-
 def _load_weights(
-    family: ModelFamily, path: Path, model_type: str, dtype: torch.dtype, *, fp8: bool, device: torch.device
+    family: ModelFamily, path: Path, model_type: str, weight_format: WeightFormat, dtype: torch.dtype, device: torch.device
 ) -> torch.nn.Module:
     bars_enabled = transformers_logging.is_progress_bar_enabled()
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.disable_progress_bar()  # progress goes through our own events
     transformers_logging.set_verbosity_error()  # so does the load report: check_loaded_weights words it
     try:
-        model, loading_info = family.load_weights(path, model_type, dtype, fp8=fp8, device=device)
+        model, loading_info = family.load_weights(path, model_type, weight_format, dtype, device)
     except torch.OutOfMemoryError as error:
         raise ModelLoadError(
-            f"The weights of {path.name} do not fit in the memory of {device}; choose a smaller model, dtype fp8, "
-            "or the CPU."
+            f"The weights of {path.name} do not fit in the memory of {device}; choose {_smaller_choices()}."
         ) from error
     except (OSError, ValueError, RuntimeError, KeyError, TypeError, SafetensorError) as error:
         raise ModelLoadError(
@@ -339,11 +320,12 @@ def check_loaded_weights(path: Path, loading_info: dict[str, Any]) -> None:
 def check_weight_dtypes(path: Path) -> None:
     """Refuse safetensors files whose tensors Framewise cannot run: in a checkpoint without a
     quantization_config, anything but floating point (loading integers into float weights would
-    give nonsense); in a quantized one, anything but the FP8 weights and scales its config declares
-    (Qwen's block-wise FP8, compressed-tensors FP8), a QuantizationFormatError naming the format
-    and what to choose instead."""
-    if _declares_quantization(path):
-        checkpoint_weight_format(path)
+    give nonsense); in a quantized one, anything but the quantized weights and scales of the weight
+    format its config declares, or a quantization no format runs: a QuantizationFormatError naming
+    the format and what to choose instead."""
+    declared = declared_weight_format(read_config(path))
+    if declared is not None:
+        declared.checked_scales(read_tensor_headers(sorted(path.glob("*.safetensors"))))
         return
     wrong: list[str] = []
     for weights in sorted(path.glob("*.safetensors")):
@@ -358,17 +340,9 @@ def check_weight_dtypes(path: Path) -> None:
     if wrong:
         raise ModelLoadError(
             f"{path} holds {len(wrong)} tensors that are not floating point ({_first_few(wrong)}); Framewise loads "
-            "float checkpoints (bfloat16, float16 or float32 weights) and FP8 ones whose config.json declares "
-            "their quantization."
+            "float checkpoints (bfloat16, float16 or float32 weights) and quantized ones whose config.json "
+            "declares their quantization."
         )
-
-
-def _declares_quantization(path: Path) -> bool:
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return False  # reported by the config check
-    return isinstance(config, dict) and config.get("quantization_config") is not None
 
 
 def check_chat_template(tokenizer: PreTrainedTokenizerBase, path: Path, family: ModelFamily) -> None:
@@ -413,6 +387,13 @@ def _load_tokenizer(path: Path) -> PreTrainedTokenizerBase:
         raise ModelLoadError(f"The tokenizer in {path} could not be loaded: {error}") from error
 
 
+def _smaller_choices() -> str:
+    """What to choose instead of weights that do not fit: a smaller model, each dtype that chooses a
+    quantized format (``dtype <setting>``), or the CPU."""
+    choices = ["a smaller model", *(f"dtype {setting}" for setting in format_settings()), "the CPU"]
+    return ", ".join(choices[:-1]) + ", or " + choices[-1]
+
+
 def _display_name(source: str) -> str:
     source = source.strip()
     if source == DEMO_MODEL:
@@ -436,14 +417,16 @@ def pick_device(name: str) -> torch.device:
 
 def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     """The activations' dtype. ``"auto"``: bfloat16 on a GPU that supports it, else float32; so is
-    ``"fp8"``, whose FP8 weights are the language model's linear layers only. A named dtype is used
+    a setting that chooses a quantized weight format (:func:`~framewise.core.quantization.registry.format_settings`),
+    whose quantized weights are the language model's linear layers only. A named float dtype is used
     as is, except bfloat16 on a GPU without it (a SettingsError)."""
     supports_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-    if name in ("auto", "fp8"):
+    if name == "auto" or name in format_settings():
         return torch.bfloat16 if supports_bf16 else torch.float32
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if name not in dtypes:
-        raise SettingsError("model.dtype", f"unknown dtype {name!r}; choose auto, float32, bfloat16, float16 or fp8.")
+        choices = ", ".join(DTYPES[:-1]) + " or " + DTYPES[-1]
+        raise SettingsError("model.dtype", f"unknown dtype {name!r}; choose {choices}.")
     if name == "bfloat16" and device.type == "cuda" and not supports_bf16:
         raise SettingsError("model.dtype", "this GPU has no bfloat16; choose float16, float32 or auto.")
     return dtypes[name]

@@ -9,6 +9,7 @@ Once loaded, :class:`HeldMemory` is what the model was measured to hold, by the 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 GIB = 2**30
@@ -59,8 +60,13 @@ def shortfall_message(
     )
 
 
-# Short names of the weights' dtypes, as people write them.
-DTYPE_NAMES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "fp8"}
+def short_dtype_name(dtype: str) -> str:
+    """A torch dtype's name (without its prefix) as people write it: ``bfloat16`` is ``bf16``, a
+    float of N bits ``fpN`` (whatever its exponent and mantissa split), anything else as it is."""
+    if dtype == "bfloat16":
+        return "bf16"
+    bits = re.match(r"float(\d+)", dtype)
+    return f"fp{bits.group(1)}" if bits else dtype
 
 
 def size_text(size: int) -> str:
@@ -82,7 +88,7 @@ class WeightBytes:
 class HeldMemory:
     """What a loaded model holds on its device, measured while the engine built it.
 
-    ``weights`` are tensor bytes: the parameters and the weight buffers (FP8 weights and their
+    ``weights`` are tensor bytes: the parameters and the weight buffers (quantized weights and their
     scales), by part and dtype. ``kv_cache`` is the decoder's cache tensors. ``encoder_graphs`` and
     ``decode_graphs`` are what the caching allocator's reserved memory grew by while the graphs were
     captured (their pools, static buffers and workspaces; 0 without graphs).
@@ -115,11 +121,12 @@ class HeldMemory:
         return None if self.reserved is None else self.reserved - self.total
 
     def weights_text(self) -> str:
-        """The weights by part and dtype: "language model 7.2 GiB fp8 + 1.2 GiB bf16 + 9.0 MiB fp32; ..."."""
+        """The weights by part and dtype: "language model 7.2 GiB fp16 + 9.0 MiB fp32; vision tower ...",
+        each dtype by :func:`short_dtype_name`."""
         parts = dict.fromkeys(share.part for share in self.weights)
         return "; ".join(
             f"{part} " + " + ".join(
-                f"{size_text(share.size)} {DTYPE_NAMES.get(share.dtype, share.dtype)}"
+                f"{size_text(share.size)} {short_dtype_name(share.dtype)}"
                 for share in self.weights if share.part == part
             )
             for part in parts

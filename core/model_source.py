@@ -21,6 +21,9 @@ from framewise.core.settings import DEMO_MODEL
 
 DEMO_MODEL_DIR = asset_path("demo_model")
 
+MODEL_INFO_FILE = "framewise.json"
+"""Framewise's own notes on a model folder: its label and description."""
+
 
 def resolve_model_source(source: str) -> Path:
     """The folder a model source points to.
@@ -123,3 +126,15 @@ def family_limits_of(source: str) -> FamilyLimits | None:
         return family_for(read_model_type(resolve_model_source(source))).limits
     except FramewiseError:
         return None
+
+
+def read_model_info(path: Path) -> dict[str, Any]:
+    """Framewise's own notes on a model folder (``framewise.json``: label, description), or {}."""
+    info_file = path / MODEL_INFO_FILE
+    if not info_file.is_file():
+        return {}
+    try:
+        info = json.loads(info_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ModelLoadError(f"{info_file} cannot be read as JSON ({error}).") from error
+    return info if isinstance(info, dict) else {}

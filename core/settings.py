@@ -37,6 +37,8 @@ FIELD_WORDS = {"sampling.max_pixels": "sampling max pixels", "generation.max_new
 RENAMED_FIELDS = {"encoder.max_frames_per_batch": "encoder.max_frame_pairs_per_batch"}
 """Earlier names of fields: ``from_dict`` reads a value saved under one when the current name is absent."""
 """``local``: this machine's engine; ``vllm``: a vLLM server's OpenAI-compatible API."""
+OPENAI_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models")
+"""Endpoints people paste from a client's configuration; the setting wants the server's root."""
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "fp8")
 DEMO_MODEL = "demo"
@@ -366,9 +368,11 @@ class BackendSettings:
     ``server_model`` means the one model the server serves).
 
     ``timeout_s`` bounds connecting and the checks of ``/health`` and ``/v1/models``;
-    ``answer_timeout_s`` the wait for each next piece of a streamed answer (the first one includes
-    the server's encoding and prefill). ``api_key`` is held for the running application only: :meth:`AppSettings.to_dict` leaves it
-    out, so it never reaches a settings file, and its ``repr`` hides it from logs.
+    ``answer_timeout_s`` the whole of one answer, from sending the question to its last piece (the
+    server's encoding and prefill included). ``api_key`` is held for the running application only:
+    :meth:`AppSettings.to_dict` leaves it out, so it never reaches a settings file, and its ``repr``
+    hides it from logs. White space around the key (a pasted line break) is dropped when the
+    settings are made; :meth:`validate` refuses a key an HTTP header cannot carry, without quoting it.
     """
 
     kind: str = "local"
@@ -378,12 +382,21 @@ class BackendSettings:
     timeout_s: float = 10.0
     answer_timeout_s: float = 300.0
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "api_key", self.api_key.strip())  # frozen: set once, here
+
     def validate(self) -> None:
         _require_choice("backend.kind", self.kind, BACKENDS)
         if not (0.5 <= self.timeout_s <= 600):
             raise SettingsError("backend.timeout_s", "use a timeout between 0.5 and 600 seconds")
         if not (1 <= self.answer_timeout_s <= 3600):
             raise SettingsError("backend.answer_timeout_s", "use between 1 and 3600 seconds")
+        if any(not (" " <= character <= "~") for character in self.api_key):
+            raise SettingsError(
+                "backend.api_key",
+                "the API key holds a line break, a tab or a character outside plain ASCII, which an HTTP "
+                "header cannot carry; give the key exactly as the server was started with it",
+            )
         if self.kind != "vllm":
             return
         url = self.server_url.strip()
@@ -402,8 +415,13 @@ class BackendSettings:
             raise SettingsError("backend.server_url", "leave out the ?query and #fragment; give only the address")
 
     def base_url(self) -> str:
-        """The server's address without a trailing ``/`` or ``/v1`` (both are accepted in the setting)."""
+        """The server's address without a trailing ``/``, ``/v1`` or OpenAI endpoint
+        (``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``): each is accepted in the setting."""
         url = self.server_url.strip().rstrip("/")
+        for endpoint in OPENAI_ENDPOINTS:
+            if url.endswith(endpoint):
+                url = url.removesuffix(endpoint)
+                break
         return url.removesuffix("/v1").rstrip("/")
 
     def plain_http_warning(self) -> str | None:

@@ -97,10 +97,6 @@ class TimeMention:
     start_s: float
     end_s: float | None = None
 
-    @property
-    def is_range(self) -> bool:
-        return self.end_s is not None
-
     def to_json(self) -> dict[str, Any]:
         return {"text": self.text, "start_s": self.start_s, "end_s": self.end_s}
 

@@ -69,28 +69,28 @@ def main(argv: list[str] | None = None) -> int:
     window.show()
     window.start()
     try:
-        _wait(app, lambda: window.info is not None and window.operation is None, 180, "the model to load")
+        _wait(app, lambda: window.session.info is not None and window.session.operation is None, 180, "the model to load")
         for clip in args.clip or DEFAULT_CLIPS:
-            window.open_clip(str(clip))
-            _wait(app, lambda: not window.opening_clip and window.operation is None, 120, f"{clip.name} to be encoded")
-        if window.clip is None:
+            window.session.open_clip(str(clip))
+            _wait(app, lambda: not window.session.opening_clip and window.session.operation is None, 120, f"{clip.name} to be encoded")
+        if window.session.clip is None:
             raise SystemExit("no clip could be opened")
         for count, added in enumerate(args.add or (), start=1):
             if not window.session.add_clip(str(added)):
                 raise SystemExit(f"{added.name} could not be added")
             # Until it is in the conversation: the request may not have started when the wait begins.
-            _wait(app, lambda: len(window.session.added) == count and window.operation is None, 120, f"{added.name} to be added")
+            _wait(app, lambda: len(window.session.added) == count and window.session.operation is None, 120, f"{added.name} to be added")
         for question in args.question or DEFAULT_QUESTIONS:
             window.chat.question_edit.setPlainText(question)
             window.chat.submit()
-            _wait(app, lambda: window.conversation.current is None and window.operation is None, 300, "the answer")
+            _wait(app, lambda: window.session.conversation.current is None and window.session.operation is None, 300, "the answer")
         if args.click_time:
             _click_first_time(window)
         else:
-            window.preview.seek(len(window.clip.timestamps) // 2)
+            window.clip_section.preview.seek(len(window.session.clip.timestamps) // 2)
         if args.draft:
             window.chat.question_edit.setPlainText(args.draft)
-        window.frame_strip.setFocus()
+        window.clip_section.strip.setFocus()
         _wait(app, lambda: True, 0.5, "")
         image = window.grab().toImage()
         args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,9 @@
 It speaks the parts of the OpenAI-compatible API Framewise uses (``/health``, ``/v1/models``,
 ``/version``, ``/metrics``, streamed ``/v1/chat/completions`` with chunked transfer encoding) and
 can be told to answer a status and body, to cut the stream mid-answer, or to stall. Like vLLM, it
-refuses a video of more frames than the request lets it keep. It binds a
-free port, records every chat request's JSON body, and shuts itself down after ``lifetime_s``
+refuses a video of more frames than the request lets it keep, and more videos or pictures a
+question than its ``limits`` admit (vLLM's ``--limit-mm-per-prompt``). It binds a
+free port (or the one it is given), records every chat request's JSON body, and shuts itself down after ``lifetime_s``
 even if a test forgets to stop it.
 """
 
@@ -36,6 +37,7 @@ class Behaviour:
     cut_after: int | None = None
     stall_s: float = 0.0
     piece_delay_s: float = 0.0
+    limits: dict[str, int] = field(default_factory=dict)  # "video"/"image" -> most items a question
     metrics: str = (
         'vllm:mm_cache_queries_total{engine="0",model_name="demo"} 2.0\n'
         'vllm:mm_cache_hits_total{engine="0",model_name="demo"} 1.0\n'
@@ -47,10 +49,10 @@ class Behaviour:
 class FakeVllmServer:
     """``with FakeVllmServer(Behaviour(...)) as server: server.url`` — stopped on exit or after ``lifetime_s``."""
 
-    def __init__(self, behaviour: Behaviour | None = None, lifetime_s: float = 60.0) -> None:
+    def __init__(self, behaviour: Behaviour | None = None, lifetime_s: float = 60.0, port: int = 0) -> None:
         self.behaviour = behaviour or Behaviour()
         handler = type("Handler", (_Handler,), {"behaviour": self.behaviour})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -92,6 +94,20 @@ def _frames_refusal(request: dict[str, Any]) -> str | None:
     if kept == -1 or sent <= kept:
         return None
     return f"frames_indices length ({sent}) must match number of frames sent ({kept})"
+
+
+def _count_refusal(request: dict[str, Any], limits: dict[str, int]) -> str | None:
+    """vLLM's refusal of more items of a kind than ``limits`` admit, in its words, else ``None``."""
+    for modality, most in limits.items():
+        sent = sum(
+            part.get("type") == f"{modality}_url"
+            for message in request.get("messages", [])
+            if isinstance(message.get("content"), list)
+            for part in message["content"]
+        )
+        if sent > most:
+            return f"At most {most} {modality}(s) may be provided in one prompt. (parameter={modality})"
+    return None
 
 
 def _root(behaviour: Behaviour, name: str) -> dict[str, str]:
@@ -143,7 +159,7 @@ class _Handler(BaseHTTPRequestHandler):
         if behaviour.chat_status != 200:
             self._reply(behaviour.chat_status, behaviour.chat_body)
             return
-        refusal = _frames_refusal(body)
+        refusal = _frames_refusal(body) or _count_refusal(body, behaviour.limits)
         if refusal:
             self._reply(400, {"error": {"message": refusal, "type": "BadRequestError", "code": 400}})
             return

@@ -4,9 +4,14 @@ plain types import none of their users."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import subprocess
 import sys
+import tokenize
+from collections.abc import Iterator
+from pathlib import Path
+
 from tests.conftest import REPO_ROOT
 from tests.import_graph import first_cycle, import_graph, modules_under, outside_imports
 
@@ -119,3 +124,75 @@ def test_the_room_rules_find_what_they_forbid() -> None:
     assert "framewise.core.decoding" in outside_imports(engine, ("framewise.core.kernels",), KNOWN)[
         "framewise.core.backends.local.engine"
     ]
+
+
+# ---------------------------------------------------------------- weight formats live in quantization/
+
+# Where a weight format's name may stand in core: the formats themselves, the kernels named by
+# what they compute, and the dtype choices of the settings (``DTYPES``), nowhere else.
+FORMAT_NAME = "fp8"
+FORMAT_ROOMS = ("quantization", "kernels")
+SETTINGS_CHOICES = ("settings.py", "DTYPES")
+
+
+def format_names(core: Path, word: str = FORMAT_NAME) -> dict[str, list[str]]:
+    """Where ``word`` (any case) appears in ``core`` outside the format rooms, by file: in a file or
+    folder name, an identifier, or a string (docstrings and f-strings included; comments are
+    not read); in the settings file, outside the assignment of its dtype choices."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(core.rglob("*.py")):
+        relative = path.relative_to(core)
+        if relative.parts[0] in FORMAT_ROOMS:
+            continue
+        allowed = _assignment_lines(path, SETTINGS_CHOICES[1]) if relative.as_posix() == SETTINGS_CHOICES[0] else set()
+        hits = [f"file {relative.as_posix()}"] if word in relative.as_posix().lower() else []
+        hits += [f"line {line}: {text}" for line, text in _names_and_strings(path, word) if line not in allowed]
+        if hits:
+            found[relative.as_posix()] = hits
+    return found
+
+
+def _names_and_strings(path: Path, word: str) -> Iterator[tuple[int, str]]:
+    """Each line of ``path`` where ``word`` (any case) stands in an identifier or a string token,
+    with the line's text."""
+    kinds = {tokenize.NAME, tokenize.STRING, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+    with path.open("rb") as source:
+        tokens = [token for token in tokenize.tokenize(source.readline) if token.type in kinds]
+    for token in tokens:
+        first_line = token.start[0]
+        for offset, text in enumerate(token.string.splitlines()):
+            if word in text.lower():
+                yield first_line + offset, text.strip()
+
+
+def _assignment_lines(path: Path, name: str) -> set[int]:
+    """The lines of the module-level assignment to ``name`` in ``path``."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(isinstance(target, ast.Name) and target.id == name for target in node.targets):
+            return set(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return set()
+
+
+def test_a_weight_format_is_named_only_in_its_rooms() -> None:
+    """A weight format is one module in core/quantization/ and a registry line: the loader, the
+    families, the decoder layers and the engine hold the format object the registry chose, never
+    its name."""
+    assert format_names(CORE) == {}
+
+
+def test_the_format_rule_finds_what_it_forbids(tmp_path: Path) -> None:
+    core = tmp_path / "core"
+    for folder in ("quantization", "kernels", "decoding", "families/some_fp8_family"):
+        (core / folder).mkdir(parents=True)
+    (core / "quantization" / "fp8.py").write_text('FP8 = "fp8"\n')
+    (core / "kernels" / "fp8_gemv.py").write_text("def fp8_gemv(): ...\n")
+    (core / "settings.py").write_text('DTYPES = (\n    "auto",\n    "fp8",\n)\nOTHER = "Fp8"\n')
+    (core / "decoding" / "layers.py").write_text(
+        '"""Layers."""\n# fp8 in a comment is not read\nfrom x import is_FP8\nmessage = f"choose {x} or fp8"\n'
+    )
+    (core / "families" / "some_fp8_family" / "__init__.py").write_text("")
+    assert format_names(core) == {
+        "decoding/layers.py": ["line 3: is_FP8", 'line 4: f"choose {x} or fp8"'],
+        "families/some_fp8_family/__init__.py": ["file families/some_fp8_family/__init__.py"],
+        "settings.py": ['line 5: "Fp8"'],
+    }

@@ -6,11 +6,21 @@ banner's height to them."""
 
 from __future__ import annotations
 
-from typing import Callable
+import html
+import logging
+from typing import TYPE_CHECKING, Callable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QStyle, QToolButton, QWidget
+
+from framewise.core.events import EngineInfo, Failed
+from framewise.core.settings import AppSettings
+
+if TYPE_CHECKING:
+    from framewise.ui.session import Session
+
+log = logging.getLogger(__name__)
 
 
 class Banner(QFrame):
@@ -142,3 +152,77 @@ class BannerArea(QWidget):
             self.count_label.setText(f"{raised.index(self._current) + 1} of {len(raised)}")
         self.stepper.setVisible(len(raised) > 1)
         self.setVisible(self._current is not None)
+
+
+class WindowBanners(BannerArea):
+    """The main window's banners, most important first: an error, the saved settings that did not load,
+    conversations not being kept, the demo model answering, no CUDA graphs on a GPU.
+
+    ``open_settings(section)`` opens Settings (on ``section``'s tab, or the last one for ``None``)
+    for the banners whose action is fixing it there. :meth:`follow` connects them to the session."""
+
+    def __init__(self, open_settings: Callable[[str | None], object], parent: QWidget | None = None) -> None:
+        warning = QStyle.StandardPixmap.SP_MessageBoxWarning
+        error = Banner("", icon=warning, action_text="Settings…", action=lambda: open_settings(None))
+        fallback = Banner("", icon=warning, action_text="Settings…", action=lambda: open_settings("model"))
+        fallback.label.setTextFormat(Qt.TextFormat.PlainText)
+        store = Banner("", icon=warning)
+        store.label.setTextFormat(Qt.TextFormat.PlainText)
+        demo = Banner("", action_text="Choose a Model…", action=lambda: open_settings("model"))
+        cpu = Banner("", icon=QStyle.StandardPixmap.SP_ComputerIcon)
+        super().__init__([error, fallback, store, demo, cpu], parent)
+        self.error_banner, self.fallback_banner, self.store_banner, self.demo_banner, self.cpu_banner = self.banners
+
+    def follow(self, session: Session) -> None:
+        """Raise and take down the banners as the session's errors, settings and engine say."""
+        signals = session.signals
+        signals.error_raised.connect(self.show_error)
+        signals.error_cleared.connect(lambda: self.dismiss(self.error_banner))
+        signals.settings_applied.connect(lambda settings: self.dismiss(self.fallback_banner))
+        signals.fell_back_to_defaults.connect(self._show_fallback)
+        signals.engine_changed.connect(self._show_engine)
+
+    def show_error(self, text: str, settings_can_help: bool = False) -> None:
+        """Show ``text`` in the error banner until dismissed or the next success; it offers Settings only
+        when ``settings_can_help`` (a model that failed to load can be changed there, a clip that is not a
+        video cannot be fixed there)."""
+        log.warning("%s", text)
+        self.error_banner.set_text(text)
+        self.error_banner.label.setTextFormat(Qt.TextFormat.PlainText)
+        if self.error_banner.action_button is not None:
+            self.error_banner.action_button.setVisible(settings_can_help)
+        self.post(self.error_banner)
+
+    def show_store_notice(self, text: str) -> None:
+        """Why conversations are not being kept (their store could not be opened, or only read)."""
+        self.store_banner.set_text(text)
+        self.post(self.store_banner)
+
+    def _show_fallback(self, saved: AppSettings, failure: Failed | None) -> None:
+        field = failure.field if failure and failure.field else None
+        section, _, key = (field or "").partition(".")
+        value = saved.to_dict().get(section, {}).get(key) if field else None
+        named = f"The saved setting {field} ({value})" if field else "The saved settings"
+        self.fallback_banner.set_text(
+            f"{named} could not be used: {failure.message if failure else 'the model did not load'} "
+            "Framewise started on the demo model with the default settings; your saved settings stay as they "
+            "were until you apply new ones in Settings."
+        )
+        self.post(self.fallback_banner)
+        self.dismiss(self.error_banner)
+
+    def _show_engine(self, info: EngineInfo) -> None:
+        self.demo_banner.set_text(
+            f"Answers come from a small demo model (<b>{html.escape(info.model_label or '')}</b>), bundled so that "
+            "Framewise runs anywhere without a download. To ask a real Qwen3-VL, open <b>Settings ▸ Model</b> and "
+            "choose a checkpoint folder, or the repo id of one in your Hugging Face cache."
+        )
+        self.set_raised(self.demo_banner, bool(info.model_label))
+        # On a CPU the Encoder panel's title says, once, that there are no CUDA graphs; a banner is kept
+        # for a GPU that runs without them, where it is a surprise worth the space.
+        if info.graphs_enabled or info.server is not None or info.on_cpu:
+            self.dismiss(self.cpu_banner)
+        else:
+            self.cpu_banner.set_text(f"<b>No CUDA graphs:</b> {html.escape(info.graphs_reason)}.")
+            self.cpu_banner.setToolTip(info.graphs_reason)
+            self.post(self.cpu_banner)

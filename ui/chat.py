@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeyEvent, QPalette
@@ -30,12 +31,20 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from framewise.ui.elided_label import ElidedLabel
-from framewise.ui.icons import glyph_icon
-from framewise.core.conversation import INTERRUPTED_TEXT, Turn, format_answer_stats
+from framewise.core.conversation import INTERRUPTED_TEXT, Conversation, Turn, format_answer_stats
+from framewise.core.events import EncodeDone, EngineInfo
 from framewise.core.timecodes import TimeMention, find_times
+from framewise.ui.elided_label import ElidedLabel
+from framewise.ui.frames import format_timestamp
+from framewise.ui.icons import glyph_icon
+from framewise.ui.metrics import live_speed_text
+from framewise.ui.wording import model_text
+
+if TYPE_CHECKING:
+    from framewise.ui.session import Session
 
 _STREAM_FLUSH_MS = 30
+QUESTION_HINT = "Ask about the clip…  (Enter sends, Shift+Enter adds a line)"
 
 
 class QuestionEdit(QPlainTextEdit):
@@ -135,11 +144,6 @@ class MessageCard(QFrame):
         """The times shown as links, in order."""
         return list(self._times)
 
-    @property
-    def time_items(self) -> list[int | None]:
-        """For each time shown as a link, the tab of the item it belongs to (``None``: the one shown)."""
-        return list(self._items)
-
     def set_text(
         self,
         text: str,
@@ -202,7 +206,8 @@ class ChatPanel(QWidget):
     so do ``time_clicked(start_s, end_s)``, a time clicked in a message (``end_s`` ``None`` unless a
     range), ``item_time_clicked(item, start_s, end_s)``, such a time that belongs to the item of tab
     ``item``, and ``question_times_changed(times)``, the list of :class:`TimeMention` in the question
-    being typed, whenever it changes."""
+    being typed, whenever it changes. :attr:`title`, the Conversation section's subtitle, names the
+    model that answers; :meth:`follow` connects the panel to the session's news."""
 
     ask_requested = Signal(str)
     stop_requested = Signal()
@@ -219,6 +224,7 @@ class ChatPanel(QWidget):
         self._flush_timer.setInterval(_STREAM_FLUSH_MS)
         self._flush_timer.timeout.connect(self._flush)
         line = self.fontMetrics().height()
+        self.title = ElidedLabel("")
 
         self._messages = QWidget()
         self._messages.setBackgroundRole(QPalette.ColorRole.Window)
@@ -290,9 +296,46 @@ class ChatPanel(QWidget):
         if question and self.send_button.isEnabled():
             self.ask_requested.emit(question)
 
-    def set_answering(self, answering: bool) -> None:
-        self.send_button.setEnabled(not answering)
+    def follow(self, session: Session) -> None:
+        """Show the session's conversation as it goes, the model that answers, and whether a question can be asked."""
+        signals = session.signals
+        signals.engine_changed.connect(self._show_model)
+        signals.conversation_reset.connect(self._start_afresh)
+        signals.turn_started.connect(lambda turn: self.start_turn(turn, "Thinking…"))
+        signals.token_received.connect(lambda turn, text: self.append_token(text))
+        signals.answer_speed.connect(lambda turn, speed: self.show_speed(live_speed_text(speed)))
+        signals.turn_finished.connect(
+            lambda turn: self.finish_turn(turn, [item.name for item in session.conversation_items()])
+        )
+        signals.item_added.connect(lambda clip, done: self.add_notice(added_notice(done)))
+        signals.clip_encoded.connect(lambda done: self.add_notice(done.damage) if done.damage else None)
+        signals.state_changed.connect(lambda: self.show_state(session.answering, session.ask_blocker))
+
+    def show_state(self, answering: bool, blocker: str | None) -> None:
+        """Ask is enabled unless ``blocker`` says why not (its tooltip and the question box's hint say
+        it too); Stop while ``answering``."""
+        self.send_button.setEnabled(blocker is None)
+        self.send_button.setToolTip(blocker or "Ask the question (Enter or Ctrl+Return)")
         self.stop_button.setEnabled(answering)
+        self._set_question_hint(blocker if blocker and not answering else QUESTION_HINT)
+
+    def _set_question_hint(self, text: str) -> None:
+        edit = self.question_edit
+        if edit.placeholderText() == text:
+            return
+        edit.setPlaceholderText(text)
+        # QPlainTextEdit repaints only when its hint appears or disappears, not when the hint's text changes.
+        edit.viewport().update()
+
+    def _show_model(self, info: EngineInfo) -> None:
+        # The model's label (the demo model's) is said by its banner and its answers; the title says the name only.
+        self.title.setText(info.model_name)
+        self.title.setToolTip(model_text(info))
+
+    def _start_afresh(self, conversation: Conversation, notice: str | None) -> None:
+        self.clear()
+        if notice:
+            self.add_notice(notice)
 
     def clear(self) -> None:
         self._flush_timer.stop()
@@ -303,6 +346,14 @@ class ChatPanel(QWidget):
             self._messages_layout.removeWidget(card)
             card.deleteLater()
         self.empty_hint.show()
+
+    def replay(self, conversation: Conversation) -> None:
+        """Show a kept ``conversation``'s turns in place of the transcript. Only its clip is opened again:
+        the times of its answers link to that clip's tab, the others' to the tab shown."""
+        self.clear()
+        for turn in conversation.turns:
+            self.start_turn(turn, "")
+            self.finish_turn(turn, [conversation.clip_name or ""])
 
     def add_notice(self, text: str) -> MessageCard:
         """A line in the transcript that is not part of the conversation (the clip in use, say)."""
@@ -396,6 +447,15 @@ class ChatPanel(QWidget):
     def _keep_at_bottom(self, _minimum: int, maximum: int) -> None:
         if self._follow_bottom:
             self.scroll.verticalScrollBar().setValue(maximum)
+
+
+def added_notice(done: EncodeDone) -> str:
+    """What the conversation says when an item joins it: which clip, picture or span later answers see."""
+    if done.span is not None:
+        start, end = (format_timestamp(t) for t in done.span)
+        return f"Looking closer at {start}–{end} ({done.frames} frames); the answers from here on see this span too."
+    what = "picture" if done.kind == "image" else "clip"
+    return f"Added the {what} {done.clip_name}; the answers from here on see it too."
 
 
 def answer_header(turn: Turn) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from framewise.core.conversation import Conversation, Turn
 from framewise.core.conversation_store import (
@@ -15,6 +15,9 @@ from framewise.core.conversation_store import (
 from framewise.core.errors import ConversationStoreError
 from framewise.core.settings import AppSettings
 from framewise.ui.conversation_list import ConversationList
+
+if TYPE_CHECKING:
+    from framewise.ui.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,14 @@ class ConversationKeeper:
         if self._recorder is not None:
             self._recorder.start(conversation)
         self.refresh()
+
+    def follow(self, session: Session) -> None:
+        """Write the session's conversation as it goes: each one on screen from its first question on."""
+        signals = session.signals
+        signals.conversation_reset.connect(lambda conversation, notice: self.start(conversation))
+        signals.turn_started.connect(lambda turn: self.asked(turn, session.settings))
+        signals.turn_finished.connect(self.finished)
+        self.start(session.conversation)
 
     def resume(self, conversation_id: int, conversation: Conversation) -> None:
         """Later questions go to kept conversation ``conversation_id``."""

@@ -101,9 +101,6 @@ class ConversationList(QWidget):
     def ids(self) -> list[int]:
         return [self.list.item(row).data(_ID_ROLE) for row in range(self.list.count())]
 
-    def texts(self) -> list[str]:
-        return [self.list.item(row).text() for row in range(self.list.count())]
-
     def select(self, conversation_id: int) -> None:
         for row, item_id in enumerate(self.ids()):
             if item_id == conversation_id:

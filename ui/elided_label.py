@@ -21,10 +21,6 @@ class ElidedLabel(QLabel):
         super().setText(text)
         self._sync_tooltip()
 
-    def is_elided(self) -> bool:
-        """True when the text does not fit and is shown shortened."""
-        return self.fontMetrics().horizontalAdvance(self.text()) > self.contentsRect().width()
-
     def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
         return QSize(self.fontMetrics().horizontalAdvance("…") * 4, super().minimumSizeHint().height())
 

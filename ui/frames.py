@@ -135,18 +135,9 @@ class Timeline(QWidget):
         return self._position
 
     @property
-    def marks(self) -> tuple[float, ...]:
-        return self._marks
-
-    @property
     def selected_span(self) -> tuple[float, float] | None:
         """The selected span ``(start_s, end_s)``, within the clip; ``None`` when none is."""
         return self._span
-
-    @property
-    def question_times(self) -> tuple[tuple[float, float | None], ...]:
-        """The ``(start_s, end_s or None)`` of each time the question being typed mentions."""
-        return self._question_times
 
     def set_clip(self, duration_s: float, marks: tuple[float, ...]) -> None:
         self._duration = max(0.0, duration_s)
@@ -363,21 +354,8 @@ class ClipPreview(QWidget):
         return self._clip
 
     @property
-    def current_index(self) -> int:
-        """The last sampled frame at or before the time shown (-1 with no clip)."""
-        return self._index
-
-    @property
     def position(self) -> float:
         return self.timeline.position
-
-    @property
-    def playable(self) -> bool:
-        """True once the clip's file opened for playing."""
-        return self._playable
-
-    def shown_image(self) -> QImage | None:
-        return self.view.image
 
     def set_clip(self, clip: ClipSampled | None) -> None:
         """Show ``clip`` from its start (playing its file when it can be played); ``None`` empties the preview."""
@@ -582,11 +560,6 @@ class FrameStrip(QListWidget):
             self.addItem(item)
         self.blockSignals(False)
 
-    @property
-    def pictured_frames(self) -> int:
-        """How many frames have their picture made so far."""
-        return len(self._pictured)
-
     def _picture_visible_frames(self) -> None:
         """Make the pictures of the frames in view (and a screenful either side)."""
         if not self.count():
@@ -613,10 +586,6 @@ class FrameStrip(QListWidget):
     def showEvent(self, event) -> None:  # noqa: N802 - Qt override
         super().showEvent(event)
         QTimer.singleShot(0, self._picture_visible_frames)
-
-    def timestamp_texts(self) -> list[str]:
-        """The captions shown under the frames, in order."""
-        return [self.item(row).text() for row in range(self.count())]
 
     def select_frame(self, index: int) -> None:
         if 0 <= index < self.count() and index != self.currentRow():

@@ -146,21 +146,6 @@ class LatencyPlot(QWidget):
         self._apply_palette()
         self._redraw()
 
-    @property
-    def points(self) -> list[PlotPoint]:
-        return list(self._points)
-
-    def series(self) -> dict[str, list[tuple[float, float]]]:
-        """The plotted (pass, ms per frame) pairs of each series, by legend name."""
-        return {name: [(float(x), float(y)) for x, y in zip(*item.getData())] for item, name in self._series()}
-
-    def legend_names(self) -> list[str]:
-        return [label.accessibleName() for label in self.legend.findChildren(QLabel)]
-
-    def run_labels_shown(self) -> list[str]:
-        """The text each encode's marker shows now (shortened to fit, or empty where there is no room)."""
-        return [marker.line.label.toPlainText() for marker in self._run_markers]
-
     def start_run(self, label: str) -> None:
         """Mark the start of a new encode (a clip, or a question's images)."""
         self._run_labels.append(label)
@@ -247,9 +232,6 @@ class LatencyPlot(QWidget):
         )
         self.plot_item.addItem(item)
         return item
-
-    def _series(self) -> tuple[tuple[pg.ScatterPlotItem, str], ...]:
-        return ((self.hits, HIT_NAME), (self.misses, MISS_NAME))
 
     def _tip(self, x: float, y: float, data: PlotPoint) -> str:
         return describe_chunk(data.stats, self._run_labels[data.run])

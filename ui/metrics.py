@@ -9,9 +9,10 @@ this module only lays them out.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QPalette
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QGuiApplication, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFrame,
@@ -38,16 +39,25 @@ from framewise.core.events import (
     ServerInfo,
 )
 from framewise.core.wording import plural
+from framewise.ui.elided_label import ElidedLabel
 from framewise.ui.latency_plot import LatencyPlot, describe_chunk
+from framewise.ui.wording import encoder_text
+
+if TYPE_CHECKING:
+    from framewise.ui.session import Session
 
 _CHUNK_COLUMNS = ("Chunk", "Frames", "Patches", "Budget", "Padding", "ms/frame", "Ran as")
 
 
 FIGURES_MIN_CHARACTERS = 36
+CPU_ENCODER_TITLE = "eager on the CPU: no CUDA graphs"
 
 
 class EncoderPanel(QWidget):
-    """The latency plot, counters for graph hits and answer speed, and the last encode's chunks."""
+    """The latency plot, counters for graph hits and answer speed, and the last encode's chunks.
+
+    :attr:`title` is the Encoder section's subtitle: the encoder in a few words. :meth:`follow`
+    connects the panel to the session's news."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -55,25 +65,27 @@ class EncoderPanel(QWidget):
         self._on_server = False  # a vLLM server answers: nothing is encoded here
         self._metrics: EncoderMetrics | None = None
         self._run_label = ""
-
+        self.title = ElidedLabel("")
         self.plot = LatencyPlot()
-        self.chunk_table = QTableWidget(0, len(_CHUNK_COLUMNS))
-        self.chunk_table.setHorizontalHeaderLabels(_CHUNK_COLUMNS)
-        self.chunk_table.verticalHeader().setVisible(False)
-        self.chunk_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.chunk_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.chunk_table.setAlternatingRowColors(True)
-        self.chunk_table.setWordWrap(False)
-        header = self.chunk_table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
-        row_height = round(self.fontMetrics().height() * 1.5)
-        self.chunk_table.verticalHeader().setDefaultSectionSize(row_height)
-        self.chunk_table.setMinimumHeight(row_height * 2)
-        self.chunk_table.setToolTip(
-            "Each pass of the vision encoder for the last clip: the token budget it used and the share that was padding"
-        )
+        self.chunk_table = _chunk_table(round(self.fontMetrics().height() * 1.5))
+        self.server_box = ServerCommandBox()
+        self.server_box.hide()
+        self.figures_scroll = self._build_figures()
 
+        layout = QGridLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setHorizontalSpacing(self.fontMetrics().height())
+        layout.addWidget(self.plot, 0, 0)
+        layout.addWidget(self.figures_scroll, 0, 1)
+        layout.addWidget(self.server_box, 1, 0, 1, 2)
+        layout.addWidget(self.chunk_table, 2, 0, 1, 2)
+        layout.setColumnStretch(0, 3)
+        layout.setColumnStretch(1, 2)
+        layout.setRowStretch(0, 3)
+        layout.setRowStretch(2, 1)  # the chunk table (row 1 holds the server's command, when shown)
+
+    def _build_figures(self) -> QScrollArea:
+        """The captioned figures, in a scroll area: they scroll rather than clip when the panel is short."""
         self.encoder_value = QLabel("–")
         self.hits_value = QLabel("–")
         self.hits_value.setToolTip("Counted per item: a clip is a hit when every encoder pass of it replayed a CUDA graph")
@@ -85,8 +97,6 @@ class EncoderPanel(QWidget):
         self.memory_value = QLabel("–")
         self.decoder_value = QLabel("–")
         self.server_value = QLabel("–")
-        self.server_box = ServerCommandBox()
-        self.server_box.hide()
         stats = QGridLayout()
         stats.setContentsMargins(0, 0, 0, 0)
         stats.setHorizontalSpacing(self.fontMetrics().height())
@@ -114,30 +124,36 @@ class EncoderPanel(QWidget):
             stats.addWidget(value, row, 1, Qt.AlignmentFlag.AlignTop)
         stats.setColumnStretch(1, 1)
         stats.setRowStretch(len(rows), 1)
-
-        layout = QGridLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setHorizontalSpacing(self.fontMetrics().height())
-        layout.addWidget(self.plot, 0, 0)
-        # The figures scroll rather than clip when the panel is short (a small window).
         figures = QWidget()
         figures.setLayout(stats)
-        self.figures_scroll = QScrollArea()
-        self.figures_scroll.setWidget(figures)
-        self.figures_scroll.setWidgetResizable(True)
-        self.figures_scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.figures_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        scroll = QScrollArea()
+        scroll.setWidget(figures)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         # Narrower than this, a figure wraps a word or two a line; the plot gives up the width instead.
-        self.figures_scroll.setMinimumWidth(self.fontMetrics().averageCharWidth() * FIGURES_MIN_CHARACTERS)
-        layout.addWidget(self.figures_scroll, 0, 1)
-        layout.addWidget(self.server_box, 1, 0, 1, 2)
-        layout.addWidget(self.chunk_table, 2, 0, 1, 2)
-        layout.setColumnStretch(0, 3)
-        layout.setColumnStretch(1, 2)
-        layout.setRowStretch(0, 3)
-        layout.setRowStretch(2, 1)  # the chunk table (row 1 holds the server's command, when shown)
+        scroll.setMinimumWidth(self.fontMetrics().averageCharWidth() * FIGURES_MIN_CHARACTERS)
+        return scroll
+
+    def follow(self, session: Session) -> None:
+        """Show the session's encoder passes and numbers, and the figures of the answer under way."""
+        signals = session.signals
+        signals.engine_changed.connect(self.set_engine_info)
+        signals.encoder_pass.connect(self._add_pass)
+        signals.metrics_changed.connect(self.set_metrics)
+        signals.clip_encoded.connect(self.set_encode_done)
+        signals.clip_changed.connect(lambda clip: self.clear_answer_stats())
+        signals.turn_started.connect(lambda turn: self.clear_answer_stats())
+        signals.answer_speed.connect(lambda turn, speed: self.set_answer_speed(speed))
+        signals.answer_stats.connect(self.set_answer_stats)
+
+    def _add_pass(self, chunk: ChunkStats, run_label: str) -> None:
+        if chunk.chunk_index == 0:
+            self.start_clip(run_label)
+        self.add_chunk(chunk)
 
     def set_engine_info(self, info: EngineInfo) -> None:
+        self._show_title(info)
         self._graphs_enabled = info.graphs_enabled
         self._on_server = info.server is not None
         self.server_box.setVisible(self._on_server)
@@ -166,6 +182,14 @@ class EncoderPanel(QWidget):
             self.decoder_value.setText(f"{steps}, KV cache of {decoder.context_tokens:,} tokens")
             self.decoder_value.setToolTip(decoder.graphs_reason)
         self._update_hits()
+
+    def _show_title(self, info: EngineInfo) -> None:
+        """The encoder in a few words; on a CPU, once, that there are no CUDA graphs."""
+        if info.on_cpu and not info.graphs_enabled:
+            self.title.setText(CPU_ENCODER_TITLE)
+            self.title.setToolTip(f"{CPU_ENCODER_TITLE}, so encoding is much slower than on a GPU")
+        else:
+            self.title.setText(encoder_text(info))
 
     def _show_server(self, server: ServerInfo) -> None:
         """A vLLM server answers: encoding and decoding run there, and nothing of it is measured here."""
@@ -225,9 +249,6 @@ class EncoderPanel(QWidget):
             f"encode {done.encode_ms:.1f} ms ({done.ms_per_frame:.2f} ms/frame)"
         )
 
-    def row_visible(self, name: str) -> bool:
-        return not self._rows[name][1].isHidden()
-
     def _set_row_visible(self, name: str, visible: bool) -> None:
         for label in self._rows[name]:
             label.setVisible(visible)
@@ -254,13 +275,30 @@ class EncoderPanel(QWidget):
         if stats.decoder is not None:
             self.decoder_value.setText(stats.decoder.summary())
 
-    def hits_text(self) -> str:
-        return self.hits_value.text()
-
     def _update_hits(self) -> None:
         if self._on_server:
             return
         self.hits_value.setText(hits_summary(self._metrics, self._graphs_enabled))
+
+
+def _chunk_table(row_height: int) -> QTableWidget:
+    """The table of the last encode's passes, one row each."""
+    table = QTableWidget(0, len(_CHUNK_COLUMNS))
+    table.setHorizontalHeaderLabels(_CHUNK_COLUMNS)
+    table.verticalHeader().setVisible(False)
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    table.setAlternatingRowColors(True)
+    table.setWordWrap(False)
+    header = table.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    header.setStretchLastSection(True)
+    table.verticalHeader().setDefaultSectionSize(row_height)
+    table.setMinimumHeight(row_height * 2)
+    table.setToolTip(
+        "Each pass of the vision encoder for the last clip: the token budget it used and the share that was padding"
+    )
+    return table
 
 
 def hits_summary(metrics: EncoderMetrics | None, graphs_enabled: bool | None) -> str:

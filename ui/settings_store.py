@@ -48,11 +48,6 @@ class SettingsStore:
         self.load_problem: str | None = None
         self._keys = desktop_server_keys() if (ini_path is None if use_keyring is None else use_keyring) else None
 
-    @property
-    def keeps_api_keys(self) -> bool:
-        """Whether API keys outlive the session (in the desktop's secret store)."""
-        return self._keys is not None
-
     def api_key_note(self) -> str:
         """Where the API key is kept, for the Settings dialog."""
         if self._keys is None:

@@ -10,12 +10,12 @@ launches a layer instead (:func:`kernel_step_stack` over :mod:`framewise.core.ke
 norms, rotary, SiLU and residual adds done inside the matrix-vector products and the cache write,
 attention reading only the filled positions).
 
-Decoder linear layers in FP8 (:class:`~framewise.core.quantization.linear.Fp8Linear`, from an FP8
-checkpoint or ``model.dtype = fp8``) are stacked the same way, e4m3 with their scales, and the
-step reads them through the FP8 matrix-vector kernels (:mod:`framewise.core.kernels.fp8_gemv`), or
-dequantized in torch ops; a prefill multiplies them as ``Fp8Linear`` does, through FP8 tensor cores
-(the activations quantized per token, once for q/k/v and once for gate/up) or dequantized weights
-(:func:`~framewise.core.quantization.matmul.fp8_linear`).
+Every product goes through the products of the layer's weight format
+(:class:`~framewise.core.quantization.weight_format.LinearProducts`, which the linear layers a
+format put in place carry): ``F.linear`` and the step kernels above for float weights; for
+quantized ones (a weight and its ``weight_scale``, stacked alike) whatever their format runs, its
+own matrix-vector kernels in a step and its own prefill product. This module never looks at how
+the weights are held.
 
 A family's language model decides where its layers come from, how its positions and any extra
 features are made, and calls these passes; this module names no model.
@@ -28,7 +28,7 @@ import math
 import weakref
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -36,9 +36,8 @@ from transformers.integrations.sdpa_attention import repeat_kv
 
 from framewise.core.decoding.attention import prefill_attention_backends
 from framewise.core.decoding.kv_cache import StaticKVCache
-from framewise.core.kernels.e4m3 import BLOCK_SIZE
-from framewise.core.quantization.linear import Fp8Linear
-from framewise.core.quantization.matmul import Norm, fp8_linear, product_input
+from framewise.core.quantization.registry import linear_products
+from framewise.core.quantization.weight_format import LinearProducts, Norm
 
 
 @dataclass(frozen=True)
@@ -52,9 +51,9 @@ class DenseLayer:
     (2, head_dim) holds the two once. ``heads`` and ``kv_heads`` count the query and key/value
     heads.
 
-    In a model whose decoder linear layers are :class:`~framewise.core.quantization.linear.Fp8Linear`
-    the four matrices are e4m3 and each ``*_scale`` holds its float32 scales (stacked alike:
-    (rows, 1) per channel, (rows/128, columns/128) per 128x128 block); otherwise the scales are None.
+    ``products`` are those of the layer's weight format, one for all seven projections. With
+    quantized weights the four matrices hold the stored values and each ``*_scale`` their scales,
+    stacked alike; with float weights the scales are None.
     """
 
     input_norm: torch.Tensor
@@ -69,7 +68,7 @@ class DenseLayer:
     kv_heads: int
     eps: float
     scaling: float
-    scheme: str = "none"
+    products: LinearProducts
     qkv_scale: torch.Tensor | None = None
     o_scale: torch.Tensor | None = None
     gate_up_scale: torch.Tensor | None = None
@@ -78,11 +77,12 @@ class DenseLayer:
 
 class Product(Protocol):
     """One linear layer of a dense pass: the input formed from ``x`` (n, K) (itself, or with ``norm``
-    or ``silu_mul`` as :func:`~framewise.core.quantization.matmul.product_input` forms it) times
-    ``weight`` (N, K), float (``scale`` None) or e4m3 with its scales; returns (n, N) in ``x``'s dtype."""
+    or ``silu_mul`` as :func:`~framewise.core.quantization.weight_format.product_input` forms it)
+    times ``weight`` (N, K) with its ``scale`` (None for float weights), through the layer's
+    ``products``; returns (n, N) in ``x``'s dtype."""
 
     def __call__(
-        self, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, scheme: str, *,
+        self, x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, products: LinearProducts, *,
         norm: Norm | None = None, silu_mul: bool = False,
     ) -> torch.Tensor: ...
 
@@ -134,7 +134,7 @@ def dense_stack(
         if index < len(hooked):
             _run_pre_hooks(hooked[index], hidden)
         heads, kv_heads = layer.heads, layer.kv_heads
-        qkv = product(hidden, layer.qkv, layer.qkv_scale, layer.scheme, norm=(layer.input_norm, layer.eps))
+        qkv = product(hidden, layer.qkv, layer.qkv_scale, layer.products, norm=(layer.input_norm, layer.eps))
         qk = qkv[:, : (heads + kv_heads) * head_dim].view(count, heads + kv_heads, head_dim)
         qk = F.rms_norm(qk, (head_dim,), None, layer.eps) * layer.qk_norm
         qk = torch.addcmul(qk * cos, qk.roll(half, dims=-1), sin_signed)
@@ -142,10 +142,10 @@ def dense_stack(
         value = qkv[:, (heads + kv_heads) * head_dim :].view(count, kv_heads, head_dim).transpose(0, 1)[None]
         keys, values = cache.update(key, value, index)
         attended = _attend(qk[:, :heads], keys, values, mask, layer.scaling)
-        hidden = hidden + product(attended, layer.o, layer.o_scale, layer.scheme)
+        hidden = hidden + product(attended, layer.o, layer.o_scale, layer.products)
         post_norm = (layer.post_norm, layer.eps)
-        gate_up = product(hidden, layer.gate_up, layer.gate_up_scale, layer.scheme, norm=post_norm)
-        hidden = hidden + product(gate_up, layer.down, layer.down_scale, layer.scheme, silu_mul=True)
+        gate_up = product(hidden, layer.gate_up, layer.gate_up_scale, layer.products, norm=post_norm)
+        hidden = hidden + product(gate_up, layer.down, layer.down_scale, layer.products, silu_mul=True)
         if additions is not None and index < len(additions.features):
             hidden = hidden.index_add(0, additions.rows, additions.features[index])
     weight, eps = final_norm
@@ -166,7 +166,7 @@ def kernel_step_stack(
     ``hidden`` (hidden,) is the token's embedding, ``rotary`` the model's rotary embedding (its
     ``inv_freq`` and ``attention_scaling``), ``rope_position`` (1,) its position on every axis.
     Returns the last layer's hidden state (hidden,), not normed."""
-    norm_linear, linear_residual, mlp = _step_products(kernels, layers[0].qkv_scale is not None)
+    norm_linear, linear_residual, mlp = layers[0].products.step_kernels(kernels)
     for index, layer in enumerate(layers):
         keys, values = cache.keys[index], cache.values[index]
         qkv = norm_linear(hidden, layer.input_norm, layer.qkv, layer.qkv_scale, layer.eps)
@@ -175,17 +175,19 @@ def kernel_step_stack(
             keys, values, layer.heads, layer.eps, cache.view_length, layer.scaling,
         )
         hidden = linear_residual(attended, layer.o, layer.o_scale, hidden)
-        hidden = mlp(hidden, layer)
+        hidden = mlp(hidden, layer.post_norm, layer.gate_up, layer.gate_up_scale, layer.down, layer.down_scale, layer.eps)
     return hidden
 
 
-def load_step_kernels(device: torch.device, config: Any, wanted: bool | None) -> ModuleType | None:
-    """The Triton decode-step kernels for a text model of ``config`` on ``device``: where they can
-    run when ``wanted`` is None, never when False; True where they cannot run is a ValueError
-    saying why (:func:`step_kernels_unavailable`)."""
+def load_step_kernels(
+    device: torch.device, config: Any, wanted: bool | None, layers: Sequence[DenseLayer] = ()
+) -> ModuleType | None:
+    """The Triton decode-step kernels for a text model of ``config`` on ``device`` with the dense
+    ``layers``: where they can run when ``wanted`` is None, never when False; True where they
+    cannot run is a ValueError saying why (:func:`step_kernels_unavailable`)."""
     if wanted is False:
         return None
-    unavailable = step_kernels_unavailable(device, config)
+    unavailable = step_kernels_unavailable(device, config, layers)
     if unavailable and wanted:
         raise ValueError(f"the decode step kernels cannot run here: {unavailable}")
     if unavailable:
@@ -199,12 +201,12 @@ def dense_layers(text: torch.nn.Module, config: Any) -> list[DenseLayer] | None:
     """The decoder layers of the text model ``text`` (``text.layers``, a transformers model of
     ``config``) laid out for few-product passes, or ``None`` when a layer is not a dense layer of
     this shape (no bias, SiLU gated MLP, per-head q and k norms) or its linear layers cannot be
-    stacked (mixed precisions, block-scaled projections whose rows are not whole blocks).
+    stacked (mixed weight formats, or rows their format's products cannot stack).
 
     The stacked matrices are built layer by layer, each projection's weight copied into its place
     and released at once, and freed device memory is handed back between layers so that the next
     layer's stacked matrix can reuse it: building holds no second copy of the weights. Projections
-    the FP8 loader already wrote as one matrix are used as they lie, with no copy."""
+    the streaming loader already wrote as one matrix are used as they lie, with no copy."""
     if config.hidden_act != "silu" or getattr(config, "attention_bias", False):
         return None
     layers = []
@@ -214,8 +216,11 @@ def dense_layers(text: torch.nn.Module, config: Any) -> list[DenseLayer] | None:
             return None
         projections = (attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj,
                        mlp.gate_proj, mlp.up_proj, mlp.down_proj)
-        scheme = _common_scheme(projections)
-        if scheme is None or not _stackable(scheme, (attention.q_proj, attention.k_proj), (mlp.gate_proj,)):
+        products = _common_products(projections)
+        if products is None or not (
+            products.stackable([linear.out_features for linear in (attention.q_proj, attention.k_proj, attention.v_proj)])
+            and products.stackable([mlp.gate_proj.out_features, mlp.up_proj.out_features])
+        ):
             return None
         heads = attention.q_proj.out_features // attention.head_dim
         kv_heads = attention.k_proj.out_features // attention.head_dim
@@ -237,7 +242,7 @@ def dense_layers(text: torch.nn.Module, config: Any) -> list[DenseLayer] | None:
                 kv_heads=kv_heads,
                 eps=layer.input_layernorm.variance_epsilon,
                 scaling=attention.scaling,
-                scheme=scheme,
+                products=products,
                 qkv_scale=qkv_scale,
                 o_scale=_scale_of(attention.o_proj),
                 gate_up_scale=gate_up_scale,
@@ -249,47 +254,40 @@ def dense_layers(text: torch.nn.Module, config: Any) -> list[DenseLayer] | None:
     return layers
 
 
-def _common_scheme(linears: tuple[torch.nn.Module, ...]) -> str | None:
-    """``"none"`` when all ``linears`` are ``nn.Linear``, the FP8 scheme when all are Fp8Linear with
-    one scheme, else None."""
-    schemes = {linear.scheme if isinstance(linear, Fp8Linear) else
-               "none" if isinstance(linear, torch.nn.Linear) else "other" for linear in linears}
-    return schemes.pop() if len(schemes) == 1 and "other" not in schemes else None
-
-
-def _stackable(scheme: str, *leading: tuple[torch.nn.Module, ...]) -> bool:
-    """Block scales stack only when every projection but the last of a stack fills whole blocks."""
-    return scheme != "block" or all(linear.out_features % BLOCK_SIZE == 0 for group in leading for linear in group)
+def _common_products(linears: tuple[torch.nn.Module, ...]) -> LinearProducts | None:
+    """The products of ``linears`` when all are linear layers of one weight format, else None."""
+    products = {linear_products(linear) for linear in linears}
+    return products.pop() if len(products) == 1 and None not in products else None
 
 
 def _scale_of(linear: torch.nn.Module) -> torch.Tensor | None:
-    return linear.weight_scale if isinstance(linear, Fp8Linear) else None
+    """A quantized linear layer's ``weight_scale``; None for a float one."""
+    return getattr(linear, "weight_scale", None)
 
 
 def project(
-    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, scheme: str, *,
+    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, products: LinearProducts, *,
     norm: Norm | None = None, silu_mul: bool = False,
 ) -> torch.Tensor:
-    """A :class:`Product` for one token (a decode step), a float weight (``scale`` None) or an e4m3
-    one with its scales, dequantized: the arithmetic of the FP8 step kernels (activations stay
-    unquantized)."""
-    if scale is None:
-        return F.linear(product_input(x, norm, silu_mul), weight)
-    return fp8_linear(  # type: ignore[arg-type]
-        x, weight, scale, scheme, path="dequantize", norm=norm, silu_mul=silu_mul
-    )
+    """A :class:`Product` for one token (a decode step) in torch ops: the arithmetic of the step
+    kernels (:meth:`~framewise.core.quantization.weight_format.LinearProducts.step`)."""
+    return products.step(x, weight, scale, norm=norm, silu_mul=silu_mul)
 
 
 def prefill_product(
-    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, scheme: str, *,
+    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None, products: LinearProducts, *,
     norm: Norm | None = None, silu_mul: bool = False,
 ) -> torch.Tensor:
-    """A :class:`Product` for many tokens, as the model's own layers compute it: ``F.linear`` for a
-    float weight (``scale`` None), :func:`fp8_linear` on its default path for an e4m3 one (FP8 tensor
-    cores with the input formed and quantized per token in one kernel where the card has them)."""
-    if scale is None:
-        return F.linear(product_input(x, norm, silu_mul), weight)
-    return fp8_linear(x, weight, scale, scheme, norm=norm, silu_mul=silu_mul)  # type: ignore[arg-type]
+    """A :class:`Product` for many tokens, as the model's own layers compute it
+    (:meth:`~framewise.core.quantization.weight_format.LinearProducts.prefill`)."""
+    return products.prefill(x, weight, scale, norm=norm, silu_mul=silu_mul)
+
+
+def step_weights_note(layers: Sequence[DenseLayer]) -> str:
+    """How a step's weights are held, for a step's description: ``" (<dtype> weights)"`` with the
+    quantized format's dtype in capitals, or ``""`` for float weights."""
+    weight_dtype = layers[0].products.weight_dtype if layers else None
+    return f" ({weight_dtype.upper()} weights)" if weight_dtype else ""
 
 
 def _attend(
@@ -333,41 +331,13 @@ def _run_pre_hooks(module: torch.nn.Module, hidden: torch.Tensor) -> None:
             hook(module, (hidden,))
 
 
-def _step_products(kernels: ModuleType, fp8: bool) -> tuple[Callable, Callable, Callable]:
-    """The step's fused products: ``norm_linear(x, norm, W, scale, eps)``,
-    ``linear_residual(x, W, scale, residual)`` and ``mlp(hidden, layer)`` (post-attention norm,
-    gate/up, ``silu(gate) * up``, down and the residual, in two launches): the FP8 gemv kernels for
-    e4m3 weights, the bf16 step kernels (which take no scale) otherwise. The FP8 gate/up kernel forms
-    ``silu(gate) * up`` itself, where the bf16 down kernel forms it as it reads the gate/up product."""
-    if fp8:
-        from framewise.core.kernels import fp8_gemv
-
-        def fp8_mlp(hidden, layer):
-            activation = fp8_gemv.fp8_rms_norm_silu_gate_up(
-                hidden, layer.post_norm, layer.gate_up, layer.gate_up_scale, layer.eps
-            )
-            return fp8_gemv.fp8_linear_residual(activation, layer.down, layer.down_scale, hidden)
-
-        return fp8_gemv.fp8_rms_norm_linear, fp8_gemv.fp8_linear_residual, fp8_mlp
-
-    def norm_linear(x, norm, weight, scale, eps):
-        return kernels.rms_norm_linear(x, norm, weight, eps)
-
-    def linear_residual(x, weight, scale, residual):
-        return kernels.linear_residual(x, weight, residual)
-
-    def mlp(hidden, layer):
-        gate_up = kernels.rms_norm_linear(hidden, layer.post_norm, layer.gate_up, layer.eps)
-        return kernels.linear_residual(gate_up, layer.down, hidden, silu_mul=True)
-
-    return norm_linear, linear_residual, mlp
-
-
-def step_kernels_unavailable(device: torch.device, config: Any) -> str:
+def step_kernels_unavailable(device: torch.device, config: Any, layers: Sequence[DenseLayer] = ()) -> str:
     """Why the Triton decode-step kernels cannot run for a text model of ``config`` on ``device``
-    ("" when they can)."""
+    with the dense ``layers`` ("" when they can)."""
     if device.type != "cuda":
         return "they need a CUDA device"
+    if layers and not layers[0].products.has_step_kernels:
+        return "the weight format of its linear layers has no step kernels"
     if importlib.util.find_spec("triton") is None:
         return "Triton is not installed"
     rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
@@ -377,7 +347,7 @@ def step_kernels_unavailable(device: torch.device, config: Any) -> str:
 
 
 def _stacked(*linears: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The weights of ``linears`` stacked by rows, and their FP8 scales stacked alike (None for
+    """The weights of ``linears`` stacked by rows, and their scales stacked alike (None for
     float weights); the layers' own weights and scales become views into them, once.
 
     The stacked tensors are allocated once and each layer's tensor is copied in and dropped
@@ -388,7 +358,7 @@ def _stacked(*linears: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | No
         return known[0], known[1]
     with torch.no_grad():
         weight = _stack_into_views(linears, "weight")
-        scale = _stack_into_views(linears, "weight_scale") if isinstance(first, Fp8Linear) else None
+        scale = _stack_into_views(linears, "weight_scale") if _scale_of(first) is not None else None
     _STACKED[first] = (weight, scale, first.weight.data_ptr())
     return weight, scale
 
@@ -412,7 +382,7 @@ def _adjacent_rows(parts: list[torch.Tensor]) -> torch.Tensor | None:
 def _stack_into_views(modules: tuple[torch.nn.Module, ...], name: str) -> torch.Tensor:
     """Allocate the row-wise stack of the ``modules``' tensors ``name`` (parameters or buffers),
     copy each in, and replace it by its view, releasing the original; when the tensors already
-    are consecutive rows of one tensor (the FP8 loader writes stacks so), that tensor's view."""
+    are consecutive rows of one tensor (the streaming loader writes stacks so), that tensor's view."""
     parts = [getattr(module, name) for module in modules]
     adjacent = _adjacent_rows(parts)
     if adjacent is not None:

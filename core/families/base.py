@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from framewise.core.decoding.defs import LanguageModel
     from framewise.core.encoding.defs import VisionItem
     from framewise.core.memory_plan import MemoryEstimate
+    from framewise.core.quantization.weight_format import WeightFormat
     from framewise.core.settings import SamplingSettings
     from framewise.core.video import FrameSizing, Resize
 
@@ -85,24 +86,26 @@ class ModelFamily(Protocol):
     limits: FamilyLimits
 
     def load_weights(
-        self, path: Path, model_type: str, dtype: torch.dtype, *, fp8: bool = False, device: torch.device | None = None
+        self, path: Path, model_type: str, weight_format: WeightFormat, dtype: torch.dtype, device: torch.device
     ) -> tuple[torch.nn.Module, dict[str, Any]]:
-        """The checkpoint in ``path`` in ``dtype``, and transformers' loading report
-        (``missing_keys``, ``mismatched_keys``). A float checkpoint without ``fp8`` loads on the
-        CPU; an FP8 checkpoint, or ``fp8`` (quantize the language model's linear layers while
-        loading), streams onto ``device``, never holding the whole model in full precision."""
+        """The checkpoint in ``path``, and transformers' loading report (``missing_keys``,
+        ``mismatched_keys``). Its linear layers are held in ``weight_format``, chosen once by the
+        loader (:func:`~framewise.core.quantization.registry.choose_weight_format`), except those
+        the family keeps in floating point; everything else is in ``dtype``. Float weights may load
+        on the CPU (the loader moves them to ``device``); a quantized format streams onto ``device``
+        through :func:`~framewise.core.quantization.loading.load_checkpoint`, never holding the
+        whole model in full precision."""
         ...
 
     def estimate_memory(
-        self, config: Mapping[str, Any], dtype: str, context_tokens: int, encoder_budgets: Sequence[int],
-        device_type: str = "cuda", *, activations: str | None = None, scheme: str = "channel",
+        self, config: Mapping[str, Any], weight_format: WeightFormat, activations: torch.dtype, context_tokens: int,
+        encoder_budgets: Sequence[int], device_type: str,
     ) -> MemoryEstimate:
         """The memory a checkpoint with this config.json (a dict) takes on a ``device_type``
-        device (``"cuda"``, ``"cpu"``, ...) with weights in ``dtype`` (``"float32"``,
-        ``"bfloat16"``, ``"float16"`` or ``"fp8"``), a KV cache of ``context_tokens`` positions and
-        encoder graphs for ``encoder_budgets``, before loading it. With ``"fp8"``, ``activations``
-        is the dtype of everything else (``None``: what loading picks on such a device) and
-        ``scheme`` that of the FP8 scales (``"block"`` or ``"channel"``)."""
+        device (``"cuda"``, ``"cpu"``, ...), before loading it: its linear layers in
+        ``weight_format`` (:meth:`~framewise.core.quantization.weight_format.WeightFormat.linear_bytes`),
+        everything else and a KV cache of ``context_tokens`` positions in ``activations``, and
+        encoder graphs for ``encoder_budgets``."""
         ...
 
     def adapter(self, model: torch.nn.Module) -> FamilyAdapter:
@@ -165,9 +168,4 @@ class ModelFamily(Protocol):
         self, question: str, *, videos: int = 0, images: int = 0, history: Sequence[tuple[str, str]] = ()
     ) -> list[dict[str, Any]]:
         """The conversation in the transformers chat format, visual content first."""
-        ...
-
-    def time_marker(self, seconds: float) -> str:
-        """The text the prompt puts before the frames of a clip at ``seconds`` (a server that is sent
-        frames as pictures is sent it before each)."""
         ...

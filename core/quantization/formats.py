@@ -1,6 +1,8 @@
-"""Which FP8 format a checkpoint's weights are stored in, and whether its scales match its weights.
+"""How a checkpoint's config.json says its weights are stored, and whether its tensors match.
 
-Framewise runs three weight formats:
+This is the checkpoint's side of the weight formats (:mod:`.weight_format`): the FP8 formats read
+from a checkpoint (:mod:`.fp8_formats`) check its tensors here before anything is loaded. Three
+layouts are known:
 
 - unquantized floats (bf16, fp16, fp32): no ``quantization_config`` in config.json;
 - Qwen's official block-wise FP8 (``quant_method: "fp8"``, ``weight_block_size: [128, 128]``):
@@ -15,9 +17,9 @@ Framewise runs three weight formats:
 In both FP8 formats the scale multiplies (``real = e4m3 * scale``) despite the ``_inv`` in
 Qwen's name. The checkpoint itself says which tensors are quantized: every e4m3 tensor is one, and
 the config's exclusion list (``modules_to_not_convert`` / ``ignore``) names modules that must not
-be. Anything else (int8, int4, AWQ, GPTQ, per-tensor FP8 with static activation scales) raises
-:class:`~framewise.core.errors.QuantizationFormatError` naming the format and what to choose
-instead.
+be. Anything else no registered weight format claims (int8, int4, AWQ, GPTQ, per-tensor FP8 with
+static activation scales) raises :class:`~framewise.core.errors.QuantizationFormatError` naming
+the format and what to choose instead.
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ def scale_shape(scheme: Literal["block", "channel"], weight_shape: tuple[int, ..
 
 
 @dataclass(frozen=True)
-class WeightFormat:
-    """How a checkpoint stores its weights.
+class CheckpointLayout:
+    """How a checkpoint stores its weights, as its config.json declares them.
 
     ``scheme`` is ``"none"`` for unquantized floats, ``"block"`` for one scale per 128x128 block,
     ``"channel"`` for one scale per output row. ``scale_suffix`` is the name that replaces
@@ -93,7 +95,7 @@ class WeightFormat:
         return False
 
 
-UNQUANTIZED = WeightFormat("none", "unquantized (bf16, fp16 or fp32)")
+UNQUANTIZED = CheckpointLayout("none", "unquantized (bf16, fp16 or fp32)")
 
 
 @dataclass(frozen=True)
@@ -104,8 +106,8 @@ class TensorHeader:
     shape: tuple[int, ...]
 
 
-def detect_weight_format(config: Mapping[str, Any]) -> WeightFormat:
-    """The weight format a checkpoint's config.json (as a dict) declares.
+def read_checkpoint_layout(config: Mapping[str, Any]) -> CheckpointLayout:
+    """The weight layout a checkpoint's config.json (as a dict) declares.
 
     Raises QuantizationFormatError for a quantization Framewise cannot run.
     """
@@ -124,7 +126,7 @@ def detect_weight_format(config: Mapping[str, Any]) -> WeightFormat:
     raise QuantizationFormatError(f"The checkpoint is quantized with {method}, which Framewise does not run. {_CHOOSE_INSTEAD}")
 
 
-def _block_fp8_format(quantization: Mapping[str, Any]) -> WeightFormat:
+def _block_fp8_format(quantization: Mapping[str, Any]) -> CheckpointLayout:
     block = quantization.get("weight_block_size")
     if block != [BLOCK_SIZE, BLOCK_SIZE]:
         raise QuantizationFormatError(
@@ -139,7 +141,7 @@ def _block_fp8_format(quantization: Mapping[str, Any]) -> WeightFormat:
     fmt = str(quantization.get("fmt", "e4m3"))
     if fmt != "e4m3":
         raise QuantizationFormatError(f"The checkpoint holds FP8 weights in {fmt}; Framewise runs e4m3. {_CHOOSE_INSTEAD}")
-    return WeightFormat(
+    return CheckpointLayout(
         "block", "block-wise FP8 (128x128, weight_scale_inv)", "weight_scale_inv",
         tuple(quantization.get("modules_to_not_convert") or ()),
     )
@@ -154,7 +156,7 @@ def _block_scales(block: Any) -> str:
     return f"scales of weight_block_size {json.dumps(block)}"
 
 
-def _compressed_tensors_format(quantization: Mapping[str, Any]) -> WeightFormat:
+def _compressed_tensors_format(quantization: Mapping[str, Any]) -> CheckpointLayout:
     storage = quantization.get("format", "unknown")
     if storage != "float-quantized":
         raise QuantizationFormatError(
@@ -171,7 +173,7 @@ def _compressed_tensors_format(quantization: Mapping[str, Any]) -> WeightFormat:
         )
     scheme = schemes.pop()
     description = "compressed-tensors FP8 (per-channel)" if scheme == "channel" else "compressed-tensors FP8 (128x128 blocks)"
-    return WeightFormat(scheme, description, "weight_scale", tuple(quantization.get("ignore") or ()))
+    return CheckpointLayout(scheme, description, "weight_scale", tuple(quantization.get("ignore") or ()))
 
 
 def _compressed_tensors_group_scheme(name: str, group: Any) -> Scheme:
@@ -204,22 +206,6 @@ def _compressed_tensors_group_scheme(name: str, group: Any) -> Scheme:
     return scheme
 
 
-def checkpoint_weight_format(folder: Path) -> tuple[WeightFormat, dict[str, str]]:
-    """The weight format of the checkpoint in ``folder`` (config.json and its ``*.safetensors``
-    files), checked against the stored tensors; also every quantized weight's scale name.
-
-    Raises QuantizationFormatError for a format Framewise cannot run or scales that do not match,
-    ModelLoadError for an unreadable config.json or weights file.
-    """
-    config_file = folder / "config.json"
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ModelLoadError(f"{config_file} cannot be read as JSON ({error}); the download may be damaged.") from error
-    fmt = detect_weight_format(config if isinstance(config, Mapping) else {})
-    return fmt, quantized_weight_scales(read_tensor_headers(sorted(folder.glob("*.safetensors"))), fmt)
-
-
 def read_tensor_headers(files: Iterable[Path]) -> dict[str, TensorHeader]:
     """Every tensor's dtype and shape in the safetensors ``files``, read from their headers only."""
     headers: dict[str, TensorHeader] = {}
@@ -236,7 +222,7 @@ def read_tensor_headers(files: Iterable[Path]) -> dict[str, TensorHeader]:
     return headers
 
 
-def quantized_weight_scales(headers: Mapping[str, TensorHeader], fmt: WeightFormat) -> dict[str, str]:
+def quantized_weight_scales(headers: Mapping[str, TensorHeader], fmt: CheckpointLayout) -> dict[str, str]:
     """Check a checkpoint's quantized weights against its format; return weight name -> scale name.
 
     Every e4m3 tensor must be a 2-D ``.weight`` with its scale of the right shape, in a module the
@@ -295,7 +281,7 @@ def quantized_weight_scales(headers: Mapping[str, TensorHeader], fmt: WeightForm
     return scales
 
 
-def _other_format_hint(headers: Mapping[str, TensorHeader], fmt: WeightFormat) -> str:
+def _other_format_hint(headers: Mapping[str, TensorHeader], fmt: CheckpointLayout) -> str:
     """Where the checkpoint's scales carry the other FP8 format's name: which format they are."""
     other_suffix, other = (
         ("weight_scale", "compressed-tensors FP8") if fmt.scale_suffix == "weight_scale_inv"

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from framewise.core.quantization.fp8 import quantize
+from framewise.core.quantization.fp8_products import FP8_PRODUCTS, Fp8Products
 from framewise.core.quantization.matmul import MatmulPath, fp8_linear
 
 
@@ -21,6 +22,7 @@ class Fp8Linear(nn.Module):
     (..., in_features) and returns (..., out_features) in the input's dtype, through FP8 tensor
     cores where the card has them, else by dequantizing the weight to the input's dtype
     (:func:`~framewise.core.quantization.matmul.fp8_linear`). ``path`` forces one of the two.
+    ``products`` are what the dense decoder passes multiply its stacked weights with.
     """
 
     weight: torch.Tensor
@@ -48,6 +50,10 @@ class Fp8Linear(nn.Module):
         weight, scales = quantize(linear.weight.detach(), scheme)
         bias = None if linear.bias is None else linear.bias.detach()
         return cls(weight, scales, scheme, bias)
+
+    @property
+    def products(self) -> Fp8Products:
+        return FP8_PRODUCTS[self.scheme]
 
     def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
         """Moves between devices as any module does, but keeps the e4m3 weight and its float32

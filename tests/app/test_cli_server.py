@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -55,7 +56,8 @@ def test_info_lists_the_served_models_and_the_serve_command() -> None:
         (Behaviour(api_key="needed"), [], "needs an API key and none was given (401: Unauthorized)"),
         (Behaviour(models=("demo",)), ["--server-model", "big"], "does not serve 'big'; it serves demo"),
         (Behaviour(chat_status=400, chat_body={"error": {"message": "This model's maximum context length is 8192"}}),
-         [], "refused the request: This model's maximum context length is 8192"),
+         [], "cannot hold this question with the conversation so far and one answer (This model's maximum context "
+         "length is 8192). Start a new conversation"),
     ],
 )
 def test_server_failures_exit_2_with_what_to_change(behaviour: Behaviour, flags: list[str], said: str) -> None:
@@ -85,3 +87,65 @@ def test_an_address_that_is_not_http_is_refused_before_anything_loads() -> None:
     result = framewise("ask", CLIP, "What color?", "--server", "127.0.0.1:8000")
     assert result.returncode == 2
     assert result.stderr.startswith("framewise: --server: ") and "http://" in result.stderr
+
+
+def secret_seen(secret: str, *texts: str) -> bool:
+    """Whether ``secret`` (or any line of it) shows in ``texts``, raw or as Python would quote it."""
+    pieces = [secret, repr(secret)[1:-1], *[line for line in secret.splitlines() if len(line) >= 4]]
+    return any(piece in text for piece in pieces for text in texts)
+
+
+def log_text() -> str:
+    from framewise.app.logs import log_file_path
+
+    path = log_file_path()
+    return path.read_text(encoding="utf-8") if path.exists() else ""
+
+
+@pytest.mark.parametrize("pasted", ["s3cret-key\n", " s3cret-key ", "s3cret-key\r\n"])
+def test_a_key_pasted_with_white_space_around_it_is_used_without_it(monkeypatch: pytest.MonkeyPatch, pasted: str) -> None:
+    monkeypatch.setenv("FRAMEWISE_SERVER_API_KEY", pasted)
+    with FakeVllmServer(Behaviour(api_key="s3cret-key")) as server:
+        result = framewise("ask", CLIP, "What color?", "--server", server.url, "--max-frames", "4")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1] == "red"
+    assert not secret_seen("s3cret-key", result.stdout, result.stderr, log_text())
+
+
+@pytest.mark.parametrize("key", ["s3cret\nkey-part", "s3cret\tkey-part", "s3cret-kéy-part"])
+def test_a_key_no_header_can_carry_is_refused_by_name_and_never_printed(monkeypatch: pytest.MonkeyPatch, key: str) -> None:
+    monkeypatch.setenv("FRAMEWISE_SERVER_API_KEY", key)
+    with FakeVllmServer(Behaviour(api_key=key)) as server:
+        result = framewise("ask", CLIP, "What color?", "--server", server.url, "--max-frames", "4")
+        requests = list(server.behaviour.chat_requests)
+    assert result.returncode == 2
+    assert result.stderr.startswith("framewise: FRAMEWISE_SERVER_API_KEY: the API key holds a line break")
+    assert not secret_seen(key, result.stdout, result.stderr, log_text())
+    assert requests == []  # refused before anything was sent
+
+
+def test_the_answer_timeout_bounds_the_whole_answer_and_names_its_flag() -> None:
+    # Each piece comes within a second, so only a bound on the whole answer stops it.
+    behaviour = Behaviour(pieces=tuple("red square moving right"), piece_delay_s=0.4)
+    with FakeVllmServer(behaviour) as server:
+        started = time.monotonic()
+        result = framewise(
+            "ask", CLIP, "What color?", "--server", server.url, "--max-frames", "4",
+            "--server-timeout", "2", "--answer-timeout", "2",
+        )
+        took = time.monotonic() - started
+    assert result.returncode == 2
+    assert "did not finish within the answer timeout (2 s)" in result.stderr and "--answer-timeout" in result.stderr
+    assert took < 6  # the whole answer would take 9 s
+
+
+def test_a_frozen_server_is_given_up_after_the_answer_timeout() -> None:
+    with FakeVllmServer(Behaviour(stall_s=30)) as server:
+        started = time.monotonic()
+        result = framewise("ask", CLIP, "What color?", "--server", server.url, "--max-frames", "4", "--answer-timeout", "2")
+        took = time.monotonic() - started
+        deadline = time.monotonic() + 2
+        while not server.behaviour.disconnects and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert result.returncode == 2 and "--answer-timeout" in result.stderr
+    assert took < 6 and server.behaviour.disconnects  # the connection was shut, so vLLM aborts the request

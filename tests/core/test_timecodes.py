@@ -99,7 +99,7 @@ def test_spans_point_into_the_text_and_serialize():
     text = "He enters at 0:12, then sits from 0:40 to 0:52."
     mentions = find_times(text)
     assert [text[m.start : m.end] for m in mentions] == ["0:12", "0:40 to 0:52"]
-    assert [m.is_range for m in mentions] == [False, True]
+    assert [m.end_s is not None for m in mentions] == [False, True], "the second is a range"
     assert mentions[1].to_json() == {"text": "0:40 to 0:52", "start_s": 40.0, "end_s": 52.0}
 
 

@@ -15,9 +15,10 @@ from safetensors.torch import save_file
 from torch import nn
 
 from framewise.core.quantization import loading
-from framewise.core.quantization.formats import UNQUANTIZED
 from framewise.core.quantization.fp8 import dequantize, quantize, quantize_per_channel
-from framewise.core.quantization.matmul import fp8_linear, prefill_path, product_input
+from framewise.core.quantization.fp8_formats import Fp8QuantizedOnLoad
+from framewise.core.quantization.matmul import fp8_linear, prefill_path
+from framewise.core.quantization.weight_format import product_input
 
 pytestmark = pytest.mark.gpu
 kernels = pytest.importorskip("framewise.core.kernels.fp8_gemv", reason="needs Triton")
@@ -240,8 +241,8 @@ def test_quantize_on_load_never_holds_the_bf16_model_on_the_device(tmp_path: Pat
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
-    report = loading.load_checkpoint(model, [tmp_path / "model.safetensors"], UNQUANTIZED, torch.device(DEVICE),
-                                     torch.bfloat16, quantize_on_load=lambda name: True)
+    report = loading.load_checkpoint(model, [tmp_path / "model.safetensors"], Fp8QuantizedOnLoad(), torch.device(DEVICE),
+                                     torch.bfloat16)
     torch.cuda.synchronize()
     steady = torch.cuda.memory_allocated() - before
     peak = torch.cuda.max_memory_allocated() - before

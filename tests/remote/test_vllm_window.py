@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 from framewise.core.backends import create_engine
 from framewise.core.settings import AppSettings
 from tests.conftest import SAMPLE_CLIPS
+from tests.remote.conftest import SERVED_NAME
 from tests.ui.conftest import log_file, make_window, services, store  # noqa: F401 - the window fixtures
 from tests.ui.test_main_window import drop_file
 
@@ -23,18 +24,18 @@ def test_the_window_streams_an_answer_from_the_server_with_its_figures(qtbot, ma
         .replace("generation", max_new_tokens=16)
     )
     window = make_window(create_engine, settings)
-    qtbot.waitUntil(lambda: window.info is not None and window.operation is None, timeout=WAIT_MS)
-    assert window.info.server.model == "demo" and window.demo_banner.isVisible()
+    qtbot.waitUntil(lambda: window.session.info is not None and window.session.operation is None, timeout=WAIT_MS)
+    assert window.session.info.server.model == SERVED_NAME and window.banners.demo_banner.isVisible()
     clip = SAMPLE_CLIPS / "red_square_moves_right.mp4"
-    drop_file(window.preview.view, clip)
-    qtbot.waitUntil(lambda: window.clip is not None and not window.opening_clip, timeout=WAIT_MS)
+    drop_file(window.clip_section.preview.view, clip)
+    qtbot.waitUntil(lambda: window.session.clip is not None and not window.session.opening_clip, timeout=WAIT_MS)
 
     window.chat.question_edit.setPlainText("What color is the square?")
     qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: window.conversation.turns and window.conversation.current is None, timeout=WAIT_MS)
-    turn = window.conversation.turns[-1]
+    qtbot.waitUntil(lambda: window.session.conversation.turns and window.session.conversation.current is None, timeout=WAIT_MS)
+    turn = window.session.conversation.turns[-1]
     assert turn.status == "done" and "red" in turn.answer.lower()
-    assert window.info.model_label in window.chat.answer_cards()[-1].header.toolTip()
+    assert window.session.info.model_label in window.chat.answer_cards()[-1].header.toolTip()
     panel = window.encoder_panel
     assert "Encoding runs on the vLLM server" in panel.encoder_value.text()
     assert "prompt " in panel.server_value.text() and "multimodal cache" in panel.server_value.text()

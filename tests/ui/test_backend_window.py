@@ -10,6 +10,7 @@ from framewise.core.settings import AppSettings
 from tests.fake_vllm_server import Behaviour, FakeVllmServer
 from tests.ui.fake_engine import FakeEngine
 from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, open_and_wait, wait_ready
+from tests.ui import probes
 
 FAST = AppSettings().replace("sampling", max_frames=4).replace("generation", max_new_tokens=8)
 
@@ -22,14 +23,14 @@ def fake_local_or_server(settings: AppSettings, sink):
 
 
 def apply_backend(qtbot, window, *, server_url: str | None) -> None:
-    dialog = window.open_settings("backend")
+    dialog = window.settings_flow.open("backend")
     (dialog.server_radio if server_url else dialog.local_radio).setChecked(True)
     if server_url:
-        dialog.field_widget("backend.server_url").setText(server_url)
+        probes.field(dialog, "backend.server_url").setText(server_url)
     assert dialog.apply()
     dialog.accept()
-    qtbot.waitUntil(lambda: window.operation is None and window.info is not None
-                    and (window.info.server is not None) == bool(server_url), timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.session.operation is None and window.session.info is not None
+                    and (window.session.info.server is not None) == bool(server_url), timeout=LOAD_TIMEOUT_MS)
 
 
 def test_settings_switch_to_a_server_and_back_and_the_window_shows_its_figures(qtbot, make_window, sample_clip):
@@ -39,7 +40,7 @@ def test_settings_switch_to_a_server_and_back_and_the_window_shows_its_figures(q
         wait_ready(qtbot, window)
         open_and_wait(qtbot, window, sample_clip)
         ask_and_wait(qtbot, window, "What color is the square?")
-        assert window.info.server is None and not window.encoder_panel.server_box.isVisibleTo(window)
+        assert window.session.info.server is None and not window.encoder_panel.server_box.isVisibleTo(window)
 
         apply_backend(qtbot, window, server_url=server.url)
         panel = window.encoder_panel
@@ -49,11 +50,11 @@ def test_settings_switch_to_a_server_and_back_and_the_window_shows_its_figures(q
         assert "encoder_cudagraph_token_budgets" in command and "--trust-request-mm-kwargs" in command
         panel.server_box.copy_button.click()
         assert QGuiApplication.clipboard().text() == command
-        assert not window.cpu_banner.isVisible()
-        qtbot.waitUntil(lambda: not window.opening_clip, timeout=LOAD_TIMEOUT_MS)
+        assert not window.banners.cpu_banner.isVisible()
+        qtbot.waitUntil(lambda: not window.session.opening_clip, timeout=LOAD_TIMEOUT_MS)
 
         ask_and_wait(qtbot, window, "And now?")
-        turn = window.conversation.turns[-1]
+        turn = window.session.conversation.turns[-1]
         assert turn.status == "done" and turn.answer == "red" and turn.stats.server is not None
         assert "prompt 368 tokens (256 cached)" in panel.server_value.text()
         assert "multimodal cache 1 hits of 2 queries" in panel.server_value.text()
@@ -65,13 +66,13 @@ def test_settings_switch_to_a_server_and_back_and_the_window_shows_its_figures(q
 
         behaviour.chat_status, behaviour.chat_body = 400, {"error": {"message": "At most 1 video(s) may be provided"}}
         ask_and_wait(qtbot, window, "One more?")
-        assert window.conversation.turns[-1].status == "failed"
-        assert "At most 1 video(s)" in window.conversation.turns[-1].error
-        assert window.conversation.turns[-2].status == "done" and window.conversation.turns[-2].answer == "red"
-        assert window.clip is not None
+        assert window.session.conversation.turns[-1].status == "failed"
+        assert "At most 1 video(s)" in window.session.conversation.turns[-1].error
+        assert window.session.conversation.turns[-2].status == "done" and window.session.conversation.turns[-2].answer == "red"
+        assert window.session.clip is not None
 
         apply_backend(qtbot, window, server_url=None)
-        assert not panel.server_box.isVisibleTo(window) and window.info.device == "cpu"
+        assert not panel.server_box.isVisibleTo(window) and window.session.info.device == "cpu"
 
 
 def test_an_unreachable_server_keeps_the_window_on_this_machine(qtbot, make_window, sample_clip):
@@ -80,28 +81,28 @@ def test_an_unreachable_server_keeps_the_window_on_this_machine(qtbot, make_wind
     window = make_window(fake_local_or_server, FAST)
     wait_ready(qtbot, window)
     open_and_wait(qtbot, window, sample_clip)
-    dialog = window.open_settings("backend")
+    dialog = window.settings_flow.open("backend")
     dialog.server_radio.setChecked(True)
-    dialog.field_widget("backend.server_url").setText(closed_url)
+    probes.field(dialog, "backend.server_url").setText(closed_url)
     assert dialog.apply()
-    qtbot.waitUntil(lambda: window.error_banner.isVisible(), timeout=LOAD_TIMEOUT_MS)
-    assert "Cannot reach a server" in window.error_banner.text()
-    qtbot.waitUntil(lambda: window.operation is None, timeout=LOAD_TIMEOUT_MS)
-    assert window.info.server is None and window.clip is not None
+    qtbot.waitUntil(lambda: window.banners.error_banner.isVisible(), timeout=LOAD_TIMEOUT_MS)
+    assert "Cannot reach a server" in window.banners.error_banner.text()
+    qtbot.waitUntil(lambda: window.session.operation is None, timeout=LOAD_TIMEOUT_MS)
+    assert window.session.info.server is None and window.session.clip is not None
     ask_and_wait(qtbot, window, "Still there?")
-    assert window.conversation.turns[-1].status == "done"
+    assert window.session.conversation.turns[-1].status == "done"
 
 
 def test_the_dialog_warns_about_plain_http_to_another_host_and_keeps_the_key_out_of_the_file(qtbot, make_window, store):
     window = make_window(fake_local_or_server, FAST)
     wait_ready(qtbot, window)
-    dialog = window.open_settings("backend")
+    dialog = window.settings_flow.open("backend")
     dialog.server_radio.setChecked(True)
-    dialog.field_widget("backend.server_url").setText("http://gpu-box.example.org:8000")
+    probes.field(dialog, "backend.server_url").setText("http://gpu-box.example.org:8000")
     assert dialog.http_warning.isVisibleTo(dialog) and "unencrypted" in dialog.http_warning.text()
-    dialog.field_widget("backend.server_url").setText("http://127.0.0.1:8000")
+    probes.field(dialog, "backend.server_url").setText("http://127.0.0.1:8000")
     assert not dialog.http_warning.isVisibleTo(dialog)
-    dialog.field_widget("backend.api_key").setText("k-secret-1")
+    probes.field(dialog, "backend.api_key").setText("k-secret-1")
     settings = dialog.validated_settings()
     assert settings.backend.api_key == "k-secret-1"
     store.save_settings(settings)
@@ -112,7 +113,7 @@ def test_the_dialog_warns_about_plain_http_to_another_host_and_keeps_the_key_out
 def test_with_a_secret_store_the_key_outlives_the_session_but_never_enters_the_file(tmp_path, monkeypatch):
     from framewise.core.backends.vllm.keys import KEYRING_SERVICE, ServerKeys
     from framewise.ui import settings_store
-    from framewise.ui.settings_store import SettingsStore
+    from framewise.ui.settings_store import SESSION_ONLY_KEY_NOTE, SettingsStore
     from tests.core.backends.test_server_keys import MemoryKeyring
 
     secrets = MemoryKeyring()
@@ -123,7 +124,7 @@ def test_with_a_secret_store_the_key_outlives_the_session_but_never_enters_the_f
     assert "k-secret-2" not in ini.read_text(encoding="utf-8")
     assert secrets.secrets == {(KEYRING_SERVICE, "https://gpu-box:8000"): "k-secret-2"}
     reopened = SettingsStore(ini, use_keyring=True)
-    assert reopened.keeps_api_keys and "secret store" in reopened.api_key_note()
+    assert reopened.api_key_note() != SESSION_ONLY_KEY_NOTE and "secret store" in reopened.api_key_note()
     assert reopened.load_settings().backend.api_key == "k-secret-2"
     assert SettingsStore(ini).load_settings().backend.api_key == ""  # an ini store without the secret store
     SettingsStore(ini, use_keyring=True).save_settings(settings.replace("backend", api_key=""))
@@ -143,13 +144,13 @@ def test_stop_ends_a_server_answer_within_half_a_second_and_closes_the_stream(qt
         open_and_wait(qtbot, window, sample_clip)
         window.chat.question_edit.setPlainText("Describe the clip")
         window.chat.submit()
-        qtbot.waitUntil(lambda: window.conversation.current is not None and bool(window.conversation.current.answer),
+        qtbot.waitUntil(lambda: window.session.conversation.current is not None and bool(window.session.conversation.current.answer),
                         timeout=LOAD_TIMEOUT_MS)
         started = time.perf_counter()
         qtbot.mouseClick(window.chat.stop_button, Qt.MouseButton.LeftButton)
-        qtbot.waitUntil(lambda: window.conversation.current is None, timeout=3000)
+        qtbot.waitUntil(lambda: window.session.conversation.current is None, timeout=3000)
         elapsed = time.perf_counter() - started
         qtbot.waitUntil(lambda: bool(behaviour.disconnects), timeout=3000)
     assert elapsed < 0.5, f"Stop took {elapsed:.2f} s"
-    turn = window.conversation.turns[-1]
+    turn = window.session.conversation.turns[-1]
     assert turn.status == "stopped" and turn.stats.cancelled

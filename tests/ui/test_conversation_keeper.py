@@ -13,6 +13,7 @@ from framewise.ui.conversation_keeper import ConversationKeeper
 from framewise.ui.conversation_list import ConversationList
 from tests.core.test_conversation_store import make_read_only
 from tests.ui.test_main_window import ask_and_wait, open_and_wait, wait_ready
+from tests.ui import probes
 
 
 def _keep_one(folder: Path, question: str) -> None:
@@ -36,16 +37,16 @@ def test_a_read_only_store_is_listed_with_a_banner_and_keeps_nothing_new(
     try:
         window = make_window()
         wait_ready(qtbot, window)
-        assert window.store_banner in window.banners.raised()
-        note = window.store_banner.text()
+        assert window.banners.store_banner in window.banners.raised()
+        note = window.banners.store_banner.text()
         assert "new ones will not be kept" in note and str(folder) in note and "delete" not in note.lower()
-        assert len(window.history.ids()) == 1 and window.history.texts()[0].startswith("a.mp4")
-        window.history.list.setCurrentRow(0)
-        assert window.history.open_button.isEnabled() and not window.history.delete_button.isEnabled()
+        assert len(window.history_dock.history.ids()) == 1 and probes.item_texts(window.history_dock.history.list)[0].startswith("a.mp4")
+        window.history_dock.history.list.setCurrentRow(0)
+        assert window.history_dock.history.open_button.isEnabled() and not window.history_dock.history.delete_button.isEnabled()
         open_and_wait(qtbot, window, sample_clip)
         ask_and_wait(qtbot, window, "And now?")
-        assert len(window.history.ids()) == 1 and window.keeper.conversation_id is None
-        assert window.error_banner not in window.banners.raised(), "a read-only store is no error to ask through"
+        assert len(window.history_dock.history.ids()) == 1 and window.history_dock.keeper.conversation_id is None
+        assert window.banners.error_banner not in window.banners.raised(), "a read-only store is no error to ask through"
     finally:
         folder.chmod(0o755)
     assert (folder / "conversations.sqlite3").read_bytes() == before
@@ -55,9 +56,9 @@ def test_a_data_folder_that_is_a_file_is_said_in_a_banner(qtbot, make_window, _c
     _conversations_in_tmp.write_text("not a folder", encoding="utf-8")
     window = make_window()
     wait_ready(qtbot, window)
-    assert window.store_banner in window.banners.raised()
-    assert f"{_conversations_in_tmp} is a file, not a folder" in window.store_banner.text()
-    assert "is a file, not a folder" in window.history.empty_hint.text()
+    assert window.banners.store_banner in window.banners.raised()
+    assert f"{_conversations_in_tmp} is a file, not a folder" in window.banners.store_banner.text()
+    assert "is a file, not a folder" in window.history_dock.history.empty_hint.text()
 
 
 def test_an_empty_read_only_folder_is_said_in_a_banner(qtbot, make_window, _conversations_in_tmp, monkeypatch):
@@ -68,8 +69,8 @@ def test_an_empty_read_only_folder_is_said_in_a_banner(qtbot, make_window, _conv
         wait_ready(qtbot, window)
     finally:
         _conversations_in_tmp.chmod(0o755)
-    text = window.store_banner.text()
-    assert window.store_banner in window.banners.raised()
+    text = window.banners.store_banner.text()
+    assert window.banners.store_banner in window.banners.raised()
     assert "read-only" in text and "Move or delete" not in text
 
 

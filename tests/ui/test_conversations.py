@@ -10,6 +10,7 @@ from pathlib import Path
 from framewise.core.conversation_store import ConversationStore, default_store_path
 from framewise.core.settings import AppSettings
 from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, open_and_wait, wait_ready
+from tests.ui import probes
 
 
 def kept() -> ConversationStore:
@@ -27,17 +28,17 @@ def test_a_setting_that_resamples_starts_a_new_conversation_and_keeps_the_old(qt
     open_and_wait(qtbot, window, sample_clip)
     ask_and_wait(qtbot, window, "What moves?")
     ask_and_wait(qtbot, window, "Which way?")
-    first_id = window.keeper.conversation_id
+    first_id = window.history_dock.keeper.conversation_id
 
-    window.apply_settings(window.settings.replace("sampling", fps=1.0))
-    qtbot.waitUntil(lambda: window.operation is None and not window.conversation.turns, timeout=LOAD_TIMEOUT_MS)
+    window.settings_flow.apply(window.session.settings.replace("sampling", fps=1.0))
+    qtbot.waitUntil(lambda: window.session.operation is None and not window.session.conversation.turns, timeout=LOAD_TIMEOUT_MS)
     assert f"The new settings read {Path(sample_clip).name} again" in window.chat.cards()[-1].text()
     assert kept_questions() == [["What moves?", "Which way?"]], "the old conversation is kept"
     ask_and_wait(qtbot, window, "And now?")
     assert kept_questions() == [["And now?"], ["What moves?", "Which way?"]]
-    assert window.history.ids()[1] == first_id and window.history.texts()[1].endswith("2 questions")
-    stored = kept().open(window.keeper.conversation_id)
-    assert stored.settings.sampling.fps == 1.0 and stored.conversation.timestamps == window.clip.timestamps
+    assert window.history_dock.history.ids()[1] == first_id and probes.item_texts(window.history_dock.history.list)[1].endswith("2 questions")
+    stored = kept().open(window.history_dock.keeper.conversation_id)
+    assert stored.settings.sampling.fps == 1.0 and stored.conversation.timestamps == window.session.clip.timestamps
 
 
 def test_another_clip_starts_a_new_conversation_and_keeps_the_old(qtbot, make_window, sample_clip, tmp_path):
@@ -48,9 +49,9 @@ def test_another_clip_starts_a_new_conversation_and_keeps_the_old(qtbot, make_wi
     open_and_wait(qtbot, window, sample_clip)
     ask_and_wait(qtbot, window, "What moves?")
     open_and_wait(qtbot, window, other)
-    assert not window.conversation.turns and window.conversation.clip_path == str(other)
+    assert not window.session.conversation.turns and window.session.conversation.clip_path == str(other)
     ask_and_wait(qtbot, window, "Same here?")
-    assert [text.splitlines()[0] for text in window.history.texts()] == ["other.mp4", sample_clip.name]
+    assert [text.splitlines()[0] for text in probes.item_texts(window.history_dock.history.list)] == ["other.mp4", sample_clip.name]
     assert kept_questions() == [["Same here?"], ["What moves?"]]
 
 
@@ -63,12 +64,12 @@ def test_after_a_restart_the_list_reopens_a_conversation_and_its_clip(qtbot, mak
 
     window = make_window()
     wait_ready(qtbot, window)
-    assert window.clip is None and len(window.history.ids()) == 1
-    window.history.list.setCurrentRow(0)
-    window.history.open_button.click()
+    assert window.session.clip is None and len(window.history_dock.history.ids()) == 1
+    window.history_dock.history.list.setCurrentRow(0)
+    window.history_dock.history.open_button.click()
     assert [card.text() for card in window.chat.answer_cards()] == ["The red square moves to the right."]
-    qtbot.waitUntil(lambda: window.clip is not None and not window.opening_clip, timeout=LOAD_TIMEOUT_MS)
-    assert window.clip.path == str(sample_clip) and window.chat.send_button.isEnabled()
+    qtbot.waitUntil(lambda: window.session.clip is not None and not window.session.opening_clip, timeout=LOAD_TIMEOUT_MS)
+    assert window.session.clip.path == str(sample_clip) and window.chat.send_button.isEnabled()
     ask_and_wait(qtbot, window, "And then?")
     assert kept_questions() == [["What moves?", "And then?"]], "the follow-up continues the kept conversation"
 
@@ -82,7 +83,7 @@ def test_a_conversation_whose_clip_is_gone_is_shown_but_cannot_continue(qtbot, m
     ask_and_wait(qtbot, window, "What moves?")
     open_and_wait(qtbot, window, sample_clip)
     moved.unlink()
-    window.open_kept_conversation(window.history.ids()[0])
+    window.history_dock.open_kept(window.history_dock.history.ids()[0])
     assert "no longer at" in window.chat.cards()[-1].text() and str(moved) in window.chat.cards()[-1].text()
     assert not window.chat.send_button.isEnabled() and "no longer at" in window.chat.question_edit.placeholderText()
     assert [card.text() for card in window.chat.answer_cards()] == ["The red square moves to the right."]
@@ -93,18 +94,18 @@ def test_export_and_delete_one_kept_conversation(qtbot, make_window, sample_clip
     wait_ready(qtbot, window)
     open_and_wait(qtbot, window, sample_clip)
     ask_and_wait(qtbot, window, "What moves?")
-    window.new_conversation()
+    window.session.new_conversation()
     ask_and_wait(qtbot, window, "Second?")
-    older = window.history.ids()[1]
+    older = window.history_dock.history.ids()[1]
     target = tmp_path / "older.json"
-    monkeypatch.setattr("framewise.ui.main_window._choose_export_file", lambda parent, name: target)
-    window.choose_kept_export_path(older)
+    monkeypatch.setattr("framewise.ui.export.QFileDialog.getSaveFileName", lambda *args, **kwargs: (str(target), "JSON (*.json)"))
+    window.history_dock.export_kept(older)
     data = json.loads(target.read_text(encoding="utf-8"))
     assert [turn["question"] for turn in data["turns"]] == ["What moves?"] and data["clip"]["timestamps"]
-    window.history.select(older)
-    window.history.delete_button.click()
-    assert kept_questions() == [["Second?"]] and len(window.history.ids()) == 1
-    assert [turn.question for turn in window.conversation.turns] == ["Second?"], "deleting another leaves this one"
+    window.history_dock.history.select(older)
+    window.history_dock.history.delete_button.click()
+    assert kept_questions() == [["Second?"]] and len(window.history_dock.history.ids()) == 1
+    assert [turn.question for turn in window.session.conversation.turns] == ["Second?"], "deleting another leaves this one"
 
 
 def test_figures_of_the_last_answer_are_cleared_when_a_clip_opens(qtbot, make_window, sample_clip, tmp_path):

@@ -17,10 +17,12 @@ from framewise.core.settings import AppSettings
 from framewise.core.wording import plural
 from framewise.core.errors import UnreadableClipError
 from framewise.core.video import probe_clip
+from tests.conftest import make_random_demo_model
 from tests.core.test_video import SVG_DRAWING, cut_short_mp4
 from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, drop_file, open_and_wait, wait_ready
 from framewise.ui.frames import format_timestamp
 from framewise.ui.settings_store import SettingsStore
+from tests.ui import probes
 
 FAST = (
     AppSettings()
@@ -42,40 +44,38 @@ def test_drop_ask_and_watch_the_encoder_with_the_demo_model(qtbot, make_window, 
     events = []
     window.host.event.connect(events.append)
     wait_ready(qtbot, window)
-    assert window.info.model_label and window.demo_banner.isVisible()
-    assert not window.cpu_banner.isVisible() and window.encoder_title.text().startswith("eager on the CPU: no CUDA graphs")
+    assert window.session.info.model_label and window.banners.demo_banner.isVisible()
+    assert not window.banners.cpu_banner.isVisible() and window.encoder_panel.title.text().startswith("eager on the CPU: no CUDA graphs")
 
     open_and_wait(qtbot, window, sample_clip)
     sampled = next(event for event in events if type(event).__name__ == "ClipSampled")
     assert len(sampled.timestamps) == 4
-    assert window.frame_strip.timestamp_texts() == [format_timestamp(t) for t in sampled.timestamps]
+    assert probes.item_texts(window.clip_section.strip) == [format_timestamp(t) for t in sampled.timestamps]
     chunks = [event for event in events if isinstance(event, ChunkStats)]
-    assert chunks and len(window.encoder_panel.plot.points) == len(chunks)
-    assert f"({plural(len(chunks), 'eager pass', 'eager passes')})" in window.encoder_panel.hits_text()
+    assert chunks and len(probes.plotted(window.encoder_panel.plot)) == len(chunks)
+    assert f"({plural(len(chunks), 'eager pass', 'eager passes')})" in window.encoder_panel.hits_value.text()
 
     ask_and_wait(qtbot, window, "What moves in the clip?")
     kinds = [type(event) for event in events]
     assert Token in kinds and kinds.index(Token) < kinds.index(Done)
     done = next(event for event in events if isinstance(event, Done))
-    turn = window.conversation.turns[-1]
+    turn = window.session.conversation.turns[-1]
     assert turn.status == "done" and turn.answer == done.text
     assert turn.stats.new_tokens == done.stats.new_tokens > 0
     header = window.chat.answer_cards()[-1].header
-    assert window.info.model_label in header.toolTip() and "Demo model" in header.text()
+    assert window.session.info.model_label in header.toolTip() and "Demo model" in header.text()
     assert window.encoder_panel.first_token_value.text().endswith(" ms")
     assert window.encoder_panel.speed_value.text() == done.stats.speed_text()  # the figure core worded
 
     ask_and_wait(qtbot, window, "And after that?")
-    assert [t.status for t in window.conversation.turns] == ["done", "done"]
+    assert [t.status for t in window.session.conversation.turns] == ["done", "done"]
 
 
 @pytest.fixture(scope="module")
 def untrained_model(tmp_path_factory) -> Path:
     """The demo architecture with random weights: it never writes an end token, so its answers run long."""
     folder = tmp_path_factory.mktemp("untrained") / "model"
-    subprocess.run(
-        [sys.executable, "scripts/make_demo_model.py", "--out", str(folder)], cwd=REPO_ROOT, check=True, capture_output=True, timeout=240
-    )
+    make_random_demo_model("--out", str(folder))
     return folder
 
 
@@ -89,15 +89,15 @@ def test_stop_cancels_a_long_answer_within_half_a_second(qtbot, make_window, sam
     window.chat.question_edit.setPlainText("Describe the clip in detail")
     window.chat.submit()
     qtbot.waitUntil(lambda: len(tokens) >= 3, timeout=LOAD_TIMEOUT_MS * 3)
-    assert window.conversation.current is not None, "the answer ended before Stop could be tested"
+    assert window.session.conversation.current is not None, "the answer ended before Stop could be tested"
 
     started = time.perf_counter()
     qtbot.mouseClick(window.chat.stop_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: window.conversation.current is None, timeout=3000)
+    qtbot.waitUntil(lambda: window.session.conversation.current is None, timeout=3000)
     elapsed = time.perf_counter() - started
 
     assert elapsed < 0.5, f"Stop took {elapsed:.2f} s"
-    turn = window.conversation.turns[-1]
+    turn = window.session.conversation.turns[-1]
     assert turn.status == "stopped" and turn.stats.cancelled and turn.stats.new_tokens < 4000
 
 
@@ -107,16 +107,16 @@ def test_corrupt_clip_keeps_the_conversation_and_the_next_clip_loads(qtbot, make
     open_and_wait(qtbot, window, sample_clip)
     ask_and_wait(qtbot, window, "What moves?")
 
-    drop_file(window.frame_strip, corrupt_clip)
-    qtbot.waitUntil(lambda: window.error_banner.isVisible(), timeout=LOAD_TIMEOUT_MS)
-    assert "corrupt.mp4" in window.error_banner.text()
-    assert len(window.conversation.turns) == 1 and window.clip.path == str(sample_clip)
+    drop_file(window.clip_section.strip, corrupt_clip)
+    qtbot.waitUntil(lambda: window.banners.error_banner.isVisible(), timeout=LOAD_TIMEOUT_MS)
+    assert "corrupt.mp4" in window.banners.error_banner.text()
+    assert len(window.session.conversation.turns) == 1 and window.session.clip.path == str(sample_clip)
     ask_and_wait(qtbot, window, "Still there?")
-    assert window.conversation.turns[-1].status == "done"
+    assert window.session.conversation.turns[-1].status == "done"
 
     other = sorted(sample_clip.parent.glob("*.mp4"))[-1]
     open_and_wait(qtbot, window, other)
-    assert window.conversation.clip_name == other.name and not window.error_banner.isVisible()
+    assert window.session.conversation.clip_name == other.name and not window.banners.error_banner.isVisible()
 
 
 def test_an_svg_drawing_is_refused_in_the_window_with_the_clis_message(qtbot, make_window, sample_clip, tmp_path):
@@ -126,12 +126,12 @@ def test_an_svg_drawing_is_refused_in_the_window_with_the_clis_message(qtbot, ma
     wait_ready(qtbot, window)
     open_and_wait(qtbot, window, sample_clip)
 
-    drop_file(window.frame_strip, drawing)
-    qtbot.waitUntil(lambda: window.error_banner.isVisible(), timeout=LOAD_TIMEOUT_MS)
+    drop_file(window.clip_section.strip, drawing)
+    qtbot.waitUntil(lambda: window.banners.error_banner.isVisible(), timeout=LOAD_TIMEOUT_MS)
     with pytest.raises(UnreadableClipError) as refused:
         probe_clip(drawing)
-    assert window.error_banner.text() == f"Could not open drawing.svg: {refused.value}"
-    assert window.clip.path == str(sample_clip)
+    assert window.banners.error_banner.text() == f"Could not open drawing.svg: {refused.value}"
+    assert window.session.clip.path == str(sample_clip)
 
 
 def test_a_cut_short_clip_opens_with_a_notice_of_how_much_was_read(qtbot, make_window, tmp_path):
@@ -207,12 +207,12 @@ def test_new_sampling_settings_re_sample_the_open_clip(qtbot, make_window, sampl
     open_and_wait(qtbot, window, sample_clip)
     ask_and_wait(qtbot, window, "What moves?")
 
-    window.apply_settings(FAST.replace("sampling", max_frames=6))
-    qtbot.waitUntil(lambda: len(window.frame_strip.timestamp_texts()) == 6 and window.operation is None, timeout=LOAD_TIMEOUT_MS)
-    assert window.clip.path == str(sample_clip) and len(window.clip.timestamps) == 6
-    assert not window.conversation.turns, "the engine forgets the conversation when it re-samples; so does the window"
+    window.settings_flow.apply(FAST.replace("sampling", max_frames=6))
+    qtbot.waitUntil(lambda: len(probes.item_texts(window.clip_section.strip)) == 6 and window.session.operation is None, timeout=LOAD_TIMEOUT_MS)
+    assert window.session.clip.path == str(sample_clip) and len(window.session.clip.timestamps) == 6
+    assert not window.session.conversation.turns, "the engine forgets the conversation when it re-samples; so does the window"
     ask_and_wait(qtbot, window, "What moves now?")
-    assert window.conversation.turns[-1].status == "done"
+    assert window.session.conversation.turns[-1].status == "done"
 
 
 def test_closing_the_window_mid_answer_stops_the_engine_thread(qtbot, make_window, sample_clip, untrained_model):

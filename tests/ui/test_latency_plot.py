@@ -11,7 +11,9 @@ from PySide6.QtGui import QColor, QFontMetricsF, QImage
 
 from framewise.core.errors import ExportError
 from framewise.core.events import ChunkStats
-from framewise.ui.latency_plot import CSV_COLUMNS, HIT_COLOR, HIT_NAME, MAX_PLOTTED_CHUNKS, MISS_COLOR, MISS_NAME, LatencyPlot
+from framewise.ui import latency_plot
+from framewise.ui.latency_plot import CSV_COLUMNS, HIT_COLOR, HIT_NAME, MISS_COLOR, MISS_NAME, LatencyPlot
+from tests.ui import probes
 
 
 def chunk(index: int, hit: bool, ms_per_frame: float, frames: int = 8) -> ChunkStats:
@@ -36,11 +38,11 @@ def plot(qtbot) -> LatencyPlot:
 
 
 def test_hits_and_misses_are_two_series_with_their_own_symbol_colour_and_legend(plot):
-    assert plot.series() == {HIT_NAME: [(1.0, 2.0), (3.0, 3.0), (4.0, 1.5)], MISS_NAME: [(2.0, 9.0)]}
-    assert plot.legend_names() == [HIT_NAME, MISS_NAME]
+    assert probes.series(plot) == {HIT_NAME: [(1.0, 2.0), (3.0, 3.0), (4.0, 1.5)], MISS_NAME: [(2.0, 9.0)]}
+    assert probes.legend_names(plot) == [HIT_NAME, MISS_NAME]
     assert plot.hits.opts["symbol"] != plot.misses.opts["symbol"]
     assert plot.hits.opts["brush"].color() == HIT_COLOR and plot.misses.opts["brush"].color() == MISS_COLOR
-    assert [point.run for point in plot.points] == [0, 0, 0, 1], "the plot keeps every clip"
+    assert [point.run for point in probes.plotted(plot)] == [0, 0, 0, 1], "the plot keeps every clip"
     assert not plot.placeholder.isVisible()
 
 
@@ -75,10 +77,8 @@ def test_hovering_a_point_describes_its_chunk_and_clip(plot):
 
 
 def test_a_line_marks_where_each_encode_starts(plot):
-    assert [(marker.first_pass, marker.line.value(), marker.label) for marker in plot._run_markers] == [
-        (1, 0.5, "a.mp4"), (4, 3.5, "b.mp4")
-    ]
-    assert plot.run_labels_shown() == ["a.mp4", "b.mp4"]
+    assert [line.value() for line in probes.run_lines(plot)] == [0.5, 3.5], "before passes 1 and 4"
+    assert probes.run_labels(plot) == ["a.mp4", "b.mp4"]
 
 
 def test_a_clip_label_shortens_to_the_room_before_the_next_clip(qtbot):
@@ -94,20 +94,20 @@ def test_a_clip_label_shortens_to_the_room_before_the_next_clip(qtbot):
     view.autoRange()
     (left, right), _ = view.viewRange()
     room = view.width() / (right - left)  # one pass apart
-    shown = widget.run_labels_shown()
-    font = widget._run_markers[0].line.label.textItem.font()
+    shown = probes.run_labels(widget)
+    font = probes.run_lines(widget)[0].label.textItem.font()
     for name, text in zip(names, shown):
         assert text != name and QFontMetricsF(font).horizontalAdvance(text) <= room
         assert text == "" or (text.startswith(name[:2]) and text.endswith(name[-2:]) and "…" in text)
     view.setXRange(0.5, 1.5, padding=0)  # zoomed in on the first clip: its whole name fits
-    assert widget.run_labels_shown()[0] == names[0]
+    assert probes.run_labels(widget)[0] == names[0]
 
 
 def test_a_clip_name_with_braces_is_shown_as_is(plot):
     plot.start_run("take {1} {value}.mp4")
     plot.add_chunk(chunk(0, True, 2.0))
     plot.plot_item.getViewBox().setXRange(4.5, 5.5, padding=0)
-    assert plot.run_labels_shown()[-1] == "take {1} {value}.mp4"
+    assert probes.run_labels(plot)[-1] == "take {1} {value}.mp4"
 
 
 def test_zoom_and_pan_move_the_view_and_fit_restores_it(plot):
@@ -171,15 +171,17 @@ def test_a_new_plot_shows_only_its_placeholder(qtbot):
     assert widget.plot_widget.isVisible() and not widget.placeholder.isVisible()
 
 
-def test_clear_empties_the_plot_and_a_long_run_keeps_the_latest_passes(qtbot):
+def test_clear_empties_the_plot_and_a_long_run_keeps_the_latest_passes(qtbot, monkeypatch):
+    # A cap of 20 for the test: each pass redraws every point kept, so filling the real cap costs seconds.
+    monkeypatch.setattr(latency_plot, "MAX_PLOTTED_CHUNKS", 20)
     widget = LatencyPlot()
     qtbot.addWidget(widget)
     assert not widget.export_button.isEnabled()
     widget.start_run("long.mp4")
-    for index in range(MAX_PLOTTED_CHUNKS + 5):
+    for index in range(20 + 5):
         widget.add_chunk(chunk(index, True, 1.0 + index % 3))
-    assert len(widget.points) == MAX_PLOTTED_CHUNKS and widget.points[0].number == 6
+    assert len(probes.plotted(widget)) == 20 and probes.plotted(widget)[0].number == 6
     assert widget.export_button.isEnabled()
     widget.clear()
-    assert widget.points == [] and widget.series() == {HIT_NAME: [], MISS_NAME: []} and not widget._run_markers
+    assert probes.plotted(widget) == [] and probes.series(widget) == {HIT_NAME: [], MISS_NAME: []} and probes.run_lines(widget) == []
     assert not widget.export_button.isEnabled()

@@ -8,6 +8,7 @@ from PySide6.QtWidgets import QApplication, QLabel
 from framewise.ui.elided_label import ElidedLabel
 from framewise.ui.settings_dialog import SECTION_TITLES
 from tests.ui.test_main_window import ask_and_wait, open_and_wait, wait_ready
+from tests.ui import probes
 
 
 def clipped_labels(window) -> list[str]:
@@ -37,16 +38,16 @@ def test_the_window_fits_1024_by_640_without_clipping_a_label(qtbot, make_window
     assert clipped_labels(window) == []
     assert not window.encoder_panel.figures_scroll.horizontalScrollBar().isVisible()
     # Long texts are shortened with the whole text in the tooltip, not cut mid-value.
-    for label in (window.clip_title, window.engine_label, window.status_label):
+    for label in (window.clip_section.title, window.status_bar.engine_label, window.status_bar.message):
         assert label.toolTip(), label.text()
-    assert window.engine_label.is_elided() or window.engine_label.width() >= window.engine_label.sizeHint().width() - 4
+    assert probes.is_elided(window.status_bar.engine_label) or window.status_bar.engine_label.width() >= window.status_bar.engine_label.sizeHint().width() - 4
 
 
 def test_every_settings_page_fits_its_dialog_at_1024_by_640(qtbot, make_window):
     window = make_window()
     wait_ready(qtbot, window)
     window.resize(1024, 640)
-    dialog = window.open_settings(None)
+    dialog = window.settings_flow.open(None)
     hint = dialog.minimumSizeHint()
     assert hint.width() <= 1024 and hint.height() <= 640, f"the dialog needs {hint.width()}×{hint.height()}"
     dialog.reject()
@@ -57,7 +58,7 @@ def test_each_settings_page_fits_its_dialog_without_a_horizontal_scrollbar(qtbot
     window = make_window()
     wait_ready(qtbot, window)
     window.resize(1024, 640)
-    dialog = window.open_settings(section)
+    dialog = window.settings_flow.open(section)
     qtbot.waitUntil(dialog.isVisible, timeout=3000)
     scroll = dialog.tabs.currentWidget()
     assert dialog.tabs.tabText(dialog.tabs.currentIndex()) == SECTION_TITLES[section]

@@ -21,6 +21,7 @@ from tests.ui.fake_engine import DEMO_LABEL, FakeEngine
 from framewise.ui.frames import format_timestamp
 from framewise.ui.main_window import MainWindow
 from framewise.ui.settings_store import SettingsStore
+from tests.ui import probes
 
 LOAD_TIMEOUT_MS = 10_000
 
@@ -51,18 +52,18 @@ def activate(qtbot, window: MainWindow) -> None:
 
 
 def wait_ready(qtbot, window: MainWindow) -> None:
-    qtbot.waitUntil(lambda: window.info is not None and window.operation is None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.session.info is not None and window.session.operation is None, timeout=LOAD_TIMEOUT_MS)
 
 
 def open_and_wait(qtbot, window: MainWindow, path: Path) -> None:
-    drop_file(window.preview.view, path)
-    qtbot.waitUntil(lambda: window.clip is not None and window.clip.path == str(path) and not window.opening_clip, timeout=LOAD_TIMEOUT_MS)
+    drop_file(window.clip_section.preview.view, path)
+    qtbot.waitUntil(lambda: window.session.clip is not None and window.session.clip.path == str(path) and not window.session.opening_clip, timeout=LOAD_TIMEOUT_MS)
 
 
 def ask_and_wait(qtbot, window: MainWindow, question: str) -> None:
     window.chat.question_edit.setPlainText(question)
     qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: window.conversation.turns and window.conversation.current is None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.session.conversation.turns and window.session.conversation.current is None, timeout=LOAD_TIMEOUT_MS)
     qtbot.waitUntil(lambda: window.chat.send_button.isEnabled(), timeout=LOAD_TIMEOUT_MS)
 
 
@@ -75,39 +76,44 @@ def test_dropped_clip_fills_the_strip_with_sampled_timestamps(qtbot, make_window
 
     timestamps = sampled[-1].timestamps
     assert len(timestamps) >= 4
-    assert window.frame_strip.timestamp_texts() == [format_timestamp(t) for t in timestamps]
-    assert window.frame_strip.timestamp_texts()[:2] == ["0:00.0", "0:00.5"]
-    assert window.preview.timeline.marks == timestamps
-    assert sample_clip.name in window.clip_title.text()
+    assert probes.item_texts(window.clip_section.strip) == [format_timestamp(t) for t in timestamps]
+    assert probes.item_texts(window.clip_section.strip)[:2] == ["0:00.0", "0:00.5"]
+    assert probes.has_ticks_at(window.clip_section.preview.timeline, timestamps)
+    assert sample_clip.name in window.clip_section.title.text()
     assert window.store.recent_files()[0] == str(sample_clip.resolve())
 
 
 def test_preview_plays_seeks_and_follows_the_strip(qtbot, make_window, sample_clip):
     window = make_window()
+    preview = window.clip_section.preview
+    opened: list[float] = []  # the clip's file opened for playing
+    preview.player.opened.connect(opened.append)
+    shown_frames: list[int] = []  # the last sampled frame at or before the time shown, each time it changes
+    preview.frame_changed.connect(shown_frames.append)
     wait_ready(qtbot, window)
     open_and_wait(qtbot, window, sample_clip)
 
-    qtbot.waitUntil(lambda: window.preview.playable, timeout=5000)
-    timestamps = window.preview.timeline.marks
-    window.frame_strip.setCurrentRow(3)
-    assert window.preview.current_index == 3 and window.preview.position == timestamps[3]
-    window.preview.seek(1)
-    assert window.frame_strip.currentRow() == 1
+    qtbot.waitUntil(lambda: bool(opened), timeout=5000)
+    timestamps = window.session.clip.timestamps
+    window.clip_section.strip.setCurrentRow(3)
+    assert shown_frames[-1] == 3 and window.clip_section.preview.position == timestamps[3]
+    window.clip_section.preview.seek(1)
+    assert window.clip_section.strip.currentRow() == 1
     decoded = []
-    window.preview.player.frame_ready.connect(lambda time_s, image: decoded.append((time_s, image.shape)))
-    window.preview.play()
-    assert window.preview.is_playing
-    qtbot.waitUntil(lambda: window.preview.current_index >= 2 and len(decoded) >= 4, timeout=5000)
+    window.clip_section.preview.player.frame_ready.connect(lambda time_s, image: decoded.append((time_s, image.shape)))
+    window.clip_section.preview.play()
+    assert window.clip_section.preview.is_playing
+    qtbot.waitUntil(lambda: shown_frames[-1] >= 2 and len(decoded) >= 4, timeout=5000)
     times = [time_s for time_s, _ in decoded][-4:]  # (the first may be the frame shown for the earlier seek)
     assert times == sorted(set(times))
     assert any(min(abs(time_s - mark) for mark in timestamps) > 0.02 for time_s in times), "frames between the sampled ones"
-    assert decoded[-1][1] == (240, 320, 3) and window.preview.shown_image().width() == 320
-    window.preview.pause()
-    assert not window.preview.is_playing
-    window.preview.timeline.setFocus()
-    before = window.preview.position
-    qtbot.keyClick(window.preview.timeline, Qt.Key.Key_Home)
-    assert window.preview.position == 0.0 and before > 0.0
+    assert decoded[-1][1] == (240, 320, 3) and window.clip_section.preview.view.image.width() == 320
+    window.clip_section.preview.pause()
+    assert not window.clip_section.preview.is_playing
+    window.clip_section.preview.timeline.setFocus()
+    before = window.clip_section.preview.position
+    qtbot.keyClick(window.clip_section.preview.timeline, Qt.Key.Key_Home)
+    assert window.clip_section.preview.position == 0.0 and before > 0.0
 
 
 def test_answer_streams_then_metrics_update(qtbot, make_window, sample_clip):
@@ -116,14 +122,14 @@ def test_answer_streams_then_metrics_update(qtbot, make_window, sample_clip):
     window.host.event.connect(lambda event: events.append(type(event).__name__))
     wait_ready(qtbot, window)
     open_and_wait(qtbot, window, sample_clip)
-    assert len(window.encoder_panel.plot.points) >= 2
-    assert window.encoder_panel.chunk_table.rowCount() == len(window.encoder_panel.plot.points)
+    assert len(probes.plotted(window.encoder_panel.plot)) >= 2
+    assert window.encoder_panel.chunk_table.rowCount() == len(probes.plotted(window.encoder_panel.plot))
 
     ask_and_wait(qtbot, window, "Where does the square go?")
 
     assert "Token" in events and "Done" in events
     assert events.index("Token") < events.index("Done")
-    turn = window.conversation.turns[-1]
+    turn = window.session.conversation.turns[-1]
     assert turn.status == "done"
     assert turn.answer == "The red square moves to the right."
     card = window.chat.answer_cards()[-1]
@@ -131,7 +137,7 @@ def test_answer_streams_then_metrics_update(qtbot, make_window, sample_clip):
     assert DEMO_LABEL not in card.header.text() and DEMO_LABEL in card.header.toolTip()
     assert card.header.text().endswith("· Demo model"), "a short demo tag on every answer, the label once"
     assert "tokens/s" in card.footer.text()
-    assert "(2 eager passes)" in window.encoder_panel.hits_text()
+    assert "(2 eager passes)" in window.encoder_panel.hits_value.text()
     assert window.encoder_panel.first_token_value.text() == "12 ms"
     assert "tokens/s" in window.encoder_panel.speed_value.text()
 
@@ -151,7 +157,7 @@ def test_the_answers_speed_shows_while_it_streams_and_the_final_figure_replaces_
         card = window.chat.answer_cards()[-1]
         assert panel.speed_value.text() == "–", "a new question clears the last answer's speed"
         qtbot.waitUntil(lambda: "so far" in panel.speed_value.text(), timeout=LOAD_TIMEOUT_MS)
-        turn = window.conversation.current
+        turn = window.session.conversation.current
         assert turn is not None, "shown while the answer streams"
         qtbot.waitUntil(lambda: card.text() == turn.answer, timeout=LOAD_TIMEOUT_MS)  # the streamed text shown too
         live = speeds[-1]
@@ -159,7 +165,7 @@ def test_the_answers_speed_shows_while_it_streams_and_the_final_figure_replaces_
         assert 2 <= live.tokens_so_far < 8 and panel.speed_value.text() == live_text
         assert card.footer.text() == live_text, "under the answer being written"
 
-        qtbot.waitUntil(lambda: window.conversation.current is None, timeout=LOAD_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: window.session.conversation.current is None, timeout=LOAD_TIMEOUT_MS)
         assert panel.speed_value.text() == "150.0 tokens/s (8 tokens)", "the final figure replaces it"
         assert "150.0 tokens/s" in card.footer.text() and "so far" not in card.footer.text()
         qtbot.waitUntil(lambda: window.chat.send_button.isEnabled(), timeout=LOAD_TIMEOUT_MS)
@@ -178,8 +184,8 @@ def test_follow_up_questions_keep_the_conversation(qtbot, make_window, sample_cl
     ask_and_wait(qtbot, window, "What moves?")
     ask_and_wait(qtbot, window, "And then?")
 
-    assert [turn.question for turn in window.conversation.turns] == ["What moves?", "And then?"]
-    kept = [(turn.question, turn.answer) for turn in window.conversation.turns]
+    assert [turn.question for turn in window.session.conversation.turns] == ["What moves?", "And then?"]
+    kept = [(turn.question, turn.answer) for turn in window.session.conversation.turns]
     assert engines[-1].turns == kept, "the window shows the engine's conversation record"
     assert len(window.chat.answer_cards()) == 2
 
@@ -191,7 +197,7 @@ def test_ask_is_disabled_with_no_clip_and_the_input_says_why(qtbot, make_window,
     assert "Open a clip first" in window.chat.question_edit.placeholderText()
     window.chat.question_edit.setPlainText("What color is the square?")
     qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_Return)
-    assert not window.conversation.turns, "nothing is asked without a clip"
+    assert not window.session.conversation.turns, "nothing is asked without a clip"
     open_and_wait(qtbot, window, sample_clip)
     assert window.chat.send_button.isEnabled() and "Ask about the clip" in window.chat.question_edit.placeholderText()
 
@@ -205,9 +211,9 @@ def test_shift_enter_adds_a_line_and_enter_sends(qtbot, make_window, sample_clip
     edit.moveCursor(edit.textCursor().MoveOperation.End)
     qtbot.keyClick(edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
     assert edit.toPlainText() == "first line\n"
-    assert not window.conversation.turns
+    assert not window.session.conversation.turns
     qtbot.keyClick(edit, Qt.Key.Key_Return)
-    assert [turn.question for turn in window.conversation.turns] == ["first line"]
+    assert [turn.question for turn in window.session.conversation.turns] == ["first line"]
 
 
 def test_stop_ends_the_answer_within_half_a_second(qtbot, make_window, sample_clip):
@@ -218,15 +224,15 @@ def test_stop_ends_the_answer_within_half_a_second(qtbot, make_window, sample_cl
     open_and_wait(qtbot, window, sample_clip)
     window.chat.question_edit.setPlainText("Describe every frame")
     window.chat.submit()
-    qtbot.waitUntil(lambda: window.conversation.turns[-1].status == "streaming", timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.session.conversation.turns[-1].status == "streaming", timeout=LOAD_TIMEOUT_MS)
 
     started = time.perf_counter()
     qtbot.mouseClick(window.chat.stop_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: window.conversation.current is None, timeout=2000)
+    qtbot.waitUntil(lambda: window.session.conversation.current is None, timeout=2000)
     elapsed = time.perf_counter() - started
 
     assert elapsed < 0.5
-    turn = window.conversation.turns[-1]
+    turn = window.session.conversation.turns[-1]
     assert turn.status == "stopped" and turn.stats.cancelled
     assert "Stopped" in window.chat.answer_cards()[-1].footer.text()
     qtbot.waitUntil(lambda: window.chat.send_button.isEnabled(), timeout=2000)
@@ -245,10 +251,10 @@ def test_escape_and_ctrl_return_shortcuts(qtbot, make_window, sample_clip):
     window.chat.question_edit.setFocus()
     window.chat.question_edit.setPlainText("Keep talking")
     qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
-    qtbot.waitUntil(lambda: bool(window.conversation.turns) and window.conversation.turns[-1].status == "streaming", timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: bool(window.session.conversation.turns) and window.session.conversation.turns[-1].status == "streaming", timeout=LOAD_TIMEOUT_MS)
     qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_Escape)
-    qtbot.waitUntil(lambda: window.conversation.current is None, timeout=2000)
-    assert window.conversation.turns[-1].status == "stopped"
+    qtbot.waitUntil(lambda: window.session.conversation.current is None, timeout=2000)
+    assert window.session.conversation.turns[-1].status == "stopped"
     assert triggered == ["ask", "stop"]
 
 
@@ -259,23 +265,23 @@ def test_corrupt_clip_shows_an_error_and_keeps_everything(qtbot, make_window, sa
     ask_and_wait(qtbot, window, "What moves?")
 
     drop_file(window.chat, corrupt_clip)
-    qtbot.waitUntil(lambda: window.error_banner.isVisible(), timeout=LOAD_TIMEOUT_MS)
-    assert "corrupt.mp4" in window.error_banner.text()
-    assert "not a video file" in window.error_banner.text()
-    assert not window.error_banner.action_button.isVisible(), "Settings cannot fix a file that is not a video"
-    assert window.clip.path == str(sample_clip)
-    assert sample_clip.name in window.clip_title.text()
-    assert len(window.conversation.turns) == 1 and len(window.chat.answer_cards()) == 1
+    qtbot.waitUntil(lambda: window.banners.error_banner.isVisible(), timeout=LOAD_TIMEOUT_MS)
+    assert "corrupt.mp4" in window.banners.error_banner.text()
+    assert "not a video file" in window.banners.error_banner.text()
+    assert not window.banners.error_banner.action_button.isVisible(), "Settings cannot fix a file that is not a video"
+    assert window.session.clip.path == str(sample_clip)
+    assert sample_clip.name in window.clip_section.title.text()
+    assert len(window.session.conversation.turns) == 1 and len(window.chat.answer_cards()) == 1
     assert str(corrupt_clip.resolve()) not in window.store.recent_files()
 
     ask_and_wait(qtbot, window, "And now?")
-    assert len(window.conversation.turns) == 2 and window.conversation.turns[-1].status == "done"
+    assert len(window.session.conversation.turns) == 2 and window.session.conversation.turns[-1].status == "done"
 
     second = tmp_path / "again.mp4"
     second.write_bytes(sample_clip.read_bytes())
     open_and_wait(qtbot, window, second)
-    assert not window.error_banner.isVisible()
-    assert window.conversation.clip_name == "again.mp4" and not window.conversation.turns
+    assert not window.banners.error_banner.isVisible()
+    assert window.session.conversation.clip_name == "again.mp4" and not window.session.conversation.turns
 
 
 @pytest.mark.parametrize(
@@ -298,7 +304,7 @@ def test_unexpected_error_is_shown_inline_and_the_app_keeps_running(
     FakeEngine.fail_ask_with = error
     ask_and_wait(qtbot, window, "What moves?")
 
-    turn = window.conversation.turns[-1]
+    turn = window.session.conversation.turns[-1]
     assert turn.status == "failed" and turn.error.startswith(expected)
     card = window.chat.answer_cards()[-1].text()
     assert expected in card and "Traceback" not in card
@@ -306,21 +312,21 @@ def test_unexpected_error_is_shown_inline_and_the_app_keeps_running(
         assert turn.error.endswith(str(tmp_path / "framewise.log"))
     FakeEngine.fail_ask_with = None
     ask_and_wait(qtbot, window, "What moves now?")
-    assert window.conversation.turns[-1].status == "done" and len(window.conversation.turns) == 2
+    assert window.session.conversation.turns[-1].status == "done" and len(window.session.conversation.turns) == 2
 
 
 def test_banners_say_cpu_eager_and_demo_model(qtbot, make_window):
     window = make_window()
     wait_ready(qtbot, window)
-    assert not window.cpu_banner.isVisible(), "on a CPU the Encoder panel's title says it, once"
-    assert window.encoder_title.text().startswith("eager on the CPU: no CUDA graphs")
+    assert not window.banners.cpu_banner.isVisible(), "on a CPU the Encoder panel's title says it, once"
+    assert window.encoder_panel.title.text().startswith("eager on the CPU: no CUDA graphs")
     panel = window.encoder_panel
-    assert not panel.row_visible("Graph hits") and not panel.row_visible("GPU memory") and panel.row_visible("Per frame")
+    assert not probes.row_visible(panel, "Graph hits") and not probes.row_visible(panel, "GPU memory") and probes.row_visible(panel, "Per frame")
     assert panel.chunk_table.isColumnHidden(3) and panel.chunk_table.isColumnHidden(4), "no budget or padding without graphs"
-    assert window.demo_banner.isVisible()
-    assert "demo model" in window.demo_banner.text() and "Settings ▸ Model" in window.demo_banner.text()
-    window.demo_banner.action_button.click()
-    dialog = window.settings_dialog
+    assert window.banners.demo_banner.isVisible()
+    assert "demo model" in window.banners.demo_banner.text() and "Settings ▸ Model" in window.banners.demo_banner.text()
+    window.banners.demo_banner.action_button.click()
+    dialog = window.settings_flow.dialog
     assert dialog.isVisible() and dialog.tabs.tabText(dialog.tabs.currentIndex()) == "Model"
     dialog.reject()
 
@@ -328,47 +334,41 @@ def test_banners_say_cpu_eager_and_demo_model(qtbot, make_window):
 def test_raised_banners_share_one_row_shown_one_at_a_time(qtbot, make_window):
     window = make_window()
     wait_ready(qtbot, window)
-    assert window.demo_banner.isVisible()
+    assert window.banners.demo_banner.isVisible()
     QApplication.processEvents()
     one_banner = window.banners.height()
     assert one_banner > 0
     window.show_error("Could not load the model: no weights", settings_can_help=True)
-    window.cpu_banner.set_text("No CUDA graphs: the GPU is too old.")
-    window.banners.post(window.cpu_banner)
+    window.banners.cpu_banner.set_text("No CUDA graphs: the GPU is too old.")
+    window.banners.post(window.banners.cpu_banner)
     qtbot.waitUntil(lambda: window.banners.count_label.isVisible())
     QApplication.processEvents()  # let the layout settle before measuring
     shown = [banner for banner in window.banners.banners if banner.isVisible()]
-    assert shown == [window.error_banner], "the error, the most important, is the one shown"
-    assert window.error_banner.action_button.isVisible(), "Settings can change a model that did not load"
+    assert shown == [window.banners.error_banner], "the error, the most important, is the one shown"
+    assert window.banners.error_banner.action_button.isVisible(), "Settings can change a model that did not load"
     assert window.banners.count_label.text() == "1 of 3"
-    assert window.banners.height() <= max(one_banner, window.error_banner.sizeHint().height())
+    assert window.banners.height() <= max(one_banner, window.banners.error_banner.sizeHint().height())
     window.banners.next_button.click()
-    assert [banner for banner in window.banners.banners if banner.isVisible()] == [window.demo_banner]
+    assert [banner for banner in window.banners.banners if banner.isVisible()] == [window.banners.demo_banner]
     assert window.banners.count_label.text() == "2 of 3"
-    window.demo_banner.close_button.click()
-    assert [banner for banner in window.banners.banners if banner.isVisible()] == [window.error_banner]
+    window.banners.demo_banner.close_button.click()
+    assert [banner for banner in window.banners.banners if banner.isVisible()] == [window.banners.error_banner]
     assert window.banners.count_label.text() == "1 of 2"
-    window.error_banner.close_button.click()
-    window.cpu_banner.close_button.click()
+    window.banners.error_banner.close_button.click()
+    window.banners.cpu_banner.close_button.click()
     assert not window.banners.isVisible()
 
 
 def test_the_progress_bar_follows_each_stage(qtbot, make_window, sample_clip):
     window = make_window()
-    bar = window.progress_bar
+    bar = window.status_bar.progress
     shown: list[tuple[int, int, int, int, int]] = []  # (current, total) as sent, then the bar's range and value
     statuses: list[str] = []
-    render_progress, render_status = window.progress_changed, window.status_changed
-
-    def record_progress(current: int, total: int) -> None:
-        render_progress(current, total)
-        shown.append((current, total, bar.minimum(), bar.maximum(), bar.value()))
-
-    def record_status(text: str) -> None:
-        render_status(text)
-        statuses.append(text)
-
-    window.progress_changed, window.status_changed = record_progress, record_status
+    signals = window.session.signals  # connected after the status bar's, so the bar has followed each
+    signals.progress_changed.connect(
+        lambda current, total: shown.append((current, total, bar.minimum(), bar.maximum(), bar.value()))
+    )
+    signals.status_changed.connect(statuses.append)
     wait_ready(qtbot, window)
     assert [(current, total, low, high, value) for current, total, low, high, value in shown] == [
         (0, 2, 0, 2, 0), (1, 2, 0, 2, 1), (2, 2, 0, 2, 2)
@@ -382,8 +382,8 @@ def test_the_progress_bar_follows_each_stage(qtbot, make_window, sample_clip):
     assert not bar.isVisible(), "the bar goes once the clip is open"
 
     shown.clear()
-    window.apply_settings(window.settings.replace("encoder", budgets=(256, 1024)))
-    qtbot.waitUntil(lambda: window.settings.encoder.budgets == (256, 1024), timeout=LOAD_TIMEOUT_MS)
+    window.settings_flow.apply(window.session.settings.replace("encoder", budgets=(256, 1024)))
+    qtbot.waitUntil(lambda: window.session.settings.encoder.budgets == (256, 1024), timeout=LOAD_TIMEOUT_MS)
     captures = [(low, high, value) for current, total, low, high, value in shown if total == 2]
     assert captures[:3] == [(0, 2, 0), (0, 2, 1), (0, 2, 2)]
     assert "Capturing encoder graph for 256 patches (1 of 2)" in statuses
@@ -397,31 +397,31 @@ def test_a_saved_model_that_fails_at_start_falls_back_to_the_demo_model_and_name
     saved = AppSettings().replace("model", source="/no/such/model")
     store.save_settings(saved)
     window = make_window()
-    qtbot.waitUntil(lambda: window.info is not None, timeout=LOAD_TIMEOUT_MS)
-    assert window.fallback_banner.isVisible() and not window.error_banner.isVisible()
-    assert "The saved setting model.source (/no/such/model) could not be used" in window.fallback_banner.text()
-    assert window.settings == AppSettings()
+    qtbot.waitUntil(lambda: window.session.info is not None, timeout=LOAD_TIMEOUT_MS)
+    assert window.banners.fallback_banner.isVisible() and not window.banners.error_banner.isVisible()
+    assert "The saved setting model.source (/no/such/model) could not be used" in window.banners.fallback_banner.text()
+    assert window.session.settings == AppSettings()
     assert store.load_settings() == saved, "the fallback is not saved over the person's settings"
-    window.apply_settings(AppSettings())  # choosing the defaults on purpose keeps them
+    window.settings_flow.apply(AppSettings())  # choosing the defaults on purpose keeps them
     assert store.load_settings() == AppSettings()
 
 
 def test_invalid_setting_is_refused_next_to_its_field(qtbot, make_window, store):
     window = make_window()
-    dialog = window.open_settings(None)
-    dialog.field_widget("sampling.max_frames").setValue(7)
+    dialog = window.settings_flow.open(None)
+    probes.field(dialog, "sampling.max_frames").setValue(7)
     dialog.buttons.button(QDialogButtonBox.StandardButton.Apply).click()
 
-    assert "even number" in dialog.error_text("sampling.max_frames")
+    assert "even number" in probes.error_text(dialog, "sampling.max_frames")
     assert dialog.tabs.tabText(dialog.tabs.currentIndex()) == "Sampling"
-    assert window.settings.sampling.max_frames == 32
+    assert window.session.settings.sampling.max_frames == 32
     assert store.load_settings() == AppSettings()
 
-    dialog.field_widget("sampling.max_frames").setValue(8)
-    dialog.field_widget("encoder.max_items_per_batch").setValue(5000)
+    probes.field(dialog, "sampling.max_frames").setValue(8)
+    probes.field(dialog, "encoder.max_items_per_batch").setValue(5000)
     dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
-    assert dialog.error_text("sampling.max_frames") == ""
-    assert "smallest budget" in dialog.error_text("encoder.max_items_per_batch")
+    assert probes.error_text(dialog, "sampling.max_frames") == ""
+    assert "smallest budget" in probes.error_text(dialog, "encoder.max_items_per_batch")
     assert dialog.isVisible()
 
 
@@ -435,25 +435,25 @@ class ToyFamilyEngine(FakeEngine):
 def test_the_settings_dialog_follows_the_loaded_familys_limits(qtbot, make_window):
     window = make_window(ToyFamilyEngine, settings=AppSettings().replace("sampling", min_frames=6, max_frames=30))
     wait_ready(qtbot, window)
-    dialog = window.open_settings("sampling")
-    frames = dialog.field_widget("sampling.max_frames")
-    assert frames.singleStep() == 3 and dialog.field_widget("encoder.min_budget").singleStep() == 9
-    assert "Toy-VL takes at most 30 frames" in dialog._hints["sampling.max_frames"].text()
-    assert "multiples of 9, e.g. 576, 2304, 9216" in dialog._hints["encoder.budgets"].text()
+    dialog = window.settings_flow.open("sampling")
+    frames = probes.field(dialog, "sampling.max_frames")
+    assert frames.singleStep() == 3 and probes.field(dialog, "encoder.min_budget").singleStep() == 9
+    assert "Toy-VL takes at most 30 frames" in probes.hint_text(dialog, "sampling.max_frames")
+    assert "multiples of 9, e.g. 576, 2304, 9216" in probes.hint_text(dialog, "encoder.budgets")
 
     frames.setValue(32)
     dialog.buttons.button(QDialogButtonBox.StandardButton.Apply).click()
-    assert "multiple of 3" in dialog.error_text("sampling.max_frames"), "checked against the toy's limits"
+    assert "multiple of 3" in probes.error_text(dialog, "sampling.max_frames"), "checked against the toy's limits"
     dialog.reject()
 
 
 def test_empty_model_folder_is_refused(qtbot, make_window):
     window = make_window()
-    dialog = window.open_settings("model")
-    dialog.folder_radio.setChecked(True)
-    dialog.folder_edit.setText("")
+    dialog = window.settings_flow.open("model")
+    dialog.model_choice.folder_radio.setChecked(True)
+    dialog.model_choice.folder_edit.setText("")
     assert not dialog.apply()
-    assert "name a model" in dialog.error_text("model.source")
+    assert "name a model" in probes.error_text(dialog, "model.source")
 
 
 def test_settings_survive_a_restart_and_reach_the_engine(qtbot, make_window, store, tmp_path):
@@ -467,14 +467,14 @@ def test_settings_survive_a_restart_and_reach_the_engine(qtbot, make_window, sto
     wait_ready(qtbot, window)
     progress = []
     window.host.event.connect(lambda event: progress.append(event) if type(event).__name__ == "Progress" else None)
-    dialog = window.open_settings(None)
-    dialog.field_widget("sampling.fps").setValue(1.5)
-    dialog.field_widget("generation.max_new_tokens").setValue(64)
+    dialog = window.settings_flow.open(None)
+    probes.field(dialog, "sampling.fps").setValue(1.5)
+    probes.field(dialog, "generation.max_new_tokens").setValue(64)
     dialog.budget_mode.setCurrentIndex(1)
-    dialog.field_widget("encoder.budgets").setText("256, 1024")
-    dialog.field_widget("encoder.attention_backend").setCurrentText("sdpa_masked")
-    dialog.repo_radio.setChecked(True)
-    dialog.repo_edit.setText("Qwen/Qwen3-VL-2B-Instruct")
+    probes.field(dialog, "encoder.budgets").setText("256, 1024")
+    probes.field(dialog, "encoder.attention_backend").setCurrentText("sdpa_masked")
+    dialog.model_choice.repo_radio.setChecked(True)
+    dialog.model_choice.repo_edit.setText("Qwen/Qwen3-VL-2B-Instruct")
     dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
     assert not dialog.isVisible()
 
@@ -486,17 +486,17 @@ def test_settings_survive_a_restart_and_reach_the_engine(qtbot, make_window, sto
         .replace("model", source="Qwen/Qwen3-VL-2B-Instruct")
     )
     # The window takes (and saves) the settings once the engine has applied them.
-    qtbot.waitUntil(lambda: window.settings == expected, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.session.settings == expected, timeout=LOAD_TIMEOUT_MS)
     assert engines[-1].settings == expected
     qtbot.waitUntil(lambda: any(event.stage == "capture" for event in progress), timeout=LOAD_TIMEOUT_MS)
     window.close()
 
     reopened = make_window(window_store=SettingsStore(store.location))
-    assert reopened.settings == expected
-    dialog = reopened.open_settings(None)
-    assert dialog.field_widget("sampling.fps").value() == 1.5
-    assert dialog.field_widget("encoder.budgets").text() == "256, 1024"
-    assert dialog.repo_radio.isChecked() and dialog.repo_edit.text() == "Qwen/Qwen3-VL-2B-Instruct"
+    assert reopened.session.settings == expected
+    dialog = reopened.settings_flow.open(None)
+    assert probes.field(dialog, "sampling.fps").value() == 1.5
+    assert probes.field(dialog, "encoder.budgets").text() == "256, 1024"
+    assert dialog.model_choice.repo_radio.isChecked() and dialog.model_choice.repo_edit.text() == "Qwen/Qwen3-VL-2B-Instruct"
     assert AppSettings.from_dict(dialog.values()) == expected
 
 
@@ -506,17 +506,17 @@ def test_export_markdown_and_json_name_the_clip_settings_and_model(qtbot, make_w
     open_and_wait(qtbot, window, sample_clip)
     ask_and_wait(qtbot, window, "Where does the square go?")
 
-    window.export_conversation(tmp_path / "talk.md")
+    window.exporter.export(window.session.conversation, window.session.settings, tmp_path / "talk.md")
     markdown = (tmp_path / "talk.md").read_text(encoding="utf-8")
     assert sample_clip.name in markdown
     assert DEMO_LABEL in markdown
     assert "Where does the square go?" in markdown and "The red square moves to the right." in markdown
     assert '"max_new_tokens": 128' in markdown
 
-    window.export_conversation(tmp_path / "talk.json")
+    window.exporter.export(window.session.conversation, window.session.settings, tmp_path / "talk.json")
     data = json.loads((tmp_path / "talk.json").read_text(encoding="utf-8"))
     assert data["clip"]["name"] == sample_clip.name
-    assert data["settings"] == window.settings.to_dict()
+    assert data["settings"] == window.session.settings.to_dict()
     assert data["turns"][0]["model_label"] == DEMO_LABEL
     assert data["turns"][0]["answer"] == "The red square moves to the right."
     assert data["turns"][0]["stats"]["new_tokens"] == 8
@@ -589,22 +589,22 @@ def test_keyboard_shortcuts_open_settings_open_export_and_quit(qtbot, make_windo
     activate(qtbot, window)
 
     qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_Comma, Qt.KeyboardModifier.ControlModifier)
-    assert window.settings_dialog is not None and window.settings_dialog.isVisible()
-    window.settings_dialog.reject()
+    assert window.settings_flow.dialog is not None and window.settings_flow.dialog.isVisible()
+    window.settings_flow.dialog.reject()
     activate(qtbot, window)
 
     assert not window.export_action.isEnabled(), "nothing to export before a question"
-    monkeypatch.setattr("framewise.ui.main_window.QFileDialog.getOpenFileName", lambda *args, **kwargs: (str(sample_clip), ""))
+    monkeypatch.setattr("framewise.ui.clip_files.QFileDialog.getOpenFileName", lambda *args, **kwargs: (str(sample_clip), ""))
     qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_O, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(
-        lambda: window.clip is not None and window.clip.path == str(sample_clip) and not window.opening_clip,
+        lambda: window.session.clip is not None and window.session.clip.path == str(sample_clip) and not window.session.opening_clip,
         timeout=LOAD_TIMEOUT_MS,
     )
     ask_and_wait(qtbot, window, "What moves?")
 
     activate(qtbot, window)
     target = tmp_path / "exported"
-    monkeypatch.setattr("framewise.ui.main_window.QFileDialog.getSaveFileName", lambda *args, **kwargs: (str(target), "JSON (*.json)"))
+    monkeypatch.setattr("framewise.ui.export.QFileDialog.getSaveFileName", lambda *args, **kwargs: (str(target), "JSON (*.json)"))
     qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
     assert json.loads(target.with_suffix(".json").read_text(encoding="utf-8"))["clip"]["name"] == sample_clip.name
 
@@ -628,20 +628,20 @@ def test_dragging_a_file_over_the_window_highlights_it_until_dropped(qtbot, make
     mime.setUrls([QUrl.fromLocalFile(str(sample_clip))])
     enter = drag_enter_event(QPoint(10, 10), mime)
     QApplication.sendEvent(window, enter)
-    assert window.drop_highlight.isVisible() and sample_clip.name in window.drop_highlight.text()
+    assert window.clip_files.highlight.isVisible() and sample_clip.name in window.clip_files.highlight.text()
     drop = QDropEvent(QPointF(10, 10), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
     QApplication.sendEvent(window, drop)
-    assert not window.drop_highlight.isVisible()
+    assert not window.clip_files.highlight.isVisible()
 
 
 def test_on_a_cpu_the_graph_only_settings_are_disabled_with_the_reason(qtbot, make_window):
     window = make_window()
     wait_ready(qtbot, window)
-    dialog = window.open_settings("encoder")
+    dialog = window.settings_flow.open("encoder")
     assert dialog.graphs_note.isVisible() and "no CUDA device" in dialog.graphs_note.text()
     for name in ("encoder.use_graphs", "encoder.min_budget", "encoder.max_budget", "encoder.budget_ratio"):
-        assert not dialog._fields[name].isEnabled(), name
-    assert dialog._fields["encoder.attention_backend"].isEnabled(), "what runs eager stays settable"
+        assert not probes.field(dialog, name).isEnabled(), name
+    assert probes.field(dialog, "encoder.attention_backend").isEnabled(), "what runs eager stays settable"
     dialog.reject()
 
 
@@ -651,7 +651,7 @@ def test_the_clip_title_says_when_fast_mode_took_the_frames(qtbot, make_window):
         clip_name="match.mp4", path="/clips/match.mp4", timestamps=(0.0, 600.0), thumbnails=(), width=1920,
         height=1080, duration_s=1200.0, sampling_mode="fast",
     )
-    window.clip_shown(clip)
-    assert "fast mode" in window.clip_title.text()
-    window.clip_shown(dataclasses.replace(clip, sampling_mode="exact"))
-    assert "fast mode" not in window.clip_title.text()
+    window.session.signals.clip_shown.emit(clip)
+    assert "fast mode" in window.clip_section.title.text()
+    window.session.signals.clip_shown.emit(dataclasses.replace(clip, sampling_mode="exact"))
+    assert "fast mode" not in window.clip_section.title.text()

@@ -6,7 +6,7 @@ import numpy as np
 
 from framewise.core.events import ClipSampled
 from framewise.ui.frames import ClipPreview
-from framewise.ui.main_window import VIDEO_FILTER
+from framewise.ui.clip_files import VIDEO_FILTER
 
 
 def test_a_picture_hides_the_timeline_and_a_clip_shows_it_again(qtbot) -> None:
@@ -16,7 +16,7 @@ def test_a_picture_hides_the_timeline_and_a_clip_shows_it_again(qtbot) -> None:
     picture = ClipSampled("red.png", "", (0.0,), (np.zeros((32, 48, 3), np.uint8),), 48, 32, 0.0, kind="image")
     preview.set_clip(picture)
     assert not preview.timeline.isVisible() and not preview.play_button.isVisible()
-    assert preview.shown_image() is not None
+    assert preview.view.image is not None
     frames = tuple(np.zeros((32, 48, 3), np.uint8) for _ in range(2))
     preview.set_clip(ClipSampled("c.mp4", "", (0.0, 0.5), frames, 48, 32, 1.0))
     assert preview.timeline.isVisible() and preview.play_button.isVisible()

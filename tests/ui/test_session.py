@@ -39,7 +39,8 @@ from framewise.core.events import (
 )
 from framewise.core.conversation import Conversation, Turn
 from framewise.core.settings import AppSettings
-from framewise.ui.session import Session, SessionListener
+from framewise.ui.session import Session
+from framewise.ui.session_signals import SessionSignals
 from tests.conftest import REPO_ROOT
 from tests.ui.fake_engine import FakeEngine
 
@@ -80,8 +81,8 @@ class CallRecorder:
         return lambda *args, **kwargs: self.calls.append((name, args, kwargs))
 
 
-class Recorder(SessionListener):
-    """Keeps what the session asked the window to show."""
+class Recorder:
+    """Keeps what the session told the window to show, connected to its signals as a widget is."""
 
     def __init__(self) -> None:
         self.shown: list[str | None] = []
@@ -97,41 +98,19 @@ class Recorder(SessionListener):
         self.refused: list[tuple[AppSettings, Failed | None]] = []
         self.fell_back: list[tuple[AppSettings, Failed | None]] = []
 
-    def settings_applied(self, settings: AppSettings) -> None:
-        self.applied.append(settings)
-
-    def settings_refused(self, settings: AppSettings, failure: Failed | None) -> None:
-        self.refused.append((settings, failure))
-
-    def fell_back_to_defaults(self, saved: AppSettings, failure: Failed | None) -> None:
-        self.fell_back.append((saved, failure))
-
-    def clip_shown(self, clip: ClipSampled | None) -> None:
-        self.shown.append(clip.clip_name if clip else None)
-
-    def frames_read(self, frames: FramesRead) -> None:
-        self.read.append((frames.request_id, frames.indices))
-
-    def encoder_pass(self, chunk: ChunkStats, run_label: str) -> None:
-        self.passes.append((chunk.request_id, run_label))
-
-    def conversation_reset(self, conversation, notice: str | None) -> None:
-        self.notices.append(notice)
-
-    def error_raised(self, text: str, settings_can_help: bool = False) -> None:
-        self.errors.append(text)
-
-    def status_changed(self, text: str) -> None:
-        self.statuses.append(text)
-
-    def clip_opened(self, path: str) -> None:
-        self.opened.append(path)
-
-    def turn_finished(self, turn) -> None:
-        self.finished_turns.append(turn.status)
-
-    def answer_speed(self, turn: Turn, speed: AnswerSpeed) -> None:
-        self.speeds.append((turn.question, speed.tokens_so_far))
+    def follow(self, signals: SessionSignals) -> None:
+        signals.settings_applied.connect(self.applied.append)
+        signals.settings_refused.connect(lambda settings, failure: self.refused.append((settings, failure)))
+        signals.fell_back_to_defaults.connect(lambda saved, failure: self.fell_back.append((saved, failure)))
+        signals.clip_shown.connect(lambda clip: self.shown.append(clip.clip_name if clip else None))
+        signals.frames_read.connect(lambda frames: self.read.append((frames.request_id, frames.indices)))
+        signals.encoder_pass.connect(lambda chunk, label: self.passes.append((chunk.request_id, label)))
+        signals.conversation_reset.connect(lambda conversation, notice: self.notices.append(notice))
+        signals.error_raised.connect(lambda text, settings_can_help: self.errors.append(text))
+        signals.status_changed.connect(self.statuses.append)
+        signals.clip_opened.connect(self.opened.append)
+        signals.turn_finished.connect(lambda turn: self.finished_turns.append(turn.status))
+        signals.answer_speed.connect(lambda turn, speed: self.speeds.append((turn.question, speed.tokens_so_far)))
 
 
 def sampled(name: str, request_id: int) -> ClipSampled:
@@ -177,7 +156,8 @@ def view() -> Recorder:
 
 @pytest.fixture
 def session(port: RecordingPort, view: Recorder) -> Session:
-    session = Session(port, AppSettings(), view)
+    session = Session(port, AppSettings())
+    view.follow(session.signals)
     session.start()
     serve(session, "load", 1, [INFO])
     return session
@@ -200,13 +180,22 @@ def ask(session: Session, question: str, answer: str) -> int:
     return request_id
 
 
-def test_the_session_imports_no_qt() -> None:
-    """Only the standard library and core (which the layering test keeps Qt-free); ``framewise.ui``'s own
-    ``__init__`` loads Qt for its emit guard, which the session does not need."""
-    tree = ast.parse((REPO_ROOT / "ui" / "session.py").read_text(encoding="utf-8"))
+QT_FREE = ("session", "requests", "session_signals", "wording")  # the session and the modules it is made of
+
+
+@pytest.mark.parametrize("module", QT_FREE)
+def test_the_session_imports_no_qt(module: str) -> None:
+    """Only the standard library, core (which the layering test keeps Qt-free) and the session's other
+    Qt-free modules; ``framewise.ui``'s own ``__init__`` loads Qt for its emit guard, which the session
+    does not need."""
+    tree = ast.parse((REPO_ROOT / "ui" / f"{module}.py").read_text(encoding="utf-8"))
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    assert imported and all(name == "__future__" or name in sys.stdlib_module_names or name.startswith("framewise.core.") for name in imported), imported
+    allowed = {f"framewise.ui.{name}" for name in QT_FREE}
+    assert imported and all(
+        name == "__future__" or name in sys.stdlib_module_names or name.startswith("framewise.core.") or name in allowed
+        for name in imported
+    ), imported
 
 
 def test_an_opened_clip_is_committed_when_the_engine_resets_the_conversation(session: Session, view: Recorder) -> None:
@@ -438,7 +427,8 @@ def test_refused_settings_change_nothing_and_say_which_field(session: Session, v
 
 def test_saved_settings_that_fail_at_start_fall_back_to_the_defaults(port: RecordingPort, view: Recorder) -> None:
     saved = AppSettings().replace("model", source="/moved-away")
-    session = Session(port, saved, view)
+    session = Session(port, saved)
+    view.follow(session.signals)
     session.start()
     failure = Failed("ModelLoadError", "gone", field="model.source", request_id=1)
     serve(session, "load", 1, [failure], "failed")

@@ -12,12 +12,13 @@ from framewise.core.settings import AppSettings
 from framewise.ui.settings_store import SettingsStore
 from tests.ui.test_end_to_end import FAST, real_engine
 from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, open_and_wait
+from tests.ui import probes
 
 REAL_LOAD_TIMEOUT_MS = LOAD_TIMEOUT_MS * 6  # the real engine on a busy CPU
 
 
 def wait_ready(qtbot, window) -> None:
-    qtbot.waitUntil(lambda: window.info is not None and window.operation is None, timeout=REAL_LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.session.info is not None and window.session.operation is None, timeout=REAL_LOAD_TIMEOUT_MS)
 
 
 def test_a_model_that_fails_to_load_changes_nothing_and_a_restart_comes_up_on_the_demo_model(
@@ -29,30 +30,30 @@ def test_a_model_that_fails_to_load_changes_nothing_and_a_restart_comes_up_on_th
     open_and_wait(qtbot, window, sample_clip)
     ask_and_wait(qtbot, window, "What color is the square?")
     saved_file = Path(store.location).read_bytes()
-    model_before = window.info.model_name
+    model_before = window.session.info.model_name
 
     missing = tmp_path / "no-such-checkpoint"
-    dialog = window.open_settings("model")
-    dialog.folder_radio.setChecked(True)
-    dialog.folder_edit.setText(str(missing))
+    dialog = window.settings_flow.open("model")
+    dialog.model_choice.folder_radio.setChecked(True)
+    dialog.model_choice.folder_edit.setText(str(missing))
     dialog.buttons.button(QDialogButtonBox.StandardButton.Ok).click()
-    qtbot.waitUntil(lambda: dialog.isVisible() and bool(dialog.error_text("model.source")), timeout=REAL_LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: dialog.isVisible() and bool(probes.error_text(dialog, "model.source")), timeout=REAL_LOAD_TIMEOUT_MS)
 
-    assert "does not exist" in dialog.error_text("model.source")
-    assert dialog.folder_edit.text() == str(missing), "the person's choice stays in the field to be corrected"
-    assert window.settings == FAST and window.info.model_name == model_before
+    assert "does not exist" in probes.error_text(dialog, "model.source")
+    assert dialog.model_choice.folder_edit.text() == str(missing), "the person's choice stays in the field to be corrected"
+    assert window.session.settings == FAST and window.session.info.model_name == model_before
     assert Path(store.location).read_bytes() == saved_file, "nothing is saved until the engine accepted it"
     dialog.reject()
 
     ask_and_wait(qtbot, window, "How many shapes are there?")  # the old model, clip and conversation still work
-    turn = window.conversation.turns[-1]
-    assert turn.status == "done" and turn.answer and len(window.conversation.turns) == 2
+    turn = window.session.conversation.turns[-1]
+    assert turn.status == "done" and turn.answer and len(window.session.conversation.turns) == 2
     window.close()
 
     restarted = make_window(real_engine, window_store=SettingsStore(store.location))
     wait_ready(qtbot, restarted)
-    assert restarted.info.model_label and restarted.info.model_label.startswith("Demo model")
-    assert not restarted.fallback_banner.isVisible()
+    assert restarted.session.info.model_label and restarted.session.info.model_label.startswith("Demo model")
+    assert not restarted.banners.fallback_banner.isVisible()
 
 
 def test_a_saved_model_that_fails_at_start_runs_the_demo_model_and_says_which_setting(
@@ -63,13 +64,13 @@ def test_a_saved_model_that_fails_at_start_runs_the_demo_model_and_says_which_se
     window = make_window(real_engine)
     wait_ready(qtbot, window)
 
-    assert window.fallback_banner.isVisible()
-    text = window.fallback_banner.text()
+    assert window.banners.fallback_banner.isVisible()
+    text = window.banners.fallback_banner.text()
     assert f"The saved setting model.source ({tmp_path / 'moved-away'}) could not be used" in text
     assert "demo model" in text and "Traceback" not in text
-    assert window.info.model_label.startswith("Demo model")
+    assert window.session.info.model_label.startswith("Demo model")
     assert store.load_settings() == saved
     open_and_wait(qtbot, window, sample_clip)
     ask_and_wait(qtbot, window, "What color is the square?")
-    assert window.conversation.turns[-1].status == "done"
-    assert window.settings == AppSettings()
+    assert window.session.conversation.turns[-1].status == "done"
+    assert window.session.settings == AppSettings()

@@ -14,6 +14,7 @@ from framewise.ui.chat import ChatPanel, MessageCard, linked_html, parse_time_hr
 from framewise.ui.frames import Timeline, nearest_index
 from tests.ui.fake_engine import FakeEngine
 from tests.ui.test_main_window import ask_and_wait, open_and_wait, wait_ready
+from tests.ui import probes
 
 ANSWER = ("The", " square", " is", " left", " at", " 0:01", ",", " then", " right", " from", " 1.5", " to", " 3", " seconds", ".")
 ANSWER_TEXT = "".join(ANSWER)
@@ -44,7 +45,7 @@ def link_position(label: QLabel, href: str) -> QPoint:
 
 
 def click_time(qtbot, card: MessageCard, index: int) -> None:
-    position = link_position(card.body, time_href(card.times[index], card.time_items[index]))
+    position = link_position(card.body, time_href(card.times[index], probes.time_items(card)[index]))
     qtbot.mouseClick(card.body, Qt.MouseButton.LeftButton, pos=position)
 
 
@@ -58,7 +59,7 @@ def test_clicking_a_time_in_an_answer_seeks_the_preview_and_selects_the_nearest_
     card = window.chat.answer_cards()[-1]
     assert card.text() == ANSWER_TEXT
     assert [time.text for time in card.times] == ["0:01", "1.5 to 3 seconds"]
-    timestamps = window.preview.timeline.marks
+    timestamps = window.session.clip.timestamps
     nearest = nearest_index(timestamps, 1.0)
     assert nearest != nearest_index(timestamps, 0.0)
 
@@ -67,9 +68,9 @@ def test_clicking_a_time_in_an_answer_seeks_the_preview_and_selects_the_nearest_
     click_time(qtbot, card, 0)
 
     assert clicked == [(1.0, None)]
-    assert window.preview.position == pytest.approx(1.0)
-    assert window.frame_strip.currentRow() == nearest
-    assert window.preview.timeline.selected_span is None
+    assert window.clip_section.preview.position == pytest.approx(1.0)
+    assert window.clip_section.strip.currentRow() == nearest
+    assert window.clip_section.preview.timeline.selected_span is None
 
 
 def test_clicking_a_range_selects_its_span_on_the_timeline(qtbot, make_window, sample_clip, answering_with_times):
@@ -78,16 +79,16 @@ def test_clicking_a_range_selects_its_span_on_the_timeline(qtbot, make_window, s
     open_and_wait(qtbot, window, sample_clip)
     ask_and_wait(qtbot, window, "Where is the square?")
     card = window.chat.answer_cards()[-1]
-    duration = window.clip.duration_s
+    duration = window.session.clip.duration_s
     assert duration > 3.0
 
     click_time(qtbot, card, 1)
 
-    assert window.preview.timeline.selected_span == (1.5, 3.0)
-    assert window.preview.position == pytest.approx(1.5)
-    assert window.frame_strip.currentRow() == nearest_index(window.preview.timeline.marks, 1.5)
+    assert window.clip_section.preview.timeline.selected_span == (1.5, 3.0)
+    assert window.clip_section.preview.position == pytest.approx(1.5)
+    assert window.clip_section.strip.currentRow() == nearest_index(window.session.clip.timestamps, 1.5)
     card.click_time(0)  # a single time clears the span
-    assert window.preview.timeline.selected_span is None and window.preview.position == pytest.approx(1.0)
+    assert window.clip_section.preview.timeline.selected_span is None and window.clip_section.preview.position == pytest.approx(1.0)
 
 
 def test_the_selected_span_and_the_questions_times_are_painted_on_the_timeline(qtbot):
@@ -113,21 +114,26 @@ def test_a_time_past_the_clips_end_goes_to_the_end_and_says_so(qtbot, make_windo
     window = make_window()
     wait_ready(qtbot, window)
     open_and_wait(qtbot, window, sample_clip)
-    window.show_moment(600.0, None)
-    assert window.preview.position == pytest.approx(window.clip.duration_s)
-    assert "10:00.0 is past the clip's end" in window.status_label.text()
-    window.show_moment(500.0, 700.0)
-    assert window.preview.timeline.selected_span is None  # wholly outside the clip
+    window.clip_section.show_moment(600.0, None)
+    assert window.clip_section.preview.position == pytest.approx(window.session.clip.duration_s)
+    assert "10:00.0 is past the clip's end" in window.status_bar.message.text()
+    window.clip_section.show_moment(500.0, 700.0)
+    assert window.clip_section.preview.timeline.selected_span is None  # wholly outside the clip
 
 
 def test_times_in_the_question_being_typed_show_on_the_timeline(qtbot, make_window, sample_clip):
     window = make_window()
     wait_ready(qtbot, window)
     open_and_wait(qtbot, window, sample_clip)
+    timeline = window.clip_section.preview.timeline
+    found: list[list[tuple[float, float | None]]] = []
+    window.chat.question_times_changed.connect(lambda times: found.append([(time.start_s, time.end_s) for time in times]))
     window.chat.question_edit.setPlainText("What happens at 0:02, and from 1 to 2.5 seconds?")
-    assert window.preview.timeline.question_times == ((2.0, None), (1.0, 2.5))
+    assert found[-1] == [(2.0, None), (1.0, 2.5)]
+    assert probes.marks_question_time(timeline, 2.0) and probes.marks_question_time(timeline, 1.0, 2.5)
     window.chat.question_edit.setPlainText("What happens?")
-    assert window.preview.timeline.question_times == ()
+    assert found[-1] == []
+    assert not probes.marks_question_time(timeline, 2.0) and not probes.marks_question_time(timeline, 1.0, 2.5)
 
 
 def test_times_in_the_question_card_are_links_too(qtbot, make_window, sample_clip):
@@ -138,7 +144,7 @@ def test_times_in_the_question_card_are_links_too(qtbot, make_window, sample_cli
     question_card = [card for card in window.chat.cards() if card.role == "question"][-1]
     assert [time.start_s for time in question_card.times] == [2.0]
     question_card.click_time(0)
-    assert window.preview.position == pytest.approx(2.0)
+    assert window.clip_section.preview.position == pytest.approx(2.0)
 
 
 def test_a_streaming_answer_links_a_time_only_once_text_follows_it(qtbot):
@@ -192,7 +198,7 @@ def test_a_time_tied_to_an_item_links_to_its_tab_and_a_click_names_it(qtbot):
     card = MessageCard("answer", "demo")
     qtbot.addWidget(card)
     card.set_text("In clip 2 at 0:12, then at 0:20.", items=[1, None])
-    assert '<a href="time:12.0@1">0:12</a>' in linked_html(card.text(), card.times, card.time_items)
+    assert '<a href="time:12.0@1">0:12</a>' in linked_html(card.text(), card.times, probes.time_items(card))
     plain, tied = [], []
     card.time_clicked.connect(lambda start, end: plain.append((start, end)))
     card.item_time_clicked.connect(lambda item, start, end: tied.append((item, start, end)))

@@ -15,6 +15,7 @@ from framewise.core.conversation_store import ConversationStore, default_store_p
 from framewise.ui.frames import nearest_index
 from framewise.ui.main_window import MainWindow
 from tests.ui.test_main_window import ask_and_wait, drag_enter_event, open_and_wait, wait_ready
+from tests.ui import probes
 
 TIMEOUT_MS = 10_000
 
@@ -29,7 +30,7 @@ def ctrl_drop(target, path: Path) -> None:
 
 
 def wait_items(qtbot, window: MainWindow, count: int) -> None:
-    qtbot.waitUntil(lambda: len(window.session.added) == count and window.operation is None, timeout=TIMEOUT_MS)
+    qtbot.waitUntil(lambda: len(window.session.added) == count and window.session.operation is None, timeout=TIMEOUT_MS)
 
 
 def window_with_two_clips(qtbot, make_window, sample_clip: Path, folder: Path) -> MainWindow:
@@ -39,7 +40,7 @@ def window_with_two_clips(qtbot, make_window, sample_clip: Path, folder: Path) -
     open_and_wait(qtbot, window, sample_clip)
     second = folder / "second.mp4"
     second.write_bytes(sample_clip.read_bytes())
-    window.add_clip(str(second))
+    window.clip_files.add(str(second))
     wait_items(qtbot, window, 1)
     return window
 
@@ -52,49 +53,49 @@ def test_a_ctrl_drop_adds_a_second_clip_beside_the_first(qtbot, make_window, sam
     second = tmp_path / "second.mp4"
     second.write_bytes(sample_clip.read_bytes())
 
-    ctrl_drop(window.preview.view, second)
+    ctrl_drop(window.clip_section.preview.view, second)
     wait_items(qtbot, window, 1)
-    assert window.clip is not None and window.clip.clip_name == sample_clip.name, "the opened clip stays"
-    assert window.clip_tabs.count() == 2 and window.clip_tabs.tabText(1) == "second.mp4"
-    assert window.clip_tabs.tabBar().isVisible()
-    assert window.clip_title.text().startswith("second.mp4 · "), "the added clip's tab is shown, the header names it"
-    window.clip_tabs.setCurrentIndex(0)
-    assert window.clip_title.text().startswith(f"{sample_clip.name} · "), "the header follows the tab shown"
-    window.clip_tabs.setCurrentIndex(1)
-    assert len(window.conversation.turns) == 1, "the conversation goes on"
+    assert window.session.clip is not None and window.session.clip.clip_name == sample_clip.name, "the opened clip stays"
+    assert window.clip_section.tabs.count() == 2 and window.clip_section.tabs.tabText(1) == "second.mp4"
+    assert window.clip_section.tabs.tabBar().isVisible()
+    assert window.clip_section.title.text().startswith("second.mp4 · "), "the added clip's tab is shown, the header names it"
+    window.clip_section.tabs.setCurrentIndex(0)
+    assert window.clip_section.title.text().startswith(f"{sample_clip.name} · "), "the header follows the tab shown"
+    window.clip_section.tabs.setCurrentIndex(1)
+    assert len(window.session.conversation.turns) == 1, "the conversation goes on"
     assert "Added the clip second.mp4" in window.chat.cards()[-1].text()
 
     ask_and_wait(qtbot, window, "Which clip is brighter?")
-    assert window.conversation.turns[-1].saw == (sample_clip.name, "second.mp4")
+    assert window.session.conversation.turns[-1].saw == (sample_clip.name, "second.mp4")
     assert f"Saw {sample_clip.name} + second.mp4" in window.chat.answer_cards()[-1].footer.text()
-    assert window.conversation.turns[0].saw == (), "the first answer saw the one clip"
+    assert window.session.conversation.turns[0].saw == (), "the first answer saw the one clip"
 
     open_and_wait(qtbot, window, sample_clip)
-    qtbot.waitUntil(lambda: window.clip_tabs.count() == 1, timeout=TIMEOUT_MS)
-    assert not window.clip_tabs.tabBar().isVisible() and window.session.added == []
+    qtbot.waitUntil(lambda: window.clip_section.tabs.count() == 1, timeout=TIMEOUT_MS)
+    assert not window.clip_section.tabs.tabBar().isVisible() and window.session.added == []
 
 
 def test_a_shift_dragged_span_is_looked_at_closer(qtbot, make_window, sample_clip: Path) -> None:
     window = make_window()
     wait_ready(qtbot, window)
     open_and_wait(qtbot, window, sample_clip)
-    timeline = window.preview.timeline
-    assert not window.preview.look_closer_button.isEnabled(), "nothing selected yet"
+    timeline = window.clip_section.preview.timeline
+    assert not window.clip_section.preview.look_closer_button.isEnabled(), "nothing selected yet"
     left, right = QPoint(round(timeline.x_of(1.0)), 5), QPoint(round(timeline.x_of(2.0)), 5)
     qtbot.mousePress(timeline, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.ShiftModifier, left)
     qtbot.mouseMove(timeline, right)
     qtbot.mouseRelease(timeline, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.ShiftModifier, right)
     span = timeline.selected_span
     assert span is not None and abs(span[0] - 1.0) < 0.1 and abs(span[1] - 2.0) < 0.1
-    assert window.preview.look_closer_button.isEnabled()
+    assert window.clip_section.preview.look_closer_button.isEnabled()
 
-    qtbot.mouseClick(window.preview.look_closer_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.clip_section.preview.look_closer_button, Qt.MouseButton.LeftButton)
     wait_items(qtbot, window, 1)
     _, done = window.session.added[0]
     assert done.span == span
     notice = window.chat.cards()[-1].text()
     assert notice.startswith("Looking closer at 0:01") and "the answers from here on see this span" in notice
-    assert window.clip_tabs.tabText(1).startswith(sample_clip.name) and window.clip_tabs.tabText(1).endswith(" s")
+    assert window.clip_section.tabs.tabText(1).startswith(sample_clip.name) and window.clip_section.tabs.tabText(1).endswith(" s")
 
 
 def test_after_a_restart_an_answer_still_says_which_items_it_saw(qtbot, make_window, sample_clip: Path, tmp_path: Path) -> None:
@@ -104,8 +105,8 @@ def test_after_a_restart_an_answer_still_says_which_items_it_saw(qtbot, make_win
 
     window = make_window()
     wait_ready(qtbot, window)
-    window.open_kept_conversation(window.history.ids()[0])
-    assert window.conversation.turns[0].saw == (sample_clip.name, "second.mp4")
+    window.history_dock.open_kept(window.history_dock.history.ids()[0])
+    assert window.session.conversation.turns[0].saw == (sample_clip.name, "second.mp4")
     assert f"Saw {sample_clip.name} + second.mp4" in window.chat.answer_cards()[0].footer.text()
 
 
@@ -116,15 +117,15 @@ def test_settings_that_resample_keep_every_item_in_its_tab(qtbot, make_window, s
     names = [done.clip_name for _, done in window.session.added]
     frames_before = len(window.session.added[0][0].timestamps)
 
-    window.apply_settings(window.settings.replace("sampling", fps=1.0))
-    qtbot.waitUntil(lambda: window.operation is None and window.settings.sampling.fps == 1.0, timeout=TIMEOUT_MS)
+    window.settings_flow.apply(window.session.settings.replace("sampling", fps=1.0))
+    qtbot.waitUntil(lambda: window.session.operation is None and window.session.settings.sampling.fps == 1.0, timeout=TIMEOUT_MS)
     assert [done.clip_name for _, done in window.session.added] == names
-    assert [window.clip_tabs.tabText(index) for index in range(3)] == [sample_clip.name, *names]
-    assert window.clip.clip_name == sample_clip.name and window.session.added[1][1].span == (1.0, 2.0)
+    assert [window.clip_section.tabs.tabText(index) for index in range(3)] == [sample_clip.name, *names]
+    assert window.session.clip.clip_name == sample_clip.name and window.session.added[1][1].span == (1.0, 2.0)
     added_frames = len(window.session.added[0][0].timestamps)
-    assert added_frames == len(window.clip.timestamps) != frames_before, "the added clip is sampled under the new settings"
+    assert added_frames == len(window.session.clip.timestamps) != frames_before, "the added clip is sampled under the new settings"
     ask_and_wait(qtbot, window, "Which clip is brighter?")
-    assert window.conversation.turns[-1].saw == (sample_clip.name, *names)
+    assert window.session.conversation.turns[-1].saw == (sample_clip.name, *names)
 
 
 def test_a_time_the_answer_ties_to_a_clip_shows_that_clips_tab_there(
@@ -136,23 +137,23 @@ def test_a_time_the_answer_ties_to_a_clip_shows_that_clips_tab_there(
     answer = ("In", " the", " second", " clip", " at", " 0:02", " it", " is", " red.", " At", " 0:01", " too.")
     monkeypatch.setattr(FakeEngine, "answer_words", answer)
     window = window_with_two_clips(qtbot, make_window, sample_clip, tmp_path)
-    window.clip_tabs.setCurrentIndex(0)
+    window.clip_section.tabs.setCurrentIndex(0)
     ask_and_wait(qtbot, window, "Which clip is red when?")
-    turn = window.conversation.turns[-1]
+    turn = window.session.conversation.turns[-1]
     assert turn.time_clips == ("second.mp4", None), "the second time names no clip and both hold it"
     card = window.chat.answer_cards()[-1]
-    assert card.time_items == [1, None]
+    assert probes.time_items(card) == [1, None]
 
     click_time(qtbot, card, 0)
-    added = window.clip_tabs.added_previews[0]
-    assert window.clip_tabs.currentIndex() == 1 and added.position == pytest.approx(2.0)
-    assert window.frame_strip.currentRow() == nearest_index(added.timeline.marks, 2.0)
-    assert window.preview.position == pytest.approx(0.0), "the opened clip stays where it was"
+    added = window.clip_section.tabs.added_previews[0]
+    assert window.clip_section.tabs.currentIndex() == 1 and added.position == pytest.approx(2.0)
+    assert window.clip_section.strip.currentRow() == nearest_index(added.clip.timestamps, 2.0)
+    assert window.clip_section.preview.position == pytest.approx(0.0), "the opened clip stays where it was"
     click_time(qtbot, card, 1)
-    assert window.clip_tabs.currentIndex() == 1 and added.position == pytest.approx(1.0), "an untied time: the tab shown"
+    assert window.clip_section.tabs.currentIndex() == 1 and added.position == pytest.approx(1.0), "an untied time: the tab shown"
 
-    exported = json.loads(window.conversation.export_text(window.settings, ".json"))
+    exported = json.loads(window.session.conversation.export_text(window.session.settings, ".json"))
     assert [time["clip"] for time in exported["turns"][-1]["times"]] == ["second.mp4", None]
     window.shutdown()
-    stored = ConversationStore(default_store_path()).open(window.keeper.conversation_id)
+    stored = ConversationStore(default_store_path()).open(window.history_dock.keeper.conversation_id)
     assert stored.conversation.turns[-1].time_clips == ("second.mp4", None)

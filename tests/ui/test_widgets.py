@@ -19,6 +19,7 @@ from framewise.ui.frames import FrameStrip, format_timestamp, image_from_array
 from framewise.ui.latency_plot import HIT_COLOR, MISS_COLOR
 from framewise.ui.metrics import EncoderPanel
 from framewise.ui.settings_store import MAX_RECENT_FILES, SettingsStore
+from tests.ui import probes
 
 GPU_INFO = EngineInfo(
     device="cuda (NVIDIA H200)",
@@ -48,7 +49,7 @@ def test_encoder_panel_shows_hits_per_item_budgets_and_padding(qtbot):
     for stats in first_clip:
         panel.add_chunk(stats)
     panel.set_metrics(metrics.add_item(first_clip))
-    assert panel.hits_text() == "0 hits, 1 miss (0% of 1 item)", "one eager pass makes the clip a miss"
+    assert panel.hits_value.text() == "0 hits, 1 miss (0% of 1 item)", "one eager pass makes the clip a miss"
     assert "3 graphs (budgets 256–1024)" in panel.encoder_value.text()
     row = [panel.chunk_table.item(1, column).text() for column in range(panel.chunk_table.columnCount())]
     assert row == ["1", "8", "900", "1024", "12%", "3.00", "graph"]
@@ -59,8 +60,8 @@ def test_encoder_panel_shows_hits_per_item_budgets_and_padding(qtbot):
     panel.add_chunk(second_clip[0])
     panel.set_metrics(metrics.add_item(second_clip))
     assert panel.chunk_table.rowCount() == 1, "the table shows the last clip's chunks"
-    assert [point.run for point in panel.plot.points] == [0, 0, 0, 1], "the plot keeps every clip"
-    assert panel.hits_text() == "1 hit, 1 miss (50% of 2 items)"
+    assert [point.run for point in probes.plotted(panel.plot)] == [0, 0, 0, 1], "the plot keeps every clip"
+    assert panel.hits_value.text() == "1 hit, 1 miss (50% of 2 items)"
     assert panel.latency_value.text() == "p50 2.00 ms, p99 4.00 ms (4 chunks this run)", "across clips"
 
 
@@ -112,7 +113,7 @@ def test_frame_strip_shows_one_captioned_thumbnail_per_frame(qtbot):
     qtbot.addWidget(strip)
     frames = tuple(np.full((96, 128, 3), value, np.uint8) for value in (10, 120, 250))
     strip.set_clip(ClipSampled("c.mp4", "/tmp/c.mp4", (0.0, 0.5, 1.0), frames, 1280, 960, 1.2))
-    assert strip.timestamp_texts() == ["0:00.0", "0:00.5", "0:01.0"]
+    assert probes.item_texts(strip) == ["0:00.0", "0:00.5", "0:01.0"]
     assert image_from_array(frames[1]).pixelColor(5, 5).red() == 120
     with pytest.raises(ValueError):
         image_from_array(np.zeros((4, 4), np.uint8))
@@ -133,18 +134,18 @@ def test_frame_strip_fills_while_a_clip_is_read_then_shows_the_finished_clip(qtb
     frames = tuple(np.full((32, 56, 3), 40 * index, np.uint8) for index in range(4))
 
     strip.add_frames(FramesRead("c.mp4", 4, (2, 0), (5.0, 1.0), (frames[2], frames[0]), request_id=7))
-    assert strip.timestamp_texts() == ["0:01.0", "", "0:05.0", ""]  # the second decoder's frame came first
-    qtbot.waitUntil(lambda: strip.pictured_frames == 2)
+    assert probes.item_texts(strip) == ["0:01.0", "", "0:05.0", ""]  # the second decoder's frame came first
+    qtbot.waitUntil(lambda: probes.pictured_frames(strip) == 2)
     assert strip.item(2).icon().pixmap(strip.iconSize()).toImage().pixelColor(20, 20).red() == 80
     picked = []
     strip.frame_selected.connect(picked.append)
     strip.setCurrentRow(2)
     assert picked == [], "a frame of a clip still being read cannot be picked yet"
     strip.add_frames(FramesRead("c.mp4", 4, (1,), (3.0,), (frames[1],), request_id=7))
-    assert strip.timestamp_texts() == ["0:01.0", "0:03.0", "0:05.0", ""]
+    assert probes.item_texts(strip) == ["0:01.0", "0:03.0", "0:05.0", ""]
 
     strip.set_clip(ClipSampled("c.mp4", "/tmp/c.mp4", (1.0, 3.0, 5.0, 7.0), frames, 1280, 720, 8.0))
-    assert strip.timestamp_texts() == ["0:01.0", "0:03.0", "0:05.0", "0:07.0"]
+    assert probes.item_texts(strip) == ["0:01.0", "0:03.0", "0:05.0", "0:07.0"]
     strip.setCurrentRow(3)
     assert picked == [3]
 
@@ -211,12 +212,12 @@ def test_a_strip_of_768_frames_makes_only_the_pictures_in_view(qtbot):
     strip = shown_strip(qtbot)
     frames = tuple(np.full((32, 56, 3), index % 256, np.uint8) for index in range(768))
     strip.set_clip(ClipSampled("long.mp4", "/tmp/long.mp4", tuple(i * 4.0 for i in range(768)), frames, 1920, 1080, 3072.0))
-    qtbot.waitUntil(lambda: strip.pictured_frames > 0, timeout=2000)
-    assert strip.pictured_frames < 100 and strip.count() == 768
+    qtbot.waitUntil(lambda: probes.pictured_frames(strip) > 0, timeout=2000)
+    assert probes.pictured_frames(strip) < 100 and strip.count() == 768
     assert strip.item(767).icon().pixmap(strip.iconSize()).toImage().pixelColor(5, 5).alpha() == 0  # not made yet
     strip.select_frame(767)
     qtbot.waitUntil(lambda: strip.item(767).icon().pixmap(strip.iconSize()).toImage().pixelColor(20, 20).red() == 767 % 256)
-    assert strip.pictured_frames < 200
+    assert probes.pictured_frames(strip) < 200
 
 
 def test_a_timeline_of_768_frames_draws_ticks_at_least_two_pixels_apart(qtbot):

@@ -13,6 +13,7 @@ from framewise.ui.worker import EngineHost
 from tests.ui.fake_engine import FakeEngine
 from tests.ui.test_layout import clipped_labels
 from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, open_and_wait, wait_ready
+from tests.ui import probes
 
 def test_the_question_hint_is_repainted_when_it_changes(qtbot, make_window, sample_clip):
     """The hint's new text reaches the screen, not only the widget (issue 30, item 1)."""
@@ -32,11 +33,11 @@ def test_the_question_hint_is_repainted_when_it_changes(qtbot, make_window, samp
     viewport.installEventFilter(counter)
     QApplication.processEvents()
     painted.clear()
-    window.state_changed()
+    window.session.signals.state_changed.emit()
     QApplication.processEvents()
     assert not painted, "an unchanged hint costs no repaint"
     window.chat.question_edit.setPlaceholderText("An old hint")
-    window.state_changed()
+    window.session.signals.state_changed.emit()
     qtbot.waitUntil(lambda: bool(painted), timeout=2000)
     assert "Open a clip first" in window.chat.question_edit.placeholderText()
     viewport.removeEventFilter(counter)
@@ -94,7 +95,7 @@ def _shown_title(title: str, application: str = "Framewise") -> str:
 def test_dialog_titles_name_the_product_once(qtbot, make_window):
     window = make_window()
     wait_ready(qtbot, window)
-    dialogs = [window.open_settings(None), window.show_log(), window.show_about()]
+    dialogs = [window.settings_flow.open(None), window.show_log(), window.show_about()]
     for dialog in dialogs:
         assert _shown_title(dialog.windowTitle()).count("Framewise") == 1, dialog.windowTitle()
         dialog.close()
@@ -103,9 +104,9 @@ def test_dialog_titles_name_the_product_once(qtbot, make_window):
 def test_the_demo_label_is_not_repeated_in_the_window_headers(qtbot, make_window):
     window = make_window()
     wait_ready(qtbot, window)
-    label = window.info.model_label
-    assert label and label in window.demo_banner.text()
-    for header in (window.chat_title, window.engine_label):
+    label = window.session.info.model_label
+    assert label and label in window.banners.demo_banner.text()
+    for header in (window.chat.title, window.status_bar.engine_label):
         assert label not in header.text() and label in header.toolTip()
 
 
@@ -114,10 +115,10 @@ def test_a_reopened_kept_conversation_does_not_say_it_is_still_opening(qtbot, ma
     wait_ready(qtbot, window)
     open_and_wait(qtbot, window, sample_clip)
     ask_and_wait(qtbot, window, "What moves?")
-    window.new_conversation()
-    qtbot.waitUntil(lambda: not window.conversation.turns, timeout=LOAD_TIMEOUT_MS)
-    window.open_kept_conversation(window.history.ids()[0])
-    qtbot.waitUntil(lambda: window.clip is not None and not window.opening_clip, timeout=LOAD_TIMEOUT_MS)
+    window.session.new_conversation()
+    qtbot.waitUntil(lambda: not window.session.conversation.turns, timeout=LOAD_TIMEOUT_MS)
+    window.history_dock.open_kept(window.history_dock.history.ids()[0])
+    qtbot.waitUntil(lambda: window.session.clip is not None and not window.session.opening_clip, timeout=LOAD_TIMEOUT_MS)
     (notice,) = [card.text() for card in window.chat.cards() if card.text().startswith("Kept conversation")]
     assert sample_clip.name in notice and "opening" not in notice, notice
 
@@ -150,7 +151,7 @@ def test_at_1024_by_640_the_clip_and_the_conversation_come_first(qtbot, store, s
         window.resize(1024, 640)
         window.show()
         qtbot.waitExposed(window)
-        assert window.encoder_section.is_collapsed() and not window.encoder_panel.isVisible()
+        assert probes.is_collapsed(window.encoder_section) and not window.encoder_panel.isVisible()
         assert not window.history_dock.isVisible() and not window.history_action.isChecked()
         clip_height, encoder_height = window.left_splitter.sizes()
         assert encoder_height <= window.encoder_section.header.sizeHint().height() < clip_height
@@ -168,7 +169,7 @@ def test_on_a_large_screen_everything_is_shown_from_the_start(qtbot, store, serv
     try:
         window.show()
         qtbot.waitExposed(window)
-        assert not window.encoder_section.is_collapsed() and window.encoder_panel.isVisible()
+        assert not probes.is_collapsed(window.encoder_section) and window.encoder_panel.isVisible()
         assert window.history_dock.isVisible()
     finally:
         window.shutdown()
@@ -179,10 +180,10 @@ def test_past_conversations_about_one_clip_are_told_apart_by_their_first_questio
     wait_ready(qtbot, window)
     open_and_wait(qtbot, window, sample_clip)
     ask_and_wait(qtbot, window, "What colour is the square?")
-    window.new_conversation()
-    qtbot.waitUntil(lambda: not window.conversation.turns, timeout=LOAD_TIMEOUT_MS)
+    window.session.new_conversation()
+    qtbot.waitUntil(lambda: not window.session.conversation.turns, timeout=LOAD_TIMEOUT_MS)
     ask_and_wait(qtbot, window, "Which way does it move?")
-    first, second = window.history.texts()
+    first, second = probes.item_texts(window.history_dock.history.list)
     assert first.splitlines()[1] == "“Which way does it move?”" and second.splitlines()[1] == "“What colour is the square?”"
     assert first.splitlines()[0] == second.splitlines()[0] == sample_clip.name
 
@@ -207,9 +208,9 @@ def test_settings_sampling_sets_fast_mode_and_says_when_auto_turns_it_on(qtbot):
     """Settings ▸ Sampling carries ``sampling.fast_mode`` both ways, with its hint."""
     from framewise.ui.settings_dialog import SettingsDialog
 
-    dialog = SettingsDialog(AppSettings().replace("sampling", fast_mode="on"))
+    dialog = SettingsDialog(AppSettings().replace("sampling", fast_mode="on"), probes.run_now)
     qtbot.addWidget(dialog)
-    combo = dialog.field_widget("sampling.fast_mode")
+    combo = probes.field(dialog, "sampling.fast_mode")
     assert combo.currentText() == "on"
     combo.setCurrentText("off")
     assert AppSettings.from_dict(dialog.values()).sampling.fast_mode == "off"

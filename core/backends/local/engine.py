@@ -216,7 +216,7 @@ class Engine(BackendBase[EncodedClip]):
             device=_device_description(loaded.device),
             device_kind=loaded.device.type,
             dtype=str(loaded.dtype).removeprefix("torch."),
-            weight_dtype="fp8" if loaded.fp8 else None,
+            weight_dtype=loaded.weight_format.weight_dtype,
             model_name=loaded.name,
             model_label=loaded.label,
             encoder_name=encoder.name if encoder else "none",

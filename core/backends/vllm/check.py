@@ -9,7 +9,7 @@ import httpx
 from framewise.core.backends.vllm.errors import raise_for_status
 from framewise.core.backends.vllm.http import auth_headers, get, http_client
 from framewise.core.backends.vllm.serve_command import vllm_serve_command
-from framewise.core.errors import ServerAddressError, ServerFailedError, ServerModelError
+from framewise.core.errors import ServerAddressError, ServerFailedError, ServerModelError, ServerModelGoneError
 from framewise.core.events import ServerInfo
 from framewise.core.settings import BackendSettings, EncoderSettings, SamplingSettings
 
@@ -93,3 +93,12 @@ def _server_version(client: httpx.Client, base: str, backend: BackendSettings) -
         return str(response.json().get("version")) if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError, AttributeError):
         return None
+
+
+def model_gone_error(server: ServerInfo, gone: str) -> ServerModelGoneError:
+    """The error for a question the server refused because it no longer serves ``gone``, the model it
+    served when it was checked (none was named): ``server`` is what it serves now, which answers next."""
+    return ServerModelGoneError(
+        f"The server at {server.url} no longer serves {gone!r}: it was restarted and serves {server.model!r} now. "
+        f"Framewise asks {server.model!r} from here on; ask again (the conversation is kept)."
+    )

@@ -8,6 +8,7 @@ translated here, quoting the server's own message where it gave one.
 
 from __future__ import annotations
 
+import re
 import ssl
 from typing import Any
 
@@ -17,16 +18,28 @@ import openai
 from framewise.core.errors import (
     ServerAddressError,
     ServerAuthError,
+    ServerContextError,
     ServerError,
     ServerFailedError,
     ServerModelError,
     ServerRequestError,
     ServerStreamCutError,
+    ServerAnswerTimeoutError,
     ServerTimeoutError,
     ServerTlsError,
     ServerUnreachableError,
 )
 
+# The chat endpoint below the server's root: only a 404 from it can mean an unknown model.
+CHAT_ENDPOINT = "/v1/chat/completions"
+# vLLM's refusal of more items of one kind than its --limit-mm-per-prompt admits.
+_ITEM_LIMIT = re.compile(r"At most (\d+) (\w+)\(s\) may be provided in one prompt")
+# How vLLM's refusals of a prompt longer than its context begin their reason.
+_CONTEXT_REFUSAL = "maximum context length"
+CONTEXT_ADVICE = (
+    "Start a new conversation, ask about fewer items or fewer frames (Sampling ▸ max frames and max pixels; "
+    "--max-frames, --max-pixels), lower max new tokens, or start the server with a larger --max-model-len."
+)
 _KEY_ADVICE = (
     "Give the key the server was started with (vLLM's --api-key) in Settings ▸ Backend, "
     "or FRAMEWISE_SERVER_API_KEY for the command line."
@@ -67,6 +80,15 @@ def server_error(error: BaseException, model: str) -> ServerError:
     return ServerFailedError(f"The vLLM server's answer could not be read ({type(error).__name__}: {_first_line(error)}).")
 
 
+def answer_timeout_error(seconds: float) -> ServerAnswerTimeoutError:
+    """The error for an answer that took longer than the answer timeout (``seconds``)."""
+    return ServerAnswerTimeoutError(
+        f"The vLLM server's answer did not finish within the answer timeout ({seconds:g} s); the question was "
+        "withdrawn and the conversation is kept. Check that the server is running and not stalled, or raise the "
+        "answer timeout in Settings ▸ Backend (--answer-timeout) for long answers on a slow server."
+    )
+
+
 def status_error(status: int, message: str, model: str, url: str, *, key_sent: bool) -> ServerError:
     """The :class:`ServerError` for an HTTP error status, quoting the server's own ``message``.
 
@@ -79,11 +101,23 @@ def status_error(status: int, message: str, model: str, url: str, *, key_sent: b
         what = "refused the API key" if status == 401 else "does not allow this API key to do that"
         return ServerAuthError(f"The server {what} ({status}: {message}). {_KEY_ADVICE}")
     if status == 404:
-        if "/v1/chat" in url or "model" in message.lower():
+        if url.endswith(CHAT_ENDPOINT) and "model" in message.lower():
             return ServerModelError(f"The server does not serve the model {model!r} ({message}). Change the server model.")
         return ServerAddressError(
             f"{url} does not exist (404): the address is not a vLLM server's root. Correct it in "
             "Settings ▸ Backend (--server) to the server's root, e.g. http://127.0.0.1:8000."
+        )
+    item_limit = _ITEM_LIMIT.search(message) if status == 400 else None
+    if item_limit:
+        return ServerRequestError(
+            f"The server admits at most {item_limit[1]} {item_limit[2]}(s) per question, fewer than this one sends "
+            f"({message}). Start it with the serve command `framewise info --server URL` prints (Encoder panel ▸ "
+            "serve command), whose --limit-mm-per-prompt admits what Framewise sends, or ask about fewer items."
+        )
+    if status == 400 and _CONTEXT_REFUSAL in message:
+        return ServerContextError(
+            f"The server's context cannot hold this question with the conversation so far and one answer ({message}). "
+            f"{CONTEXT_ADVICE}"
         )
     if status == 400:
         return ServerRequestError(f"The server refused the request: {message}")

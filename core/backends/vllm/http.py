@@ -11,14 +11,15 @@ import logging
 import queue
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import httpx
 import openai
 
-from framewise.core.backends.vllm.errors import server_error
-from framewise.core.errors import ServerStreamCutError
+from framewise.core.backends.vllm.errors import answer_timeout_error, server_error
+from framewise.core.errors import ServerStreamCutError, ServerTimeoutError
 from framewise.core.settings import BackendSettings
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,8 @@ CANCEL_POLL_S = 0.05
 
 
 def openai_client(backend: BackendSettings) -> openai.OpenAI:
-    """The chat-completions client: TLS verified, no retries, the answer timeout between chunks; it
+    """The chat-completions client: TLS verified, no retries, no wait between chunks longer than the
+    answer timeout (:func:`stream_chat` bounds the whole answer by it); it
     sends no ``Authorization`` header without a key (so a 401 can be told apart from a wrong key)."""
     timeout = httpx.Timeout(backend.answer_timeout_s, connect=backend.timeout_s)
     return openai.OpenAI(
@@ -65,22 +67,30 @@ class StreamPiece:
     cancelled: bool = False
 
 
-def stream_chat(client: openai.OpenAI, request: dict[str, Any], cancel: threading.Event) -> Iterator[StreamPiece]:
+def stream_chat(
+    client: openai.OpenAI, request: dict[str, Any], cancel: threading.Event, time_limit_s: float
+) -> Iterator[StreamPiece]:
     """The chunks of a streamed chat completion, read on a thread of their own.
 
     Yields a cancelled piece, and stops, within ``CANCEL_POLL_S`` of ``cancel`` being set; the
-    connection is then shut, which makes vLLM abort the request. Raises :class:`ServerError`
-    for a failure, and :class:`ServerStreamCutError` when the stream ends without a finish reason.
+    connection is then shut, which makes vLLM abort the request. The whole answer may take
+    ``time_limit_s`` (the answer timeout): past it the connection is shut the same way and
+    :class:`ServerAnswerTimeoutError` is raised. Raises :class:`ServerError` for a failure, and
+    :class:`ServerStreamCutError` when the stream ends without a finish reason.
     """
     pieces: queue.Queue[tuple[str, Any]] = queue.Queue()
     reader = _StreamReader(client, request, pieces)
     threading.Thread(target=reader.run, name="framewise-vllm-stream", daemon=True).start()
+    deadline = time.monotonic() + time_limit_s
     finished = False
     while True:
         if cancel.is_set():
             reader.abandon()
             yield StreamPiece(cancelled=True)
             return
+        if time.monotonic() > deadline:
+            reader.abandon()
+            raise answer_timeout_error(time_limit_s)
         try:
             kind, item = pieces.get(timeout=CANCEL_POLL_S)
         except queue.Empty:
@@ -89,7 +99,8 @@ def stream_chat(client: openai.OpenAI, request: dict[str, Any], cancel: threadin
             finished = finished or any(choice.finish_reason for choice in item.choices)
             yield StreamPiece(chunk=item)
         elif kind == "error":
-            raise server_error(item, request["model"]) from item
+            error = server_error(item, request["model"])
+            raise (answer_timeout_error(time_limit_s) if isinstance(error, ServerTimeoutError) else error) from item
         else:
             if not finished:
                 raise ServerStreamCutError(

@@ -6,14 +6,14 @@ vLLM 0.32 takes a video made of images as ONE ``video_url`` item whose URL is
 every frame is opened with Pillow, so lossless PNG frames go inside that ``video/jpeg`` URL). The
 frames' times travel as ``media_io_kwargs`` (``fps`` and ``frames_indices``: here milliseconds),
 so the server writes the same ``<t.t seconds>`` markers as Framewise; that needs the server's
-``--trust-request-mm-kwargs``. Those kwargs are one set per request for every video in it (vLLM
-takes no per-item processor arguments), so a clip sampled at other times than the request's first
-clip (a closer look at a span, above all) travels as its frames sent as pictures, each after the
-text marker of its own time: the layout the model's video prompt has, at twice the tokens (a
-picture is one frame where a video token covers two). vLLM keeps at most ``num_frames`` of the frames sent, 32 unless
-told; a request that brings its own video kwargs does not get the server's ``--media-io-kwargs``
-``num_frames`` (seen with vLLM 0.32: 64 frames sent, "frames_indices length (64) must match number
-of frames sent (32)"), so every request says ``num_frames: -1`` (keep them all) itself.
+``--trust-request-mm-kwargs``. Those kwargs are one set per request for every video in it: vLLM
+0.32 reads no per-item times (its data: URL parser drops any parameter, and its Qwen3-VL
+processor takes the times of every video from that one set), so the clips of one request must
+share their frame times (:mod:`~framewise.core.backends.vllm.fit` refuses the others). vLLM keeps
+at most ``num_frames`` of the frames sent, 32 unless told; a request that brings its own video
+kwargs does not get the server's ``--media-io-kwargs`` ``num_frames`` (seen with vLLM 0.32: 64
+frames sent, "frames_indices length (64) must match number of frames sent (32)"), so every request
+says ``num_frames: -1`` (keep them all) itself.
 """
 
 from __future__ import annotations
@@ -54,17 +54,6 @@ class RemoteClip:
         key = "image_url" if self.kind == "image" else "video_url"
         return {"type": key, key: {"url": self.url}}
 
-    def frame_parts(self) -> list[dict[str, Any]]:
-        """A clip's frames as parts of a chat-completions message: for each frame, its time marker as
-        text, then the frame as a picture."""
-        marker = served_family().time_marker
-        frames = self.url.split(",", 1)[1].split(",")
-        parts: list[dict[str, Any]] = []
-        for seconds, frame in zip(self.summary.timestamps, frames, strict=True):
-            parts.append({"type": "text", "text": marker(seconds)})
-            parts.append({"type": "image_url", "image_url": {"url": f"{_PNG_URL_PREFIX}{frame}"}})
-        return parts
-
 
 def video_data_url(frames: np.ndarray) -> str:
     """Frames (T, H, W, 3) uint8 RGB as one ``data:video/jpeg;base64,...`` URL of lossless PNG frames."""
@@ -86,18 +75,11 @@ def image_data_url(picture: np.ndarray) -> str:
 
 
 def request_media_io_kwargs(clips: Sequence[RemoteClip]) -> dict[str, Any] | None:
-    """The frame times a request with ``clips`` carries: its first clip's (``None`` with no clip).
-
-    vLLM takes one set of video kwargs per request, for every video in it; a clip sampled at other
-    times travels as pictures (:func:`travels_as_pictures`)."""
+    """The frame times a request with ``clips`` carries, every clip's (``None`` with no clip): the
+    first clip's, which :func:`~framewise.core.backends.vllm.fit.check_one_timeline` has found to be
+    every other clip's too."""
     videos = [clip for clip in clips if clip.kind == "video"]
     return videos[0].media_io_kwargs if videos else None
-
-
-def travels_as_pictures(clip: RemoteClip, clips: Sequence[RemoteClip]) -> bool:
-    """Whether ``clip``, one of a request's ``clips``, goes as its frames sent as pictures: a clip
-    whose frame times differ from the request's (the first clip's)."""
-    return clip.kind == "video" and clip.media_io_kwargs != request_media_io_kwargs(clips)
 
 
 def media_io_kwargs(timestamps: Sequence[float]) -> dict[str, Any]:
@@ -136,8 +118,7 @@ def openai_messages(
 ) -> list[dict[str, Any]]:
     """The conversation in the chat-completions form: the clips and pictures open the first user
     turn (as the served family's chat layout puts them: clips first, then pictures, each in the
-    order they were opened; a clip sampled at other times than the first as timed pictures), then
-    the earlier turns, then ``question``."""
+    order they were opened), then the earlier turns, then ``question``."""
     videos = iter([clip for clip in clips if clip.kind == "video"])
     images = iter([clip for clip in clips if clip.kind == "image"])
     messages = served_family().chat_messages(
@@ -148,22 +129,15 @@ def openai_messages(
     )
     for message in messages:
         if isinstance(message["content"], list):
-            message["content"] = [
-                sent
-                for part in message["content"]
-                for sent in _parts_for(part, videos, images, clips)
-            ]
+            message["content"] = [_part_for(part, videos, images) for part in message["content"]]
     return messages
 
 
-def _parts_for(
-    part: dict[str, Any], videos: Iterator[RemoteClip], images: Iterator[RemoteClip], clips: Sequence[RemoteClip]
-) -> list[dict[str, Any]]:
-    """The parts sent for one part of the family's chat layout: the next clip or picture in place of
+def _part_for(part: dict[str, Any], videos: Iterator[RemoteClip], images: Iterator[RemoteClip]) -> dict[str, Any]:
+    """The part sent for one part of the family's chat layout: the next clip or picture in place of
     its placeholder, any other part as it is."""
     if part["type"] == "image":
-        return [next(images).content_part()]
-    if part["type"] != "video":
-        return [part]
-    clip = next(videos)
-    return clip.frame_parts() if travels_as_pictures(clip, clips) else [clip.content_part()]
+        return next(images).content_part()
+    if part["type"] == "video":
+        return next(videos).content_part()
+    return part

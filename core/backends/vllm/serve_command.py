@@ -23,8 +23,9 @@ def vllm_serve_command(
     output tokens (a merge block of patches each), so each budget is divided by the merge area. Items per batch carry over;
     frames per batch counts attention sequences (one per frame pair) in both. Per-request frame
     times need ``--trust-request-mm-kwargs``; ``num_frames -1`` keeps every frame sent (vLLM's
-    default silently keeps 32). A closer look goes beside its clip as up to ``max_frames`` pictures
-    (:func:`~framewise.core.backends.vllm.request.travels_as_pictures`), which the image limit admits.
+    default silently keeps 32). ``--limit-mm-per-prompt`` names no count, so vLLM admits its own
+    default (999 videos and 999 pictures a question), whatever a conversation holds; its frame count
+    sizes the server's memory profile for Framewise's longest video.
     """
     limits = served_family().limits
     budgets = [budget // limits.merge_area for budget in encoder.token_budgets(limits)]
@@ -40,7 +41,7 @@ def vllm_serve_command(
         *(["--served-model-name", served_name] if served_name and served_name != model else []),
         "--trust-request-mm-kwargs",
         "--limit-mm-per-prompt",
-        json.dumps({"image": sampling.max_frames, "video": {"count": 1, "num_frames": sampling.max_frames}}),
+        json.dumps({"video": {"num_frames": sampling.max_frames}}),
         "--media-io-kwargs", json.dumps({"video": {"num_frames": -1}}),
         "--compilation-config", json.dumps(compilation, separators=(",", ":")),
     ]

@@ -13,7 +13,6 @@ the request) and returns at once. Nothing is retried on its own: every failure b
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 import numpy as np
 import openai
 
-from framewise.core.backends.vllm.check import check_server
+from framewise.core.backends.vllm.check import check_server, model_gone_error
 from framewise.core.backends.vllm.http import StreamPiece, openai_client, stream_chat
 from framewise.core.backends.vllm.metrics import read_mm_cache_counters
 from framewise.core.backends.vllm.request import (
@@ -32,13 +31,13 @@ from framewise.core.backends.vllm.request import (
     openai_messages,
     request_media_io_kwargs,
     resize_with_opencv,
-    travels_as_pictures,
     video_data_url,
 )
+from framewise.core.backends.vllm.fit import check_fits_context, check_one_timeline, items_words
 from framewise.core.backends.vllm.family import served_family
 from framewise.core.backends.vllm.serve_command import with_serve_command
 from framewise.core.backends.base import BackendBase, closer_look_summary
-from framewise.core.errors import CancelledError, FramewiseError
+from framewise.core.errors import CancelledError, FramewiseError, ModelLoadError, ServerModelError
 from framewise.core.events import (
     AnswerStats,
     Done,
@@ -53,7 +52,7 @@ from framewise.core.events import (
     ignore_events,
 )
 from framewise.core.metrics import DecodeSpeedMeter, decode_rate
-from framewise.core.resources import asset_path
+from framewise.core.model_source import DEMO_MODEL_DIR, MODEL_INFO_FILE, read_model_info
 from framewise.core.seam import FamilyLimits
 from framewise.core.settings import DEMO_MODEL, AppSettings
 from framewise.core.video import ReadProgress, SampledFrames, sample_clip
@@ -61,7 +60,6 @@ from framewise.core.video.feed import FrameArrivals
 from framewise.core.video.read_report import reading_events
 from framewise.core.video.still import read_still
 from framewise.core.video.thumbnails import clip_sampled
-from framewise.core.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +129,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             device=f"vLLM server {server.url}",
             dtype="server's",
             model_name=server.model,
-            model_label=_model_label(server.model),
+            model_label=_model_label(server),
             encoder_name="on the server",
             graphs_enabled=False,
             graphs_reason="the vision encoder runs on the vLLM server",
@@ -153,22 +151,22 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         """Sample the clip as the local engine does, pack its frames for the server and make it the
         only open item."""
         clip = self._read_and_pack(path)
+        self._admit([clip])
         self._make_open(clip, reason)
         return self._ready(clip, "is ready (the server encodes it with the first question)")
 
     def _add_clip(self, path: Path, span: tuple[float, float] | None) -> EncodeDone:
         """Sample (its ``span`` only, when given) and pack the clip or picture at ``path`` and add it
-        to the conversation. A clip sampled at other times than the first (a span's always are)
-        goes to the server as timed pictures (:func:`travels_as_pictures`), and the progress says so."""
+        to the conversation, unless the server could not take it (:meth:`_admit`); the progress says
+        what a question now sends, which the server must admit."""
         clip = self._read_and_pack(path, span)
+        together = [*self.clips, clip]
+        self._admit(together)
         self.added.append(clip)
-        if travels_as_pictures(clip, self.clips):
-            return self._ready(
-                clip,
-                "is added to the conversation; a vLLM server takes one set of frame times per question, so its "
-                f"{plural(clip.summary.frames, 'frame')} go as pictures, each after its time",
-            )
-        return self._ready(clip, "is added to the conversation")
+        return self._ready(
+            clip, f"is added to the conversation; a question now sends {items_words(together)} (the server's "
+            "--limit-mm-per-prompt must admit them)"
+        )
 
     def _read_and_pack(self, path: Path, span: tuple[float, float] | None = None) -> RemoteClip:
         """``path`` read (a still picture as an image, anything else sampled as a clip, or only its
@@ -234,6 +232,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         self._require_server()
         self._cancel.clear()
         clip = self._pack(sampled)
+        self._admit([clip])
         self._make_open(clip, "new_clip")
         return self._ready(clip, "is ready (the server encodes it with the first question)")
 
@@ -271,6 +270,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         """Stream the answer to ``question`` from the server, with the conversation so far."""
         server = self._require_server()
         self._cancel.clear()
+        self._admit(self.clips)
         messages = openai_messages(question, self.clips, self.turns)
         generation = self.settings.generation
         request: dict[str, Any] = {
@@ -286,8 +286,12 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             request["extra_body"] = {"media_io_kwargs": video_kwargs}
         started = time.perf_counter()
         answer = _StreamedAnswer()
-        for piece in stream_chat(self._require_client(), request, self._cancel):
-            answer.take(piece, self._emit)
+        try:
+            for piece in stream_chat(self._require_client(), request, self._cancel, self.settings.backend.answer_timeout_s):
+                answer.take(piece, self._emit)
+        except ServerModelError as error:
+            self._follow_a_renamed_model(error)
+            raise
         finished = time.perf_counter()
         text = "".join(answer.pieces).strip()
         if not answer.cancelled:
@@ -320,6 +324,26 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         )
 
     # ----------------------------------------------------------------- helpers
+
+    def _admit(self, clips: list[RemoteClip]) -> None:
+        """Refuse ``clips`` (all the conversation would hold) when they cannot reach the server as the
+        model's prompt lays them out, or cannot fit its context with one answer."""
+        check_one_timeline(clips)
+        check_fits_context(clips, self.settings.generation.max_new_tokens, self._require_server().max_model_len)
+
+    def _follow_a_renamed_model(self, error: ServerModelError) -> None:
+        """After the server said it does not serve the model it chose itself (none was named; a
+        restart under another name): check it again, take the model it serves now (its new
+        :class:`EngineInfo` is emitted) and raise the error that says so. A model the person named
+        is theirs to change: nothing happens here."""
+        if self.settings.backend.server_model.strip():
+            return
+        gone = self._require_server().model
+        self._server = check_server(self.settings.backend, self.settings.encoder, self.settings.sampling)
+        if self._server.model == gone:
+            return
+        self._emit(self.info())
+        raise model_gone_error(self._server, gone) from error
 
     def _require_server(self) -> ServerInfo:
         if self._server is None:
@@ -363,10 +387,18 @@ class _StreamedAnswer:
             self.finish_reason = choice.finish_reason or self.finish_reason
 
 
-def _model_label(model: str) -> str | None:
-    """The bundled demo model's label when the server serves it under its name (``demo``, or its
-    folder ``demo_model``), so its answers are labelled as a demo model's here too; else ``None``."""
-    if model != DEMO_MODEL and Path(model).name != "demo_model":
+def _model_label(server: ServerInfo) -> str | None:
+    """The label of a Framewise model the server serves, so its answers are labelled here as on this
+    machine: from the notes of the folder the server loaded it from, when that folder is on this
+    machine (whatever the served name); else the bundled demo model's, when it is served under its
+    name (``demo``, or its folder ``demo_model``); else ``None``."""
+    folder = Path(server.model_source) if server.model_source else None
+    if folder is None or not (folder / MODEL_INFO_FILE).is_file():
+        if server.model != DEMO_MODEL and Path(server.model).name != "demo_model":
+            return None
+        folder = DEMO_MODEL_DIR
+    try:
+        label = read_model_info(folder).get("label")
+    except ModelLoadError:
         return None
-    info = json.loads((asset_path("demo_model") / "framewise.json").read_text(encoding="utf-8"))
-    return str(info.get("label") or "Demo model")
+    return str(label) if label else None

@@ -9,8 +9,9 @@ prompt, placeholder tokens, vision spans and the splicing of earlier answers' to
 :mod:`.adapter` its side of the encoder seam (with :mod:`.geometry`, :mod:`.metadata` and
 :mod:`.fused`, its tower's forward fused for the graphs, which picks generic attention backends and
 kernels), :mod:`.language` the language model as the decoder runs it (3-D rotary positions and
-their offset across turns, deepstack features, over the generic dense layers), :mod:`.fp8_load`
-the loading of its FP8 language weights, and :mod:`.memory` the memory a checkpoint will take.
+their offset across turns, deepstack features, over the generic dense layers), :mod:`.streamed`
+the loading of its language weights in a quantized weight format (which linear layers the format
+quantizes, which stay float), and :mod:`.memory` the memory a checkpoint will take.
 
 The Triton kernels, the attention backends and the dense decoder layers it uses live with what
 they compute (:mod:`framewise.core.kernels`, :mod:`framewise.core.encoding.attention_backends`,

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from framewise.core.families.qwen3_vl.processor import VideoInputs
     from framewise.core.families.qwen3_vl.prompt import ChatInputs
     from framewise.core.memory_plan import MemoryEstimate
+    from framewise.core.quantization.weight_format import WeightFormat
 
 # transformers' class of each model type, by name (imported when a checkpoint is loaded).
 MODEL_CLASSES = {"qwen3_vl": "Qwen3VLForConditionalGeneration", "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration"}
@@ -60,21 +61,20 @@ class Qwen3VLFamily:
     limits = QWEN3_VL_LIMITS
 
     def load_weights(
-        self, path: Path, model_type: str, dtype: torch.dtype, *, fp8: bool = False, device: torch.device | None = None
+        self, path: Path, model_type: str, weight_format: WeightFormat, dtype: torch.dtype, device: torch.device
     ) -> tuple[torch.nn.Module, dict[str, Any]]:
         """The checkpoint's weights through transformers' own classes (safetensors only, no remote
         code), and its loading report. Errors propagate to the generic loader, which words them.
 
-        An FP8 checkpoint, or ``fp8`` (quantize the language linear layers on load), streams the
-        weights onto ``device`` with FP8 decoder linear layers (:mod:`.fp8_load`); anything else
-        loads on the CPU in ``dtype``."""
+        A quantized ``weight_format`` streams the weights onto ``device``, the decoder layers'
+        linear layers in that format (:mod:`.streamed`); float weights load on the CPU in ``dtype``."""
         import transformers
 
-        from framewise.core.families.qwen3_vl import fp8_load
+        from framewise.core.families.qwen3_vl import streamed
 
         model_class = getattr(transformers, MODEL_CLASSES[model_type])
-        if fp8 or fp8_load.is_fp8_checkpoint(path):
-            return fp8_load.load_fp8(model_class, path, dtype, device or torch.device("cpu"))
+        if weight_format.quantized:
+            return streamed.load_streamed(model_class, path, weight_format, dtype, device)
         return model_class.from_pretrained(
             path,
             dtype=dtype,
@@ -86,14 +86,12 @@ class Qwen3VLFamily:
         )
 
     def estimate_memory(
-        self, config: Mapping[str, Any], dtype: str, context_tokens: int, encoder_budgets: Sequence[int],
-        device_type: str = "cuda", *, activations: str | None = None, scheme: str = "channel",
+        self, config: Mapping[str, Any], weight_format: WeightFormat, activations: torch.dtype, context_tokens: int,
+        encoder_budgets: Sequence[int], device_type: str,
     ) -> MemoryEstimate:
         from framewise.core.families.qwen3_vl import memory
 
-        return memory.estimate_memory(  # type: ignore[arg-type]  # the protocol's str for the Literal dtypes
-            config, dtype, context_tokens, encoder_budgets, scheme, device_type, activations
-        )
+        return memory.estimate_memory(config, weight_format, activations, context_tokens, encoder_budgets, device_type)
 
     def adapter(self, model: torch.nn.Module) -> Qwen3VLAdapter:
         from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
@@ -149,9 +147,6 @@ class Qwen3VLFamily:
         self, question: str, *, videos: int = 0, images: int = 0, history: Sequence[tuple[str, str]] = ()
     ) -> list[dict[str, Any]]:
         return chat.chat_messages(question, videos=videos, images=images, history=history)
-
-    def time_marker(self, seconds: float) -> str:
-        return chat.time_marker(seconds)
 
 
 FAMILY = Qwen3VLFamily()

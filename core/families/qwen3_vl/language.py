@@ -8,7 +8,7 @@ generated at cache position ``p`` has rotary position ``p + rope_offset`` on all
 
 Its dense layers run through the generic dense-layer passes
 (:mod:`framewise.core.decoding.dense_layers`: stacked projections, few-kernel prefills and decode
-steps, the Triton step kernels where they can run, FP8 weights alike). Layers of another shape (the
+steps, the Triton step kernels where they can run, quantized weights alike). Layers of another shape (the
 MoE model's experts), or a language model built with ``fused_steps=False``, run the model's own
 decoder layers, rotary embedding and norm, called the way ``Qwen3VLTextModel.forward`` calls them,
 with Framewise's cache and attention function.
@@ -32,6 +32,7 @@ from framewise.core.decoding.dense_layers import (
     load_step_kernels,
     prefill_product,
     project,
+    step_weights_note,
 )
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.seam import PieceGrid
@@ -60,7 +61,7 @@ class Qwen3VLLanguageModel:
         # transformers renamed the layers' cache argument after 5.17.
         self._cache_keyword = "cache" if "cache" in layer_parameters else "past_key_values"
         self._dense = dense_layers(self.text, self.config) if fused_steps else None
-        self._kernels = load_step_kernels(self.device, self.config, step_kernels) if self._dense else None
+        self._kernels = load_step_kernels(self.device, self.config, step_kernels, self._dense) if self._dense else None
 
     @property
     def fused_steps(self) -> bool:
@@ -80,8 +81,7 @@ class Qwen3VLLanguageModel:
     def step_description(self) -> str:
         """How a decode step runs, in a few words."""
         if self._kernels is not None:
-            weights = " (FP8 weights)" if self._dense and self._dense[0].qkv_scale is not None else ""
-            return f"Triton kernels, 6 launches a layer{weights}"
+            return f"Triton kernels, 6 launches a layer{step_weights_note(self._dense or ())}"
         return "few-kernel torch ops" if self._dense is not None else "the model's own layers"
 
     # ------------------------------------------------------------------ sizes

@@ -3,11 +3,12 @@
 Four parts, in bytes: the weights, the KV cache, the encoder graphs and the decode graphs; on a
 GPU, an allowance for the caching allocator besides.
 
-- Weights are counted exactly from the shapes. In FP8 the language model's linear layers take
-  one byte a weight plus float32 scales; the vision tower, embeddings, norms and the output head
-  stay in bf16.
+- Weights are counted exactly from the shapes. The decoder layers' linear layers take what their
+  weight format counts (:meth:`~framewise.core.quantization.weight_format.WeightFormat.linear_bytes`:
+  a quantized format's stored bytes and scales); the vision tower, embeddings, norms and the
+  output head are in the activations' dtype.
 - The KV cache is :meth:`~framewise.core.decoding.kv_cache.StaticKVCache.bytes_needed` for the
-  context (keys and values stay in the activations' dtype in FP8 too).
+  context (keys and values in the activations' dtype, whatever the weight format).
 - The encoder graphs share one set of static buffers, sized for the largest token budget (every
   budget's graph reads views of them): inputs (patches, interpolation taps, rotary positions)
   and outputs (merged tokens and deepstack features). Their pool is set by the largest budget's
@@ -32,18 +33,14 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.memory_plan import MemoryEstimate
-from framewise.core.kernels.e4m3 import BLOCK_SIZE
+from framewise.core.quantization.weight_format import WeightFormat
 
-WeightDtype = Literal["float32", "bfloat16", "float16", "fp8"]
-# Bytes of each element of the tensors that stay in floating point.
-_ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "fp8": 2}
-_SCALE_BYTES = 4
 # The follow-up prefill's largest token bucket (framewise.core.decoding.prefill_graphs.TOKEN_BUCKETS).
 PREFILL_TOKENS = 256
 # cuBLAS's workspace for one stream on Hopper cards (less on older ones); a capture uses two streams.
@@ -136,21 +133,11 @@ class EncoderShape:
         return embeddings + self.depth * block + mergers
 
 
-def weight_bytes(decoder: DecoderShape, encoder: EncoderShape, dtype: WeightDtype,
-                 scheme: Literal["block", "channel"] = "channel", unquantized: WeightDtype = "bfloat16") -> int:
-    """Bytes of every weight; in ``fp8`` the decoder's linear layers are e4m3 with ``scheme``
-    scales and the rest is in ``unquantized``."""
-    element = _ELEMENT_BYTES[unquantized if dtype == "fp8" else dtype]
-    linears = decoder.layers * sum(_linear_bytes(shape, dtype, scheme) for shape in decoder.linear_shapes())
-    return linears + element * (decoder.other_parameters() + encoder.parameters())
-
-
-def _linear_bytes(shape: tuple[int, int], dtype: WeightDtype, scheme: Literal["block", "channel"]) -> int:
-    rows, columns = shape
-    if dtype != "fp8":
-        return rows * columns * _ELEMENT_BYTES[dtype]
-    scales = rows if scheme == "channel" else math.ceil(rows / BLOCK_SIZE) * math.ceil(columns / BLOCK_SIZE)
-    return rows * columns + scales * _SCALE_BYTES
+def weight_bytes(decoder: DecoderShape, encoder: EncoderShape, weight_format: WeightFormat, activations: torch.dtype) -> int:
+    """Bytes of every weight: the decoder layers' linear layers in ``weight_format``, the rest in
+    ``activations``."""
+    linears = decoder.layers * sum(weight_format.linear_bytes(shape, activations) for shape in decoder.linear_shapes())
+    return linears + activations.itemsize * (decoder.other_parameters() + encoder.parameters())
 
 
 def encoder_graph_bytes(encoder: EncoderShape, budgets: Sequence[int], element: int) -> int:
@@ -184,30 +171,24 @@ def decode_graph_bytes(decoder: DecoderShape, element: int, context_tokens: int)
 
 def estimate_memory(
     config: Mapping[str, Any],
-    dtype: WeightDtype,
+    weight_format: WeightFormat,
+    activations: torch.dtype,
     context_tokens: int,
     encoder_budgets: Sequence[int],
-    scheme: Literal["block", "channel"] = "channel",
     device_type: str = "cuda",
-    activations: WeightDtype | None = None,
 ) -> MemoryEstimate:
     """The device memory a model with this config.json (a dict with ``text_config`` and
-    ``vision_config``) takes in ``dtype`` on a ``device_type`` device, with a KV cache of
-    ``context_tokens`` positions and encoder graphs for ``encoder_budgets`` (patch rows each; none
-    when graphs are off). In ``fp8``, what is not quantized (and the KV cache) is in
-    ``activations``; by default bfloat16, and float32 on the CPU, as loading picks there. On the
-    CPU the decoder captures no graphs and nothing is added for a caching allocator (it has none)."""
+    ``vision_config``) takes on a ``device_type`` device: its decoder layers' linear layers in
+    ``weight_format``, everything else and a KV cache of ``context_tokens`` positions in
+    ``activations``, and encoder graphs for ``encoder_budgets`` (patch rows each; none when graphs
+    are off). On the CPU the decoder captures no graphs and nothing is added for a caching
+    allocator (it has none)."""
     decoder = DecoderShape.from_config(config["text_config"], bool(config.get("tie_word_embeddings", False)))
     encoder = EncoderShape.from_config(config["vision_config"])
-    if dtype != "fp8":
-        activations = dtype
-    elif activations is None:
-        activations = "float32" if device_type == "cpu" else "bfloat16"
-    element = _ELEMENT_BYTES[activations]
-    activation_dtype = {"float32": torch.float32, "float16": torch.float16}.get(activations, torch.bfloat16)
+    element = activations.itemsize
     parts = MemoryEstimate(
-        weights=weight_bytes(decoder, encoder, dtype, scheme, activations),
-        kv_cache=StaticKVCache.bytes_needed(decoder.layers, decoder.kv_heads, decoder.head_dim, context_tokens, activation_dtype),
+        weights=weight_bytes(decoder, encoder, weight_format, activations),
+        kv_cache=StaticKVCache.bytes_needed(decoder.layers, decoder.kv_heads, decoder.head_dim, context_tokens, activations),
         encoder_graphs=encoder_graph_bytes(encoder, encoder_budgets, element),
         decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(decoder, element, context_tokens),
     )

@@ -20,9 +20,13 @@ from framewise.core.backends.vllm.server import VllmServerEngine
 from framewise.core.errors import (
     FramewiseError,
     ServerAddressError,
+    ServerAnswerTimeoutError,
     ServerAuthError,
+    ServerContextError,
     ServerFailedError,
+    ServerLayoutError,
     ServerModelError,
+    ServerModelGoneError,
     ServerRequestError,
     ServerStreamCutError,
     ServerTimeoutError,
@@ -37,6 +41,7 @@ from tests.conftest import REPO_ROOT, SAMPLE_CLIPS
 from tests.fake_vllm_server import Behaviour, FakeVllmServer
 
 CLIP = SAMPLE_CLIPS / "red_square_moves_right.mp4"
+OTHER_CLIP_SAME_TIMES = SAMPLE_CLIPS / "two_shapes_wide.mp4"  # as long as CLIP: sampled at the same times
 
 
 def remote_settings(url: str, **backend: object) -> AppSettings:
@@ -172,6 +177,19 @@ def test_a_server_that_goes_quiet_times_out() -> None:
         with pytest.raises(ServerTimeoutError, match="timeout"):
             engine.ask("What color?")
     assert time.monotonic() - started < 4
+
+
+def test_an_answer_that_trickles_past_the_answer_timeout_is_cut_there_and_not_kept() -> None:
+    behaviour = Behaviour(pieces=tuple("abcdefghij"), piece_delay_s=0.4)  # each piece well within the timeout
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url, answer_timeout_s=1.5)
+        engine.open_clip(CLIP)
+        started = time.monotonic()
+        with pytest.raises(ServerAnswerTimeoutError, match=r"answer timeout \(1.5 s\)") as raised:
+            engine.ask("What color?")
+    assert time.monotonic() - started < 3
+    assert describe_error(raised.value).field == "backend.answer_timeout_s"
+    assert engine.turns == []
 
 
 def test_a_stream_cut_mid_answer_is_said_and_the_answer_is_not_kept() -> None:
@@ -369,28 +387,121 @@ def test_a_clip_and_a_picture_travel_as_a_video_part_and_an_image_part(tmp_path)
     assert [index / 1000 for index in times] == pytest.approx(opened.timestamps, abs=1e-3), "the clip keeps its times"
 
 
-def test_a_closer_look_goes_beside_its_clip_as_pictures_each_after_its_own_time() -> None:
+def test_two_clips_sampled_at_the_same_times_go_as_two_videos_saying_what_the_server_must_admit() -> None:
     behaviour = Behaviour(pieces=("re", "d", ""))
     events: list = []
     with FakeVllmServer(behaviour) as server:
         engine = loaded(server.url, events)
-        opened = engine.open_clip(CLIP)
-        closer = engine.look_closer(1.0, 2.0)
-        engine.ask("What happens at 1.5 seconds?")
-    assert closer.span == (1.0, 2.0) and [clip.kind for clip in engine.clips] == ["video", "video"]
-    assert any("go as pictures" in event.message for event in events if isinstance(event, Progress))
+        first = engine.open_clip(CLIP)
+        second = engine.add_clip(OTHER_CLIP_SAME_TIMES)
+        engine.ask("Which clip has a red square?")
+    assert second.timestamps == first.timestamps
     request = behaviour.chat_requests[0]
     content = request["messages"][0]["content"]
-    assert [part["type"] for part in content[:1]] == ["video_url"], "the clip keeps its video form"
+    assert [part["type"] for part in content] == ["video_url", "video_url", "text"]
     times = request["media_io_kwargs"]["video"]["frames_indices"]
-    assert [index / 1000 for index in times] == pytest.approx(opened.timestamps, abs=1e-3), "and its own times"
-    pictures = content[1:-1]
-    assert [part["type"] for part in pictures] == ["text", "image_url"] * closer.frames
-    assert [part["text"] for part in pictures[::2]] == [f"<{t:.1f} seconds>" for t in closer.timestamps]
-    assert all(1.0 <= t <= 2.0 for t in closer.timestamps)
-    sent = [base64.b64decode(part["image_url"]["url"].removeprefix("data:image/png;base64,")) for part in pictures[1::2]]
-    assert sent == frames_in(engine.clips[1].url) and all(frame.startswith(b"\x89PNG") for frame in sent)
-    assert content[-1] == {"type": "text", "text": "What happens at 1.5 seconds?"}
+    assert [index / 1000 for index in times] == pytest.approx(first.timestamps, abs=1e-3)
+    said = [event.message for event in events if isinstance(event, Progress)]
+    assert any("a question now sends 2 videos (the server's --limit-mm-per-prompt must admit them)" in m for m in said)
+
+
+def test_a_server_that_admits_fewer_videos_says_which_serve_command_admits_them() -> None:
+    with FakeVllmServer(Behaviour(limits={"video": 1})) as server:
+        engine = loaded(server.url)
+        engine.open_clip(CLIP)
+        engine.add_clip(OTHER_CLIP_SAME_TIMES)
+        with pytest.raises(ServerRequestError, match=r"admits at most 1 video\(s\) per question") as raised:
+            engine.ask("Which clip has a red square?")
+    assert "framewise info --server" in str(raised.value) and "--limit-mm-per-prompt" in str(raised.value)
+
+
+def test_a_closer_look_at_other_times_is_refused_with_the_reason_before_anything_is_sent() -> None:
+    """vLLM takes one set of frame times per request: the span's own times cannot travel beside the
+    clip's, and the pictures it went as before were not the model's prompt (twice the tokens)."""
+    behaviour = Behaviour(pieces=("re", "d", ""))
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url)
+        engine.open_clip(CLIP)
+        with pytest.raises(ServerLayoutError) as raised:
+            engine.look_closer(1.0, 2.0)
+        assert [clip.summary.clip_name for clip in engine.clips] == [CLIP.name]  # nothing added
+        assert behaviour.chat_requests == []
+        done = engine.ask("What color is the square?")
+    message = str(raised.value)
+    assert f"{CLIP.name} 1.0–2.0 s cannot go to the vLLM server beside {CLIP.name}" in message
+    assert "one set of frame times per question" in message and "This machine" in message
+    assert done.text == "red" and [part["type"] for part in behaviour.chat_requests[0]["messages"][0]["content"]] == [
+        "video_url", "text"
+    ]
+
+
+def test_a_clip_too_large_for_the_servers_context_is_refused_before_it_is_sent() -> None:
+    behaviour = Behaviour()
+    frames = np.zeros((64, 512, 512, 3), dtype=np.uint8)  # 32 frame pairs of 256 tokens: 8,192 beside the markers
+    with FakeVllmServer(behaviour) as server:  # a context of 8,192 tokens
+        engine = loaded(server.url)
+        engine.open_clip(CLIP)
+        with pytest.raises(ServerContextError) as raised:
+            engine.open_frames(frames, [index / 2 for index in range(64)], "large.mp4")
+        assert engine.clip.summary.clip_name == CLIP.name  # the open clip stays
+    message = str(raised.value)
+    assert "context holds 8,192 tokens (its --max-model-len)" in message and "at least 8,288" in message
+    assert "--max-model-len" in message and "fewer frames" in message
+    assert behaviour.chat_requests == []
+
+
+def test_the_servers_own_context_refusal_comes_with_what_to_change() -> None:
+    reason = "This model's maximum context length is 8192 tokens. However, your prompt contains 9000 input tokens."
+    behaviour = Behaviour(chat_status=400, chat_body={"error": {"message": reason, "type": "BadRequestError"}})
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url)
+        with pytest.raises(ServerContextError) as raised:
+            engine.ask("square " * 9000)
+    assert reason in str(raised.value) and "Start a new conversation" in str(raised.value)
+
+
+def test_an_endpoint_address_is_taken_as_the_servers_root() -> None:
+    with FakeVllmServer(Behaviour()) as server:
+        for endpoint in ("/v1/chat/completions", "/v1/chat/completions/", "/v1/models"):
+            engine = loaded(server.url + endpoint)
+            assert engine.info().server.url == server.url
+            assert engine.ask("What color?").text == "red"
+
+
+def test_a_server_restarted_under_another_name_is_followed_when_no_model_was_named() -> None:
+    behaviour = Behaviour(models=("demo",))
+    events: list = []
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url, events)
+        engine.open_clip(CLIP)
+        behaviour.models = ("shapes",)  # the server restarted, serving another name
+        with pytest.raises(ServerModelGoneError) as raised:
+            engine.ask("What color is the square?")
+        again = engine.ask("What color is the square?")
+    message = str(raised.value)
+    assert "no longer serves 'demo'" in message and "serves 'shapes' now" in message
+    assert "Change the server model" not in message and raised.value.field is None
+    assert events[-1] is again and behaviour.chat_requests[-1]["model"] == "shapes"
+    assert engine.info().model_name == "shapes" and engine.clip is not None
+
+
+def test_a_model_the_person_named_stays_theirs_to_change_after_a_restart() -> None:
+    behaviour = Behaviour(models=("demo",))
+    with FakeVllmServer(behaviour) as server:
+        engine = loaded(server.url, server_model="demo")
+        behaviour.models = ("shapes",)
+        with pytest.raises(ServerModelError, match="Change the server model"):
+            engine.ask("What color?")
+
+
+def test_the_demo_model_keeps_its_label_under_another_served_name() -> None:
+    from framewise.core.model_source import DEMO_MODEL_DIR
+
+    roots = {"shapes": str(DEMO_MODEL_DIR)}
+    with FakeVllmServer(Behaviour(models=("shapes",), roots=roots)) as server:
+        assert loaded(server.url).info().model_label.startswith("Demo model")
+    with FakeVllmServer(Behaviour(models=("shapes",), roots={"shapes": "/srv/elsewhere/shapes"})) as server:
+        assert loaded(server.url).info().model_label is None  # a folder not on this machine: no label known
 
 
 def test_new_sampling_settings_resample_every_clip_and_keep_the_picture(tmp_path) -> None:

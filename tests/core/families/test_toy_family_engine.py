@@ -25,6 +25,7 @@ from framewise.core.errors import SettingsError
 from framewise.core.events import ChunkStats, Event
 from framewise.core.families.base import CancelPoints
 from framewise.core.loading import DEMO_MODEL_DIR
+from framewise.core.quantization.weight_format import WeightFormat
 from framewise.core.seam import DecodedAnswer, FamilyLimits, PieceGrid, VisionSpan
 from framewise.core.settings import AppSettings, SamplingSettings
 from framewise.core.video import FrameSizing, Resize
@@ -108,9 +109,9 @@ class EngineToyFamily:
         self.calls: list[str] = []
 
     def load_weights(
-        self, path: Path, model_type: str, dtype: torch.dtype, *, fp8: bool = False, device: torch.device | None = None
+        self, path: Path, model_type: str, weight_format: WeightFormat, dtype: torch.dtype, device: torch.device
     ) -> tuple[torch.nn.Module, dict[str, Any]]:
-        assert not fp8, "the toy family has no FP8 load"
+        assert not weight_format.quantized, "the toy family loads float weights only"
         self.calls.append(f"load {model_type}")
         return ToyVisionModel(), {"missing_keys": [], "mismatched_keys": []}
 

@@ -1,4 +1,4 @@
-"""Detecting a checkpoint's weight format from config.json, and checking its FP8 weights' scales."""
+"""Reading a checkpoint's weight layout from config.json, and checking its FP8 weights' scales."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from framewise.core.errors import ModelLoadError, QuantizationFormatError, descr
 from framewise.core.quantization.formats import (
     UNQUANTIZED,
     TensorHeader,
-    WeightFormat,
-    detect_weight_format,
+    CheckpointLayout,
+    read_checkpoint_layout,
     quantized_weight_scales,
 )
 
@@ -30,11 +30,11 @@ FP8_DYNAMIC = compressed_tensors(
 
 
 def test_unquantized_checkpoint() -> None:
-    assert detect_weight_format({"model_type": "qwen3_vl"}) is UNQUANTIZED
+    assert read_checkpoint_layout({"model_type": "qwen3_vl"}) is UNQUANTIZED
 
 
 def test_qwen_block_fp8() -> None:
-    fmt = detect_weight_format({"quantization_config": QWEN_FP8})
+    fmt = read_checkpoint_layout({"quantization_config": QWEN_FP8})
     assert (fmt.scheme, fmt.scale_suffix) == ("block", "weight_scale_inv")
     assert fmt.scale_name("model.layers.0.q_proj.weight") == "model.layers.0.q_proj.weight_scale_inv"
     assert fmt.scale_shape((300, 128)) == (3, 1)
@@ -43,7 +43,7 @@ def test_qwen_block_fp8() -> None:
 
 
 def test_compressed_tensors_fp8_dynamic() -> None:
-    fmt = detect_weight_format({"quantization_config": FP8_DYNAMIC})
+    fmt = read_checkpoint_layout({"quantization_config": FP8_DYNAMIC})
     assert (fmt.scheme, fmt.scale_suffix) == ("channel", "weight_scale")
     assert fmt.scale_shape((300, 128)) == (300, 1)
     assert fmt.excludes("model.visual.merger.linear_fc1")  # a re: pattern
@@ -52,10 +52,10 @@ def test_compressed_tensors_fp8_dynamic() -> None:
 
 def test_compressed_tensors_weight_only_fp8_and_block_strategy() -> None:
     weight_only = compressed_tensors({"num_bits": 8, "type": "float", "strategy": "channel"})
-    assert detect_weight_format({"quantization_config": weight_only}).scheme == "channel"
+    assert read_checkpoint_layout({"quantization_config": weight_only}).scheme == "channel"
     block = compressed_tensors({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]},
                                {"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128, "dynamic": True})
-    assert detect_weight_format({"quantization_config": block}).scheme == "block"
+    assert read_checkpoint_layout({"quantization_config": block}).scheme == "block"
 
 
 @pytest.mark.parametrize(("quantization", "named"), [
@@ -78,7 +78,7 @@ def test_compressed_tensors_weight_only_fp8_and_block_strategy() -> None:
 ])
 def test_unsupported_formats_name_the_format_and_an_alternative(quantization: dict, named: str) -> None:
     with pytest.raises(QuantizationFormatError) as caught:
-        detect_weight_format({"quantization_config": quantization})
+        read_checkpoint_layout({"quantization_config": quantization})
     message = str(caught.value)
     assert named in message and "--dtype fp8" in message and "-FP8" in message
     # a model-load error like any other: the window shows it next to the model setting
@@ -86,8 +86,8 @@ def test_unsupported_formats_name_the_format_and_an_alternative(quantization: di
     assert describe_error(caught.value).field == "model.source"
 
 
-BLOCK = WeightFormat("block", "block FP8", "weight_scale_inv", ("lm_head",))
-CHANNEL = WeightFormat("channel", "channel FP8", "weight_scale", ())
+BLOCK = CheckpointLayout("block", "block FP8", "weight_scale_inv", ("lm_head",))
+CHANNEL = CheckpointLayout("channel", "channel FP8", "weight_scale", ())
 
 
 def headers(**tensors: tuple[str, tuple[int, ...]]) -> dict[str, TensorHeader]:
@@ -119,7 +119,7 @@ def test_matching_scales_are_paired_with_their_weights() -> None:
     (headers(a__q__weight=("I8", (128, 128))), UNQUANTIZED, "neither floating point nor FP8"),
     (headers(a__q__bias=("F8_E4M3", (128,))), CHANNEL, "a.q.bias is FP8 but not a 2-D weight"),
 ])
-def test_mismatched_scales_are_refused_with_names(stored: dict, fmt: WeightFormat, complaint: str) -> None:
+def test_mismatched_scales_are_refused_with_names(stored: dict, fmt: CheckpointLayout, complaint: str) -> None:
     with pytest.raises(QuantizationFormatError, match="do not match its quantization") as caught:
         quantized_weight_scales(stored, fmt)
     assert complaint in str(caught.value)

@@ -9,7 +9,8 @@ from torch import nn
 
 from framewise.core.quantization.fp8 import dequantize
 from framewise.core.quantization.linear import Fp8Linear
-from framewise.core.quantization.matmul import fp8_linear, prefill_path, product_input
+from framewise.core.quantization.matmul import fp8_linear, prefill_path
+from framewise.core.quantization.weight_format import product_input
 
 
 def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:

@@ -11,10 +11,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from framewise.core.errors import ModelLoadError, QuantizationFormatError
+from framewise.core.errors import QuantizationFormatError
 from framewise.core.quantization import loading
-from framewise.core.quantization.formats import checkpoint_weight_format, detect_weight_format
+from framewise.core.quantization.formats import read_tensor_headers
 from framewise.core.quantization.fp8 import dequantize
+from framewise.core.quantization.registry import choose_weight_format, declared_weight_format
 from framewise.core.quantization.linear import Fp8Linear
 from tests.core.quantization.fp8_checkpoints import (
     TinyModel,
@@ -50,10 +51,12 @@ def bf16_model(state: dict[str, torch.Tensor]) -> TinyModel:
 def load(
     folder: Path, files: list[Path], quantize: bool = False, stacked_with=lambda name: None
 ) -> tuple[TinyModel, loading.LoadReport]:
+    """Load the checkpoint in ``folder`` into a :class:`TinyModel`: in the format its config
+    declares, quantized on load with ``quantize`` (its language linear layers only), else as floats."""
     model = meta_model()
-    fmt = detect_weight_format(read_config(folder))
+    fmt = choose_weight_format(read_config(folder), "fp8" if quantize else "bfloat16", CPU)
     report = loading.load_checkpoint(
-        model, files, fmt, CPU, torch.bfloat16, quantize_on_load=is_language_linear if quantize else lambda name: False,
+        model, files, fmt, CPU, torch.bfloat16, keep_float=lambda name: not is_language_linear(name),
         stacked_with=stacked_with,
     )
     return model, report
@@ -85,7 +88,7 @@ def test_fp8_checkpoint_loads_as_written(tmp_path: Path, fmt: str, shards: int) 
     state = random_state()
     files = write_checkpoint(tmp_path, state, fmt, shards)
     model, report = load(tmp_path, files)
-    assert sorted(report.fp8_from_checkpoint) == sorted(language_linear_names())
+    assert sorted(report.quantized_from_checkpoint) == sorted(language_linear_names())
     assert report.quantized_on_load == [] and report.unexpected == [] and report.mismatched == [] and report.missing == []
     stored = {name: tensor for file in files for name, tensor in load_file(file).items()}
     scale_suffix = "weight_scale_inv" if fmt == "block" else "weight_scale"
@@ -114,7 +117,7 @@ def test_bf16_checkpoint_quantized_on_load(tmp_path: Path) -> None:
     state = random_state(1)
     files = write_checkpoint(tmp_path, state, "bf16")
     model, report = load(tmp_path, files, quantize=True)
-    assert sorted(report.quantized_on_load) == sorted(language_linear_names()) and report.fp8_from_checkpoint == []
+    assert sorted(report.quantized_on_load) == sorted(language_linear_names()) and report.quantized_from_checkpoint == []
     assert report.missing == [] and report.unexpected == []
     for name in language_linear_names():
         layer = model.get_submodule(name)
@@ -221,7 +224,7 @@ def test_mismatched_scales_are_refused_before_loading(tmp_path: Path) -> None:
     save_file(tensors, files[0])
     model = meta_model()
     with pytest.raises(QuantizationFormatError, match=r"up_proj.weight_scale_inv has shape \[1, 1\], \[3, 2\] expected"):
-        loading.load_checkpoint(model, files, detect_weight_format(read_config(tmp_path)), CPU, torch.bfloat16)
+        loading.load_checkpoint(model, files, declared_weight_format(read_config(tmp_path)), CPU, torch.bfloat16)
     assert loading.meta_tensors(model)  # nothing was read
 
 
@@ -237,20 +240,35 @@ def test_unexpected_mismatched_and_missing_tensors_are_reported(tmp_path: Path) 
     assert report.missing == ["lm_head.weight", "model.language_model.norm.weight"]
 
 
-@pytest.mark.parametrize(("fmt", "scheme", "suffix"), [("bf16", "none", None), ("block", "block", "weight_scale_inv"),
+@pytest.mark.parametrize(("fmt", "scheme", "suffix"), [("bf16", None, None), ("block", "block", "weight_scale_inv"),
                                                         ("channel", "channel", "weight_scale")])
-def test_checkpoint_folder_format(tmp_path: Path, fmt: str, scheme: str, suffix: str | None) -> None:
-    write_checkpoint(tmp_path, random_state(), fmt, shards=2)
-    found, scales = checkpoint_weight_format(tmp_path)
-    assert found.scheme == scheme
-    assert scales == ({} if suffix is None else {f"{name}.weight": f"{name}.{suffix}" for name in language_linear_names()})
+def test_the_format_a_checkpoint_declares_pairs_its_weights_with_their_scales(
+    tmp_path: Path, fmt: str, scheme: str | None, suffix: str | None
+) -> None:
+    files = write_checkpoint(tmp_path, random_state(), fmt, shards=2)
+    declared = declared_weight_format(read_config(tmp_path))
+    assert (declared and declared.scheme) == scheme
+    if declared is not None:
+        scales = declared.checked_scales(read_tensor_headers(files))
+        assert scales == {f"{name}.weight": f"{name}.{suffix}" for name in language_linear_names()}
 
 
-def test_checkpoint_folder_with_a_broken_config(tmp_path: Path) -> None:
-    write_checkpoint(tmp_path, random_state(), "bf16")
-    (tmp_path / "config.json").write_text("{not json")
-    with pytest.raises(ModelLoadError, match="cannot be read as JSON"):
-        checkpoint_weight_format(tmp_path)
+def test_a_checkpoint_stored_in_fp8_turns_the_layers_kept_float_back_into_floats(tmp_path: Path) -> None:
+    """The family keeps the vision tower in floating point: a layer the checkpoint stores in FP8
+    there loads as an ``nn.Linear`` holding the dequantized weight."""
+    state = random_state()
+    files = write_checkpoint(tmp_path, state, "channel")
+    fmt = declared_weight_format(read_config(tmp_path))
+    quantized_everywhere = meta_model()
+    loading.load_checkpoint(quantized_everywhere, files, fmt, CPU, torch.bfloat16)
+    model = meta_model()
+    report = loading.load_checkpoint(model, files, fmt, CPU, torch.bfloat16, keep_float=lambda name: name.endswith("o_proj"))
+    kept = [name for name in language_linear_names() if name.endswith("o_proj")]
+    assert kept and not set(kept) & set(report.quantized_from_checkpoint)
+    for name in kept:
+        layer, stored = model.get_submodule(name), quantized_everywhere.get_submodule(name)
+        assert type(layer) is nn.Linear and layer.weight.dtype == torch.bfloat16
+        assert torch.equal(layer.weight, dequantize(stored.weight, stored.weight_scale, "channel"))
 
 
 def test_fp8_weight_of_a_module_that_is_not_linear_is_refused(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from framewise.core.decoding.dense_layers import step_weights_note
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.errors import QuantizationFormatError
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
@@ -56,7 +57,7 @@ def fp8_linears(model: torch.nn.Module) -> list[str]:
 def test_fp8_setting_quantizes_only_the_decoder_layers() -> None:
     loaded = load_model(ModelSettings(source="demo", device="cpu", dtype="fp8"))
     names = fp8_linears(loaded.model)
-    assert loaded.fp8 and loaded.dtype == torch.float32  # the activations' dtype on the CPU
+    assert loaded.weight_format.weight_dtype == "fp8" and loaded.dtype == torch.float32  # the activations' dtype on the CPU
     layers = loaded.model.config.text_config.num_hidden_layers
     assert len(names) == 7 * layers
     assert all(name.startswith("model.language_model.layers.") for name in names)
@@ -79,6 +80,7 @@ def test_fused_fp8_step_matches_the_models_own_layers() -> None:
     model = load_model(ModelSettings(source="demo", device="cpu", dtype="fp8")).model
     fused, own = Qwen3VLLanguageModel(model), Qwen3VLLanguageModel(model, fused_steps=False)
     assert fused.fused_steps and fused._dense[0].qkv.dtype == torch.float8_e4m3fn
+    assert step_weights_note(fused._dense) == " (FP8 weights)"  # how a GPU's kernel step is described
     # q/k/v are views into the stacked e4m3 matrix, not copies
     attention = model.model.language_model.layers[0].self_attn
     assert attention.k_proj.weight.data_ptr() == fused._dense[0].qkv[attention.q_proj.out_features].data_ptr()
@@ -120,7 +122,7 @@ def test_demo_model_in_fp8_answers_the_clips_as_in_full_precision() -> None:
     for dtype in ("float32", "fp8"):
         answerer = Answerer(ModelSettings(source="demo", device="cpu", dtype=dtype), encoder)
         answers[dtype] = [normalize(a.answer) for seed in HELD_OUT_SEEDS[:CLIPS]
-                          for a in answerer.answer_all(seed, SamplingSettings()) if a.wording == 0]
+                          for a in answerer.answer_all(seed, SamplingSettings(), paraphrased=False)]
     agree = sum(a == b for a, b in zip(answers["float32"], answers["fp8"]))
     assert len(answers["fp8"]) >= 8
     assert agree >= 0.9 * len(answers["fp8"]), (answers["float32"], answers["fp8"])
@@ -131,10 +133,10 @@ def test_fp8_checkpoint_of_each_format_loads_and_answers_like_its_source(tmp_pat
     folder = demo_in(tmp_path, fmt)
     loaded = load_model(ModelSettings(source=str(folder), device="cpu", dtype="auto"))
     names = fp8_linears(loaded.model)
-    assert loaded.fp8  # the checkpoint's own FP8, with no fp8 setting
+    assert loaded.weight_format.weight_dtype == "fp8" and loaded.weight_format.scheme == fmt  # the checkpoint's own, with no fp8 setting
     assert names and all(name.startswith("model.language_model.layers.") for name in names)
     reference_loaded = load_model(ModelSettings(source="demo", device="cpu", dtype="float32"))
-    assert not reference_loaded.fp8
+    assert not reference_loaded.weight_format.quantized
     reference = reference_loaded.model
     tokens = torch.tensor([[5, 17, 99, 3]])
     with torch.no_grad():

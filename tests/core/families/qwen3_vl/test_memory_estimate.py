@@ -13,13 +13,17 @@ from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.families.qwen3_vl import memory
 from framewise.core.quantization import loading
-from framewise.core.quantization.formats import UNQUANTIZED, read_tensor_headers
+from framewise.core.quantization.formats import read_tensor_headers
 from framewise.core.quantization.linear import Fp8Linear
+from framewise.core.quantization.registry import choose_weight_format
 from framewise.core.resources import asset_path
 
 DEMO = asset_path("demo_model")
 DEMO_CONFIG = json.loads((DEMO / "config.json").read_text())
 LANGUAGE_LINEAR = re.compile(r"model\.language_model\.layers\.\d+\.(self_attn|mlp)\.\w+_proj$")
+CPU = torch.device("cpu")
+# The weight format of each dtype setting, for a float checkpoint.
+FORMATS = {setting: choose_weight_format(DEMO_CONFIG, setting, CPU) for setting in ("bfloat16", "fp8")}
 # 8B shapes (Qwen3-VL-8B's config), for sizes that must come out as published
 EIGHT_B = {
     "tie_word_embeddings": False,
@@ -29,6 +33,12 @@ EIGHT_B = {
                       "patch_size": 16, "temporal_patch_size": 2, "in_channels": 3, "num_position_embeddings": 2304,
                       "deepstack_visual_indexes": [8, 16, 24], "spatial_merge_size": 2, "num_heads": 16},
 }
+
+
+def estimate_for(config: dict, setting: str, context_tokens: int, budgets, device_type: str = "cuda",
+             activations: torch.dtype = torch.bfloat16):
+    """:func:`memory.estimate_memory` with the weight format the dtype ``setting`` chooses."""
+    return memory.estimate_memory(config, FORMATS[setting], activations, context_tokens, budgets, device_type)
 
 
 def stored_bytes(model: torch.nn.Module) -> int:
@@ -42,8 +52,8 @@ def demo_model(quantize: bool) -> Qwen3VLForConditionalGeneration:
     torch.manual_seed(0)
     model = Qwen3VLForConditionalGeneration(Qwen3VLConfig.from_dict(DEMO_CONFIG)).to(torch.bfloat16).eval()
     report = loading.load_checkpoint(
-        model, [DEMO / "model.safetensors"], UNQUANTIZED, torch.device("cpu"), torch.bfloat16,
-        quantize_on_load=lambda name: quantize and bool(LANGUAGE_LINEAR.fullmatch(name)),
+        model, [DEMO / "model.safetensors"], FORMATS["fp8" if quantize else "bfloat16"], CPU, torch.bfloat16,
+        keep_float=lambda name: not LANGUAGE_LINEAR.fullmatch(name),
     )
     model.tie_weights()
     assert report.unexpected == [] and report.mismatched == [] and report.missing == []
@@ -53,14 +63,14 @@ def demo_model(quantize: bool) -> Qwen3VLForConditionalGeneration:
 
 def test_bf16_weights_are_the_checkpoints_bytes() -> None:
     stored = sum(2 * torch.Size(header.shape).numel() for header in read_tensor_headers([DEMO / "model.safetensors"]).values())
-    estimate = memory.estimate_memory(DEMO_CONFIG, "bfloat16", 1024, ())
+    estimate = estimate_for(DEMO_CONFIG, "bfloat16", 1024, ())
     assert estimate.weights == stored == stored_bytes(demo_model(quantize=False))
 
 
 def test_fp8_weights_are_what_quantize_on_load_holds() -> None:
     model = demo_model(quantize=True)
     assert sum(isinstance(module, Fp8Linear) for module in model.modules()) == 42
-    assert memory.estimate_memory(DEMO_CONFIG, "fp8", 1024, ()).weights == stored_bytes(model)
+    assert estimate_for(DEMO_CONFIG, "fp8", 1024, ()).weights == stored_bytes(model)
 
 
 def test_demo_model_quantized_on_load_answers_like_bf16() -> None:
@@ -77,14 +87,14 @@ def test_on_the_cpu_fp8_keeps_the_rest_in_float32_and_the_decoder_captures_no_gr
     from framewise.core.settings import ModelSettings
 
     model = load_model(ModelSettings(source="demo", device="cpu", dtype="fp8")).model
-    estimate = memory.estimate_memory(DEMO_CONFIG, "fp8", 4096, (), device_type="cpu")
+    estimate = estimate_for(DEMO_CONFIG, "fp8", 4096, (), device_type="cpu", activations=torch.float32)
     assert estimate.weights == stored_bytes(model)
     assert estimate.kv_cache == StaticKVCache(6, 2, 64, 4096, torch.float32, torch.device("cpu")).nbytes
-    assert estimate.decode_graphs == 0 < memory.estimate_memory(DEMO_CONFIG, "fp8", 4096, ()).decode_graphs
+    assert estimate.decode_graphs == 0 < estimate_for(DEMO_CONFIG, "fp8", 4096, ()).decode_graphs
 
 
 def test_kv_cache_is_the_caches_own_size() -> None:
-    estimate = memory.estimate_memory(DEMO_CONFIG, "fp8", 4096, ())
+    estimate = estimate_for(DEMO_CONFIG, "fp8", 4096, ())
     cache = StaticKVCache(6, 2, 64, 4096, torch.bfloat16, torch.device("cpu"))
     assert estimate.kv_cache == cache.nbytes == 6 * 2 * 2 * 64 * 4096 * 2
 
@@ -97,8 +107,8 @@ def test_8b_shapes() -> None:
     language = decoder.layers * sum(n * k for n, k in decoder.linear_shapes()) + decoder.other_parameters()
     assert language == pytest.approx(8.19e9, rel=0.005)
     assert language + encoder.parameters() == pytest.approx(8.77e9, rel=0.005)
-    bf16 = memory.estimate_memory(EIGHT_B, "bfloat16", 32768, [256, 16384])
-    fp8 = memory.estimate_memory(EIGHT_B, "fp8", 32768, [256, 16384])
+    bf16 = estimate_for(EIGHT_B, "bfloat16", 32768, [256, 16384])
+    fp8 = estimate_for(EIGHT_B, "fp8", 32768, [256, 16384])
     assert bf16.weights - fp8.weights == pytest.approx(decoder.layers * sum(n * k for n, k in decoder.linear_shapes()), rel=0.001)
     assert fp8.kv_cache == bf16.kv_cache == 32768 * 36 * 2 * 8 * 128 * 2
     assert fp8.total < bf16.total and fp8.encoder_graphs == bf16.encoder_graphs
@@ -106,34 +116,34 @@ def test_8b_shapes() -> None:
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "fp8"])
 def test_graph_parts_grow_with_their_settings(dtype: str) -> None:
-    small = memory.estimate_memory(EIGHT_B, dtype, 8192, [256, 1024])
-    large = memory.estimate_memory(EIGHT_B, dtype, 8192, [256, 1024, 16384])
+    small = estimate_for(EIGHT_B, dtype, 8192, [256, 1024])
+    large = estimate_for(EIGHT_B, dtype, 8192, [256, 1024, 16384])
     assert large.encoder_graphs > small.encoder_graphs > 0
-    assert memory.estimate_memory(EIGHT_B, dtype, 8192, ()).encoder_graphs == 0
+    assert estimate_for(EIGHT_B, dtype, 8192, ()).encoder_graphs == 0
     assert large.total == large.weights + large.kv_cache + large.encoder_graphs + large.decode_graphs + large.allocator_rounding
 
 
 def test_encoder_graphs_share_the_largest_budgets_buffers() -> None:
     """Every budget's graph reads views of one set of buffers sized for the largest budget, so
     smaller budgets beside it add nothing."""
-    alone = memory.estimate_memory(EIGHT_B, "fp8", 8192, [16384])
-    with_smaller = memory.estimate_memory(EIGHT_B, "fp8", 8192, [256, 1024, 4096, 16384])
+    alone = estimate_for(EIGHT_B, "fp8", 8192, [16384])
+    with_smaller = estimate_for(EIGHT_B, "fp8", 8192, [256, 1024, 4096, 16384])
     assert with_smaller.encoder_graphs == alone.encoder_graphs
-    assert memory.estimate_memory(EIGHT_B, "fp8", 8192, [4096]).encoder_graphs < alone.encoder_graphs
+    assert estimate_for(EIGHT_B, "fp8", 8192, [4096]).encoder_graphs < alone.encoder_graphs
 
 
 def test_decode_graphs_grow_with_the_context_the_prefill_attends_over() -> None:
     """A follow-up prefill repeats the key/value heads over the whole context: 2 x 32 heads x
     128 dims x 2 bytes a position at the 8B shapes, and its mask one bf16 row of 256 a position."""
-    short = memory.estimate_memory(EIGHT_B, "bfloat16", 4096, ())
-    long = memory.estimate_memory(EIGHT_B, "bfloat16", 8192, ())
+    short = estimate_for(EIGHT_B, "bfloat16", 4096, ())
+    long = estimate_for(EIGHT_B, "bfloat16", 8192, ())
     assert long.decode_graphs - short.decode_graphs == 4096 * (2 * 32 * 128 * 2 + 256 * 2)
 
 
 def test_on_a_gpu_the_allocator_rounding_is_a_share_of_the_parts() -> None:
-    estimate = memory.estimate_memory(EIGHT_B, "fp8", 2816, [256, 16384])
+    estimate = estimate_for(EIGHT_B, "fp8", 2816, [256, 16384])
     parts = estimate.weights + estimate.kv_cache + estimate.encoder_graphs + estimate.decode_graphs
     assert estimate.allocator_rounding == pytest.approx(parts * memory.ALLOCATOR_ROUNDING, abs=1)
     assert estimate.total == parts + estimate.allocator_rounding
     assert "allocator rounding" in estimate.describe()
-    assert memory.estimate_memory(EIGHT_B, "fp8", 2816, (), device_type="cpu").allocator_rounding == 0
+    assert estimate_for(EIGHT_B, "fp8", 2816, (), device_type="cpu").allocator_rounding == 0

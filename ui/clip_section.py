@@ -1,0 +1,94 @@
+"""The Clip section of the window: the preview of every item in the conversation (one tab each), the
+strip of sampled frames of the tab shown, and a title line that describes that item."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QWidget
+
+from framewise.core.events import ClipSampled, FramesRead
+from framewise.ui.clip_tabs import ClipTabs
+from framewise.ui.elided_label import ElidedLabel
+from framewise.ui.frames import ClipPreview, FrameStrip, format_timestamp
+from framewise.ui.section import Section
+
+if TYPE_CHECKING:
+    from framewise.ui.session import Session
+
+
+class ClipSection(Section):
+    """:attr:`preview` (the opened clip's, the first of :attr:`tabs`), :attr:`strip` and :attr:`title`.
+
+    The strip and the title follow the tab shown; ``message(text)`` is a line for the status bar."""
+
+    message = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        title = ElidedLabel("No clip")
+        title.setTextFormat(Qt.TextFormat.PlainText)
+        preview = ClipPreview()
+        tabs = ClipTabs(preview)
+        strip = FrameStrip()
+        super().__init__("Clip", title, tabs, strip, fixed_height=(strip,), parent=parent)
+        self.title, self.preview, self.tabs, self.strip = title, preview, tabs, strip
+        tabs.frame_changed.connect(strip.select_frame)
+        tabs.shown_changed.connect(self._show_tab_clip)
+        strip.frame_selected.connect(lambda index: tabs.current_preview().seek(index))
+
+    def follow(self, session: Session) -> None:
+        """Show the clip the session shows and the items of its conversation; a span chosen on a
+        timeline is looked at closer through it."""
+        signals = session.signals
+        signals.clip_shown.connect(self._show_clip)
+        signals.frames_read.connect(self._add_frames)
+        signals.conversation_reset.connect(lambda conversation, notice: self.tabs.set_items(session.added))
+        signals.item_added.connect(lambda clip, done: self.tabs.set_items(session.added))
+        self.tabs.look_closer_requested.connect(
+            lambda item, start_s, end_s: session.look_closer(start_s, end_s, item)
+            or self.message.emit("Wait for the clip or the answer to finish, then look closer again")
+        )
+
+    def show_moment(self, start_s: float, end_s: float | None) -> None:
+        """A time clicked in the conversation: the preview shown goes there (a range is selected on
+        its timeline) and the strip selects the sampled frame nearest it."""
+        preview = self.tabs.current_preview()
+        nearest = preview.show_moment(start_s, end_s)
+        if nearest < 0:
+            return
+        self.strip.select_frame(nearest)
+        clip = preview.clip
+        if clip is not None and start_s > clip.duration_s:
+            self.message.emit(f"{format_timestamp(start_s)} is past the clip's end ({format_timestamp(clip.duration_s)})")
+
+    def show_item_moment(self, item: int, start_s: float, end_s: float | None) -> None:
+        """A time the answer tied to item ``item`` (its tab) was clicked: that tab is shown and goes there."""
+        if 0 <= item < self.tabs.count():
+            self.tabs.setCurrentIndex(item)
+        self.show_moment(start_s, end_s)
+
+    def _show_clip(self, clip: ClipSampled | None) -> None:
+        self.preview.set_clip(clip)
+        self.tabs.set_main_title(clip.clip_name if clip else "No clip")
+        if self.tabs.current_preview() is self.preview:
+            self._show_tab_clip(clip)
+
+    def _add_frames(self, frames: FramesRead) -> None:
+        if self.tabs.current_preview() is self.preview:
+            self.strip.add_frames(frames)
+
+    def _show_tab_clip(self, clip: ClipSampled | None) -> None:
+        """Another preview tab is shown: the frame strip and the title follow it."""
+        self.strip.set_clip(clip)
+        if clip is None:
+            self.title.setText("No clip")
+            self.title.setToolTip("")
+            return
+        if clip.kind == "image":
+            details = "picture"
+        else:
+            fast = " · fast mode" if clip.sampling_mode == "fast" else ""
+            details = f"{format_timestamp(clip.duration_s)} · {len(clip.timestamps)} frames{fast}"
+        self.title.setText(f"{clip.clip_name} · {clip.width}×{clip.height} · {details}")
+        self.title.setToolTip(clip.path)
