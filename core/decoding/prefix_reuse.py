@@ -104,7 +104,7 @@ class SnapshotPrefix:
             self.state.reset()
             kv.owner = owner
         self._take("turn")
-        if len(kv.tokens) == clip_end:
+        if clip_end and len(kv.tokens) == clip_end:
             self._take("clip")
         return len(kv.tokens)
 
