@@ -101,10 +101,10 @@ class BackendBase(ABC, Generic[ClipT]):
     """The plumbing :class:`AnsweringBackend` implementations share; ``ClipT`` is what each keeps of
     its open clip.
 
-    A subclass serves each of its own public calls inside :meth:`_serving` and sends events through
-    :meth:`_emit`; its work checks ``self._cancel`` (:class:`CancelScope`). Opening a clip, adding one, frames given directly and a
-    question reach it, inside their request, as :meth:`_open_clip`, :meth:`_add_clip`,
-    :meth:`_use_frames` and :meth:`_ask`.
+    A subclass serves each of its own public calls inside :meth:`_serving`, sends events through
+    :meth:`_emit` and checks ``self._cancel`` (:class:`CancelScope`) as it works. Opening a clip,
+    adding one, frames given directly and a question reach it, inside their request, as
+    :meth:`_open_clip`, :meth:`_add_clip`, :meth:`_use_frames` and :meth:`_ask`.
 
     ``clip`` is the item that was opened; ``added`` the clips and pictures added to its
     conversation since, in order; :attr:`clips` all of them.

@@ -54,7 +54,9 @@ class FileRead:
             (info.width, info.height, 0.0), damage=still.damage,
         )
 
-    def clip(self, sample: Sample, arrivals: FrameArrivals, take: Take[T], ended: Callable[[], None]) -> tuple[SampledFrames, T]:
+    def clip(
+        self, sample: Sample, arrivals: FrameArrivals, take: Take[T], ended: Callable[[], None]
+    ) -> tuple[SampledFrames, T]:
         """Sample the clip on a reading thread while this thread runs ``take(report)``; ``report``
         sends how far reading has got and the frames ``arrivals`` (filled by the sampling's sink) got
         since the last report. ``ended`` runs on the reading thread however the read ends.

@@ -29,7 +29,7 @@ from framewise.core.families.base import PreparedVideo
 from framewise.core.metrics import EncoderMetricsAccumulator
 from framewise.core.seam import FamilyLimits
 from framewise.core.settings import AppSettings, EncoderSettings
-from framewise.core.video import SampledFrames, sample_clip
+from framewise.core.video import ReadProgress, SampledClip, SampledFrames, sample_clip
 from framewise.core.video.feed import ChunkFeed, FrameChunk
 from framewise.core.video.thumbnails import clip_sampled
 
@@ -108,16 +108,14 @@ class ClipEncoder:
             finally:
                 feed.close()
 
-        sampled, encoded = read.clip(
-            lambda on_progress: sample_clip(
+        def sample(on_progress: Callable[[ReadProgress], None]) -> SampledClip:
+            return sample_clip(
                 read.path, sampling, sizing, should_cancel=self._cancel.is_set, on_progress=on_progress, sink=feed, span=span
-            ),
-            feed.arrivals,
-            take,
-            feed.end,
-        )
-        joined = _Encoded(loaded.family.join_videos(encoded.videos), encoded.features(), encoded.chunks, encoded.preprocess_ms)
-        return self._finish_clip(joined, sampled, span)
+            )
+
+        sampled, encoded = read.clip(sample, feed.arrivals, take, feed.end)
+        video = loaded.family.join_videos(encoded.videos)
+        return self._finish_clip(_Encoded(video, encoded.features(), encoded.chunks, encoded.preprocess_ms), sampled, span)
 
     def _encode_chunks(self, chunks: Iterator[FrameChunk], report: Callable[[], None]) -> _EncodedParts:
         """Preprocess and encode each chunk of frames as it comes (one encoder pass each)."""

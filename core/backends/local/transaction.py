@@ -111,9 +111,9 @@ class SettingsTransaction:
             if _decoder_shape(self.settings, limits) != _decoder_shape(old, limits):
                 self._rebuild_decoder()
                 rebuilt = True
-        clip_path = before.clip.path if before.clip else None
-        if before.clip and clip_path and (self.settings.model != old.model or self.settings.sampling != old.sampling):
-            self.sample_again([before.clip, *before.added])  # every item stays in the conversation
+        clip = before.clip
+        if clip is not None and clip.path and (self.settings.model != old.model or self.settings.sampling != old.sampling):
+            self.sample_again([clip, *before.added])  # every item stays in the conversation
         return self.engine.info() if rebuilt else None
 
     def _load_beside(self) -> None:
