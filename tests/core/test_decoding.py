@@ -466,7 +466,23 @@ def test_memory_too_small_for_one_question_says_what_one_question_needs(
 # ---------------------------------------------------------------------------- prefills in chunks
 
 
-def recorded_prefills(language: Qwen3VLLanguageModel, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, torch.Tensor]]:
+def cancelling_on_call(count: int):
+    """A forward pre-hook raising CancelledError, as the engine's cancel points do, the
+    ``count``-th time it runs (once per chunk on a layer's module)."""
+    calls = 0
+
+    def hook(module, args) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == count:
+            raise CancelledError("Cancelled.")
+
+    return hook
+
+
+def recorded_prefills(
+    language: Qwen3VLLanguageModel, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[int, torch.Tensor]]:
     """(start, logits) of every plain prefill ``language`` runs from now on."""
     seen: list[tuple[int, torch.Tensor]] = []
     prefill = language.prefill
@@ -528,15 +544,7 @@ def test_a_cancel_inside_a_chunk_keeps_the_chunks_before_it(setup: Setup) -> Non
     the middle of a chunk leaves the cache recording the chunks before it."""
     decoder = Decoder(Qwen3VLLanguageModel(setup.model), 512, 16, use_graphs=True, prefill_chunk_tokens=12)
     inputs, prompt = prompt_for(setup, "Describe the clip.")
-    calls = 0
-
-    def cancel_in_third_chunk(module, args) -> None:
-        nonlocal calls
-        calls += 1
-        if calls == 3:
-            raise CancelledError("Cancelled.")
-
-    handle = setup.model.model.language_model.layers[1].register_forward_pre_hook(cancel_in_third_chunk)
+    handle = setup.model.model.language_model.layers[1].register_forward_pre_hook(cancelling_on_call(3))
     try:
         with pytest.raises(CancelledError):
             answer(decoder, prompt, rule_for(setup))

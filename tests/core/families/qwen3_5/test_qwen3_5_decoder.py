@@ -17,6 +17,7 @@ from framewise.core.errors import CancelledError
 from framewise.core.families.qwen3_5.language import Qwen35LanguageModel
 from framewise.core.families.qwen3_vl.prompt import vision_spans
 from tests.core.families.qwen3_5.checkpoint import tiny_config, tiny_model
+from tests.core.test_decoding import cancelling_on_call
 from tests.core.families.qwen3_5.test_qwen3_5_language import (
     PromptCase,
     assert_relatively_close,
@@ -238,15 +239,8 @@ def test_a_cancel_inside_a_chunk_returns_the_state_to_the_last_chunk(model, monk
     seen = recording(decoder.language, monkeypatch)
     conversation = first_question(model, text=60)
     ids = conversation.case.input_ids[0].tolist()
-    calls = 0
-
-    def cancel_in_fifth_chunk(module, args) -> None:
-        nonlocal calls
-        calls += 1
-        if calls == 5:
-            raise CancelledError("Cancelled.")
-
-    handle = model.model.language_model.layers[1].mlp.register_forward_pre_hook(cancel_in_fifth_chunk)
+    # In the fifth chunk (a linear layer's MLP runs once per chunk).
+    handle = model.model.language_model.layers[1].mlp.register_forward_pre_hook(cancelling_on_call(5))
     try:
         with pytest.raises(CancelledError):
             answer(decoder, conversation)
