@@ -9,7 +9,8 @@ is loaded: the parts of :mod:`framewise.core.families.qwen3_vl.memory`, for a hy
 - The decoder's state (the "KV cache" part): keys and values of the full-attention layers only,
   for the context, plus every linear-attention layer's convolution and recurrent state, the same
   at any length (:meth:`~framewise.core.decoding.hybrid_state.HybridState.bytes_needed`), and the
-  copies of those states the decoder keeps as snapshots (:data:`STATE_SNAPSHOTS`).
+  copies of those states the decoder keeps as snapshots
+  (:data:`~framewise.core.decoding.prefix_reuse.SNAPSHOTS`).
 - The encoder graphs are Qwen3-VL's (the same tower, no deepstack outputs).
 - The decode graphs hold the float32 logits and a pool set by the largest follow-up prefill
   bucket: the widest layer's activations (a Gated DeltaNet layer's projections or a full layer's
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 
 from framewise.core.decoding.hybrid_state import HybridState
+from framewise.core.decoding.prefix_reuse import SNAPSHOTS
 from framewise.core.families.qwen3_5.config import TextShape
 from framewise.core.families.qwen3_vl.memory import (
     CAPTURE_WORKSPACES,
@@ -37,11 +39,6 @@ from framewise.core.families.qwen3_vl.memory import (
 )
 from framewise.core.memory_plan import MemoryEstimate
 from framewise.core.quantization.weight_format import WeightFormat
-
-# Copies of the linear layers' states the decoder keeps besides the live state (the clip prefix,
-# the turn's start, the last prefill chunk).
-STATE_SNAPSHOTS = 3
-
 
 @dataclass(frozen=True)
 class HybridShape:
@@ -111,7 +108,7 @@ def state_bytes(text: TextShape, context_tokens: int, activations: torch.dtype) 
     state = HybridState.bytes_needed(
         text.layer_kinds, text.kv_heads, text.head_dim, text.linear, context_tokens, activations
     )
-    return state + STATE_SNAPSHOTS * text.linear_layers * text.linear.state_bytes(activations)
+    return state + len(SNAPSHOTS) * text.linear_layers * text.linear.state_bytes(activations)
 
 
 def decode_graph_bytes(shape: HybridShape, element: int, context_tokens: int) -> int:

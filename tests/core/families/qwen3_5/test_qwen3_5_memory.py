@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from framewise.core.decoding import Decoder
 from framewise.core.families import family_for
 from framewise.core.families.qwen3_5 import memory
 from framewise.core.loading import load_model
@@ -41,17 +42,15 @@ def test_the_weights_are_what_loading_holds(checkpoint: Path, setting: str) -> N
     assert estimate(config, setting, 64, device_type="cpu", activations=model.dtype).weights == stored_bytes(model.model)
 
 
-def test_the_state_is_the_decoders_state_and_its_snapshots(checkpoint: Path) -> None:
+def test_the_state_is_what_the_decoder_holds_with_its_snapshots(checkpoint: Path) -> None:
     """Keys and values of the one full-attention layer for the context, and four copies (the live
     state, three snapshots) of the two linear layers' convolution and recurrent states."""
     language = load_model(ModelSettings(source=str(checkpoint), device="cpu", dtype="float32")).adapter.language_model()
-    state = language.new_state(300)
-    snapshot = state.snapshot()
-    snapshot_bytes = sum(tensor.nbytes for tensor in (*snapshot.conv, *snapshot.recurrent))
+    decoder = Decoder(language, 320, 16, use_graphs=False)  # a whole number of the decoder's 64-token alignment
     config = json.loads((checkpoint / "config.json").read_text())
-    parts = estimate(config, "float32", 300, device_type="cpu", activations=torch.float32)
-    assert parts.kv_cache == state.nbytes + memory.STATE_SNAPSHOTS * snapshot_bytes
-    assert state.kv.nbytes == 300 * 2 * 2 * 64 * 4  # one layer's keys and values: 2 heads of 64, float32
+    parts = estimate(config, "float32", 320, device_type="cpu", activations=torch.float32)
+    assert parts.kv_cache == decoder.state_bytes
+    assert decoder.state.kv.nbytes == 320 * 2 * 2 * 64 * 4  # one layer's keys and values: 2 heads of 64, float32
     assert parts.decode_graphs == parts.encoder_graphs == parts.allocator_rounding == 0
 
 
