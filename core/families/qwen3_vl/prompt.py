@@ -96,14 +96,8 @@ def build_chat_inputs(
     markers, and ModelLoadError when the tokenizer or its chat template lacks them.
     """
     tokens = _VisionTokens.of(tokenizer)
-    for text in (question, *(part for turn in history for part in turn)):
-        for marker in tokens.reserved:
-            if marker in text:
-                raise FramewiseError(f"The text contains the reserved marker {marker}; remove it and ask again.")
-
-    opening = answer_opening(tokenizer, template_options) if history else ""
-    opening_ids = tokenizer.encode(opening, add_special_tokens=False) if opening else []
-    slotted, decoded = _slot_decoded_answers(history, opening, opening_ids)
+    tokens.refuse_in(question, *(part for turn in history for part in turn))
+    slotted, decoded = _slot_decoded_answers(history, tokenizer, template_options)
     messages = chat_messages(question, videos=len(videos), images=len(images), history=slotted)
     template_text = tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=True, **template_options
@@ -166,12 +160,14 @@ def _pruned(inputs: ChatInputs, videos: Sequence[VideoInputs], merge_area: int, 
 
 
 def _slot_decoded_answers(
-    history: Sequence[tuple[str, str]], opening: str, opening_ids: Sequence[int]
+    history: Sequence[tuple[str, str]], tokenizer: Any, template_options: Mapping[str, Any]
 ) -> tuple[list[tuple[str, str]], list[DecodedAnswer]]:
     """``history`` with every decoded answer replaced by a numbered slot, and those answers in order,
-    each after ``opening`` (its text and ``opening_ids``), what the model saw before the answer."""
+    each after what the model saw before it (:func:`answer_opening`, its text and token ids)."""
     slotted: list[tuple[str, str]] = []
     decoded: list[DecodedAnswer] = []
+    opening = answer_opening(tokenizer, template_options) if history else ""
+    opening_ids = tokenizer.encode(opening, add_special_tokens=False) if opening else []
     for asked, answer in history:
         if isinstance(answer, DecodedAnswer):
             slotted.append((asked, _answer_slot(len(decoded))))
@@ -286,6 +282,13 @@ class _VisionTokens:
     @property
     def reserved(self) -> tuple[str, ...]:
         return (self.vision_start, self.vision_end, self.image_pad, self.video_pad)
+
+    def refuse_in(self, *texts: str) -> None:
+        """Raise FramewiseError when any of ``texts`` holds a reserved vision marker."""
+        for text in texts:
+            for marker in self.reserved:
+                if marker in text:
+                    raise FramewiseError(f"The text contains the reserved marker {marker}; remove it and ask again.")
 
     @classmethod
     def of(cls, tokenizer: Any) -> _VisionTokens:

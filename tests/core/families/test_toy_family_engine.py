@@ -26,12 +26,12 @@ from framewise.core.events import ChunkStats, Event
 from framewise.core.families.base import CancelPoints
 from framewise.core.loading import DEMO_MODEL_DIR
 from framewise.core.quantization.weight_format import WeightFormat
-from framewise.core.seam import DecodedAnswer, FamilyLimits, PieceGrid, VisionSpan
+from framewise.core.seam import DecodedAnswer, FamilyLimits, LanguageLayout, PieceGrid, VisionSpan
 from framewise.core.settings import AppSettings, SamplingSettings
 from framewise.core.video import FrameSizing, Resize
 from tests.conftest import SAMPLE_CLIPS
 from tests.core.encoding.test_manager import ToyAdapter
-from tests.core.families.test_toy_family import TOY_LIMITS, VISION_PAD, VOCAB, BagOfTokensModel
+from tests.core.families.test_toy_family import HIDDEN, TOY_LIMITS, VISION_PAD, VOCAB, BagOfTokensModel
 
 FRAME_SIZE = (2 * TOY_LIMITS.block_side, 3 * TOY_LIMITS.block_side)
 ROW_WIDTH = 3  # a patch row: the patch's mean colour over the frames of its slice
@@ -104,9 +104,14 @@ class EngineToyFamily:
     name = TOY_LIMITS.name
     model_types = ("toy_vl",)
     limits = TOY_LIMITS
+    chat_template_options: dict[str, Any] = {}
 
     def __init__(self) -> None:
         self.calls: list[str] = []
+
+    def language_layout(self, config: dict[str, Any]) -> LanguageLayout:
+        """One layer keeping one key/value head of HIDDEN values."""
+        return LanguageLayout((("full-attention", 1),), 2 * HIDDEN)
 
     def load_weights(
         self, path: Path, model_type: str, weight_format: WeightFormat, dtype: torch.dtype, device: torch.device
