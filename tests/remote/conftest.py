@@ -12,7 +12,7 @@ import os
 import socket
 import subprocess
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Iterator, NamedTuple, Sequence
 
 import pytest
 
@@ -58,11 +58,14 @@ class RunningServer(NamedTuple):
     pid: int
 
 
-def start_server(run_dir: Path, port: int, served_name: str) -> RunningServer:
-    """Start ``serve.sh`` serving the demo model as ``served_name`` on ``port``; wait until it is healthy."""
+def start_server(
+    run_dir: Path, port: int, served_name: str, model: Path | None = None, flags: Sequence[str] = ()
+) -> RunningServer:
+    """Start ``serve.sh`` serving ``model`` (default: the demo model) as ``served_name`` on ``port``,
+    with more vLLM ``flags``; wait until it is healthy."""
     venv = complete_venv()
     started = subprocess.run(
-        ["bash", str(SERVE), str(asset_path("demo_model")), str(port)],
+        ["bash", str(SERVE), str(model or asset_path("demo_model")), str(port), *flags],
         env=_serve_environment(venv, run_dir, served_name), capture_output=True, text=True,
         timeout=START_TIMEOUT_S + 60,
     )

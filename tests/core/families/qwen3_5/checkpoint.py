@@ -58,18 +58,20 @@ TOY_IDS = {ENDOFTEXT: 294, IM_END: 295, IMAGE_PAD: 296, VIDEO_PAD: 297, VISION_S
 
 
 def tiny_config(
-    vocab_size: int = 300, special_ids: dict[str, int] = TOY_IDS, layer_types: Sequence[str] = LAYER_TYPES
+    vocab_size: int = 300, special_ids: dict[str, int] = TOY_IDS, layer_types: Sequence[str] = LAYER_TYPES,
+    linear_head_dim: int = 16,
 ) -> Qwen3_5Config:
     """Qwen3.5 at toy sizes: hidden 64, full attention 4 heads over 2 key/value heads of 64 with
     rotary on a quarter (16 dims, interleaved mrope [3, 3, 2] in the released 11:11:10 proportion),
-    linear attention 2 key heads and 4 value heads of 16 (each key head serving two value heads,
-    as in the released 9B), a 4-tap convolution; a one-block vision tower of patch 16, merge 2."""
+    linear attention 2 key heads and 4 value heads of ``linear_head_dim`` (each key head serving
+    two value heads, as in the released 9B), a 4-tap convolution; a one-block vision tower of patch
+    16, merge 2."""
     text = {
         "vocab_size": vocab_size, "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": len(layer_types), "layer_types": list(layer_types),
         "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-        "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
-        "linear_value_head_dim": 16, "linear_conv_kernel_dim": 4, "max_position_embeddings": 4096,
+        "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": linear_head_dim,
+        "linear_value_head_dim": linear_head_dim, "linear_conv_kernel_dim": 4, "max_position_embeddings": 4096,
         "rope_parameters": {
             "rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25,
             "mrope_section": [3, 3, 2], "mrope_interleaved": True,
@@ -110,13 +112,15 @@ def _spread(name: str, parameter: torch.nn.Parameter) -> None:
         parameter.add_(torch.empty_like(parameter).uniform_(-0.5, 0.5))
 
 
-def write_tiny_checkpoint(folder: Path, seed: int = 0, layer_types: Sequence[str] = LAYER_TYPES) -> Path:
+def write_tiny_checkpoint(
+    folder: Path, seed: int = 0, layer_types: Sequence[str] = LAYER_TYPES, linear_head_dim: int = 16
+) -> Path:
     """Write a loadable tiny Qwen3.5 checkpoint into ``folder``: config.json and model.safetensors
     of :func:`tiny_model`, the demo model's tokenizer files and :data:`CHAT_TEMPLATE`; the
     vocabulary and special token ids are the tokenizer's, an answer ends at ``<|im_end|>``.
     Returns ``folder``."""
     tokenizer = AutoTokenizer.from_pretrained(DEMO_MODEL)
-    config = tiny_config(len(tokenizer), special_token_ids(tokenizer), layer_types)
+    config = tiny_config(len(tokenizer), special_token_ids(tokenizer), layer_types, linear_head_dim)
     model = tiny_model(config, seed)
     ids = special_token_ids(tokenizer)
     model.generation_config = GenerationConfig(eos_token_id=[ids[IM_END], ids[ENDOFTEXT]], pad_token_id=ids[ENDOFTEXT])
