@@ -71,7 +71,8 @@ def test_two_clips_and_a_picture_reach_the_server_as_this_machines_prompt(vllm_s
     tokenized = httpx.post(f"{vllm_server}/tokenize", json=body, timeout=300)
     assert tokenized.status_code == 200, tokenized.text
     served_prompt = tokenized.json()["tokens"]
-    assert served_prompt == local._build_prompt(question, local._prompt_items()).input_ids[0].tolist()
+    prompt_items = sorted(local.clips, key=lambda item: item.kind == "image")  # clips, then pictures
+    assert served_prompt == local._answerer._build_prompt(question, prompt_items).input_ids[0].tolist()
     assert least_clip_tokens(remote.clips, remote.limits) <= len(served_prompt)  # the context check's bound holds
     answer = remote.ask(question)
     assert answer.stats.server.finish_reason in ("stop", "length") and answer.stats.server.prompt_tokens == len(served_prompt)
