@@ -92,7 +92,7 @@ class ClipEncoder:
         self._emit(Progress("encode", 0, 1, f"Encoding {len(timestamps)} frames"))
         with cancel_points(loaded.family.cancel_points(loaded.model).vision, self._cancel):
             output = self.parts.require_encoder().encode([video.item])
-        encoded = _Encoded(video, output.items[0], tuple(output.chunks), preprocess_ms)
+        encoded = _Encoded(video.without_pixels(), output.items[0], tuple(output.chunks), preprocess_ms)
         return self._finish_clip(encoded, sampled)
 
     def _stream_clip(self, read: FileRead, settings: AppSettings, span: tuple[float, float] | None) -> EncodedClip:
@@ -130,7 +130,7 @@ class ClipEncoder:
             self._cancel.raise_if_cancelled()
             with cancel_points(loaded.family.cancel_points(loaded.model).vision, self._cancel):
                 output = encoder.encode([video.item])
-            parts.add(video, output.items[0], output.chunks)
+            parts.add(video.without_pixels(), output.items[0], output.chunks)
             report()
         return parts
 
@@ -158,7 +158,9 @@ class ClipEncoder:
             output = self.parts.require_encoder().encode([item])
         self._cancel.raise_if_cancelled()  # a cancel during the last pass still keeps the previous clip
         summary = self._report_encoded(item, output.chunks, picture, preprocess_ms)
-        return EncodedClip(path=picture.path, video=None, image=item, features=output.items[0], summary=summary)
+        return EncodedClip(
+            path=picture.path, video=None, image=item.without_pixels(), features=output.items[0], summary=summary
+        )
 
     def _report_encoded(
         self,

@@ -52,6 +52,10 @@ class VideoInputs:
     pair_timestamps: tuple[float, ...]
     retention: Retention | None = None
 
+    def without_pixels(self) -> VideoInputs:
+        """The clip once encoded: what its prompt needs (grid and pair times), no pixel rows."""
+        return VideoInputs(self.item.without_pixels(), self.pair_timestamps)
+
 
 # ---------------------------------------------------------------------------------------------
 # Pixels
