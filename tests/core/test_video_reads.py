@@ -227,6 +227,20 @@ def test_a_read_waiting_for_a_slow_consumer_of_its_frames_is_not_timed_out(gop_c
     assert len(sampled.timestamps) == 20 and set(sink.handed) == set(range(20))
 
 
+def test_the_kept_frames_are_stacked_without_holding_them_twice():
+    import weakref
+
+    class Frame(np.ndarray):  # a plain array cannot be referenced weakly
+        pass
+
+    kept = [(np.full((2, 3, 3), index, np.uint8).view(Frame), index / 2) for index in range(3)]
+    kept.append(kept[-1])  # a frame taken for two targets
+    watched = [weakref.ref(rgb) for rgb, _ in kept]
+    stacked = pyav_reader._stacked(kept)
+    assert stacked[:, 0, 0, 0].tolist() == [0, 1, 2, 2] and type(stacked) is np.ndarray
+    assert kept == [None] * 4 and all(ref() is None for ref in watched)  # each freed once copied
+
+
 @pytest.mark.parametrize("fast_mode", ["off", "on"])
 def test_parallel_decoders_take_the_same_frames_as_one(gop_clip, workers, fast_mode):
     sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=48, fast_mode=fast_mode)
