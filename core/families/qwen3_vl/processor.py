@@ -19,6 +19,7 @@ transformers' ``Qwen3VLVideoProcessor`` and ``Qwen2VLImageProcessor``;
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -53,8 +54,8 @@ class VideoInputs:
     retention: Retention | None = None
 
     def without_pixels(self) -> VideoInputs:
-        """The clip once encoded: what its prompt needs (grid and pair times), no pixel rows."""
-        return VideoInputs(self.item.without_pixels(), self.pair_timestamps)
+        """The clip once encoded: what its prompt needs (grid, pair times, retention), no pixel rows."""
+        return dataclasses.replace(self, item=self.item.without_pixels())
 
 
 # ---------------------------------------------------------------------------------------------
