@@ -157,6 +157,24 @@ def test_frames_reach_the_strip_while_the_clip_is_read_before_its_encode_ends(mo
         np.testing.assert_array_equal(thumbnail, sampled.thumbnails[index])
 
 
+def test_a_clip_read_on_the_cpu_is_encoded_on_one_torch_thread_beside_the_decoders(moving_clip):
+    engine = Engine(SEVERAL_PASSES)
+    engine.load()
+    suite_threads = torch.get_num_threads()  # the suite runs on one; a person's machine on every core
+    torch.set_num_threads(2)
+    seen = []
+    hooks = [block.register_forward_pre_hook(lambda module, args: seen.append(torch.get_num_threads()))
+             for block in _vision_blocks(engine)]
+    try:
+        engine.open_clip(moving_clip)
+        assert torch.get_num_threads() == 2  # put back for the prefill and the answers
+    finally:
+        torch.set_num_threads(suite_threads)
+        for hook in hooks:
+            hook.remove()
+    assert seen and set(seen) == {1}
+
+
 def test_stop_in_the_middle_of_a_streamed_encode_ends_it_within_half_a_second_and_keeps_the_rest(tmp_path):
     engine = Engine(SEVERAL_PASSES)
     engine.load()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,7 +105,8 @@ class ClipEncoder:
 
         def take(report: Callable[[], None]) -> _EncodedParts:
             try:
-                return self._encode_chunks(feed.chunks(idle=report), report)
+                with _one_thread_beside_the_decoders(loaded.device):
+                    return self._encode_chunks(feed.chunks(idle=report), report)
             finally:
                 feed.close()
 
@@ -179,6 +181,23 @@ class ClipEncoder:
             chunks=sent, metrics=metrics,
         )
         return self._stamp(summary)
+
+
+@contextmanager
+def _one_thread_beside_the_decoders(device: torch.device) -> Iterator[None]:
+    """On a CPU, preprocess and encode a clip being read on one of torch's intra-op threads (this
+    thread's own count, put back after). FFmpeg's decoders take every core meanwhile, and beside
+    them torch's OpenMP workers spin-wait: a pass of the demo tower over 64 frame pairs took 2 to 7
+    times as long on two threads as on one (the shared 2-core machine, its load average 10-12)."""
+    if device.type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def chunk_frames(count: int, size: tuple[int, int], encoder: EncoderSettings, limits: FamilyLimits) -> list[int]:
