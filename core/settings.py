@@ -137,7 +137,9 @@ class SamplingSettings:
             return
         per_slice = limits.frames_per_slice if limits else 1
         fitting = self.max_pixels // self.min_pixels_per_frame // per_slice * per_slice
-        fewer = f", or lower {FIELD_WORDS['sampling.max_frames']} to at most {fitting:,}" if fitting >= self.min_frames else ""
+        fewer = ""
+        if fitting >= self.min_frames:
+            fewer = f", or lower {FIELD_WORDS['sampling.max_frames']} to at most {fitting:,}"
         tokens = f" ({limits.video_tokens(needed):,} video tokens)" if limits else ""
         raise SettingsError(
             "sampling.max_pixels",
