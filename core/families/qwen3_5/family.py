@@ -1,5 +1,5 @@
 """Qwen3.5 as a :class:`~framewise.core.families.base.ModelFamily`: Qwen3-VL's family with its
-own classes, weights, language model, memory estimate and chat-template options.
+own classes, weights, language model, memory estimate (:mod:`.memory`) and chat-template options.
 
 Everything that touches pixels and prompts is Qwen3-VL's, as transformers has it (the tower is
 Qwen3-VL's, ``qwen3_5`` maps to ``Qwen3VLProcessor``): frame sizing, preprocessing, the prompt's
@@ -8,7 +8,7 @@ torch until a checkpoint is loaded or a clip preprocessed."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     import torch
 
     from framewise.core.families.qwen3_5.adapter import Qwen35Adapter
-    from framewise.core.memory_plan import MemoryEstimate
     from framewise.core.quantization.weight_format import WeightFormat
 
 # Layer kinds as transformers names them -> as people are told them.
@@ -40,6 +39,7 @@ class Qwen35Family(Qwen3VLFamily):
     model_types = MODEL_TYPES
     limits = QWEN3_5_LIMITS
     model_classes: Mapping[str, str] = MappingProxyType({"qwen3_5": "Qwen3_5ForConditionalGeneration"})
+    memory_module = "framewise.core.families.qwen3_5.memory"
     chat_template_options: Mapping[str, Any] = MappingProxyType({"enable_thinking": False})
 
     def load_streamed(
@@ -50,14 +50,6 @@ class Qwen35Family(Qwen3VLFamily):
         from framewise.core.families.qwen3_5 import weights
 
         return weights.load_streamed(model_class, path, weight_format, dtype, device)
-
-    def estimate_memory(
-        self, config: Mapping[str, Any], weight_format: WeightFormat, activations: torch.dtype, context_tokens: int,
-        encoder_budgets: Sequence[int], device_type: str,
-    ) -> MemoryEstimate:
-        from framewise.core.families.qwen3_5 import memory
-
-        return memory.estimate_memory(config, weight_format, activations, context_tokens, encoder_budgets, device_type)
 
     def language_layout(self, config: Mapping[str, Any]) -> LanguageLayout:
         """Linear-attention and full-attention layers; only the latter keep keys and values."""

@@ -11,7 +11,8 @@ is loaded: the parts of :mod:`framewise.core.families.qwen3_vl.memory`, for a hy
   at any length (:meth:`~framewise.core.decoding.hybrid_state.HybridState.bytes_needed`), and the
   copies of those states the decoder keeps as snapshots
   (:data:`~framewise.core.decoding.prefix_reuse.SNAPSHOTS`).
-- The encoder graphs are Qwen3-VL's (the same tower, no deepstack outputs).
+- The encoder graphs are Qwen3-VL's (the same tower, no deepstack outputs), and so are the features
+  an open clip keeps (a merged row per video token, no deepstack rows).
 - The decode graphs hold the float32 logits and a pool set by the largest follow-up prefill
   bucket: the widest layer's activations (a Gated DeltaNet layer's projections or a full layer's
   gated queries, keys and values, and the MLP), the full layer's keys and values repeated for every
@@ -34,6 +35,7 @@ from framewise.core.families.qwen3_vl.memory import (
     CAPTURE_WORKSPACES,
     PREFILL_TOKENS,
     EncoderShape,
+    clip_feature_bytes,
     encoder_graph_bytes,
     with_allocator_rounding,
 )
@@ -130,10 +132,13 @@ def estimate_memory(
     context_tokens: int,
     encoder_budgets: Sequence[int],
     device_type: str = "cuda",
+    clip_tokens: int = 0,
 ) -> MemoryEstimate:
     """The device memory a Qwen3.5 checkpoint with this config.json (a dict) takes on a
     ``device_type`` device, as :func:`~framewise.core.families.qwen3_vl.memory.estimate_memory`
-    words it for Qwen3-VL; the ``kv_cache`` part is the whole decoder state (:func:`state_bytes`)."""
+    words it for Qwen3-VL (an open clip of ``clip_tokens`` video tokens keeps one merged row a
+    token: the tower has no deepstack layers); the ``kv_cache`` part is the whole decoder state
+    (:func:`state_bytes`)."""
     shape = HybridShape.from_config(config)
     encoder = EncoderShape.from_config(config["vision_config"])
     element = activations.itemsize
@@ -142,5 +147,6 @@ def estimate_memory(
         kv_cache=state_bytes(shape.text, context_tokens, activations),
         encoder_graphs=encoder_graph_bytes(encoder, encoder_budgets, element),
         decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(shape, element, context_tokens),
+        clip_features=clip_feature_bytes(encoder, clip_tokens, element),
     )
     return with_allocator_rounding(parts, device_type)

@@ -8,6 +8,7 @@ messages without them (:mod:`.sizing` and :mod:`.chat` need no torch)."""
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -60,6 +61,8 @@ class Qwen3VLFamily:
     model_classes: Mapping[str, str] = MappingProxyType(
         {"qwen3_vl": "Qwen3VLForConditionalGeneration", "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration"}
     )
+    # The module whose estimate_memory counts a checkpoint (imported when first asked: it needs torch).
+    memory_module = "framewise.core.families.qwen3_vl.memory"
     # Keywords every rendering of the chat template gets (a served model's too): none.
     chat_template_options: Mapping[str, Any] = MappingProxyType({})
 
@@ -97,11 +100,12 @@ class Qwen3VLFamily:
 
     def estimate_memory(
         self, config: Mapping[str, Any], weight_format: WeightFormat, activations: torch.dtype, context_tokens: int,
-        encoder_budgets: Sequence[int], device_type: str,
+        encoder_budgets: Sequence[int], device_type: str, clip_tokens: int = 0,
     ) -> MemoryEstimate:
-        from framewise.core.families.qwen3_vl import memory
-
-        return memory.estimate_memory(config, weight_format, activations, context_tokens, encoder_budgets, device_type)
+        memory = importlib.import_module(self.memory_module)
+        return memory.estimate_memory(
+            config, weight_format, activations, context_tokens, encoder_budgets, device_type, clip_tokens
+        )
 
     def language_layout(self, config: Mapping[str, Any]) -> LanguageLayout:
         """Every layer full attention."""

@@ -1,7 +1,7 @@
 """The card-fit table of docs/models.md is the memory estimate of each released size of both
 families (:mod:`tests.core.families.released_configs`) at default settings, in bf16 and fp8, and
-in fp8 with a long context: when the estimate or a shape changes, this test prints the table to
-paste."""
+in fp8 with a long context, counted as loading counts it (the largest clip's features included):
+when the estimate or a shape changes, this test prints the table to paste."""
 
 from __future__ import annotations
 
@@ -28,9 +28,10 @@ def estimated_gib(config: dict, setting: str, settings: AppSettings) -> str:
     """The estimate's total on a CUDA card for ``settings`` with the dtype ``setting``, in GiB."""
     family = family_for(config["model_type"])
     weight_format = choose_weight_format(config, setting, torch.device("cuda"))
-    budgets = settings.encoder.token_budgets(family.limits)
-    context = settings.context_tokens(family.limits)
-    estimate = family.estimate_memory(config, weight_format, torch.bfloat16, context, budgets, "cuda")
+    limits = family.limits
+    budgets, context = settings.encoder.token_budgets(limits), settings.context_tokens(limits)
+    clip_tokens = limits.video_tokens(settings.sampling.max_pixels)  # as loading's estimate counts them
+    estimate = family.estimate_memory(config, weight_format, torch.bfloat16, context, budgets, "cuda", clip_tokens)
     return f"{estimate.total / GIB:.1f} GiB"
 
 

@@ -14,9 +14,13 @@ import numpy as np
 import pytest
 import torch
 
+from framewise.core.backends.local.clip_encoder import EncodedClip
 from framewise.core.backends.local.engine import Engine
+from framewise.core.encoding.defs import VisionItem
 from framewise.core.events import Done, Event, Token
 from framewise.core.settings import AppSettings
+from framewise.core.video import sample_clip
+from framewise.core.video.still import read_still
 from tests.conftest import SAMPLE_CLIPS
 from tests.core.families.qwen3_5.checkpoint import write_tiny_checkpoint
 
@@ -61,21 +65,32 @@ def picture(folder: Path) -> Path:
     return path
 
 
+def read_again(engine: Engine, item: EncodedClip) -> VisionItem:
+    """An open item's pixel rows, read and preprocessed again as the engine did (it keeps only
+    their features)."""
+    loaded, sampling = engine.loaded, engine.settings.sampling
+    if item.kind == "image":
+        again = loaded.family.preprocess_image(read_still(item.path).pixels, loaded.limits)
+    else:
+        sampled = sample_clip(item.path, sampling, loaded.family.frame_sizing(sampling, loaded.limits))
+        again = loaded.family.preprocess_video(sampled.frames, sampled.timestamps, loaded.limits).item
+    assert again.grid_thw == (item.image or item.video.item).grid_thw
+    return again
+
+
 def generated(engine: Engine, question: str, new_tokens: int = NEW_TOKENS) -> list[int]:
     """generate()'s greedy answer ids (end token left out) with the model's own tower over the
     prompt the engine builds for ``question`` after the conversation so far."""
     loaded = engine.loaded
     items = sorted(engine.clips, key=lambda item: item.kind == "image")  # clips, then pictures
     inputs = engine._answerer._build_prompt(question, items, engine.turns)
-    videos = [item.video.item for item in items if item.video is not None]
-    images = [item.image for item in items if item.image is not None]
     pixels = {}
-    if videos:
-        pixels["pixel_values_videos"] = torch.cat([item.pixel_values for item in videos])
-        pixels["video_grid_thw"] = torch.tensor([item.grid_thw for item in videos])
-    if images:
-        pixels["pixel_values"] = torch.cat([item.pixel_values for item in images])
-        pixels["image_grid_thw"] = torch.tensor([item.grid_thw for item in images])
+    keys = (("video", "pixel_values_videos", "video_grid_thw"), ("image", "pixel_values", "image_grid_thw"))
+    for kind, rows, grids in keys:
+        chosen = [read_again(engine, item) for item in items if item.kind == kind]
+        if chosen:
+            pixels[rows] = torch.cat([item.pixel_values for item in chosen])
+            pixels[grids] = torch.tensor([item.grid_thw for item in chosen])
     with torch.inference_mode():
         output = loaded.model.generate(
             input_ids=inputs.input_ids, attention_mask=torch.ones_like(inputs.input_ids),
