@@ -22,6 +22,7 @@ from tests.core.families.released_configs import RELEASED
 
 QWEN3_5 = family_for("qwen3_5")
 CPU = torch.device("cpu")
+FLOAT = choose_weight_format({}, "bfloat16", CPU)
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +107,13 @@ def test_graph_parts_grow_with_their_settings() -> None:
         2 * 16 * 256 * 2 + 256 * 2
     )
     assert long.total == long.weights + long.kv_cache + long.encoder_graphs + long.decode_graphs + long.allocator_rounding
+
+
+def test_an_open_clip_keeps_one_merged_row_a_token() -> None:
+    """The tower has no deepstack layers: 4,096 bf16 values a video token at the 9B's width,
+    against four times that on Qwen3-VL-8B."""
+    nine_b = QWEN3_5.estimate_memory(RELEASED["Qwen3.5-9B"], FLOAT, torch.bfloat16, 4096, (), "cpu", 12_288)
+    eight_b = family_for("qwen3_vl").estimate_memory(RELEASED["Qwen3-VL-8B"], FLOAT, torch.bfloat16, 4096, (), "cpu",
+                                                     12_288)
+    assert nine_b.clip_features == 12_288 * 4096 * 2 and eight_b.clip_features == 4 * nine_b.clip_features
+    assert nine_b.total == nine_b.at_load + nine_b.clip_features
