@@ -13,7 +13,8 @@ from framewise.core.backends.local.engine import Engine
 from tests.app.test_cli import framewise
 from tests.conftest import SAMPLE_CLIPS
 from tests.core.families.qwen3_5.checkpoint import write_tiny_checkpoint
-from tests.core.families.qwen3_5.test_qwen3_5_engine import picture, settings_for
+from tests.core.families.qwen3_5.test_qwen3_5_engine import settings_for
+from tests.core.test_images import red_square_picture
 
 CLIP = SAMPLE_CLIPS / "red_square_moves_right.mp4"
 
@@ -39,7 +40,7 @@ def test_info_names_qwen3_5_its_layers_and_the_keys_and_values_a_token_takes(che
 
 
 def test_ask_answers_about_a_clip_and_a_picture_as_the_engine_does(checkpoint: Path, tmp_path: Path) -> None:
-    still = picture(tmp_path)
+    still = red_square_picture(tmp_path)
     engine = Engine(settings_for(checkpoint))
     engine.load()
     engine.open_clip(CLIP)

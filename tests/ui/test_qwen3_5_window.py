@@ -10,7 +10,8 @@ import pytest
 from PySide6.QtCore import Qt
 
 from tests.core.families.qwen3_5.checkpoint import write_tiny_checkpoint
-from tests.core.families.qwen3_5.test_qwen3_5_engine import picture, settings_for
+from tests.core.families.qwen3_5.test_qwen3_5_engine import settings_for
+from tests.core.test_images import red_square_picture
 from tests.ui.test_end_to_end import real_engine
 from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, open_and_wait, wait_ready
 from tests.ui.test_two_items import wait_items
@@ -30,7 +31,7 @@ def test_the_window_names_qwen3_5_and_keeps_a_conversation_about_a_clip_and_a_pi
     assert window.status_bar.engine_label.text().startswith("tiny · Qwen3.5 · cpu · float32")
 
     open_and_wait(qtbot, window, sample_clip)
-    window.clip_files.add(str(picture(tmp_path)))
+    window.clip_files.add(str(red_square_picture(tmp_path)))
     wait_items(qtbot, window, 1)
     ask_and_wait(qtbot, window, "What is red?")
     ask_and_wait(qtbot, window, "And what moves?")

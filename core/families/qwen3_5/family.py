@@ -1,5 +1,6 @@
 """Qwen3.5 as a :class:`~framewise.core.families.base.ModelFamily`: Qwen3-VL's family with its
-own classes, weights, language model, memory estimate (:mod:`.memory`) and chat-template options.
+own classes, weights, language model, language sizes for the memory estimate (:mod:`.memory`) and
+chat-template options.
 
 Everything that touches pixels and prompts is Qwen3-VL's, as transformers has it (the tower is
 Qwen3-VL's, ``qwen3_5`` maps to ``Qwen3VLProcessor``): frame sizing, preprocessing, the prompt's
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     import torch
 
     from framewise.core.families.qwen3_5.adapter import Qwen35Adapter
+    from framewise.core.families.qwen3_5.memory import HybridShape
     from framewise.core.quantization.weight_format import WeightFormat
 
 # Layer kinds as transformers names them -> as people are told them.
@@ -39,7 +41,6 @@ class Qwen35Family(Qwen3VLFamily):
     model_types = MODEL_TYPES
     limits = QWEN3_5_LIMITS
     model_classes: Mapping[str, str] = MappingProxyType({"qwen3_5": "Qwen3_5ForConditionalGeneration"})
-    memory_module = "framewise.core.families.qwen3_5.memory"
     chat_template_options: Mapping[str, Any] = MappingProxyType({"enable_thinking": False})
 
     def load_streamed(
@@ -50,6 +51,12 @@ class Qwen35Family(Qwen3VLFamily):
         from framewise.core.families.qwen3_5 import weights
 
         return weights.load_streamed(model_class, path, weight_format, dtype, device)
+
+    def language_shape(self, config: Mapping[str, Any]) -> HybridShape:
+        """The hybrid language model's sizes for the memory estimate (:mod:`.memory`)."""
+        from framewise.core.families.qwen3_5.memory import HybridShape
+
+        return HybridShape.from_config(config)
 
     def language_layout(self, config: Mapping[str, Any]) -> LanguageLayout:
         """Linear-attention and full-attention layers; only the latter keep keys and values."""

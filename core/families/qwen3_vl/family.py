@@ -8,7 +8,6 @@ messages without them (:mod:`.sizing` and :mod:`.chat` need no torch)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
 
     from framewise.core.encoding.defs import VisionItem
     from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
+    from framewise.core.families.qwen3_vl.memory import LanguageShape
     from framewise.core.families.qwen3_vl.processor import VideoInputs
     from framewise.core.families.qwen3_vl.prompt import ChatInputs
     from framewise.core.memory_plan import MemoryEstimate
@@ -61,8 +61,6 @@ class Qwen3VLFamily:
     model_classes: Mapping[str, str] = MappingProxyType(
         {"qwen3_vl": "Qwen3VLForConditionalGeneration", "qwen3_vl_moe": "Qwen3VLMoeForConditionalGeneration"}
     )
-    # The module whose estimate_memory counts a checkpoint (imported when first asked: it needs torch).
-    memory_module = "framewise.core.families.qwen3_vl.memory"
     # Keywords every rendering of the chat template gets (a served model's too): none.
     chat_template_options: Mapping[str, Any] = MappingProxyType({})
 
@@ -102,10 +100,18 @@ class Qwen3VLFamily:
         self, config: Mapping[str, Any], weight_format: WeightFormat, activations: torch.dtype, context_tokens: int,
         encoder_budgets: Sequence[int], device_type: str, clip_tokens: int = 0,
     ) -> MemoryEstimate:
-        memory = importlib.import_module(self.memory_module)
-        return memory.estimate_memory(
-            config, weight_format, activations, context_tokens, encoder_budgets, device_type, clip_tokens
+        from framewise.core.families.qwen3_vl import memory
+
+        return memory.estimate_parts(
+            self.language_shape(config), config["vision_config"], weight_format, activations, context_tokens,
+            encoder_budgets, device_type, clip_tokens,
         )
+
+    def language_shape(self, config: Mapping[str, Any]) -> LanguageShape:
+        """The language model's sizes as the memory estimate asks them, from config.json (a dict)."""
+        from framewise.core.families.qwen3_vl.memory import DecoderShape
+
+        return DecoderShape.from_config(config["text_config"], bool(config.get("tie_word_embeddings", False)))
 
     def language_layout(self, config: Mapping[str, Any]) -> LanguageLayout:
         """Every layer full attention."""

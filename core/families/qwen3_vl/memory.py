@@ -37,7 +37,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -96,6 +96,40 @@ class DecoderShape:
         heads = 1 if self.tied_embeddings else 2
         return heads * self.vocab * self.hidden + self.layers * per_layer_norms + self.hidden
 
+    def weight_bytes(self, weight_format: WeightFormat, activations: torch.dtype) -> int:
+        """The decoder layers' linear layers in ``weight_format``, the rest in ``activations``."""
+        linears = self.layers * sum(weight_format.linear_bytes(shape, activations) for shape in self.linear_shapes())
+        return linears + activations.itemsize * self.other_parameters()
+
+    def state_bytes(self, context_tokens: int, activations: torch.dtype) -> int:
+        """Every layer's keys and values for ``context_tokens`` positions."""
+        return StaticKVCache.bytes_needed(self.layers, self.kv_heads, self.head_dim, context_tokens, activations)
+
+    def values_per_token(self) -> int:
+        """Activations one token holds inside a layer: hidden pair, q/k/v, gate/up and their product."""
+        return 2 * self.hidden + (self.heads + 2 * self.kv_heads) * self.head_dim + 3 * self.intermediate
+
+
+class LanguageShape(Protocol):
+    """What the estimate asks of a language model's sizes (:class:`DecoderShape` for Qwen3-VL's dense
+    one, a family's own for another): ``vocab``, and the attention's ``heads`` of ``head_dim``."""
+
+    vocab: int
+    heads: int
+    head_dim: int
+
+    def weight_bytes(self, weight_format: WeightFormat, activations: torch.dtype) -> int:
+        """Bytes of the language model's weights."""
+        ...
+
+    def state_bytes(self, context_tokens: int, activations: torch.dtype) -> int:
+        """Bytes of what the decoder keeps for ``context_tokens`` positions."""
+        ...
+
+    def values_per_token(self) -> int:
+        """Activations one token holds inside its widest layer."""
+        ...
+
 
 @dataclass(frozen=True)
 class EncoderShape:
@@ -137,13 +171,6 @@ class EncoderShape:
         return embeddings + self.depth * block + mergers
 
 
-def weight_bytes(decoder: DecoderShape, encoder: EncoderShape, weight_format: WeightFormat, activations: torch.dtype) -> int:
-    """Bytes of every weight: the decoder layers' linear layers in ``weight_format``, the rest in
-    ``activations``."""
-    linears = decoder.layers * sum(weight_format.linear_bytes(shape, activations) for shape in decoder.linear_shapes())
-    return linears + activations.itemsize * (decoder.other_parameters() + encoder.parameters())
-
-
 def encoder_graph_bytes(encoder: EncoderShape, budgets: Sequence[int], element: int) -> int:
     """The static buffers and the pool, both set by the largest of ``budgets`` (patch rows), and
     the capture's workspaces."""
@@ -163,14 +190,14 @@ def encoder_graph_bytes(encoder: EncoderShape, budgets: Sequence[int], element: 
     return buffers + pool + CAPTURE_WORKSPACES
 
 
-def decode_graph_bytes(decoder: DecoderShape, element: int, context_tokens: int) -> int:
+def decode_graph_bytes(language: LanguageShape, element: int, context_tokens: int) -> int:
     """The float32 logits, the pool the largest follow-up prefill bucket needs over a context of
-    ``context_tokens`` positions, and the capture's workspaces."""
-    query_key_value = (decoder.heads + 2 * decoder.kv_heads) * decoder.head_dim
-    layer_per_token = (2 * decoder.hidden + query_key_value + 3 * decoder.intermediate) * element
-    repeated_keys_values = 2 * decoder.heads * context_tokens * decoder.head_dim * element
+    ``context_tokens`` positions (a layer's activations, the key/value heads repeated for every
+    query head, the mask), and the capture's workspaces."""
+    layer = PREFILL_TOKENS * language.values_per_token() * element
+    repeated_keys_values = 2 * language.heads * context_tokens * language.head_dim * element
     mask = PREFILL_TOKENS * context_tokens * element
-    return decoder.vocab * 4 + PREFILL_TOKENS * layer_per_token + repeated_keys_values + mask + CAPTURE_WORKSPACES
+    return language.vocab * 4 + layer + repeated_keys_values + mask + CAPTURE_WORKSPACES
 
 
 def clip_feature_bytes(encoder: EncoderShape, clip_tokens: int, element: int) -> int:
@@ -179,37 +206,31 @@ def clip_feature_bytes(encoder: EncoderShape, clip_tokens: int, element: int) ->
     return clip_tokens * (1 + encoder.deepstack_layers) * encoder.out_hidden * element
 
 
-def estimate_memory(
-    config: Mapping[str, Any],
+def estimate_parts(
+    language: LanguageShape,
+    vision_config: Mapping[str, Any],
     weight_format: WeightFormat,
     activations: torch.dtype,
     context_tokens: int,
     encoder_budgets: Sequence[int],
-    device_type: str = "cuda",
-    clip_tokens: int = 0,
+    device_type: str,
+    clip_tokens: int,
 ) -> MemoryEstimate:
-    """The device memory a model with this config.json (a dict with ``text_config`` and
-    ``vision_config``) takes on a ``device_type`` device: its decoder layers' linear layers in
-    ``weight_format``, everything else and a KV cache of ``context_tokens`` positions in
-    ``activations``, encoder graphs for ``encoder_budgets`` (patch rows each; none when graphs
-    are off), and the features an open clip of ``clip_tokens`` video tokens keeps. On the CPU the
-    decoder captures no graphs and nothing is added for a caching allocator (it has none)."""
-    decoder = DecoderShape.from_config(config["text_config"], bool(config.get("tie_word_embeddings", False)))
-    encoder = EncoderShape.from_config(config["vision_config"])
+    """The device memory a model takes on a ``device_type`` device: its ``language`` model's
+    weights (linear layers in ``weight_format``, the rest in ``activations``) and its decoder state
+    for ``context_tokens`` positions, a tower of ``vision_config`` (a config.json's dict) in
+    ``activations``, encoder graphs for ``encoder_budgets`` (patch rows each; none when graphs are
+    off), decode graphs, and the features an open clip of ``clip_tokens`` video tokens keeps. On the
+    CPU the decoder captures no graphs and nothing is added for a caching allocator (it has none)."""
+    encoder = EncoderShape.from_config(vision_config)
     element = activations.itemsize
     parts = MemoryEstimate(
-        weights=weight_bytes(decoder, encoder, weight_format, activations),
-        kv_cache=StaticKVCache.bytes_needed(decoder.layers, decoder.kv_heads, decoder.head_dim, context_tokens, activations),
+        weights=language.weight_bytes(weight_format, activations) + element * encoder.parameters(),
+        kv_cache=language.state_bytes(context_tokens, activations),
         encoder_graphs=encoder_graph_bytes(encoder, encoder_budgets, element),
-        decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(decoder, element, context_tokens),
+        decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(language, element, context_tokens),
         clip_features=clip_feature_bytes(encoder, clip_tokens, element),
     )
-    return with_allocator_rounding(parts, device_type)
-
-
-def with_allocator_rounding(parts: MemoryEstimate, device_type: str) -> MemoryEstimate:
-    """``parts`` with what the caching allocator reserves beyond them on a GPU; on the CPU (no
-    caching allocator) as they are."""
     if device_type == "cpu":
         return parts
     return dataclasses.replace(parts, allocator_rounding=math.ceil(parts.total * ALLOCATOR_ROUNDING))

@@ -9,8 +9,6 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import cv2
-import numpy as np
 import pytest
 import torch
 
@@ -23,6 +21,7 @@ from framewise.core.video import sample_clip
 from framewise.core.video.still import read_still
 from tests.conftest import SAMPLE_CLIPS
 from tests.core.families.qwen3_5.checkpoint import write_tiny_checkpoint
+from tests.core.test_images import red_square_picture
 
 CLIP = SAMPLE_CLIPS / "red_square_moves_right.mp4"
 OTHER_CLIP = SAMPLE_CLIPS / "two_shapes_wide.mp4"
@@ -55,14 +54,6 @@ def engine(loaded_engine: Engine, checkpoint: Path) -> Engine:
     loaded_engine.apply_settings(settings_for(checkpoint))
     loaded_engine.open_clip(CLIP)
     return loaded_engine
-
-
-def picture(folder: Path) -> Path:
-    path = folder / "red.png"
-    square = np.zeros((96, 128, 3), dtype=np.uint8)
-    square[24:72, 40:88] = (0, 0, 255)  # BGR: a red square
-    assert cv2.imwrite(str(path), square)
-    return path
 
 
 def read_again(engine: Engine, item: EncodedClip) -> VisionItem:
@@ -121,7 +112,7 @@ def test_a_clip_is_answered_as_generate_answers_it(engine: Engine) -> None:
 
 
 def test_a_picture_is_answered_as_generate_answers_it(engine: Engine, tmp_path: Path) -> None:
-    engine.open_clip(picture(tmp_path))
+    engine.open_clip(red_square_picture(tmp_path))
     assert engine.clip.kind == "image"
     ask_and_check(engine, "What color is the square?")
 

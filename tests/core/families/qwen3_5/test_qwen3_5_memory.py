@@ -12,7 +12,7 @@ import torch
 
 from framewise.core.decoding import Decoder
 from framewise.core.families import family_for
-from framewise.core.families.qwen3_5 import memory
+from framewise.core.families.qwen3_vl.memory import EncoderShape
 from framewise.core.loading import load_model
 from framewise.core.quantization.registry import choose_weight_format
 from framewise.core.settings import ModelSettings
@@ -65,7 +65,7 @@ def test_released_sizes_count_the_published_parameters() -> None:
         weights = family.estimate_memory(config, choose_weight_format(config, "bfloat16", CPU), torch.bfloat16, 0, (),
                                          "cpu").weights / 2
         if part == "language":
-            weights -= memory.EncoderShape.from_config(config["vision_config"]).parameters()
+            weights -= EncoderShape.from_config(config["vision_config"]).parameters()
         assert weights == pytest.approx(billions * 1e9, rel=0.002), name
 
 

@@ -11,6 +11,7 @@ import torch
 from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
 from framewise.core.decoding.kv_cache import StaticKVCache
+from framewise.core.families import family_for
 from framewise.core.families.qwen3_vl import memory
 from framewise.core.quantization import loading
 from framewise.core.quantization.formats import read_tensor_headers
@@ -37,8 +38,10 @@ EIGHT_B = {
 
 def estimate_for(config: dict, setting: str, context_tokens: int, budgets, device_type: str = "cuda",
              activations: torch.dtype = torch.bfloat16, clip_tokens: int = 0):
-    """:func:`memory.estimate_memory` with the weight format the dtype ``setting`` chooses."""
-    return memory.estimate_memory(config, FORMATS[setting], activations, context_tokens, budgets, device_type, clip_tokens)
+    """The family's estimate with the weight format the dtype ``setting`` chooses."""
+    return family_for("qwen3_vl").estimate_memory(
+        config, FORMATS[setting], activations, context_tokens, budgets, device_type, clip_tokens
+    )
 
 
 def stored_bytes(model: torch.nn.Module) -> int:
