@@ -76,6 +76,15 @@ class Retention:
         """Whether any token is dropped."""
         return self.kept < self.total
 
+    def kept_per_frame(self, frames: int, frames_per_slice: int) -> tuple[float, ...]:
+        """For each of a clip's ``frames`` sampled frames, the share of its slice's tokens kept
+        (slice ``i`` holds frames ``i * frames_per_slice`` on; a last slice may hold fewer)."""
+        t, h, w = self.grid
+        if frames <= 0 or -(-frames // frames_per_slice) != t:
+            raise ValueError(f"{frames} frames for a clip of {t} slices of {frames_per_slice} frames")
+        shares = [kept / (h * w) for kept in self.kept_per_slice]
+        return tuple(shares[index // frames_per_slice] for index in range(frames))
+
 
 def kept_token_count(grid: tuple[int, int, int], rate: float) -> int:
     """Tokens a clip of ``grid`` (t, h, w) merged tokens keeps at pruning ``rate``: its first slice

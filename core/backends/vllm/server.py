@@ -183,9 +183,11 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         started = time.perf_counter()
         url = image_data_url(picture.frames[0])
         width, height, _ = picture.size_and_duration
+        patches = width * height // self.limits.patch_pixels  # before the server resizes it
         summary = encode_done(
             picture,
-            patches=width * height // self.limits.patch_pixels,  # before the server resizes it
+            patches=patches,
+            video_tokens=patches // self.limits.merge_area,
             preprocess_ms=(time.perf_counter() - started) * 1e3,
             kind="image",
         )
@@ -214,7 +216,9 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         # Patch rows as the local engine counts them: one per patch square of each slice of frames.
         slices = -(-frames.shape[0] // self.limits.frames_per_slice)
         patches = slices * int(frames.shape[1] * frames.shape[2]) // self.limits.patch_pixels
-        summary = encode_done(sampled, patches=patches, preprocess_ms=pack_ms, span=span)
+        summary = encode_done(
+            sampled, patches=patches, video_tokens=patches // self.limits.merge_area, preprocess_ms=pack_ms, span=span
+        )
         return RemoteClip(path=sampled.path, url=url, media_io_kwargs=media_io_kwargs(timestamps), summary=summary)
 
     # ----------------------------------------------------------------- questions

@@ -94,6 +94,7 @@ class ToyPrompt:
     spans: tuple[VisionSpan, ...]
     grids: tuple[PieceGrid, ...]
     text: str
+    unpruned: None = None  # the toy family prunes nothing
 
 
 class EngineToyFamily:
