@@ -451,6 +451,8 @@ def format_server_info(info: EngineInfo, server: ServerInfo) -> str:
         "server command with encoder CUDA graphs sized like Framewise's encoder settings:",
         f"  {server.serve_command}",
     ]
+    if server.pruning_note:
+        lines.append(f"pruning:            {server.pruning_note}")
     if server.plain_http_warning:
         lines.append(f"warning:            {server.plain_http_warning}")
     return "\n".join(lines)

@@ -418,7 +418,8 @@ class ServerInfo:
     serves, its version (``None`` when it does not say) and the command line that starts such a
     server with its encoder CUDA graphs sized like Framewise's encoder settings. ``model_source``
     is where the server loaded the model from (vLLM's ``root``: a folder or a hub id), ``None``
-    when it does not say."""
+    when it does not say. ``pruning_note`` says, when pruning is set, that the server prunes at its
+    own rate (``None``: pruning is off)."""
 
     url: str
     model: str
@@ -428,6 +429,7 @@ class ServerInfo:
     serve_command: str
     plain_http_warning: str | None = None
     model_source: str | None = None
+    pruning_note: str | None = None
 
 
 @dataclass(frozen=True)

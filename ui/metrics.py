@@ -200,7 +200,7 @@ class EncoderPanel(QWidget):
         self.decoder_value.setToolTip("")
         self.server_value.setText(f"{server.url}: serves {', '.join(server.served_models)}")
         self.hits_value.setText("– (the server's encoder CUDA graphs are not reported over its API)")
-        self.server_box.set_command(server.serve_command, server.plain_http_warning)
+        self.server_box.set_command(server.serve_command, server.plain_http_warning, server.pruning_note)
 
     def start_clip(self, clip_name: str) -> None:
         """A clip started encoding: its chunks get a new run on the plot and a fresh table."""
@@ -368,10 +368,13 @@ class ServerCommandBox(QWidget):
         layout.addWidget(self.caption)
         layout.addLayout(row)
 
-    def set_command(self, command: str, warning: str | None) -> None:
+    def set_command(self, command: str, warning: str | None, note: str | None = None) -> None:
+        """Show ``command``, with the ``warning`` (plain http to another machine) and the ``note``
+        (pruning is the server's) above it where there are any."""
         self.command.setPlainText(command)
-        self.warning.setText(f"⚠ {warning}" if warning else "")
-        self.warning.setVisible(bool(warning))
+        lines = [f"⚠ {text}" for text in (warning, note) if text]
+        self.warning.setText("\n".join(lines))
+        self.warning.setVisible(bool(lines))
 
     def copy(self) -> None:
         QGuiApplication.clipboard().setText(self.command.toPlainText())

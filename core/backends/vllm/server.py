@@ -75,6 +75,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         self.limits = self.family.limits
         self._server: ServerInfo | None = None
         self._client: openai.OpenAI | None = None
+        self._noted: str | None = None  # the pruning note said last
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -93,7 +94,17 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         self._server = check_server(backend, self.settings.encoder, self.settings.sampling)
         self._client = openai_client(backend)
         self._emit(Progress("load", 1, 1, f"vLLM server ready: model {self._server.model}"))
+        self._note_pruning()
         return self._emit(self.info())
+
+    def _note_pruning(self) -> None:
+        """Say once, as a warning, that the server prunes at its own rate, when the settings ask for
+        pruning and the note differs from the one said last."""
+        note = self._require_server().pruning_note
+        if note is not None and note != self._noted:
+            log.warning("%s", note)
+            self._emit(Progress("load", 1, 1, f"Warning: {note}"))
+        self._noted = note
 
     def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None:
         """Take new settings; new sampling settings re-sample every clip of the conversation (a new
@@ -116,6 +127,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             self._sample_again(self.clips)
         if settings.encoder != old.encoder or settings.sampling != old.sampling:
             self._server = with_serve_command(self._server, settings)
+            self._note_pruning()
             return self._emit(self.info())
         return None
 
