@@ -237,7 +237,11 @@ class EncoderPanel(QWidget):
         self._update_hits()
 
     def set_encode_done(self, done: EncodeDone) -> None:
-        self.clip_value.setText(f"{done.frames} frames, {done.patches:,} patches")
+        self.clip_value.setText(f"{done.frames} frames, {done.patches:,} patches, {done.tokens_text()}")
+        self.clip_value.setToolTip(
+            "Patches go through the vision encoder; pruning then dropped the tokens that barely changed "
+            "from the frame pair before" if done.pruned else "Patches go through the vision encoder, tokens to the model"
+        )
         if self._on_server:
             self.timing_value.setText(
                 f"decode {done.decode_ms:.0f} ms, packing for the server {done.preprocess_ms:.0f} ms; "

@@ -645,6 +645,20 @@ def test_on_a_cpu_the_graph_only_settings_are_disabled_with_the_reason(qtbot, ma
     dialog.reject()
 
 
+def test_the_clip_title_says_the_video_tokens_before_and_after_pruning_once_the_clip_is_encoded(
+    qtbot, make_window, sample_clip
+):
+    window = make_window(settings=AppSettings().replace("sampling", pruning="0.5"))
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    done = window.session.clip_summary
+    assert done is not None and done.pruned
+    tokens = f"{done.video_tokens_before:,} → {done.video_tokens_after:,} video tokens"
+    title = window.clip_section.title.text()
+    assert title.startswith(f"{sample_clip.name} · ") and title.endswith(f" · {tokens}")
+    assert window.encoder_panel.clip_value.text().endswith(tokens)
+
+
 def test_the_clip_title_says_when_fast_mode_took_the_frames(qtbot, make_window):
     window = make_window()
     clip = ClipSampled(

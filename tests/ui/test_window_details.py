@@ -216,3 +216,21 @@ def test_settings_sampling_sets_fast_mode_and_says_when_auto_turns_it_on(qtbot):
     assert AppSettings.from_dict(dialog.values()).sampling.fast_mode == "off"
     hints = [label.text() for label in dialog.findChildren(QLabel)]
     assert any("longer than 10 minutes" in text for text in hints)
+
+
+def test_settings_sampling_sets_pruning_picked_or_typed_and_refuses_a_rate_of_one_under_the_field(qtbot):
+    from framewise.ui.settings_dialog import SettingsDialog
+
+    dialog = SettingsDialog(AppSettings().replace("sampling", pruning="0.75"), probes.run_now)
+    qtbot.addWidget(dialog)
+    choice = probes.field(dialog, "sampling.pruning")
+    assert choice.currentText() == "0.75"
+    choice.setCurrentText("auto")
+    assert dialog.validated_settings().sampling.pruning == "auto"
+    choice.setEditText("0.6")
+    assert dialog.validated_settings().sampling.pruning == "0.6"
+    choice.setEditText("1")
+    assert dialog.validated_settings() is None
+    assert "below 1" in probes.error_text(dialog, "sampling.pruning")
+    hints = [label.text() for label in dialog.findChildren(QLabel)]
+    assert any("auto: 0.5 for clips over 12,288 video tokens" in text for text in hints)
