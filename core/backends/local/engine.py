@@ -204,7 +204,7 @@ def _held_memory(parts: ModelParts, loaded: LoadedModel) -> HeldMemory:
     measured = all(step in parts.reserved_by_step for step in steps)
     return HeldMemory(
         weights=weight_shares(loaded.model, loaded.family.vision_tower(loaded.model)),
-        kv_cache=decoder.cache.nbytes if decoder else 0,
+        kv_cache=decoder.state_bytes if decoder else 0,
         encoder_graphs=report.graph_memory_bytes if report else 0,
         decode_graphs=decode_graphs,
         reserved=sum(parts.reserved_by_step[step] for step in steps) if measured else None,
@@ -220,7 +220,7 @@ def _decoder_info(decoder: Decoder | None) -> DecoderInfo | None:
         graphs_reason=decoder.graphs_reason,
         context_tokens=decoder.max_tokens,
         buckets=steps.buckets,
-        kv_cache_mb=decoder.cache.nbytes / 2**20,
+        kv_cache_mb=decoder.state_bytes / 2**20,
         capture_seconds=steps.capture_seconds if decoder.graphs_enabled else None,
         graph_memory_mb=steps.graph_memory_bytes / 2**20 if decoder.graphs_enabled else None,
     )

@@ -66,7 +66,7 @@ class ModelParts:
             )
 
     def build_decoder(self, settings: AppSettings) -> None:
-        """Allocate the KV cache for the settings' context and capture the decode step graphs."""
+        """Allocate the decoder's state for the settings' context and capture the decode step graphs."""
         loaded = self.require_model()
         self.close_decoder()
         with recording_growth(loaded.device, self.reserved_by_step, "decoder"):
@@ -78,6 +78,7 @@ class ModelParts:
                 decoding.min_bucket,
                 use_graphs=decoding.use_graphs,
                 progress=self.progress,
+                prefill_chunk_tokens=decoding.prefill_chunk_tokens,
             )
 
     def drop_encoder(self) -> None:
