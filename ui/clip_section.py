@@ -46,7 +46,7 @@ class ClipSection(Section):
         signals = session.signals
         self._summary_of = session.summary_of
         signals.clip_shown.connect(self._show_clip)
-        signals.clip_encoded.connect(lambda done: self._show_title(self.tabs.current_preview().clip))
+        signals.clip_encoded.connect(lambda done: self._show_summary(self.tabs.current_preview().clip))
         signals.frames_read.connect(self._add_frames)
         signals.conversation_reset.connect(lambda conversation, notice: self.tabs.set_items(session.added))
         signals.item_added.connect(lambda clip, done: self.tabs.set_items(session.added))
@@ -86,10 +86,13 @@ class ClipSection(Section):
     def _show_tab_clip(self, clip: ClipSampled | None) -> None:
         """Another preview tab is shown: the frame strip and the title follow it."""
         self.strip.set_clip(clip)
-        self._show_title(clip)
+        self._show_summary(clip)
 
-    def _show_title(self, clip: ClipSampled | None) -> None:
-        """The title line for ``clip``: its name, size, length and frames, and its tokens once encoded."""
+    def _show_summary(self, clip: ClipSampled | None) -> None:
+        """The title line for ``clip``: its name, size, length and frames, and once it is encoded its
+        tokens; the strip marks how much of each frame pruning kept."""
+        summary = self._summary_of(clip)
+        self.strip.show_kept(summary.kept_per_frame if summary is not None else ())
         if clip is None:
             self.title.setText("No clip")
             self.title.setToolTip("")
@@ -99,7 +102,7 @@ class ClipSection(Section):
         else:
             fast = " · fast mode" if clip.sampling_mode == "fast" else ""
             details = f"{format_timestamp(clip.duration_s)} · {len(clip.timestamps)} frames{fast}"
-        summary = self._summary_of(clip)
-        tokens = f" · {summary.tokens_text()}" if summary is not None else ""
-        self.title.setText(f"{clip.clip_name} · {clip.width}×{clip.height} · {details}{tokens}")
-        self.title.setToolTip(clip.path)
+        tokens = summary.tokens_text() if summary is not None else ""
+        words = [clip.clip_name, f"{clip.width}×{clip.height}", details, *([tokens] if tokens else [])]
+        self.title.setText(" · ".join(words))
+        self.title.setToolTip(f"{clip.path}\n{tokens}" if tokens else clip.path)  # the title may be cut short
