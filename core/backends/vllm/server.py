@@ -12,6 +12,7 @@ the request) and returns at once. Nothing is retried on its own: every failure b
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -123,7 +124,8 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             return None
         if settings.backend != old.backend:
             raise FramewiseError("A different server needs a new connection; apply the Backend settings again.")
-        if self.open_clip_path() and settings.sampling != old.sampling:
+        # Pruning is the server's: the frames sent, and so the clips, stay as they were.
+        if self.open_clip_path() and dataclasses.replace(settings.sampling, pruning=old.sampling.pruning) != old.sampling:
             self._sample_again(self.clips)
         if settings.encoder != old.encoder or settings.sampling != old.sampling:
             self._server = with_serve_command(self._server, settings)

@@ -319,7 +319,9 @@ def test_pruning_is_left_to_the_server_and_said_once_per_setting() -> None:
         engine.open_clip(CLIP)
         engine.ask("What color?")
         engine.apply_settings(engine.settings.replace("sampling", pruning="0.5", max_frames=6))
+        engine.ask("What color?")
         engine.apply_settings(engine.settings.replace("sampling", pruning="auto"))
+        assert len(engine.turns) == 1, "the frames sent are the same: the conversation goes on"
     progress = [event.message for event in events if isinstance(event, Progress)]
     notes = [message for message in progress if "--video-pruning-rate" in message]
     assert len(notes) == 2 and notes[0].startswith("Warning:") and "30847" in notes[0] and "auto" in notes[1]
