@@ -240,7 +240,9 @@ class EncoderPanel(QWidget):
         self.clip_value.setText(f"{done.frames} frames, {done.patches:,} patches, {done.tokens_text()}")
         self.clip_value.setToolTip(
             "Patches go through the vision encoder; pruning then dropped the tokens that barely changed "
-            "from the frame pair before" if done.pruned else "Patches go through the vision encoder, tokens to the model"
+            "from the frame pair before"
+            if done.pruned
+            else "Patches go through the vision encoder, tokens to the model"
         )
         if self._on_server:
             self.timing_value.setText(

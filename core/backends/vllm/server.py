@@ -125,7 +125,8 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         if settings.backend != old.backend:
             raise FramewiseError("A different server needs a new connection; apply the Backend settings again.")
         # Pruning is the server's: the frames sent, and so the clips, stay as they were.
-        if self.open_clip_path() and dataclasses.replace(settings.sampling, pruning=old.sampling.pruning) != old.sampling:
+        resampled = dataclasses.replace(settings.sampling, pruning=old.sampling.pruning) != old.sampling
+        if self.open_clip_path() and resampled:
             self._sample_again(self.clips)
         if settings.encoder != old.encoder or settings.sampling != old.sampling:
             self._server = with_serve_command(self._server, settings)
