@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from framewise.core.decoding.defs import LanguageModel
     from framewise.core.encoding.defs import VisionItem
     from framewise.core.memory_plan import MemoryEstimate
+    from framewise.core.quantization.kv_formats import KVCacheFormat
     from framewise.core.quantization.weight_format import WeightFormat
     from framewise.core.settings import SamplingSettings
     from framewise.core.video import FrameSizing, Resize
@@ -30,7 +31,9 @@ if TYPE_CHECKING:
 class FamilyAdapter(SupportsEncoderGraphs, Protocol):
     """A loaded model's side of the encoder seam, which also gives the decoder its language model."""
 
-    def language_model(self) -> LanguageModel: ...
+    def language_model(self, cache_format: KVCacheFormat) -> LanguageModel:
+        """The language half for the decoder, whose states keep keys and values in ``cache_format``."""
+        ...
 
 
 class PromptInputs(Protocol):
@@ -99,13 +102,13 @@ class ModelFamily(Protocol):
 
     def estimate_memory(
         self, config: Mapping[str, Any], weight_format: WeightFormat, activations: torch.dtype, context_tokens: int,
-        encoder_budgets: Sequence[int], device_type: str,
+        encoder_budgets: Sequence[int], device_type: str, cache_format: KVCacheFormat,
     ) -> MemoryEstimate:
         """The memory a checkpoint with this config.json (a dict) takes on a ``device_type``
         device (``"cuda"``, ``"cpu"``, ...), before loading it: its linear layers in
         ``weight_format`` (:meth:`~framewise.core.quantization.weight_format.WeightFormat.linear_bytes`),
-        everything else and a KV cache of ``context_tokens`` positions in ``activations``, and
-        encoder graphs for ``encoder_budgets``."""
+        everything else in ``activations``, a KV cache of ``context_tokens`` positions in
+        ``cache_format``, and encoder graphs for ``encoder_budgets``."""
         ...
 
     def adapter(self, model: torch.nn.Module) -> FamilyAdapter:
