@@ -95,7 +95,7 @@ def test_at_the_8b_shapes_the_cache_and_its_estimate_take_about_half() -> None:
     assert StaticKVCache.bytes_needed(layers, kv_heads, head_dim, 1, torch.bfloat16, E4M3_KV_CACHE) == 76_032
     weight_format = choose_weight_format(EIGHT_B, "fp8", CPU)
     estimates = {
-        layout: memory.estimate_memory(EIGHT_B, weight_format, torch.bfloat16, 65536, [256, 16384], "cuda", layout)
+        layout: memory.estimate_memory(EIGHT_B, weight_format, torch.bfloat16, 65536, [256, 16384], "cuda", cache_format=layout)
         for layout in (FLOAT_KV_CACHE, E4M3_KV_CACHE)
     }
     auto, scaled = estimates[FLOAT_KV_CACHE], estimates[E4M3_KV_CACHE]

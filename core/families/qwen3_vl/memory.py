@@ -23,6 +23,10 @@ GPU, an allowance for the caching allocator besides.
   values read back in the activations' dtype (:meth:`KVCacheFormat.read_bytes`).
 - Each capture (encoder, decoder) allocates cuBLAS workspaces for its warm-up stream and its
   capture stream.
+- An open clip keeps the tower's output for follow-up questions: per video token its merged row
+  and one row per deepstack layer, ``out_hidden`` wide, in the activations' dtype. A clip of
+  2,048 frames at 64k video tokens holds 2 GiB of them on the 8B (out_hidden 4096, 3 deepstack
+  layers, bf16).
 
 The graph parts are a model of what the captures allocate, not a measurement; docs/benchmarks.md
 compares them with what the engine measured on the GPU. The caching allocator reserves whole
@@ -177,6 +181,12 @@ def decode_graph_bytes(
     return decoder.vocab * 4 + pool + CAPTURE_WORKSPACES
 
 
+def clip_feature_bytes(encoder: EncoderShape, clip_tokens: int, element: int) -> int:
+    """The tower's output kept for an open clip of ``clip_tokens`` video tokens: a merged row and a
+    row per deepstack layer each."""
+    return clip_tokens * (1 + encoder.deepstack_layers) * encoder.out_hidden * element
+
+
 def estimate_memory(
     config: Mapping[str, Any],
     weight_format: WeightFormat,
@@ -184,14 +194,17 @@ def estimate_memory(
     context_tokens: int,
     encoder_budgets: Sequence[int],
     device_type: str = "cuda",
-    cache_format: KVCacheFormat = FLOAT_KV_CACHE,
+    clip_tokens: int = 0,
+    cache_format: KVCacheFormat | None = None,
 ) -> MemoryEstimate:
     """The device memory a model with this config.json (a dict with ``text_config`` and
     ``vision_config``) takes on a ``device_type`` device: its decoder layers' linear layers in
     ``weight_format``, everything else in ``activations``, a KV cache of ``context_tokens``
-    positions in ``cache_format``, and encoder graphs for ``encoder_budgets`` (patch rows each;
-    none when graphs are off). On the CPU the decoder captures no graphs and nothing is added for
-    a caching allocator (it has none)."""
+    positions in ``cache_format`` (None: in ``activations``), encoder graphs for
+    ``encoder_budgets`` (patch rows each; none when graphs are off), and the features an open clip
+    of ``clip_tokens`` video tokens keeps. On the CPU the decoder captures no graphs and nothing is
+    added for a caching allocator (it has none)."""
+    cache_format = cache_format or FLOAT_KV_CACHE
     decoder = DecoderShape.from_config(config["text_config"], bool(config.get("tie_word_embeddings", False)))
     encoder = EncoderShape.from_config(config["vision_config"])
     element = activations.itemsize
@@ -204,6 +217,7 @@ def estimate_memory(
         decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(
             decoder, activations, context_tokens, cache_format
         ),
+        clip_features=clip_feature_bytes(encoder, clip_tokens, element),
     )
     if device_type == "cpu":
         return parts
