@@ -95,7 +95,9 @@ def test_at_the_8b_shapes_the_cache_and_its_estimate_take_about_half() -> None:
     assert StaticKVCache.bytes_needed(layers, kv_heads, head_dim, 1, torch.bfloat16, E4M3_KV_CACHE) == 76_032
     weight_format = choose_weight_format(EIGHT_B, "fp8", CPU)
     estimates = {
-        layout: memory.estimate_memory(EIGHT_B, weight_format, torch.bfloat16, 65536, [256, 16384], "cuda", cache_format=layout)
+        layout: memory.estimate_memory(
+            EIGHT_B, weight_format, torch.bfloat16, 65536, [256, 16384], "cuda", cache_format=layout
+        )
         for layout in (FLOAT_KV_CACHE, E4M3_KV_CACHE)
     }
     auto, scaled = estimates[FLOAT_KV_CACHE], estimates[E4M3_KV_CACHE]
@@ -232,7 +234,8 @@ def test_a_prefill_in_chunks_stores_what_one_pass_stores(demo: DemoClip, chunk: 
     assert len(prefill_chunks(0, length, prompt.clip_end, chunk)) > 2
     for layer in range(chunked.language.layers):
         for entries in ("keys", "values"):
-            ours, theirs = getattr(chunked.cache, entries)[layer][:, :, :length], getattr(one_pass.cache, entries)[layer][:, :, :length]
+            ours = getattr(chunked.cache, entries)[layer][:, :, :length]
+            theirs = getattr(one_pass.cache, entries)[layer][:, :, :length]
             same = (ours.view(torch.uint8) == theirs.view(torch.uint8)).float().mean()
             assert same > 0.99, f"layer {layer} {entries}: {same:.2%} of the e4m3 codes the same"
 
