@@ -92,9 +92,10 @@ def graph_steps(language: Qwen3VLLanguageModel, prompt: torch.Tensor, tokens: li
 def assert_the_kernel_step_equals_the_torch_step(model: torch.nn.Module, prompt: torch.Tensor, tokens: list[int]) -> None:
     kernel_language = Qwen3VLLanguageModel(model, cache_format=E4M3_KV_CACHE)
     torch_language = Qwen3VLLanguageModel(model, step_kernels=False, cache_format=E4M3_KV_CACHE)
-    assert kernel_language.step_kernels and not torch_language.step_kernels
     got, kernel_decoder = graph_steps(kernel_language, prompt, tokens)
     want, torch_decoder = graph_steps(torch_language, prompt, tokens)
+    # still the kernels: the decoder falls back to torch ops when they fail to compile or capture
+    assert kernel_language.step_kernels and not torch_language.step_kernels, kernel_decoder.graphs_reason
     assert kernel_decoder.cache.keys[0].dtype == torch.float8_e4m3fn
     error = relative_error(got[1:], want[1:])
     assert error < STEP_LOGITS, f"step logits differ by {error:.4f}"
