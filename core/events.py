@@ -193,6 +193,12 @@ class EncodeDone:
     (start, end) seconds a closer look sampled (``None``: the whole clip); ``duration_s`` the length
     of the clip read (0 for a picture, and where it is not known); ``damage`` what of the file could
     not be read, for a person (``None``: all of it).
+
+    ``video_tokens_before`` and ``video_tokens_after`` count the item's vision tokens in the
+    language model's prompt before and after pruning (a picture's, which are never pruned, too;
+    equal when nothing was pruned; for an item encoded elsewhere, those sent). ``kept_per_frame``
+    gives, for each sampled frame, the share of its slice's tokens that pruning kept, in [0, 1];
+    empty when no pruning ran.
     """
 
     clip_name: str
@@ -210,7 +216,23 @@ class EncodeDone:
     span: tuple[float, float] | None = None
     duration_s: float = 0.0
     damage: str | None = None
+    video_tokens_before: int = 0
+    video_tokens_after: int = 0
+    kept_per_frame: tuple[float, ...] = ()
     request_id: int = _request_id()
+
+    @property
+    def pruned(self) -> bool:
+        """Whether pruning dropped any of the item's tokens."""
+        return self.video_tokens_after < self.video_tokens_before
+
+    def tokens_text(self) -> str:
+        """The item's vision tokens for a person: ``"3,072 video tokens"``, or when pruned
+        ``"12,288 → 3,072 video tokens"`` (``"tokens"`` for a picture)."""
+        noun = "tokens" if self.kind == "image" else "video tokens"
+        if self.pruned:
+            return f"{self.video_tokens_before:,} → {self.video_tokens_after:,} {noun}"
+        return f"{self.video_tokens_after:,} {noun}"
 
 
 @dataclass(frozen=True)
@@ -378,8 +400,10 @@ class Failed:
 
 @dataclass(frozen=True)
 class DecoderInfo:
-    """The answer decoder: its KV cache's context length and memory, and whether decode steps run
-    through CUDA graphs (one per context-length bucket), with the reason when not."""
+    """The answer decoder: its KV cache's context length and memory, how the cache holds keys and
+    values (``kv_cache_dtype``, in words) and what one token of context takes in it
+    (``kv_bytes_per_token``), and whether decode steps run through CUDA graphs (one per
+    context-length bucket), with the reason when not."""
 
     graphs_enabled: bool
     graphs_reason: str
@@ -388,6 +412,12 @@ class DecoderInfo:
     kv_cache_mb: float
     capture_seconds: float | None = None
     graph_memory_mb: float | None = None
+    kv_cache_dtype: str = ""
+    kv_bytes_per_token: int = 0
+
+    def kv_cache_words(self) -> str:
+        """``"bfloat16, 144 KiB a token"``: the cache's layout and a token's share of it."""
+        return f"{self.kv_cache_dtype}, {self.kv_bytes_per_token / 1024:.4g} KiB a token"
 
 
 @dataclass(frozen=True)
@@ -396,7 +426,8 @@ class ServerInfo:
     serves, its version (``None`` when it does not say) and the command line that starts such a
     server with its encoder CUDA graphs sized like Framewise's encoder settings. ``model_source``
     is where the server loaded the model from (vLLM's ``root``: a folder or a hub id), ``None``
-    when it does not say."""
+    when it does not say. ``pruning_note`` says, when pruning is set, that the server prunes at its
+    own rate (``None``: pruning is off)."""
 
     url: str
     model: str
@@ -406,6 +437,7 @@ class ServerInfo:
     serve_command: str
     plain_http_warning: str | None = None
     model_source: str | None = None
+    pruning_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -420,8 +452,7 @@ class EngineInfo:
     built (``None`` where the model is not loaded here). ``dtype`` is the activations'; where the
     language model's linear weights are in another (a quantized weight format's), ``weight_dtype``
     names it. ``family`` names the model family that answers (a served model's too); ``layout`` is
-    its language model's layers by kind and ``kv_bytes_per_token`` the keys and values a token
-    takes in the cache (both ``None`` where the model is not loaded here).
+    its language model's layers by kind (``None`` where the model is not loaded here).
 
     Sent once per change: when a model is loaded and when new settings change the model or the encoder.
     """
@@ -445,7 +476,6 @@ class EngineInfo:
     weight_dtype: str | None = None
     family: str = ""
     layout: LanguageLayout | None = None
-    kv_bytes_per_token: int | None = None
     request_id: int = _request_id()
 
     @property

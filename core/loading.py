@@ -37,10 +37,11 @@ from framewise.core.model_source import (  # MODEL_INFO_FILE and read_model_info
     resolve_model_source,
 )
 from framewise.core.quantization.formats import read_tensor_headers
+from framewise.core.quantization.kv_formats import kv_cache_format
 from framewise.core.quantization.registry import choose_weight_format, declared_weight_format, format_settings
 from framewise.core.quantization.weight_format import WeightFormat
 from framewise.core.seam import FamilyLimits, LanguageLayout
-from framewise.core.settings import DEMO_MODEL, DTYPES, AppSettings, ModelSettings, context_needed
+from framewise.core.settings import DEMO_MODEL, DTYPES, KV_CACHE_DTYPES, AppSettings, ModelSettings, context_needed
 
 FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
 PICKLE_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -137,9 +138,10 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
 
 def estimate_memory(settings: AppSettings) -> MemoryEstimate:
     """What the model ``settings`` name will take on their device, from its config.json alone:
-    linear layers in the weight format loading would choose, everything else and the KV cache of
-    the settings' context in the activations' dtype, the encoder graphs' budgets (none on the
-    CPU or with graphs off), and the features of the largest clip the sampling settings allow.
+    linear layers in the weight format loading would choose, everything else in the activations'
+    dtype, the KV cache of the settings' context in the layout ``decoding.kv_cache_dtype`` chooses,
+    the encoder graphs' budgets (none on the CPU or with graphs off), and the features of the
+    largest clip the sampling settings allow.
 
     Raises ModelLoadError for a source that cannot be read, as :func:`load_model` would."""
     model = settings.model
@@ -151,7 +153,8 @@ def estimate_memory(settings: AppSettings) -> MemoryEstimate:
     activations = pick_dtype(model.dtype, device)
     weight_format = choose_weight_format(config, model.dtype, device)
     context, clip = settings.context_tokens(family.limits), family.limits.video_tokens(settings.sampling.max_pixels)
-    return family.estimate_memory(config, weight_format, activations, context, budgets, device.type, clip)
+    cache_format = kv_cache_format(settings.decoding.kv_cache_dtype)
+    return family.estimate_memory(config, weight_format, activations, context, budgets, device.type, clip, cache_format)
 
 
 def memory_estimate_text(settings: AppSettings) -> str:
@@ -176,17 +179,17 @@ def memory_estimate_text(settings: AppSettings) -> str:
 
 def checkpoint_text(settings: AppSettings) -> str:
     """The family of the checkpoint ``settings`` name and its language layers, from its config.json:
-    "A Qwen3.5 checkpoint: 24 linear-attention + 8 full-attention layers, 32 KiB of keys and values a
-    token." (in the activations' dtype the settings give on their device). Raises ModelLoadError for
-    a source that cannot be read."""
+    "A Qwen3.5 checkpoint: 24 linear-attention + 8 full-attention layers, 32.0 KiB of keys and values
+    a token." (in the KV cache's layout the settings choose on their device). Raises
+    ModelLoadError for a source that cannot be read."""
     path = resolve_model_source(settings.model.source)
     family = family_for(read_model_type(path))
     layout = family.language_layout(read_config(path))
-    element = pick_dtype(settings.model.dtype, pick_device(settings.model.device)).itemsize
-    return (
-        f"A {family.name} checkpoint: {layout.describe()}, "
-        f"{size_text(layout.kv_bytes_per_token(element))} of keys and values a token."
+    activations = pick_dtype(settings.model.dtype, pick_device(settings.model.device))
+    per_token = kv_cache_format(settings.decoding.kv_cache_dtype).bytes_per_token(
+        layout.kv_layers, layout.kv_heads, layout.head_dim, activations
     )
+    return f"A {family.name} checkpoint: {layout.describe()}, {size_text(per_token)} of keys and values a token."
 
 
 def check_memory_fits(settings: AppSettings) -> None:
@@ -229,6 +232,10 @@ def _shortfall(settings: AppSettings, estimate: MemoryEstimate, device: torch.de
     if not weight_format.quantized:
         changes += [(f"choose dtype {choice} (Settings ▸ Model, --dtype {choice})", settings.replace("model", dtype=choice))
                     for choice in format_settings()]
+    if settings.decoding.kv_cache_dtype == "auto":
+        changes += [(f"choose KV cache {choice} (Settings ▸ Model, --kv-cache {choice})",
+                     settings.replace("decoding", kv_cache_dtype=choice))
+                    for choice in KV_CACHE_DTYPES if choice != "auto"]
     changes += _smaller_clip_or_context(settings, family_for(read_model_type(path)).limits)
     if encoder.use_graphs:
         changes.append(("turn the encoder's CUDA graphs off (encoder.use_graphs)", settings.replace("encoder", use_graphs=False)))

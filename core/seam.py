@@ -101,21 +101,19 @@ class LanguageLayout:
     """A language model's layers by kind, as people are told them, and what they keep of each token.
 
     ``layers``: (kind in words, count) in the model's order of first appearance, e.g.
-    ``(("linear-attention", 24), ("full-attention", 8))``; ``kv_values_per_token``: the key and value
-    elements the full-attention layers together keep for one token (2 x layers x key/value heads x
-    head dim); the other layers keep a state of fixed size instead.
+    ``(("linear-attention", 24), ("full-attention", 8))``; ``kv_layers`` layers keep keys and values
+    of a token, ``kv_heads`` heads of ``head_dim`` each (the other layers keep a state of fixed size
+    instead).
     """
 
     layers: tuple[tuple[str, int], ...]
-    kv_values_per_token: int
+    kv_layers: int
+    kv_heads: int
+    head_dim: int
 
     def describe(self) -> str:
         """``"24 linear-attention + 8 full-attention layers"``."""
         return " + ".join(f"{count} {kind}" for kind, count in self.layers) + " layers"
-
-    def kv_bytes_per_token(self, element_size: int) -> int:
-        """Bytes of keys and values a token takes with ``element_size``-byte elements."""
-        return self.kv_values_per_token * element_size
 
 
 class DecodedAnswer(str):

@@ -1,14 +1,16 @@
 """Accuracy of a model on held-out synthetic shape clips, through the application's own path.
 
     python -m training.evaluate [--model PATH] [--n 200] [--device cpu|cuda] [--dtype fp8] [--graphs]
-        [--json PATH] [--same-answers-as EARLIER.json]
+        [--pruning off|auto|RATE] [--json PATH] [--same-answers-as EARLIER.json]
 
 Clips come from :data:`training.synthetic.HELD_OUT_SEEDS` (never used in training). Each clip is
 sampled as ``core.video`` samples a file and resized to its Qwen3-VL size, then handed to the
 application's :class:`~framewise.core.backends.local.engine.Engine` (``open_frames``), which encodes it once (CUDA graphs
 with ``--graphs`` on a GPU, else eager); every question the clip allows is asked on its own,
 greedily, in its canonical wording, and then once more in one of its paraphrases
-(``training.synthetic.WORDINGS``, chosen by the seed and the question's place).
+(``training.synthetic.WORDINGS``, chosen by the seed and the question's place). With
+``--pruning`` the engine prunes each clip's video tokens after encoding it, as
+``sampling.pruning`` does in the application.
 Prints the accuracy per question kind and overall (canonical wordings), the paraphrases' accuracy
 on a line of its own, then one JSON object. ``--same-answers-as`` counts the answers that are word
 for word those of an earlier ``--json`` report on the same clips (another dtype's, say: FP8 against
@@ -28,7 +30,15 @@ from typing import Any, Sequence
 from framewise.core.backends.local.engine import Engine
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.processor import fit_video_frames
-from framewise.core.settings import AppSettings, EncoderSettings, GenerationSettings, ModelSettings, SamplingSettings
+from framewise.core.settings import (
+    KV_CACHE_DTYPES,
+    AppSettings,
+    DecodingSettings,
+    EncoderSettings,
+    GenerationSettings,
+    ModelSettings,
+    SamplingSettings,
+)
 from training.synthetic import HELD_OUT_SEEDS, QUESTION_KINDS, WORDINGS, make_scene, questions_for, sample_scene
 
 MAX_NEW_TOKENS = 8
@@ -77,9 +87,13 @@ def normalize(text: str) -> str:
 class Answerer:
     """The application's engine, asked one question at a time about each held-out clip."""
 
-    def __init__(self, model: ModelSettings, encoder: EncoderSettings) -> None:
+    def __init__(
+        self, model: ModelSettings, encoder: EncoderSettings, pruning: str = "off",
+        decoding: DecodingSettings = DecodingSettings(),
+    ) -> None:
         settings = AppSettings(
-            model=model, encoder=encoder, generation=GenerationSettings(max_new_tokens=MAX_NEW_TOKENS)
+            model=model, encoder=encoder, generation=GenerationSettings(max_new_tokens=MAX_NEW_TOKENS),
+            sampling=SamplingSettings(pruning=pruning), decoding=decoding,
         )
         self.engine = Engine(settings)
         self.info = self.engine.load()
@@ -121,9 +135,13 @@ def evaluate(
     clips: int = 200,
     seeds: Sequence[int] = HELD_OUT_SEEDS,
     sampling: SamplingSettings = SamplingSettings(),
+    pruning: str = "off",
+    decoding: DecodingSettings = DecodingSettings(),
 ) -> Report:
-    """Ask every question of the first ``clips`` held-out clips; see the module docstring."""
-    answerer = Answerer(model, encoder)
+    """Ask every question of the first ``clips`` held-out clips, their video tokens pruned as
+    ``pruning`` says and decoded with the ``decoding`` settings (the KV cache's dtype); see the
+    module docstring."""
+    answerer = Answerer(model, encoder, pruning, decoding)
     started = time.perf_counter()
     answers = [answer for seed in seeds[:clips] for answer in answerer.answer_all(seed, sampling)]
     seconds = time.perf_counter() - started
@@ -134,7 +152,7 @@ def evaluate(
     return Report(
         model=answerer.info.model_name,
         device=answerer.info.device,
-        dtype=answerer.info.dtype if model.dtype != "fp8" else f"fp8 weights, {answerer.info.dtype} activations",
+        dtype=_precision(answerer.info.dtype, model.dtype, decoding.kv_cache_dtype),
         encoder=answerer.info.graphs_reason,
         clips=clips,
         seconds=round(seconds, 2),
@@ -143,6 +161,13 @@ def evaluate(
         paraphrases=accuracy([a for a in answers if a.wording != 0]),
         answers=answers,
     )
+
+
+def _precision(activations: str, dtype_setting: str, kv_cache_setting: str) -> str:
+    """The dtypes in a few words: the activations', the weights' where quantized, the KV cache's
+    where it is not the activations'."""
+    words = f"fp8 weights, {activations} activations" if dtype_setting == "fp8" else activations
+    return words if kv_cache_setting == "auto" else f"{words}, {kv_cache_setting} KV cache"
 
 
 def same_answers(report: Report, earlier: dict[str, Any]) -> tuple[int, int]:
@@ -173,6 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16", "fp8"),
                         help="fp8: the language model's linear layers quantized on load")
     parser.add_argument("--graphs", action="store_true", help="encode through the CUDA-graph encoder (CUDA only)")
+    parser.add_argument("--pruning", default="off", help="off, auto, or the share of video tokens to prune")
+    parser.add_argument("--kv-cache", default="auto", choices=KV_CACHE_DTYPES,
+                        help="fp8: the decoder's keys and values in e4m3 with a scale per token and head")
     parser.add_argument("--json", type=Path, default=None, help="also write the report, answers included, here")
     parser.add_argument("--same-answers-as", type=Path, default=None,
                         help="an earlier --json report: count the answers that are the same word for word")
@@ -181,6 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ModelSettings(source=args.model, device=args.device, dtype=args.dtype),
         EncoderSettings(use_graphs=args.graphs),
         clips=args.n,
+        pruning=args.pruning,
+        decoding=DecodingSettings(kv_cache_dtype=args.kv_cache),
     )
     print_report(report)
     summary = {k: v for k, v in report.to_json().items() if k != "answers"}

@@ -20,8 +20,11 @@ if TYPE_CHECKING:
     import torch
 
     from framewise.core.decoding.defs import LanguageModel
+    from framewise.core.decoding.pruned_positions import UnprunedPrompt
     from framewise.core.encoding.defs import VisionItem
+    from framewise.core.encoding.pruning import Retention
     from framewise.core.memory_plan import MemoryEstimate
+    from framewise.core.quantization.kv_formats import KVCacheFormat
     from framewise.core.quantization.weight_format import WeightFormat
     from framewise.core.settings import SamplingSettings
     from framewise.core.video import FrameSizing, Resize
@@ -30,7 +33,9 @@ if TYPE_CHECKING:
 class FamilyAdapter(SupportsEncoderGraphs, Protocol):
     """A loaded model's side of the encoder seam, which also gives the decoder its language model."""
 
-    def language_model(self) -> LanguageModel: ...
+    def language_model(self, cache_format: KVCacheFormat) -> LanguageModel:
+        """The language half for the decoder, whose states keep keys and values in ``cache_format``."""
+        ...
 
 
 class PromptInputs(Protocol):
@@ -38,7 +43,9 @@ class PromptInputs(Protocol):
 
     ``token_types`` are the family's own per-token kinds, passed through to its language model;
     ``spans`` place the items' features; ``grids`` give every item's ``(modality, grid_thw)`` in
-    item order; ``text`` is the prompt as tokenized.
+    item order; ``text`` is the prompt as tokenized. ``unpruned`` is, for a prompt about a clip
+    whose video tokens were pruned (:meth:`ModelFamily.with_retention`), the prompt it was cut
+    from, whose positions the kept tokens keep; ``None`` when nothing was pruned.
     """
 
     @property
@@ -55,6 +62,9 @@ class PromptInputs(Protocol):
 
     @property
     def text(self) -> str: ...
+
+    @property
+    def unpruned(self) -> UnprunedPrompt | None: ...
 
 
 class PreparedVideo(Protocol):
@@ -103,13 +113,14 @@ class ModelFamily(Protocol):
     def estimate_memory(
         self, config: Mapping[str, Any], weight_format: WeightFormat, activations: torch.dtype, context_tokens: int,
         encoder_budgets: Sequence[int], device_type: str, clip_tokens: int = 0,
+        cache_format: KVCacheFormat | None = None,
     ) -> MemoryEstimate:
         """The memory a checkpoint with this config.json (a dict) takes on a ``device_type``
         device (``"cuda"``, ``"cpu"``, ...), before loading it: its linear layers in
         ``weight_format`` (:meth:`~framewise.core.quantization.weight_format.WeightFormat.linear_bytes`),
-        everything else and a KV cache of ``context_tokens`` positions in ``activations``, encoder
-        graphs for ``encoder_budgets``, and the features an open clip of ``clip_tokens`` video
-        tokens keeps."""
+        everything else in ``activations``, a KV cache of ``context_tokens`` positions in
+        ``cache_format`` (None: in ``activations``), encoder graphs for ``encoder_budgets``, and the
+        features an open clip of ``clip_tokens`` video tokens keeps."""
         ...
 
     def language_layout(self, config: Mapping[str, Any]) -> LanguageLayout:
@@ -152,6 +163,12 @@ class ModelFamily(Protocol):
     def join_videos(self, parts: Sequence[PreparedVideo]) -> PreparedVideo:
         """One clip from consecutive parts of it preprocessed one by one (each but the last a whole
         number of slices), as :meth:`preprocess_video` would have made it at once."""
+        ...
+
+    def with_retention(self, video: PreparedVideo, retention: Retention) -> PreparedVideo:
+        """``video`` after its merged tokens were pruned (its features cut to the rows ``retention``
+        keeps, :func:`~framewise.core.encoding.pruning.prune_encoded`): its prompt then holds, per
+        slice, only the tokens kept, each at the position it had, and says each slice's kept count."""
         ...
 
     def preprocess_image(self, image: np.ndarray, limits: FamilyLimits) -> VisionItem:

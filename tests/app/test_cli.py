@@ -62,6 +62,23 @@ def test_ask_json_is_one_object_with_answer_and_stats(sample_clip: Path) -> None
     assert payload["times"] == [time.to_json() for time in find_times(payload["answer"])]
 
 
+def test_ask_with_pruning_says_the_video_tokens_before_and_after_in_text_and_json(sample_clip: Path) -> None:
+    fast = ["--max-frames", "8", "--max-new-tokens", "4", "--device", "cpu"]
+    plain = json.loads(framewise("ask", str(sample_clip), "How many shapes are there?", "--json", *fast).stdout)
+    pruned = framewise("ask", str(sample_clip), "How many shapes are there?", "--json", "--pruning", "0.5", *fast)
+    assert pruned.returncode == 0, pruned.stderr
+    before, after = (json.loads(pruned.stdout)["clip"][key] for key in ("video_tokens_before", "video_tokens_after"))
+    assert plain["clip"]["video_tokens_before"] == plain["clip"]["video_tokens_after"] == before
+    assert after == before // 2  # 4 frame pairs: half of them kept
+    assert prompt_tokens_of(pruned.stdout) == prompt_tokens_of(json.dumps(plain)) - (before - after)
+    text = framewise("ask", str(sample_clip), "How many shapes are there?", "--pruning", "0.5", *fast)
+    assert f"{before:,} → {after:,} video tokens" in text.stdout
+
+
+def prompt_tokens_of(stdout: str) -> int:
+    return json.loads(stdout)["stats"]["decoder"]["prompt_tokens"]
+
+
 def test_ask_json_lists_every_time_the_answer_mentions_in_seconds() -> None:
     info = EngineInfo("cpu", "float32", "demo", None, "eager", False, "CPU", ("sdpa",))
     encoded = EncodeDone("clip.mp4", 4, 64, (0.0, 1.0, 2.0, 3.0), 1.0, 1.0, 1.0, 0.5, False)
@@ -116,7 +133,12 @@ def test_ask_about_random_bytes_exits_2_with_a_message(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("flag", "value", "expected"),
-    [("--max-frames", "7", "--max-frames: use an even number"), ("--max-context", "-5", "--max-context: use 0")],
+    [
+        ("--max-frames", "7", "--max-frames: use an even number"),
+        ("--max-context", "-5", "--max-context: use 0"),
+        ("--pruning", "1.5", "--pruning: use off, auto, or a rate"),
+        ("--pruning", "most", "--pruning: use off, auto, or a rate"),
+    ],
 )
 def test_invalid_setting_is_refused_before_loading_in_the_flags_words(flag: str, value: str, expected: str) -> None:
     result = framewise("info", flag, value)
@@ -133,14 +155,13 @@ def test_info_says_the_encoder_runs_eager_on_the_cpu() -> None:
     assert info["graphs_enabled"] is False and info["device"] == "cpu"
 
 
-def test_info_names_the_family_its_layers_and_the_keys_and_values_a_token_takes() -> None:
-    """The demo model is a Qwen3-VL of 6 layers of 2 KV heads of 64: 6 KiB a token in float32."""
+def test_info_names_the_family_and_its_layers() -> None:
+    """The demo model is a Qwen3-VL of 6 layers of 2 KV heads of 64."""
     result = framewise("info", "--device", "cpu")
     assert "family:             Qwen3-VL, 6 full-attention layers" in result.stdout
-    assert re.search(r"KV cache: +\d+ tokens \(6\.0 KiB a token\)", result.stdout)
     info = json.loads(framewise("info", "--device", "cpu", "--json").stdout)
     assert info["family"] == "Qwen3-VL" and info["layout"]["layers"] == [["full-attention", 6]]
-    assert info["kv_bytes_per_token"] == 6 * 2 * 2 * 64 * 4
+    assert (info["layout"]["kv_layers"], info["layout"]["kv_heads"], info["layout"]["head_dim"]) == (6, 2, 64)
 
 
 def test_the_demo_model_names_the_color_of_the_square_in_the_sample_clip() -> None:
@@ -334,7 +355,7 @@ def test_help_lists_the_settings_flags(capsys: pytest.CaptureFixture[str]) -> No
     assert exit_info.value.code == 0
     shown = capsys.readouterr().out
     for flag in ("--model", "--device", "--dtype", "--attention", "--no-graphs", "--fps", "--max-frames",
-                 "--max-pixels", "--fast-mode", "--max-new-tokens", "--temperature", "--json"):
+                 "--max-pixels", "--fast-mode", "--pruning", "--max-new-tokens", "--temperature", "--kv-cache", "--json"):
         assert flag in shown, f"{flag} missing from framewise --help"
 
 
@@ -377,6 +398,24 @@ def test_info_shows_the_memory_estimate_of_the_chosen_dtype() -> None:
     text = framewise("info", "--device", "cpu", "--dtype", "fp8").stdout
     assert "memory estimate:    about" in text
     assert "dtype:              fp8 weights, float32 activations" in text.splitlines()
+
+
+def test_info_shows_the_kv_cache_chosen_in_its_estimate_and_its_decoder() -> None:
+    """--kv-cache fp8: e4m3 keys and values with a scale per token and head, in the estimate, in what
+    the decoder holds (--json) and in the KV cache line."""
+    payloads = {}
+    for layout in ("auto", "fp8"):
+        result = framewise("info", "--device", "cpu", "--kv-cache", layout, "--max-context", "4096", "--json")
+        assert result.returncode == 0, result.stderr
+        payloads[layout] = json.loads(result.stdout)
+    decoders = {layout: payload["decoder"] for layout, payload in payloads.items()}
+    assert decoders["auto"]["kv_cache_dtype"] == "float32" and decoders["auto"]["kv_bytes_per_token"] == 2 * 6 * 2 * 64 * 4
+    assert decoders["fp8"]["kv_cache_dtype"] == "fp8 e4m3, a scale per token and head"
+    assert decoders["fp8"]["kv_bytes_per_token"] == 2 * 6 * 2 * (64 + 4)
+    estimates = {layout: payload["memory_estimate"]["kv_cache"] for layout, payload in payloads.items()}
+    assert estimates["fp8"] == 4096 * decoders["fp8"]["kv_bytes_per_token"] < estimates["auto"]
+    text = framewise("info", "--device", "cpu", "--kv-cache", "fp8", "--max-context", "4096").stdout
+    assert "KV cache:           4096 tokens, 6.4 MiB (fp8 e4m3, a scale per token and head, 1.594 KiB a token)" in text
 
 
 def test_ask_json_says_a_picture_is_an_image(tmp_path: Path) -> None:

@@ -84,21 +84,42 @@ def test_latency_plot_paints_points_in_their_colours(qtbot):
 def test_answer_stats_and_clip_timing_are_shown(qtbot):
     panel = EncoderPanel()
     qtbot.addWidget(panel)
-    panel.set_encode_done(EncodeDone("a.mp4", 16, 4096, (0.0, 0.5), 40.0, 12.0, 30.0, 1.875, True))
+    done = EncodeDone(
+        "a.mp4", 16, 4096, (0.0, 0.5), 40.0, 12.0, 30.0, 1.875, True, video_tokens_before=1024, video_tokens_after=1024
+    )
+    panel.set_encode_done(done)
     panel.set_answer_stats(AnswerStats(85.4, 20, 42.0, False, 1536.0))
-    assert panel.clip_value.text() == "16 frames, 4,096 patches"
+    assert panel.clip_value.text() == "16 frames, 4,096 patches, 1,024 video tokens"
     assert "1.88 ms/frame" in panel.timing_value.text()
     assert panel.first_token_value.text() == "85 ms"
     assert panel.speed_value.text() == "42.0 tokens/s (20 tokens)"
     assert panel.memory_value.text() == "1,536 MiB"
 
 
+def test_the_last_clip_shows_its_video_tokens_before_and_after_pruning(qtbot):
+    panel = EncoderPanel()
+    qtbot.addWidget(panel)
+    kept = (1.0, 1.0) + (0.25,) * 14
+    done = EncodeDone(
+        "a.mp4", 16, 4096, (0.0, 0.5), 40.0, 12.0, 30.0, 1.875, True,
+        video_tokens_before=1024, video_tokens_after=352, kept_per_frame=kept,
+    )
+    panel.set_encode_done(done)
+    assert panel.clip_value.text() == "16 frames, 4,096 patches, 1,024 → 352 video tokens"
+    assert "pruning" in panel.clip_value.toolTip()
+
+
 def test_the_decoder_line_shows_graph_steps_prefill_and_the_reused_prefix(qtbot):
     panel = EncoderPanel()
     qtbot.addWidget(panel)
-    decoder_info = DecoderInfo(True, "5 decode graphs captured", 2816, (256, 512, 1024, 2048, 2816), 396.0, 0.4, 12.0)
+    decoder_info = DecoderInfo(
+        True, "5 decode graphs captured", 2816, (256, 512, 1024, 2048, 2816), 204.2, 0.4, 12.0,
+        kv_cache_dtype="fp8 e4m3, a scale per token and head", kv_bytes_per_token=76032,
+    )
     panel.set_engine_info(dataclasses.replace(GPU_INFO, decoder=decoder_info))
-    assert panel.decoder_value.text() == "5 decode graphs, KV cache of 2,816 tokens"
+    assert panel.decoder_value.text() == (
+        "5 decode graphs, KV cache of 2,816 tokens (fp8 e4m3, a scale per token and head, 74.25 KiB a token)"
+    )
     decoder = DecoderStats(True, 19, 0, 1310, 1290, 20, 14.2, 210.5, 4.75, 4.9, 2816, "end of answer")
     stats = AnswerStats(16.0, 20, 198.0, False, 1536.0, decoder)
     panel.set_answer_stats(stats)

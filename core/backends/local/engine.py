@@ -147,7 +147,6 @@ class Engine(BackendBase[EncodedClip]):
             held_memory=_held_memory(parts, loaded),
             family=loaded.family.name,
             layout=loaded.layout,
-            kv_bytes_per_token=loaded.layout.kv_bytes_per_token(loaded.dtype.itemsize),
         )
 
     # ----------------------------------------------------------------- the backend's parts of a request
@@ -178,7 +177,7 @@ class Engine(BackendBase[EncodedClip]):
         Settings changes cannot re-sample such a clip.
         """
         self.parts.require_model()
-        return self._keep(self._clips.encode_frames(sampled), "new_clip")
+        return self._keep(self._clips.encode_frames(sampled, self.settings.sampling), "new_clip")
 
     def _keep(self, clip: EncodedClip, reason: ResetReason | None) -> EncodeDone:
         """Make ``clip`` the open one and, unless ``reason`` is ``None``, start its conversation afresh."""
@@ -217,7 +216,7 @@ def _held_memory(parts: ModelParts, loaded: LoadedModel) -> HeldMemory:
 def _decoder_info(decoder: Decoder | None) -> DecoderInfo | None:
     if decoder is None:
         return None
-    steps = decoder.steps
+    steps, cache = decoder.steps, decoder.cache
     return DecoderInfo(
         graphs_enabled=decoder.graphs_enabled,
         graphs_reason=decoder.graphs_reason,
@@ -226,6 +225,8 @@ def _decoder_info(decoder: Decoder | None) -> DecoderInfo | None:
         kv_cache_mb=decoder.state_bytes / 2**20,
         capture_seconds=steps.capture_seconds if decoder.graphs_enabled else None,
         graph_memory_mb=steps.graph_memory_bytes / 2**20 if decoder.graphs_enabled else None,
+        kv_cache_dtype=cache.format.describe(cache.dtype),
+        kv_bytes_per_token=cache.bytes_per_token,
     )
 
 

@@ -66,7 +66,7 @@ class Qwen35Family(Qwen3VLFamily):
         kinds = tuple(dict.fromkeys(text.layer_kinds))
         return LanguageLayout(
             tuple((LAYER_KIND_WORDS[kind], text.layer_kinds.count(kind)) for kind in kinds),
-            2 * text.full_layers * text.kv_heads * text.head_dim,
+            text.full_layers, text.kv_heads, text.head_dim,
         )
 
     def adapter(self, model: torch.nn.Module) -> Qwen35Adapter:

@@ -8,7 +8,7 @@ is loaded:
   the vision tower) in the activations' dtype. The vision tower is Qwen3-VL's without deepstack
   mergers (:class:`~framewise.core.families.qwen3_vl.memory.EncoderShape` counts it).
 - The decoder's state (the "KV cache" part): keys and values of the full-attention layers only,
-  for the context, plus every linear-attention layer's convolution and recurrent state, the same
+  for the context (in the cache's layout), plus every linear-attention layer's convolution and recurrent state, the same
   at any length (:meth:`~framewise.core.decoding.hybrid_state.HybridState.bytes_needed`), and the
   copies of those states the decoder keeps as snapshots
   (:data:`~framewise.core.decoding.prefix_reuse.SNAPSHOTS`).
@@ -32,6 +32,7 @@ import torch
 from framewise.core.decoding.hybrid_state import FULL_ATTENTION, HybridState
 from framewise.core.decoding.prefix_reuse import SNAPSHOTS
 from framewise.core.families.qwen3_5.config import TextShape
+from framewise.core.quantization.kv_formats import KVCacheFormat
 from framewise.core.quantization.weight_format import WeightFormat
 
 
@@ -59,6 +60,10 @@ class HybridShape:
     @property
     def heads(self) -> int:
         return self.text.heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.text.kv_heads
 
     @property
     def head_dim(self) -> int:
@@ -107,11 +112,12 @@ class HybridShape:
         )
         return linears + activations.itemsize * self.other_parameters()
 
-    def state_bytes(self, context_tokens: int, activations: torch.dtype) -> int:
-        """The decoder's state for ``context_tokens`` positions and the snapshots of its linear layers."""
+    def state_bytes(self, context_tokens: int, activations: torch.dtype, cache_format: KVCacheFormat) -> int:
+        """The decoder's state for ``context_tokens`` positions (keys and values in ``cache_format``)
+        and the snapshots of its linear layers."""
         text = self.text
         state = HybridState.bytes_needed(
-            text.layer_kinds, text.kv_heads, text.head_dim, text.linear, context_tokens, activations
+            text.layer_kinds, text.kv_heads, text.head_dim, text.linear, context_tokens, activations, cache_format
         )
         return state + len(SNAPSHOTS) * text.linear_layers * text.linear.state_bytes(activations)
 

@@ -27,11 +27,13 @@ if TYPE_CHECKING:
     import torch
 
     from framewise.core.encoding.defs import VisionItem
+    from framewise.core.encoding.pruning import Retention
     from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
     from framewise.core.families.qwen3_vl.memory import LanguageShape
     from framewise.core.families.qwen3_vl.processor import VideoInputs
     from framewise.core.families.qwen3_vl.prompt import ChatInputs
     from framewise.core.memory_plan import MemoryEstimate
+    from framewise.core.quantization.kv_formats import KVCacheFormat
     from framewise.core.quantization.weight_format import WeightFormat
 
 def geometry_of(limits: FamilyLimits) -> VisionGeometry:
@@ -99,12 +101,13 @@ class Qwen3VLFamily:
     def estimate_memory(
         self, config: Mapping[str, Any], weight_format: WeightFormat, activations: torch.dtype, context_tokens: int,
         encoder_budgets: Sequence[int], device_type: str, clip_tokens: int = 0,
+        cache_format: KVCacheFormat | None = None,
     ) -> MemoryEstimate:
         from framewise.core.families.qwen3_vl import memory
 
         return memory.estimate_parts(
             self.language_shape(config), config["vision_config"], weight_format, activations, context_tokens,
-            encoder_budgets, device_type, clip_tokens,
+            encoder_budgets, device_type, clip_tokens, cache_format,
         )
 
     def language_shape(self, config: Mapping[str, Any]) -> LanguageShape:
@@ -118,7 +121,7 @@ class Qwen3VLFamily:
         text = config["text_config"]
         layers = int(text["num_hidden_layers"])
         head_dim = int(text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"])
-        return LanguageLayout((("full-attention", layers),), 2 * layers * int(text["num_key_value_heads"]) * head_dim)
+        return LanguageLayout((("full-attention", layers),), layers, int(text["num_key_value_heads"]), head_dim)
 
     def adapter(self, model: torch.nn.Module) -> Qwen3VLAdapter:
         from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
@@ -148,6 +151,9 @@ class Qwen3VLFamily:
         from framewise.core.families.qwen3_vl.processor import join_videos
 
         return join_videos(parts)
+
+    def with_retention(self, video: VideoInputs, retention: Retention) -> VideoInputs:
+        return dataclasses.replace(video, retention=retention)
 
     def preprocess_image(self, image: np.ndarray, limits: FamilyLimits) -> VisionItem:
         from framewise.core.families.qwen3_vl.processor import preprocess_image

@@ -8,7 +8,8 @@ GPU, an allowance for the caching allocator besides.
   a quantized format's stored bytes and scales); the vision tower, embeddings, norms and the
   output head are in the activations' dtype.
 - The KV cache is :meth:`~framewise.core.decoding.kv_cache.StaticKVCache.bytes_needed` for the
-  context (keys and values in the activations' dtype, whatever the weight format).
+  context, in the cache's layout whatever the weight format (keys and values in the activations'
+  dtype, or e4m3 with their scales: :class:`~framewise.core.quantization.kv_formats.KVCacheFormat`).
 - The encoder graphs share one set of static buffers, sized for the largest token budget (every
   budget's graph reads views of them): inputs (patches, interpolation taps, rotary positions)
   and outputs (merged tokens and deepstack features). Their pool is set by the largest budget's
@@ -18,13 +19,18 @@ GPU, an allowance for the caching allocator besides.
 - The decode graphs hold the float32 logits and share a pool set by the largest follow-up
   prefill bucket: one decoder layer's activations (hidden, q/k/v, gate/up, their product), the
   key/value heads repeated for every query head over the whole context (the masked attention
-  kernel does not share them) and the additive mask.
+  kernel does not share them), the additive mask and, for a scaled cache, one layer's keys and
+  values read back in the activations' dtype (:meth:`KVCacheFormat.read_bytes`).
 - Each capture (encoder, decoder) allocates cuBLAS workspaces for its warm-up stream and its
   capture stream.
 - An open clip keeps the tower's output for follow-up questions: per video token its merged row
   and one row per deepstack layer, ``out_hidden`` wide, in the activations' dtype. A clip of
   2,048 frames at 64k video tokens holds 2 GiB of them on the 8B (out_hidden 4096, 3 deepstack
   layers, bf16).
+
+The language model's parts are asked of its sizes (:class:`LanguageShape`: :class:`DecoderShape` for
+Qwen3-VL's dense one; a family of another language model gives its own, as Qwen3.5 does), the
+tower's of :class:`EncoderShape`; :func:`estimate_parts` adds them up.
 
 The graph parts are a model of what the captures allocate, not a measurement; docs/benchmarks.md
 compares them with what the engine measured on the GPU. The caching allocator reserves whole
@@ -43,6 +49,7 @@ import torch
 
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.memory_plan import MemoryEstimate
+from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
 from framewise.core.quantization.weight_format import WeightFormat
 
 # The follow-up prefill's largest token bucket (framewise.core.decoding.prefill_graphs.TOKEN_BUCKETS).
@@ -101,9 +108,11 @@ class DecoderShape:
         linears = self.layers * sum(weight_format.linear_bytes(shape, activations) for shape in self.linear_shapes())
         return linears + activations.itemsize * self.other_parameters()
 
-    def state_bytes(self, context_tokens: int, activations: torch.dtype) -> int:
-        """Every layer's keys and values for ``context_tokens`` positions."""
-        return StaticKVCache.bytes_needed(self.layers, self.kv_heads, self.head_dim, context_tokens, activations)
+    def state_bytes(self, context_tokens: int, activations: torch.dtype, cache_format: KVCacheFormat) -> int:
+        """Every layer's keys and values for ``context_tokens`` positions in ``cache_format``."""
+        return StaticKVCache.bytes_needed(
+            self.layers, self.kv_heads, self.head_dim, context_tokens, activations, cache_format
+        )
 
     def values_per_token(self) -> int:
         """Activations one token holds inside a layer: hidden pair, q/k/v, gate/up and their product."""
@@ -112,18 +121,21 @@ class DecoderShape:
 
 class LanguageShape(Protocol):
     """What the estimate asks of a language model's sizes (:class:`DecoderShape` for Qwen3-VL's dense
-    one, a family's own for another): ``vocab``, and the attention's ``heads`` of ``head_dim``."""
+    one, a family's own for another): ``vocab``, and the attention's ``heads`` over ``kv_heads`` of
+    ``head_dim``."""
 
     vocab: int
     heads: int
+    kv_heads: int
     head_dim: int
 
     def weight_bytes(self, weight_format: WeightFormat, activations: torch.dtype) -> int:
         """Bytes of the language model's weights."""
         ...
 
-    def state_bytes(self, context_tokens: int, activations: torch.dtype) -> int:
-        """Bytes of what the decoder keeps for ``context_tokens`` positions."""
+    def state_bytes(self, context_tokens: int, activations: torch.dtype, cache_format: KVCacheFormat) -> int:
+        """Bytes of what the decoder keeps for ``context_tokens`` positions, keys and values in
+        ``cache_format``."""
         ...
 
     def values_per_token(self) -> int:
@@ -190,14 +202,19 @@ def encoder_graph_bytes(encoder: EncoderShape, budgets: Sequence[int], element: 
     return buffers + pool + CAPTURE_WORKSPACES
 
 
-def decode_graph_bytes(language: LanguageShape, element: int, context_tokens: int) -> int:
+def decode_graph_bytes(
+    language: LanguageShape, activations: torch.dtype, context_tokens: int, cache_format: KVCacheFormat = FLOAT_KV_CACHE
+) -> int:
     """The float32 logits, the pool the largest follow-up prefill bucket needs over a context of
-    ``context_tokens`` positions (a layer's activations, the key/value heads repeated for every
-    query head, the mask), and the capture's workspaces."""
+    ``context_tokens`` positions in ``cache_format`` (a layer's activations, the key/value heads
+    repeated for every query head, the keys and values read back from their format, the mask), and
+    the capture's workspaces."""
+    element = activations.itemsize
     layer = PREFILL_TOKENS * language.values_per_token() * element
     repeated_keys_values = 2 * language.heads * context_tokens * language.head_dim * element
+    read_back = cache_format.read_bytes(language.kv_heads, language.head_dim, context_tokens, activations)
     mask = PREFILL_TOKENS * context_tokens * element
-    return language.vocab * 4 + layer + repeated_keys_values + mask + CAPTURE_WORKSPACES
+    return language.vocab * 4 + layer + repeated_keys_values + read_back + mask + CAPTURE_WORKSPACES
 
 
 def clip_feature_bytes(encoder: EncoderShape, clip_tokens: int, element: int) -> int:
@@ -215,20 +232,25 @@ def estimate_parts(
     encoder_budgets: Sequence[int],
     device_type: str,
     clip_tokens: int,
+    cache_format: KVCacheFormat | None,
 ) -> MemoryEstimate:
     """The device memory a model takes on a ``device_type`` device: its ``language`` model's
     weights (linear layers in ``weight_format``, the rest in ``activations``) and its decoder state
-    for ``context_tokens`` positions, a tower of ``vision_config`` (a config.json's dict) in
-    ``activations``, encoder graphs for ``encoder_budgets`` (patch rows each; none when graphs are
-    off), decode graphs, and the features an open clip of ``clip_tokens`` video tokens keeps. On the
-    CPU the decoder captures no graphs and nothing is added for a caching allocator (it has none)."""
+    for ``context_tokens`` positions, keys and values in ``cache_format`` (None: in
+    ``activations``), a tower of ``vision_config`` (a config.json's dict) in ``activations``,
+    encoder graphs for ``encoder_budgets`` (patch rows each; none when graphs are off), decode
+    graphs, and the features an open clip of ``clip_tokens`` video tokens keeps. On the CPU the
+    decoder captures no graphs and nothing is added for a caching allocator (it has none)."""
+    cache_format = cache_format or FLOAT_KV_CACHE
     encoder = EncoderShape.from_config(vision_config)
     element = activations.itemsize
     parts = MemoryEstimate(
         weights=language.weight_bytes(weight_format, activations) + element * encoder.parameters(),
-        kv_cache=language.state_bytes(context_tokens, activations),
+        kv_cache=language.state_bytes(context_tokens, activations, cache_format),
         encoder_graphs=encoder_graph_bytes(encoder, encoder_budgets, element),
-        decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(language, element, context_tokens),
+        decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(
+            language, activations, context_tokens, cache_format
+        ),
         clip_features=clip_feature_bytes(encoder, clip_tokens, element),
     )
     if device_type == "cpu":

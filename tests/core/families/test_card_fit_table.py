@@ -11,6 +11,7 @@ import torch
 
 from framewise.core.families import family_for
 from framewise.core.memory_plan import GIB
+from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE
 from framewise.core.quantization.registry import choose_weight_format
 from framewise.core.settings import AppSettings
 from tests.conftest import REPO_ROOT
@@ -42,7 +43,8 @@ def table() -> str:
     rows = [HEADER]
     for name, config in RELEASED.items():
         layout = family_for(config["model_type"]).language_layout(config)
-        per_token = f"{layout.kv_bytes_per_token(2) // 1024} KiB"
+        bf16 = FLOAT_KV_CACHE.bytes_per_token(layout.kv_layers, layout.kv_heads, layout.head_dim, torch.bfloat16)
+        per_token = f"{bf16 // 1024} KiB"
         estimates = [estimated_gib(config, "bfloat16", defaults), estimated_gib(config, "fp8", defaults),
                      estimated_gib(config, "fp8", long)]
         rows.append(f"| {name} | {layout.describe()} | {per_token} | " + " | ".join(estimates) + " |")

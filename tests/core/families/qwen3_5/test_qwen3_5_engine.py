@@ -103,8 +103,8 @@ def ask_and_check(engine: Engine, question: str) -> Done:
 def test_the_engine_runs_the_family_of_the_checkpoint(loaded_engine: Engine) -> None:
     info = loaded_engine.info()
     assert info.family == "Qwen3.5" and info.layout.describe() == "2 linear-attention + 1 full-attention layers"
-    assert info.kv_bytes_per_token == 2 * 2 * 64 * 4  # one layer, 2 KV heads of 64, float32
     assert info.decoder is not None and info.decoder.kv_cache_mb > 0
+    assert info.decoder.kv_bytes_per_token == 2 * 2 * 64 * 4  # one layer, 2 KV heads of 64, float32
 
 
 def test_a_clip_is_answered_as_generate_answers_it(engine: Engine) -> None:

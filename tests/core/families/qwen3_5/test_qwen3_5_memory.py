@@ -14,7 +14,9 @@ from framewise.core.decoding import Decoder
 from framewise.core.families import family_for
 from framewise.core.families.qwen3_vl.memory import EncoderShape
 from framewise.core.loading import load_model
+from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE
 from framewise.core.quantization.registry import choose_weight_format
+from framewise.core.seam import LanguageLayout
 from framewise.core.settings import ModelSettings
 from tests.core.families.qwen3_5.checkpoint import write_tiny_checkpoint
 from tests.core.families.qwen3_vl.test_memory_estimate import stored_bytes
@@ -69,12 +71,16 @@ def test_released_sizes_count_the_published_parameters() -> None:
         assert weights == pytest.approx(billions * 1e9, rel=0.002), name
 
 
+def bf16_bytes_per_token(layout: LanguageLayout) -> int:
+    return FLOAT_KV_CACHE.bytes_per_token(layout.kv_layers, layout.kv_heads, layout.head_dim, torch.bfloat16)
+
+
 def test_the_9b_keeps_32_kib_a_token_against_144_for_qwen3_vl_8b() -> None:
     nine_b, eight_b = RELEASED["Qwen3.5-9B"], RELEASED["Qwen3-VL-8B"]
     layout = QWEN3_5.language_layout(nine_b)
     assert layout.describe() == "24 linear-attention + 8 full-attention layers"
-    assert layout.kv_bytes_per_token(2) == 32 * 1024
-    assert family_for("qwen3_vl").language_layout(eight_b).kv_bytes_per_token(2) == 144 * 1024
+    assert bf16_bytes_per_token(layout) == 32 * 1024
+    assert bf16_bytes_per_token(family_for("qwen3_vl").language_layout(eight_b)) == 144 * 1024
     growth = estimate(nine_b, "bfloat16", 2_000, device_type="cpu").kv_cache - estimate(
         nine_b, "bfloat16", 1_000, device_type="cpu").kv_cache
     assert growth == 1_000 * 32 * 1024
