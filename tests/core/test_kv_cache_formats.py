@@ -20,7 +20,7 @@ from framewise.core.decoding.hybrid_state import FULL_ATTENTION, LINEAR_ATTENTIO
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.errors import SettingsError
-from framewise.core.families.qwen3_vl import memory
+from framewise.core.families import family_for
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.families.qwen3_vl.processor import fit_video_frames, preprocess_video
@@ -95,7 +95,7 @@ def test_at_the_8b_shapes_the_cache_and_its_estimate_take_about_half() -> None:
     assert StaticKVCache.bytes_needed(layers, kv_heads, head_dim, 1, torch.bfloat16, E4M3_KV_CACHE) == 76_032
     weight_format = choose_weight_format(EIGHT_B, "fp8", CPU)
     estimates = {
-        layout: memory.estimate_memory(
+        layout: family_for("qwen3_vl").estimate_memory(
             EIGHT_B, weight_format, torch.bfloat16, 65536, [256, 16384], "cuda", cache_format=layout
         )
         for layout in (FLOAT_KV_CACHE, E4M3_KV_CACHE)
