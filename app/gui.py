@@ -111,7 +111,9 @@ def app_services() -> AppServices:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="framewise-studio", description="Ask Qwen3-VL or Qwen3.5 questions about video clips.")
+    parser = argparse.ArgumentParser(
+        prog="framewise-studio", description="Ask Qwen3-VL or Qwen3.5 questions about video clips."
+    )
     parser.add_argument("clip", nargs="?", help="a video clip to open at start")
     parser.add_argument(
         "--settings-file", metavar="INI", help="keep settings in this ini file instead of the user's settings store"

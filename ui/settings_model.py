@@ -34,7 +34,9 @@ class ModelSourceChoice(QWidget):
         self.repo_radio = QRadioButton("Hugging Face repo id:")
         self.group = QButtonGroup(self)
         self.folder_edit = QLineEdit()
-        self.folder_edit.setPlaceholderText("a folder with config.json and *.safetensors of a Qwen3-VL or Qwen3.5 model")
+        self.folder_edit.setPlaceholderText(
+            "a folder with config.json and *.safetensors of a Qwen3-VL or Qwen3.5 model"
+        )
         self.browse_button = QPushButton("Browse…")
         self.browse_button.clicked.connect(self._choose_folder)
         self.repo_edit = QLineEdit()
@@ -84,7 +86,9 @@ class ModelSourceChoice(QWidget):
             self.repo_edit.setText(source)
 
     def _choose_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Choose a Qwen3-VL or Qwen3.5 checkpoint folder", self.folder_edit.text())
+        folder = QFileDialog.getExistingDirectory(
+            self, "Choose a Qwen3-VL or Qwen3.5 checkpoint folder", self.folder_edit.text()
+        )
         if folder:
             self.folder_edit.setText(folder)
             self.folder_radio.setChecked(True)

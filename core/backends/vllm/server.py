@@ -313,7 +313,8 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         """Refuse ``clips`` (all the conversation would hold) when they cannot reach the server as the
         model's prompt lays them out, or cannot fit its context with one answer."""
         check_one_timeline(clips)
-        check_fits_context(clips, self.settings.generation.max_new_tokens, self._require_server().max_model_len, self.limits)
+        server = self._require_server()
+        check_fits_context(clips, self.settings.generation.max_new_tokens, server.max_model_len, self.limits)
 
     def _follow_served_family(self) -> None:
         """Take the family of the model the server serves now (:func:`served_family`)."""
