@@ -6,7 +6,7 @@ model's config.json where vLLM loaded it from a folder (or a hub id cached) on t
 guessed from the model's name and where it came from (vLLM's ``/v1/models`` says no more): a name
 that says Qwen3.5 is a Qwen3.5, anything else a Qwen3-VL, as before the server has said what it
 serves. Both families' requests are laid out alike (Qwen3.5's tower and processor are Qwen3-VL's);
-Qwen3.5's asks its chat template not to think (:attr:`~framewise.core.families.base.ModelFamily.chat_template_options`).
+a Qwen3.5 is asked not to think (its family's ``chat_template_options``).
 """
 
 from __future__ import annotations
