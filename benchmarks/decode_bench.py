@@ -32,7 +32,7 @@ Frobenius norm, every layer fed that model's input to it, 64 text tokens) and th
 answer tokens that agree with its answers (the agreeing prefix of each answer over its length).
 For a hybrid model the floor's bytes include its linear states, read and written once a step.
 ``--long-frames N`` also times, per size and dtype, a first question about a clip of N frames at
-``--long-pixels`` (default: the most a clip may have) from an empty state, prefilled in the
+``--long-pixels`` (default: Qwen3-VL's released preprocessing's, 768 frames' full budget) from an empty state, prefilled in the
 decoder's default chunks, with the bytes the state takes per position (keys and values) and
 fixed (a hybrid model's linear states).
 ``--quick`` runs the 8B shapes, bf16 and fp8, the ``framewise`` mode, a first question and one
@@ -933,8 +933,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=None, help="frame width (default: as --height)")
     parser.add_argument("--long-frames", type=int, default=0,
                         help="also time a first question about a clip of this many frames per size and dtype (0: none)")
-    parser.add_argument("--long-pixels", type=int, default=QWEN3_VL_LIMITS.max_clip_pixels,
-                        help="the long clip's pixel budget (sampling max pixels; default: the most a clip may have)")
+    parser.add_argument("--long-pixels", type=int, default=QWEN3_VL_LIMITS.released_clip_pixels,
+                        help="the long clip's pixel budget (sampling max pixels; default: Qwen3-VL's released preprocessing's)")
     parser.add_argument("--long-repeats", type=int, default=2, help="timed long first questions, after one untimed")
     parser.add_argument("--follow-ups", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=128)

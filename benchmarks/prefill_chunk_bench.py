@@ -5,8 +5,8 @@ Random weights at the released shapes (built from the config; nothing is downloa
 model of ``decode_bench``'s sizes (Qwen3-VL's ``2B``, ``8B``; Qwen3.5's ``3.5-0.8B``, ``3.5-9B``), in
 bf16 or with the decoder layers' linear layers in FP8 (``--dtype fp8``, per channel, as
 ``model.dtype = fp8`` quantizes on load). The prompt is a clip of ``--frames`` frames of a
-1280x720 video sampled as Framewise samples it under ``--pixels`` (default: the most pixels a
-clip may have), laid out as the prompt lays it out, its features random (Qwen3-VL's with three
+1280x720 video sampled as Framewise samples it under ``--pixels`` (default: Qwen3-VL's released
+preprocessing's budget), laid out as the prompt lays it out, its features random (Qwen3-VL's with three
 deepstack layers). Per chunk size (``--chunks``, 0: the whole prompt in one pass):
 
 - the activations: the allocator's peak above what it held before the prefill (the state and
@@ -229,7 +229,7 @@ def bench(args) -> dict[str, Any]:
     dtype = torch.float32 if args.dtype == "float32" else torch.bfloat16
     torch.manual_seed(0)
     model, language = build_language(args, device, dtype)
-    size = app_frame_size(args.frames, args.pixels or QWEN3_VL_LIMITS.max_clip_pixels)
+    size = app_frame_size(args.frames, args.pixels or QWEN3_VL_LIMITS.released_clip_pixels)
     prompt = make_prompt(model, args.frames, size, device, dtype)
     length = prompt.input_ids.shape[1]
     decoder = Decoder(language, length + 64, 256, use_graphs=False)
@@ -310,7 +310,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "fp8", "float32"))
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--frames", type=int, default=768)
-    parser.add_argument("--pixels", type=int, default=None, help="sampling max pixels (default: the most)")
+    parser.add_argument("--pixels", type=int, default=None, help="sampling max pixels (default: Qwen3-VL's released preprocessing's)")
     parser.add_argument("--chunks", default="0,4096,2048,1024,512", help="chunk sizes; 0 is one pass")
     parser.add_argument("--repeats", type=int, default=2, help="timed prefills per chunk size")
     parser.add_argument("--stops", type=int, default=1, help="Stops at random times per chunk size (0: none)")
