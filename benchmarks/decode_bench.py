@@ -881,8 +881,8 @@ def _long_clip_rows(size: str, dtype: str, run: dict[str, Any]) -> list[str]:
         return []
     ttft = " / ".join(f"{ms:.0f}" for ms in long["ttft_ms"])
     return [f"| {size} | {dtype} | {long['frames']} frames of {long['clip']} | {long['prompt_tokens']:,} | {long['chunks']} | "
-            f"{long['prefill_median_ms']:.0f} | {ttft} | {long['kv_bytes_per_token'] / 1024:.0f} | "
-            f"{long['linear_state_bytes'] / 2**20:.1f} |"]
+            f"{long['prefill_median_ms']:.0f} | {ttft} | {long['kv_bytes_per_token'] / 1024:.1f} | "
+            f"{long['linear_state_bytes'] / 2**20:.2f} |"]
 
 
 def _mode_rows(size: str, dtype: str, run: dict[str, Any]) -> list[str]:
@@ -907,7 +907,7 @@ def _mode_rows(size: str, dtype: str, run: dict[str, Any]) -> list[str]:
             f"{entry['token_ms_mean']:.2f} / {entry['token_ms_p99']:.2f} | "
             f"{entry['token_ms_p99'] / entry['token_ms_mean']:.2f} | {entry['floor_ratio']:.2f} | {capture} | {memory} |"
         )
-    state = f" + {run['state_bytes'] / 2**20:.0f} MiB of linear states" if run.get("state_bytes") else ""
+    state = f" + {run['state_bytes'] / 2**20:.2f} MiB of linear states" if run.get("state_bytes") else ""
     lines.append(
         f"| {size} | {dtype} | floor | | | | {run['floor_tokens_per_s']:.0f} | "
         f"{run['weight_bytes'] / 2**30:.2f} GiB{state} per token | | 1.00 | | |"
