@@ -5,6 +5,9 @@ engine sent it (a small numpy array) and makes a row's picture only when the vie
 row, keeping the most recent :data:`PICTURES_KEPT` of them. Opening a clip of 2,048 frames, or
 filling the strip while one is read, therefore costs the window a few list assignments and
 one signal per event, never one widget item or one picture per frame.
+
+Where pruning dropped some of a clip's video tokens, each picture carries a thin bar along its
+bottom edge, filled to the share of its frame pair's tokens that were kept.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
-from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, QSize, Qt, Signal
-from PySide6.QtGui import QIcon, QPixmap
+from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QIcon, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import QAbstractItemView, QListView, QSizePolicy, QStyle, QWidget
 
 from framewise.core.events import ClipSampled, FramesRead
@@ -26,7 +29,8 @@ Index = QModelIndex | QPersistentModelIndex
 
 class FrameListModel(QAbstractListModel):
     """The frames of one clip, or of one still being read: a thumbnail ((h, w, 3) uint8, or None
-    for a frame not read yet) and a time in seconds per row.
+    for a frame not read yet) and a time in seconds per row; once a pruned clip is encoded, the
+    share of each frame's tokens kept (:meth:`show_kept`).
 
     While a clip is being read (:meth:`start_reading`) its rows are shown but cannot be selected.
     """
@@ -38,6 +42,8 @@ class FrameListModel(QAbstractListModel):
         self._times: list[float | None] = []
         self._reading = False
         self._pictures: OrderedDict[int, QIcon] = OrderedDict()
+        self._kept: list[float] = []  # per row, the share of its tokens pruning kept; empty: none ran
+        self._kept_color = QColor(Qt.GlobalColor.white)
         blank = QPixmap(icon_size)
         blank.fill(Qt.GlobalColor.transparent)
         self._blank = QIcon(blank)  # a frame not read yet keeps its place at the same size
@@ -51,6 +57,17 @@ class FrameListModel(QAbstractListModel):
         """List a finished clip's frames: those with both a thumbnail and a time."""
         shown = min(len(thumbnails), len(times))
         self._reset(list(thumbnails[:shown]), list(times[:shown]), reading=False)
+
+    def show_kept(self, shares: Sequence[float], color: QColor) -> None:
+        """Mark each row's picture with the share of its tokens pruning kept, a bar in ``color``
+        (``shares`` empty, or not one per row: no marks)."""
+        kept = list(shares) if len(shares) == len(self._times) else []
+        if kept == self._kept:
+            return
+        self._kept, self._kept_color = kept, color
+        self._pictures.clear()
+        if self._times:
+            self.dataChanged.emit(self.index(0), self.index(len(self._times) - 1))
 
     def start_reading(self, total: int) -> None:
         """List ``total`` places for the frames of a clip being read, none of them read yet."""
@@ -84,7 +101,8 @@ class FrameListModel(QAbstractListModel):
             return self._picture(row)
         if role == Qt.ItemDataRole.ToolTipRole and time_s is not None:
             so_far = ", read so far" if self._reading else ""
-            return f"Frame {row + 1} of {len(self._times)} at {time_s:.2f} s{so_far}"
+            kept = f"; pruning kept {self._kept[row]:.0%} of its video tokens" if self._kept else ""
+            return f"Frame {row + 1} of {len(self._times)} at {time_s:.2f} s{so_far}{kept}"
         if role == Qt.ItemDataRole.TextAlignmentRole:
             return Qt.AlignmentFlag.AlignHCenter
         return None
@@ -100,6 +118,8 @@ class FrameListModel(QAbstractListModel):
         pixmap = QPixmap.fromImage(image_from_array(thumbnail)).scaled(
             self._icon_size, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation
         )
+        if self._kept:
+            _draw_kept_bar(pixmap, self._kept[row], self._kept_color)
         self._pictures[row] = QIcon(pixmap)
         if len(self._pictures) > PICTURES_KEPT:
             self._pictures.popitem(last=False)
@@ -107,9 +127,20 @@ class FrameListModel(QAbstractListModel):
 
     def _reset(self, thumbnails: list[np.ndarray | None], times: list[float | None], *, reading: bool) -> None:
         self.beginResetModel()
-        self._thumbnails, self._times, self._reading = thumbnails, times, reading
+        self._thumbnails, self._times, self._reading, self._kept = thumbnails, times, reading, []
         self._pictures.clear()
         self.endResetModel()
+
+
+def _draw_kept_bar(pixmap: QPixmap, share: float, color: QColor) -> None:
+    """Paint along ``pixmap``'s bottom edge a thin dark track, filled in ``color`` from the left to
+    ``share`` (0..1) of its width."""
+    height = max(3, pixmap.height() // 12)
+    top = pixmap.height() - height
+    painter = QPainter(pixmap)
+    painter.fillRect(QRect(0, top, pixmap.width(), height), QColor(0, 0, 0, 170))
+    painter.fillRect(QRect(0, top, round(pixmap.width() * min(max(share, 0.0), 1.0)), height), color)
+    painter.end()
 
 
 class FrameStrip(QListView):
@@ -149,6 +180,10 @@ class FrameStrip(QListView):
         """List ``clip``'s frames (none for ``None``)."""
         self._filling = None
         self._frames.show_clip(clip.thumbnails if clip else (), clip.timestamps if clip else ())
+
+    def show_kept(self, shares: Sequence[float]) -> None:
+        """Mark each frame with the share of its video tokens pruning kept (``()``: none ran)."""
+        self._frames.show_kept(shares, self.palette().color(QPalette.ColorRole.Highlight))
 
     def add_frames(self, frames: FramesRead) -> None:
         """Show frames of a clip still being read: the first frames of a request list
