@@ -17,7 +17,8 @@
 #   decode_old   the old tree's decode_bench --quick (issue 41).
 #   encoder_old  the old tree's encoder_bench, same counts as the new one's (issue 41).
 #
-# Each step runs under `timeout` (its own cap, and never past the whole run's BUDGET_S), writes its
+# Each step runs under `timeout` (its own cap, and never past the whole run's BUDGET_S; a step that
+# would have less than it needs is skipped), writes its
 # benchmark's JSON and Markdown table and its log under OUT/STEP, and a failed step leaves the
 # others to run. OUT/steps.tsv records each step's exit code and seconds; the last thing is one
 # line per target (benchmarks/targets_summary.py, also OUT/targets.md).
@@ -26,16 +27,17 @@
 # $HOME/.cache/framewise-bench), BASELINE (the old tree, .baseline), OLD_SITE (where the old tree's
 # package is installed, /tmp/oldsite).
 #
-# The memory step needs the random 8B and 9B checkpoints on disk: the script starts writing them
-# (CPU work, about 37 GB) in the background at once; `benchmarks/targets.sh OUT checkpoints` writes
-# them alone, e.g. while the packages install.
+# The memory step needs the random 8B and 9B checkpoints on disk (about 37 GB): the script writes
+# them in the background once the decode step is done, and the memory step waits for them;
+# `benchmarks/targets.sh OUT checkpoints` writes them alone, e.g. while the packages install.
 #
-# Run counts (issue 41): decode --quick as it is (128 new tokens, one follow-up, five repeats of
-# the first question: a graph-replayed step varies by about 1 % of its time, so 254 steps give a
-# mean far inside 3 %; the first question leans on the host and needs the repeats' median). The
-# encoder: 30 timed requests per workload and mode after 3 warm-ups and a stream of 50 (each mode's
-# per-request times vary by a few per cent, so 30 put the mean's error near 0.5 %; fewer warm-ups
-# leave the first replays' allocations in the timings).
+# Run counts (issue 41), read from docs/benchmarks/log.md: decode --quick as it is (128 new
+# tokens, one follow-up: 254 steps, whose p99 lies within 4 % of their mean in the logged 8B runs,
+# so their mean is known far inside 3 %; the first question, which leans on the host, as the median
+# of five repeats). The encoder: 30 timed requests per workload and mode after 3 warm-ups, and a
+# stream of 50 (the logged fused runs put p99 within 8 % of the mean, so 30 requests give the mean
+# to about 1 %). Whole runs of one tree differed by up to 4.6 % there (the 448x448 image; 2.5 % at
+# 16 frames): more requests do not narrow that, another old/new pair would.
 
 set -u
 OUT=${1:?usage: benchmarks/targets.sh OUT [STEP ...]}
@@ -57,12 +59,13 @@ export FRAMEWISE_CACHE_DIR=$CACHE/compile-new TRITON_CACHE_DIR=$CACHE/compile-ne
 cd "$REPO" || exit 1
 DEADLINE=$((SECONDS + BUDGET_S - SUMMARY_S))
 
-# step NAME CAP_S COMMAND...: run COMMAND in OUT/NAME under min(CAP_S, time left), logging there.
+# step NAME CAP_S NEED_S COMMAND...: run COMMAND in OUT/NAME under min(CAP_S, time left), logging
+# there; skipped when less than NEED_S (what it cannot do without) is left.
 step() {
-    local name=$1 cap=$2 left=$((DEADLINE - SECONDS))
-    shift 2
+    local name=$1 cap=$2 need=$3 left=$((DEADLINE - SECONDS))
+    shift 3
     mkdir -p "$OUT/$name"
-    if ((left < 15)); then
+    if ((left < need)); then
         printf '%s\tskipped\t0\n' "$name" >>"$OUT/steps.tsv"
         echo "== $name: skipped, ${left} s left" | tee "$OUT/$name/log.txt"
         return
@@ -104,37 +107,41 @@ if [[ " $STEPS " == *" checkpoints "* ]]; then
     write_checkpoints
     exit $?
 fi
+# The checkpoints are written beside the steps after decode (whose first questions lean on the
+# host), in their own session, so that the whole of it can be stopped, and niced.
 CHECKPOINTS=
-if [[ " $STEPS " == *" memory "* ]]; then
-    # Its own session, so that the whole of it can be stopped; niced beside the timed steps.
-    setsid nice -n 19 bash -c write_checkpoints >"$OUT/checkpoints.log" 2>&1 &
-    CHECKPOINTS=$!
-fi
+start_checkpoints() {
+    if [[ -z $CHECKPOINTS && " $STEPS " == *" memory "* ]]; then
+        setsid nice -n 19 bash -c write_checkpoints >"$OUT/checkpoints.log" 2>&1 &
+        CHECKPOINTS=$!
+    fi
+}
 
 for name in $STEPS; do
+    [[ $name == stop_prune || $name == encoder || $name == memory ]] && start_checkpoints
     case $name in
     decode)
-        step decode 150 "$PYTHON" benchmarks/decode_bench.py --sizes 8B,3.5-9B --dtypes bfloat16,fp8 --modes framewise \
+        step decode 150 60 "$PYTHON" benchmarks/decode_bench.py --sizes 8B,3.5-9B --dtypes bfloat16,fp8 --modes framewise \
             --follow-ups 1 --mode-budgets framewise=90 --long-frames 768 --long-repeats 1 --out "$OUT/decode" ;;
     stop_prune)
-        step stop_prune 75 "$PYTHON" benchmarks/prefill_chunk_bench.py --size 8B --dtype fp8 "${CLIP_64K[@]}" \
+        step stop_prune 75 40 "$PYTHON" benchmarks/prefill_chunk_bench.py --size 8B --dtype fp8 "${CLIP_64K[@]}" \
             --chunks 1024 --repeats 1 --stops 3 --pruning 0.75 --out "$OUT/stop_prune" ;;
     encoder)
-        step encoder 75 "$PYTHON" benchmarks/encoder_bench.py --towers 8B --runs 30 --warmup 3 --stream 50 \
+        step encoder 75 30 "$PYTHON" benchmarks/encoder_bench.py --towers 8B --runs 30 --warmup 3 --stream 50 \
             --pruning-check 0.75 --out "$OUT/encoder" ;;
     memory)
         echo "== waiting for the checkpoints ($OUT/checkpoints.log)"
         if wait "$CHECKPOINTS"; then
-            step memory 150 bash -c memory_runs
+            step memory 150 50 bash -c memory_runs
         else
             printf 'memory\tcheckpoints\t0\n' >>"$OUT/steps.tsv"
             mkdir -p "$OUT/memory" && cp "$OUT/checkpoints.log" "$OUT/memory/log.txt"
         fi
         CHECKPOINTS= ;;
     decode_old)
-        step decode_old 90 bash -c 'old_tree "$@"' _ benchmarks/decode_bench.py --quick --out "$OUT/decode_old" ;;
+        step decode_old 90 40 bash -c 'old_tree "$@"' _ benchmarks/decode_bench.py --quick --out "$OUT/decode_old" ;;
     encoder_old)
-        step encoder_old 75 bash -c 'old_tree "$@"' _ benchmarks/encoder_bench.py --towers 8B --runs 30 --warmup 3 \
+        step encoder_old 75 30 bash -c 'old_tree "$@"' _ benchmarks/encoder_bench.py --towers 8B --runs 30 --warmup 3 \
             --stream 50 --out "$OUT/encoder_old" ;;
     *)
         echo "unknown step $name" ;;
