@@ -86,6 +86,7 @@ from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS  # noqa: E40
 from framewise.core.families.qwen3_vl.prompt import TEXT_TOKEN, VIDEO_TOKEN, vision_spans
 from framewise.core.metrics import percentile  # noqa: E402
 from framewise.core.quantization.fp8 import QUANTIZE_ON_LOAD_SCHEME  # noqa: E402
+from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat  # noqa: E402
 from framewise.core.quantization.linear import Fp8Linear  # noqa: E402
 from training.feature_injection import FeatureInjector  # noqa: E402
 
@@ -197,9 +198,12 @@ def is_hybrid(model: torch.nn.Module) -> bool:
     return model.config.model_type == "qwen3_5"
 
 
-def language_model(model: torch.nn.Module, steps: dict[str, Any]):
-    """The decoder's language model of ``model``; ``steps`` (FRAMEWISE_STEPS' options) apply to Qwen3-VL's."""
-    return Qwen35LanguageModel(model) if is_hybrid(model) else Qwen3VLLanguageModel(model, **steps)
+def language_model(model: torch.nn.Module, steps: dict[str, Any], cache_format: KVCacheFormat = FLOAT_KV_CACHE):
+    """The decoder's language model of ``model``, its keys and values kept in ``cache_format``;
+    ``steps`` (FRAMEWISE_STEPS' options) apply to Qwen3-VL's."""
+    if is_hybrid(model):
+        return Qwen35LanguageModel(model, cache_format=cache_format)
+    return Qwen3VLLanguageModel(model, **steps, cache_format=cache_format)
 
 
 def unsupported_mode(model: torch.nn.Module, mode: str) -> str | None:

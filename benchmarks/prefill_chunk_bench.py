@@ -4,7 +4,8 @@ returns, and the same clip pruned, per chunk size, in one process.
 Random weights at the released shapes (built from the config; nothing is downloaded): a language
 model of ``decode_bench``'s sizes (Qwen3-VL's ``2B``, ``8B``; Qwen3.5's ``3.5-0.8B``, ``3.5-9B``), in
 bf16 or with the decoder layers' linear layers in FP8 (``--dtype fp8``, per channel, as
-``model.dtype = fp8`` quantizes on load). The prompt is a clip of ``--frames`` frames of a
+``model.dtype = fp8`` quantizes on load), keys and values as ``--kv-cache`` says
+(``decoding.kv_cache_dtype``). The prompt is a clip of ``--frames`` frames of a
 1280x720 video sampled as Framewise samples it under ``--pixels`` (default: Qwen3-VL's released
 preprocessing's budget), laid out as the prompt lays it out, its features random (Qwen3-VL's with three
 deepstack layers). Per chunk size (``--chunks``, 0: the whole prompt in one pass):
@@ -33,8 +34,8 @@ Writes ``prefill_chunks.json`` and ``prefill_chunks.md`` under ``--out``.
 
     python3 benchmarks/prefill_chunk_bench.py --size 8B --dtype fp8 --out results/prefill
     python3 benchmarks/prefill_chunk_bench.py --size 3.5-9B --dtype bfloat16 --out results/prefill
-    python3 benchmarks/prefill_chunk_bench.py --size 8B --dtype fp8 --frames 2048 --pixels 134217728 \\
-        --chunks 1024 --repeats 1 --stops 3 --pruning 0.75 --out results/prefill-64k      # 64k tokens
+    python3 benchmarks/prefill_chunk_bench.py --size 8B --dtype fp8 --kv-cache fp8 --frames 2048 \\
+        --pixels 134217728 --chunks 1024 --repeats 1 --stops 3 --pruning 0.75 --out results/64k   # 64k tokens
     python3 benchmarks/prefill_chunk_bench.py --size tiny --device cpu --dtype float32 --frames 8 \\
         --chunks 0,64 --out /tmp/prefill                                          # CPU smoke test
 """
@@ -84,6 +85,7 @@ from framewise.core.families import family_for  # noqa: E402
 from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS  # noqa: E402
 from framewise.core.families.qwen3_vl.processor import VideoInputs  # noqa: E402
 from framewise.core.families.qwen3_vl.prompt import VIDEO_TOKEN, ChatInputs, _pruned  # noqa: E402
+from framewise.core.quantization.kv_formats import KV_CACHE_FORMATS, kv_cache_format  # noqa: E402
 
 GIB = 2**30
 # Frames of the short clip whose prefill runs the kernels once before anything is timed.
@@ -93,11 +95,11 @@ MERGE_AREA = 4
 
 def build_language(args, device: torch.device, dtype: torch.dtype):
     """The model of ``args.size`` (its linear layers in FP8 for ``--dtype fp8``) and the language
-    model the decoder runs."""
+    model the decoder runs, its keys and values kept as ``--kv-cache`` says."""
     model = build_model(args.size, device, dtype)
     if args.dtype == "fp8":
         quantize_decoder_layers(model, device)
-    return model, language_model(model, FRAMEWISE_STEPS["framewise"])
+    return model, language_model(model, FRAMEWISE_STEPS["framewise"], kv_cache_format(args.kv_cache))
 
 
 def make_prompt(model, frames: int, size: tuple[int, int], device: torch.device, dtype: torch.dtype) -> Prompt:
@@ -255,7 +257,8 @@ def markdown(result: dict[str, Any], header: dict[str, Any]) -> str:
     lines = [
         f"{header['device']}, torch {header['torch']}, {header['date']}: `{header['command']}`",
         "",
-        f"{header['size']} {header['dtype']}: {result['clip']}, {result['prompt_tokens']:,} prompt tokens, "
+        f"{header['size']} {header['dtype']}, KV cache {header['kv_cache']}: {result['clip']}, "
+        f"{result['prompt_tokens']:,} prompt tokens, "
         f"state {result['state_gib']:.2f} GiB for {result['context_tokens']:,} positions",
         "",
         "| chunk (tokens) | passes | prefill (ms) | activations (GiB) | per chunk token (KiB) | reserved peak (GiB) "
@@ -292,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": torch.cuda.get_device_name() if args.device == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__,
         "command": " ".join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]),
-        "size": args.size, "dtype": args.dtype,
+        "size": args.size, "dtype": args.dtype, "kv_cache": args.kv_cache,
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -308,6 +311,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--size", default="8B", choices=sorted({*TEXT_SIZES, *QWEN3_5_SIZES}),
                         help="a Qwen3-VL text size, or a Qwen3.5 one (3.5-...)")
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "fp8", "float32"))
+    parser.add_argument("--kv-cache", default="auto", choices=sorted(KV_CACHE_FORMATS),
+                        help="decoding.kv_cache_dtype: keys and values in the activations' dtype, or fp8")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--frames", type=int, default=768)
     parser.add_argument("--pixels", type=int, default=None, help="sampling max pixels (default: Qwen3-VL's released preprocessing's)")

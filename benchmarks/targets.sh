@@ -7,8 +7,9 @@
 #                (copy bandwidth measured in the same process); the 9B's first question on a
 #                32-frame clip; a 768-frame first question's prefill and keys and values a token.
 #                The 8B's part is decode_bench --quick's run (issue 41's new side).
-#   stop_prune   Qwen3-VL-8B FP8, 2,048 frames in 64k tokens: three Stops at random times in the
-#                prefill, then the clip pruned at 0.75 against unpruned (token choice included).
+#   stop_prune   Qwen3-VL-8B FP8 with the FP8 KV cache, 2,048 frames in 64k tokens: three Stops at
+#                random times in the prefill, then the clip pruned at 0.75 against unpruned (token
+#                choice included).
 #   encoder      the 8B tower's encoder_bench (issue 41's new side), then a 2,048-frame clip's
 #                chunks through the graphs with and without pruning (graph hits).
 #   memory       four fresh processes at once through the real engine, FP8 quantized on load:
@@ -124,8 +125,8 @@ for name in $STEPS; do
         step decode 150 60 "$PYTHON" benchmarks/decode_bench.py --sizes 8B,3.5-9B --dtypes bfloat16,fp8 --modes framewise \
             --follow-ups 1 --mode-budgets framewise=90 --long-frames 768 --long-repeats 1 --out "$OUT/decode" ;;
     stop_prune)
-        step stop_prune 75 40 "$PYTHON" benchmarks/prefill_chunk_bench.py --size 8B --dtype fp8 "${CLIP_64K[@]}" \
-            --chunks 1024 --repeats 1 --stops 3 --pruning 0.75 --out "$OUT/stop_prune" ;;
+        step stop_prune 75 40 "$PYTHON" benchmarks/prefill_chunk_bench.py --size 8B --dtype fp8 --kv-cache fp8 \
+            "${CLIP_64K[@]}" --chunks 1024 --repeats 1 --stops 3 --pruning 0.75 --out "$OUT/stop_prune" ;;
     encoder)
         step encoder 75 30 "$PYTHON" benchmarks/encoder_bench.py --towers 8B --runs 30 --warmup 3 --stream 50 \
             --pruning-check 0.75 --out "$OUT/encoder" ;;

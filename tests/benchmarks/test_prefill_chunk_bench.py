@@ -14,11 +14,14 @@ def test_stops_land_inside_a_pass_and_the_pruned_clip_prefills_fewer_tokens(tmp_
     # One pass (chunk 0): the clip prefix is one chunk, so a Stop that waited for the next chunk
     # would leave the state holding the whole clip; one answered inside the pass leaves it empty.
     arguments = ["--size", "tiny", "--device", "cpu", "--dtype", "float32", "--frames", "16", "--pixels", "2000000",
-                 "--chunks", "0", "--repeats", "1", "--stops", "2", "--seed", "4", "--pruning", "0.75",
-                 "--out", str(tmp_path)]
+                 "--kv-cache", "fp8", "--chunks", "0", "--repeats", "1", "--stops", "2", "--seed", "4",
+                 "--pruning", "0.75", "--out", str(tmp_path)]
     assert prefill_chunk_bench.main(arguments) == 0
 
     result = json.loads((tmp_path / "prefill_chunks.json").read_text())
+    # tiny: 2 layers of 2 KV heads of 32, e4m3 entries and a float32 scale each, keys and values.
+    assert result["kv_cache"] == "fp8"
+    assert result["state_gib"] * 2**30 == result["context_tokens"] * 2 * 2 * 2 * (32 + 4)
     row = result["rows"][0]
     assert row["chunk"] == result["prompt_tokens"] and row["chunks"] == 2  # cut once, at the clip's end
     stops = row["stops"]
