@@ -76,16 +76,8 @@ from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS  # noqa: E40
 from framewise.core.model_source import DEMO_MODEL_DIR, family_limits_of  # noqa: E402
 from framewise.core.memory_plan import GIB  # noqa: E402
 from framewise.core.settings import PREFILL_CHUNK_TOKENS, AppSettings  # noqa: E402
-from training.demo_model import (  # noqa: E402
-    ENDOFTEXT,
-    IM_END,
-    IMAGE_PAD,
-    VIDEO_PAD,
-    VISION_END,
-    VISION_START,
-    build_demo_config,
-    special_token_ids,
-)
+from training import demo_model  # noqa: E402
+from training.demo_model import build_demo_config, special_token_ids  # noqa: E402
 
 # depth, hidden, heads, MLP, out hidden (the language model's width), deepstack layers; Qwen3.5's
 # towers are Qwen3-VL's without deepstack layers (released configs)
@@ -130,14 +122,14 @@ def checkpoint_config(size: str) -> Any:
 def _qwen3_5_checkpoint_config(size: str) -> Qwen3_5Config:
     depth, vision_hidden, vision_heads, mlp, out_hidden, _ = TOWER_SIZES[size]
     ids = special_token_ids(AutoTokenizer.from_pretrained(DEMO_MODEL_DIR))
-    text = {**qwen3_5_text_config(size), "pad_token_id": ids[ENDOFTEXT], "eos_token_id": ids[IM_END]}
+    text = {**qwen3_5_text_config(size), "pad_token_id": ids[demo_model.ENDOFTEXT], "eos_token_id": ids[demo_model.IM_END]}
     assert out_hidden == text["hidden_size"], f"{size}: the tower's output width must be the language model's"
     vision = {"depth": depth, "hidden_size": vision_hidden, "num_heads": vision_heads, "intermediate_size": mlp,
               "out_hidden_size": out_hidden, "num_position_embeddings": 2304}
     return Qwen3_5Config(
         text_config=text, vision_config=vision, tie_word_embeddings=text["tie_word_embeddings"],
-        image_token_id=ids[IMAGE_PAD], video_token_id=ids[VIDEO_PAD],
-        vision_start_token_id=ids[VISION_START], vision_end_token_id=ids[VISION_END],
+        image_token_id=ids[demo_model.IMAGE_PAD], video_token_id=ids[demo_model.VIDEO_PAD],
+        vision_start_token_id=ids[demo_model.VISION_START], vision_end_token_id=ids[demo_model.VISION_END],
     )
 
 
