@@ -109,11 +109,13 @@ if [[ " $STEPS " == *" checkpoints "* ]]; then
     exit $?
 fi
 # The checkpoints are written beside the steps after decode (whose first questions lean on the
-# host), in their own session, so that the whole of it can be stopped, and niced.
+# host), niced, in their own session where setsid is at hand, so that the whole of it can be stopped.
 CHECKPOINTS=
 start_checkpoints() {
     if [[ -z $CHECKPOINTS && " $STEPS " == *" memory "* ]]; then
-        setsid nice -n 19 bash -c write_checkpoints >"$OUT/checkpoints.log" 2>&1 &
+        local session=()
+        command -v setsid >/dev/null && session=(setsid)
+        "${session[@]}" nice -n 19 bash -c write_checkpoints >"$OUT/checkpoints.log" 2>&1 &
         CHECKPOINTS=$!
     fi
 }
@@ -149,5 +151,5 @@ for name in $STEPS; do
     esac
 done
 
-[[ -n $CHECKPOINTS ]] && kill -- -"$CHECKPOINTS" 2>/dev/null
+[[ -n $CHECKPOINTS ]] && { kill -- -"$CHECKPOINTS" || kill "$CHECKPOINTS"; } 2>/dev/null
 "$PYTHON" benchmarks/targets_summary.py "$OUT"
