@@ -1,7 +1,8 @@
 """Answer-decoding benchmark: transformers' generate() against Framewise's decoder, same run.
 
-Qwen3-VL language models at the released text sizes with random weights (built from
-``Qwen3VLConfig``; nothing is downloaded), a pre-encoded clip (random features of the right
+Qwen3-VL language models at the released text sizes (``2B``, ``8B``) and Qwen3.5 ones (``3.5-0.8B``,
+``3.5-9B``: hybrid Gated DeltaNet and full attention, the framewise mode only) with random weights
+(built from their configs; nothing is downloaded), a pre-encoded clip (random features of the right
 shape injected where the video pads are; by default 32 frames at the size the app samples a
 1280x720 clip to, the clip the first-question target is set for), a first question and
 follow-ups, ``--new-tokens`` each, greedy. Every answer runs to ``--new-tokens`` (no end-of-answer token). Modes:
@@ -29,6 +30,11 @@ a mode that would not fit the run's limit (``--total-budget-s``) is skipped with
 For fp8 also: each decoder layer's output error against the first dtype (bf16 normally; relative
 Frobenius norm, every layer fed that model's input to it, 64 text tokens) and the share of greedy
 answer tokens that agree with its answers (the agreeing prefix of each answer over its length).
+For a hybrid model the floor's bytes include its linear states, read and written once a step.
+``--long-frames N`` also times, per size and dtype, a first question about a clip of N frames at
+``--long-pixels`` (default: Qwen3-VL's released preprocessing's, 768 frames' full budget) from an empty state, prefilled in the
+decoder's default chunks, with the bytes the state takes per position (keys and values) and
+fixed (a hybrid model's linear states).
 ``--quick`` runs the 8B shapes, bf16 and fp8, the ``framewise`` mode, a first question and one
 follow-up: a few minutes on one GPU. ``--profile`` asks each framewise mode's first question once
 more under ``torch.profiler`` and writes its kernel table (``profile_<size>_<dtype>_<mode>.txt``),
@@ -40,7 +46,9 @@ goes to; and twice more, with 1 and 33 new tokens, for each kernel's time per de
     python3 benchmarks/decode_bench.py --sizes 8B --dtypes bfloat16,fp8 --modes framewise --out results/
     python3 benchmarks/decode_bench.py --quick --out results/
     python3 benchmarks/decode_bench.py --sizes 8B --dtypes bfloat16,fp8 --modes framewise --follow-ups 0 --profile --out results/
-    python3 benchmarks/decode_bench.py --sizes tiny --device cpu --dtypes float32 --new-tokens 8   # smoke test
+    python3 benchmarks/decode_bench.py --sizes 8B,3.5-9B --dtypes bfloat16,fp8 --modes framewise --follow-ups 1 \
+        --long-frames 768 --long-repeats 1 --out results/    # both families, a 768-frame first question each
+    python3 benchmarks/decode_bench.py --sizes tiny,3.5-tiny --device cpu --dtypes float32 --new-tokens 8   # smoke test
 """
 
 from __future__ import annotations
@@ -60,15 +68,25 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, StaticCache  # noqa: E402
+from transformers import (  # noqa: E402
+    Qwen3_5Config,
+    Qwen3_5ForConditionalGeneration,
+    Qwen3VLConfig,
+    Qwen3VLForConditionalGeneration,
+    StaticCache,
+)
 from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 from framewise.core.decoding import Decoder, Prompt, SamplingRule  # noqa: E402
 from framewise.core.encoding.defs import EncodedItem  # noqa: E402
+from framewise.core.families.qwen3_5.config import TextShape  # noqa: E402
+from framewise.core.families.qwen3_5.language import Qwen35LanguageModel  # noqa: E402
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel  # noqa: E402
+from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS  # noqa: E402
 from framewise.core.families.qwen3_vl.prompt import TEXT_TOKEN, VIDEO_TOKEN, vision_spans
 from framewise.core.metrics import percentile  # noqa: E402
 from framewise.core.quantization.fp8 import QUANTIZE_ON_LOAD_SCHEME  # noqa: E402
+from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat  # noqa: E402
 from framewise.core.quantization.linear import Fp8Linear  # noqa: E402
 from training.feature_injection import FeatureInjector  # noqa: E402
 
@@ -79,6 +97,14 @@ TEXT_SIZES = {
     "tiny": (128, 384, 2, 4, 2, 32, True),
 }
 VOCAB = 151936
+# Qwen3.5 text models (released configs): hidden, intermediate, layers (every fourth full attention),
+# heads, kv heads, head_dim, linear-attention key heads, value heads, their head dim, tied embeddings.
+QWEN3_5_SIZES = {
+    "3.5-0.8B": (1024, 3584, 24, 8, 2, 256, 16, 16, 128, True),
+    "3.5-9B": (4096, 12288, 32, 16, 4, 256, 16, 32, 128, False),
+    "3.5-tiny": (128, 384, 4, 4, 2, 32, 2, 4, 16, True),
+}
+QWEN3_5_VOCAB = 248320
 IMAGE_PAD, VIDEO_PAD, VISION_START, VISION_END = 151655, 151656, 151652, 151653
 QUESTION_TOKENS, MARKER_TOKENS, SYSTEM_TOKENS, TURN_TOKENS = 20, 6, 20, 5
 # How each Framewise mode's decode steps run (Qwen3VLLanguageModel's options).
@@ -89,9 +115,12 @@ FRAMEWISE_STEPS = {
 }
 
 
-def build_model(size: str, device: torch.device, dtype: torch.dtype) -> Qwen3VLForConditionalGeneration:
-    """A Qwen3-VL model with the language model of ``size`` and random weights; the vision tower is
-    a minimal one (its features are injected, never computed)."""
+def build_model(size: str, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """A model with the language model of ``size`` (a Qwen3-VL size of TEXT_SIZES, or a Qwen3.5 one
+    of QWEN3_5_SIZES) and random weights; the vision tower is a minimal one (its features are
+    injected, never computed)."""
+    if size in QWEN3_5_SIZES:
+        return _build_qwen3_5(size, device, dtype)
     hidden, intermediate, layers, heads, kv_heads, head_dim, tied = TEXT_SIZES[size]
     config = Qwen3VLConfig(
         text_config=dict(
@@ -124,6 +153,84 @@ def build_model(size: str, device: torch.device, dtype: torch.dtype) -> Qwen3VLF
     return model
 
 
+def qwen3_5_text_config(size: str) -> dict[str, Any]:
+    """The ``text_config`` of a Qwen3.5 of ``size``: every fourth layer full attention, rotary on a
+    quarter of each head (interleaved mrope in the released 11:11:10 proportion)."""
+    hidden, intermediate, layers, heads, kv_heads, head_dim, key_heads, value_heads, linear_dim, tied = (
+        QWEN3_5_SIZES[size]
+    )
+    half_rotary = head_dim // 8  # a quarter of the head rotates; mrope sections split half of that
+    section = [round(half_rotary * 11 / 32), round(half_rotary * 11 / 32)]
+    return {
+        "hidden_size": hidden, "intermediate_size": intermediate, "num_hidden_layers": layers,
+        "full_attention_interval": 4, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+        "head_dim": head_dim, "vocab_size": QWEN3_5_VOCAB, "max_position_embeddings": 262144,
+        "linear_num_key_heads": key_heads, "linear_num_value_heads": value_heads,
+        "linear_key_head_dim": linear_dim, "linear_value_head_dim": linear_dim, "linear_conv_kernel_dim": 4,
+        "tie_word_embeddings": tied,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25,
+                            "mrope_section": [*section, half_rotary - sum(section)], "mrope_interleaved": True},
+    }
+
+
+def _build_qwen3_5(size: str, device: torch.device, dtype: torch.dtype) -> Qwen3_5ForConditionalGeneration:
+    text = qwen3_5_text_config(size)
+    config = Qwen3_5Config(
+        text_config=text,
+        vision_config=dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=2, out_hidden_size=text["hidden_size"]),
+        image_token_id=IMAGE_PAD,
+        video_token_id=VIDEO_PAD,
+        vision_start_token_id=VISION_START,
+        vision_end_token_id=VISION_END,
+        tie_word_embeddings=text["tie_word_embeddings"],
+    )
+    config._attn_implementation = "sdpa"
+    with torch.device(device):
+        # Built in the weights' dtype: a float32 9B would take twice its bf16 size before the cast.
+        model = Qwen3_5ForConditionalGeneration._from_config(config, dtype=dtype).to(dtype).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+def is_hybrid(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a Qwen3.5, whose language model mixes linear and full attention."""
+    return model.config.model_type == "qwen3_5"
+
+
+def language_model(model: torch.nn.Module, steps: dict[str, Any], cache_format: KVCacheFormat = FLOAT_KV_CACHE):
+    """The decoder's language model of ``model``, its keys and values kept in ``cache_format``;
+    ``steps`` (FRAMEWISE_STEPS' options) apply to Qwen3-VL's."""
+    if is_hybrid(model):
+        return Qwen35LanguageModel(model, cache_format=cache_format)
+    return Qwen3VLLanguageModel(model, **steps, cache_format=cache_format)
+
+
+def unsupported_mode(model: torch.nn.Module, mode: str) -> str | None:
+    """Why ``mode`` cannot run on ``model``, or None when it can."""
+    if is_hybrid(model) and mode != "framewise":
+        return "Qwen3.5 runs only the framewise mode (its layers have no fused steps; generate() takes no injected features here)"
+    return None
+
+
+def linear_state_traffic(model: torch.nn.Module) -> int:
+    """Bytes of a hybrid model's linear-layer states that a decode step reads and writes (each state
+    once each way: the convolution's in the activations' dtype, the recurrent one in float32); 0 for
+    a model without linear layers."""
+    if not is_hybrid(model):
+        return 0
+    shape = TextShape.from_text_config(model.config.text_config.to_dict())
+    dtype = model.model.language_model.embed_tokens.weight.dtype
+    return 2 * shape.linear_layers * shape.linear.state_bytes(dtype)
+
+
+def stays_float_in_fp8(model: torch.nn.Module, name: str) -> bool:
+    """Whether the decoder layers' linear layer ``name`` (relative to ``layers``) stays in floating
+    point when the model is quantized on load: Qwen3.5's beta and decay projections (a few dozen
+    rows that scale the recurrent state at every token) do."""
+    return is_hybrid(model) and name.rpartition(".")[2] in ("in_proj_a", "in_proj_b")
+
+
 @dataclasses.dataclass
 class Conversation:
     """Token ids of a synthetic conversation about one clip: the first prompt, and per follow-up the
@@ -141,15 +248,18 @@ class Conversation:
         return ids
 
 
-def app_frame_size(frames: int) -> tuple[int, int]:
+def app_frame_size(frames: int, max_pixels: int | None = None) -> tuple[int, int]:
     """(height, width) the app samples a 1280x720 clip of ``frames`` frames to at its default
-    settings (the Qwen3-VL family's sizing within the default pixel budget)."""
+    settings (the Qwen3-VL family's sizing), within ``max_pixels`` for the whole clip where given,
+    else the default pixel budget."""
     from framewise.core.families import family_for
     from framewise.core.settings import AppSettings
 
     family = family_for("qwen3_vl")
-    sizing = family.frame_sizing(AppSettings().sampling, family.limits)
-    return sizing.size(frames, 720, 1280)
+    settings = AppSettings()
+    if max_pixels is not None:
+        settings = settings.replace("sampling", max_frames=max(frames, settings.sampling.max_frames), max_pixels=max_pixels)
+    return family.frame_sizing(settings.sampling, family.limits).size(frames, 720, 1280)
 
 
 def make_conversation(frames: int, height: int, width: int, follow_ups: int, seed: int = 0) -> Conversation:
@@ -169,12 +279,26 @@ def make_conversation(frames: int, height: int, width: int, follow_ups: int, see
     return Conversation(grid, first, [text(TURN_TOKENS + QUESTION_TOKENS + TURN_TOKENS) for _ in range(follow_ups)])
 
 
-def random_features(tokens: int, hidden: int, device: torch.device, dtype: torch.dtype) -> EncodedItem:
-    """Features of the right shape: (tokens, hidden) merged tokens and three deepstack layers."""
+def random_features(tokens: int, hidden: int, device: torch.device, dtype: torch.dtype, deepstack: int = 3) -> EncodedItem:
+    """Features of the right shape: (tokens, hidden) merged tokens and ``deepstack`` layers alike."""
     def draw() -> torch.Tensor:
         return (torch.randn(tokens, hidden, device=device) * 0.02).to(dtype)
 
-    return EncodedItem(embeds=draw(), deepstack=(draw(), draw(), draw()))
+    return EncodedItem(embeds=draw(), deepstack=tuple(draw() for _ in range(deepstack)))
+
+
+def features_for(model: torch.nn.Module, tokens: int, device: torch.device, dtype: torch.dtype) -> EncodedItem:
+    """Random features of ``tokens`` video tokens as ``model``'s tower makes them: Qwen3-VL's with
+    three deepstack layers, Qwen3.5's with none."""
+    return random_features(tokens, model.config.text_config.hidden_size, device, dtype, 0 if is_hybrid(model) else 3)
+
+
+def clip_prompt(ids: list[int], grid: tuple[int, int, int], features: EncodedItem) -> Prompt:
+    """The decoder's prompt of token ``ids`` about one clip of ``grid`` whose video tokens take ``features``."""
+    input_ids = torch.tensor([ids])
+    types = torch.where(input_ids == VIDEO_PAD, VIDEO_TOKEN, TEXT_TOKEN)
+    grids = (("video", grid),)
+    return Prompt(input_ids, types, vision_spans(types, grids, merge_area=4), grids, (features,), owner=features)
 
 
 class _Clock(BaseStreamer):
@@ -249,7 +373,7 @@ class FramewiseRunner:
     """Framewise's decoder: the cache keeps the conversation, each question prefills what is new."""
 
     def __init__(self, model, features: EncodedItem, grid, context: int, min_bucket: int, steps: dict) -> None:
-        self.language = Qwen3VLLanguageModel(model, **steps)
+        self.language = language_model(model, steps)
         self.features = features
         self.grid = grid
         started = time.perf_counter()
@@ -264,12 +388,7 @@ class FramewiseRunner:
         self.second_start_s = time.perf_counter() - started
 
     def ask(self, ids: list[int], new_tokens: int) -> Answer:
-        input_ids = torch.tensor([ids])
-        types = torch.full_like(input_ids, TEXT_TOKEN)
-        types[input_ids == VIDEO_PAD] = VIDEO_TOKEN
-        grids = (("video", self.grid),)
-        spans = vision_spans(types, grids, merge_area=4)
-        prompt = Prompt(input_ids, types, spans, grids, (self.features,), owner=self.features)
+        prompt = clip_prompt(ids, self.grid, self.features)
         times: list[float] = []
         started = time.perf_counter()
         result = self.decoder.answer(
@@ -297,10 +416,10 @@ def run_conversation(
     return answers
 
 
-def summarize(answers: list[Answer], weight_bytes: int, bandwidth: float, expected: int) -> dict[str, Any]:
+def summarize(answers: list[Answer], floor_bytes: int, bandwidth: float, expected: int) -> dict[str, Any]:
     token_ms = sorted(ms for answer in answers for ms in answer.token_ms)
     mean = sum(token_ms) / len(token_ms) if token_ms else float("nan")
-    floor_ms = weight_bytes / bandwidth * 1e3
+    floor_ms = floor_bytes / bandwidth * 1e3
     follow = [answer.ttft_ms for answer in answers[1:]]
     return {
         "questions": len(answers),
@@ -334,6 +453,16 @@ def language_weight_bytes(model) -> int:
     text = model.model.language_model
     modules = [text.layers, text.norm, model.lm_head]
     return sum(t.numel() * t.element_size() for module in modules for t in (*module.parameters(), *module.buffers()))
+
+
+def read_floor(model, bandwidth: float) -> dict[str, Any]:
+    """What one decode step must move at least, as the model is now: the weights it reads
+    (:func:`language_weight_bytes`) and a hybrid model's linear states it reads and writes
+    (:func:`linear_state_traffic`); the tokens per second that allows at ``bandwidth``."""
+    weight_bytes, state_bytes = language_weight_bytes(model), linear_state_traffic(model)
+    floor_bytes = weight_bytes + state_bytes
+    return {"weight_bytes": weight_bytes, "state_bytes": state_bytes, "floor_bytes": floor_bytes,
+            "floor_tokens_per_s": bandwidth / floor_bytes, "modes": {}}
 
 
 LAYER_ERROR_TOKENS = 64
@@ -374,10 +503,10 @@ def layer_errors(model, reference: list[tuple[tuple, dict, torch.Tensor]]) -> li
 
 def quantize_decoder_layers(model, device: torch.device) -> None:
     """Replace the decoder layers' linear layers by Fp8Linear in place, one at a time (the bf16
-    weight freed before the next), as quantize-on-load does."""
+    weight freed before the next), as quantize-on-load does (those it keeps float stay)."""
     layers = model.model.language_model.layers
     for name, module in list(layers.named_modules()):
-        if isinstance(module, torch.nn.Linear):
+        if isinstance(module, torch.nn.Linear) and not stays_float_in_fp8(model, name):
             parent, _, child = name.rpartition(".")
             setattr(layers.get_submodule(parent), child, Fp8Linear.from_linear(module, QUANTIZE_ON_LOAD_SCHEME))
     _free(device)
@@ -391,7 +520,7 @@ def bench_size(size: str, args, device, bandwidth: float, save: Callable[[dict],
     model = build_model(size, device, activations)
     conversation = make_conversation(args.frames, args.height, args.width, args.follow_ups)
     video_tokens = conversation.first.count(VIDEO_PAD)
-    features = random_features(video_tokens, model.config.text_config.hidden_size, device, activations)
+    features = features_for(model, video_tokens, device, activations)
     context = len(conversation.prompt([[0] * args.new_tokens] * args.follow_ups)) + args.new_tokens + 64
     result: dict[str, Any] = {
         "size": size, "build_s": time.perf_counter() - started, "prompt_tokens": len(conversation.first),
@@ -405,8 +534,7 @@ def bench_size(size: str, args, device, bandwidth: float, save: Callable[[dict],
     for dtype in args.dtypes:
         if dtype == "fp8":
             quantize_decoder_layers(model, device)
-        weight_bytes = language_weight_bytes(model)
-        run: dict[str, Any] = {"weight_bytes": weight_bytes, "floor_tokens_per_s": bandwidth / weight_bytes, "modes": {}}
+        run = read_floor(model, bandwidth)
         result["dtypes"][dtype] = run
         if dtype == "fp8":
             errors = layer_errors(model, reference_io)
@@ -414,8 +542,8 @@ def bench_size(size: str, args, device, bandwidth: float, save: Callable[[dict],
             run["reference_dtype"] = args.dtypes[0] if args.dtypes[0] != "fp8" else "bfloat16"
             del reference_io
             reference_io = None
-        answers_by_mode = bench_modes(run, model, features, conversation, context, weight_bytes, bandwidth, device, args,
-                                      lambda: save(result), label=f"{size}_{dtype}")
+        answers_by_mode = bench_modes(run, model, features, conversation, context, run["floor_bytes"], bandwidth, device,
+                                      args, lambda: save(result), label=f"{size}_{dtype}")
         first = answers_by_mode.get(args.modes[0])
         if dtype != "fp8":
             reference_answers = first
@@ -423,66 +551,41 @@ def bench_size(size: str, args, device, bandwidth: float, save: Callable[[dict],
             prefixes = [_agreeing(a, b) for a, b in zip(first, reference_answers)]
             run["greedy_agreement"] = sum(prefixes) / sum(len(b) for b in reference_answers[: len(prefixes)])
             run["agreeing_prefix_per_answer"] = prefixes
+        if args.long_frames:
+            save(result)
+            run["long_clip"] = long_first_question(model, args, device, activations)
         save(result)
     del model, features
     _free(device)
     return result
 
 
-def bench_modes(run, model, features, conversation, context, weight_bytes, bandwidth, device, args, save_all, label):
+def bench_modes(run, model, features, conversation, context, floor_bytes, bandwidth, device, args, save_all, label):
     """Every mode of ``args.modes`` on ``model`` as it is now; fills ``run["modes"]`` (saving the
     whole result after each mode); returns each finished mode's answers (token ids per question).
-    ``label`` (size and dtype) names the profile files."""
+    ``floor_bytes`` is what one decode step must move at least; ``label`` (size and dtype) names
+    the profile files."""
     answers_by_mode: dict[str, list[list[int]]] = {}
     reference: list[list[int]] | None = None
     for mode in args.modes:
         run["modes"][mode] = entry = {}
         mode_started = time.perf_counter()
-        budget = args.mode_budgets[mode]
-        deadline = mode_started + budget
-        left = args.run_deadline - mode_started
-        if left < budget:
-            entry["skipped"] = f"{left:.0f} s of the run's time limit left, under the mode's {budget:.0f} s"
-            print(f"   {mode}: skipped ({entry['skipped']})", flush=True)
-            continue
+        deadline = mode_started + args.mode_budgets[mode]
         try:
-            runner, warm = make_runner(mode, model, features, conversation, context, args)
-            warm_started = time.perf_counter()
-            warm(conversation.first)
-            entry["warm_up_s"] = time.perf_counter() - warm_started
-            if time.perf_counter() > deadline:
-                raise TimeoutError(f"its warm-up alone took {entry['warm_up_s']:.0f} s")
-            _reset_peak(device)
-            follow_ups = args.follow_ups if mode.startswith("framewise") else args.baseline_follow_ups
-            answers = run_conversation(runner, conversation, args.new_tokens, deadline, follow_ups)
+            skipped = _skip_reason(model, mode, args, mode_started)
+            if skipped:
+                raise _Skipped(skipped)
+            runner, answers, follow_ups = _converse(mode, model, features, conversation, context, device, args,
+                                                    entry, deadline)
         except Exception as error:  # noqa: BLE001 - a mode that fails is reported, the others still run
-            entry["skipped"] = f"{type(error).__name__}: {str(error)[:300]}"
+            entry["skipped"] = str(error) if isinstance(error, _Skipped) else f"{type(error).__name__}: {str(error)[:300]}"
             print(f"   {mode}: skipped ({entry['skipped']})", flush=True)
             _free(device)
             continue
-        entry.update(summarize(answers, weight_bytes, bandwidth, follow_ups + 1))
+        entry.update(summarize(answers, floor_bytes, bandwidth, follow_ups + 1))
         entry["seconds"] = time.perf_counter() - mode_started
         if mode.startswith("framewise"):
-            decoder = runner.decoder
-            entry.update(
-                capture_first_s=runner.first_capture_s, start_first_s=runner.first_start_s,
-                start_second_s=runner.second_start_s, capture_second_s=capture_seconds(decoder),
-                graphs=decoder.graphs_enabled, graphs_reason=decoder.graphs_reason,
-                buckets=list(decoder.steps.buckets), cache_mb=decoder.cache.nbytes / 2**20,
-                graph_mb=(decoder.steps.graph_memory_bytes + decoder.prefills.graph_memory_bytes) / 2**20,
-                prefix_reused_last=runner.last.prefix_tokens_reused, prompt_last=runner.last.prompt_tokens,
-                prefill_graph_last=runner.last.prefill_graph,
-            )
-            if args.first_repeats:
-                repeats = repeat_first_question(runner, conversation, args.first_repeats)
-                entry.update(ttft_first_repeats_ms=repeats, ttft_first_median_ms=percentile(sorted(repeats), 50))
-            if args.profile:
-                entry["first_question_profile"] = profile_first_question(
-                    runner, conversation, device, args.out / f"profile_{label}_{mode}.txt"
-                )
-                entry["decode_step_profile"] = profile_decode_steps(
-                    runner, conversation, device, args.out / f"profile_{label}_{mode}_step.txt"
-                )
+            entry.update(framewise_details(runner, conversation, device, args, f"{label}_{mode}"))
         if mode == "static":
             entry["first_call_s"] = entry["warm_up_s"]  # the compile and one whole answer
         ids = [answer.token_ids for answer in answers]
@@ -498,6 +601,100 @@ def bench_modes(run, model, features, conversation, context, weight_bytes, bandw
         del runner
         _free(device)
     return answers_by_mode
+
+
+class _Skipped(Exception):
+    """A mode not run, with the reason as its message."""
+
+
+def _skip_reason(model, mode: str, args, now: float) -> str | None:
+    """Why ``mode`` is not run on ``model``: one it cannot run, or one that would not end within the
+    run's time limit; None when it runs."""
+    unsupported = unsupported_mode(model, mode)
+    if unsupported:
+        return unsupported
+    budget, left = args.mode_budgets[mode], args.run_deadline - now
+    if left < budget:
+        return f"{left:.0f} s of the run's time limit left, under the mode's {budget:.0f} s"
+    return None
+
+
+def _converse(mode, model, features, conversation, context, device, args, entry, deadline):
+    """The mode's runner, warmed up (its seconds into ``entry``), then the conversation until
+    ``deadline``: the runner, the answers and the follow-ups asked for."""
+    runner, warm = make_runner(mode, model, features, conversation, context, args)
+    warm_started = time.perf_counter()
+    warm(conversation.first)
+    entry["warm_up_s"] = time.perf_counter() - warm_started
+    if time.perf_counter() > deadline:
+        raise TimeoutError(f"its warm-up alone took {entry['warm_up_s']:.0f} s")
+    _reset_peak(device)
+    follow_ups = args.follow_ups if mode.startswith("framewise") else args.baseline_follow_ups
+    return runner, run_conversation(runner, conversation, args.new_tokens, deadline, follow_ups), follow_ups
+
+
+def framewise_details(runner: FramewiseRunner, conversation: Conversation, device, args, label: str) -> dict[str, Any]:
+    """A framewise mode's decoder after its conversation: capture seconds, graphs, the state's bytes
+    (keys and values per position, a hybrid model's fixed linear states), the last answer's prefix
+    reuse; the first question repeated and profiled where asked (profile files named by ``label``)."""
+    decoder = runner.decoder
+    details = dict(
+        capture_first_s=runner.first_capture_s, start_first_s=runner.first_start_s,
+        start_second_s=runner.second_start_s, capture_second_s=capture_seconds(decoder),
+        graphs=decoder.graphs_enabled, graphs_reason=decoder.graphs_reason,
+        buckets=list(decoder.steps.buckets), cache_mb=decoder.cache.nbytes / 2**20,
+        graph_mb=(decoder.steps.graph_memory_bytes + decoder.prefills.graph_memory_bytes) / 2**20,
+        prefix_reused_last=runner.last.prefix_tokens_reused, prompt_last=runner.last.prompt_tokens,
+        prefill_graph_last=runner.last.prefill_graph,
+        kv_bytes_per_token=decoder.cache.nbytes / decoder.max_tokens,
+        linear_state_bytes=decoder.state.nbytes - decoder.cache.nbytes,
+    )
+    if args.first_repeats:
+        repeats = repeat_first_question(runner, conversation, args.first_repeats)
+        details.update(ttft_first_repeats_ms=repeats, ttft_first_median_ms=percentile(sorted(repeats), 50))
+    if args.profile:
+        details["first_question_profile"] = profile_first_question(
+            runner, conversation, device, args.out / f"profile_{label}.txt"
+        )
+        details["decode_step_profile"] = profile_decode_steps(
+            runner, conversation, device, args.out / f"profile_{label}_step.txt"
+        )
+    return details
+
+
+def long_first_question(model, args, device: torch.device, activations: torch.dtype) -> dict[str, Any]:
+    """The first question about a long clip (``args.long_frames`` frames of a 1280x720 clip within
+    ``args.long_pixels``, random features), from an empty state, prefilled in the decoder's default
+    chunks without graphs (a first question's prefill runs eagerly): one untimed, then
+    ``args.long_repeats`` timed. Its prefill and first-token milliseconds, and the bytes the
+    decoder's state takes: keys and values per position, and a hybrid model's fixed linear states."""
+    height, width = app_frame_size(args.long_frames, args.long_pixels)
+    conversation = make_conversation(args.long_frames, height, width, follow_ups=0)
+    video_tokens = conversation.first.count(VIDEO_PAD)
+    prompt = clip_prompt(conversation.first, conversation.grid_thw, features_for(model, video_tokens, device, activations))
+    decoder = Decoder(language_model(model, FRAMEWISE_STEPS["framewise"]), len(conversation.first) + 64,
+                      args.min_bucket, use_graphs=False)
+    prefill_ms, ttft_ms = [], []
+    for _ in range(1 + args.long_repeats):
+        decoder.state.reset()
+        first: list[float] = []
+        _sync(device)
+        started = time.perf_counter()
+        decoded = decoder.answer(prompt, SamplingRule(1), lambda token: first.append(time.perf_counter()), lambda: False)
+        prefill_ms.append(decoded.prefill_ms)
+        ttft_ms.append((first[0] - started) * 1e3)
+    result = {
+        "frames": args.long_frames, "clip": f"{width}x{height}", "prompt_tokens": len(conversation.first),
+        "video_tokens": video_tokens, "chunks": decoded.prefill_chunks, "prefill_ms": prefill_ms[1:],
+        "ttft_ms": ttft_ms[1:], "prefill_median_ms": percentile(sorted(prefill_ms[1:]), 50),
+        "kv_bytes_per_token": decoder.cache.nbytes / decoder.max_tokens,
+        "linear_state_bytes": decoder.state.nbytes - decoder.cache.nbytes,
+    }
+    print(f"   long clip: {json.dumps(_rounded(result))}", flush=True)
+    decoder.close()
+    del decoder, prompt
+    _free(device)
+    return result
 
 
 def repeat_first_question(runner: FramewiseRunner, conversation: Conversation, repeats: int) -> list[float]:
@@ -641,11 +838,12 @@ def markdown(results: list[dict[str, Any]], header: dict[str, Any]) -> str:
         "decode tok/s | per token mean / p99 (ms) | p99/mean | x floor | capture (s) | cache + graphs (MiB) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    accuracy, profiles = [], []
+    accuracy, profiles, long_clips = [], [], []
     for result in results:
         for dtype, run in result["dtypes"].items():
             lines += _mode_rows(result["size"], dtype, run)
             profiles += _profile_rows(result["size"], dtype, run)
+            long_clips += _long_clip_rows(result["size"], dtype, run)
             if "layer_error" in run:
                 error = run["layer_error"]
                 agreement = run.get("greedy_agreement")
@@ -656,6 +854,10 @@ def markdown(results: list[dict[str, Any]], header: dict[str, Any]) -> str:
     if accuracy:
         lines += ["", "| size | dtype | layer output error, mean | max | greedy answer tokens agreeing |",
                   "|---|---|---|---|---|", *accuracy]
+    if long_clips:
+        lines += ["", "| size | dtype | long clip | prompt tokens | prefill passes | prefill (ms), median | TTFT (ms) | "
+                  "keys and values per position (KiB) | linear states (MiB) |",
+                  "|---|---|---|---|---|---|---|---|---|", *long_clips]
     if profiles:
         lines += ["", "| size | dtype | mode | first question profiled: wall ms | GPU ms | costliest kernels (ms, calls) | "
                   "decode step: GPU µs per token | costliest kernels per token (µs, calls) |",
@@ -675,6 +877,16 @@ def _profile_rows(size: str, dtype: str, run: dict[str, Any]) -> list[str]:
                 f"{item['name'][:48]} {item['us']:.1f} ({item['calls']:.1f})" for item in step["top"][:5]))
             rows.append(f"| {size} | {dtype} | {mode} | {profile['wall_ms']:.1f} | {gpu} | {top} | {step_cells} |")
     return rows
+
+
+def _long_clip_rows(size: str, dtype: str, run: dict[str, Any]) -> list[str]:
+    long = run.get("long_clip")
+    if not long:
+        return []
+    ttft = " / ".join(f"{ms:.0f}" for ms in long["ttft_ms"])
+    return [f"| {size} | {dtype} | {long['frames']} frames of {long['clip']} | {long['prompt_tokens']:,} | {long['chunks']} | "
+            f"{long['prefill_median_ms']:.0f} | {ttft} | {long['kv_bytes_per_token'] / 1024:.1f} | "
+            f"{long['linear_state_bytes'] / 2**20:.2f} |"]
 
 
 def _mode_rows(size: str, dtype: str, run: dict[str, Any]) -> list[str]:
@@ -699,9 +911,10 @@ def _mode_rows(size: str, dtype: str, run: dict[str, Any]) -> list[str]:
             f"{entry['token_ms_mean']:.2f} / {entry['token_ms_p99']:.2f} | "
             f"{entry['token_ms_p99'] / entry['token_ms_mean']:.2f} | {entry['floor_ratio']:.2f} | {capture} | {memory} |"
         )
+    state = f" + {run['state_bytes'] / 2**20:.2f} MiB of linear states" if run.get("state_bytes") else ""
     lines.append(
         f"| {size} | {dtype} | floor | | | | {run['floor_tokens_per_s']:.0f} | "
-        f"{run['weight_bytes'] / 2**30:.2f} GiB per token | | 1.00 | | |"
+        f"{run['weight_bytes'] / 2**30:.2f} GiB{state} per token | | 1.00 | | |"
     )
     return lines
 
@@ -722,6 +935,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--height", type=int, default=None,
                         help="frame height (default: what the app samples a 1280x720 clip of --frames frames to)")
     parser.add_argument("--width", type=int, default=None, help="frame width (default: as --height)")
+    parser.add_argument("--long-frames", type=int, default=0,
+                        help="also time a first question about a clip of this many frames per size and dtype (0: none)")
+    parser.add_argument("--long-pixels", type=int, default=QWEN3_VL_LIMITS.released_clip_pixels,
+                        help="the long clip's pixel budget (sampling max pixels; default: Qwen3-VL's released preprocessing's)")
+    parser.add_argument("--long-repeats", type=int, default=2, help="timed long first questions, after one untimed")
     parser.add_argument("--follow-ups", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument(

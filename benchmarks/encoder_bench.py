@@ -14,11 +14,18 @@ floor's. Modes:
 - ``floor``: the tower's matrix products alone at the workload's shape, replayed from one graph
   (:func:`dense_floor_ms`): the denominator no forward can beat.
 
+``--pruning-check RATE`` then sends a long clip (``--pruning-frames`` frames of a 1280x720 clip
+within ``--pruning-pixels``, random pixels) through the default encoder twice, in the chunks the
+engine cuts such a clip into, the second time pruned at RATE once encoded (the kept tokens chosen
+on the GPU, :mod:`~framewise.core.encoding.pruning`): the graph hits and eager passes of each, and
+the milliseconds the choice of tokens took. Pruning comes after the tower, so the two must match.
+
 Writes ``encoder_bench.json`` and ``encoder_bench.md`` under ``--out`` and prints the table.
 ``--capture-only`` builds one tower's fused encoder and prints its capture seconds as JSON: run
 it twice with the same ``FRAMEWISE_CACHE_DIR`` for a first and a second start.
 
     python3 benchmarks/encoder_bench.py --out results/ [--towers 8B,2B] [--runs 100] [--stream 200]
+    python3 benchmarks/encoder_bench.py --towers 8B --runs 30 --warmup 3 --stream 50 --pruning-check 0.75 --out results/
     FRAMEWISE_CACHE_DIR=$(mktemp -d) python3 benchmarks/encoder_bench.py --capture-only --towers 8B
 """
 
@@ -39,18 +46,22 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig  # noqa: E402
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel  # noqa: E402
 
+from framewise.core.backends.local.clip_encoder import chunk_frames  # noqa: E402
 from framewise.core.encoding.defs import VisionItem  # noqa: E402
 from framewise.core.encoding.eager import EagerVisionEncoder, item_frames  # noqa: E402
 from framewise.core.encoding.manager import GraphVisionEncoder  # noqa: E402
+from framewise.core.encoding.pruning import retained_mask  # noqa: E402
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter  # noqa: E402
 from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS as QWEN3_VL  # noqa: E402
 from framewise.core.metrics import percentile  # noqa: E402
 from framewise.core.settings import EncoderSettings  # noqa: E402
 from tests.core.families.qwen3_vl.references import stock_attention  # noqa: E402
+from decode_bench import app_frame_size  # noqa: E402
 from graph_timing import graph_replay_ms  # noqa: E402
 
 # depth, hidden, heads, mlp, out_hidden, deepstack layers (DESIGN §4)
@@ -69,6 +80,8 @@ WORKLOADS = {
     "video 64x224x224": ("video", 64, 224, 224),
 }
 PATCH = 16
+# The long clip of --pruning-check: 2,048 frames within 64k video tokens (2,048 pixels a token).
+PRUNING_FRAMES, PRUNING_PIXELS = 2048, 65536 * 2048
 
 
 def build_tower(name: str) -> torch.nn.Module:
@@ -82,10 +95,13 @@ def build_tower(name: str) -> torch.nn.Module:
     return visual.to(torch.bfloat16).eval()
 
 
-def make_item(modality: str, frames: int, height: int, width: int, generator: torch.Generator) -> VisionItem:
+def make_item(modality: str, frames: int, height: int, width: int, generator: torch.Generator,
+              dtype: torch.dtype = torch.bfloat16) -> VisionItem:
+    """Random patch rows of one image or clip of ``frames`` frames of ``height`` x ``width`` on
+    ``generator``'s device."""
     t = 1 if modality == "image" else frames // 2
     grid = (t, height // PATCH, width // PATCH)
-    pixels = torch.randn(t * grid[1] * grid[2], 1536, generator=generator, device="cuda", dtype=torch.bfloat16)
+    pixels = torch.randn(t * grid[1] * grid[2], 1536, generator=generator, device=generator.device, dtype=dtype)
     return VisionItem(pixel_values=pixels, grid_thw=grid, modality=modality)
 
 
@@ -251,7 +267,46 @@ def bench_stream(adapter: Qwen3VLAdapter, encoders: dict[str, GraphVisionEncoder
     return result
 
 
-def bench_tower(name: str, runs: int, warmup: int, stream: int) -> dict:
+def pruning_hits(encoder: GraphVisionEncoder, rate: float, frames: int, size: tuple[int, int]) -> dict:
+    """A clip of ``frames`` frames of ``size`` (height, width) through ``encoder`` in the chunks the
+    engine cuts it into, twice: as it is, then pruned at ``rate`` once every chunk is encoded. Per
+    run the items replayed and run eagerly, passes, video tokens kept, and the milliseconds of the
+    whole run and of the choice of tokens; and whether the two runs' graph counts match."""
+    counts = chunk_frames(frames, size, encoder.settings, QWEN3_VL)
+    generator = torch.Generator(device=encoder.device).manual_seed(2)
+    items = [make_item("video", count, *size, generator, encoder.dtype) for count in counts]
+    grid = (frames // 2, size[0] // (2 * PATCH), size[1] // (2 * PATCH))
+    result: dict = {"rate": rate, "frames": frames, "size": f"{size[1]}x{size[0]}", "chunks": len(items)}
+    for label, prune in (("unpruned", False), ("pruned", True)):
+        before = encoder.stats()
+        _sync(encoder.device)
+        started = time.perf_counter()
+        outputs = [encoder.encode([item]) for item in items]
+        embeds = torch.cat([output.items[0].embeds for output in outputs])
+        _sync(encoder.device)
+        chosen = time.perf_counter()
+        kept = retained_mask(embeds, grid, rate).kept if prune else embeds.shape[0]
+        _sync(encoder.device)
+        done = time.perf_counter()
+        after = encoder.stats()
+        result[label] = {
+            "items_replayed": after.items_replayed - before.items_replayed,
+            "items_eager": after.items_eager - before.items_eager,
+            "passes": sum(len(output.chunks) for output in outputs), "video_tokens": kept,
+            "ms": (done - started) * 1e3, "choice_ms": (done - chosen) * 1e3 if prune else 0.0,
+        }
+        del outputs, embeds
+    keys = ("items_replayed", "items_eager", "passes")
+    result["graph_counts_equal"] = all(result["unpruned"][key] == result["pruned"][key] for key in keys)
+    return result
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bench_tower(name: str, runs: int, warmup: int, stream: int, pruning: float = 0.0) -> dict:
     adapter = Qwen3VLAdapter(build_tower(name))  # one per tower: it owns the tower's attention switch
     torch.cuda.synchronize()
     encoders = {
@@ -277,6 +332,10 @@ def bench_tower(name: str, runs: int, warmup: int, stream: int) -> dict:
     if stream:
         result["stream"] = bench_stream(adapter, encoders, stream, warmup)
         print(f"{name} stream: {json.dumps(result['stream'])}", flush=True)
+    if pruning:
+        size = app_frame_size(PRUNING_FRAMES, PRUNING_PIXELS)
+        result["pruning"] = pruning_hits(encoders["fused"], pruning, PRUNING_FRAMES, size)
+        print(f"{name} pruning: {json.dumps(result['pruning'])}", flush=True)
     for mode, encoder in encoders.items():
         stats = encoder.stats()
         result["capture"][mode]["metadata_cache"] = {"hits": stats.metadata_hits, "misses": stats.metadata_misses}
@@ -361,8 +420,20 @@ def markdown(results: dict) -> str:
                     f"| {mode} | {m['mean_ms']:.2f} / {m['p50_ms']:.2f} / {m['p99_ms']:.2f} | "
                     f"{f['mean']:.3f} / {f['p50']:.3f} / {f['p99']:.3f} | " + extra
                 )
+        if "pruning" in tower:
+            lines += ["", pruning_words(tower["pruning"])]
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def pruning_words(check: dict) -> str:
+    """:func:`pruning_hits`' result in a sentence."""
+    runs = {label: check[label] for label in ("unpruned", "pruned")}
+    counts = "; ".join(f"{label}: {run['items_replayed']} items replayed, {run['items_eager']} eager, {run['passes']} passes, "
+                       f"{run['video_tokens']:,} video tokens, {run['ms']:.0f} ms" for label, run in runs.items())
+    return (f"Pruning at {check['rate']} after the encoder, {check['frames']} frames of {check['size']} in "
+            f"{check['chunks']} chunks: {counts}; tokens chosen in {runs['pruned']['choice_ms']:.1f} ms; graph counts "
+            f"{'equal' if check['graph_counts_equal'] else 'DIFFERENT'}.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -373,6 +444,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--stream", type=int, default=200, help="random requests per tower (0: none)")
     parser.add_argument("--capture-only", action="store_true", help="print the fused capture seconds of the first tower")
+    parser.add_argument("--pruning-check", type=float, default=0.0,
+                        help="also send a 2,048-frame, 64k-token clip through the default encoder with and without "
+                             "pruning at this rate, counting graph hits (0: not)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("The encoder benchmark needs a CUDA GPU.", file=sys.stderr)
@@ -394,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         "towers": [],
     }
     for name in args.towers.split(","):
-        results["towers"].append(bench_tower(name.strip(), args.runs, args.warmup, args.stream))
+        results["towers"].append(bench_tower(name.strip(), args.runs, args.warmup, args.stream, args.pruning_check))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "encoder_bench.json").write_text(json.dumps(results, indent=2))
     table = markdown(results)
