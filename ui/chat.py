@@ -309,14 +309,18 @@ class ChatPanel(QWidget):
         )
         signals.item_added.connect(lambda clip, done: self.add_notice(added_notice(done)))
         signals.clip_encoded.connect(lambda done: self.add_notice(done.damage) if done.damage else None)
-        signals.state_changed.connect(lambda: self.show_state(session.answering, session.ask_blocker))
+        signals.state_changed.connect(
+            lambda: self.show_state(session.answering, session.ask_blocker, session.stop_target)
+        )
 
-    def show_state(self, answering: bool, blocker: str | None) -> None:
+    def show_state(self, answering: bool, blocker: str | None, stop_target: str | None) -> None:
         """Ask is enabled unless ``blocker`` says why not (its tooltip and the question box's hint say
-        it too); Stop while ``answering``."""
+        it too, but for the next question typed while ``answering``); Stop while there is something to
+        stop, which ``stop_target`` names ("reading the clip")."""
         self.send_button.setEnabled(blocker is None)
         self.send_button.setToolTip(blocker or "Ask the question (Enter or Ctrl+Return)")
-        self.stop_button.setEnabled(answering)
+        self.stop_button.setEnabled(stop_target is not None)
+        self.stop_button.setToolTip(f"Stop {stop_target or 'the answer'} (Esc)")
         self._set_question_hint(blocker if blocker and not answering else QUESTION_HINT)
 
     def _set_question_hint(self, text: str) -> None:

@@ -107,14 +107,16 @@ class Session:
     @property
     def ask_blocker(self) -> str | None:
         """Why a question cannot be asked now, or ``None`` when it can."""
+        if self.answering:
+            return "Wait for the answer, or press Stop (Esc)"
+        if self.stop_target is not None:
+            return f"Wait, or press Stop (Esc) to stop {self.stop_target}"
         if self.clip is None:
             return "Open a clip first: drop one on the window or use File ▸ Open (Ctrl+O)"
         if self.stale_clip is not None:
             return f"This conversation's clip is no longer at {self.stale_clip}; open a clip to ask about it"
         if self.engine_busy:
             return "Wait for the clip to finish encoding"
-        if self.answering:
-            return "Wait for the answer, or press Stop (Esc)"
         return None
 
     @property
@@ -122,8 +124,20 @@ class Session:
         return self.ask_blocker is None
 
     @property
+    def stop_target(self) -> str | None:
+        """What Stop ends now, to follow "Stop" ("the answer", "reading the clip"), or ``None`` when
+        nothing it can end runs or waits (loading the model and applying settings run to their end)."""
+        if self.answering:
+            return "the answer"
+        if self.opening_clip or self.operation == "open_clip":
+            return "reading the clip"
+        if self.operation in ("add_clip", "look_closer"):
+            return "adding to the conversation"
+        return None
+
+    @property
     def can_stop(self) -> bool:
-        return self.answering or self.operation in ("open_clip", "add_clip", "look_closer")
+        return self.stop_target is not None
 
     @property
     def can_export(self) -> bool:
@@ -207,8 +221,9 @@ class Session:
         return False
 
     def stop(self) -> None:
-        """Cancel the answer being written or the clip being opened, and what waits behind them."""
-        if self.operation in ("ask", "open_clip") or self.answering:
+        """Cancel the answer being written, the clip being read or the item being added, and what
+        waits behind them."""
+        if self.can_stop:
             self.signals.status_changed.emit("Stopping…")
             self.port.cancel()
 

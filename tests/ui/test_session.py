@@ -334,7 +334,34 @@ def test_no_question_without_a_clip_and_the_blocker_says_why(session: Session, p
     open_clip(session, "a.mp4")
     assert session.ask_blocker is None
     session.open_clip("/clips/b.mp4")
-    assert session.ask_blocker == "Wait for the clip to finish encoding"
+    assert session.ask_blocker == "Wait, or press Stop (Esc) to stop reading the clip"
+
+
+@pytest.mark.parametrize("kind", ["open_clip", "add_clip", "look_closer"])
+def test_stop_ends_a_clip_being_read_or_added_as_it_ends_an_answer(
+    session: Session, port: RecordingPort, kind: RequestKind
+) -> None:
+    """Reading a long clip can take minutes: Stop (the button and Esc) must end it, and say so (issue 44, item 1)."""
+    open_clip(session, "a.mp4")
+    assert not session.can_stop and session.stop_target is None
+    {"open_clip": lambda: session.open_clip("/clips/long.mp4"),
+     "add_clip": lambda: session.add_clip("/clips/long.mp4"),
+     "look_closer": lambda: session.look_closer(0.0, 0.5)}[kind]()
+    request_id = len(port.sent)
+    session.handle(RequestStarted(kind, request_id=request_id))
+    assert session.can_stop
+    assert session.ask_blocker == f"Wait, or press Stop (Esc) to stop {session.stop_target}"
+    session.stop()
+    assert port.cancels == 1
+    session.handle(RequestFinished(kind, "cancelled", request_id=request_id))
+    assert not session.can_stop and session.can_ask and session.clip.clip_name == "a.mp4"
+
+
+def test_an_open_waiting_behind_other_work_can_be_stopped_before_it_starts(session: Session, port: RecordingPort) -> None:
+    session.open_clip("/clips/long.mp4")
+    assert session.operation is None and session.stop_target == "reading the clip"
+    session.stop()
+    assert port.cancels == 1
 
 
 def test_a_resumed_conversation_stays_on_screen_when_its_clip_opens_again(session: Session, view: Recorder, tmp_path: Path) -> None:
