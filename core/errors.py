@@ -113,6 +113,11 @@ class QuestionTooLongError(FramewiseError):
     """The question, or the conversation with it, does not fit the model's context."""
 
 
+class ContextFullError(FramewiseError):
+    """An item was not added: with it, the conversation's clips and pictures leave the model's
+    context no room for a question and one answer."""
+
+
 class CancelledError(FramewiseError):
     """The work was cancelled by the user."""
 

@@ -410,7 +410,7 @@ class ChatPanel(QWidget):
             card.set_text(
                 (turn.answer + "\n\n" if turn.answer else "") + f"⚠ {turn.error}", linked_length=len(turn.answer), items=items
             )
-        footer = [seen_text(turn)] if turn.saw else []
+        footer = [seen_text(turn)] if turn.saw and turn.status != "failed" else []  # a failed answer saw nothing
         if turn.status == "done" and not turn.answer:
             footer.append("The model wrote no text (only spaces or special tokens)")
         if turn.status == "stopped":

@@ -220,6 +220,14 @@ class SettingsDialog(QDialog):
         tabs.add_field(
             form, "generation.temperature", "Temperature", double_spin(0.0, 100.0, 2, 0.1), "0 picks the likeliest token (greedy)."
         )
+        context = spin(0, INT_MAX, 1024)
+        context.setSpecialValueText("Automatic")
+        tabs.add_field(
+            form, "decoding.max_context_tokens", "Max context", context,
+            "Tokens an answer's context holds: the clips and pictures, the conversation so far and the answer. "
+            "Automatic holds the largest clip the sampling allows, some questions and four answers; more items "
+            "need more.",
+        )
 
     def _build_backend_tab(self) -> None:
         tabs = self.tabs

@@ -8,8 +8,11 @@ import threading
 
 from PySide6.QtCore import Qt
 
-from tests.ui.fake_engine import FakeEngine
-from tests.ui.test_main_window import LOAD_TIMEOUT_MS, wait_ready
+from framewise.core.errors import QuestionTooLongError
+from framewise.core.settings import FEWER_ITEMS_ADVICE, context_needed
+from tests.ui.fake_engine import DEMO_LIMITS, FakeEngine
+from tests.ui.test_end_to_end import FAST, real_engine
+from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, open_and_wait, wait_ready
 
 
 def test_stop_ends_a_clip_being_read_and_the_window_says_it_does(qtbot, make_window, sample_clip):
@@ -26,3 +29,48 @@ def test_stop_ends_a_clip_being_read_and_the_window_says_it_does(qtbot, make_win
     qtbot.waitUntil(lambda: window.session.operation is None and not window.session.opening_clip, timeout=2000)
     assert window.session.clip is None and window.status_bar.message.text() == "Cancelled."
     assert not stop.isEnabled() and not window.stop_action.isEnabled()
+
+
+def test_an_item_the_context_cannot_hold_is_refused_as_it_is_added_with_advice_that_helps(qtbot, make_window, sample_clip):
+    """On the demo model, at the smallest context the sampling settings accept: a second clip is refused
+    when it is added, the banner says what helps, and the conversation goes on about the first (item 3)."""
+    settings = FAST.replace("sampling", max_pixels=4 * 320 * 240)
+    needed = context_needed(settings.sampling, settings.generation, limits=DEMO_LIMITS).total
+    window = make_window(real_engine, settings.replace("decoding", max_context_tokens=needed, min_bucket=64))
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    assert window.session.add_clip(str(sample_clip))
+    qtbot.waitUntil(lambda: window.banners.current() is window.banners.error_banner, timeout=LOAD_TIMEOUT_MS)
+    text = window.banners.error_banner.text()
+    assert text.startswith("Could not add it to the conversation: With ") and text.endswith(FEWER_ITEMS_ADVICE)
+    assert window.banners.error_banner.action_button.isVisible(), "Settings… is offered: the advice is there"
+    assert window.session.added == [] and window.clip_section.tabs.count() == 1
+    ask_and_wait(qtbot, window, "What color is the square?")
+    assert window.session.conversation.turns[-1].status == "done"
+
+
+def test_a_failed_answer_does_not_say_it_saw_the_items(qtbot, make_window, sample_clip):
+    FakeEngine.fail_ask_with = QuestionTooLongError(f"This question is 6 tokens, … more than its 2,048. {FEWER_ITEMS_ADVICE}")
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    assert window.session.add_clip(str(sample_clip))
+    qtbot.waitUntil(lambda: len(window.session.added) == 1 and window.session.operation is None, timeout=LOAD_TIMEOUT_MS)
+    ask_and_wait(qtbot, window, "What color is the square?")
+    card = window.chat.answer_cards()[-1]
+    assert card.text().endswith(FEWER_ITEMS_ADVICE) and "Saw" not in card.footer.text()
+
+
+def test_settings_generation_sets_the_context_the_advice_names(qtbot):
+    """"Raise the context (Generation ▸ Max context)": the field is there, 0 reads Automatic (item 3)."""
+    from framewise.core.settings import AppSettings
+    from framewise.ui.settings_dialog import SettingsDialog
+    from tests.ui import probes
+
+    dialog = SettingsDialog(AppSettings().replace("decoding", max_context_tokens=8192), probes.run_now)
+    qtbot.addWidget(dialog)
+    field = probes.field(dialog, "decoding.max_context_tokens")
+    assert field.value() == 8192
+    field.setValue(0)
+    assert field.text() == "Automatic" and AppSettings.from_dict(dialog.values()).decoding.max_context_tokens == 0
+    assert "Max context" in FEWER_ITEMS_ADVICE and "Generation" in FEWER_ITEMS_ADVICE

@@ -44,7 +44,7 @@ from framewise.core.decoding import Decoded, Decoder, Prompt, SamplingRule, cont
 from framewise.core.encoding.defs import EncodedItem, VisionEncoder, VisionItem
 from framewise.core.encoding.manager import make_vision_encoder
 from framewise.core.encoding.planning import BatchLimits, PlanItem, plan_batches
-from framewise.core.errors import CancelledError, FramewiseError, QuestionTooLongError
+from framewise.core.errors import CancelledError, ContextFullError, FramewiseError, QuestionTooLongError
 from framewise.core.events import (
     AnswerStats,
     ChunkStats,
@@ -66,13 +66,14 @@ from framewise.core.memory_plan import HeldMemory
 from framewise.core.metrics import DecodeSpeedMeter, EncoderMetricsAccumulator, decode_rate, percentile
 from framewise.core.model_source import family_limits_of
 from framewise.core.seam import DecodedAnswer, FamilyLimits
-from framewise.core.settings import SHORTEST_QUESTION_TOKENS, AppSettings, ContextNeed
+from framewise.core.settings import FEWER_ITEMS_ADVICE, SENTENCE_QUESTION_TOKENS, AppSettings, ContextNeed
 from framewise.core.backends.local.settings_transaction import SettingsTransaction
 from framewise.core.video import ReadProgress, SampledClip, SampledFrames, sample_clip
 from framewise.core.video.feed import ChunkFeed, FrameChunk
 from framewise.core.video.still import StillImage, read_still
 from framewise.core.video.read_report import reading_events
 from framewise.core.video.thumbnails import clip_sampled
+from framewise.core.wording import plural
 
 
 @dataclass(frozen=True)
@@ -294,6 +295,7 @@ class Engine(BackendBase[EncodedClip]):
         self._require_model()
         with self._request():
             clip = self._read_and_encode(path, span)
+            self._check_items_fit([*self.clips, clip])
             self.added.append(clip)
             self._emit(Progress("encode", 1, 1, f"{clip.summary.clip_name} is added to the conversation"))
             return self._emit(clip.summary)
@@ -499,9 +501,10 @@ class Engine(BackendBase[EncodedClip]):
         stats = self._answer_stats(started, finished, streamer, decoded)
         return self._emit(Done(text=text, stats=stats, kept=not cancelled))
 
-    def _prompt_items(self) -> list[EncodedClip]:
-        """The open items in the order the family's prompt numbers them: clips first, then pictures."""
-        return sorted(self.clips, key=lambda item: item.kind == "image")
+    def _prompt_items(self, items: Sequence[EncodedClip] | None = None) -> list[EncodedClip]:
+        """``items`` (by default the open ones) in the order the family's prompt numbers them: clips
+        first, then pictures."""
+        return sorted(self.clips if items is None else items, key=lambda item: item.kind == "image")
 
     def _build_prompt(
         self, question: str, items: Sequence[EncodedClip], history: Sequence[tuple[str, str]] = ()
@@ -532,14 +535,27 @@ class Engine(BackendBase[EncodedClip]):
                 "Start a new conversation (File ▸ New Conversation) and ask again."
             )
         room = need.room_for_question(context)
-        advice = (
-            f"Shorten the question to at most {room:,} tokens."
-            if room >= SHORTEST_QUESTION_TOKENS
-            else "Ask about fewer items or frames, or raise max context (decoding.max_context_tokens) in the settings."
-        )
+        advice = f"Shorten the question to at most {room:,} tokens." if room >= SENTENCE_QUESTION_TOKENS else FEWER_ITEMS_ADVICE
         raise QuestionTooLongError(
             f"This question is {need.question:,} tokens, and with it the context must hold {need.describe()}, "
             f"more than its {context:,}. {advice}"
+        )
+
+    def _check_items_fit(self, items: list[EncodedClip]) -> None:
+        """Refuse the last of ``items`` (the open ones, then the one being added) when with it they
+        leave the decoder's context no room for the shortest question and one answer: said as it is
+        added (ContextFullError), not at the next question, and the open items stay as they were."""
+        context = self._require_decoder().max_tokens
+        ordered = self._prompt_items(items)
+        shortest = "?"
+        prompt_tokens = int(self._build_prompt(shortest, ordered).input_ids.shape[1])
+        if prompt_tokens + self.settings.generation.max_new_tokens <= context:
+            return
+        need = self._context_need(shortest, ordered, prompt_tokens)
+        raise ContextFullError(
+            f"With {items[-1].summary.clip_name} the items leave no room for a question: even the shortest needs "
+            f"{need.describe()}, more than the context's {context:,}. The conversation goes on with the "
+            f"{plural(len(items) - 1, 'item')} it had. {FEWER_ITEMS_ADVICE}"
         )
 
     def _context_need(self, question: str, items: Sequence[EncodedClip], prompt_tokens: int) -> ContextNeed:
