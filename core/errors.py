@@ -126,6 +126,10 @@ class ConversationStoreError(FramewiseError):
     """The file that keeps past conversations cannot be opened, read or written."""
 
 
+class ConversationGoneError(ConversationStoreError):
+    """The kept conversation being written to is no longer kept: it was deleted (in another window)."""
+
+
 class ExportError(FramewiseError):
     """A conversation or a plot could not be written to the chosen file."""
 

@@ -74,3 +74,25 @@ def test_settings_generation_sets_the_context_the_advice_names(qtbot):
     field.setValue(0)
     assert field.text() == "Automatic" and AppSettings.from_dict(dialog.values()).decoding.max_context_tokens == 0
     assert "Max context" in FEWER_ITEMS_ADVICE and "Generation" in FEWER_ITEMS_ADVICE
+
+
+def test_a_conversation_deleted_in_another_window_keeps_its_follow_up_and_says_so(qtbot, make_window, sample_clip):
+    """Another window (another store on the same file) deletes the conversation on screen: the follow-up is
+    kept, with the questions before it, as a new entry, and the conversation says what happened (item 4)."""
+    from framewise.core.conversation_store import ConversationStore, default_store_path
+
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    ask_and_wait(qtbot, window, "What moves?")
+    other_window = ConversationStore(default_store_path())
+    other_window.delete(window.history_dock.keeper.conversation_id)
+    assert other_window.list() == []
+    ask_and_wait(qtbot, window, "And then?")
+    assert window.banners.current() is not window.banners.error_banner, "nothing failed"
+    assert any("deleted from the kept ones (in another window)" in card.text() for card in window.chat.cards())
+    (kept,) = other_window.list()
+    turns = other_window.open(kept.id).conversation.turns
+    assert [(turn.question, turn.status) for turn in turns] == [("What moves?", "done"), ("And then?", "done")]
+    assert turns[0].answer == "The red square moves to the right."
+    assert window.history_dock.history.ids() == [kept.id] == [window.history_dock.keeper.conversation_id]
