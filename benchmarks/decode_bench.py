@@ -506,9 +506,9 @@ def repeat_first_question(runner: FramewiseRunner, conversation: Conversation, r
     runs eagerly, so its spread shows only over several."""
     samples = []
     for _ in range(repeats):
-        runner.decoder.cache.forget()
+        runner.decoder.state.reset()
         samples.append(runner.ask(conversation.first, 1).ttft_ms)
-    runner.decoder.cache.forget()
+    runner.decoder.state.reset()
     return samples
 
 
@@ -564,7 +564,7 @@ def _profiled(ask: Callable[[], Any], runner: FramewiseRunner, device: torch.dev
     from torch.profiler import ProfilerActivity, profile
 
     on_gpu = device.type == "cuda"
-    runner.decoder.cache.forget()
+    runner.decoder.state.reset()
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_gpu else [ProfilerActivity.CPU]
     _sync(device)
     started = time.perf_counter()
@@ -590,7 +590,7 @@ def make_runner(mode: str, model, features, conversation: Conversation, context:
     """The mode's runner and its warm-up (the static mode's warm-up is its compile)."""
     if mode in FRAMEWISE_STEPS:
         runner = FramewiseRunner(model, features, conversation.grid_thw, context, args.min_bucket, FRAMEWISE_STEPS[mode])
-        return runner, lambda ids: (runner.ask(ids, 4), runner.decoder.cache.forget())
+        return runner, lambda ids: (runner.ask(ids, 4), runner.decoder.state.reset())
     if mode in ("default", "static"):
         runner = GenerateRunner(model, features, conversation.grid_thw, context if mode == "static" else None)
         return runner, lambda ids: runner.ask(ids, args.warm_up_tokens if mode == "default" else args.new_tokens)

@@ -18,10 +18,13 @@ decoder graphs) and what the engine measured it holds (:class:`~framewise.core.m
 Clips are synthetic frames handed to :meth:`~framewise.core.backends.local.engine.Engine.open_frames` at the
 size the model family samples a 1280x720 clip to. Writes ``memory_bench.json`` (every run) and
 ``memory_bench.md`` (the table) under ``--out``; each run's JSON stays under ``--out/runs`` and
-the table is made from every run there, so dtypes may be run by separate commands.
+the table is made from every run there, so dtypes may be run by separate commands. Prompts are
+prefilled in chunks of ``--prefill-chunk-tokens`` (``decoding.prefill_chunk_tokens``); compare
+chunk sizes with one ``--out`` each.
 
     python3 benchmarks/memory_bench.py --size 8B --out results/memory          # bf16 and fp8
     python3 benchmarks/memory_bench.py --size 8B --dtypes fp8 --out results/memory
+    python3 benchmarks/memory_bench.py --size 8B --dtypes fp8 --prefill-chunk-tokens 2048 --out results/memory-2048
     python3 benchmarks/memory_bench.py --size tiny --device cpu --short-frames 4 --long-frames 8 \\
         --long-pixels 491520 --new-tokens 4 --out /tmp/memory                     # CPU smoke test
 """
@@ -57,7 +60,7 @@ from framewise.core.backends.local.engine import Engine  # noqa: E402
 from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS  # noqa: E402
 from framewise.core.model_source import DEMO_MODEL_DIR, family_limits_of  # noqa: E402
 from framewise.core.memory_plan import GIB  # noqa: E402
-from framewise.core.settings import AppSettings  # noqa: E402
+from framewise.core.settings import PREFILL_CHUNK_TOKENS, AppSettings  # noqa: E402
 from training.demo_model import build_demo_config, special_token_ids  # noqa: E402
 
 # depth, hidden, heads, MLP, out hidden (the language model's width), deepstack layers
@@ -161,6 +164,7 @@ class RunSpec:
     frames: int
     max_pixels: int | None
     new_tokens: int
+    prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS
 
     @property
     def name(self) -> str:
@@ -174,6 +178,7 @@ def run_settings(spec: RunSpec) -> AppSettings:
         AppSettings()
         .replace("model", source=spec.checkpoint, device=spec.device, dtype=spec.dtype)
         .replace("generation", max_new_tokens=spec.new_tokens)
+        .replace("decoding", prefill_chunk_tokens=spec.prefill_chunk_tokens)
     )
     if spec.scenario == "long":
         settings = settings.replace("sampling", max_frames=spec.frames, max_pixels=spec.max_pixels)
@@ -251,7 +256,8 @@ def run_child(spec: RunSpec, out: Path, compile_cache: Path, timeout_s: float) -
 
 def specs_for(args: argparse.Namespace, checkpoint: Path) -> list[RunSpec]:
     """Per dtype: the short run's first and second start, then the long run."""
-    common = dict(checkpoint=str(checkpoint), size=args.size, device=args.device, new_tokens=args.new_tokens)
+    common = dict(checkpoint=str(checkpoint), size=args.size, device=args.device, new_tokens=args.new_tokens,
+                  prefill_chunk_tokens=args.prefill_chunk_tokens)
     long_pixels = args.long_pixels or QWEN3_VL_LIMITS.max_clip_pixels
     return [
         spec
@@ -367,6 +373,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--long-pixels", type=int, default=None,
                         help="the long run's sampling max pixels (default: the most a clip may have)")
     parser.add_argument("--new-tokens", type=int, default=128, help="tokens of each answer at most")
+    parser.add_argument("--prefill-chunk-tokens", type=int, default=PREFILL_CHUNK_TOKENS,
+                        help="decoding.prefill_chunk_tokens: the tokens of one prefill pass")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds each run may take")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     return parser

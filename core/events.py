@@ -12,7 +12,6 @@ loading, graph capture, the encoders) build events without knowing the request.
 
 from __future__ import annotations
 
-import itertools
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Literal, TypeVar, Union
@@ -490,11 +489,12 @@ class RequestScope:
     """The request an engine is serving, and the ids it gives requests that come without one.
 
     A call made while a request is being served (``apply_settings`` re-opening the clip, say) is
-    part of that request. Not thread-safe: an engine serves one request at a time.
+    part of that request. A new id is above every id served so far, so ids grow in the order requests
+    come, given or not (a cancel relies on it). Not thread-safe: an engine serves one request at a time.
     """
 
     def __init__(self) -> None:
-        self._ids = itertools.count(1)
+        self._highest = NO_REQUEST
         self.current = NO_REQUEST
 
     @contextmanager
@@ -503,7 +503,8 @@ class RequestScope:
         if self.current != NO_REQUEST and request_id is None:
             yield self.current
             return
-        self.current = request_id if request_id is not None else next(self._ids)
+        self.current = request_id if request_id is not None else self._highest + 1
+        self._highest = max(self._highest, self.current)
         try:
             yield self.current
         finally:

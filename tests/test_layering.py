@@ -1,6 +1,7 @@
 """The dependency rule: ``core`` never imports Qt; ``ui`` never imports torch or transformers. And
 inside core, read from the source: no import circle, kernels import nothing above them, the seam's
-plain types import none of their users."""
+plain types import none of their users, no class over 350 lines and no function over 60 (the
+sizes ``tests/test_sizes_ui.py`` checks in ui/)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT
 from tests.import_graph import first_cycle, import_graph, modules_under, outside_imports
+from tests.test_sizes_ui import oversized
 
 
 # Modules that need an optional package, which the application imports only where it is installed.
@@ -196,3 +198,8 @@ def test_the_format_rule_finds_what_it_forbids(tmp_path: Path) -> None:
         "families/some_fp8_family/__init__.py": ["file families/some_fp8_family/__init__.py"],
         "settings.py": ['line 5: "Fp8"'],
     }
+
+
+def test_no_class_or_function_in_core_is_too_long() -> None:
+    assert len(CORE_MODULES) > 50, "the core sources were found"
+    assert oversized(CORE) == []

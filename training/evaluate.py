@@ -84,15 +84,16 @@ class Answerer:
         self.engine = Engine(settings)
         self.info = self.engine.load()
 
-    def answer_all(self, seed: int, sampling: SamplingSettings) -> list[Answer]:
-        """Encode the held-out clip of ``seed`` once and answer each of its questions on its own."""
+    def answer_all(self, seed: int, sampling: SamplingSettings, *, paraphrased: bool = True) -> list[Answer]:
+        """Encode the held-out clip of ``seed`` once and answer each of its questions on its own, in
+        their canonical wording and, with ``paraphrased``, once more reworded."""
         sampled = sample_scene(make_scene(seed), sampling)
         frames = fit_video_frames(sampled.frames, sampling, geometry=self.geometry)
         self.engine.open_frames(frames, sampled.timestamps, f"held-out clip {seed}")
         answers = []
         canonical = questions_for(sampled)
-        paraphrased = [q.reworded(paraphrase_wording(seed, i, q.kind)) for i, q in enumerate(canonical)]
-        for question in [*canonical, *paraphrased]:
+        reworded = [q.reworded(paraphrase_wording(seed, i, q.kind)) for i, q in enumerate(canonical)]
+        for question in [*canonical, *(reworded if paraphrased else [])]:
             self.engine.new_conversation()
             text = self.engine.ask(question.text).text
             answers.append(Answer(seed, question.kind, question.text, question.answer, text, question.wording))

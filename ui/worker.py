@@ -13,7 +13,9 @@ event, and every event in between carries its id.
 The single exception is cancelling: :meth:`EngineHost.cancel` calls ``engine.cancel()`` directly
 from the GUI thread, because the worker thread is busy with exactly the work being cancelled.
 ``Engine.cancel`` is documented as thread-safe; no other engine method is called off the worker
-thread.
+thread. The worker keeps the same :class:`~framewise.core.backends.cancel.CancelScope` as the
+backends, over its queue: a Stop cancels the request running and drops the cancellable ones still
+waiting.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Callable
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from framewise.core.backends import AnsweringBackend, BackendCall, same_backend
+from framewise.core.backends.cancel import CancelScope
 from framewise.core.errors import CancelledError, FramewiseError, describe_error
 from framewise.core.events import (
     Event,
@@ -66,20 +69,17 @@ class EngineWorker(QObject):
         self._settings = settings
         self._engine: AnsweringBackend | None = None
         self._loaded = False
-        self._lock = threading.Lock()
-        self._cancelled_through = 0
+        self._lock = threading.Lock()  # guards the engine a cancel reaches
         self._request_id = 0
-        self._running: int | None = None  # the id of the cancellable request in the engine
+        self._cancels = CancelScope()  # over the cancellable requests only
 
     def cancel_through(self, request_id: int) -> None:
         """Cancel the running request and every queued one numbered up to ``request_id``. Any thread."""
+        running = self._cancels.cancel(request_id)
         with self._lock:
-            self._cancelled_through = max(self._cancelled_through, request_id)
-            running = self._running if self._running is not None and self._running <= request_id else None
             engine = self._engine
-        # The engine keeps a cancel that arrives between requests for the next one, so it is told
-        # only about the request it runs, by id (a cancel of one that has just ended is ignored);
-        # queued ones are dropped here.
+        # The engine is told only about the request it runs, by id (should it have ended just now,
+        # the engine ignores the cancel); queued ones are dropped here as they come up.
         if engine is not None and running is not None:
             engine.cancel(running)
 
@@ -155,17 +155,10 @@ class EngineWorker(QObject):
         return self._engine
 
     def _run_unless_cancelled(self, request_id: int, kind: RequestKind, work: Callable[[], object]) -> None:
-        with self._lock:
-            cancelled = request_id <= self._cancelled_through
-            if not cancelled:
-                self._running = request_id
-        if not cancelled:
-            try:
+        with self._cancels.request(request_id):
+            if not self._cancels.is_set():
                 self._run(request_id, kind, work)
-            finally:
-                with self._lock:
-                    self._running = None
-            return
+                return
         self.event.emit(RequestStarted(kind, request_id=request_id))
         self.event.emit(RequestFinished(kind, "cancelled", request_id=request_id))
 

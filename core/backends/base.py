@@ -2,20 +2,28 @@
 
 :class:`AnsweringBackend` is what the CLI, the window's worker, the window's session (through the
 calls it submits) and the test fake hold. :class:`BackendBase` is written once for every
-implementation: the request id each event carries, the conversation record and its resets, the
-open clip's bookkeeping and how frames given directly are sized.
+implementation: the public calls, the request id each event carries, cancelling
+(:class:`~framewise.core.backends.cancel.CancelScope`), the conversation record and its resets,
+the open clip's bookkeeping and how frames given directly are sized. A backend supplies only its
+parts of a request (open, add, frames given directly, answer) and its lifecycle (load, settings,
+info).
+
+A new kind of request is a method here, on the protocol and on :class:`BackendBase`, written over
+those parts, so no backend changes for it; its name joins
+:data:`~framewise.core.events.RequestKind`, and the window's session sends it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import threading
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Generic, Protocol, Sequence, TypeVar
 
 import numpy as np
 
+from framewise.core.backends.cancel import CancelScope
 from framewise.core.errors import EmptyQuestionError, SpanError
 from framewise.core.events import (
     ConversationReset,
@@ -69,6 +77,13 @@ class AnsweringBackend(Protocol):
 BackendCall = Callable[[AnsweringBackend, int], object]
 
 
+class Emit(Protocol):
+    """Sends an event as part of the request being served; returns it as sent (stamped with the
+    request's id)."""
+
+    def __call__(self, event: E) -> E: ...
+
+
 class OpenClip(Protocol):
     """What every backend keeps of its open clip: the file (``None`` for frames given directly) and
     what opening it reported."""
@@ -86,10 +101,10 @@ class BackendBase(ABC, Generic[ClipT]):
     """The plumbing :class:`AnsweringBackend` implementations share; ``ClipT`` is what each keeps of
     its open clip.
 
-    A subclass serves each of its own public calls inside ``self._requests.serving(request_id)`` and
-    sends events through :meth:`_emit`. Opening a clip, adding one, frames given directly and a
-    question reach it, inside their request, as :meth:`_open_clip`, :meth:`_add_clip`,
-    :meth:`_use_frames` and :meth:`_ask`.
+    A subclass serves each of its own public calls inside :meth:`_serving`, sends events through
+    :meth:`_emit` and checks ``self._cancel`` (:class:`CancelScope`) as it works. Opening a clip,
+    adding one, frames given directly and a question reach it, inside their request, as
+    :meth:`_open_clip`, :meth:`_add_clip`, :meth:`_use_frames` and :meth:`_ask`.
 
     ``clip`` is the item that was opened; ``added`` the clips and pictures added to its
     conversation since, in order; :attr:`clips` all of them.
@@ -102,7 +117,7 @@ class BackendBase(ABC, Generic[ClipT]):
         self.clip: ClipT | None = None
         self.added: list[ClipT] = []
         self.turns: Turns = []
-        self._cancel = threading.Event()
+        self._cancel = CancelScope()
         self._requests = RequestScope()
 
     @abstractmethod
@@ -116,7 +131,7 @@ class BackendBase(ABC, Generic[ClipT]):
 
         A failure leaves the open clip and the conversation as they were.
         """
-        with self._requests.serving(request_id):
+        with self._serving(request_id):
             return self._open_clip(Path(path), "new_clip")
 
     def add_clip(self, path: str | Path, request_id: int | None = None) -> EncodeDone:
@@ -125,7 +140,7 @@ class BackendBase(ABC, Generic[ClipT]):
 
         A failure leaves the open items and the conversation as they were.
         """
-        with self._requests.serving(request_id):
+        with self._serving(request_id):
             if self.clip is None:
                 return self._open_clip(Path(path), "new_clip")
             return self._add_clip(Path(path), None)
@@ -139,7 +154,7 @@ class BackendBase(ABC, Generic[ClipT]):
 
         Raises SpanError for a span outside the clip, a picture, or frames given directly.
         """
-        with self._requests.serving(request_id):
+        with self._serving(request_id):
             clips = self.clips
             if not 0 <= item < len(clips):
                 raise SpanError("Open a clip first, then select a span of its timeline to look closer at.")
@@ -162,7 +177,7 @@ class BackendBase(ABC, Generic[ClipT]):
         A cancelled answer ends early with ``stats.cancelled`` set and is not kept in the
         conversation; a completed one is (``Done.kept``), so follow-up questions see it.
         """
-        with self._requests.serving(request_id):
+        with self._serving(request_id):
             question = question.strip()
             if not question:
                 raise EmptyQuestionError()
@@ -174,7 +189,7 @@ class BackendBase(ABC, Generic[ClipT]):
 
     def new_conversation(self, request_id: int | None = None) -> None:
         """Forget earlier questions and answers; the open clip stays."""
-        with self._requests.serving(request_id):
+        with self._serving(request_id):
             self._reset_conversation("asked")
 
     def open_frames(
@@ -185,8 +200,14 @@ class BackendBase(ABC, Generic[ClipT]):
         ``frames``: (T, H, W, 3) uint8 RGB at a size the model takes; ``timestamps``: T seconds.
         Settings changes cannot re-sample such a clip.
         """
-        with self._requests.serving(request_id):
+        with self._serving(request_id):
             return self._use_frames(SampledFrames.given(frames, timestamps, name))
+
+    def cancel(self, request_id: int | None = None) -> None:
+        """Stop request ``request_id`` (and those before it that have not ended) at its next check,
+        or, without an id, the running request or the next one to start; see :mod:`.cancel`. Safe
+        from any thread."""
+        self._cancel.cancel(request_id)
 
     @abstractmethod
     def _open_clip(self, path: Path, reason: ResetReason) -> EncodeDone:
@@ -204,6 +225,13 @@ class BackendBase(ABC, Generic[ClipT]):
     @abstractmethod
     def _use_frames(self, sampled: SampledFrames) -> EncodeDone:
         """Make frames given directly the open clip, in the request being served."""
+
+    @contextmanager
+    def _serving(self, request_id: int | None) -> Iterator[int]:
+        """Serve request ``request_id`` (a new id when ``None``; inside a request, part of it): its
+        events carry its id and its cancels reach it. Yields the id."""
+        with self._requests.serving(request_id) as current, self._cancel.request(current):
+            yield current
 
     def _emit(self, event: E) -> E:
         """Send ``event`` as part of the request being served; returns it as sent."""
@@ -242,9 +270,3 @@ class BackendBase(ABC, Generic[ClipT]):
             )
         )
 
-
-def closer_look_summary(summary: EncodeDone, span: tuple[float, float], duration_s: float) -> EncodeDone:
-    """``summary`` of a clip of ``duration_s`` seconds sampled over ``span`` (start, end seconds)
-    only, named after the span as cut to the clip."""
-    start, end = max(span[0], 0.0), min(span[1], duration_s)
-    return dataclasses.replace(summary, clip_name=f"{summary.clip_name} {start:.1f}–{end:.1f} s", span=(start, end))

@@ -1,12 +1,18 @@
-"""Answers decoded over a static KV cache: prefill only what the cache does not hold, then one
-token per step through the step graphs (or the same step run directly).
+"""Answers decoded over a state allocated once: prefill only what the state does not hold, in
+chunks, then one token per step through the step graphs (or the same step run directly).
 
-:class:`Decoder` owns the cache and the graphs for the life of a loaded model. Per question it
-finds the longest prefix of the new prompt the cache already holds for the same clip (the
-system text, the clip's video tokens and time markers, the turns so far), prefills the rest,
-and decodes until an end-of-answer token, ``max_new_tokens``, a stop request, or the end of the
-cache. The cache's record of which tokens it holds is updated only after a pass has written
-them, so a cancelled or failed answer leaves it consistent.
+:class:`Decoder` owns the language model's state (a static KV cache, or a hybrid model's KV cache
+and linear-layer states) and the graphs for the life of a loaded model. Per question it finds the
+longest prefix of the new prompt the state holds for the same clip (the system text, the clip's
+video tokens and time markers, the turns so far; for a hybrid state only at the points
+:mod:`~framewise.core.decoding.prefix_reuse` keeps), prefills the rest, and decodes until an
+end-of-answer token, ``max_new_tokens``, a stop request, or the end of the cache.
+
+The prefill runs in chunks of at most ``prefill_chunk_tokens`` tokens, each through the same
+passes, the state carrying from one to the next, so that its activations do not grow with the
+prompt; a stop request is checked before each chunk. The cache's record of which tokens it holds
+grows only after a chunk or step has written them, so a stopped, cancelled or failed answer
+leaves it naming exactly what the state holds, and the next question reuses that.
 """
 
 from __future__ import annotations
@@ -22,14 +28,15 @@ import torch
 from framewise.core.decoding.defs import LanguageModel, VisionRows
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.decoding.prefill_graphs import PrefillGraphs
+from framewise.core.decoding.prefix_reuse import SNAPSHOTS, prefix_keeper
 from framewise.core.decoding.pruned_positions import UnprunedPrompt, prompt_positions
 from framewise.core.decoding.step_graphs import ProgressCallback, StepGraphs, context_buckets
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.errors import FramewiseError, SettingsError
 from framewise.core.seam import FamilyLimits, PieceGrid, VisionSpan
-from framewise.core.settings import AppSettings, context_needed
+from framewise.core.settings import PREFILL_CHUNK_TOKENS, AppSettings, context_needed
 
-# Share of the free device memory the cache may take; the rest is left for activations.
+# Share of the free device memory the state may take; the rest is left for activations.
 CACHE_MEMORY_SHARE = 0.8
 # Context lengths are rounded up to this many positions: attention kernels want aligned rows.
 CONTEXT_ALIGNMENT = 64
@@ -51,26 +58,34 @@ class Prompt:
     owner: Any = None
     unpruned: UnprunedPrompt | None = None
 
-    def vision_rows(self, start: int) -> VisionRows | None:
-        """The features of the tokens from ``start`` on, or ``None`` when no span reaches past it.
+    @property
+    def clip_end(self) -> int:
+        """Where the prompt's clip prefix ends: the index past its last vision token (0 without
+        any). What comes before is the same for every question about these items."""
+        return max((span.end for span in self.spans), default=0)
+
+    def vision_rows(self, start: int, stop: int | None = None) -> VisionRows | None:
+        """The features of the tokens ``start .. stop - 1`` (to the prompt's end when ``stop`` is
+        None), or ``None`` when no span reaches into them.
 
         Raises ValueError when a span points outside the prompt or past its item's features.
         """
         length = self.input_ids.shape[1]
-        placed = sorted((span for span in self.spans if span.end > start), key=lambda span: span.start)
+        stop = length if stop is None else stop
+        placed = sorted((span for span in self.spans if span.end > start and span.start < stop), key=lambda s: s.start)
         if not placed:
             return None
-        mask = torch.zeros(1, length - start, dtype=torch.bool)
+        mask = torch.zeros(1, stop - start, dtype=torch.bool)
         embeds, deepstack = [], []
         for span in placed:
             if span.item >= len(self.items) or span.end > length:
                 raise ValueError(f"{span} points outside the prompt ({length} tokens, {len(self.items)} items)")
             item = self.items[span.item]
-            skipped = max(start - span.start, 0)  # tokens of the span the cache already holds
-            rows = slice(span.row + skipped, span.row + span.length)
-            if rows.stop > item.embeds.shape[0]:
+            first, end = max(span.start, start), min(span.end, stop)  # the span's tokens in the run
+            rows = slice(span.row + first - span.start, span.row + end - span.start)
+            if span.row + span.length > item.embeds.shape[0]:
                 raise ValueError(f"{span} reads past item {span.item}'s {item.embeds.shape[0]} feature rows")
-            mask[0, span.start + skipped - start : span.end - start] = True
+            mask[0, first - start : end - start] = True
             embeds.append(item.embeds[rows])
             deepstack.append([layer[rows] for layer in item.deepstack])
         return VisionRows(
@@ -92,12 +107,14 @@ class SamplingRule:
 @dataclass
 class Decoded:
     """What one answer produced and cost. ``step_ms`` holds the wall time of every decode step;
-    ``prefill_graph`` says whether the prefill replayed a follow-up prefill graph."""
+    ``prefill_chunks`` counts the prefill's passes; ``prefill_graph`` says whether the prefill
+    replayed a follow-up prefill graph. An answer stopped during its prefill has no tokens."""
 
     token_ids: list[int] = field(default_factory=list)
     prompt_tokens: int = 0
     prefix_tokens_reused: int = 0
     prefill_ms: float = 0.0
+    prefill_chunks: int = 0
     prefill_graph: bool = False
     graph_steps: int = 0
     eager_steps: int = 0
@@ -106,8 +123,9 @@ class Decoded:
 
 
 class Decoder:
-    """A static KV cache of ``max_tokens`` positions (rounded up to ``CONTEXT_ALIGNMENT``) for
-    ``language``, and its decode step graphs.
+    """The state of ``language`` for ``max_tokens`` positions (rounded up to
+    ``CONTEXT_ALIGNMENT``), its decode step graphs and its follow-up prefill graphs; prefills run
+    in chunks of at most ``prefill_chunk_tokens`` tokens.
 
     ``use_graphs`` asks for CUDA graphs; on a CPU, or when capture fails, steps run directly
     and :attr:`graphs_reason` says why.
@@ -121,18 +139,26 @@ class Decoder:
         *,
         use_graphs: bool,
         progress: ProgressCallback | None = None,
+        prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS,
     ) -> None:
+        if prefill_chunk_tokens < 1:
+            raise ValueError(f"a prefill chunk of {prefill_chunk_tokens} tokens: use at least one")
         self.language = language
+        self.prefill_chunk_tokens = prefill_chunk_tokens
         max_tokens = CONTEXT_ALIGNMENT * math.ceil(max_tokens / CONTEXT_ALIGNMENT)
-        self.cache = StaticKVCache(
-            language.layers, language.kv_heads, language.head_dim, max_tokens, language.dtype, language.device
-        )
+        self.state = language.new_state(max_tokens)
         buckets = context_buckets(min(min_bucket, max_tokens), max_tokens)
         self.graphs_reason = ""
         self._rope_offset = 0
         self.steps = self._build_steps(buckets, use_graphs, progress)
         self.prefills = self._build_prefills(buckets, progress)
-        self.cache.forget()  # capture ran passes over the empty cache
+        self.state.reset()  # capture ran passes over the empty state
+        self._prefix = prefix_keeper(self.state)
+
+    @property
+    def cache(self) -> StaticKVCache:
+        """The state's KV cache, with the record of the tokens the whole state holds."""
+        return self.state.kv
 
     @property
     def graphs_enabled(self) -> bool:
@@ -142,11 +168,16 @@ class Decoder:
     def max_tokens(self) -> int:
         return self.cache.max_tokens
 
+    @property
+    def state_bytes(self) -> int:
+        """Device memory of the state and the snapshots kept of it."""
+        return self.state.nbytes + self._prefix.nbytes
+
     def close(self) -> None:
         """Release the graphs; the decoder must not be used afterwards."""
         self.steps.clear()
         self.prefills.clear()
-        self.cache.forget()
+        self.state.reset()
 
     def answer(
         self,
@@ -156,8 +187,10 @@ class Decoder:
         should_stop: Callable[[], bool],
     ) -> Decoded:
         """Decode an answer to ``prompt``, calling ``on_token`` with every new token id as it comes.
+        ``should_stop`` is asked before every prefill chunk and every decode step.
 
-        Raises FramewiseError when the prompt alone does not fit the cache.
+        Raises FramewiseError when the prompt alone does not fit the cache. Whatever a pass
+        raises, the state is left holding a prefix its record names before it is raised on.
         """
         ids = prompt.input_ids[0].tolist()
         if len(ids) >= self.cache.max_tokens:
@@ -168,10 +201,17 @@ class Decoder:
             )
         result = Decoded(prompt_tokens=len(ids))
         with torch.inference_mode():
-            token = self._prefill(prompt, ids, result, rule)
-            result.token_ids.append(int(token))
-            on_token(result.token_ids[-1])
-            self._decode(token, len(ids), prompt, result, rule, on_token, should_stop)
+            try:
+                token = self._prefill(prompt, ids, result, rule, should_stop)
+                if token is None:
+                    result.stop_reason = "cancelled"
+                    return result
+                result.token_ids.append(int(token))
+                on_token(result.token_ids[-1])
+                self._decode(token, len(ids), prompt, result, rule, on_token, should_stop)
+            except BaseException:
+                self._prefix.recover()
+                raise
         return result
 
     # ------------------------------------------------------------------ internals
@@ -200,7 +240,7 @@ class Decoder:
                 )
                 return steps
             self.graphs_reason = f"capturing the decode graphs failed ({failure}): steps run eagerly"
-        return StepGraphs(self.language, self.cache, buckets, direct=True)
+        return StepGraphs(self.language, self.state, buckets, direct=True)
 
     def _build_prefills(self, buckets: tuple[int, ...], progress: ProgressCallback | None) -> PrefillGraphs:
         """Follow-up prefill graphs where the steps have graphs; the same padded passes run directly
@@ -208,7 +248,7 @@ class Decoder:
         if self.graphs_enabled:
             try:
                 with torch.inference_mode():
-                    prefills = PrefillGraphs(self.language, self.cache, buckets, direct=False, progress=progress)
+                    prefills = PrefillGraphs(self.language, self.state, buckets, direct=False, progress=progress)
             except Exception as error:  # out of memory, an op that cannot be captured
                 torch.cuda.empty_cache()
                 self.graphs_reason += (
@@ -221,46 +261,58 @@ class Decoder:
                     f"holding {prefills.graph_memory_bytes / 2**20:.0f} MiB"
                 )
                 return prefills
-        return PrefillGraphs(self.language, self.cache, buckets, direct=True)
+        return PrefillGraphs(self.language, self.state, buckets, direct=True)
 
     def _capture(self, buckets: tuple[int, ...], progress: ProgressCallback | None) -> tuple[StepGraphs | None, str]:
         """The step graphs, or ``None`` and why capturing them failed."""
         try:
             with torch.inference_mode():
-                return StepGraphs(self.language, self.cache, buckets, direct=False, progress=progress), ""
+                return StepGraphs(self.language, self.state, buckets, direct=False, progress=progress), ""
         except Exception as error:  # out of memory, a kernel that does not compile, an op that cannot be captured
             torch.cuda.empty_cache()
             return None, f"{type(error).__name__}: {error}"
 
-    def _prefill(self, prompt: Prompt, ids: list[int], result: Decoded, rule: SamplingRule) -> torch.Tensor:
-        cache = self.cache
-        reused = cache.reusable_prefix(prompt.owner, ids)
-        cache.tokens = ids[:reused]
-        cache.owner = prompt.owner
+    def _prefill(
+        self, prompt: Prompt, ids: list[int], result: Decoded, rule: SamplingRule, should_stop: Callable[[], bool]
+    ) -> torch.Tensor | None:
+        """Prefill what the state does not hold of ``prompt`` (token ``ids``), chunk by chunk; the
+        first answer token (1,), or None when ``should_stop`` said so before a chunk."""
+        clip_end = prompt.clip_end
+        reused = self._prefix.resume(prompt.owner, ids, clip_end)
+        result.prefix_tokens_reused = reused
         started = time.perf_counter()
-        vision = prompt.vision_rows(reused)
-        text_tail = reused > 0 and vision is None
+        text_tail = reused >= clip_end and reused > 0
+        rope = self._tail_rope(prompt, reused, text_tail)
+        logits = None
+        for start, stop in prefill_chunks(reused, len(ids), clip_end, self.prefill_chunk_tokens):
+            if should_stop():
+                return None
+            chunk_rope = rope[:, start - reused : stop - reused]
+            tail_ids = prompt.input_ids[:, start:stop]
+            if text_tail and self.prefills.takes(start, stop - start):
+                logits, result.prefill_graph = self.prefills.run(start, tail_ids, chunk_rope)
+            else:
+                vision = prompt.vision_rows(start, stop)
+                logits = self.language.prefill(self.state, start, tail_ids, chunk_rope, vision)
+            self.cache.tokens.extend(ids[start:stop])
+            self._prefix.chunk_done(stop, clip_end)
+            result.prefill_chunks += 1
+        assert logits is not None  # at least one token is always left to prefill
+        token = _pick(logits, rule.temperature)
+        token.item()  # waits for the passes
+        result.prefill_ms = (time.perf_counter() - started) * 1e3
+        return token.view(1)
+
+    def _tail_rope(self, prompt: Prompt, reused: int, text_tail: bool) -> torch.Tensor:
+        """Rotary positions (axes, n - reused) of the prompt's tokens from ``reused`` on."""
+        length = prompt.input_ids.shape[1]
         if text_tail:
             # Text after the cached prefix counts on from it: position p has rotary position
             # p + the offset the prefix's prefill found, on every axis.
-            tail_rope = torch.arange(reused, len(ids)).expand(self.language.rope_axes, -1) + self._rope_offset
-        else:
-            positions = prompt_positions(
-                self.language, prompt.input_ids, prompt.token_types, prompt.grids, prompt.unpruned
-            )
-            self._rope_offset = positions.rope_offset
-            tail_rope = positions.rope[:, reused:]
-        tail_ids = prompt.input_ids[:, reused:]
-        if text_tail and self.prefills.takes(reused, tail_ids.shape[1]):
-            logits, result.prefill_graph = self.prefills.run(reused, tail_ids, tail_rope)
-        else:
-            logits = self.language.prefill(cache, reused, tail_ids, tail_rope, vision)
-        token = _pick(logits, rule.temperature)
-        token.item()  # waits for the pass
-        cache.tokens = list(ids)
-        result.prefix_tokens_reused = reused
-        result.prefill_ms = (time.perf_counter() - started) * 1e3
-        return token.view(1)
+            return torch.arange(reused, length).expand(self.language.rope_axes, -1) + self._rope_offset
+        positions = prompt_positions(self.language, prompt.input_ids, prompt.token_types, prompt.grids, prompt.unpruned)
+        self._rope_offset = positions.rope_offset
+        return positions.rope[:, reused:]
 
     def _decode(
         self,
@@ -300,6 +352,22 @@ class Decoder:
             on_token(token_id)
 
 
+def prefill_chunks(start: int, end: int, cut: int, size: int) -> list[tuple[int, int]]:
+    """The (start, stop) token ranges a prefill of tokens ``start .. end - 1`` runs in: at most
+    ``size`` tokens each, and none across ``cut`` (the clip prefix's end, where a hybrid state is
+    snapshotted).
+
+    >>> prefill_chunks(0, 10, 5, 4)
+    [(0, 4), (4, 5), (5, 9), (9, 10)]
+    """
+    bounds = [start, *([cut] if start < cut < end else []), end]
+    return [
+        (first, min(first + size, stop))
+        for begin, stop in zip(bounds, bounds[1:])
+        for first in range(begin, stop, size)
+    ]
+
+
 def _pick(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """The next token (1,) from ``logits`` (1, vocab) float32, as ``generate()`` picks it: argmax,
     or a draw from softmax(logits / temperature)."""
@@ -311,14 +379,16 @@ def _pick(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 def context_for(settings: AppSettings, language: LanguageModel, limits: FamilyLimits) -> int:
     """The decoder's context length for ``settings`` on ``language``'s device (a model of the
-    family ``limits``), checked against the model's position limit and the free memory. An
-    explicit setting that does not fit is a SettingsError saying how far to lower it; the
-    automatic length is capped at what fits."""
+    family ``limits``), checked against the model's position limit and the free memory: its state
+    grows by the same bytes each token, beside a fixed part (a hybrid model's linear-layer states)
+    the decoder also holds in its snapshots. An explicit setting that does not fit is a
+    SettingsError saying how far to lower it; the automatic length is capped at what fits."""
     requested = settings.context_tokens(limits)
     explicit = settings.decoding.max_context_tokens > 0
-    per_token = StaticKVCache.bytes_needed(language.layers, language.kv_heads, language.head_dim, 1, language.dtype)
+    fixed = language.state_bytes(0) * (1 + len(SNAPSHOTS))
+    per_token = language.state_bytes(1) - language.state_bytes(0)
     free = free_memory_bytes(language.device)
-    fits = min(language.max_positions, int(free * CACHE_MEMORY_SHARE // per_token))
+    fits = min(language.max_positions, max(0, int((free * CACHE_MEMORY_SHARE - fixed) // per_token)))
     fits -= fits % CONTEXT_ALIGNMENT
     if requested <= fits:
         return requested
@@ -329,9 +399,10 @@ def context_for(settings: AppSettings, language: LanguageModel, limits: FamilyLi
             if needed.fits(fits)
             else f"the context must hold {needed.describe()}: lower sampling max pixels or max new tokens"
         )
+        fixed_words = f" and {fixed / 2**20:,.0f} MiB of linear-layer states" if fixed else ""
         raise SettingsError(
             "decoding.max_context_tokens",
-            f"{requested:,} tokens need {requested * per_token / 2**30:.2f} GiB of KV cache, but "
+            f"{requested:,} tokens need {requested * per_token / 2**30:.2f} GiB of KV cache{fixed_words}, but "
             f"{free / 2**30:.2f} GiB is free on {language.device.type} (the model takes at most "
             f"{language.max_positions:,} positions); {advice}",
         )

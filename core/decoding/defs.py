@@ -1,5 +1,6 @@
-"""What the decoder asks of a model family's language model (:class:`LanguageModel`), and the plain
-types the two share, so that the decoding machinery names no model's tensors."""
+"""What the decoder asks of a model family's language model (:class:`LanguageModel`) and of the
+state its passes carry (:class:`DecoderState`), and the plain types the two share, so that the
+decoding machinery names no model's tensors."""
 
 from __future__ import annotations
 
@@ -34,11 +35,34 @@ class VisionRows:
     deepstack: tuple[torch.Tensor, ...]
 
 
-class LanguageModel(Protocol):
-    """A language model the decoder runs pass by pass over a :class:`StaticKVCache`.
+class DecoderState(Protocol):
+    """What a language model's passes carry from one to the next, allocated once for a maximum
+    context: a :class:`StaticKVCache` (the keys and values of a model's attention layers, and the
+    record of which tokens, computed for which items, the whole state holds), or a state that holds
+    one beside other layers' states (a hybrid model's linear layers), which cannot be cut back to
+    a shorter prefix as the keys and values can.
+    """
 
-    Sizes: ``layers``, ``kv_heads``, ``head_dim`` (the cache's shape), ``vocab_size`` and
-    ``max_positions``; the weights' ``device`` and ``dtype``.
+    @property
+    def kv(self) -> StaticKVCache:
+        """The keys and values, with ``tokens``, ``owner``, ``view_length`` and ``write_positions``."""
+        ...
+
+    @property
+    def nbytes(self) -> int:
+        """Device memory the state takes."""
+        ...
+
+    def reset(self) -> None:
+        """Empty the state: no positions held, any other layers' states as before the first token."""
+        ...
+
+
+class LanguageModel(Protocol):
+    """A language model the decoder runs pass by pass over a :class:`DecoderState` it makes.
+
+    Sizes: ``layers``, ``kv_heads``, ``head_dim`` (the shape of the state's KV cache),
+    ``vocab_size`` and ``max_positions``; the weights' ``device`` and ``dtype``.
     """
 
     device: torch.device
@@ -78,6 +102,15 @@ class LanguageModel(Protocol):
         """Run later decode steps without the hand-written kernels."""
         ...
 
+    def new_state(self, max_tokens: int) -> DecoderState:
+        """A zeroed state for ``max_tokens`` positions on the model's device."""
+        ...
+
+    def state_bytes(self, max_tokens: int) -> int:
+        """Device memory :meth:`new_state` takes for ``max_tokens`` positions (0 allowed: the part
+        that does not grow with the context)."""
+        ...
+
     def positions(
         self, input_ids: torch.Tensor, token_types: torch.Tensor, grids: tuple[PieceGrid, ...]
     ) -> PromptPositions:
@@ -86,28 +119,30 @@ class LanguageModel(Protocol):
         ...
 
     def prefill(
-        self, cache: StaticKVCache, start: int, input_ids: torch.Tensor, rope: torch.Tensor, vision: VisionRows | None
+        self, state: DecoderState, start: int, input_ids: torch.Tensor, rope: torch.Tensor, vision: VisionRows | None
     ) -> torch.Tensor:
         """Run the prompt tail ``input_ids`` (1, n) from cache position ``start`` at rotary
-        positions ``rope`` (axes, n), ``vision`` features in place of the tokens it marks; the
-        last token's logits (1, vocab) float32."""
+        positions ``rope`` (axes, n), ``vision`` features in place of the tokens it marks, over a
+        ``state`` that holds exactly the ``start`` tokens before it; the last token's logits
+        (1, vocab) float32. A long prompt comes in several such passes, one after the other."""
         ...
 
     def text_prefill(
         self,
-        cache: StaticKVCache,
+        state: DecoderState,
         input_ids: torch.Tensor,
         cache_positions: torch.Tensor,
         rope: torch.Tensor,
         last: torch.Tensor,
     ) -> torch.Tensor:
         """A graph-safe prefill of text tokens ``input_ids`` (1, n) at ``cache_positions`` (n,) with
-        rotary positions ``rope`` (axes, n), reading ``cache.view_length`` positions; the logits
-        (1, vocab) float32 of the token at index ``last`` (1,)."""
+        rotary positions ``rope`` (axes, n), reading ``state.kv.view_length`` positions; the logits
+        (1, vocab) float32 of the token at index ``last`` (1,). The tokens after ``last`` are
+        padding: they must leave no trace in the state but their cache entries past the end."""
         ...
 
     def step(
-        self, cache: StaticKVCache, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor
+        self, state: DecoderState, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor
     ) -> torch.Tensor:
-        """One graph-safe decode step reading ``cache.view_length`` positions; logits (1, vocab) float32."""
+        """One graph-safe decode step reading ``state.kv.view_length`` positions; logits (1, vocab) float32."""
         ...

@@ -140,7 +140,7 @@ class HybridState:
         """Empty the state: linear states zero, no positions held (a new conversation starts from here)."""
         for state in (*self.conv_states, *self.recurrent_states):
             state.zero_()
-        self.kv.forget()
+        self.kv.reset()
 
     def snapshot(self, into: HybridSnapshot | None = None) -> HybridSnapshot:
         """Copies of the linear states as they are now, with the tokens the state holds; into the

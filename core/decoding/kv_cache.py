@@ -47,6 +47,12 @@ class StaticKVCache:
     def nbytes(self) -> int:
         return sum(tensor.numel() * tensor.element_size() for tensor in (*self.keys, *self.values))
 
+    @property
+    def kv(self) -> StaticKVCache:
+        """The cache itself: a model's whole decoder state, whose keys and values are :attr:`kv`'s
+        in a hybrid one (see :class:`~framewise.core.decoding.defs.DecoderState`)."""
+        return self
+
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
         """Write ``key``/``value`` (1, kv_heads, n, head_dim) at ``write_positions`` (n,) and return the
         layer's first ``view_length`` positions, keys then values, as views."""
@@ -65,7 +71,7 @@ class StaticKVCache:
             same += 1
         return same
 
-    def forget(self) -> None:
+    def reset(self) -> None:
         """Treat every position as empty (a new clip or model state the entries no longer match)."""
         self.tokens = []
         self.owner = None

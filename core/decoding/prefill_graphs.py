@@ -6,7 +6,8 @@ model's layers, not by the GPU (docs/benchmarks.md, "A follow-up's prefill"). He
 padded to a token bucket and the prefill replays a graph captured for that bucket and for the
 context bucket holding its last position. The padding comes after the real tokens, so causal
 attention keeps it out of their results; its cache entries lie past the conversation's end,
-where each decode step writes its own position before it reads any.
+where each decode step writes its own position before it reads any (and a language model with
+other layers' states leaves them as the last real token left them).
 
 Every graph reads the same static buffers (token ids, cache positions, rotary positions, the
 index of the last real token) through views of its bucket's length and writes one logits buffer.
@@ -21,8 +22,7 @@ import time
 
 import torch
 
-from framewise.core.decoding.defs import LanguageModel
-from framewise.core.decoding.kv_cache import StaticKVCache
+from framewise.core.decoding.defs import DecoderState, LanguageModel
 from framewise.core.decoding.step_graphs import ProgressCallback, report
 from framewise.core.graph_capture import GraphCapture, memory_reserved
 
@@ -32,13 +32,13 @@ PAD_TOKEN = 0
 
 
 class PrefillGraphs:
-    """Text prefills of up to ``token_buckets[-1]`` tokens over ``cache``, through CUDA graphs unless
+    """Text prefills of up to ``token_buckets[-1]`` tokens over ``state``, through CUDA graphs unless
     ``direct``. A prefill whose padded tokens would pass the cache's end is not taken (:meth:`takes`)."""
 
     def __init__(
         self,
         language: LanguageModel,
-        cache: StaticKVCache,
+        state: DecoderState,
         context_buckets: tuple[int, ...],
         *,
         direct: bool,
@@ -46,12 +46,12 @@ class PrefillGraphs:
         progress: ProgressCallback | None = None,
     ) -> None:
         self.language = language
-        self.cache = cache
-        self.token_buckets = tuple(bucket for bucket in token_buckets if bucket <= cache.max_tokens)
+        self.state = state
+        self.token_buckets = tuple(bucket for bucket in token_buckets if bucket <= state.kv.max_tokens)
         self.context_buckets = context_buckets
         self.direct = direct
         longest = self.token_buckets[-1] if self.token_buckets else 0
-        device = cache.device
+        device = state.kv.device
         self.input_ids = torch.full((1, longest), PAD_TOKEN, dtype=torch.long, device=device)
         self.cache_positions = torch.zeros(longest, dtype=torch.long, device=device)
         self.rope = torch.zeros(language.rope_axes, longest, dtype=torch.long, device=device)
@@ -68,7 +68,7 @@ class PrefillGraphs:
         """Whether a prefill of ``count`` tokens from cache position ``start`` fits a token bucket."""
         if not self.token_buckets or count > self.token_buckets[-1]:
             return False
-        return start + self._token_bucket(count) <= self.cache.max_tokens
+        return start + self._token_bucket(count) <= self.state.kv.max_tokens
 
     def run(self, start: int, input_ids: torch.Tensor, rope: torch.Tensor) -> tuple[torch.Tensor, bool]:
         """Prefill ``input_ids`` (1, n) from cache position ``start`` with rotary positions ``rope``
@@ -100,10 +100,10 @@ class PrefillGraphs:
         return self.token_buckets[bisect.bisect_left(self.token_buckets, count)]
 
     def _forward(self, tokens: int, context: int) -> None:
-        self.cache.view_length = context
+        self.state.kv.view_length = context
         self.logits.copy_(
             self.language.text_prefill(
-                self.cache, self.input_ids[:, :tokens], self.cache_positions[:tokens], self.rope[:, :tokens], self.last
+                self.state, self.input_ids[:, :tokens], self.cache_positions[:tokens], self.rope[:, :tokens], self.last
             )
         )
 
@@ -119,7 +119,7 @@ class PrefillGraphs:
         return sorted(shapes, reverse=True)
 
     def _capture_all(self) -> None:
-        device = self.cache.device
+        device = self.state.kv.device
         memory_before = memory_reserved(device)
         started = time.perf_counter()
         capture = GraphCapture(device)

@@ -2,8 +2,9 @@
 
 A bucket is the number of cache positions a step reads. Every graph reads the same three static
 input buffers (the token, its cache position and its rotary position), writes the token's keys
-and values into the cache at that position, attends over the bucket's leading positions only,
-and copies the logits into one static output buffer. Graphs are captured largest bucket first
+and values into the cache at that position (and moves any other layers' states on by the token),
+attends over the bucket's leading positions only, and copies the logits into one static output
+buffer. Graphs are captured largest bucket first
 into one shared memory pool. ``direct`` runs the same step on the same buffers without a graph:
 the CPU's path, and the fallback when capture fails.
 """
@@ -16,8 +17,7 @@ from typing import Callable
 
 import torch
 
-from framewise.core.decoding.kv_cache import StaticKVCache
-from framewise.core.decoding.defs import LanguageModel
+from framewise.core.decoding.defs import DecoderState, LanguageModel
 from framewise.core.events import Progress
 from framewise.core.graph_capture import GraphCapture, memory_reserved
 
@@ -40,22 +40,22 @@ def context_buckets(min_bucket: int, max_tokens: int) -> tuple[int, ...]:
 
 
 class StepGraphs:
-    """The decode step for each bucket of ``cache``, through CUDA graphs unless ``direct``."""
+    """The decode step for each bucket of ``state``'s cache, through CUDA graphs unless ``direct``."""
 
     def __init__(
         self,
         language: LanguageModel,
-        cache: StaticKVCache,
+        state: DecoderState,
         buckets: tuple[int, ...],
         *,
         direct: bool,
         progress: ProgressCallback | None = None,
     ) -> None:
         self.language = language
-        self.cache = cache
+        self.state = state
         self.buckets = buckets
         self.direct = direct
-        device = cache.device
+        device = state.kv.device
         self.token = torch.zeros(1, 1, dtype=torch.long, device=device)
         self.cache_position = torch.zeros(1, dtype=torch.long, device=device)
         self.rope_position = torch.zeros(1, dtype=torch.long, device=device)
@@ -90,11 +90,11 @@ class StepGraphs:
         self._graphs.clear()
 
     def _forward(self, bucket: int) -> None:
-        self.cache.view_length = bucket
-        self.logits.copy_(self.language.step(self.cache, self.token, self.cache_position, self.rope_position))
+        self.state.kv.view_length = bucket
+        self.logits.copy_(self.language.step(self.state, self.token, self.cache_position, self.rope_position))
 
     def _capture_all(self) -> None:
-        device = self.cache.device
+        device = self.state.kv.device
         memory_before = memory_reserved(device)
         started = time.perf_counter()
         capture = GraphCapture(device)

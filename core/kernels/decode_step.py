@@ -155,6 +155,28 @@ def _norm_rope_heads(
 
 
 @triton.jit
+def _store_step_key_value(
+    qkv_ptr, qk_norm_ptr, key_slot_ptr, value_slot_ptr, kv_head, group, dims, cos, sin, eps,
+    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+):
+    """Write the step's key (normed with row 1 of the q/k norms, rotated) and value of ``kv_head``
+    at the slots given, in row 0 of a block (the other rows masked), where the block's threads
+    see them."""
+    first = group < 1
+    key = _norm_rope_heads(
+        qkv_ptr + HEADS * HEAD_DIM, kv_head + group * 0, first, qk_norm_ptr + HEAD_DIM, cos, sin, eps, HEAD_DIM
+    )
+    value = tl.load(
+        qkv_ptr + (HEADS + KV_HEADS + kv_head) * HEAD_DIM + group[:, None] * 0 + dims[None, :],
+        mask=first[:, None], other=0.0,
+    )
+    slot = group[:, None] * 0 + dims[None, :]
+    tl.store(key_slot_ptr + slot, key, mask=first[:, None])
+    tl.store(value_slot_ptr + slot, value, mask=first[:, None])
+    tl.debug_barrier()  # the block's threads see each other's stores
+
+
+@triton.jit
 def _attention_split_kernel(
     qkv_ptr, qk_norm_ptr, inv_freq_ptr, rope_position_ptr, cache_position_ptr,
     key_cache_ptr, value_cache_ptr, partial_max_ptr, partial_sum_ptr, partial_out_ptr,
@@ -181,20 +203,12 @@ def _attention_split_kernel(
     query = _norm_rope_heads(qkv_ptr, kv_head * GROUP + group, group < GROUP, qk_norm_ptr, cos, sin, eps, HEAD_DIM)
     base = kv_head * max_tokens * HEAD_DIM
     if split == position // split_size:
-        # The program whose keys end at the step's position writes the step's key (k norm: row 1)
-        # and value there first, in row 0 of a block, then reads them back with the rest.
-        first = group < 1
-        key = _norm_rope_heads(
-            qkv_ptr + HEADS * HEAD_DIM, kv_head + group * 0, first, qk_norm_ptr + HEAD_DIM, cos, sin, eps, HEAD_DIM
+        # The program whose keys end at the step's position writes the step's key and value there
+        # first, then reads them back with the rest.
+        _store_step_key_value(
+            qkv_ptr, qk_norm_ptr, key_cache_ptr + base + position * HEAD_DIM, value_cache_ptr + base + position * HEAD_DIM,
+            kv_head, group, dims, cos, sin, eps, HEADS, KV_HEADS, HEAD_DIM,
         )
-        value = tl.load(
-            qkv_ptr + (HEADS + KV_HEADS + kv_head) * HEAD_DIM + group[:, None] * 0 + dims[None, :],
-            mask=first[:, None], other=0.0,
-        )
-        slot = base + position * HEAD_DIM + group[:, None] * 0 + dims[None, :]
-        tl.store(key_cache_ptr + slot, key, mask=first[:, None])
-        tl.store(value_cache_ptr + slot, value, mask=first[:, None])
-        tl.debug_barrier()  # the block's threads see each other's stores
     running_max = tl.full([BLOCK_GROUP], float("-inf"), dtype=tl.float32)
     running_sum = tl.zeros([BLOCK_GROUP], dtype=tl.float32)
     acc = tl.zeros([BLOCK_GROUP, HEAD_DIM], dtype=tl.float32)

@@ -155,7 +155,18 @@ def _tile_attention_kernel(
             q, q_tail, k_ptr, v_ptr, key_rows, key_rows < end, k_stride, v_stride, columns, tail_columns,
             m_i, l_i, acc, acc_tail, scale_log2e, HEAD_DIM, MASK_COLUMNS, TAIL_DIM, MASK_TAIL, True, PRECISION,
         )
+    _store_output(
+        out_ptr, query_rows, query_mask, out_stride, columns, tail_columns, acc, acc_tail, l_i,
+        HEAD_DIM, MASK_COLUMNS, TAIL_DIM,
+    )
 
+
+@triton.jit
+def _store_output(
+    out_ptr, query_rows, query_mask, out_stride, columns, tail_columns, acc, acc_tail, l_i,
+    HEAD_DIM: tl.constexpr, MASK_COLUMNS: tl.constexpr, TAIL_DIM: tl.constexpr,
+):
+    """Store one head's output rows: the accumulated blocks divided by the softmax sums ``l_i``."""
     normaliser = tl.where(query_mask, l_i, 1.0)[:, None]
     out_rows = out_ptr + (query_rows * out_stride)[:, None]
     dtype = out_ptr.dtype.element_ty

@@ -1,6 +1,6 @@
 """What a backend tells the window while it reads a clip: how far reading has got, and the frames
-read so far (for the strip to fill). Both backends report alike; the vLLM backend imports this,
-not the engine, so it needs neither torch nor transformers for it."""
+read so far (for the strip to fill). Both backends report alike, through their one read flow
+(:mod:`framewise.core.backends.reading`), which needs neither torch nor transformers."""
 
 from __future__ import annotations
 

@@ -133,15 +133,6 @@ def test_info_says_the_encoder_runs_eager_on_the_cpu() -> None:
     assert info["graphs_enabled"] is False and info["device"] == "cpu"
 
 
-def test_the_installed_module_runs_as_a_program() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "framewise.app.cli", "info", "--device", "cpu"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=240,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("model:")
-
-
 def test_the_demo_model_names_the_color_of_the_square_in_the_sample_clip() -> None:
     clip = SAMPLE_CLIPS / "red_square_moves_right.mp4"
     result = framewise("ask", str(clip), "What color is the square?", "--json", "--device", "cpu")
@@ -316,6 +307,7 @@ def test_an_answer_that_cannot_be_written_is_a_clear_error_not_a_bug() -> None:
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
 def test_output_to_a_full_device_exits_2_with_one_message() -> None:
+    """The installed module run as a program (``python -m``), its output flushed at the interpreter's exit."""
     with open("/dev/full", "w") as full:
         result = subprocess.run(
             [sys.executable, "-m", "framewise.app.cli", "info", "--device", "cpu", "--json"],

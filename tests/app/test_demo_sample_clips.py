@@ -1,15 +1,14 @@
-"""``framewise ask`` on each sample clip in assets/clips answers its color and motion questions
-with the bundled demo model, on the CPU (assets/clips/README.md says what each clip shows)."""
+"""The bundled demo model answers each sample clip in assets/clips about its colors and motion, on
+the CPU (assets/clips/README.md says what each clip shows). One engine, loaded as ``framewise ask
+--device cpu`` loads it, answers every case; tests/app/test_cli.py runs ``framewise ask`` itself."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
-
 import pytest
 
-from framewise.app.cli import main
+from framewise.core.backends import create_engine
+from framewise.core.backends.base import AnsweringBackend
+from framewise.core.settings import AppSettings
 from tests.conftest import SAMPLE_CLIPS
 
 CASES = [
@@ -24,13 +23,12 @@ CASES = [
 ]
 
 
-def ask(clip: str, question: str) -> dict:
-    """The JSON result of ``framewise ask CLIP QUESTION --json --device cpu``, run in this process."""
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(io.StringIO()):
-        returncode = main(["ask", str(SAMPLE_CLIPS / clip), question, "--json", "--device", "cpu"])
-    assert returncode == 0, stdout.getvalue()
-    return json.loads(stdout.getvalue())
+@pytest.fixture(scope="module")
+def engine() -> AnsweringBackend:
+    """The engine ``framewise ask --device cpu`` builds: the default settings on the CPU."""
+    engine = create_engine(AppSettings().replace("model", device="cpu"))
+    engine.load()
+    return engine
 
 
 def test_every_sample_clip_is_asked_about() -> None:
@@ -38,6 +36,13 @@ def test_every_sample_clip_is_asked_about() -> None:
 
 
 @pytest.mark.parametrize(("clip", "question", "expected"), CASES)
-def test_the_demo_model_answers_the_sample_clip(clip: str, question: str, expected: str) -> None:
-    result = ask(clip, question)
-    assert result["answer"].strip().lower().rstrip(".") == expected, result["answer"]
+def test_the_demo_model_answers_the_sample_clip(
+    engine: AnsweringBackend, clip: str, question: str, expected: str
+) -> None:
+    path = SAMPLE_CLIPS / clip
+    if engine.open_clip_path() == path:
+        engine.new_conversation()  # the clip stays encoded; the earlier question and answer go
+    else:
+        engine.open_clip(path)
+    answer = engine.ask(question).text
+    assert answer.strip().lower().rstrip(".") == expected, answer

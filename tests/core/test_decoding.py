@@ -12,10 +12,11 @@ import torch
 
 from framewise.core.decoding import Decoder, Prompt, SamplingRule, context_for
 from framewise.core.decoding import decoder as decoder_module
+from framewise.core.decoding.decoder import prefill_chunks
 from framewise.core.decoding.step_graphs import context_buckets
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.eager import EagerVisionEncoder
-from framewise.core.errors import FramewiseError, SettingsError
+from framewise.core.errors import CancelledError, FramewiseError, SettingsError
 from framewise.core.families import family_for
 from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
@@ -460,3 +461,97 @@ def test_memory_too_small_for_one_question_says_what_one_question_needs(
         context_for(AppSettings(), language, QWEN3_VL)
     assert f"the context must hold {needed.describe()}" in raised.value.message
     assert "lower it to at most" not in raised.value.message
+
+
+# ---------------------------------------------------------------------------- prefills in chunks
+
+
+def cancelling_on_call(count: int):
+    """A forward pre-hook raising CancelledError, as the engine's cancel points do, the
+    ``count``-th time it runs (once per chunk on a layer's module)."""
+    calls = 0
+
+    def hook(module, args) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == count:
+            raise CancelledError("Cancelled.")
+
+    return hook
+
+
+def recorded_prefills(
+    language: Qwen3VLLanguageModel, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[int, torch.Tensor]]:
+    """(start, logits) of every plain prefill ``language`` runs from now on."""
+    seen: list[tuple[int, torch.Tensor]] = []
+    prefill = language.prefill
+
+    def recording(cache, start, *rest):
+        seen.append((start, prefill(cache, start, *rest).clone()))
+        return seen[-1][1]
+
+    monkeypatch.setattr(language, "prefill", recording)
+    return seen
+
+
+@pytest.mark.parametrize("chunk", [5, 7, 13])
+def test_a_prefill_in_chunks_equals_one_pass(setup: Setup, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Chunk boundaries inside the clip's vision spans, so each chunk takes a part of a span's
+    features and deepstack rows: the first token's logits and every cache entry are one pass's."""
+    _, prompt = prompt_for(setup, "What color is the square?")
+    length = prompt.input_ids.shape[1]
+    assert any(span.start < start < span.end for start in range(chunk, length, chunk) for span in prompt.spans)
+    decoder = Decoder(Qwen3VLLanguageModel(setup.model), 512, 16, use_graphs=True, prefill_chunk_tokens=chunk)
+    seen = recorded_prefills(decoder.language, monkeypatch)
+    result = decoder.answer(prompt, rule_for(setup, max_new_tokens=1), lambda token: None, lambda: False)
+    assert result.prefill_chunks == len(seen) >= length / chunk
+    assert [start for start, _ in seen] == [start for start, _ in prefill_chunks(0, length, prompt.clip_end, chunk)]
+    language = Qwen3VLLanguageModel(setup.model)
+    cache = language.new_state(512)
+    with torch.inference_mode():
+        rope = language.positions(prompt.input_ids, prompt.token_types, prompt.grids).rope
+        one_pass = language.prefill(cache, 0, prompt.input_ids, rope, prompt.vision_rows(0))
+    scale = one_pass.abs().max()
+    assert (seen[-1][1] - one_pass).abs().max() <= 1e-5 * scale
+    for ours, theirs in zip((*decoder.cache.keys, *decoder.cache.values), (*cache.keys, *cache.values)):
+        assert (ours[:, :, :length] - theirs[:, :, :length]).abs().max() <= 1e-5 * theirs.abs().max()
+
+
+def test_a_stop_between_prefill_chunks_keeps_exactly_the_chunks_written(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop arriving during a chunk ends the prefill before the next one runs: the cache records
+    the chunks written, and the next question reuses exactly them."""
+    decoder = Decoder(Qwen3VLLanguageModel(setup.model), 512, 16, use_graphs=True, prefill_chunk_tokens=8)
+    seen = recorded_prefills(decoder.language, monkeypatch)
+    inputs, prompt = prompt_for(setup, "Describe the clip.")
+    ids = prompt.input_ids[0].tolist()
+    streamed: list[int] = []
+    stopped = decoder.answer(prompt, rule_for(setup), streamed.append, lambda: len(seen) >= 2)
+    assert stopped.stop_reason == "cancelled" and stopped.token_ids == streamed == []
+    assert len(seen) == stopped.prefill_chunks == 2
+    assert decoder.cache.tokens == ids[:16]
+    assert any(span.start < 16 < span.end for span in prompt.spans)  # the next prefill starts inside a span
+    seen.clear()
+    result = answer(decoder, prompt, rule_for(setup))
+    assert result.prefix_tokens_reused == 16 == seen[0][0]
+    assert result.token_ids == reference(setup, inputs)
+
+
+def test_a_cancel_inside_a_chunk_keeps_the_chunks_before_it(setup: Setup) -> None:
+    """The engine's cancel points are hooks before the language model's layers: one raising in
+    the middle of a chunk leaves the cache recording the chunks before it."""
+    decoder = Decoder(Qwen3VLLanguageModel(setup.model), 512, 16, use_graphs=True, prefill_chunk_tokens=12)
+    inputs, prompt = prompt_for(setup, "Describe the clip.")
+    handle = setup.model.model.language_model.layers[1].register_forward_pre_hook(cancelling_on_call(3))
+    try:
+        with pytest.raises(CancelledError):
+            answer(decoder, prompt, rule_for(setup))
+    finally:
+        handle.remove()
+    ids = prompt.input_ids[0].tolist()
+    two_chunks = prefill_chunks(0, len(ids), prompt.clip_end, 12)[1][1]
+    assert decoder.cache.tokens == ids[:two_chunks]
+    result = answer(decoder, prompt, rule_for(setup))
+    assert result.prefix_tokens_reused == two_chunks and result.token_ids == reference(setup, inputs)

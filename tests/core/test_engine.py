@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from framewise.core.backends.local import engine as engine_module
+from framewise.core.backends.local import parts as parts_module
 from framewise.core.decoding import decoder as decoder_module
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.encoding.manager import GraphVisionEncoder
@@ -119,13 +119,13 @@ def test_answer_streams_tokens_that_add_up_to_the_answer(engine: tuple[Engine, R
 def test_follow_up_questions_reuse_the_features_and_keep_the_conversation(engine: tuple[Engine, Recorder]) -> None:
     engine_, _ = engine
     calls = []
-    real_encode = engine_.encoder.encode
-    engine_.encoder.encode = lambda items: calls.append(items) or real_encode(items)  # type: ignore[method-assign]
+    real_encode = engine_.parts.encoder.encode
+    engine_.parts.encoder.encode = lambda items: calls.append(items) or real_encode(items)  # type: ignore[method-assign]
     try:
         first = engine_.ask("What color is the square?")
         second = engine_.ask("And which way does it move?")
     finally:
-        del engine_.encoder.encode
+        del engine_.parts.encoder.encode
     assert calls == []
     assert engine_.turns == [("What color is the square?", first.text), ("And which way does it move?", second.text)]
 
@@ -200,7 +200,7 @@ def test_a_question_or_conversation_too_long_for_the_context_is_refused_before_i
     engine: tuple[Engine, Recorder],
 ) -> None:
     engine_, recorder = engine
-    context = engine_.decoder.max_tokens
+    context = engine_.parts.decoder.max_tokens
     with pytest.raises(QuestionTooLongError, match=r"This question is [\d,]+ tokens.*Shorten the question") as raised:
         engine_.ask("red " * context)
     assert not recorder.of(Token) and engine_.turns == []
@@ -396,9 +396,9 @@ def test_the_clip_and_its_summary_say_which_sampling_mode_took_the_frames(engine
 
 def test_new_encoder_settings_rebuild_the_encoder_and_report_it(engine: tuple[Engine, Recorder]) -> None:
     engine_, recorder = engine
-    before = engine_.encoder
+    before = engine_.parts.encoder
     info = engine_.apply_settings(FAST.replace("encoder", use_graphs=False))
-    assert engine_.encoder is not before
+    assert engine_.parts.encoder is not before
     assert isinstance(info, EngineInfo) and recorder.of(EngineInfo)[-1] == info
 
 
@@ -413,7 +413,7 @@ def test_turning_graphs_off_gives_the_tower_back_its_stock_attention(monkeypatch
             return EagerVisionEncoder(adapter), "graphs off"
         return GraphVisionEncoder(adapter, settings, direct=True, limits=limits), "direct graphs on the CPU"
 
-    monkeypatch.setattr(engine_module, "make_vision_encoder", direct_graphs)
+    monkeypatch.setattr(parts_module, "make_vision_encoder", direct_graphs)
     settings = FAST.replace("encoder", budgets=(64, 256), max_items_per_batch=4, max_frame_pairs_per_batch=8)
     engine = Engine(settings)
     engine.load()
@@ -422,7 +422,7 @@ def test_turning_graphs_off_gives_the_tower_back_its_stock_attention(monkeypatch
     engine.apply_settings(settings.replace("encoder", budgets=(64, 128)))  # graphs re-captured
     assert visual.config._attn_implementation == REGISTERED_NAMES["sdpa_masked"]
     engine.apply_settings(settings.replace("encoder", use_graphs=False))
-    assert engine.encoder.name == "eager"
+    assert engine.parts.encoder.name == "eager"
     assert visual.config._attn_implementation == "sdpa"
 
 

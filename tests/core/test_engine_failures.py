@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from framewise.core.backends.local import engine as engine_module
+from framewise.core.backends.local import parts as parts_module
 from framewise.core.backends.local.engine import Engine
 from framewise.core.errors import CancelledError, ClipNotFoundError, ModelLoadError, describe_error
 from framewise.core.events import Token
@@ -46,11 +46,11 @@ def assert_still_answers(engine: Engine, turns_before: int) -> None:
 
 
 def test_a_failed_model_switch_keeps_the_model_the_clip_and_the_conversation(engine: Engine, tmp_path: Path) -> None:
-    before = (engine.settings, engine.loaded, engine.encoder, engine.decoder, engine.clip, list(engine.turns))
+    before = (engine.settings, engine.loaded, engine.parts.encoder, engine.parts.decoder, engine.clip, list(engine.turns))
     with pytest.raises(ModelLoadError, match="does not exist") as error:
         engine.apply_settings(FAST.replace("model", source=str(tmp_path / "missing-model")))
     assert describe_error(error.value).field == "model.source"
-    assert (engine.settings, engine.loaded, engine.encoder, engine.decoder, engine.clip, engine.turns) == before
+    assert (engine.settings, engine.loaded, engine.parts.encoder, engine.parts.decoder, engine.clip, engine.turns) == before
     assert_still_answers(engine, len(before[-1]))
 
 
@@ -58,7 +58,7 @@ def test_a_model_switch_out_of_memory_releases_the_old_model_then_loads_it_again
     engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     too_big = copy_demo(tmp_path / "too-big")
-    real_load = engine_module.load_model
+    real_load = parts_module.load_model
     attempts: list[str] = []
 
     def load_model(settings, progress=None):
@@ -67,7 +67,7 @@ def test_a_model_switch_out_of_memory_releases_the_old_model_then_loads_it_again
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
         return real_load(settings, progress=progress)
 
-    monkeypatch.setattr(engine_module, "load_model", load_model)
+    monkeypatch.setattr(parts_module, "load_model", load_model)
     old_settings, old_clip_name, history = engine.settings, engine.clip.summary.clip_name, list(engine.turns)
     with pytest.raises(torch.OutOfMemoryError):
         engine.apply_settings(FAST.replace("model", source=str(too_big)))
@@ -91,7 +91,7 @@ def test_a_failed_re_encode_keeps_the_old_sampling_and_clip(engine: Engine, tmp_
 
 
 def test_a_failed_encoder_rebuild_brings_the_old_encoder_back(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = engine_module.make_vision_encoder
+    real = parts_module.make_vision_encoder
     calls: list[int] = []
 
     def fails_once(*args, **kwargs):
@@ -100,7 +100,7 @@ def test_a_failed_encoder_rebuild_brings_the_old_encoder_back(engine: Engine, mo
             raise RuntimeError("capture failed in a way nobody expected")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(engine_module, "make_vision_encoder", fails_once)
+    monkeypatch.setattr(parts_module, "make_vision_encoder", fails_once)
     before = (engine.settings, engine.info())
     with pytest.raises(RuntimeError, match="nobody expected"):
         engine.apply_settings(FAST.replace("encoder", use_graphs=False))

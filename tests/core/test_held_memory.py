@@ -44,7 +44,7 @@ def test_the_weights_are_the_sum_of_the_parameters_bytes_split_into_language_and
 
 def test_on_the_cpu_the_cache_is_counted_and_nothing_is_reserved(engine: Engine) -> None:
     held = engine.info().held_memory
-    assert held.kv_cache == engine.decoder.cache.nbytes > 0
+    assert held.kv_cache == engine.parts.decoder.cache.nbytes > 0
     assert held.encoder_graphs == held.decode_graphs == 0
     assert held.reserved is None and held.beyond is None
     assert held.total == held.weight_total + held.kv_cache

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import runpy
 import shutil
 from pathlib import Path
 
@@ -45,7 +44,7 @@ from training.demo_model import (
     mrope_section,
     special_token_ids,
 )
-from tests.conftest import REPO_ROOT
+from tests.conftest import make_random_demo_model
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
@@ -248,13 +247,6 @@ def test_tokenizer_and_config_are_the_same_every_time() -> None:
     assert first.backend_tokenizer.to_str() == second.backend_tokenizer.to_str()
     configs = [build_demo_config(len(first), special_token_ids(first)).to_dict() for _ in range(2)]
     assert configs[0] == configs[1]
-
-
-def make_random_demo_model(*args: str) -> None:
-    """Run ``scripts/make_demo_model.py`` with ``args`` in this process."""
-    script = runpy.run_path(str(REPO_ROOT / "scripts" / "make_demo_model.py"), run_name="make_demo_model")
-    with contextlib.redirect_stdout(io.StringIO()):
-        script["main"](list(args))
 
 
 def test_make_demo_model_writes_the_seeded_random_model_into_a_new_folder(tmp_path: Path) -> None:

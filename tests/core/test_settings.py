@@ -59,6 +59,7 @@ def test_geometric_budgets_cover_the_range_ascending(low: int, high: int, ratio:
         ("encoder", {"max_frame_pairs_per_batch": 5000}, "encoder.max_frame_pairs_per_batch", "at most 4096"),
         ("decoding", {"min_bucket": 1 << 17}, "decoding.min_bucket", "at most 65536"),
         ("decoding", {"min_bucket": 4096, "max_context_tokens": 3072}, "decoding.min_bucket", "must not exceed"),
+        ("decoding", {"prefill_chunk_tokens": 255}, "decoding.prefill_chunk_tokens", "at least 256"),
         ("model", {"device": "tpu"}, "model.device", "cuda"),
         ("model", {"source": "  "}, "model.source", "demo"),
         ("generation", {"max_new_tokens": 0}, "generation.max_new_tokens", "between"),

@@ -74,7 +74,7 @@ def test_opening_a_clip_replaces_every_item(engine: tuple[Engine, Recorder], tmp
 
 def test_adding_with_nothing_open_opens(engine: tuple[Engine, Recorder], tmp_path: Path) -> None:
     engine_ = Engine(FAST)
-    engine_.loaded, engine_.encoder, engine_.decoder = engine[0].loaded, engine[0].encoder, engine[0].decoder
+    engine_.parts.put_back(engine[0].parts)  # the loaded engine's model, encoder and decoder
     engine_.add_clip(red_square_picture(tmp_path))
     assert engine_.clip is not None and engine_.added == []
 

@@ -108,6 +108,21 @@ def test_every_follow_up_prefill_graph_computes_what_the_direct_prefill_computes
             torch.testing.assert_close(graphs.cache.keys[layer][:, :, written], direct.cache.keys[layer][:, :, written])
 
 
+def test_prefills_in_chunks_answer_like_generate_through_the_graphs(cuda_fp32: Setup) -> None:
+    """Chunks of 7 tokens, boundaries inside the clip's spans, on CUDA: generate()'s answers on the
+    first question and a follow-up, whose tail replays a prefill graph chunk by chunk."""
+    decoder = Decoder(Qwen3VLLanguageModel(cuda_fp32.model), 512, 16, use_graphs=True, prefill_chunk_tokens=7)
+    rule = rule_for(cuda_fp32)
+    history: list[tuple[str, str]] = []
+    for question in ("What color is the square?", "Where does it go?"):
+        inputs, prompt = prompt_for(cuda_fp32, question, history)
+        result = answer(decoder, prompt, rule)
+        assert result.token_ids == reference(cuda_fp32, inputs)
+        assert result.prefill_chunks >= (result.prompt_tokens - result.prefix_tokens_reused) / 7
+        assert result.prefill_graph == bool(history)
+        history.append((question, cuda_fp32.tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()))
+
+
 def test_dependent_launches_change_no_result(cuda_bf16: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
     """The step kernels launched as programmatic dependents (each waits for the kernel before it)
     give the answer, and the cache entries bit for bit, that ordinary launches give."""

@@ -38,7 +38,7 @@ def test_the_held_total_matches_the_memory_reserved_after_load(checkpoint: Path,
     try:
         assert held.reserved == pytest.approx(grown, rel=0.01)  # every build step was measured
         # on failure, where the excess is: each build step's growth beside the parts it holds
-        by_step = {step: f"{size / 2**30:.3f} GiB" for step, size in engine.reserved_by_step.items()}
+        by_step = {step: f"{size / 2**30:.3f} GiB" for step, size in engine.parts.reserved_by_step.items()}
         assert held.total == pytest.approx(grown, rel=0.05), f"{held.describe()}; reserved by step {by_step}"
         estimate = estimate_memory(settings)
         assert held.weight_total == pytest.approx(estimate.weights, rel=0.02), estimate.describe()
@@ -46,4 +46,4 @@ def test_the_held_total_matches_the_memory_reserved_after_load(checkpoint: Path,
         # the estimate made before loading covers what was reserved, and is not far above it
         assert grown <= estimate.total <= 1.1 * grown, f"{estimate.describe()}; held {held.describe()}"
     finally:
-        engine.release_model()
+        engine.parts.release()

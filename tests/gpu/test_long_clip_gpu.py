@@ -148,3 +148,42 @@ def test_768_frames_at_the_full_pixel_budget_answer_through_the_graphs_like_eage
         assert through.token_ids == plain.token_ids
         assert through.graph_steps == NEW_TOKENS - 1 and plain.graph_steps == 0
     assert graphs[-1].prefill_graph and not direct[-1].prefill_graph  # the follow-up's prefill replayed a graph
+
+
+def test_a_prefill_in_chunks_holds_its_activations_to_the_chunk(model) -> None:
+    """The 768-frame prompt prefilled in chunks of 1,024 tokens: its peak above what was held before
+    stays within what a chunk needs (see settings.PREFILL_CHUNK_TOKENS: twice the 145 KiB a token
+    computed, for the allocator's slack, and attention's repeated keys and values and mask over
+    the whole cache), a small part of one pass's; the first token's logits are one pass's."""
+    generator = torch.Generator(device="cuda").manual_seed(3)
+    pads = PATCH_ROWS * PATCH_COLUMNS // 4
+
+    def draw() -> torch.Tensor:
+        return torch.randn(FRAME_PAIRS * pads, 4096, generator=generator, device="cuda", dtype=torch.bfloat16) * 0.02
+
+    features = EncodedItem(embeds=draw(), deepstack=(draw(), draw(), draw()))
+    ids = prompt_ids(pads, follow_up=False)
+    prompt = make_prompt(ids, features)
+    decoder = Decoder(Qwen3VLLanguageModel(model), len(ids) + 64, 256, use_graphs=False)
+    peaks, logits = {}, {}
+    with torch.inference_mode():
+        for chunk in (len(ids), 1024):
+            decoder.prefill_chunk_tokens = chunk
+            decoder.state.reset()
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            held = torch.cuda.memory_allocated()
+            seen: list[torch.Tensor] = []
+            prefill = decoder.language.prefill
+            decoder.language.prefill = lambda *args: seen.append(prefill(*args)) or seen[-1]
+            result = decoder.answer(prompt, SamplingRule(1), lambda token: None, lambda: False)
+            del decoder.language.prefill
+            peaks[chunk] = torch.cuda.max_memory_allocated() - held
+            logits[chunk] = seen[-1].float()
+            assert result.prefill_chunks == len(seen)
+    context = len(ids)
+    bound = 1024 * 2 * 145 * 1024 + context * 16 * 1024 + 1024 * context * 2
+    assert peaks[1024] <= bound, f"{peaks[1024] / 2**20:.0f} MiB for chunks of 1,024 tokens"
+    assert peaks[1024] < 0.3 * peaks[len(ids)]
+    assert relative_error(logits[1024], logits[len(ids)]) <= 3e-2

@@ -71,3 +71,42 @@ def test_the_fla_kernels_give_the_torch_codes_logits(cuda_model) -> None:
         without = prefilled(cuda_model, case, linear_kernels=False)[1]
     assert run.language.linear_kernels
     assert_relatively_close(with_kernels, without, 2**-6)
+
+
+@pytest.fixture(scope="module")
+def cuda_fp32_model():
+    return tiny_model(tiny_config(), seed=2).to("cuda")
+
+
+def test_the_decoder_answers_through_graphs_in_chunks_and_from_snapshots_like_generate(cuda_fp32_model) -> None:
+    """Decode steps and follow-up prefills replayed as graphs over the hybrid state, prefills in
+    chunks of 16, follow-ups, a stopped answer and another question: generate()'s tokens and
+    logits each time."""
+    from framewise.core.decoding import Decoder
+    from framewise.core.families.qwen3_5.language import Qwen35LanguageModel
+    from tests.core.families.qwen3_5.test_qwen3_5_decoder import (
+        MAX_TOKENS as DECODER_TOKENS,
+        answer,
+        answer_as_generate,
+        first_question,
+        recording,
+    )
+
+    decoder = Decoder(Qwen35LanguageModel(cuda_fp32_model), DECODER_TOKENS, 16, use_graphs=True,
+                      prefill_chunk_tokens=16)
+    assert decoder.graphs_enabled, decoder.graphs_reason
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        seen = recording(decoder.language, monkeypatch)  # plain prefills only: replays are not recorded
+        conversation = first_question(cuda_fp32_model)
+        first = answer(decoder, conversation)
+        second = conversation.then(first.token_ids, question_seed=0)
+        stopped = answer(decoder, second, stop_after=2)
+        assert stopped.graph_steps == 1 and stopped.prefill_graph
+        instead = conversation.then(first.token_ids, question_seed=1)
+        result = answer(decoder, instead)
+        assert result.prefix_tokens_reused == conversation.case.input_ids.shape[1] + len(first.token_ids) - 1
+        assert result.graph_steps == len(result.token_ids) - 1
+        fresh = Decoder(Qwen35LanguageModel(cuda_fp32_model), DECODER_TOKENS, 16, use_graphs=False)
+        seen_fresh = recording(fresh.language, monkeypatch)
+        assert answer_as_generate(fresh, seen_fresh, instead).token_ids == result.token_ids
+    assert seen  # the first question's chunks ran as plain prefills

@@ -17,9 +17,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from framewise.core.backends.base import BackendBase, closer_look_summary
+from framewise.core.backends.base import BackendBase
+from framewise.core.backends.reading import encode_done
 from framewise.core.video import SampledFrames
-from framewise.core.errors import CancelledError, ClipNotFoundError, ModelLoadError, UnreadableClipError
+from framewise.core.errors import ClipNotFoundError, ModelLoadError, UnreadableClipError
 from framewise.core.events import (
     AnswerStats,
     ChunkStats,
@@ -76,8 +77,7 @@ class FakeEngine(BackendBase[FakeClip]):
         return DEMO_LIMITS
 
     def load(self, request_id: int | None = None) -> EngineInfo:
-        with self._requests.serving(request_id):
-            self._cancel.clear()
+        with self._serving(request_id):
             if self.load_gate is not None:
                 self.load_gate.wait(10)
             if self.settings.model.source == self.fail_load_for_source:
@@ -88,7 +88,7 @@ class FakeEngine(BackendBase[FakeClip]):
             return self._emit(self.info())
 
     def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None:
-        with self._requests.serving(request_id):
+        with self._serving(request_id):
             old, self.settings = self.settings, settings.validate(DEMO_LIMITS)
             budgets = settings.encoder.token_budgets(DEMO_LIMITS)[:3]
             for index, budget in enumerate(budgets):
@@ -115,9 +115,6 @@ class FakeEngine(BackendBase[FakeClip]):
             limits=DEMO_LIMITS,
         )
 
-    def cancel(self, request_id: int | None = None) -> None:
-        self._cancel.set()
-
     def _open_clip(self, path: Path, reason: ResetReason) -> EncodeDone:
         return self._read(path, reason, "open_clip")
 
@@ -129,63 +126,44 @@ class FakeEngine(BackendBase[FakeClip]):
     ) -> EncodeDone:
         """Sample ``path`` and open it (``reason``: why the conversation empties) or, with ``None``, add it
         (a ``span`` is only named and marked: the fake samples the whole clip)."""
-        self._cancel.clear()
         self.calls.append((call, time.perf_counter()))
         while self.read_gate is not None and not self.read_gate.wait(0.01):
-            if self._cancel.is_set():
-                raise CancelledError("Cancelled.")
+            self._cancel.raise_if_cancelled()
         if not path.is_file():
             raise ClipNotFoundError(f"{path} does not exist")
         frames, timestamps, duration = _sample_with_opencv(
             str(path), self.settings.sampling.fps, self.settings.sampling.max_frames
         )
-        size_and_duration = (frames[0].shape[1], frames[0].shape[0], duration)
-        return self._encode(frames, timestamps, path.name, path, size_and_duration, reason, span)
+        size_and_duration = (frames.shape[2], frames.shape[1], duration)
+        return self._encode(SampledFrames(frames, timestamps, path.name, path, 5.0, size_and_duration), reason, span)
 
     def _use_frames(self, sampled: SampledFrames) -> EncodeDone:
-        self._cancel.clear()
-        frames, timestamps = list(sampled.frames), tuple(sampled.timestamps)
-        return self._encode(frames, timestamps, sampled.name, None, sampled.size_and_duration, "new_clip")
+        return self._encode(sampled, "new_clip")
 
     def _encode(
-        self,
-        frames: list[np.ndarray],
-        timestamps: tuple[float, ...],
-        name: str,
-        path: Path | None,
-        size_and_duration: tuple[int, int, float],
-        reason: ResetReason | None,
-        span: tuple[float, float] | None = None,
+        self, sampled: SampledFrames, reason: ResetReason | None, span: tuple[float, float] | None = None
     ) -> EncodeDone:
-        """Pretend to encode frames (each H, W, 3 uint8) in passes of four, and make them the open clip
+        """Pretend to encode frames (T, H, W, 3) uint8 in passes of four, and make them the open clip
         (``reason``: why the conversation empties) or, with ``None``, add them to the conversation."""
-        width, height, duration = size_and_duration
-        self._emit(ClipSampled(name, str(path or ""), timestamps, tuple(frames), width, height, duration))
+        frames, timestamps, name = sampled.frames, tuple(sampled.timestamps), sampled.name
+        width, height, duration = sampled.size_and_duration
+        self._emit(ClipSampled(name, str(sampled.path or ""), timestamps, tuple(frames), width, height, duration))
         self._emit(Progress("encode", 0, 1, f"Encoding {len(frames)} frames"))
         chunks = []
         for index in range(0, len(frames), 4):
-            if self._cancel.is_set():
-                raise CancelledError("Cancelled.")
+            self._cancel.raise_if_cancelled()
             count = min(4, len(frames) - index)
             chunks.append(self._emit(ChunkStats(index // 4, 1, count, count * 64, None, 0.0, (2.0 + index / 10) * count, False, "no CUDA")))
-        metrics = self.metrics.add_item(chunks)
-        self._emit(metrics)
-        encode_ms = sum(chunk.encode_ms for chunk in chunks)
-        done = EncodeDone(
-            name, len(frames), len(frames) * 64, timestamps, 5.0, 1.0, encode_ms, metrics.last_item_ms_per_frame,
-            metrics.last_item_hit, chunks=tuple(chunks), duration_s=duration,
-        )
-        if span is not None:
-            done = closer_look_summary(done, span, duration)
+        metrics = self._emit(self.metrics.add_item(chunks))
+        done = encode_done(sampled, patches=len(frames) * 64, preprocess_ms=1.0, span=span, chunks=chunks, metrics=metrics)
         if reason is None:
-            self.added.append(FakeClip(path, done))
+            self.added.append(FakeClip(sampled.path, done))
         else:
-            self._make_open(FakeClip(path, done), reason)
+            self._make_open(FakeClip(sampled.path, done), reason)
         self._emit(Progress("encode", 1, 1, f"{name} is ready"))
         return self._emit(done)
 
     def _ask(self, question: str) -> Done:
-        self._cancel.clear()
         self.calls.append(("ask", time.perf_counter()))
         if self.fail_ask_with is not None:
             raise self.fail_ask_with
@@ -212,7 +190,8 @@ class FakeEngine(BackendBase[FakeClip]):
         return self._emit(Done(text.strip(), stats, kept=not cancelled))
 
 
-def _sample_with_opencv(path: str, fps: float, max_frames: int) -> tuple[list[np.ndarray], tuple[float, ...], float]:
+def _sample_with_opencv(path: str, fps: float, max_frames: int) -> tuple[np.ndarray, tuple[float, ...], float]:
+    """Frames (T, H, W, 3) uint8 RGB about ``fps`` apart (at most ``max_frames``), their times and the clip's seconds."""
     capture = cv2.VideoCapture(path)
     try:
         clip_fps = capture.get(cv2.CAP_PROP_FPS) or 0.0
@@ -230,4 +209,4 @@ def _sample_with_opencv(path: str, fps: float, max_frames: int) -> tuple[list[np
         capture.release()
     if not frames:
         raise UnreadableClipError(f"{Path(path).name} is not a video file any reader understands")
-    return frames, tuple(times), index / clip_fps
+    return np.stack(frames), tuple(times), index / clip_fps

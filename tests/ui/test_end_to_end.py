@@ -17,6 +17,7 @@ from framewise.core.settings import AppSettings
 from framewise.core.wording import plural
 from framewise.core.errors import UnreadableClipError
 from framewise.core.video import probe_clip
+from tests.conftest import make_random_demo_model
 from tests.core.test_video import SVG_DRAWING, cut_short_mp4
 from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, drop_file, open_and_wait, wait_ready
 from framewise.ui.frames import format_timestamp
@@ -74,9 +75,7 @@ def test_drop_ask_and_watch_the_encoder_with_the_demo_model(qtbot, make_window, 
 def untrained_model(tmp_path_factory) -> Path:
     """The demo architecture with random weights: it never writes an end token, so its answers run long."""
     folder = tmp_path_factory.mktemp("untrained") / "model"
-    subprocess.run(
-        [sys.executable, "scripts/make_demo_model.py", "--out", str(folder)], cwd=REPO_ROOT, check=True, capture_output=True, timeout=240
-    )
+    make_random_demo_model("--out", str(folder))
     return folder
 
 

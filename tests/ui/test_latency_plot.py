@@ -11,7 +11,8 @@ from PySide6.QtGui import QColor, QFontMetricsF, QImage
 
 from framewise.core.errors import ExportError
 from framewise.core.events import ChunkStats
-from framewise.ui.latency_plot import CSV_COLUMNS, HIT_COLOR, HIT_NAME, MAX_PLOTTED_CHUNKS, MISS_COLOR, MISS_NAME, LatencyPlot
+from framewise.ui import latency_plot
+from framewise.ui.latency_plot import CSV_COLUMNS, HIT_COLOR, HIT_NAME, MISS_COLOR, MISS_NAME, LatencyPlot
 from tests.ui import probes
 
 
@@ -170,14 +171,16 @@ def test_a_new_plot_shows_only_its_placeholder(qtbot):
     assert widget.plot_widget.isVisible() and not widget.placeholder.isVisible()
 
 
-def test_clear_empties_the_plot_and_a_long_run_keeps_the_latest_passes(qtbot):
+def test_clear_empties_the_plot_and_a_long_run_keeps_the_latest_passes(qtbot, monkeypatch):
+    # A cap of 20 for the test: each pass redraws every point kept, so filling the real cap costs seconds.
+    monkeypatch.setattr(latency_plot, "MAX_PLOTTED_CHUNKS", 20)
     widget = LatencyPlot()
     qtbot.addWidget(widget)
     assert not widget.export_button.isEnabled()
     widget.start_run("long.mp4")
-    for index in range(MAX_PLOTTED_CHUNKS + 5):
+    for index in range(20 + 5):
         widget.add_chunk(chunk(index, True, 1.0 + index % 3))
-    assert len(probes.plotted(widget)) == MAX_PLOTTED_CHUNKS and probes.plotted(widget)[0].number == 6
+    assert len(probes.plotted(widget)) == 20 and probes.plotted(widget)[0].number == 6
     assert widget.export_button.isEnabled()
     widget.clear()
     assert probes.plotted(widget) == [] and probes.series(widget) == {HIT_NAME: [], MISS_NAME: []} and probes.run_lines(widget) == []

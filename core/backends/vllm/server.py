@@ -12,13 +12,11 @@ the request) and returns at once. Nothing is retried on its own: every failure b
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import openai
 
 from framewise.core.backends.vllm.check import check_server, model_gone_error
@@ -36,8 +34,9 @@ from framewise.core.backends.vllm.request import (
 from framewise.core.backends.vllm.fit import check_fits_context, check_one_timeline, items_words
 from framewise.core.backends.vllm.family import served_family
 from framewise.core.backends.vllm.serve_command import with_serve_command
-from framewise.core.backends.base import BackendBase, closer_look_summary
-from framewise.core.errors import CancelledError, FramewiseError, ModelLoadError, ServerModelError
+from framewise.core.backends.base import BackendBase
+from framewise.core.backends.reading import FileRead, encode_done
+from framewise.core.errors import FramewiseError, ModelLoadError, ServerModelError
 from framewise.core.events import (
     AnswerStats,
     Done,
@@ -55,10 +54,8 @@ from framewise.core.metrics import DecodeSpeedMeter, decode_rate
 from framewise.core.model_source import DEMO_MODEL_DIR, MODEL_INFO_FILE, read_model_info
 from framewise.core.seam import FamilyLimits
 from framewise.core.settings import DEMO_MODEL, AppSettings
-from framewise.core.video import ReadProgress, SampledFrames, sample_clip
+from framewise.core.video import SampledFrames, sample_clip
 from framewise.core.video.feed import FrameArrivals
-from framewise.core.video.read_report import reading_events
-from framewise.core.video.still import read_still
 from framewise.core.video.thumbnails import clip_sampled
 
 log = logging.getLogger(__name__)
@@ -83,7 +80,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
 
     def load(self, request_id: int | None = None) -> EngineInfo:
         """Contact the server and check that it serves the model; emits and returns :class:`EngineInfo`."""
-        with self._requests.serving(request_id):
+        with self._serving(request_id):
             return self._load()
 
     def _load(self) -> EngineInfo:
@@ -101,7 +98,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
     def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None:
         """Take new settings; new sampling settings re-sample every clip of the conversation (a new
         server needs a new engine)."""
-        with self._requests.serving(request_id):
+        with self._serving(request_id):
             return self._apply_settings(settings)
 
     def _limits_for(self, settings: AppSettings) -> FamilyLimits:
@@ -138,13 +135,6 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             device_kind="server",
         )
 
-    def cancel(self, request_id: int | None = None) -> None:
-        """Stop the running work at its next check (within ``CANCEL_POLL_S``). Safe from any thread.
-
-        Each request starts with the flag cleared, so a cancel of one that has ended stops nothing
-        (``request_id`` is accepted for the seam's sake)."""
-        self._cancel.set()
-
     # ----------------------------------------------------------------- clips
 
     def _open_clip(self, path: Path, reason: ResetReason) -> EncodeDone:
@@ -172,56 +162,34 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         """``path`` read (a still picture as an image, anything else sampled as a clip, or only its
         ``span`` (start, end) seconds) and packed."""
         self._require_server()
-        self._cancel.clear()
-        self._emit(Progress("decode", 0, 1, f"Reading {path.name}"))
-        started = time.perf_counter()
-        still = read_still(path) if span is None else None
-        if still is not None:
-            return self._pack_picture(still.pixels, path, (time.perf_counter() - started) * 1e3, still.damage)
+        read = FileRead(path, self._emit)
+        picture = read.picture() if span is None else None
+        if picture is not None:
+            return self._pack_picture(picture)
         sampling = self.settings.sampling
         arrivals = FrameArrivals()
-
-        def report(progress: ReadProgress) -> None:
-            for event in reading_events(path.name, progress, arrivals, time.perf_counter() - started):
-                self._emit(event)
-
-        sampled = sample_clip(
-            path,
-            sampling,
-            self.family.frame_sizing(sampling, self.limits, resize=resize_with_opencv),
-            should_cancel=self._cancel.is_set,
-            on_progress=report,
-            sink=arrivals,
-            span=span,
+        sizing = self.family.frame_sizing(sampling, self.limits, resize=resize_with_opencv)
+        sampled = read.whole_clip(
+            lambda on_progress: sample_clip(
+                path, sampling, sizing, should_cancel=self._cancel.is_set, on_progress=on_progress, sink=arrivals, span=span
+            ),
+            arrivals,
         )
-        decode_ms = (time.perf_counter() - started) * 1e3
-        clip = self._pack(SampledFrames.read(sampled, path, decode_ms))
-        if span is None:
-            return clip
-        return dataclasses.replace(clip, summary=closer_look_summary(clip.summary, span, sampled.info.duration_s))
+        return self._pack(sampled, span)
 
-    def _pack_picture(self, picture: np.ndarray, path: Path, decode_ms: float, damage: str | None) -> RemoteClip:
-        """Pack a still picture (H, W, 3) uint8 RGB for the server as one image (``damage``: what of
-        its file could not be read)."""
-        height, width = picture.shape[:2]
-        still = SampledFrames(picture[None], (0.0,), path.name, path, decode_ms, (width, height, 0.0))
-        self._emit(clip_sampled(still, kind="image"))
+    def _pack_picture(self, picture: SampledFrames) -> RemoteClip:
+        """Pack a still picture (one frame (1, H, W, 3) uint8 RGB) for the server as one image."""
+        self._emit(clip_sampled(picture, kind="image"))
         started = time.perf_counter()
-        url = image_data_url(picture)
-        summary = EncodeDone(
-            clip_name=path.name,
-            frames=1,
+        url = image_data_url(picture.frames[0])
+        width, height, _ = picture.size_and_duration
+        summary = encode_done(
+            picture,
             patches=width * height // self.limits.patch_pixels,  # before the server resizes it
-            timestamps=(0.0,),
-            decode_ms=decode_ms,
             preprocess_ms=(time.perf_counter() - started) * 1e3,
-            encode_ms=0.0,
-            ms_per_frame=0.0,
-            graph_hit=False,
             kind="image",
-            damage=damage,
         )
-        return RemoteClip(path=path, url=url, media_io_kwargs={}, summary=summary, kind="image")
+        return RemoteClip(path=picture.path, url=url, media_io_kwargs={}, summary=summary, kind="image")
 
     def _ready(self, clip: RemoteClip, words: str) -> EncodeDone:
         self._emit(Progress("encode", 1, 1, f"{clip.summary.clip_name} {words}"))
@@ -230,38 +198,23 @@ class VllmServerEngine(BackendBase[RemoteClip]):
     def _use_frames(self, sampled: SampledFrames) -> EncodeDone:
         """Pack frames sampled elsewhere for the server."""
         self._require_server()
-        self._cancel.clear()
         clip = self._pack(sampled)
         self._admit([clip])
         self._make_open(clip, "new_clip")
         return self._ready(clip, "is ready (the server encodes it with the first question)")
 
-    def _pack(self, sampled: SampledFrames) -> RemoteClip:
-        """Pack sampled frames (T, H, W, 3) uint8 for the server."""
+    def _pack(self, sampled: SampledFrames, span: tuple[float, float] | None = None) -> RemoteClip:
+        """Pack sampled frames (T, H, W, 3) uint8 for the server (a closer look over ``span``, when given)."""
         self._emit(clip_sampled(sampled))
-        frames, timestamps, name = sampled.frames, sampled.timestamps, sampled.name
+        frames, timestamps = sampled.frames, sampled.timestamps
         started = time.perf_counter()
         url = video_data_url(frames)
         pack_ms = (time.perf_counter() - started) * 1e3
-        if self._cancel.is_set():
-            raise CancelledError("Cancelled.")
+        self._cancel.raise_if_cancelled()
         # Patch rows as the local engine counts them: one per patch square of each slice of frames.
         slices = -(-frames.shape[0] // self.limits.frames_per_slice)
         patches = slices * int(frames.shape[1] * frames.shape[2]) // self.limits.patch_pixels
-        summary = EncodeDone(
-            clip_name=name,
-            frames=len(timestamps),
-            patches=patches,
-            timestamps=tuple(timestamps),
-            decode_ms=sampled.decode_ms,
-            preprocess_ms=pack_ms,
-            encode_ms=0.0,
-            ms_per_frame=0.0,
-            graph_hit=False,
-            sampling_mode=sampled.mode,
-            duration_s=sampled.size_and_duration[2],
-            damage=sampled.damage,
-        )
+        summary = encode_done(sampled, patches=patches, preprocess_ms=pack_ms, span=span)
         return RemoteClip(path=sampled.path, url=url, media_io_kwargs=media_io_kwargs(timestamps), summary=summary)
 
     # ----------------------------------------------------------------- questions
@@ -269,7 +222,6 @@ class VllmServerEngine(BackendBase[RemoteClip]):
     def _ask(self, question: str) -> Done:
         """Stream the answer to ``question`` from the server, with the conversation so far."""
         server = self._require_server()
-        self._cancel.clear()
         self._admit(self.clips)
         messages = openai_messages(question, self.clips, self.turns)
         generation = self.settings.generation
@@ -287,7 +239,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         started = time.perf_counter()
         answer = _StreamedAnswer()
         try:
-            for piece in stream_chat(self._require_client(), request, self._cancel, self.settings.backend.answer_timeout_s):
+            for piece in stream_chat(self._require_client(), request, self._cancel.flag, self.settings.backend.answer_timeout_s):
                 answer.take(piece, self._emit)
         except ServerModelError as error:
             self._follow_a_renamed_model(error)

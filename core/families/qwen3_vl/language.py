@@ -110,6 +110,14 @@ class Qwen3VLLanguageModel:
     def rope_axes(self) -> int:
         return 3  # temporal, height, width
 
+    def new_state(self, max_tokens: int) -> StaticKVCache:
+        """A zeroed KV cache of every layer for ``max_tokens`` positions on the model's device."""
+        return StaticKVCache(self.layers, self.kv_heads, self.head_dim, max_tokens, self.dtype, self.device)
+
+    def state_bytes(self, max_tokens: int) -> int:
+        """Device memory :meth:`new_state` takes for ``max_tokens`` positions."""
+        return StaticKVCache.bytes_needed(self.layers, self.kv_heads, self.head_dim, max_tokens, self.dtype)
+
     # ------------------------------------------------------------------ positions
 
     def positions(

@@ -67,6 +67,12 @@ class BagOfTokensModel:
     def disable_step_kernels(self) -> None:
         pass
 
+    def new_state(self, max_tokens: int) -> StaticKVCache:
+        return StaticKVCache(self.layers, self.kv_heads, self.head_dim, max_tokens, self.dtype, self.device)
+
+    def state_bytes(self, max_tokens: int) -> int:
+        return StaticKVCache.bytes_needed(self.layers, self.kv_heads, self.head_dim, max_tokens, self.dtype)
+
     def positions(self, input_ids, token_types, grids) -> PromptPositions:
         return PromptPositions(rope=torch.arange(input_ids.shape[1])[None], rope_offset=0)
 

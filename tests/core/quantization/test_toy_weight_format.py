@@ -137,7 +137,7 @@ def test_the_demo_model_loads_and_answers_in_a_format_the_tests_registered(answe
     engine = answerer.engine
     layers = [module for module in engine.loaded.model.modules() if isinstance(module, Int8Linear)]
     assert len(layers) == 7 * engine.loaded.model.config.text_config.num_hidden_layers
-    assert engine.decoder.language.fused_steps  # the dense passes ran the format's products
+    assert engine.parts.decoder.language.fused_steps  # the dense passes ran the format's products
     info = engine.info()
     assert (info.weight_dtype, info.dtype) == ("int8", "float32")
     # Every answer the float32 model gives, word for word: int8 with a scale per row rounds each

@@ -1,0 +1,226 @@
+"""Clips and pictures read, preprocessed and encoded for the local engine.
+
+:class:`ClipEncoder` reads a file the engine opens through the backends' read flow
+(:class:`~framewise.core.backends.reading.FileRead`): a still picture is encoded as one image item;
+a clip is sampled on a reading thread while the engine's thread preprocesses and encodes it, chunk
+by chunk (the encoder's own passes, planned by :func:`chunk_frames`) as the frames arrive, so the
+clip is ready one pass after its last frame is read. Frames given directly are encoded in one go.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from framewise.core.backends.base import Emit
+from framewise.core.backends.cancel import CancelScope
+from framewise.core.backends.local.cancel_points import cancel_points
+from framewise.core.backends.local.parts import ModelParts
+from framewise.core.backends.reading import FileRead, encode_done
+from framewise.core.encoding.defs import EncodedItem, VisionItem
+from framewise.core.encoding.planning import BatchLimits, PlanItem, plan_batches
+from framewise.core.events import ChunkStats, EncodeDone, Progress
+from framewise.core.families.base import PreparedVideo
+from framewise.core.metrics import EncoderMetricsAccumulator
+from framewise.core.seam import FamilyLimits
+from framewise.core.settings import AppSettings, EncoderSettings
+from framewise.core.video import ReadProgress, SampledClip, SampledFrames, sample_clip
+from framewise.core.video.feed import ChunkFeed, FrameChunk
+from framewise.core.video.thumbnails import clip_sampled
+
+
+@dataclass(frozen=True)
+class EncodedClip:
+    """A clip sampled, preprocessed and encoded: everything a question about it needs.
+
+    ``path`` is the file it was read from (``None`` for frames given directly). A clip has
+    ``video``; a still picture has ``image`` instead (one image item, no times).
+    """
+
+    path: Path | None
+    video: PreparedVideo | None
+    features: EncodedItem
+    summary: EncodeDone
+    image: VisionItem | None = None
+
+    @property
+    def kind(self) -> str:
+        """``"image"`` or ``"video"``."""
+        return "image" if self.image is not None else "video"
+
+
+class ClipEncoder:
+    """Reads and encodes the items the engine opens with the model in ``parts``, sending what it
+    does to ``emit`` and stopping when the request's ``cancel`` scope says so.
+
+    Emits Progress (decode, encode), FramesRead while reading, ClipSampled, one ChunkStats per
+    encoder pass and EncoderMetrics (:attr:`metrics`, over the engine's run); the item's
+    EncodeDone is in what it returns, for the engine to send once the item is kept.
+    """
+
+    def __init__(self, parts: ModelParts, emit: Emit, stamp: Emit, cancel: CancelScope) -> None:
+        self.parts = parts
+        self._emit = emit
+        self._stamp = stamp
+        self._cancel = cancel
+        self.metrics = EncoderMetricsAccumulator()
+
+    def read(self, path: Path, settings: AppSettings, span: tuple[float, float] | None = None) -> EncodedClip:
+        """``path`` read (a still picture as an image, anything else sampled as a clip, or only its
+        ``span`` (start, end) seconds) and encoded."""
+        self._cancel.raise_if_cancelled()
+        read = FileRead(path, self._emit)
+        picture = read.picture() if span is None else None
+        if picture is not None:
+            return self._encode_picture(picture)
+        return self._stream_clip(read, settings, span)
+
+    def encode_frames(self, sampled: SampledFrames) -> EncodedClip:
+        """Preprocess and encode sampled frames (T, H, W, 3) uint8 in one go, as a clip."""
+        loaded = self.parts.require_model()
+        started = time.perf_counter()
+        timestamps = sampled.timestamps
+        video = loaded.family.preprocess_video(sampled.frames, timestamps, loaded.limits)
+        preprocess_ms = (time.perf_counter() - started) * 1e3
+        self._cancel.raise_if_cancelled()
+
+        self._emit(Progress("encode", 0, 1, f"Encoding {len(timestamps)} frames"))
+        with cancel_points(loaded.family.cancel_points(loaded.model).vision, self._cancel):
+            output = self.parts.require_encoder().encode([video.item])
+        encoded = _Encoded(video, output.items[0], tuple(output.chunks), preprocess_ms)
+        return self._finish_clip(encoded, sampled)
+
+    def _stream_clip(self, read: FileRead, settings: AppSettings, span: tuple[float, float] | None) -> EncodedClip:
+        """Sample the clip ``read`` is for (its ``span`` only, when given) and encode it as it is read."""
+        loaded = self.parts.require_model()
+        sampling = settings.sampling
+        feed = ChunkFeed(lambda count, size: chunk_frames(count, size, settings.encoder, loaded.limits))
+        sizing = loaded.family.frame_sizing(sampling, loaded.limits)
+
+        def take(report: Callable[[], None]) -> _EncodedParts:
+            try:
+                return self._encode_chunks(feed.chunks(idle=report), report)
+            finally:
+                feed.close()
+
+        def sample(on_progress: Callable[[ReadProgress], None]) -> SampledClip:
+            return sample_clip(
+                read.path, sampling, sizing, should_cancel=self._cancel.is_set, on_progress=on_progress, sink=feed, span=span
+            )
+
+        sampled, encoded = read.clip(sample, feed.arrivals, take, feed.end)
+        video = loaded.family.join_videos(encoded.videos)
+        return self._finish_clip(_Encoded(video, encoded.features(), encoded.chunks, encoded.preprocess_ms), sampled, span)
+
+    def _encode_chunks(self, chunks: Iterator[FrameChunk], report: Callable[[], None]) -> _EncodedParts:
+        """Preprocess and encode each chunk of frames as it comes (one encoder pass each)."""
+        loaded = self.parts.require_model()
+        encoder = self.parts.require_encoder()
+        parts = _EncodedParts()
+        for chunk in chunks:
+            self._cancel.raise_if_cancelled()
+            started = time.perf_counter()
+            video = loaded.family.preprocess_video(chunk.frames, chunk.times, loaded.limits)
+            parts.preprocess_ms += (time.perf_counter() - started) * 1e3
+            self._cancel.raise_if_cancelled()
+            with cancel_points(loaded.family.cancel_points(loaded.model).vision, self._cancel):
+                output = encoder.encode([video.item])
+            parts.add(video, output.items[0], output.chunks)
+            report()
+        return parts
+
+    def _finish_clip(
+        self, encoded: _Encoded, sampled: SampledFrames, span: tuple[float, float] | None = None
+    ) -> EncodedClip:
+        """The encoded clip, reported: its frames (T, H, W, 3) uint8 for the strip, one ChunkStats
+        per pass, the metrics and the summary (of a closer look over ``span``, when given)."""
+        self._cancel.raise_if_cancelled()  # a cancel during the last pass still keeps the previous clip
+        self._emit(clip_sampled(sampled))
+        summary = self._report_encoded(encoded.video.item, encoded.chunks, sampled, encoded.preprocess_ms, span)
+        return EncodedClip(path=sampled.path, video=encoded.video, features=encoded.features, summary=summary)
+
+    def _encode_picture(self, picture: SampledFrames) -> EncodedClip:
+        """Preprocess and encode a still picture (one frame (1, H, W, 3) uint8) as one image item (no times)."""
+        loaded = self.parts.require_model()
+        self._emit(clip_sampled(picture, kind="image"))
+        self._cancel.raise_if_cancelled()
+        started = time.perf_counter()
+        item = loaded.family.preprocess_image(picture.frames[0], loaded.limits)
+        preprocess_ms = (time.perf_counter() - started) * 1e3
+        self._cancel.raise_if_cancelled()
+        self._emit(Progress("encode", 0, 1, "Encoding the picture"))
+        with cancel_points(loaded.family.cancel_points(loaded.model).vision, self._cancel):
+            output = self.parts.require_encoder().encode([item])
+        self._cancel.raise_if_cancelled()  # a cancel during the last pass still keeps the previous clip
+        summary = self._report_encoded(item, output.chunks, picture, preprocess_ms)
+        return EncodedClip(path=picture.path, video=None, image=item, features=output.items[0], summary=summary)
+
+    def _report_encoded(
+        self,
+        item: VisionItem,
+        chunks: Sequence[ChunkStats],
+        sampled: SampledFrames,
+        preprocess_ms: float,
+        span: tuple[float, float] | None = None,
+    ) -> EncodeDone:
+        """Send one ChunkStats per encoder pass of ``item`` (numbered) and the encoder metrics; the
+        item's summary."""
+        sent = tuple(self._emit(dataclasses.replace(chunk, chunk_index=index)) for index, chunk in enumerate(chunks))
+        metrics = self._emit(self.metrics.add_item(sent))
+        summary = encode_done(
+            sampled, patches=item.patches, preprocess_ms=preprocess_ms, kind=item.modality, span=span,
+            chunks=sent, metrics=metrics,
+        )
+        return self._stamp(summary)
+
+
+def chunk_frames(count: int, size: tuple[int, int], encoder: EncoderSettings, limits: FamilyLimits) -> list[int]:
+    """Frames per encoder pass for a clip of ``count`` frames of ``size`` = (h, w): the passes the
+    encoder's planner makes for it under ``encoder`` settings (each a whole number of slices)."""
+    per_slice = limits.frames_per_slice
+    slices = -(-count // per_slice)
+    grid = (slices, size[0] // limits.patch_size, size[1] // limits.patch_size)
+    plan = plan_batches([PlanItem("video", grid)], BatchLimits.from_settings(encoder, limits))
+    frames = [sum(piece.count for piece in batch.pieces) * per_slice for batch in plan]
+    frames[-1] -= slices * per_slice - count
+    return frames
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    """A clip preprocessed and encoded: its ``video``, the tower's ``features``, one ChunkStats
+    per pass and the milliseconds spent preprocessing."""
+
+    video: PreparedVideo
+    features: EncodedItem
+    chunks: tuple[ChunkStats, ...]
+    preprocess_ms: float
+
+
+@dataclass
+class _EncodedParts:
+    """The chunks of a clip encoded so far, in order."""
+
+    videos: list[PreparedVideo] = dataclasses.field(default_factory=list)
+    items: list[EncodedItem] = dataclasses.field(default_factory=list)
+    chunks: tuple[ChunkStats, ...] = ()
+    preprocess_ms: float = 0.0
+
+    def add(self, video: PreparedVideo, features: EncodedItem, chunks: Sequence[ChunkStats]) -> None:
+        self.videos.append(video)
+        self.items.append(features)
+        self.chunks += tuple(chunks)
+
+    def features(self) -> EncodedItem:
+        """The clip's features: each output's rows (tokens, hidden), chunk after chunk."""
+        if len(self.items) == 1:
+            return self.items[0]
+        return EncodedItem(
+            embeds=torch.cat([item.embeds for item in self.items]),
+            deepstack=tuple(torch.cat(layers) for layers in zip(*(item.deepstack for item in self.items), strict=True)),
+        )
