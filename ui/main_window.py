@@ -74,7 +74,8 @@ class MainWindow(QMainWindow):
 
         host.event.connect(self.session.handle)
         if store.load_problem:
-            self.show_error(store.load_problem)
+            self.banners.show_settings_problem(store.load_problem)
+            self.status_bar.say(store.load_problem)
 
     # -- layout -----------------------------------------------------------------------------
 

@@ -96,3 +96,30 @@ def test_a_conversation_deleted_in_another_window_keeps_its_follow_up_and_says_s
     assert [(turn.question, turn.status) for turn in turns] == [("What moves?", "done"), ("And then?", "done")]
     assert turns[0].answer == "The red square moves to the right."
     assert window.history_dock.history.ids() == [kept.id] == [window.history_dock.keeper.conversation_id]
+
+
+def test_a_settings_file_that_is_not_valid_is_said_by_field_and_kept_beside(qtbot, make_window, store, tmp_path):
+    """Saved settings rejected as they are read: a banner names the field and where the file is kept, and
+    stays after the model loads, until settings are applied (item 5)."""
+    from framewise.core.settings import AppSettings
+
+    store.save_settings(AppSettings().replace("sampling", max_frames=3))
+    saved = (tmp_path / "framewise.ini").read_text(encoding="utf-8")
+    window = make_window()
+    wait_ready(qtbot, window)
+    banner = window.banners.fallback_banner
+    assert banner in window.banners.raised(), "still said once the model has loaded"
+    kept = tmp_path / "framewise.ini.invalid"
+    assert "sampling.max_frames is invalid" in banner.text() and str(kept) in banner.text()
+    assert kept.read_text(encoding="utf-8") == saved and window.session.settings == AppSettings()
+    window.settings_flow.apply(AppSettings().replace("sampling", max_frames=8))
+    qtbot.waitUntil(lambda: banner not in window.banners.raised(), timeout=LOAD_TIMEOUT_MS)
+    assert store.load_settings().sampling.max_frames == 8 and kept.read_text(encoding="utf-8") == saved
+
+
+def test_rejected_settings_not_in_a_file_are_kept_in_the_data_folder(store, monkeypatch, _conversations_in_tmp):
+    """Where the native store is no file (the Windows registry), the rejected JSON goes to the data folder."""
+    monkeypatch.setattr(type(store), "location", property(lambda self: "\\\\HKEY_CURRENT_USER\\Software\\Framewise"))
+    kept = store.keep_rejected('{"sampling": {"max_frames": 3}}')
+    assert kept == _conversations_in_tmp / "settings.invalid.json"
+    assert kept.read_text(encoding="utf-8") == '{"sampling": {"max_frames": 3}}'
