@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeyEvent, QPalette
@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from framewise.core.clip_times import ConversationItem, PlacedTime, place_times
 from framewise.core.conversation import INTERRUPTED_TEXT, Conversation, Turn, format_answer_stats
 from framewise.core.events import EncodeDone, EngineInfo
 from framewise.core.timecodes import TimeMention, find_times
@@ -205,7 +206,7 @@ class ChatPanel(QWidget):
     """Transcript plus question box. ``ask_requested(question)`` and ``stop_requested()`` go to the window;
     so do ``time_clicked(start_s, end_s)``, a time clicked in a message (``end_s`` ``None`` unless a
     range), ``item_time_clicked(item, start_s, end_s)``, such a time that belongs to the item of tab
-    ``item``, and ``question_times_changed(times)``, the list of :class:`TimeMention` in the question
+    ``item``, and ``question_times_changed(times)``, the list of :class:`PlacedTime` in the question
     being typed, whenever it changes. :attr:`title`, the Conversation section's subtitle, names the
     model that answers; :meth:`follow` connects the panel to the session's news."""
 
@@ -248,7 +249,8 @@ class ChatPanel(QWidget):
 
         self.question_edit = QuestionEdit()
         self.question_edit.submitted.connect(self.submit)
-        self._question_times: list[TimeMention] = []
+        self._question_times: list[PlacedTime] = []
+        self._items: Callable[[], Sequence[ConversationItem]] = lambda: ()  # the conversation's, once followed
         self.question_edit.textChanged.connect(self._on_question_edited)
         self.send_button = QPushButton("Ask")
         self.send_button.setToolTip("Ask the question (Enter or Ctrl+Return)")
@@ -298,10 +300,11 @@ class ChatPanel(QWidget):
 
     def follow(self, session: Session) -> None:
         """Show the session's conversation as it goes, the model that answers, and whether a question can be asked."""
+        self._items = session.conversation_items
         signals = session.signals
         signals.engine_changed.connect(self._show_model)
         signals.conversation_reset.connect(self._start_afresh)
-        signals.turn_started.connect(lambda turn: self.start_turn(turn, "Thinking…"))
+        signals.turn_started.connect(lambda turn: self.start_turn(turn, "Thinking…", session.conversation_items()))
         signals.token_received.connect(lambda turn, text: self.append_token(text))
         signals.answer_speed.connect(lambda turn, speed: self.show_speed(live_speed_text(speed)))
         signals.turn_finished.connect(
@@ -370,10 +373,14 @@ class ChatPanel(QWidget):
         self._append(card)
         return card
 
-    def start_turn(self, turn: Turn, waiting_text: str) -> None:
-        """Show ``turn``'s question and an empty answer that tokens will stream into."""
+    def start_turn(self, turn: Turn, waiting_text: str, items: Sequence[ConversationItem] = ()) -> None:
+        """Show ``turn``'s question and an empty answer that tokens will stream into. A time the
+        question ties to one of ``items`` (the tabs, in order: "in the second clip at 0:02") links to
+        that tab, as an answer's do."""
         self.question_edit.clear()
-        self._append(MessageCard("question", "You", turn.question, self._messages))
+        question = MessageCard("question", "You", parent=self._messages)
+        question.set_text(turn.question, items=[placed.item for placed in place_times(turn.question, items)])
+        self._append(question)
         self._answer_card = MessageCard("answer", "", parent=self._messages)
         _show_author(self._answer_card, turn)
         self._answer_card.set_footer(waiting_text)
@@ -433,7 +440,7 @@ class ChatPanel(QWidget):
         self._pending_text = ""
 
     def _on_question_edited(self) -> None:
-        times = find_times(self.question_edit.toPlainText())
+        times = place_times(self.question_edit.toPlainText(), self._items())
         if times != self._question_times:
             self._question_times = times
             self.question_times_changed.emit(times)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QWidget
 
+from framewise.core.clip_times import PlacedTime
 from framewise.core.events import ClipSampled, FramesRead
 from framewise.ui.clip_tabs import ClipTabs
 from framewise.ui.elided_label import ElidedLabel
@@ -61,6 +62,12 @@ class ClipSection(Section):
         clip = preview.clip
         if clip is not None and start_s > clip.duration_s:
             self.message.emit(f"{format_timestamp(start_s)} is past the clip's end ({format_timestamp(clip.duration_s)})")
+
+    def show_question_times(self, times: list[PlacedTime]) -> None:
+        """Outline the times of the question being typed on the timelines: each on its item's tab, an
+        untied one on every tab (it would go to the tab shown)."""
+        for index, preview in enumerate((self.tabs.main, *self.tabs.added_previews)):
+            preview.timeline.set_question_times([placed.time for placed in times if placed.item in (None, index)])
 
     def show_item_moment(self, item: int, start_s: float, end_s: float | None) -> None:
         """A time the answer tied to item ``item`` (its tab) was clicked: that tab is shown and goes there."""

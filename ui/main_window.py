@@ -196,7 +196,7 @@ class MainWindow(QMainWindow):
         chat.stop_requested.connect(session.stop)
         chat.time_clicked.connect(clip.show_moment)
         chat.item_time_clicked.connect(clip.show_item_moment)
-        chat.question_times_changed.connect(clip.preview.timeline.set_question_times)
+        chat.question_times_changed.connect(clip.show_question_times)
         clip.message.connect(self.status_bar.say)
         self.clip_files.message.connect(self.status_bar.say)
 

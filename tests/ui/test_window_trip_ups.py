@@ -123,3 +123,36 @@ def test_rejected_settings_not_in_a_file_are_kept_in_the_data_folder(store, monk
     kept = store.keep_rejected('{"sampling": {"max_frames": 3}}')
     assert kept == _conversations_in_tmp / "settings.invalid.json"
     assert kept.read_text(encoding="utf-8") == '{"sampling": {"max_frames": 3}}'
+
+
+def test_a_time_in_ones_own_question_goes_to_the_clip_it_names(qtbot, make_window, sample_clip):
+    """"In the second clip at 0:02": the question's link shows the second tab, as an answer's would (item 7)."""
+    from tests.ui import probes
+
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    assert window.session.add_clip(str(sample_clip))
+    qtbot.waitUntil(lambda: len(window.session.added) == 1 and window.session.operation is None, timeout=LOAD_TIMEOUT_MS)
+    ask_and_wait(qtbot, window, "In the second clip at 0:02, where is the square? And at 0:01 in the first clip?")
+    (question,) = [card for card in window.chat.cards() if card.role == "question"]
+    assert probes.time_items(question) == [1, 0]
+    tabs = window.clip_section.tabs
+    tabs.setCurrentIndex(0)
+    question.click_time(0)
+    assert tabs.currentIndex() == 1 and abs(tabs.current_preview().position - 2.0) < 0.05
+    question.click_time(1)
+    assert tabs.currentIndex() == 0 and abs(tabs.current_preview().position - 1.0) < 0.05
+
+
+def test_a_time_typed_for_the_second_clip_is_outlined_on_its_timeline(qtbot, make_window, sample_clip):
+    from tests.ui import probes
+
+    window = make_window()
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    assert window.session.add_clip(str(sample_clip))
+    qtbot.waitUntil(lambda: len(window.session.added) == 1 and window.session.operation is None, timeout=LOAD_TIMEOUT_MS)
+    window.chat.question_edit.setPlainText("What happens in the second clip at 0:02?")
+    first, second = window.clip_section.tabs.main, window.clip_section.tabs.added_previews[0]
+    assert probes.marks_question_time(second.timeline, 2.0) and not probes.marks_question_time(first.timeline, 2.0)
