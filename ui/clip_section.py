@@ -38,6 +38,11 @@ class ClipSection(Section):
         tabs.shown_changed.connect(self._show_tab_clip)
         strip.frame_selected.connect(lambda index: tabs.current_preview().seek(index))
 
+    def height_for_width(self, width: int) -> int:
+        """The height that shows a 16:9 frame ``width`` pixels across, with the header, the preview's
+        controls, the tab bar (when shown) and the strip."""
+        return self.minimumSizeHint().height() - self.preview.view.minimumHeight() + round(width * 9 / 16)
+
     def follow(self, session: Session) -> None:
         """Show the clip the session shows and the items of its conversation; a span chosen on a
         timeline is looked at closer through it."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from PySide6.QtCore import Qt
 
 from framewise.core.errors import QuestionTooLongError
@@ -156,3 +158,42 @@ def test_a_time_typed_for_the_second_clip_is_outlined_on_its_timeline(qtbot, mak
     window.chat.question_edit.setPlainText("What happens in the second clip at 0:02?")
     first, second = window.clip_section.tabs.main, window.clip_section.tabs.added_previews[0]
     assert probes.marks_question_time(second.timeline, 2.0) and not probes.marks_question_time(first.timeline, 2.0)
+
+
+@pytest.mark.parametrize("screen", [(1024, 640), (1280, 800), (1920, 1080)])
+def test_the_clip_comes_first_and_the_encoder_figures_stay_whole_in_the_room_left(
+    qtbot, store, services, monkeypatch, sample_clip, screen
+):
+    """At each size, maximized under a title bar: the preview shows a 16:9 frame the column's width
+    across; the Encoder panel takes what is left where its figures fit whole (no scrollbar), and folds
+    to its header line, which gives the live figures, where they would not (item 6)."""
+    from PySide6.QtCore import QRect
+    from PySide6.QtWidgets import QApplication
+
+    from framewise.core.settings import AppSettings
+    from framewise.ui.main_window import MainWindow
+    from framewise.ui.worker import EngineHost
+    from tests.ui.test_window_details import _Screen
+
+    monkeypatch.setattr(MainWindow, "screen", lambda self: _Screen(QRect(0, 0, *screen)))
+    window = MainWindow(EngineHost(FakeEngine, AppSettings()), store, services, AppSettings())
+    qtbot.addWidget(window)
+    try:
+        window.setWindowState(Qt.WindowState.WindowNoState)
+        window.resize(screen[0], screen[1] - 40)  # what a maximized window gets under a title bar
+        window.show()
+        window.start()
+        wait_ready(qtbot, window)
+        open_and_wait(qtbot, window, sample_clip)
+        ask_and_wait(qtbot, window, "What color is the square?")
+        QApplication.processEvents()
+        view = window.clip_section.preview.view
+        assert view.height() >= view.width() * 9 // 16 - 1, f"the preview is {view.width()}×{view.height()}"
+        panel, title = window.encoder_panel, window.encoder_panel.title.text()
+        if window.encoder_section.is_collapsed:
+            assert title.startswith(f"{window.session.metrics.ms_per_frame_p50:.1f} ms per frame · first token")
+        else:
+            assert not panel.figures_scroll.verticalScrollBar().isVisible() and panel.plot.height() > 100
+        assert window.encoder_section.is_collapsed is (screen != (1920, 1080))
+    finally:
+        window.shutdown()
