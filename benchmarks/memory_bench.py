@@ -8,8 +8,9 @@ new process through :class:`~framewise.core.backends.local.engine.Engine` at the
 
 - ``short`` run, twice (a first start with empty compile caches, a second start with the
   caches the first left): load, then a 32-frame 720p clip opened and asked about;
-- ``long`` run: the sampling settings raised to 768 frames and the whole pixel budget a clip may
-  have (the context grows to hold it), load, then a 768-frame 720p clip opened and asked about.
+- ``long`` run: the sampling settings raised to Qwen3-VL's released preprocessing (768 frames,
+  24,576 merge blocks: the context grows to hold it), load, then a 768-frame 720p clip opened and
+  asked about; ``--long-frames 2048 --long-pixels N`` measures a longer clip.
 
 After the load and after each clip it records ``torch.cuda.max_memory_reserved()`` (the peak so
 far), ``torch.cuda.memory_reserved()`` and the device's used memory (``torch.cuda.mem_get_info``:
@@ -258,7 +259,7 @@ def specs_for(args: argparse.Namespace, checkpoint: Path) -> list[RunSpec]:
     """Per dtype: the short run's first and second start, then the long run."""
     common = dict(checkpoint=str(checkpoint), size=args.size, device=args.device, new_tokens=args.new_tokens,
                   prefill_chunk_tokens=args.prefill_chunk_tokens)
-    long_pixels = args.long_pixels or QWEN3_VL_LIMITS.max_clip_pixels
+    long_pixels = args.long_pixels or QWEN3_VL_LIMITS.released_clip_pixels
     return [
         spec
         for dtype in args.dtypes.split(",")
@@ -369,9 +370,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "framewise-bench"),
                         help="where the checkpoint and the runs' compile caches are kept")
     parser.add_argument("--short-frames", type=int, default=32)
-    parser.add_argument("--long-frames", type=int, default=QWEN3_VL_LIMITS.max_frames)
+    parser.add_argument("--long-frames", type=int, default=QWEN3_VL_LIMITS.released_frames)
     parser.add_argument("--long-pixels", type=int, default=None,
-                        help="the long run's sampling max pixels (default: the most a clip may have)")
+                        help="the long run's sampling max pixels (default: Qwen3-VL's released preprocessing's)")
     parser.add_argument("--new-tokens", type=int, default=128, help="tokens of each answer at most")
     parser.add_argument("--prefill-chunk-tokens", type=int, default=PREFILL_CHUNK_TOKENS,
                         help="decoding.prefill_chunk_tokens: the tokens of one prefill pass")

@@ -4,7 +4,8 @@ Writes its own clips (PyAV, libx264 preset ultrafast) under ``--clips`` (outside
 reusing any already there: 1080p30 with a scrolling texture, a little per-frame grain and a
 moving box, so every frame differs from the last. Then, for each clip, each frame count and each
 mode, one fresh process samples the clip as the app does (``sample_clip`` with the Qwen3-VL
-sizing at the full pixel budget) and reports the seconds from open to ready, the frames decoded
+sizing at a pixel budget of ``--video-tokens``, by default its released preprocessing's 12,288)
+and reports the seconds from open to ready, the frames decoded
 and its peak resident memory; in the same run, the reference: a plain decode of every frame
 with FFmpeg's threads on (``thread_type = "AUTO"``), nothing converted. The load average is
 recorded with each measurement: on a shared machine compare ratios within one run.
@@ -115,16 +116,24 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def measure_sampling(path: Path, frames: int, fast_mode: str, workers: int | None) -> dict[str, object]:
-    """Open-to-ready time of ``sample_clip`` as the app calls it, in this process."""
+def budget_pixels(video_tokens: int | None) -> int:
+    """Sampling max pixels for a clip of ``video_tokens`` (``None``: Qwen3-VL's released budget)."""
     from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS
+
+    if video_tokens is None:
+        return QWEN3_VL_LIMITS.released_clip_pixels
+    return video_tokens * QWEN3_VL_LIMITS.pixels_per_video_token
+
+
+def measure_sampling(path: Path, frames: int, fast_mode: str, workers: int | None, video_tokens: int | None) -> dict[str, object]:
+    """Open-to-ready time of ``sample_clip`` as the app calls it, in this process."""
     from framewise.core.families.qwen3_vl.processor import video_frame_sizing
     from framewise.core.settings import SamplingSettings
     from framewise.core.video import pyav_reader, sample_clip
 
     if workers is not None:
         pyav_reader.default_workers = lambda: workers
-    sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=frames, max_pixels=QWEN3_VL_LIMITS.max_clip_pixels, fast_mode=fast_mode)
+    sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=frames, max_pixels=budget_pixels(video_tokens), fast_mode=fast_mode)
     started = time.perf_counter()
     sampled = sample_clip(path, sampling, video_frame_sizing(sampling))
     seconds = time.perf_counter() - started
@@ -138,17 +147,16 @@ def measure_sampling(path: Path, frames: int, fast_mode: str, workers: int | Non
     }
 
 
-def measure_open_to_ready(path: Path, frames: int, fast_mode: str) -> dict[str, object]:
+def measure_open_to_ready(path: Path, frames: int, fast_mode: str, video_tokens: int | None) -> dict[str, object]:
     """Open-to-ready time of the engine (reading, preprocessing and encoding while reading) on
     the bundled demo model, on a GPU where there is one, else the CPU, in this process."""
     import torch
 
     from framewise.core.backends.local.engine import Engine
-    from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS
     from framewise.core.settings import AppSettings
 
     settings = AppSettings().replace(
-        "sampling", fps=2.0, min_frames=4, max_frames=frames, max_pixels=QWEN3_VL_LIMITS.max_clip_pixels, fast_mode=fast_mode
+        "sampling", fps=2.0, min_frames=4, max_frames=frames, max_pixels=budget_pixels(video_tokens), fast_mode=fast_mode
     ).replace("model", device="cuda" if torch.cuda.is_available() else "cpu")
     engine = Engine(settings)
     engine.load()
@@ -194,7 +202,8 @@ def measure_all(args: argparse.Namespace, clips: list[Path]) -> list[dict[str, o
         for frames in args.frames:
             for mode in args.modes:
                 fast_mode = "on" if mode == "fast" else "off"
-                cases.append((mode, ["--sample", str(path), "--frames", str(frames), "--fast-mode", fast_mode]))
+                budget = ["--video-tokens", str(args.video_tokens)] if args.video_tokens else []
+                cases.append((mode, ["--sample", str(path), "--frames", str(frames), "--fast-mode", fast_mode, *budget]))
                 if args.encode:
                     cases.append((f"{mode}, encoded", [*cases[-1][1], "--encode-child"]))
                 if mode == "exact" and frames in args.one_decoder_at:
@@ -236,7 +245,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=int, nargs="+", default=[20, 60])
     parser.add_argument("--keyframes", type=int, nargs="+", default=[250, 30], help="frames between keyframes")
     parser.add_argument("--height", type=int, default=1080)
-    parser.add_argument("--frames", type=int, nargs="+", default=[32, 256, 768], help="frames sampled")
+    parser.add_argument("--frames", type=int, nargs="+", default=[32, 256, 768, 2048], help="frames sampled")
+    parser.add_argument("--video-tokens", type=int, help="the clip's video tokens (default: Qwen3-VL's released 12,288)")
     parser.add_argument("--modes", nargs="+", choices=("exact", "fast"), default=["exact", "fast"])
     parser.add_argument("--one-decoder-at", type=int, nargs="*", default=[768],
                         help="frame counts at which exact mode also runs with a single decoder")
@@ -253,10 +263,10 @@ def main() -> None:
     parser.add_argument("--encode-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.sample is not None and args.encode_child:
-        print(json.dumps(measure_open_to_ready(args.sample, args.frames[0], args.fast_mode)))
+        print(json.dumps(measure_open_to_ready(args.sample, args.frames[0], args.fast_mode, args.video_tokens)))
         return
     if args.sample is not None:
-        print(json.dumps(measure_sampling(args.sample, args.frames[0], args.fast_mode, args.workers)))
+        print(json.dumps(measure_sampling(args.sample, args.frames[0], args.fast_mode, args.workers, args.video_tokens)))
         return
     if args.full_decode is not None:
         print(json.dumps(measure_full_decode(args.full_decode)))

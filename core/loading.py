@@ -40,7 +40,7 @@ from framewise.core.quantization.formats import read_tensor_headers
 from framewise.core.quantization.registry import choose_weight_format, declared_weight_format, format_settings
 from framewise.core.quantization.weight_format import WeightFormat
 from framewise.core.seam import FamilyLimits
-from framewise.core.settings import DEMO_MODEL, DTYPES, AppSettings, ModelSettings
+from framewise.core.settings import DEMO_MODEL, DTYPES, AppSettings, ModelSettings, context_needed
 
 FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
 PICKLE_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -135,8 +135,8 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
 def estimate_memory(settings: AppSettings) -> MemoryEstimate:
     """What the model ``settings`` name will take on their device, from its config.json alone:
     linear layers in the weight format loading would choose, everything else and the KV cache of
-    the settings' context in the activations' dtype, and the encoder graphs' budgets (none on the
-    CPU or with graphs off).
+    the settings' context in the activations' dtype, the encoder graphs' budgets (none on the
+    CPU or with graphs off), and the features of the largest clip the sampling settings allow.
 
     Raises ModelLoadError for a source that cannot be read, as :func:`load_model` would."""
     model = settings.model
@@ -147,8 +147,8 @@ def estimate_memory(settings: AppSettings) -> MemoryEstimate:
     budgets = settings.encoder.token_budgets(family.limits) if settings.encoder.use_graphs and device.type == "cuda" else ()
     activations = pick_dtype(model.dtype, device)
     weight_format = choose_weight_format(config, model.dtype, device)
-    context = settings.context_tokens(family.limits)
-    return family.estimate_memory(config, weight_format, activations, context, budgets, device.type)
+    context, clip = settings.context_tokens(family.limits), family.limits.video_tokens(settings.sampling.max_pixels)
+    return family.estimate_memory(config, weight_format, activations, context, budgets, device.type, clip)
 
 
 def memory_estimate_text(settings: AppSettings) -> str:
@@ -209,15 +209,31 @@ def _shortfall(settings: AppSettings, estimate: MemoryEstimate, device: torch.de
     if not weight_format.quantized:
         changes += [(f"choose dtype {choice} (Settings ▸ Model, --dtype {choice})", settings.replace("model", dtype=choice))
                     for choice in format_settings()]
-    context = settings.context_tokens(family_for(read_model_type(path)).limits)
-    if context > 4096:
-        changes.append((f"lower the context to 4096 tokens (decoding.max_context_tokens, now {context})",
-                        settings.replace("decoding", max_context_tokens=4096)))
+    changes += _smaller_clip_or_context(settings, family_for(read_model_type(path)).limits)
     if encoder.use_graphs:
         changes.append(("turn the encoder's CUDA graphs off (encoder.use_graphs)", settings.replace("encoder", use_graphs=False)))
     alternatives = [Alternative(change, estimate_memory(changed)) for change, changed in changes]
     what = f"{_display_name(model.source)} in {weights}"
     return shortfall_message(what, estimate, available, str(device), alternatives)
+
+
+def _smaller_clip_or_context(settings: AppSettings, limits: FamilyLimits) -> list[tuple[str, AppSettings]]:
+    """Settings that take less memory for clips: the family's released pixel budget where the
+    sampling settings allow more (a smaller clip, and the automatic context with it), or a
+    context of 4096 tokens where one question about the largest clip fits in it."""
+    sampling, released = settings.sampling, limits.released_clip_pixels
+    changes = []
+    if sampling.max_pixels > released and sampling.max_frames * sampling.min_pixels_per_frame <= released:
+        changes.append((
+            f"lower sampling max pixels to {released:,} ({limits.video_tokens(released):,} video tokens, as "
+            f"{limits.name}'s released preprocessing; now {limits.video_tokens(sampling.max_pixels):,})",
+            settings.replace("sampling", max_pixels=released),
+        ))
+    context = settings.context_tokens(limits)
+    if context > 4096 and context_needed(sampling, settings.generation, limits=limits).fits(4096):
+        changes.append((f"lower the context to 4096 tokens (decoding.max_context_tokens, now {context})",
+                        settings.replace("decoding", max_context_tokens=4096)))
+    return changes
 
 
 def check_checkpoint(path: Path) -> str:

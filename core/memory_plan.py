@@ -17,25 +17,35 @@ GIB = 2**30
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Bytes each part of a loaded model takes on the device; ``allocator_rounding`` is what the
-    caching allocator reserves beyond the parts' tensors."""
+    """Bytes each part of a loaded model takes on the device; ``clip_features`` is what the tower's
+    output for the largest clip the sampling settings allow holds while that clip is open (not at
+    load: a clip brings it); ``allocator_rounding`` is what the caching allocator reserves beyond
+    the parts' tensors."""
 
     weights: int
     kv_cache: int
     encoder_graphs: int
     decode_graphs: int
     allocator_rounding: int = 0
+    clip_features: int = 0
 
     @property
     def total(self) -> int:
+        return self.at_load + self.clip_features
+
+    @property
+    def at_load(self) -> int:
+        """What loading takes, before any clip is opened."""
         return self.weights + self.kv_cache + self.encoder_graphs + self.decode_graphs + self.allocator_rounding
 
     def describe(self) -> str:
         """One line: the total and its parts (:func:`size_text`)."""
         rounding = f", allocator rounding {size_text(self.allocator_rounding)}" if self.allocator_rounding else ""
+        clip = f", the largest clip's features {size_text(self.clip_features)}" if self.clip_features else ""
         return (
             f"about {size_text(self.total)} (weights {size_text(self.weights)}, KV cache {size_text(self.kv_cache)}, "
-            f"encoder graphs {size_text(self.encoder_graphs)}, decode graphs {size_text(self.decode_graphs)}{rounding})"
+            f"encoder graphs {size_text(self.encoder_graphs)}, decode graphs {size_text(self.decode_graphs)}"
+            f"{clip}{rounding})"
         )
 
 

@@ -24,7 +24,9 @@ class FamilyLimits:
     language-model token; ``frames_per_slice``: frames one attention sequence of the tower covers
     (a clip's frame count is a multiple of it); ``max_frames``: the most frames one clip may have;
     ``max_clip_blocks``: the most merge blocks (``block_side`` squared pixels each) a whole clip's
-    frames may hold together. ``name`` is the family as messages name it.
+    frames may hold together. ``released_frames`` and ``released_clip_blocks`` are the same bounds
+    in the family's own released preprocessing, where they are lower (``None``: the same). ``name``
+    is the family as messages name it.
     """
 
     name: str
@@ -33,6 +35,8 @@ class FamilyLimits:
     frames_per_slice: int
     max_frames: int
     max_clip_blocks: int
+    released_frames: int | None = None
+    released_clip_blocks: int | None = None
 
     @property
     def patch_pixels(self) -> int:
@@ -68,6 +72,15 @@ class FamilyLimits:
     def max_clip_pixels(self) -> int:
         """The most pixels (frames x height x width) of one sampled clip."""
         return self.max_clip_blocks * self.block_pixels
+
+    @property
+    def released_clip_pixels(self) -> int:
+        """The most pixels of one clip in the family's released preprocessing."""
+        return (self.released_clip_blocks or self.max_clip_blocks) * self.block_pixels
+
+    def video_tokens(self, pixels: int) -> int:
+        """The language-model tokens a clip of ``pixels`` (frames x height x width) becomes."""
+        return pixels // self.pixels_per_video_token
 
     @property
     def max_budget(self) -> int:

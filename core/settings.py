@@ -33,7 +33,11 @@ SECRET_FIELDS = frozenset({"backend.api_key"})
 """Fields never written by ``to_dict`` nor read back by ``from_dict``."""
 # How messages name a field other than the one they are about, in the window's words; the CLI
 # puts the flag that sets the field in their place.
-FIELD_WORDS = {"sampling.max_pixels": "sampling max pixels", "generation.max_new_tokens": "max new tokens"}
+FIELD_WORDS = {
+    "sampling.max_pixels": "sampling max pixels",
+    "sampling.max_frames": "sampling max frames",
+    "generation.max_new_tokens": "max new tokens",
+}
 RENAMED_FIELDS = {"encoder.max_frames_per_batch": "encoder.max_frame_pairs_per_batch"}
 """Earlier names of fields: ``from_dict`` reads a value saved under one when the current name is absent."""
 """``local``: this machine's engine; ``vllm``: a vLLM server's OpenAI-compatible API."""
@@ -123,18 +127,31 @@ class SamplingSettings:
             )
         if limits is not None:
             self._check_family_bounds(limits)
-        if self.max_pixels < self.min_frames * self.min_pixels_per_frame:
-            raise SettingsError(
-                "sampling.max_pixels",
-                f"raise max pixels to at least {self.min_frames * self.min_pixels_per_frame} "
-                "(min frames x min pixels per frame)",
-            )
+        self._check_frames_fit_pixels(limits)
+
+    def _check_frames_fit_pixels(self, limits: FamilyLimits | None) -> None:
+        """``max_pixels`` is shared out among the frames, so the most frames must each get at
+        least ``min_pixels_per_frame`` of it (more frames mean smaller frames, down to that)."""
+        needed = self.max_frames * self.min_pixels_per_frame
+        if self.max_pixels >= needed:
+            return
+        per_slice = limits.frames_per_slice if limits else 1
+        fitting = self.max_pixels // self.min_pixels_per_frame // per_slice * per_slice
+        fewer = ""
+        if fitting >= self.min_frames:
+            fewer = f", or lower {FIELD_WORDS['sampling.max_frames']} to at most {fitting:,}"
+        tokens = f" ({limits.video_tokens(needed):,} video tokens)" if limits else ""
+        raise SettingsError(
+            "sampling.max_pixels",
+            f"{self.max_frames:,} frames of at least {self.min_pixels_per_frame:,} pixels each (min pixels per "
+            f"frame) need at least {needed:,}{tokens}, not {self.max_pixels:,}; raise it{fewer}",
+        )
 
     def _check_family_bounds(self, limits: FamilyLimits) -> None:
         """The bounds of the model family: its most frames, one merge block a frame, its largest clip."""
         if self.max_frames > limits.max_frames:
             raise SettingsError(
-                "sampling.max_frames", f"{limits.name} takes at most {limits.max_frames} frames; lower max frames"
+                "sampling.max_frames", f"{limits.name} takes at most {limits.max_frames:,} frames; lower max frames"
             )
         side = limits.block_side
         if self.min_pixels_per_frame < limits.block_pixels:
@@ -145,7 +162,8 @@ class SamplingSettings:
             raise SettingsError(
                 "sampling.max_pixels",
                 f"use at most {limits.max_clip_pixels:,} ({limits.name}'s largest clip: "
-                f"{limits.max_clip_blocks:,} blocks of {side}x{side} pixels); lower max pixels",
+                f"{limits.max_clip_blocks:,} blocks of {side}x{side} pixels, "
+                f"{limits.video_tokens(limits.max_clip_pixels):,} video tokens); lower max pixels",
             )
 
 
@@ -318,7 +336,7 @@ class DecodingSettings:
 def clip_context_tokens(sampling: SamplingSettings, limits: FamilyLimits) -> int:
     """The most context one clip can take under ``sampling``: its video tokens and time markers."""
     slices = sampling.max_frames // limits.frames_per_slice
-    return sampling.max_pixels // limits.pixels_per_video_token + slices * TOKENS_PER_SLICE_MARKER
+    return limits.video_tokens(sampling.max_pixels) + slices * TOKENS_PER_SLICE_MARKER
 
 
 @dataclass(frozen=True)
@@ -371,6 +389,15 @@ def context_needed(
     """What a question of ``question_tokens`` tokens about the largest clip ``sampling`` allows
     needs, with one answer; by default the shortest question, so the smallest usable context."""
     return ContextNeed(clip_context_tokens(sampling, limits), question_tokens, generation.max_new_tokens)
+
+
+def largest_clip_pixels(
+    context_tokens: int, sampling: SamplingSettings, generation: GenerationSettings, limits: FamilyLimits
+) -> int:
+    """The largest ``max_pixels`` whose clip, with one shortest question and one answer, fits a
+    context of ``context_tokens`` at ``sampling``'s frame count (0 when not even its time markers fit)."""
+    others = context_needed(sampling, generation, limits=limits).total - limits.video_tokens(sampling.max_pixels)
+    return max(context_tokens - others, 0) * limits.pixels_per_video_token
 
 
 def automatic_context_tokens(sampling: SamplingSettings, generation: GenerationSettings, limits: FamilyLimits) -> int:

@@ -12,7 +12,8 @@ from framewise.core.clip_times import PlacedTime
 from framewise.core.events import ClipSampled, FramesRead
 from framewise.ui.clip_tabs import ClipTabs
 from framewise.ui.elided_label import ElidedLabel
-from framewise.ui.frames import ClipPreview, FrameStrip, format_timestamp
+from framewise.ui.frame_strip import FrameStrip
+from framewise.ui.frames import ClipPreview, format_timestamp
 from framewise.ui.section import Section
 
 if TYPE_CHECKING:

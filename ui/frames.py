@@ -1,10 +1,10 @@
-"""The clip preview and the strip of sampled frames.
+"""The clip preview and its timeline.
 
 The preview plays the clip itself (decoded on :class:`~framewise.ui.playback.PlaybackThread`), with a
-timeline whose ticks mark the frames the model sees; the strip lists those frames
-(``ClipSampled.thumbnails``) with their timestamps, and picking one seeks the preview there. The
-timeline also shows a selected span (a time range clicked in an answer) and the times the question
-being typed mentions.
+timeline whose ticks mark the frames the model sees; the strip under it
+(:class:`~framewise.ui.frame_strip.FrameStrip`) lists those frames with their timestamps, and picking
+one seeks the preview there. The timeline also shows a selected span (a time range clicked in an
+answer) and the times the question being typed mentions.
 """
 
 from __future__ import annotations
@@ -12,15 +12,11 @@ from __future__ import annotations
 import bisect
 
 import numpy as np
-from PySide6.QtCore import QEvent, QPoint, QPointF, QRectF, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QIcon, QImage, QPainter, QPalette, QPen, QPixmap, QPolygonF
+from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QImage, QPainter, QPalette, QPen, QPolygonF
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QHBoxLayout,
     QLabel,
-    QListView,
-    QListWidget,
-    QListWidgetItem,
     QSizePolicy,
     QStyle,
     QToolButton,
@@ -28,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from framewise.core.events import ClipSampled, FramesRead
+from framewise.core.events import ClipSampled
 from framewise.core.timecodes import TimeMention
 from framewise.ui.icons import glyph_icon
 from framewise.ui.playback import PlaybackThread
@@ -121,6 +117,7 @@ class Timeline(QWidget):
         self._position = 0.0
         self._span: tuple[float, float] | None = None
         self._question_times: tuple[tuple[float, float | None], ...] = ()
+        self._ticks: tuple[QSize, list[float]] | None = None  # tick_xs() at a size, until the clip changes
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setToolTip(
@@ -142,6 +139,7 @@ class Timeline(QWidget):
     def set_clip(self, duration_s: float, marks: tuple[float, ...]) -> None:
         self._duration = max(0.0, duration_s)
         self._marks = marks
+        self._ticks = None
         self._position = 0.0
         self._span = None
         self.span_changed.emit()
@@ -208,12 +206,16 @@ class Timeline(QWidget):
             painter.drawRect(self.rect().adjusted(0, 0, -1, -1))
 
     def tick_xs(self) -> list[float]:
-        """Where the sampled frames' ticks are drawn: at most one per :data:`MIN_TICK_GAP_PX`."""
+        """Where the sampled frames' ticks are drawn: at most one per :data:`MIN_TICK_GAP_PX`.
+        Worked out once per clip and size: the timeline repaints with every frame played."""
+        if self._ticks is not None and self._ticks[0] == self.size():
+            return self._ticks[1]
         xs: list[float] = []
         for mark in self._marks:
             x = self.x_of(mark)
             if not xs or x - xs[-1] >= MIN_TICK_GAP_PX:
                 xs.append(x)
+        self._ticks = (self.size(), xs)
         return xs
 
     def _paint_span(self, painter: QPainter) -> None:
@@ -303,7 +305,7 @@ class ClipPreview(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._clip: ClipSampled | None = None
-        self._thumbnails: list[QImage] = []
+        self._thumbnails: tuple[np.ndarray, ...] = ()  # made into pictures one at a time, when shown
         self._index = -1
         self._playing = False
         self._playable = False
@@ -361,7 +363,7 @@ class ClipPreview(QWidget):
         """Show ``clip`` from its start (playing its file when it can be played); ``None`` empties the preview."""
         self.pause()
         self._clip = clip
-        self._thumbnails = [image_from_array(frame) for frame in clip.thumbnails] if clip else []
+        self._thumbnails = clip.thumbnails if clip else ()
         self._playable = False
         self._index = -1
         self.timeline.set_clip(clip.duration_s if clip else 0.0, clip.timestamps if clip else ())
@@ -375,7 +377,7 @@ class ClipPreview(QWidget):
         else:
             self.player.open(clip.path)
             self.player.show(0.0)
-        self._show_time(0.0, self._thumbnails[0] if self._thumbnails else None)
+        self._show_time(0.0, image_from_array(self._thumbnails[0]) if self._thumbnails else None)
 
     def _update_look_closer(self) -> None:
         self.look_closer_button.setEnabled(self._clip is not None and self.timeline.selected_span is not None)
@@ -472,7 +474,7 @@ class ClipPreview(QWidget):
     def _nearest_thumbnail(self, seconds: float) -> QImage | None:
         if not self._thumbnails or self._clip is None:
             return None
-        return self._thumbnails[nearest_index(self._clip.timestamps, seconds)]
+        return image_from_array(self._thumbnails[nearest_index(self._clip.timestamps, seconds)])
 
     def _update_play_icon(self) -> None:
         icon = QStyle.StandardPixmap.SP_MediaPause if self.is_playing else QStyle.StandardPixmap.SP_MediaPlay
@@ -482,123 +484,3 @@ class ClipPreview(QWidget):
         super().changeEvent(event)
         if event.type() == QEvent.Type.PaletteChange:
             self._update_play_icon()
-
-
-class FrameStrip(QListWidget):
-    """A horizontal strip of the sampled frames, each captioned with its timestamp.
-
-    ``frame_selected(index)`` is emitted when a person picks a frame.
-    """
-
-    frame_selected = Signal(int)
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        line = self.fontMetrics().height()
-        self.setViewMode(QListView.ViewMode.IconMode)
-        self.setFlow(QListView.Flow.LeftToRight)
-        self.setWrapping(False)
-        self.setMovement(QListView.Movement.Static)
-        self.setDragEnabled(False)
-        self.setAcceptDrops(False)
-        self.setResizeMode(QListView.ResizeMode.Adjust)
-        self.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.setHorizontalScrollMode(QAbstractItemView.ScrollMode.ScrollPerPixel)
-        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setIconSize(QSize(round(line * 5.5), round(line * 3.2)))
-        self.setSpacing(max(2, line // 5))
-        self.setUniformItemSizes(True)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.setFixedHeight(self._strip_height())
-        self.setToolTip("Frames sampled from the clip, as the model sees them")
-        self.currentRowChanged.connect(self._on_row_changed)
-        self._thumbnails: list[np.ndarray | None] = []  # None: a frame not read yet
-        self._pictured: set[int] = set()  # rows whose picture is made
-        self._filling: int | None = None  # the request whose frames are arriving (add_frames)
-        self.horizontalScrollBar().valueChanged.connect(self._picture_visible_frames)
-
-    def set_clip(self, clip: ClipSampled | None) -> None:
-        """List ``clip``'s frames; each frame's picture is made when it first scrolls into view, so
-        a clip of hundreds of frames opens without a pause."""
-        shown = list(zip(clip.thumbnails, clip.timestamps)) if clip is not None else []
-        self._list(len(shown))
-        self._thumbnails = [thumbnail for thumbnail, _ in shown]
-        for index, (_, timestamp) in enumerate(shown):
-            self.item(index).setText(format_timestamp(timestamp))
-            self.item(index).setToolTip(f"Frame {index + 1} of {len(shown)} at {timestamp:.2f} s")
-        QTimer.singleShot(0, self._picture_visible_frames)
-
-    def add_frames(self, frames: FramesRead) -> None:
-        """Show frames of a clip still being read: the first frames of a request list
-        ``frames.total`` empty places, and each call fills the places of the frames it brings.
-        They cannot be picked yet (the preview still shows the clip before); :meth:`set_clip`
-        replaces them with the finished clip."""
-        if self._filling != frames.request_id or self.count() != frames.total:
-            self._list(frames.total)
-            self._filling = frames.request_id
-            self._thumbnails = [None] * frames.total
-            for row in range(frames.total):
-                self.item(row).setFlags(Qt.ItemFlag.ItemIsEnabled)  # shown, not selectable
-        for index, timestamp, thumbnail in zip(frames.indices, frames.timestamps, frames.thumbnails, strict=True):
-            self._thumbnails[index] = thumbnail
-            self.item(index).setText(format_timestamp(timestamp))
-            self.item(index).setToolTip(f"Frame {index + 1} of {frames.total} at {timestamp:.2f} s, read so far")
-        QTimer.singleShot(0, self._picture_visible_frames)
-
-    def _list(self, count: int) -> None:
-        """Empty the strip and list ``count`` frames, each with a blank picture and no caption yet."""
-        self.blockSignals(True)
-        self.clear()
-        self._pictured = set()
-        self._filling = None
-        blank = QPixmap(self.iconSize())
-        blank.fill(Qt.GlobalColor.transparent)
-        placeholder = QIcon(blank)  # one shared icon keeps every item the same size
-        for _ in range(count):
-            item = QListWidgetItem(placeholder, "")
-            item.setTextAlignment(Qt.AlignmentFlag.AlignHCenter)
-            self.addItem(item)
-        self.blockSignals(False)
-
-    def _picture_visible_frames(self) -> None:
-        """Make the pictures of the frames in view (and a screenful either side)."""
-        if not self.count():
-            return
-        viewport = self.viewport().rect()
-        middle = viewport.center().y()
-        first = self.indexAt(QPoint(viewport.left() + 1, middle)).row()
-        last = self.indexAt(QPoint(viewport.right() - 1, middle)).row()
-        first = max(first, 0)
-        last = self.count() - 1 if last < 0 else last
-        span = last - first + 1
-        for row in range(max(first - span, 0), min(last + span, self.count() - 1) + 1):
-            if row not in self._pictured and self._thumbnails[row] is not None:
-                self._pictured.add(row)
-                pixmap = QPixmap.fromImage(image_from_array(self._thumbnails[row])).scaled(
-                    self.iconSize(), Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation
-                )
-                self.item(row).setIcon(QIcon(pixmap))
-
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
-        super().resizeEvent(event)
-        self._picture_visible_frames()
-
-    def showEvent(self, event) -> None:  # noqa: N802 - Qt override
-        super().showEvent(event)
-        QTimer.singleShot(0, self._picture_visible_frames)
-
-    def select_frame(self, index: int) -> None:
-        if 0 <= index < self.count() and index != self.currentRow():
-            self.blockSignals(True)
-            self.setCurrentRow(index)
-            self.blockSignals(False)
-            self.scrollToItem(self.item(index))
-
-    def _on_row_changed(self, row: int) -> None:
-        if row >= 0 and self._filling is None:  # the preview does not show a clip still being read
-            self.frame_selected.emit(row)
-
-    def _strip_height(self) -> int:
-        line = self.fontMetrics().height()
-        scrollbar = self.style().pixelMetric(QStyle.PixelMetric.PM_ScrollBarExtent)
-        return self.iconSize().height() + line + 3 * self.spacing() + scrollbar + 2 * self.frameWidth()

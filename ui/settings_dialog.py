@@ -153,7 +153,7 @@ class SettingsDialog(QDialog):
             "sampling.max_pixels",
             "Max pixels",
             spin(0, INT_MAX, 65536),
-            "For the whole sampled clip (frames × height × width): longer clips get smaller frames.",
+            _pixels_hint(self.limits),
         )
         tabs.add_field(
             form,
@@ -372,6 +372,7 @@ class SettingsDialog(QDialog):
         for name in ("encoder.min_budget", "encoder.max_budget"):
             self.tabs.field(name).setSingleStep(multiple)
         self.tabs.set_hint("sampling.max_frames", _frames_hint(limits))
+        self.tabs.set_hint("sampling.max_pixels", _pixels_hint(limits))
         self.tabs.set_hint("encoder.budgets", _budgets_hint(limits))
         self._update_budget_preview()
 
@@ -455,9 +456,22 @@ def _backend_choice(local: QRadioButton, server: QRadioButton) -> QWidget:
 def _frames_hint(limits: FamilyLimits | None) -> str:
     if limits is None:
         return "The model family's most frames and frame-count multiple are checked once a model is loaded."
+    released = f" (its released preprocessing: {limits.released_frames:,})" if limits.released_frames else ""
     return (
-        f"{limits.name} takes at most {limits.max_frames:,} frames; {limits.frames_rule()}, "
+        f"{limits.name} takes at most {limits.max_frames:,} frames{released}; {limits.frames_rule()}, "
         f"so frame counts are multiples of {limits.frames_per_slice}."
+    )
+
+
+def _pixels_hint(limits: FamilyLimits | None) -> str:
+    shared = "For the whole sampled clip (frames × height × width): more frames get smaller frames."
+    if limits is None:
+        return shared
+    released = limits.released_clip_pixels
+    return (
+        f"{shared} {limits.pixels_per_video_token:,} pixels make one video token; {limits.name}'s released "
+        f"preprocessing takes up to {released:,} ({limits.video_tokens(released):,} tokens), at most "
+        f"{limits.max_clip_pixels:,} ({limits.video_tokens(limits.max_clip_pixels):,}) as the context and the card allow."
     )
 
 

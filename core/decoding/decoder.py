@@ -34,7 +34,14 @@ from framewise.core.decoding.step_graphs import ProgressCallback, StepGraphs, co
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.errors import FramewiseError, SettingsError
 from framewise.core.seam import FamilyLimits, PieceGrid, VisionSpan
-from framewise.core.settings import PREFILL_CHUNK_TOKENS, AppSettings, context_needed
+from framewise.core.settings import (
+    FIELD_WORDS,
+    PREFILL_CHUNK_TOKENS,
+    AppSettings,
+    ContextNeed,
+    context_needed,
+    largest_clip_pixels,
+)
 
 # Share of the free device memory the state may take; the rest is left for activations.
 CACHE_MEMORY_SHARE = 0.8
@@ -393,6 +400,8 @@ def context_for(settings: AppSettings, language: LanguageModel, limits: FamilyLi
     if requested <= fits:
         return requested
     needed = context_needed(settings.sampling, settings.generation, limits=limits)
+    if not explicit and not needed.fits(fits):
+        raise _clip_too_large(settings, needed, fits, language.max_positions, limits)
     if explicit or not needed.fits(fits):
         advice = (
             f"lower it to at most {fits:,}, or lower sampling max pixels or max new tokens"
@@ -407,6 +416,25 @@ def context_for(settings: AppSettings, language: LanguageModel, limits: FamilyLi
             f"{language.max_positions:,} positions); {advice}",
         )
     return fits
+
+
+def _clip_too_large(
+    settings: AppSettings, needed: ContextNeed, fits: int, max_positions: int, limits: FamilyLimits
+) -> SettingsError:
+    """The error for an automatic context that cannot hold one question about the largest clip the
+    sampling settings allow: the clip must shrink, to a pixel budget the context holds."""
+    within = largest_clip_pixels(fits, settings.sampling, settings.generation, limits)
+    pixels, frames = FIELD_WORDS["sampling.max_pixels"], FIELD_WORDS["sampling.max_frames"]
+    advice = (
+        f"lower {pixels} to at most {within:,} ({limits.video_tokens(within):,} video tokens), or {frames}"
+        if within
+        else f"lower {frames}"
+    )
+    return SettingsError(
+        "sampling.max_pixels",
+        f"the context must hold {needed.describe()}, but {fits:,} tokens fit here (the model takes at most "
+        f"{max_positions:,} positions, and the KV cache must fit the free memory); {advice}",
+    )
 
 
 def free_memory_bytes(device: torch.device) -> int:

@@ -13,6 +13,7 @@ item may be cut between slices without changing the result.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Mapping, Protocol, Sequence
 
@@ -44,6 +45,13 @@ class VisionItem:
     def patches(self) -> int:
         t, h, w = self.grid_thw
         return t * h * w
+
+    def without_pixels(self) -> VisionItem:
+        """This item once the tower has encoded it: its grid, modality and repeated frames, with
+        ``pixel_values`` emptied to (0, row_width). A prompt needs only the grid, and the rows of a
+        long clip (float32) take four times its uint8 frames."""
+        empty = self.pixel_values.new_empty((0, *self.pixel_values.shape[1:]))
+        return dataclasses.replace(self, pixel_values=empty)
 
 
 @dataclass(frozen=True)

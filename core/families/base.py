@@ -99,13 +99,14 @@ class ModelFamily(Protocol):
 
     def estimate_memory(
         self, config: Mapping[str, Any], weight_format: WeightFormat, activations: torch.dtype, context_tokens: int,
-        encoder_budgets: Sequence[int], device_type: str,
+        encoder_budgets: Sequence[int], device_type: str, clip_tokens: int = 0,
     ) -> MemoryEstimate:
         """The memory a checkpoint with this config.json (a dict) takes on a ``device_type``
         device (``"cuda"``, ``"cpu"``, ...), before loading it: its linear layers in
         ``weight_format`` (:meth:`~framewise.core.quantization.weight_format.WeightFormat.linear_bytes`),
-        everything else and a KV cache of ``context_tokens`` positions in ``activations``, and
-        encoder graphs for ``encoder_budgets``."""
+        everything else and a KV cache of ``context_tokens`` positions in ``activations``, encoder
+        graphs for ``encoder_budgets``, and the features an open clip of ``clip_tokens`` video
+        tokens keeps."""
         ...
 
     def adapter(self, model: torch.nn.Module) -> FamilyAdapter:

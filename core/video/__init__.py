@@ -59,7 +59,15 @@ from framewise.core.video.clip import (
 )
 from framewise.core.video.opencv_reader import OpenCVClip
 from framewise.core.video.pyav_reader import PyAVClip
-from framewise.core.video.sampling import FrameSink, Taken, read_clip, sample_count, sample_times, span_count
+from framewise.core.video.sampling import (
+    FrameSink,
+    GuardedSink,
+    Taken,
+    read_clip,
+    sample_count,
+    sample_times,
+    span_count,
+)
 
 __all__ = [
     "MAX_FRAME_PIXELS",
@@ -139,6 +147,7 @@ def read(
 ) -> tuple[ClipInfo, Taken | None, Reader]:
     """Probe (``sampling`` None) or sample ``path`` (its ``span`` only, when given): PyAV, then
     OpenCV if PyAV cannot read it."""
+    sink = GuardedSink(sink, guard) if sink is not None else None
     try:
         with closing(PyAVClip(path, guard)) as clip:
             return (*read_clip(path, clip, sampling, sizing, sink, span), "pyav")

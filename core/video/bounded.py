@@ -16,7 +16,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -63,7 +64,8 @@ class Guard:
 
     Several decoders may read one clip at once, each from its own place: each one's position
     counts on its own (a decoder that passes a whole second of video extends the deadline), and
-    the progress is the video they have passed together.
+    the progress is the video they have passed together. While a reading thread hands a frame on
+    to a consumer that is behind (:meth:`handing_on`), the budget does not run: it is the file's.
     """
 
     def __init__(self, budget: ReadBudget) -> None:
@@ -74,6 +76,7 @@ class Guard:
         self.deadline = self.started + budget.start_s
         self._lock = threading.Lock()
         self._spans: dict[int, _Span] = {}  # per reading thread
+        self._handing_on = 0  # reading threads waiting for the consumer of their frames
 
     def begin(self, stage: Stage, total_s: float | None = None) -> None:
         """A new pass over the clip: its position starts at 0 and it gets ``start_s`` to begin."""
@@ -89,14 +92,28 @@ class Guard:
             raise Stopped
         if position_s is not None:
             self._advance(position_s)
-        if time.monotonic() > self.deadline:
+        if self.expired():
             raise Stopped
+
+    @contextmanager
+    def handing_on(self) -> Iterator[None]:
+        """A reading thread hands a kept frame on, and may wait for its consumer (the encoder, when
+        it is behind the reading): the deadline does not run meanwhile, and a frame handed on is
+        progress, so it starts afresh with ``per_video_second_s`` after."""
+        with self._lock:
+            self._handing_on += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._handing_on -= 1
+                self.deadline = max(self.deadline, time.monotonic() + self.budget.per_video_second_s)
 
     def seconds_left(self) -> float:
         return max(self.deadline - time.monotonic(), 0.001)
 
     def expired(self) -> bool:
-        return time.monotonic() > self.deadline
+        return not self._handing_on and time.monotonic() > self.deadline
 
     def _advance(self, position_s: float) -> None:
         with self._lock:

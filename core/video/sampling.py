@@ -15,6 +15,7 @@ import numpy as np
 
 from framewise.core.errors import SpanError
 from framewise.core.settings import FAST_MODE_AUTO_ABOVE_S, SamplingSettings
+from framewise.core.video.bounded import Guard
 from framewise.core.video.clip import ClipInfo, FrameSizing, Reader, check_resolution
 from framewise.core.video.reads import SamplingMode
 
@@ -121,6 +122,21 @@ class FrameSink(Protocol):
 
     def put(self, index: int, rgb: np.ndarray, time_s: float) -> None:
         """Frame ``index`` (h, w, 3) uint8, shown at ``time_s``; frames may come out of order."""
+
+
+class GuardedSink:
+    """``sink`` for a read bounded by ``guard``: a put that waits for the sink's consumer (the
+    encoder, behind the reading) does not spend the read's budget (:meth:`Guard.handing_on`)."""
+
+    def __init__(self, sink: FrameSink, guard: Guard) -> None:
+        self.sink, self.guard = sink, guard
+
+    def start(self, count: int, size: tuple[int, int]) -> None:
+        self.sink.start(count, size)
+
+    def put(self, index: int, rgb: np.ndarray, time_s: float) -> None:
+        with self.guard.handing_on():
+            self.sink.put(index, rgb, time_s)
 
 
 @dataclass(frozen=True)

@@ -199,7 +199,7 @@ def test_running_out_of_memory_says_which_settings_to_lower(monkeypatch: pytest.
 def test_max_pixels_without_bound_is_refused_before_loading() -> None:
     result = framewise("ask", str(RED_SQUARE), "Anything?", "--max-pixels", str(10**12), *FAST)
     assert result.returncode == 2
-    assert "--max-pixels: use at most 25,165,824" in result.stderr
+    assert "--max-pixels: use at most 469,762,048" in result.stderr
     assert "[load]" not in result.stderr and "Traceback" not in result.stderr
 
 
@@ -362,7 +362,7 @@ def test_info_shows_the_memory_estimate_of_the_chosen_dtype() -> None:
     estimates = {dtype: payload["memory_estimate"] for dtype, payload in payloads.items()}
     assert 0 < estimates["fp8"]["weights"] < estimates["float32"]["weights"]
     assert estimates["fp8"]["total"] == sum(estimates["fp8"][part] for part in
-                                            ("weights", "kv_cache", "encoder_graphs", "decode_graphs"))
+                                            ("weights", "kv_cache", "encoder_graphs", "decode_graphs", "clip_features"))
     assert [(payload["dtype"], payload["weight_dtype"]) for payload in payloads.values()] == [("float32", None), ("float32", "fp8")]
     text = framewise("info", "--device", "cpu", "--dtype", "fp8").stdout
     assert "memory estimate:    about" in text

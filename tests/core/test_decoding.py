@@ -427,6 +427,21 @@ def test_a_context_too_short_for_one_question_is_a_settings_error() -> None:
     assert settings.context_tokens(QWEN3_VL) >= needed + 3 * settings.generation.max_new_tokens  # room for follow-ups
 
 
+def test_a_clip_larger_than_the_model_positions_names_the_pixel_budget_that_fits(setup: Setup) -> None:
+    language = Qwen3VLLanguageModel(setup.model)
+    limits = QWEN3_VL
+    long = AppSettings().replace("sampling", max_frames=2048, max_pixels=65536 * limits.pixels_per_video_token)
+    with pytest.raises(SettingsError) as raised:
+        context_for(long, language, limits)
+    assert raised.value.field == "sampling.max_pixels"
+    assert f"at most {language.max_positions:,} positions" in raised.value.message
+    within = int(raised.value.message.split("sampling max pixels to at most ")[1].split(" ")[0].replace(",", ""))
+    fitting = long.replace("sampling", max_pixels=within)
+    assert context_for(fitting, language, limits) <= language.max_positions  # the advice is enough ...
+    with pytest.raises(SettingsError):
+        context_for(fitting.replace("sampling", max_pixels=within + 2 * limits.pixels_per_video_token), language, limits)
+
+
 def test_the_context_is_bounded_by_free_memory(setup: Setup, monkeypatch: pytest.MonkeyPatch) -> None:
     language = Qwen3VLLanguageModel(setup.model)
     per_token = decoder_module.StaticKVCache.bytes_needed(

@@ -89,3 +89,22 @@ def test_the_settings_page_line_gives_the_refusal_before_the_load_would(eight_b:
     with pytest.raises(ModelLoadError) as refusal:
         loading.check_memory_fits(eight_b)
     assert line == str(refusal.value) and "To fit, choose dtype fp8" in line
+
+
+def test_a_long_clip_too_large_for_the_card_is_offered_the_released_pixel_budget(
+    eight_b: AppSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2,048 frames at 224k video tokens: the features and the context of such a clip are what does
+    not fit, so the refusal offers Qwen3-VL's released budget, not a context the clip cannot fit."""
+    on_a_card_with(monkeypatch, 80 * GIB)
+    long = eight_b.replace("model", dtype="fp8").replace("decoding", max_context_tokens=0)
+    long = long.replace("sampling", max_frames=2048, max_pixels=224 * 1024 * 2048)
+    released = long.replace("sampling", max_pixels=24576 * 1024)
+    needed, fitting = loading.estimate_memory(long), loading.estimate_memory(released)
+    assert needed.clip_features == 224 * 1024 * 4 * 4096 * 2
+    on_a_card_with(monkeypatch, (needed.total + fitting.total) // 2)
+    with pytest.raises(ModelLoadError) as refusal:
+        loading.check_memory_fits(long)
+    assert "lower sampling max pixels to 25,165,824 (12,288 video tokens" in str(refusal.value)
+    assert "lower the context to 4096" not in str(refusal.value)  # one question about the clip needs more
+    loading.check_memory_fits(released)

@@ -50,12 +50,12 @@ def test_geometric_budgets_cover_the_range_ascending(low: int, high: int, ratio:
         ("encoder", {"budget_ratio": 1.0}, "encoder.budget_ratio", "between"),
         ("encoder", {"budget_ratio": 1.011, "min_budget": 4}, "encoder.budget_ratio", "too many"),
         ("sampling", {"max_frames": 7}, "sampling.max_frames", "even"),
-        ("sampling", {"max_frames": 800}, "sampling.max_frames", "768"),
+        ("sampling", {"max_frames": 2050, "max_pixels": 2050 * 4096}, "sampling.max_frames", "at most 2,048 frames"),
         ("sampling", {"fps": 0}, "sampling.fps", "between"),
-        ("sampling", {"max_pixels": 1000}, "sampling.max_pixels", "raise max pixels"),
+        ("sampling", {"max_pixels": 1000}, "sampling.max_pixels", "need at least 131,072"),
         ("sampling", {"max_pixels": 10**12}, "sampling.max_pixels", "lower max pixels"),
-        ("encoder", {"max_budget": 10**6}, "encoder.max_budget", "at most 98,304"),
-        ("encoder", {"budgets": (256, 2**20)}, "encoder.budgets", "above 98,304"),
+        ("encoder", {"max_budget": 10**7}, "encoder.max_budget", "at most 1,835,008"),
+        ("encoder", {"budgets": (256, 2**21)}, "encoder.budgets", "above 1,835,008"),
         ("encoder", {"max_frame_pairs_per_batch": 5000}, "encoder.max_frame_pairs_per_batch", "at most 4096"),
         ("decoding", {"min_bucket": 1 << 17}, "decoding.min_bucket", "at most 65536"),
         ("decoding", {"min_bucket": 4096, "max_context_tokens": 3072}, "decoding.min_bucket", "must not exceed"),
@@ -71,6 +71,27 @@ def test_invalid_settings_name_the_field_and_the_fix(section: str, changes: dict
         AppSettings().replace(section, **changes).validate(QWEN3_VL)
     assert raised.value.field == field
     assert hint in raised.value.message
+
+
+def test_2048_frames_are_reachable_with_a_pixel_budget_that_leaves_each_its_least() -> None:
+    # Qwen's long-video evaluations: 2,048 frames; at 64k video tokens each 16:9 frame is 192x320.
+    long = AppSettings().replace("sampling", max_frames=2048, max_pixels=65536 * 2048).validate(QWEN3_VL)
+    assert clip_context_tokens(long.sampling, QWEN3_VL) == 65536 + 1024 * 10  # video tokens, then a marker per frame pair
+    with pytest.raises(SettingsError) as raised:
+        AppSettings().replace("sampling", max_frames=2048).validate(QWEN3_VL)  # the default: 1,024 video tokens
+    assert raised.value.field == "sampling.max_pixels"
+    assert raised.value.message == (
+        "2,048 frames of at least 4,096 pixels each (min pixels per frame) need at least 8,388,608 (4,096 video "
+        "tokens), not 2,097,152; raise it, or lower sampling max frames to at most 512"
+    )
+
+
+def test_the_largest_clip_is_qwens_long_video_budget_and_the_message_says_its_tokens() -> None:
+    most = 224 * 1024 * 2 * 32 * 32  # 224k video tokens of two 32x32 blocks each
+    AppSettings().replace("sampling", max_frames=2048, max_pixels=most).validate(QWEN3_VL)
+    with pytest.raises(SettingsError) as raised:
+        AppSettings().replace("sampling", max_frames=2048, max_pixels=most + 1).validate(QWEN3_VL)
+    assert "229,376 video tokens" in raised.value.message and "lower max pixels" in raised.value.message
 
 
 def test_explicit_budgets_win_over_the_range() -> None:
@@ -165,7 +186,7 @@ def test_a_question_is_checked_against_the_room_beside_the_largest_clip_and_one_
     ("section", "changes"),
     [
         ("sampling", {"max_frames": 7}),  # Qwen3-VL's frames come in pairs
-        ("sampling", {"max_frames": 800}),
+        ("sampling", {"max_frames": 2050, "max_pixels": 2050 * 4096}),
         ("sampling", {"max_pixels": 10**12}),
         ("encoder", {"budgets": (256, 1000, 1001)}),
         ("encoder", {"max_budget": 10**6}),
@@ -185,7 +206,7 @@ def test_without_a_known_family_its_bounds_are_left_to_the_backend(section: str,
     [
         ("sampling", {"min_frames": 0}, "sampling.min_frames", "whole number of at least 1"),
         ("sampling", {"min_frames": 8, "max_frames": 4}, "sampling.max_frames", "at least min frames (8)"),
-        ("sampling", {"max_pixels": 1000}, "sampling.max_pixels", "raise max pixels"),
+        ("sampling", {"max_pixels": 1000}, "sampling.max_pixels", "need at least 131,072, not 1,000; raise it"),
         ("encoder", {"budgets": (256, -4)}, "encoder.budgets", "-4 is not a positive number"),
         ("encoder", {"min_budget": 1024, "max_budget": 512}, "encoder.max_budget", "a number that is at least min budget"),
         ("encoder", {"max_frame_pairs_per_batch": 2}, "encoder.max_frame_pairs_per_batch", "max items per batch"),

@@ -202,6 +202,45 @@ def test_a_long_sequential_read_hands_on_each_frame_as_it_is_kept(gop_clip, work
     assert sink.decoded_at_put[0] < FRAMES / 4 and sink.decoded_at_put[29] < FRAMES * 3 / 4  # the read is all 300
 
 
+@pytest.mark.parametrize("workers_count", [1, 3])
+def test_a_read_waiting_for_a_slow_consumer_of_its_frames_is_not_timed_out(gop_clip, workers, workers_count):
+    """The encoder may fall behind the reading (a long clip at a large pixel budget on a CPU); the
+    reader then waits to hand frames on, and that wait is not the file's fault."""
+    workers(workers_count)
+
+    class SlowSink:
+        def __init__(self) -> None:
+            self.handed: list[int] = []
+
+        def start(self, count: int, size: tuple[int, int]) -> None:
+            pass
+
+        def put(self, index: int, rgb: np.ndarray, time_s: float) -> None:
+            if index in (0, 10):
+                time.sleep(1.0)  # twice the budget for a second of video, twice over
+            self.handed.append(index)
+
+    sink = SlowSink()
+    sampled = sample(gop_clip, SamplingSettings(fps=2.0, min_frames=4, max_frames=20), sink=sink,
+                     budget=ReadBudget(start_s=5.0, per_video_second_s=0.5))
+
+    assert len(sampled.timestamps) == 20 and set(sink.handed) == set(range(20))
+
+
+def test_the_kept_frames_are_stacked_without_holding_them_twice():
+    import weakref
+
+    class Frame(np.ndarray):  # a plain array cannot be referenced weakly
+        pass
+
+    kept = [(np.full((2, 3, 3), index, np.uint8).view(Frame), index / 2) for index in range(3)]
+    kept.append(kept[-1])  # a frame taken for two targets
+    watched = [weakref.ref(rgb) for rgb, _ in kept]
+    stacked = pyav_reader._stacked(kept)
+    assert stacked[:, 0, 0, 0].tolist() == [0, 1, 2, 2] and type(stacked) is np.ndarray
+    assert kept == [None] * 4 and all(ref() is None for ref in watched)  # each freed once copied
+
+
 @pytest.mark.parametrize("fast_mode", ["off", "on"])
 def test_parallel_decoders_take_the_same_frames_as_one(gop_clip, workers, fast_mode):
     sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=48, fast_mode=fast_mode)

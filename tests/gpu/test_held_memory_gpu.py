@@ -43,7 +43,8 @@ def test_the_held_total_matches_the_memory_reserved_after_load(checkpoint: Path,
         estimate = estimate_memory(settings)
         assert held.weight_total == pytest.approx(estimate.weights, rel=0.02), estimate.describe()
         assert held.kv_cache == pytest.approx(estimate.kv_cache, rel=0.05), estimate.describe()
-        # the estimate made before loading covers what was reserved, and is not far above it
-        assert grown <= estimate.total <= 1.1 * grown, f"{estimate.describe()}; held {held.describe()}"
+        # the estimate made before loading covers what was reserved, and is not far above it (a
+        # clip's features come with the clip, not at load)
+        assert grown <= estimate.at_load <= 1.1 * grown, f"{estimate.describe()}; held {held.describe()}"
     finally:
         engine.parts.release()

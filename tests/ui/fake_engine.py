@@ -67,6 +67,7 @@ class FakeEngine(BackendBase[FakeClip]):
     read_gate: threading.Event | None = None
     fail_ask_with: Exception | None = None
     fail_load_for_source: str | None = None
+    frames_per_pass = 4
 
     def __init__(self, settings: AppSettings, sink: EventSink) -> None:
         super().__init__(settings, sink)
@@ -143,17 +144,19 @@ class FakeEngine(BackendBase[FakeClip]):
     def _encode(
         self, sampled: SampledFrames, reason: ResetReason | None, span: tuple[float, float] | None = None
     ) -> EncodeDone:
-        """Pretend to encode frames (T, H, W, 3) uint8 in passes of four, and make them the open clip
-        (``reason``: why the conversation empties) or, with ``None``, add them to the conversation."""
+        """Pretend to encode frames (T, H, W, 3) uint8 in passes of ``frames_per_pass``, and make them
+        the open clip (``reason``: why the conversation empties) or, with ``None``, add them to the
+        conversation."""
         frames, timestamps, name = sampled.frames, tuple(sampled.timestamps), sampled.name
         width, height, duration = sampled.size_and_duration
         self._emit(ClipSampled(name, str(sampled.path or ""), timestamps, tuple(frames), width, height, duration))
         self._emit(Progress("encode", 0, 1, f"Encoding {len(frames)} frames"))
         chunks = []
-        for index in range(0, len(frames), 4):
+        step = self.frames_per_pass
+        for index in range(0, len(frames), step):
             self._cancel.raise_if_cancelled()
-            count = min(4, len(frames) - index)
-            chunks.append(self._emit(ChunkStats(index // 4, 1, count, count * 64, None, 0.0, (2.0 + index / 10) * count, False, "no CUDA")))
+            count = min(step, len(frames) - index)
+            chunks.append(self._emit(ChunkStats(index // step, 1, count, count * 64, None, 0.0, (2.0 + index / 10) * count, False, "no CUDA")))
         metrics = self._emit(self.metrics.add_item(chunks))
         done = encode_done(sampled, patches=len(frames) * 64, preprocess_ms=1.0, span=span, chunks=chunks, metrics=metrics)
         if reason is None:

@@ -8,12 +8,13 @@ from typing import Callable, TypeVar
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QPalette
+from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QAbstractItemView, QLabel, QWidget
 
 from framewise.ui.chat import MessageCard
 from framewise.ui.elided_label import ElidedLabel
-from framewise.ui.frames import FrameStrip, Timeline
+from framewise.ui.frame_strip import FrameStrip
+from framewise.ui.frames import Timeline
 from framewise.ui.latency_plot import LatencyPlot, PlotPoint
 from framewise.ui.metrics import EncoderPanel
 from framewise.ui.section import Section
@@ -78,13 +79,12 @@ def item_texts(view: QAbstractItemView) -> list[str]:
     return [model.index(row, 0).data() or "" for row in range(model.rowCount())]
 
 
-def pictured_frames(strip: FrameStrip) -> int:
-    """How many frames of the strip show their picture (the others show a blank place)."""
-    size = strip.iconSize()
-    middle = (size.width() // 2, size.height() // 2)
-    return sum(
-        strip.item(row).icon().pixmap(size).toImage().pixelColor(*middle).alpha() > 0 for row in range(strip.count())
-    )
+def picture_color(strip: FrameStrip, row: int) -> QColor:
+    """The color of the middle of frame ``row``'s picture as the strip draws it (made now if it
+    was not yet)."""
+    icon = strip.model().index(row, 0).data(Qt.ItemDataRole.DecorationRole)
+    image = icon.pixmap(strip.iconSize()).toImage()
+    return image.pixelColor(image.width() // 2, image.height() // 2)
 
 
 def is_elided(label: ElidedLabel) -> bool:

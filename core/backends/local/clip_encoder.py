@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,7 +93,7 @@ class ClipEncoder:
         self._emit(Progress("encode", 0, 1, f"Encoding {len(timestamps)} frames"))
         with cancel_points(loaded.family.cancel_points(loaded.model).vision, self._cancel):
             output = self.parts.require_encoder().encode([video.item])
-        encoded = _Encoded(video, output.items[0], tuple(output.chunks), preprocess_ms)
+        encoded = _Encoded(video.without_pixels(), output.items[0], tuple(output.chunks), preprocess_ms)
         return self._finish_clip(encoded, sampled)
 
     def _stream_clip(self, read: FileRead, settings: AppSettings, span: tuple[float, float] | None) -> EncodedClip:
@@ -104,7 +105,8 @@ class ClipEncoder:
 
         def take(report: Callable[[], None]) -> _EncodedParts:
             try:
-                return self._encode_chunks(feed.chunks(idle=report), report)
+                with _one_thread_beside_the_decoders(loaded.device):
+                    return self._encode_chunks(feed.chunks(idle=report), report)
             finally:
                 feed.close()
 
@@ -130,7 +132,7 @@ class ClipEncoder:
             self._cancel.raise_if_cancelled()
             with cancel_points(loaded.family.cancel_points(loaded.model).vision, self._cancel):
                 output = encoder.encode([video.item])
-            parts.add(video, output.items[0], output.chunks)
+            parts.add(video.without_pixels(), output.items[0], output.chunks)
             report()
         return parts
 
@@ -158,7 +160,9 @@ class ClipEncoder:
             output = self.parts.require_encoder().encode([item])
         self._cancel.raise_if_cancelled()  # a cancel during the last pass still keeps the previous clip
         summary = self._report_encoded(item, output.chunks, picture, preprocess_ms)
-        return EncodedClip(path=picture.path, video=None, image=item, features=output.items[0], summary=summary)
+        return EncodedClip(
+            path=picture.path, video=None, image=item.without_pixels(), features=output.items[0], summary=summary
+        )
 
     def _report_encoded(
         self,
@@ -177,6 +181,23 @@ class ClipEncoder:
             chunks=sent, metrics=metrics,
         )
         return self._stamp(summary)
+
+
+@contextmanager
+def _one_thread_beside_the_decoders(device: torch.device) -> Iterator[None]:
+    """On a CPU, preprocess and encode a clip being read on one of torch's intra-op threads (this
+    thread's own count, put back after). FFmpeg's decoders take every core meanwhile, and beside
+    them torch's OpenMP workers spin-wait: a pass of the demo tower over 64 frame pairs took 2 to 7
+    times as long on two threads as on one (the shared 2-core machine, its load average 10-12)."""
+    if device.type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def chunk_frames(count: int, size: tuple[int, int], encoder: EncoderSettings, limits: FamilyLimits) -> list[int]:

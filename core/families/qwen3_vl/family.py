@@ -87,11 +87,13 @@ class Qwen3VLFamily:
 
     def estimate_memory(
         self, config: Mapping[str, Any], weight_format: WeightFormat, activations: torch.dtype, context_tokens: int,
-        encoder_budgets: Sequence[int], device_type: str,
+        encoder_budgets: Sequence[int], device_type: str, clip_tokens: int = 0,
     ) -> MemoryEstimate:
         from framewise.core.families.qwen3_vl import memory
 
-        return memory.estimate_memory(config, weight_format, activations, context_tokens, encoder_budgets, device_type)
+        return memory.estimate_memory(
+            config, weight_format, activations, context_tokens, encoder_budgets, device_type, clip_tokens
+        )
 
     def adapter(self, model: torch.nn.Module) -> Qwen3VLAdapter:
         from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter

@@ -12,8 +12,13 @@ QWEN3_VL_LIMITS = FamilyLimits(
     patch_size=16,
     merge_size=2,
     frames_per_slice=2,  # the tower's temporal patch: one attention sequence per frame pair
-    max_frames=768,
-    # The released checkpoints' video preprocessing caps a whole clip at 24,576 merge blocks; more
-    # pixels than that only cost memory.
-    max_clip_blocks=24576,
+    # Qwen's own long-video evaluations sample up to 2,048 frames and up to 224k video tokens (a
+    # token is one merge block of each frame of a pair: two blocks). A person may raise the
+    # sampling settings that far; frames then get smaller as the clip's pixel budget is shared out.
+    max_frames=2048,
+    max_clip_blocks=2 * 224 * 1024,
+    # The released checkpoints' video preprocessing: 768 frames, a whole clip within 24,576 merge
+    # blocks (12,288 video tokens).
+    released_frames=768,
+    released_clip_blocks=24576,
 )

@@ -21,6 +21,10 @@ GPU, an allowance for the caching allocator besides.
   kernel does not share them) and the additive mask.
 - Each capture (encoder, decoder) allocates cuBLAS workspaces for its warm-up stream and its
   capture stream.
+- An open clip keeps the tower's output for follow-up questions: per video token its merged row
+  and one row per deepstack layer, ``out_hidden`` wide, in the activations' dtype. A clip of
+  2,048 frames at 64k video tokens holds 2 GiB of them on the 8B (out_hidden 4096, 3 deepstack
+  layers, bf16).
 
 The graph parts are a model of what the captures allocate, not a measurement; docs/benchmarks.md
 compares them with what the engine measured on the GPU. The caching allocator reserves whole
@@ -169,6 +173,12 @@ def decode_graph_bytes(decoder: DecoderShape, element: int, context_tokens: int)
     return decoder.vocab * 4 + PREFILL_TOKENS * layer_per_token + repeated_keys_values + mask + CAPTURE_WORKSPACES
 
 
+def clip_feature_bytes(encoder: EncoderShape, clip_tokens: int, element: int) -> int:
+    """The tower's output kept for an open clip of ``clip_tokens`` video tokens: a merged row and a
+    row per deepstack layer each."""
+    return clip_tokens * (1 + encoder.deepstack_layers) * encoder.out_hidden * element
+
+
 def estimate_memory(
     config: Mapping[str, Any],
     weight_format: WeightFormat,
@@ -176,13 +186,14 @@ def estimate_memory(
     context_tokens: int,
     encoder_budgets: Sequence[int],
     device_type: str = "cuda",
+    clip_tokens: int = 0,
 ) -> MemoryEstimate:
     """The device memory a model with this config.json (a dict with ``text_config`` and
     ``vision_config``) takes on a ``device_type`` device: its decoder layers' linear layers in
     ``weight_format``, everything else and a KV cache of ``context_tokens`` positions in
-    ``activations``, and encoder graphs for ``encoder_budgets`` (patch rows each; none when graphs
-    are off). On the CPU the decoder captures no graphs and nothing is added for a caching
-    allocator (it has none)."""
+    ``activations``, encoder graphs for ``encoder_budgets`` (patch rows each; none when graphs
+    are off), and the features an open clip of ``clip_tokens`` video tokens keeps. On the CPU the
+    decoder captures no graphs and nothing is added for a caching allocator (it has none)."""
     decoder = DecoderShape.from_config(config["text_config"], bool(config.get("tie_word_embeddings", False)))
     encoder = EncoderShape.from_config(config["vision_config"])
     element = activations.itemsize
@@ -191,6 +202,7 @@ def estimate_memory(
         kv_cache=StaticKVCache.bytes_needed(decoder.layers, decoder.kv_heads, decoder.head_dim, context_tokens, activations),
         encoder_graphs=encoder_graph_bytes(encoder, encoder_budgets, element),
         decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(decoder, element, context_tokens),
+        clip_features=clip_feature_bytes(encoder, clip_tokens, element),
     )
     if device_type == "cpu":
         return parts

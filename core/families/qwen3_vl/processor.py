@@ -19,6 +19,7 @@ transformers' ``Qwen3VLVideoProcessor`` and ``Qwen2VLImageProcessor``;
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -51,6 +52,10 @@ class VideoInputs:
     item: VisionItem
     pair_timestamps: tuple[float, ...]
     retention: Retention | None = None
+
+    def without_pixels(self) -> VideoInputs:
+        """The clip once encoded: what its prompt needs (grid, pair times, retention), no pixel rows."""
+        return dataclasses.replace(self, item=self.item.without_pixels())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -86,6 +86,9 @@ class ToyVideo:
     item: VisionItem
     slices: int
 
+    def without_pixels(self) -> ToyVideo:
+        return ToyVideo(self.item.without_pixels(), self.slices)
+
 
 @dataclass(frozen=True)
 class ToyPrompt:

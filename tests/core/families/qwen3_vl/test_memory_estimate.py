@@ -36,9 +36,9 @@ EIGHT_B = {
 
 
 def estimate_for(config: dict, setting: str, context_tokens: int, budgets, device_type: str = "cuda",
-             activations: torch.dtype = torch.bfloat16):
+             activations: torch.dtype = torch.bfloat16, clip_tokens: int = 0):
     """:func:`memory.estimate_memory` with the weight format the dtype ``setting`` chooses."""
-    return memory.estimate_memory(config, FORMATS[setting], activations, context_tokens, budgets, device_type)
+    return memory.estimate_memory(config, FORMATS[setting], activations, context_tokens, budgets, device_type, clip_tokens)
 
 
 def stored_bytes(model: torch.nn.Module) -> int:
@@ -121,6 +121,17 @@ def test_graph_parts_grow_with_their_settings(dtype: str) -> None:
     assert large.encoder_graphs > small.encoder_graphs > 0
     assert estimate_for(EIGHT_B, dtype, 8192, ()).encoder_graphs == 0
     assert large.total == large.weights + large.kv_cache + large.encoder_graphs + large.decode_graphs + large.allocator_rounding
+
+
+def test_an_open_clip_adds_its_features_to_the_estimate_not_to_what_loading_takes() -> None:
+    """2,048 frames at 64k video tokens on the 8B: a merged row and three deepstack rows of 4,096
+    bf16 values a token, 2 GiB."""
+    without = estimate_for(EIGHT_B, "fp8", 80_000, [256, 16384])
+    with_clip = estimate_for(EIGHT_B, "fp8", 80_000, [256, 16384], clip_tokens=65536)
+    assert with_clip.clip_features == 65536 * 4 * 4096 * 2 == 2 * 2**30
+    assert with_clip.at_load - with_clip.allocator_rounding == without.at_load - without.allocator_rounding
+    assert with_clip.total == with_clip.at_load + with_clip.clip_features
+    assert "the largest clip's features 2.0 GiB" in with_clip.describe()
 
 
 def test_encoder_graphs_share_the_largest_budgets_buffers() -> None:
