@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QWidget
 
 from framewise.core.clip_times import PlacedTime
-from framewise.core.events import ClipSampled, FramesRead
+from framewise.core.events import ClipSampled
 from framewise.ui.clip_tabs import ClipTabs
 from framewise.ui.elided_label import ElidedLabel
 from framewise.ui.frame_strip import FrameStrip
@@ -23,9 +23,11 @@ if TYPE_CHECKING:
 class ClipSection(Section):
     """:attr:`preview` (the opened clip's, the first of :attr:`tabs`), :attr:`strip` and :attr:`title`.
 
-    The strip and the title follow the tab shown; ``message(text)`` is a line for the status bar."""
+    The strip and the title follow the tab shown, and ``clip_shown(clip)`` says which clip that is
+    (``None``: none); ``message(text)`` is a line for the status bar."""
 
     message = Signal(str)
+    clip_shown = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         title = ElidedLabel("No clip")
@@ -48,8 +50,7 @@ class ClipSection(Section):
         """Show the clip the session shows and the items of its conversation; a span chosen on a
         timeline is looked at closer through it."""
         signals = session.signals
-        signals.clip_shown.connect(self._show_clip)
-        signals.frames_read.connect(self._add_frames)
+        signals.clip_changed.connect(self._show_clip)
         signals.conversation_reset.connect(lambda conversation, notice: self.tabs.set_items(session.added))
         signals.item_added.connect(lambda clip, done: self.tabs.set_items(session.added))
         self.tabs.look_closer_requested.connect(
@@ -87,13 +88,10 @@ class ClipSection(Section):
         if self.tabs.current_preview() is self.preview:
             self._show_tab_clip(clip)
 
-    def _add_frames(self, frames: FramesRead) -> None:
-        if self.tabs.current_preview() is self.preview:
-            self.strip.add_frames(frames)
-
     def _show_tab_clip(self, clip: ClipSampled | None) -> None:
         """Another preview tab is shown: the frame strip and the title follow it."""
         self.strip.set_clip(clip)
+        self.clip_shown.emit(clip)
         if clip is None:
             self.title.setText("No clip")
             self.title.setToolTip("")

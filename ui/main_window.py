@@ -177,9 +177,7 @@ class MainWindow(QMainWindow):
             part.follow(session)
         session.signals.state_changed.connect(self._update_actions)
         session.signals.engine_changed.connect(lambda info: self.left_splitter.arrange())  # its figures' rows changed
-        session.signals.clip_shown.connect(
-            lambda shown: self.setWindowTitle(f"{shown.clip_name} — Framewise" if shown else "Framewise")
-        )
+        clip.clip_shown.connect(lambda shown: self.setWindowTitle(f"{shown.clip_name} — Framewise" if shown else "Framewise"))
         _log_session(session)
         chat.ask_requested.connect(session.ask)
         chat.stop_requested.connect(session.stop)

@@ -80,7 +80,6 @@ class Session:
         self.stale_clip: str | None = None  # a kept conversation's clip that is no longer there
         self._requests: dict[int, Request] = {}  # by id, from sending (or starting) until finished
         self._running: Request | None = None
-        self._shown: ClipSampled | None = None
 
     # -- state ------------------------------------------------------------------------------
 
@@ -146,14 +145,6 @@ class Session:
     @property
     def can_start_new_conversation(self) -> bool:
         return not self.answering
-
-    @property
-    def shown_clip(self) -> ClipSampled | None:
-        """The clip being opened (once sampled), else the one new settings are re-sampling, else the open one."""
-        for request in self._requests.values():
-            if request.shown_clip is not None:
-                return request.shown_clip
-        return self.clip
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -266,7 +257,6 @@ class Session:
         )
         self._track(OpenClipRequest(self, request_id, path, resuming))
         self.signals.status_changed.emit(f"Opening {Path(path).name}…")
-        self.refresh_shown_clip()
         self.signals.state_changed.emit()
 
     def _add(self, kind: RequestKind, call: BackendCall, status: str) -> bool:
@@ -305,7 +295,6 @@ class Session:
         request = self._requests.pop(finished.request_id, None)
         if request is not None:
             request.finish(finished)
-        self.refresh_shown_clip()
         self.signals.state_changed.emit()
 
     def _on_failed(self, failed: Failed) -> None:
@@ -345,7 +334,6 @@ class Session:
             timestamps = self.clip.timestamps if self.clip else ()
             self.conversation = Conversation(reset.clip_name, reset.path, timestamps=timestamps)
             self.signals.conversation_reset.emit(self.conversation, _reset_notice(reset))
-        self.refresh_shown_clip()
         self.signals.state_changed.emit()
 
     def encoded(self, done: EncodeDone, item: ClipSampled | None) -> None:
@@ -358,13 +346,6 @@ class Session:
             f"{done.clip_name}: {done.frames} frames encoded in {done.encode_ms:.0f} ms "
             f"({done.ms_per_frame:.2f} ms per frame). Ask away."
         )
-
-    def refresh_shown_clip(self) -> None:
-        """Tell the widgets when the clip to show (:attr:`shown_clip`) changed."""
-        shown = self.shown_clip
-        if shown is not self._shown:
-            self._shown = shown
-            self.signals.clip_shown.emit(shown)
 
     # -- helpers ----------------------------------------------------------------------------
 

@@ -197,3 +197,56 @@ def test_the_clip_comes_first_and_the_encoder_figures_stay_whole_in_the_room_lef
         assert window.encoder_section.is_collapsed is (screen != (1920, 1080))
     finally:
         window.shutdown()
+
+
+class _ReadingEngine(FakeEngine):
+    """Reports two frames of a clip read before reading it (held there while ``read_gate`` is set)."""
+
+    def _read(self, path, reason, call, span=None):
+        import numpy as np
+
+        from framewise.core.video.thumbnails import frames_read
+
+        frame = np.full((24, 32, 3), 200, np.uint8)
+        self._emit(frames_read(path.name, 4, [(0, frame, 0.25), (1, frame, 100.0)]))
+        return super()._read(path, reason, call, span)
+
+
+def test_one_clip_on_screen_while_another_is_read_and_after_its_read_is_stopped(qtbot, make_window, sample_clip, tmp_path):
+    """Open a clip, then another, and stop its read: the strip, the preview, the titles and the
+    conversation are the open clip's throughout, and its frames can still be picked (item 2)."""
+    import shutil
+
+    from tests.ui import probes
+
+    other = tmp_path / "long_talk.mp4"
+    shutil.copy(sample_clip, other)
+    window = make_window(_ReadingEngine)
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    ask_and_wait(qtbot, window, "What moves?")
+    section, strip = window.clip_section, window.clip_section.strip
+    captions = probes.item_texts(strip)
+
+    def only_the_open_clip() -> None:
+        assert probes.item_texts(strip) == captions and "1:40.0" not in probes.item_texts(strip)
+        assert section.preview.clip.path == str(sample_clip) and section.title.text().startswith(sample_clip.name)
+        assert window.windowTitle().startswith(sample_clip.name)
+        assert [card.text() for card in window.chat.answer_cards()] == ["The red square moves to the right."]
+
+    FakeEngine.read_gate = threading.Event()
+    window.session.open_clip(str(other))
+    qtbot.waitUntil(lambda: window.session.operation == "open_clip", timeout=LOAD_TIMEOUT_MS)
+    qtbot.wait(100)  # the frames read so far reach the window
+    only_the_open_clip()
+    window.stop_action.trigger()
+    qtbot.waitUntil(lambda: window.session.operation is None and not window.session.opening_clip, timeout=2000)
+    only_the_open_clip()
+    strip.setCurrentRow(2)
+    assert section.preview.position == window.session.clip.timestamps[2], "a frame picked seeks the preview"
+
+    FakeEngine.read_gate = None
+    window.session.open_clip(str(other))
+    qtbot.waitUntil(lambda: window.session.clip.path == str(other) and window.session.operation is None, timeout=LOAD_TIMEOUT_MS)
+    assert section.title.text().startswith(other.name) and window.windowTitle().startswith(other.name)
+    assert section.preview.clip.path == str(other) and window.chat.answer_cards() == []
