@@ -35,8 +35,9 @@ from framewise.core.clip_times import ConversationItem, PlacedTime, place_times
 from framewise.core.conversation import INTERRUPTED_TEXT, Conversation, Turn, format_answer_stats
 from framewise.core.events import EncodeDone, EngineInfo
 from framewise.core.timecodes import TimeMention, find_times
+from framewise.core.wording import plural
 from framewise.ui.elided_label import ElidedLabel
-from framewise.ui.frames import format_timestamp
+from framewise.ui.frames import format_timestamp, timestamp_decimals
 from framewise.ui.icons import glyph_icon
 from framewise.ui.metrics import live_speed_text
 from framewise.ui.wording import model_text
@@ -463,8 +464,9 @@ class ChatPanel(QWidget):
 def added_notice(done: EncodeDone) -> str:
     """What the conversation says when an item joins it: which clip, picture or span later answers see."""
     if done.span is not None:
-        start, end = (format_timestamp(t) for t in done.span)
-        return f"Looking closer at {start}–{end} ({done.frames} frames); the answers from here on see this span too."
+        decimals = timestamp_decimals(done.span)
+        start, end = (format_timestamp(t, decimals) for t in done.span)
+        return f"Looking closer at {start}–{end} ({plural(done.frames, 'frame')}); the answers from here on see this span too."
     what = "picture" if done.kind == "image" else "clip"
     return f"Added the {what} {done.clip_name}; the answers from here on see it too."
 

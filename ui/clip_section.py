@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QWidget
 
 from framewise.core.clip_times import PlacedTime
 from framewise.core.events import ClipSampled
+from framewise.core.wording import plural
 from framewise.ui.clip_tabs import ClipTabs
 from framewise.ui.elided_label import ElidedLabel
 from framewise.ui.frame_strip import FrameStrip
@@ -24,9 +25,11 @@ class ClipSection(Section):
     """:attr:`preview` (the opened clip's, the first of :attr:`tabs`), :attr:`strip` and :attr:`title`.
 
     The strip and the title follow the tab shown, and ``clip_shown(clip)`` says which clip that is
-    (``None``: none); ``message(text)`` is a line for the status bar."""
+    (``None``: none); ``message(text)`` is a line for the status bar, ``note(text)`` one about the
+    moment shown, until the next seek ("" ends it)."""
 
     message = Signal(str)
+    note = Signal(str)
     clip_shown = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -40,6 +43,8 @@ class ClipSection(Section):
         tabs.frame_changed.connect(strip.select_frame)
         tabs.shown_changed.connect(self._show_tab_clip)
         strip.frame_selected.connect(lambda index: tabs.current_preview().seek(index))
+        for moved in (strip.frame_selected, tabs.seeked, tabs.shown_changed):
+            moved.connect(lambda *_: self.note.emit(""))
 
     def height_for_width(self, width: int) -> int:
         """The height that shows a 16:9 frame ``width`` pixels across, with the header, the preview's
@@ -68,7 +73,9 @@ class ClipSection(Section):
         self.strip.select_frame(nearest)
         clip = preview.clip
         if clip is not None and start_s > clip.duration_s:
-            self.message.emit(f"{format_timestamp(start_s)} is past the clip's end ({format_timestamp(clip.duration_s)})")
+            self.note.emit(f"{format_timestamp(start_s)} is past the clip's end ({format_timestamp(clip.duration_s)})")
+        else:
+            self.note.emit("")
 
     def show_question_times(self, times: list[PlacedTime]) -> None:
         """Outline the times of the question being typed on the timelines: each on its item's tab, an
@@ -100,6 +107,6 @@ class ClipSection(Section):
             details = "picture"
         else:
             fast = " · fast mode" if clip.sampling_mode == "fast" else ""
-            details = f"{format_timestamp(clip.duration_s)} · {len(clip.timestamps)} frames{fast}"
+            details = f"{format_timestamp(clip.duration_s)} · {plural(len(clip.timestamps), 'frame')}{fast}"
         self.title.setText(f"{clip.clip_name} · {clip.width}×{clip.height} · {details}")
         self.title.setToolTip(clip.path)

@@ -19,7 +19,7 @@ from PySide6.QtGui import QIcon, QPixmap
 from PySide6.QtWidgets import QAbstractItemView, QListView, QSizePolicy, QStyle, QWidget
 
 from framewise.core.events import ClipSampled
-from framewise.ui.frames import format_timestamp, image_from_array
+from framewise.ui.frames import format_timestamp, image_from_array, timestamp_decimals
 
 PICTURES_KEPT = 512  # pictures made for rows shown lately; more screenfuls than a strip holds
 Index = QModelIndex | QPersistentModelIndex
@@ -33,6 +33,7 @@ class FrameListModel(QAbstractListModel):
         self._icon_size = icon_size
         self._thumbnails: list[np.ndarray] = []
         self._times: list[float] = []
+        self._decimals = 1  # of the captions: as many as tell neighbouring frames apart
         self._pictures: OrderedDict[int, QIcon] = OrderedDict()
 
     def show_clip(self, thumbnails: Sequence[np.ndarray], times: Sequence[float]) -> None:
@@ -40,6 +41,7 @@ class FrameListModel(QAbstractListModel):
         shown = min(len(thumbnails), len(times))
         self.beginResetModel()
         self._thumbnails, self._times = list(thumbnails[:shown]), list(times[:shown])
+        self._decimals = timestamp_decimals(self._times)
         self._pictures.clear()
         self.endResetModel()
 
@@ -55,7 +57,7 @@ class FrameListModel(QAbstractListModel):
             return None
         time_s = self._times[row]
         if role == Qt.ItemDataRole.DisplayRole:
-            return format_timestamp(time_s)
+            return format_timestamp(time_s, self._decimals)
         if role == Qt.ItemDataRole.DecorationRole:
             return self._picture(row)
         if role == Qt.ItemDataRole.ToolTipRole:

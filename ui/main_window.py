@@ -185,6 +185,8 @@ class MainWindow(QMainWindow):
         chat.item_time_clicked.connect(clip.show_item_moment)
         chat.question_times_changed.connect(clip.show_question_times)
         clip.message.connect(self.status_bar.say)
+        clip.note.connect(self.status_bar.note)
+        session.signals.clip_opened.connect(lambda path: chat.question_edit.setFocus())  # the next thing to do is ask
         self.clip_files.message.connect(self.status_bar.say)
 
     def _update_actions(self) -> None:

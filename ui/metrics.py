@@ -302,7 +302,7 @@ class EncoderPanel(QWidget):
         self._show_live("speed", _tokens_per_second(speed.tokens_so_far, speed.tokens_per_second_so_far))
 
     def set_answer_stats(self, stats: AnswerStats) -> None:
-        self.first_token_value.setText(f"{stats.time_to_first_token_ms:.0f} ms")
+        self.first_token_value.setText(f"{stats.time_to_first_token_ms:.0f} ms" if stats.new_tokens else "– (none written)")
         self.speed_value.setText(stats.speed_text())
         self._show_live("first token", f"first token {stats.time_to_first_token_ms:.0f} ms" if stats.new_tokens else "")
         rated = stats.new_tokens >= RATE_MIN_TOKENS and stats.tokens_per_second > 0

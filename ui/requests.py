@@ -243,10 +243,11 @@ class AskRequest(Request):
 
     def on_token(self, token: Token) -> None:
         turn = self.open_turn
-        if turn is not None:
+        text = token.text if turn is None or turn.answer else token.text.lstrip()  # the answer, as Done gives it
+        if turn is not None and text:
             turn.status = "streaming"
-            turn.answer += token.text
-            self.session.signals.token_received.emit(turn, token.text)
+            turn.answer += text
+            self.session.signals.token_received.emit(turn, text)
 
     def on_speed(self, speed: AnswerSpeed) -> None:
         if self.open_turn is not None:

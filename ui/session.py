@@ -33,6 +33,7 @@ from framewise.core.events import (
     RequestStarted,
 )
 from framewise.core.settings import AppSettings
+from framewise.core.wording import plural
 from framewise.ui.requests import (
     AddRequest,
     ApplySettingsRequest,
@@ -343,7 +344,7 @@ class Session:
             self.signals.item_added.emit(item, done)
         self.signals.clip_encoded.emit(done)
         self.signals.status_changed.emit(
-            f"{done.clip_name}: {done.frames} frames encoded in {done.encode_ms:.0f} ms "
+            f"{done.clip_name}: {plural(done.frames, 'frame')} encoded in {done.encode_ms:.0f} ms "
             f"({done.ms_per_frame:.2f} ms per frame). Ask away."
         )
 

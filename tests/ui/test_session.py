@@ -549,3 +549,16 @@ def test_the_window_record_is_the_engines_through_clips_questions_and_settings(s
     assert port.engine.turns == kept() and len(kept()) == 1
     then(session.new_conversation)
     assert port.engine.turns == kept() == [] and session.clip.path == str(sample_clip)
+
+
+def test_an_answer_streams_without_the_space_its_first_token_starts_with(session: Session) -> None:
+    """A picture's answer began " not move" while it streamed (issue 44, item 8)."""
+    open_clip(session, "a.mp4")
+    received: list[str] = []
+    session.signals.token_received.connect(lambda turn, text: received.append(text))
+    assert session.ask("What color?")
+    request_id = len(session.port.sent)  # type: ignore[attr-defined]
+    session.handle(RequestStarted("ask", request_id=request_id))
+    for piece in (" ", " not", " move"):
+        session.handle(Token(piece, request_id=request_id))
+    assert session.conversation.turns[-1].answer == "not move" and received == ["not", " move"]

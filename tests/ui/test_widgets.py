@@ -107,7 +107,21 @@ def test_the_decoder_line_shows_graph_steps_prefill_and_the_reused_prefix(qtbot)
 
 
 def test_format_timestamp():
-    assert [format_timestamp(t) for t in (0.0, 0.55, 75.25, 3723.0)] == ["0:00.0", "0:00.6", "1:15.2", "1:02:03.0"]
+    assert [format_timestamp(t) for t in (0.0, 0.55, 75.25, 3723.0)] == ["0:00.0", "0:00.6", "1:15.3", "1:02:03.0"]
+    assert [format_timestamp(t) for t in (0.25, 0.75, 1.25, 1.75, 1.15)] == ["0:00.3", "0:00.8", "0:01.3", "0:01.8", "0:01.2"]
+    assert format_timestamp(59.96) == "1:00.0" and format_timestamp(3599.96) == "1:00:00.0"
+    assert format_timestamp(0.755, 2) == "0:00.76"
+
+
+def test_strip_captions_of_frames_closer_than_a_tenth_read_apart(qtbot):
+    """A closer look at 0.75–0.85 s: its frames read "0:00.75, 0:00.80…", not "0:00.8, 0:00.8" (issue 44, item 8)."""
+    strip = FrameStrip()
+    qtbot.addWidget(strip)
+    frames = tuple(np.zeros((8, 8, 3), np.uint8) for _ in range(3))
+    strip.set_clip(ClipSampled("c.mp4 0.8–0.8 s", "/tmp/c.mp4", (0.75, 0.8, 0.85), frames, 64, 64, 4.0))
+    assert probes.item_texts(strip) == ["0:00.75", "0:00.80", "0:00.85"]
+    strip.set_clip(ClipSampled("c.mp4", "/tmp/c.mp4", (0.25, 0.75, 1.25), frames, 64, 64, 4.0))
+    assert probes.item_texts(strip) == ["0:00.3", "0:00.8", "0:01.3"], "halves round up: even steps"
 
 
 def test_frame_strip_shows_one_captioned_thumbnail_per_frame(qtbot):

@@ -4,6 +4,7 @@ the layout at 1024×640, 1280×800 and 1920×1080, times in one's own question, 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
@@ -250,3 +251,76 @@ def test_one_clip_on_screen_while_another_is_read_and_after_its_read_is_stopped(
     qtbot.waitUntil(lambda: window.session.clip.path == str(other) and window.session.operation is None, timeout=LOAD_TIMEOUT_MS)
     assert section.title.text().startswith(other.name) and window.windowTitle().startswith(other.name)
     assert section.preview.clip.path == str(other) and window.chat.answer_cards() == []
+
+
+def test_at_1024_the_status_line_shows_a_reading_progress_to_its_time_left(qtbot, make_window):
+    """The reading progress of a clip with a longish name, with the progress bar and the engine's line
+    beside it, is not cut before "about 12 s left" (item 8)."""
+    from framewise.core.video.bounded import ReadProgress
+    from framewise.core.video.read_report import decode_progress
+    from tests.ui import probes
+
+    window = make_window()
+    wait_ready(qtbot, window)
+    window.setWindowState(Qt.WindowState.WindowNoState)
+    window.resize(1024, 640)
+    qtbot.waitUntil(lambda: window.width() == 1024, timeout=3000)
+    progress = decode_progress("lecture_recording.mp4", ReadProgress("decode", 894.0, 1800.0), (298, 768), 12.0)
+    window.status_bar.show_progress(progress.current, progress.total)
+    window.status_bar.say(progress.message)
+    qtbot.wait(50)
+    assert progress.message.endswith("s left") and not probes.is_elided(window.status_bar.message)
+
+
+def test_small_things_said_right(qtbot, make_window, sample_clip):
+    """One frame is "1 frame"; focus goes to the question box when a clip opens; the window's title
+    names the clip of the tab shown; a note that a time is past the clip's end goes at the next seek (item 8)."""
+    from PySide6.QtWidgets import QApplication
+
+    window = make_window()
+    wait_ready(qtbot, window)
+    window.activateWindow()
+    window.clip_section.strip.setFocus()
+    open_and_wait(qtbot, window, sample_clip)
+    assert QApplication.focusWidget() is window.chat.question_edit
+    ask_and_wait(qtbot, window, "What moves?")
+
+    window.clip_section.show_moment(600.0, None)
+    assert "10:00.0 is past the clip's end" in window.status_bar.message.text()
+    window.clip_section.strip.setCurrentRow(1)
+    assert window.status_bar.message.text() == "Answered.", "the note went at the next seek; the line is back"
+
+    assert window.session.add_clip(str(sample_clip))  # the same file again, as a second item
+    qtbot.waitUntil(lambda: len(window.session.added) == 1 and window.session.operation is None, timeout=LOAD_TIMEOUT_MS)
+    window.clip_section.tabs.setCurrentIndex(1)
+    assert window.windowTitle().startswith(window.session.added[0][1].clip_name)
+    window.session.encoded(dataclasses.replace(window.session.added[0][1], frames=1), None)
+    assert " 1 frame encoded in " in window.status_bar.message.text()
+
+
+def test_tabs_not_shown_keep_the_underscores_of_their_names(qtbot):
+    """Fusion draws the tabs not shown a little lower: their names lost their underscores (item 8)."""
+    from PySide6.QtWidgets import QWidget
+
+    from framewise.ui.clip_tabs import ClipTabs
+    from framewise.ui.frames import ClipPreview
+
+    tabs = ClipTabs(ClipPreview())
+    qtbot.addWidget(tabs)
+    tabs.set_main_title("cat_dance.mov")  # no letter below the line: only the underscore is
+    tabs.addTab(QWidget(), "cat_dance.mov")
+    tabs.resize(500, 200)
+    tabs.show()
+    qtbot.waitExposed(tabs)
+    bar = tabs.tabBar()
+    image = bar.grab().toImage()
+
+    def ink_rows(index: int) -> int:
+        rect = bar.tabRect(index).adjusted(10, 0, -10, 0)
+        rows = [
+            y for y in range(rect.top(), rect.bottom() + 1)
+            if any(image.pixelColor(x, y).lightness() < 60 for x in range(rect.left(), rect.right()))
+        ]
+        return rows[-1] - rows[0]
+
+    assert bar.currentIndex() == 0 and ink_rows(1) == ink_rows(0)
