@@ -5,17 +5,37 @@ the layout at 1024×640, 1280×800 and 1920×1080, times in one's own question, 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import threading
 
+import numpy as np
 import pytest
+from PySide6.QtCore import QRect, Qt
+from PySide6.QtWidgets import QApplication, QWidget
 
-from PySide6.QtCore import Qt
-
+from framewise.core.conversation_store import ConversationStore, default_store_path
 from framewise.core.errors import QuestionTooLongError
-from framewise.core.settings import FEWER_ITEMS_ADVICE, context_needed
+from framewise.core.settings import FEWER_ITEMS_ADVICE, AppSettings, context_needed
+from framewise.core.video.bounded import ReadProgress
+from framewise.core.video.read_report import decode_progress
+from framewise.core.video.thumbnails import frames_read
+from framewise.ui.clip_tabs import ClipTabs
+from framewise.ui.frames import ClipPreview
+from framewise.ui.main_window import MainWindow
+from framewise.ui.settings_dialog import SettingsDialog
+from framewise.ui.worker import EngineHost
+from tests.ui import probes
 from tests.ui.fake_engine import DEMO_LIMITS, FakeEngine
 from tests.ui.test_end_to_end import FAST, real_engine
 from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, open_and_wait, wait_ready
+from tests.ui.test_window_details import _Screen
+
+
+def add_and_wait(qtbot, window: MainWindow, path) -> None:
+    """Add ``path`` to the conversation and wait until it is in it."""
+    count = len(window.session.added)
+    assert window.session.add_clip(str(path))
+    qtbot.waitUntil(lambda: len(window.session.added) == count + 1 and window.session.operation is None, timeout=LOAD_TIMEOUT_MS)
 
 
 def test_stop_ends_a_clip_being_read_and_the_window_says_it_does(qtbot, make_window, sample_clip):
@@ -57,8 +77,7 @@ def test_a_failed_answer_does_not_say_it_saw_the_items(qtbot, make_window, sampl
     window = make_window()
     wait_ready(qtbot, window)
     open_and_wait(qtbot, window, sample_clip)
-    assert window.session.add_clip(str(sample_clip))
-    qtbot.waitUntil(lambda: len(window.session.added) == 1 and window.session.operation is None, timeout=LOAD_TIMEOUT_MS)
+    add_and_wait(qtbot, window, sample_clip)
     ask_and_wait(qtbot, window, "What color is the square?")
     card = window.chat.answer_cards()[-1]
     assert card.text().endswith(FEWER_ITEMS_ADVICE) and "Saw" not in card.footer.text()
@@ -66,10 +85,6 @@ def test_a_failed_answer_does_not_say_it_saw_the_items(qtbot, make_window, sampl
 
 def test_settings_generation_sets_the_context_the_advice_names(qtbot):
     """"Raise the context (Generation ▸ Max context)": the field is there, 0 reads Automatic (item 3)."""
-    from framewise.core.settings import AppSettings
-    from framewise.ui.settings_dialog import SettingsDialog
-    from tests.ui import probes
-
     dialog = SettingsDialog(AppSettings().replace("decoding", max_context_tokens=8192), probes.run_now)
     qtbot.addWidget(dialog)
     field = probes.field(dialog, "decoding.max_context_tokens")
@@ -82,8 +97,6 @@ def test_settings_generation_sets_the_context_the_advice_names(qtbot):
 def test_a_conversation_deleted_in_another_window_keeps_its_follow_up_and_says_so(qtbot, make_window, sample_clip):
     """Another window (another store on the same file) deletes the conversation on screen: the follow-up is
     kept, with the questions before it, as a new entry, and the conversation says what happened (item 4)."""
-    from framewise.core.conversation_store import ConversationStore, default_store_path
-
     window = make_window()
     wait_ready(qtbot, window)
     open_and_wait(qtbot, window, sample_clip)
@@ -104,8 +117,6 @@ def test_a_conversation_deleted_in_another_window_keeps_its_follow_up_and_says_s
 def test_a_settings_file_that_is_not_valid_is_said_by_field_and_kept_beside(qtbot, make_window, store, tmp_path):
     """Saved settings rejected as they are read: a banner names the field and where the file is kept, and
     stays after the model loads, until settings are applied (item 5)."""
-    from framewise.core.settings import AppSettings
-
     store.save_settings(AppSettings().replace("sampling", max_frames=3))
     saved = (tmp_path / "framewise.ini").read_text(encoding="utf-8")
     window = make_window()
@@ -130,13 +141,10 @@ def test_rejected_settings_not_in_a_file_are_kept_in_the_data_folder(store, monk
 
 def test_a_time_in_ones_own_question_goes_to_the_clip_it_names(qtbot, make_window, sample_clip):
     """"In the second clip at 0:02": the question's link shows the second tab, as an answer's would (item 7)."""
-    from tests.ui import probes
-
     window = make_window()
     wait_ready(qtbot, window)
     open_and_wait(qtbot, window, sample_clip)
-    assert window.session.add_clip(str(sample_clip))
-    qtbot.waitUntil(lambda: len(window.session.added) == 1 and window.session.operation is None, timeout=LOAD_TIMEOUT_MS)
+    add_and_wait(qtbot, window, sample_clip)
     ask_and_wait(qtbot, window, "In the second clip at 0:02, where is the square? And at 0:01 in the first clip?")
     (question,) = [card for card in window.chat.cards() if card.role == "question"]
     assert probes.time_items(question) == [1, 0]
@@ -149,13 +157,10 @@ def test_a_time_in_ones_own_question_goes_to_the_clip_it_names(qtbot, make_windo
 
 
 def test_a_time_typed_for_the_second_clip_is_outlined_on_its_timeline(qtbot, make_window, sample_clip):
-    from tests.ui import probes
-
     window = make_window()
     wait_ready(qtbot, window)
     open_and_wait(qtbot, window, sample_clip)
-    assert window.session.add_clip(str(sample_clip))
-    qtbot.waitUntil(lambda: len(window.session.added) == 1 and window.session.operation is None, timeout=LOAD_TIMEOUT_MS)
+    add_and_wait(qtbot, window, sample_clip)
     window.chat.question_edit.setPlainText("What happens in the second clip at 0:02?")
     first, second = window.clip_section.tabs.main, window.clip_section.tabs.added_previews[0]
     assert probes.marks_question_time(second.timeline, 2.0) and not probes.marks_question_time(first.timeline, 2.0)
@@ -168,14 +173,6 @@ def test_the_clip_comes_first_and_the_encoder_figures_stay_whole_in_the_room_lef
     """At each size, maximized under a title bar: the preview shows a 16:9 frame the column's width
     across; the Encoder panel takes what is left where its figures fit whole (no scrollbar), and folds
     to its header line, which gives the live figures, where they would not (item 6)."""
-    from PySide6.QtCore import QRect
-    from PySide6.QtWidgets import QApplication
-
-    from framewise.core.settings import AppSettings
-    from framewise.ui.main_window import MainWindow
-    from framewise.ui.worker import EngineHost
-    from tests.ui.test_window_details import _Screen
-
     monkeypatch.setattr(MainWindow, "screen", lambda self: _Screen(QRect(0, 0, *screen)))
     window = MainWindow(EngineHost(FakeEngine, AppSettings()), store, services, AppSettings())
     qtbot.addWidget(window)
@@ -206,8 +203,6 @@ class _ReadingEngine(FakeEngine):
     def _read(self, path, reason, call, span=None):
         import numpy as np
 
-        from framewise.core.video.thumbnails import frames_read
-
         frame = np.full((24, 32, 3), 200, np.uint8)
         self._emit(frames_read(path.name, 4, [(0, frame, 0.25), (1, frame, 100.0)]))
         return super()._read(path, reason, call, span)
@@ -216,10 +211,6 @@ class _ReadingEngine(FakeEngine):
 def test_one_clip_on_screen_while_another_is_read_and_after_its_read_is_stopped(qtbot, make_window, sample_clip, tmp_path):
     """Open a clip, then another, and stop its read: the strip, the preview, the titles and the
     conversation are the open clip's throughout, and its frames can still be picked (item 2)."""
-    import shutil
-
-    from tests.ui import probes
-
     other = tmp_path / "long_talk.mp4"
     shutil.copy(sample_clip, other)
     window = make_window(_ReadingEngine)
@@ -256,10 +247,6 @@ def test_one_clip_on_screen_while_another_is_read_and_after_its_read_is_stopped(
 def test_at_1024_the_status_line_shows_a_reading_progress_to_its_time_left(qtbot, make_window):
     """The reading progress of a clip with a longish name, with the progress bar and the engine's line
     beside it, is not cut before "about 12 s left" (item 8)."""
-    from framewise.core.video.bounded import ReadProgress
-    from framewise.core.video.read_report import decode_progress
-    from tests.ui import probes
-
     window = make_window()
     wait_ready(qtbot, window)
     window.setWindowState(Qt.WindowState.WindowNoState)
@@ -275,8 +262,6 @@ def test_at_1024_the_status_line_shows_a_reading_progress_to_its_time_left(qtbot
 def test_small_things_said_right(qtbot, make_window, sample_clip):
     """One frame is "1 frame"; focus goes to the question box when a clip opens; the window's title
     names the clip of the tab shown; a note that a time is past the clip's end goes at the next seek (item 8)."""
-    from PySide6.QtWidgets import QApplication
-
     window = make_window()
     wait_ready(qtbot, window)
     window.activateWindow()
@@ -290,8 +275,7 @@ def test_small_things_said_right(qtbot, make_window, sample_clip):
     window.clip_section.strip.setCurrentRow(1)
     assert window.status_bar.message.text() == "Answered.", "the note went at the next seek; the line is back"
 
-    assert window.session.add_clip(str(sample_clip))  # the same file again, as a second item
-    qtbot.waitUntil(lambda: len(window.session.added) == 1 and window.session.operation is None, timeout=LOAD_TIMEOUT_MS)
+    add_and_wait(qtbot, window, sample_clip)  # the same file again, as a second item
     window.clip_section.tabs.setCurrentIndex(1)
     assert window.windowTitle().startswith(window.session.added[0][1].clip_name)
     window.session.encoded(dataclasses.replace(window.session.added[0][1], frames=1), None)
@@ -300,11 +284,6 @@ def test_small_things_said_right(qtbot, make_window, sample_clip):
 
 def test_tabs_not_shown_keep_the_underscores_of_their_names(qtbot):
     """Fusion draws the tabs not shown a little lower: their names lost their underscores (item 8)."""
-    from PySide6.QtWidgets import QWidget
-
-    from framewise.ui.clip_tabs import ClipTabs
-    from framewise.ui.frames import ClipPreview
-
     tabs = ClipTabs(ClipPreview())
     qtbot.addWidget(tabs)
     tabs.set_main_title("cat_dance.mov")  # no letter below the line: only the underscore is
