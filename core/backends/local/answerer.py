@@ -121,7 +121,9 @@ class Answerer:
         prompt_tokens = int(self._build_prompt(shortest, items).input_ids.shape[1])
         if prompt_tokens + generation.max_new_tokens <= context:
             return
-        need = self._context_need(shortest, items, prompt_tokens, generation)
+        need = dataclasses.replace(
+            self._context_need(shortest, items, prompt_tokens, generation), items_words=f"the {len(clips)} items with it"
+        )
         raise ContextFullError(
             f"With {clips[-1].summary.clip_name} the items leave no room for a question: even the shortest needs "
             f"{need.describe()}, more than the context's {context:,}. The conversation goes on with the "
