@@ -34,7 +34,16 @@ from framewise.core.errors import EmptyQuestionError, OutputWriteError, Settings
 from framewise.core.events import AnswerStats, Done, EncodeDone, EngineInfo, Event, Progress, ServerInfo, Token
 from framewise.core.memory_plan import size_text
 from framewise.core.seam import FamilyLimits
-from framewise.core.settings import ATTENTION_BACKENDS, DEVICES, DTYPES, FAST_MODES, FIELD_WORDS, AppSettings
+from framewise.core.settings import (
+    ATTENTION_BACKENDS,
+    AUTO_PRUNING_ABOVE_TOKENS,
+    AUTO_PRUNING_RATE,
+    DEVICES,
+    DTYPES,
+    FAST_MODES,
+    FIELD_WORDS,
+    AppSettings,
+)
 from framewise.core.timecodes import find_times
 
 if TYPE_CHECKING:
@@ -53,6 +62,7 @@ FLAGS = {
     "sampling.max_frames": "--max-frames",
     "sampling.max_pixels": "--max-pixels",
     "sampling.fast_mode": "--fast-mode",
+    "sampling.pruning": "--pruning",
     "generation.max_new_tokens": "--max-new-tokens",
     "generation.temperature": "--temperature",
     "decoding.use_graphs": "--no-decode-graphs",
@@ -216,6 +226,13 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
         help="take the frame quickest to decode within half an interval of each sampled time, "
         "a keyframe where one is that near (auto: for clips over 10 minutes)",
     )
+    parser.add_argument(
+        "--pruning",
+        metavar="off|auto|RATE",
+        default=defaults.sampling.pruning,
+        help="after the vision encoder, drop this share of a clip's video tokens where nothing moves (a RATE "
+        f"at least 0 and below 1; auto: {AUTO_PRUNING_RATE} for clips over {AUTO_PRUNING_ABOVE_TOKENS:,} video tokens)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=defaults.generation.max_new_tokens)
     parser.add_argument("--temperature", type=float, default=defaults.generation.temperature)
     parser.add_argument("--no-decode-graphs", action="store_true", help="run the answer's decode steps eagerly")
@@ -251,7 +268,7 @@ def _settings_from_args(args: argparse.Namespace) -> AppSettings:
         defaults.replace("model", source=args.model, device=args.device, dtype=args.dtype)
         .replace("encoder", attention_backend=args.attention, use_graphs=not args.no_graphs, fuse_kernels=not args.no_fuse)
         .replace("sampling", fps=args.fps, min_frames=min_frames, max_frames=args.max_frames, max_pixels=args.max_pixels,
-                 fast_mode=args.fast_mode)
+                 fast_mode=args.fast_mode, pruning=args.pruning)
         .replace("generation", max_new_tokens=args.max_new_tokens, temperature=args.temperature)
         .replace("decoding", use_graphs=not args.no_decode_graphs, max_context_tokens=args.max_context)
         .replace(
@@ -434,6 +451,8 @@ def format_server_info(info: EngineInfo, server: ServerInfo) -> str:
         "server command with encoder CUDA graphs sized like Framewise's encoder settings:",
         f"  {server.serve_command}",
     ]
+    if server.pruning_note:
+        lines.append(f"pruning:            {server.pruning_note}")
     if server.plain_http_warning:
         lines.append(f"warning:            {server.plain_http_warning}")
     return "\n".join(lines)
@@ -450,7 +469,7 @@ def format_stats(stats: AnswerStats, encoded: EncodeDone, info: EngineInfo) -> s
             + f"\nserver: {stats.server.summary()}"
         )
     return (
-        f"--\nframes {encoded.frames}, patches {encoded.patches}, "
+        f"--\nframes {encoded.frames}, patches {encoded.patches}, {encoded.tokens_text()}, "
         f"decode {encoded.decode_ms:.0f} ms, preprocess {encoded.preprocess_ms:.0f} ms, "
         f"encode {encoded.encode_ms:.1f} ms ({encoded.ms_per_frame:.2f} ms/frame, {_graph_words(encoded, info)})\n"
         f"first token {stats.time_to_first_token_ms:.0f} ms, {stats.speed_text()}"
@@ -511,6 +530,8 @@ def _clip_json(encoded: EncodeDone, file: ClipInfo | None = None) -> dict[str, A
         "ms_per_frame": encoded.ms_per_frame,
         "graph_hit": encoded.graph_hit,
         "passes": len(encoded.chunks),
+        "video_tokens_before": encoded.video_tokens_before,
+        "video_tokens_after": encoded.video_tokens_after,
         "sampling_mode": encoded.sampling_mode,
         "span": list(encoded.span) if encoded.span else None,
         "damage": encoded.damage,

@@ -193,6 +193,12 @@ class EncodeDone:
     (start, end) seconds a closer look sampled (``None``: the whole clip); ``duration_s`` the length
     of the clip read (0 for a picture, and where it is not known); ``damage`` what of the file could
     not be read, for a person (``None``: all of it).
+
+    ``video_tokens_before`` and ``video_tokens_after`` count the item's vision tokens in the
+    language model's prompt before and after pruning (a picture's, which are never pruned, too;
+    equal when nothing was pruned; for an item encoded elsewhere, those sent). ``kept_per_frame``
+    gives, for each sampled frame, the share of its slice's tokens that pruning kept, in [0, 1];
+    empty when no pruning ran.
     """
 
     clip_name: str
@@ -210,7 +216,23 @@ class EncodeDone:
     span: tuple[float, float] | None = None
     duration_s: float = 0.0
     damage: str | None = None
+    video_tokens_before: int = 0
+    video_tokens_after: int = 0
+    kept_per_frame: tuple[float, ...] = ()
     request_id: int = _request_id()
+
+    @property
+    def pruned(self) -> bool:
+        """Whether pruning dropped any of the item's tokens."""
+        return self.video_tokens_after < self.video_tokens_before
+
+    def tokens_text(self) -> str:
+        """The item's vision tokens for a person: ``"3,072 video tokens"``, or when pruned
+        ``"12,288 → 3,072 video tokens"`` (``"tokens"`` for a picture)."""
+        noun = "tokens" if self.kind == "image" else "video tokens"
+        if self.pruned:
+            return f"{self.video_tokens_before:,} → {self.video_tokens_after:,} {noun}"
+        return f"{self.video_tokens_after:,} {noun}"
 
 
 @dataclass(frozen=True)
@@ -396,7 +418,8 @@ class ServerInfo:
     serves, its version (``None`` when it does not say) and the command line that starts such a
     server with its encoder CUDA graphs sized like Framewise's encoder settings. ``model_source``
     is where the server loaded the model from (vLLM's ``root``: a folder or a hub id), ``None``
-    when it does not say."""
+    when it does not say. ``pruning_note`` says, when pruning is set, that the server prunes at its
+    own rate (``None``: pruning is off)."""
 
     url: str
     model: str
@@ -406,6 +429,7 @@ class ServerInfo:
     serve_command: str
     plain_http_warning: str | None = None
     model_source: str | None = None
+    pruning_note: str | None = None
 
 
 @dataclass(frozen=True)

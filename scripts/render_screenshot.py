@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = (
         AppSettings()
         .replace("model", device="cpu")
-        .replace("sampling", max_frames=args.max_frames)
+        .replace("sampling", max_frames=args.max_frames, pruning=args.pruning)
         .replace("generation", max_new_tokens=args.max_new_tokens)
     )
     window = MainWindow(EngineHost(create_engine, settings), SettingsStore(scratch / "framewise.ini"), app_services(), settings)
@@ -154,6 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--scheme", choices=("system", "light", "dark"), default="system", help="colour scheme to render in")
     parser.add_argument("--size", type=_size, help="window size as WIDTHxHEIGHT (default: the window's default size)")
     parser.add_argument("--max-frames", type=int, default=16)
+    parser.add_argument("--pruning", default="off", help="sampling.pruning: off, auto, or a rate")
     parser.add_argument("--max-new-tokens", type=int, default=40)
     return parser
 

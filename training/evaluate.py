@@ -1,14 +1,16 @@
 """Accuracy of a model on held-out synthetic shape clips, through the application's own path.
 
     python -m training.evaluate [--model PATH] [--n 200] [--device cpu|cuda] [--dtype fp8] [--graphs]
-        [--json PATH] [--same-answers-as EARLIER.json]
+        [--pruning off|auto|RATE] [--json PATH] [--same-answers-as EARLIER.json]
 
 Clips come from :data:`training.synthetic.HELD_OUT_SEEDS` (never used in training). Each clip is
 sampled as ``core.video`` samples a file and resized to its Qwen3-VL size, then handed to the
 application's :class:`~framewise.core.backends.local.engine.Engine` (``open_frames``), which encodes it once (CUDA graphs
 with ``--graphs`` on a GPU, else eager); every question the clip allows is asked on its own,
 greedily, in its canonical wording, and then once more in one of its paraphrases
-(``training.synthetic.WORDINGS``, chosen by the seed and the question's place).
+(``training.synthetic.WORDINGS``, chosen by the seed and the question's place). With
+``--pruning`` the engine prunes each clip's video tokens after encoding it, as
+``sampling.pruning`` does in the application.
 Prints the accuracy per question kind and overall (canonical wordings), the paraphrases' accuracy
 on a line of its own, then one JSON object. ``--same-answers-as`` counts the answers that are word
 for word those of an earlier ``--json`` report on the same clips (another dtype's, say: FP8 against
@@ -77,9 +79,12 @@ def normalize(text: str) -> str:
 class Answerer:
     """The application's engine, asked one question at a time about each held-out clip."""
 
-    def __init__(self, model: ModelSettings, encoder: EncoderSettings) -> None:
+    def __init__(self, model: ModelSettings, encoder: EncoderSettings, pruning: str = "off") -> None:
         settings = AppSettings(
-            model=model, encoder=encoder, generation=GenerationSettings(max_new_tokens=MAX_NEW_TOKENS)
+            model=model,
+            encoder=encoder,
+            generation=GenerationSettings(max_new_tokens=MAX_NEW_TOKENS),
+            sampling=SamplingSettings(pruning=pruning),
         )
         self.engine = Engine(settings)
         self.info = self.engine.load()
@@ -121,9 +126,11 @@ def evaluate(
     clips: int = 200,
     seeds: Sequence[int] = HELD_OUT_SEEDS,
     sampling: SamplingSettings = SamplingSettings(),
+    pruning: str = "off",
 ) -> Report:
-    """Ask every question of the first ``clips`` held-out clips; see the module docstring."""
-    answerer = Answerer(model, encoder)
+    """Ask every question of the first ``clips`` held-out clips, their video tokens pruned as
+    ``pruning`` says; see the module docstring."""
+    answerer = Answerer(model, encoder, pruning)
     started = time.perf_counter()
     answers = [answer for seed in seeds[:clips] for answer in answerer.answer_all(seed, sampling)]
     seconds = time.perf_counter() - started
@@ -173,6 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16", "fp8"),
                         help="fp8: the language model's linear layers quantized on load")
     parser.add_argument("--graphs", action="store_true", help="encode through the CUDA-graph encoder (CUDA only)")
+    parser.add_argument("--pruning", default="off", help="off, auto, or the share of video tokens to prune")
     parser.add_argument("--json", type=Path, default=None, help="also write the report, answers included, here")
     parser.add_argument("--same-answers-as", type=Path, default=None,
                         help="an earlier --json report: count the answers that are the same word for word")
@@ -181,6 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ModelSettings(source=args.model, device=args.device, dtype=args.dtype),
         EncoderSettings(use_graphs=args.graphs),
         clips=args.n,
+        pruning=args.pruning,
     )
     print_report(report)
     summary = {k: v for k, v in report.to_json().items() if k != "answers"}

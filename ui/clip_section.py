@@ -1,15 +1,16 @@
 """The Clip section of the window: the preview of every item in the conversation (one tab each), the
-strip of sampled frames of the tab shown, and a title line that describes that item."""
+strip of sampled frames of the tab shown, and a title line that describes that item (once it is
+encoded, with its video tokens, before → after where pruning dropped some)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QWidget
 
 from framewise.core.clip_times import PlacedTime
-from framewise.core.events import ClipSampled
+from framewise.core.events import ClipSampled, EncodeDone
 from framewise.core.wording import plural
 from framewise.ui.clip_tabs import ClipTabs
 from framewise.ui.elided_label import ElidedLabel
@@ -40,6 +41,7 @@ class ClipSection(Section):
         strip = FrameStrip()
         super().__init__("Clip", title, tabs, strip, fixed_height=(strip,), parent=parent)
         self.title, self.preview, self.tabs, self.strip = title, preview, tabs, strip
+        self._summary_of: Callable[[ClipSampled | None], EncodeDone | None] = lambda clip: None
         tabs.frame_changed.connect(strip.select_frame)
         tabs.shown_changed.connect(self._show_tab_clip)
         strip.frame_selected.connect(lambda index: tabs.current_preview().seek(index))
@@ -55,7 +57,9 @@ class ClipSection(Section):
         """Show the clip the session shows and the items of its conversation; a span chosen on a
         timeline is looked at closer through it."""
         signals = session.signals
+        self._summary_of = session.summary_of
         signals.clip_changed.connect(self._show_clip)
+        signals.clip_encoded.connect(lambda done: self._show_summary(self.tabs.current_preview().clip))
         signals.conversation_reset.connect(lambda conversation, notice: self.tabs.set_items(session.added))
         signals.item_added.connect(lambda clip, done: self.tabs.set_items(session.added))
         self.tabs.look_closer_requested.connect(
@@ -99,6 +103,13 @@ class ClipSection(Section):
         """Another preview tab is shown: the frame strip and the title follow it."""
         self.strip.set_clip(clip)
         self.clip_shown.emit(clip)
+        self._show_summary(clip)
+
+    def _show_summary(self, clip: ClipSampled | None) -> None:
+        """The title line for ``clip``: its name, size, length and frames, and once it is encoded its
+        tokens; the strip marks how much of each frame pruning kept."""
+        summary = self._summary_of(clip)
+        self.strip.show_kept(summary.kept_per_frame if summary is not None else ())
         if clip is None:
             self.title.setText("No clip")
             self.title.setToolTip("")
@@ -108,5 +119,7 @@ class ClipSection(Section):
         else:
             fast = " · fast mode" if clip.sampling_mode == "fast" else ""
             details = f"{format_timestamp(clip.duration_s)} · {plural(len(clip.timestamps), 'frame')}{fast}"
-        self.title.setText(f"{clip.clip_name} · {clip.width}×{clip.height} · {details}")
-        self.title.setToolTip(clip.path)
+        tokens = summary.tokens_text() if summary is not None else ""
+        words = [clip.clip_name, f"{clip.width}×{clip.height}", details, *([tokens] if tokens else [])]
+        self.title.setText(" · ".join(words))
+        self.title.setToolTip(f"{clip.path}\n{tokens}" if tokens else clip.path)  # the title may be cut short

@@ -6,6 +6,9 @@ row, keeping the most recent :data:`PICTURES_KEPT` of them. Opening a clip of 2,
 therefore costs the window a few list assignments and one signal, never one widget item or one
 picture per frame. The strip shows the open clip's frames only: a clip being read joins the
 window, strip and all, when the engine has opened it.
+
+Where pruning dropped some of a clip's video tokens, each picture carries a thin bar along its
+bottom edge, filled to the share of its frame pair's tokens that were kept.
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
-from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, QSize, Qt, Signal
-from PySide6.QtGui import QIcon, QPixmap
+from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, QRect, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QIcon, QPainter, QPalette, QPixmap
 from PySide6.QtWidgets import QAbstractItemView, QListView, QSizePolicy, QStyle, QWidget
 
 from framewise.core.events import ClipSampled
@@ -26,7 +29,8 @@ Index = QModelIndex | QPersistentModelIndex
 
 
 class FrameListModel(QAbstractListModel):
-    """The frames of one clip: a thumbnail ((h, w, 3) uint8) and a time in seconds per row."""
+    """The frames of one clip: a thumbnail ((h, w, 3) uint8) and a time in seconds per row; once a
+    pruned clip is encoded, the share of each frame's tokens kept (:meth:`show_kept`)."""
 
     def __init__(self, icon_size: QSize, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -35,15 +39,28 @@ class FrameListModel(QAbstractListModel):
         self._times: list[float] = []
         self._decimals = 1  # of the captions: as many as tell neighbouring frames apart
         self._pictures: OrderedDict[int, QIcon] = OrderedDict()
+        self._kept: list[float] = []  # per row, the share of its tokens pruning kept; empty: none ran
+        self._kept_color = QColor(Qt.GlobalColor.white)
 
     def show_clip(self, thumbnails: Sequence[np.ndarray], times: Sequence[float]) -> None:
         """List a clip's frames: those with both a thumbnail and a time."""
         shown = min(len(thumbnails), len(times))
         self.beginResetModel()
-        self._thumbnails, self._times = list(thumbnails[:shown]), list(times[:shown])
+        self._thumbnails, self._times, self._kept = list(thumbnails[:shown]), list(times[:shown]), []
         self._decimals = timestamp_decimals(self._times)
         self._pictures.clear()
         self.endResetModel()
+
+    def show_kept(self, shares: Sequence[float], color: QColor) -> None:
+        """Mark each row's picture with the share of its tokens pruning kept, a bar in ``color``
+        (``shares`` empty, or not one per row: no marks)."""
+        kept = list(shares) if len(shares) == len(self._times) else []
+        if kept == self._kept:
+            return
+        self._kept, self._kept_color = kept, color
+        self._pictures.clear()
+        if self._times:
+            self.dataChanged.emit(self.index(0), self.index(len(self._times) - 1))
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: N802 - Qt override
         return 0 if parent.isValid() else len(self._times)
@@ -61,7 +78,8 @@ class FrameListModel(QAbstractListModel):
         if role == Qt.ItemDataRole.DecorationRole:
             return self._picture(row)
         if role == Qt.ItemDataRole.ToolTipRole:
-            return f"Frame {row + 1} of {len(self._times)} at {time_s:.2f} s"
+            kept = f"; pruning kept {self._kept[row]:.0%} of its video tokens" if self._kept else ""
+            return f"Frame {row + 1} of {len(self._times)} at {time_s:.2f} s{kept}"
         if role == Qt.ItemDataRole.TextAlignmentRole:
             return Qt.AlignmentFlag.AlignHCenter
         return None
@@ -74,11 +92,23 @@ class FrameListModel(QAbstractListModel):
         pixmap = QPixmap.fromImage(image_from_array(self._thumbnails[row])).scaled(
             self._icon_size, Qt.AspectRatioMode.KeepAspectRatio, Qt.TransformationMode.SmoothTransformation
         )
+        if self._kept:
+            _draw_kept_bar(pixmap, self._kept[row], self._kept_color)
         self._pictures[row] = QIcon(pixmap)
         if len(self._pictures) > PICTURES_KEPT:
             self._pictures.popitem(last=False)
         return self._pictures[row]
 
+
+def _draw_kept_bar(pixmap: QPixmap, share: float, color: QColor) -> None:
+    """Paint along ``pixmap``'s bottom edge a thin dark track, filled in ``color`` from the left to
+    ``share`` (0..1) of its width."""
+    height = max(3, pixmap.height() // 12)
+    top = pixmap.height() - height
+    painter = QPainter(pixmap)
+    painter.fillRect(QRect(0, top, pixmap.width(), height), QColor(0, 0, 0, 170))
+    painter.fillRect(QRect(0, top, round(pixmap.width() * min(max(share, 0.0), 1.0)), height), color)
+    painter.end()
 
 
 class FrameStrip(QListView):
@@ -116,6 +146,10 @@ class FrameStrip(QListView):
     def set_clip(self, clip: ClipSampled | None) -> None:
         """List ``clip``'s frames (none for ``None``)."""
         self._frames.show_clip(clip.thumbnails if clip else (), clip.timestamps if clip else ())
+
+    def show_kept(self, shares: Sequence[float]) -> None:
+        """Mark each frame with the share of its video tokens pruning kept (``()``: none ran)."""
+        self._frames.show_kept(shares, self.palette().color(QPalette.ColorRole.Highlight))
 
     def count(self) -> int:
         return self._frames.rowCount()

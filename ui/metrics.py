@@ -234,7 +234,7 @@ class EncoderPanel(QWidget):
         self.decoder_value.setToolTip("")
         self.server_value.setText(f"{server.url}: serves {', '.join(server.served_models)}")
         self.hits_value.setText("– (the server's encoder CUDA graphs are not reported over its API)")
-        self.server_box.set_command(server.serve_command, server.plain_http_warning)
+        self.server_box.set_command(server.serve_command, server.plain_http_warning, server.pruning_note)
 
     def start_clip(self, clip_name: str) -> None:
         """A clip started encoding: its chunks get a new run on the plot and a fresh table."""
@@ -273,7 +273,13 @@ class EncoderPanel(QWidget):
         self._update_hits()
 
     def set_encode_done(self, done: EncodeDone) -> None:
-        self.clip_value.setText(f"{done.frames} frames, {done.patches:,} patches")
+        self.clip_value.setText(f"{done.frames} frames, {done.patches:,} patches, {done.tokens_text()}")
+        self.clip_value.setToolTip(
+            "Patches go through the vision encoder; pruning then dropped the tokens that barely changed "
+            "from the frame pair before"
+            if done.pruned
+            else "Patches go through the vision encoder, tokens to the model"
+        )
         if self._on_server:
             self.timing_value.setText(
                 f"decode {done.decode_ms:.0f} ms, packing for the server {done.preprocess_ms:.0f} ms; "
@@ -418,10 +424,13 @@ class ServerCommandBox(QWidget):
         layout.addWidget(self.caption)
         layout.addLayout(row)
 
-    def set_command(self, command: str, warning: str | None) -> None:
+    def set_command(self, command: str, warning: str | None, note: str | None = None) -> None:
+        """Show ``command``, with the ``warning`` (plain http to another machine) and the ``note``
+        (pruning is the server's) above it where there are any."""
         self.command.setPlainText(command)
-        self.warning.setText(f"⚠ {warning}" if warning else "")
-        self.warning.setVisible(bool(warning))
+        lines = [f"⚠ {text}" for text in (warning, note) if text]
+        self.warning.setText("\n".join(lines))
+        self.warning.setVisible(bool(lines))
 
     def copy(self) -> None:
         QGuiApplication.clipboard().setText(self.command.toPlainText())

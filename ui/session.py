@@ -76,6 +76,7 @@ class Session:
         self.info: EngineInfo | None = None
         self.clip: ClipSampled | None = None
         self.added: list[tuple[ClipSampled, EncodeDone]] = []  # items added to the conversation, in order
+        self.clip_summary: EncodeDone | None = None  # what encoding the open clip reported
         self.conversation = Conversation()
         self.metrics: EncoderMetrics | None = None
         self.stale_clip: str | None = None  # a kept conversation's clip that is no longer there
@@ -328,7 +329,7 @@ class Session:
         if reset.reason != "asked":
             self.added = []  # opening or re-sampling replaces every item
         if clip is not None:
-            self.clip = clip
+            self.clip, self.clip_summary = clip, None  # its summary follows the reset
             self.signals.clip_changed.emit(clip)
         if not keep_conversation:
             self.stale_clip = None
@@ -342,6 +343,8 @@ class Session:
         if item is not None and self.clip is not None:
             self.added.append((item, done))
             self.signals.item_added.emit(item, done)
+        elif item is None:
+            self.clip_summary = done
         self.signals.clip_encoded.emit(done)
         self.signals.status_changed.emit(
             f"{done.clip_name}: {plural(done.frames, 'frame')} encoded in {done.encode_ms:.0f} ms "
@@ -349,6 +352,12 @@ class Session:
         )
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def summary_of(self, clip: ClipSampled | None) -> EncodeDone | None:
+        """What encoding ``clip`` (the open clip or an added item) reported; ``None`` before it is encoded."""
+        if clip is not None and clip is self.clip:
+            return self.clip_summary
+        return next((done for item, done in self.added if item is clip), None)
 
     def conversation_items(self) -> list[ConversationItem]:
         """The items of the conversation, in the order of their tabs: the opened clip, then those added."""

@@ -137,17 +137,22 @@ def encode_done(
     sampled: SampledFrames,
     *,
     patches: int,
+    video_tokens: int,
     preprocess_ms: float,
     kind: str = "video",
     span: tuple[float, float] | None = None,
     chunks: Sequence[ChunkStats] = (),
     metrics: EncoderMetrics | None = None,
+    kept_tokens: int | None = None,
+    kept_per_frame: Sequence[float] = (),
 ) -> EncodeDone:
-    """What opening ``sampled`` (T frames) reported: its ``patches`` rows for the vision tower, the
-    ``preprocess_ms`` spent making them, the encoder's ``chunks`` (one per pass) and ``metrics`` after
-    them (neither when the item is encoded elsewhere: its encoder numbers are then 0). ``kind`` is
-    ``"image"`` for a still picture; a closer look over ``span`` (start, end seconds) is named
-    after the span as cut to the clip."""
+    """What opening ``sampled`` (T frames) reported: its ``patches`` rows for the vision tower and
+    the ``video_tokens`` they become, the ``preprocess_ms`` spent making them, the encoder's
+    ``chunks`` (one per pass) and ``metrics`` after them (neither when the item is encoded
+    elsewhere: its encoder numbers are then 0). After a pruning, ``kept_tokens`` of the tokens
+    are left, ``kept_per_frame`` the share of each frame's (``None`` and empty: none was run).
+    ``kind`` is ``"image"`` for a still picture; a closer look over ``span`` (start, end seconds)
+    is named after the span as cut to the clip."""
     ms_per_frame, graph_hit = 0.0, False
     if metrics is not None:
         assert metrics.last_item_ms_per_frame is not None and metrics.last_item_hit is not None, "metrics without an item"
@@ -167,6 +172,9 @@ def encode_done(
         kind=kind,
         duration_s=sampled.size_and_duration[2],
         damage=sampled.damage,
+        video_tokens_before=video_tokens,
+        video_tokens_after=video_tokens if kept_tokens is None else kept_tokens,
+        kept_per_frame=tuple(kept_per_frame),
     )
     if span is None:
         return summary

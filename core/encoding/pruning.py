@@ -24,13 +24,12 @@ time marker, and the language model's positions are those of the unpruned prompt
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
 from framewise.core.encoding.defs import EncodedItem
-from framewise.core.errors import SettingsError
+from framewise.core.settings import check_pruning_rate
 
 # Tokens of later slices whose dissimilarity is computed in float32 at once: bounds the float32
 # copy a long clip's bf16 embeddings would otherwise need whole.
@@ -77,20 +76,20 @@ class Retention:
         """Whether any token is dropped."""
         return self.kept < self.total
 
-
-def check_rate(rate: float) -> None:
-    """Raise SettingsError unless ``rate`` is a pruning rate: a number at least 0 and below 1."""
-    if not (isinstance(rate, (int, float)) and math.isfinite(rate) and 0 <= rate < 1):
-        raise SettingsError(
-            "sampling.pruning",
-            f"the pruning rate is the share of video tokens dropped, at least 0 and below 1; got {rate!r}",
-        )
+    def kept_per_frame(self, frames: int, frames_per_slice: int) -> tuple[float, ...]:
+        """For each of a clip's ``frames`` sampled frames, the share of its slice's tokens kept
+        (slice ``i`` holds frames ``i * frames_per_slice`` on; a last slice may hold fewer)."""
+        t, h, w = self.grid
+        if frames <= 0 or -(-frames // frames_per_slice) != t:
+            raise ValueError(f"{frames} frames for a clip of {t} slices of {frames_per_slice} frames")
+        shares = [kept / (h * w) for kept in self.kept_per_slice]
+        return tuple(shares[index // frames_per_slice] for index in range(frames))
 
 
 def kept_token_count(grid: tuple[int, int, int], rate: float) -> int:
     """Tokens a clip of ``grid`` (t, h, w) merged tokens keeps at pruning ``rate``: its first slice
     whole, and in all ``int(t*h*w * (1 - rate))`` (the product in double precision, truncated)."""
-    check_rate(rate)
+    check_pruning_rate(rate)
     t, h, w = grid
     return max(h * w, int(t * h * w * (1 - rate)))
 

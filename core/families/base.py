@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     import torch
 
     from framewise.core.decoding.defs import LanguageModel
+    from framewise.core.decoding.pruned_positions import UnprunedPrompt
     from framewise.core.encoding.defs import VisionItem
+    from framewise.core.encoding.pruning import Retention
     from framewise.core.memory_plan import MemoryEstimate
     from framewise.core.quantization.weight_format import WeightFormat
     from framewise.core.settings import SamplingSettings
@@ -38,7 +40,9 @@ class PromptInputs(Protocol):
 
     ``token_types`` are the family's own per-token kinds, passed through to its language model;
     ``spans`` place the items' features; ``grids`` give every item's ``(modality, grid_thw)`` in
-    item order; ``text`` is the prompt as tokenized.
+    item order; ``text`` is the prompt as tokenized. ``unpruned`` is, for a prompt about a clip
+    whose video tokens were pruned (:meth:`ModelFamily.with_retention`), the prompt it was cut
+    from, whose positions the kept tokens keep; ``None`` when nothing was pruned.
     """
 
     @property
@@ -55,6 +59,9 @@ class PromptInputs(Protocol):
 
     @property
     def text(self) -> str: ...
+
+    @property
+    def unpruned(self) -> UnprunedPrompt | None: ...
 
 
 class PreparedVideo(Protocol):
@@ -144,6 +151,12 @@ class ModelFamily(Protocol):
     def join_videos(self, parts: Sequence[PreparedVideo]) -> PreparedVideo:
         """One clip from consecutive parts of it preprocessed one by one (each but the last a whole
         number of slices), as :meth:`preprocess_video` would have made it at once."""
+        ...
+
+    def with_retention(self, video: PreparedVideo, retention: Retention) -> PreparedVideo:
+        """``video`` after its merged tokens were pruned (its features cut to the rows ``retention``
+        keeps, :func:`~framewise.core.encoding.pruning.prune_encoded`): its prompt then holds, per
+        slice, only the tokens kept, each at the position it had, and says each slice's kept count."""
         ...
 
     def preprocess_image(self, image: np.ndarray, limits: FamilyLimits) -> VisionItem:

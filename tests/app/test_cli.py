@@ -62,6 +62,23 @@ def test_ask_json_is_one_object_with_answer_and_stats(sample_clip: Path) -> None
     assert payload["times"] == [time.to_json() for time in find_times(payload["answer"])]
 
 
+def test_ask_with_pruning_says_the_video_tokens_before_and_after_in_text_and_json(sample_clip: Path) -> None:
+    fast = ["--max-frames", "8", "--max-new-tokens", "4", "--device", "cpu"]
+    plain = json.loads(framewise("ask", str(sample_clip), "How many shapes are there?", "--json", *fast).stdout)
+    pruned = framewise("ask", str(sample_clip), "How many shapes are there?", "--json", "--pruning", "0.5", *fast)
+    assert pruned.returncode == 0, pruned.stderr
+    before, after = (json.loads(pruned.stdout)["clip"][key] for key in ("video_tokens_before", "video_tokens_after"))
+    assert plain["clip"]["video_tokens_before"] == plain["clip"]["video_tokens_after"] == before
+    assert after == before // 2  # 4 frame pairs: half of them kept
+    assert prompt_tokens_of(pruned.stdout) == prompt_tokens_of(json.dumps(plain)) - (before - after)
+    text = framewise("ask", str(sample_clip), "How many shapes are there?", "--pruning", "0.5", *fast)
+    assert f"{before:,} → {after:,} video tokens" in text.stdout
+
+
+def prompt_tokens_of(stdout: str) -> int:
+    return json.loads(stdout)["stats"]["decoder"]["prompt_tokens"]
+
+
 def test_ask_json_lists_every_time_the_answer_mentions_in_seconds() -> None:
     info = EngineInfo("cpu", "float32", "demo", None, "eager", False, "CPU", ("sdpa",))
     encoded = EncodeDone("clip.mp4", 4, 64, (0.0, 1.0, 2.0, 3.0), 1.0, 1.0, 1.0, 0.5, False)
@@ -116,7 +133,12 @@ def test_ask_about_random_bytes_exits_2_with_a_message(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("flag", "value", "expected"),
-    [("--max-frames", "7", "--max-frames: use an even number"), ("--max-context", "-5", "--max-context: use 0")],
+    [
+        ("--max-frames", "7", "--max-frames: use an even number"),
+        ("--max-context", "-5", "--max-context: use 0"),
+        ("--pruning", "1.5", "--pruning: use off, auto, or a rate"),
+        ("--pruning", "most", "--pruning: use off, auto, or a rate"),
+    ],
 )
 def test_invalid_setting_is_refused_before_loading_in_the_flags_words(flag: str, value: str, expected: str) -> None:
     result = framewise("info", flag, value)
@@ -324,7 +346,7 @@ def test_help_lists_the_settings_flags(capsys: pytest.CaptureFixture[str]) -> No
     assert exit_info.value.code == 0
     shown = capsys.readouterr().out
     for flag in ("--model", "--device", "--dtype", "--attention", "--no-graphs", "--fps", "--max-frames",
-                 "--max-pixels", "--fast-mode", "--max-new-tokens", "--temperature", "--json"):
+                 "--max-pixels", "--fast-mode", "--pruning", "--max-new-tokens", "--temperature", "--json"):
         assert flag in shown, f"{flag} missing from framewise --help"
 
 

@@ -48,6 +48,16 @@ def test_info_lists_the_served_models_and_the_serve_command() -> None:
     # A path the server loaded, not the served name (which `--model` could not load), named as served.
     assert "--model /srv/run/model-8001 --served-model-name demo " in result.stdout
     assert "--model demo " not in result.stdout
+    assert "pruning:" not in result.stdout
+
+
+def test_info_with_a_pruning_rate_offers_it_to_the_server_and_says_the_servers_rate_applies() -> None:
+    with FakeVllmServer(Behaviour()) as server:
+        result = framewise("info", "--server", server.url, "--pruning", "0.75")
+    assert result.returncode == 0, result.stderr
+    assert "--video-pruning-rate 0.75" in result.stdout
+    assert "pruning:            Pruning is the server's" in result.stdout and "30847" in result.stdout
+    assert result.stderr.count("Warning: Pruning is the server's") == 1
 
 
 @pytest.mark.parametrize(

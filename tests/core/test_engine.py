@@ -34,7 +34,7 @@ from framewise.core.encoding.attention_backends import REGISTERED_NAMES
 from framewise.core.metrics import DecodeSpeedMeter
 from framewise.core.model_source import family_limits_of
 from framewise.core.settings import FEWER_ITEMS_ADVICE, SENTENCE_QUESTION_TOKENS, AppSettings, context_needed
-from framewise.core.video import pyav_reader
+from framewise.core.video import pyav_reader, sample_clip
 from tests.conftest import SAMPLE_CLIPS
 from tests.core.test_video_robustness import write_audio_with_cover
 from training.clip_writer import write_clip
@@ -131,17 +131,22 @@ def test_follow_up_questions_reuse_the_features_and_keep_the_conversation(engine
 
 
 def test_the_engines_answer_is_generates_answer_with_the_models_own_vision_pass(
-    engine: tuple[Engine, Recorder],
+    engine: tuple[Engine, Recorder], clip: Path
 ) -> None:
-    """Encoder and decoder must be invisible: generate() with the model's own vision tower agrees."""
+    """Encoder and decoder must be invisible: generate() with the model's own vision tower agrees.
+    An open clip keeps no pixel rows (only its features), so the clip is sampled and preprocessed
+    again here, as the engine did."""
     engine_, _ = engine
     ours = engine_.ask("How many shapes are there?").text
 
     from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
 
     loaded = engine_.loaded
-    item = engine_.clip.video.item
-    inputs = build_chat_inputs(loaded.tokenizer, "How many shapes are there?", videos=[engine_.clip.video])
+    sampled = sample_clip(clip, FAST.sampling, loaded.family.frame_sizing(FAST.sampling, loaded.limits))
+    video = loaded.family.preprocess_video(sampled.frames, sampled.timestamps, loaded.limits)
+    item = video.item
+    assert item.grid_thw == engine_.clip.video.item.grid_thw
+    inputs = build_chat_inputs(loaded.tokenizer, "How many shapes are there?", videos=[video])
     with torch.inference_mode():
         output = loaded.model.generate(
             input_ids=inputs.input_ids,

@@ -2,8 +2,9 @@
 clip (every patch through the tower), the clip's tokens are pruned after the encoder, and the
 decoder answers from the pruned prompt at the unpruned positions.
 
-The engine does not prune yet; these tests drive the same pieces it will (the family's prompt, the
-encoder, :mod:`framewise.core.encoding.pruning` and the decoder) through their public calls.
+The first tests drive the pieces (the family's prompt, the encoder,
+:mod:`framewise.core.encoding.pruning` and the decoder) through their public calls; the last ones
+the engine, which prunes as ``sampling.pruning`` says and must answer as those pieces do.
 """
 
 from __future__ import annotations
@@ -20,9 +21,14 @@ from framewise.core.decoding.pruned_positions import prompt_positions
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.encoding.pruning import kept_token_count, prune_encoded, retained_mask
-from framewise.core.families.qwen3_vl.processor import VideoInputs
+from framewise.core.families.qwen3_vl.processor import VideoInputs, fit_video_frames
 from framewise.core.loading import LoadedModel, load_model
 from framewise.core.settings import ModelSettings, SamplingSettings
+from framewise.core import settings as settings_module
+from framewise.core.backends.local.engine import Engine
+from framewise.core.events import ChunkStats, ConversationReset, EncodeDone, Event
+from framewise.core.settings import AppSettings
+from tests.conftest import SAMPLE_CLIPS
 from training.synthetic import HELD_OUT_SEEDS, make_scene, questions_for, sample_scene, video_inputs
 
 BLOCK = re.compile(r"<(\d+\.\d) seconds><\|vision_start\|>((?:<\|video_pad\|>)*)<\|vision_end\|>")
@@ -128,3 +134,116 @@ def test_a_follow_up_to_a_pruned_clip_counts_on_from_the_unpruned_positions(
     assert start > 0  # only the new text was prefilled
     expected = prompt_positions(language, prompt.input_ids, prompt.token_types, prompt.grids, inputs.unpruned)
     assert torch.equal(rope, expected.rope[:, start:])
+
+
+# --- the engine ----------------------------------------------------------------------------------
+
+ENGINE_SETTINGS = (
+    AppSettings()
+    .replace("model", device="cpu")
+    .replace("sampling", max_frames=8)
+    .replace("generation", max_new_tokens=6)
+)
+CLIP = SAMPLE_CLIPS / "red_square_moves_right.mp4"
+
+
+@pytest.fixture(scope="module")
+def engine() -> tuple[Engine, list[Event]]:
+    events: list[Event] = []
+    engine = Engine(ENGINE_SETTINGS, sink=events.append)
+    engine.load()
+    return engine, events
+
+
+def opened(engine: tuple[Engine, list[Event]], pruning: str) -> tuple[EncodeDone, list[ChunkStats]]:
+    """The sample clip opened afresh with ``pruning``: its summary and the encoder's passes."""
+    engine_, events = engine
+    engine_.apply_settings(ENGINE_SETTINGS.replace("sampling", pruning=pruning))
+    events.clear()
+    done = engine_.open_clip(CLIP)
+    return done, [event for event in events if isinstance(event, ChunkStats)]
+
+
+def merged_grid(engine_: Engine) -> tuple[int, int, int]:
+    t, h, w = engine_.clip.video.item.grid_thw
+    merge = engine_.loaded.limits.merge_size
+    return (t, h // merge, w // merge)
+
+
+def test_the_engine_prunes_after_the_tower_saw_every_patch_and_says_how_many_tokens_each_frame_kept(engine) -> None:
+    plain, plain_passes = opened(engine, "off")
+    done, passes = opened(engine, "0.5")
+    engine_ = engine[0]
+    grid = merged_grid(engine_)
+
+    assert [(p.frames, p.patches, p.items, p.budget) for p in passes] == [
+        (p.frames, p.patches, p.items, p.budget) for p in plain_passes
+    ]
+    tokens = grid[0] * grid[1] * grid[2]
+    assert plain.video_tokens_before == plain.video_tokens_after == done.video_tokens_before == tokens
+    assert plain.kept_per_frame == () and not plain.pruned
+    assert done.video_tokens_after == kept_token_count(grid, 0.5) == engine_.clip.features.embeds.shape[0]
+    assert done.pruned and done.tokens_text() == f"{tokens:,} → {done.video_tokens_after:,} video tokens"
+    per_slice = engine_.clip.video.retention.kept_per_slice
+    assert len(done.kept_per_frame) == done.frames and done.kept_per_frame[:2] == (1.0, 1.0)
+    assert [round(share * grid[1] * grid[2]) for share in done.kept_per_frame[::2]] == list(per_slice)
+
+
+def test_the_engines_answer_about_a_pruned_clip_is_prefilled_at_the_unpruned_positions(
+    engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened(engine, "0.75")
+    engine_ = engine[0]
+    question = "What color is the square?"
+    language = engine_.parts.decoder.language
+    ropes: list[torch.Tensor] = []
+    prefill = language.prefill
+    monkeypatch.setattr(
+        language, "prefill", lambda state, start, ids, rope, vision: ropes.append(rope) or prefill(state, start, ids, rope, vision)
+    )
+    answered = engine_.ask(question)
+    monkeypatch.undo()
+
+    loaded, clip = engine_.loaded, engine_.clip
+    inputs = loaded.family.build_prompt(loaded.tokenizer, question, videos=[clip.video], limits=loaded.limits)
+    assert inputs.unpruned is not None
+    assert inputs.unpruned.pruned_tokens == clip.summary.video_tokens_before - clip.summary.video_tokens_after
+    assert answered.stats.decoder.prompt_tokens == inputs.input_ids.shape[1]
+    expected = prompt_positions(language, inputs.input_ids, inputs.token_types, inputs.grids, inputs.unpruned)
+    assert torch.equal(torch.cat(ropes, dim=1), expected.rope)  # the prefill's chunks, in order
+    assert not torch.equal(expected.rope, language.positions(inputs.input_ids, inputs.token_types, inputs.grids).rope)
+
+
+def test_a_new_pruning_setting_reads_the_clip_again_and_starts_the_conversation_afresh(engine) -> None:
+    opened(engine, "off")
+    engine_, events = engine
+    engine_.ask("What color is the square?")
+    events.clear()
+    engine_.apply_settings(ENGINE_SETTINGS.replace("sampling", pruning="0.5"))
+    assert [event.reason for event in events if isinstance(event, ConversationReset)] == ["resampled"]
+    assert engine_.turns == [] and engine_.clip.summary.pruned
+    assert engine_.clip.features.embeds.shape[0] == engine_.clip.summary.video_tokens_after
+
+
+def test_frames_given_directly_and_a_closer_look_are_pruned_too(engine) -> None:
+    opened(engine, "0.5")
+    engine_ = engine[0]
+    closer = engine_.look_closer(0.0, 2.0)
+    assert closer.span is not None and closer.pruned
+    assert engine_.added[-1].features.embeds.shape[0] == closer.video_tokens_after
+    sampled = sample_scene(make_scene(HELD_OUT_SEEDS[1]))
+    frames = fit_video_frames(sampled.frames, SamplingSettings(), geometry=engine_.loaded.adapter.geometry)
+    given = engine_.open_frames(frames, sampled.timestamps, "held-out clip")
+    assert given.pruned and engine_.clip.features.embeds.shape[0] == given.video_tokens_after
+
+
+def test_automatic_pruning_leaves_a_clip_up_to_its_threshold_whole_and_prunes_a_longer_one(
+    engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokens = opened(engine, "off")[0].video_tokens_before
+    monkeypatch.setattr(settings_module, "AUTO_PRUNING_ABOVE_TOKENS", tokens)
+    assert not opened(engine, "auto")[0].pruned
+    monkeypatch.setattr(settings_module, "AUTO_PRUNING_ABOVE_TOKENS", tokens - 1)
+    done = opened(engine, "auto")[0]
+    assert done.pruned
+    assert done.video_tokens_after == kept_token_count(merged_grid(engine[0]), settings_module.AUTO_PRUNING_RATE)

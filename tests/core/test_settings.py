@@ -9,9 +9,12 @@ import pytest
 from framewise.core.errors import SettingsError
 from framewise.core.families import family_for
 from framewise.core.settings import (
+    AUTO_PRUNING_ABOVE_TOKENS,
+    AUTO_PRUNING_RATE,
     CHAT_TEMPLATE_TOKENS,
     AppSettings,
     EncoderSettings,
+    SamplingSettings,
     clip_context_tokens,
     geometric_budgets,
 )
@@ -52,6 +55,10 @@ def test_geometric_budgets_cover_the_range_ascending(low: int, high: int, ratio:
         ("sampling", {"max_frames": 7}, "sampling.max_frames", "even"),
         ("sampling", {"max_frames": 2050, "max_pixels": 2050 * 4096}, "sampling.max_frames", "at most 2,048 frames"),
         ("sampling", {"fps": 0}, "sampling.fps", "between"),
+        ("sampling", {"pruning": "1"}, "sampling.pruning", "below 1"),
+        ("sampling", {"pruning": "-0.25"}, "sampling.pruning", "at least 0"),
+        ("sampling", {"pruning": "most"}, "sampling.pruning", "off, auto, or a rate"),
+        ("sampling", {"pruning": "nan"}, "sampling.pruning", "below 1"),
         ("sampling", {"max_pixels": 1000}, "sampling.max_pixels", "need at least 131,072"),
         ("sampling", {"max_pixels": 10**12}, "sampling.max_pixels", "lower max pixels"),
         ("encoder", {"max_budget": 10**7}, "encoder.max_budget", "at most 1,835,008"),
@@ -71,6 +78,24 @@ def test_invalid_settings_name_the_field_and_the_fix(section: str, changes: dict
         AppSettings().replace(section, **changes).validate(QWEN3_VL)
     assert raised.value.field == field
     assert hint in raised.value.message
+
+
+def test_pruning_is_off_by_default_a_rate_when_set_and_auto_prunes_only_clips_past_its_threshold() -> None:
+    assert SamplingSettings().pruning == "off" and SamplingSettings().pruning_rate(10**6) == 0.0
+    assert SamplingSettings(pruning="0.75").pruning_rate(1) == 0.75
+    auto = SamplingSettings(pruning="auto")
+    assert auto.pruning_rate(AUTO_PRUNING_ABOVE_TOKENS) == 0.0
+    assert auto.pruning_rate(AUTO_PRUNING_ABOVE_TOKENS + 1) == AUTO_PRUNING_RATE
+    for valid in ("off", "auto", "0", "0.5", "0.99"):
+        SamplingSettings(pruning=valid).validate(QWEN3_VL)
+
+
+def test_a_pruning_rate_has_one_spelling_so_the_same_rate_is_the_same_setting() -> None:
+    assert SamplingSettings(pruning=" 0.50") == SamplingSettings(pruning="0.5")
+    assert SamplingSettings(pruning="AUTO").pruning == "auto"
+    assert AppSettings.from_dict({"sampling": {"pruning": 0.25}}).sampling.pruning == "0.25"
+    settings = AppSettings().replace("sampling", pruning="0.75")
+    assert AppSettings.from_dict(settings.to_dict()) == settings
 
 
 def test_2048_frames_are_reachable_with_a_pixel_budget_that_leaves_each_its_least() -> None:

@@ -1,5 +1,6 @@
 """Video token pruning on the GPU: bf16 merged tokens at the 8B's width on the card keep exactly the
-tokens the CPU keeps for the same values, and the kept rows are cut from features on the card."""
+tokens the CPU keeps for the same values, and the kept rows are cut from features on the card; the
+engine prunes after its encoder graphs, which replay exactly as they do with pruning off."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import math
 import pytest
 import torch
 
+from framewise.core.backends.local.engine import Engine
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.pruning import prune_encoded, retained_mask
+from framewise.core.events import ChunkStats, Event
+from framewise.core.settings import AppSettings
+from tests.conftest import SAMPLE_CLIPS
 
 pytestmark = pytest.mark.gpu
 
@@ -55,3 +60,31 @@ def test_the_kept_rows_are_cut_from_features_on_the_card() -> None:
     assert torch.equal(pruned.embeds, embeds[rows])
     assert all(torch.equal(layer, source[rows]) for layer, source in zip(pruned.deepstack, item.deepstack, strict=True))
     assert prune_encoded(item, retained_mask(embeds, (PAIRS, ROWS, COLUMNS), 0.0)) is item
+
+
+def test_the_engines_graph_hits_and_passes_are_the_same_with_pruning_on() -> None:
+    """The tower sees every patch whatever the rate: each clip's encoder passes (their budgets,
+    patches and graph hits) and the run's hit counts with pruning at 0.75 are those with it off."""
+    clips = sorted(SAMPLE_CLIPS.glob("*.mp4"))
+    settings = (
+        AppSettings()
+        .replace("model", device="cuda")
+        .replace("sampling", max_frames=32)
+        .replace("encoder", min_budget=256, max_budget=4096)
+    )
+
+    def run(pruning: str) -> tuple[list[tuple], tuple[int, int, int], list[bool]]:
+        events: list[Event] = []
+        engine = Engine(settings.replace("sampling", pruning=pruning), sink=events.append)
+        engine.load()
+        pruned = [engine.open_clip(clip).pruned for clip in clips]
+        chunks = [event for event in events if isinstance(event, ChunkStats)]
+        passes = [(c.frames, c.patches, c.budget, c.padding_fraction, c.graph_hit) for c in chunks]
+        metrics = engine.metrics.snapshot()
+        return passes, (metrics.items, metrics.item_hits, metrics.passes), pruned
+
+    plain_passes, plain_hits, plain_pruned = run("off")
+    passes, hits, pruned = run("0.75")
+    assert not any(plain_pruned) and all(pruned)
+    assert passes == plain_passes and all(graph_hit for *_, graph_hit in passes)
+    assert hits == plain_hits == (len(clips), len(clips), len(passes))

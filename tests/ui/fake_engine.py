@@ -158,7 +158,14 @@ class FakeEngine(BackendBase[FakeClip]):
             count = min(step, len(frames) - index)
             chunks.append(self._emit(ChunkStats(index // step, 1, count, count * 64, None, 0.0, (2.0 + index / 10) * count, False, "no CUDA")))
         metrics = self._emit(self.metrics.add_item(chunks))
-        done = encode_done(sampled, patches=len(frames) * 64, preprocess_ms=1.0, span=span, chunks=chunks, metrics=metrics)
+        tokens = len(frames) * 16  # 64 patches a frame, 4 patches a token
+        rate = self.settings.sampling.pruning_rate(tokens)
+        kept_per_frame = (1.0, 1.0, *(1 - rate for _ in frames[2:])) if rate else ()
+        done = encode_done(
+            sampled, patches=len(frames) * 64, video_tokens=tokens, preprocess_ms=1.0, span=span, chunks=chunks,
+            metrics=metrics, kept_tokens=round(16 * sum(kept_per_frame)) if rate else None,
+            kept_per_frame=kept_per_frame,
+        )
         if reason is None:
             self.added.append(FakeClip(sampled.path, done))
         else:

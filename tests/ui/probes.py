@@ -87,6 +87,16 @@ def picture_color(strip: FrameStrip, row: int) -> QColor:
     return image.pixelColor(image.width() // 2, image.height() // 2)
 
 
+def kept_bar_share(strip: FrameStrip, row: int) -> float:
+    """The share of frame ``row``'s picture, left to right, that its bottom line of pixels shows in
+    the strip's highlight colour: the bar of the tokens pruning kept (0 where there is none)."""
+    icon = strip.model().index(row, 0).data(Qt.ItemDataRole.DecorationRole)
+    image = icon.pixmap(strip.iconSize()).toImage()
+    highlight = strip.palette().color(QPalette.ColorRole.Highlight).rgb()
+    bottom = image.height() - 1
+    return sum(image.pixelColor(x, bottom).rgb() == highlight for x in range(image.width())) / image.width()
+
+
 def is_elided(label: ElidedLabel) -> bool:
     """Whether the label's text does not fit it (it is drawn shortened)."""
     return label.fontMetrics().horizontalAdvance(label.text()) > label.contentsRect().width()

@@ -645,6 +645,36 @@ def test_on_a_cpu_the_graph_only_settings_are_disabled_with_the_reason(qtbot, ma
     dialog.reject()
 
 
+def test_the_clip_title_says_the_video_tokens_before_and_after_pruning_once_the_clip_is_encoded(
+    qtbot, make_window, sample_clip
+):
+    window = make_window(settings=AppSettings().replace("sampling", pruning="0.5"))
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    done = window.session.clip_summary
+    assert done is not None and done.pruned
+    tokens = f"{done.video_tokens_before:,} → {done.video_tokens_after:,} video tokens"
+    title = window.clip_section.title.text()
+    assert title.startswith(f"{sample_clip.name} · ") and title.endswith(f" · {tokens}")
+    assert window.encoder_panel.clip_value.text().endswith(tokens)
+
+
+def test_each_frame_of_the_strip_shows_how_much_of_it_pruning_kept(qtbot, make_window, sample_clip):
+    window = make_window(settings=AppSettings().replace("sampling", pruning="0.75"))
+    wait_ready(qtbot, window)
+    open_and_wait(qtbot, window, sample_clip)
+    strip = window.clip_section.strip
+    shares = window.session.clip_summary.kept_per_frame
+    assert shares[:3] == (1.0, 1.0, 0.25)  # the fake keeps the first pair whole, then a quarter
+    assert [probes.kept_bar_share(strip, row) for row in range(3)] == [1.0, 1.0, pytest.approx(0.25, abs=0.03)]
+    assert "pruning kept 25% of its video tokens" in strip.model().index(2, 0).data(Qt.ItemDataRole.ToolTipRole)
+
+    window.session.apply_settings(AppSettings().replace("sampling", pruning="off"))
+    qtbot.waitUntil(lambda: window.session.settings.sampling.pruning == "off", timeout=LOAD_TIMEOUT_MS)
+    assert not window.session.clip_summary.pruned
+    assert probes.kept_bar_share(strip, 2) == 0.0
+
+
 def test_the_clip_title_says_when_fast_mode_took_the_frames(qtbot, make_window):
     window = make_window()
     clip = ClipSampled(

@@ -442,6 +442,28 @@ def test_re_sampling_by_new_settings_says_why_the_conversation_restarted(session
     assert not session.apply_settings(settings), "the applied settings are not sent again"
 
 
+def test_each_item_keeps_what_encoding_it_reported_and_a_new_clip_waits_for_its_own(session: Session) -> None:
+    first = open_clip(session, "a.mp4")
+    opened = session.clip
+    assert session.summary_of(opened) is not None and session.summary_of(opened).request_id == first
+    session.add_clip("/clips/b.mp4")
+    added = len(session.port.sent)  # type: ignore[attr-defined]
+    serve(session, "add_clip", added, [sampled("b.mp4", added), encoded("b.mp4", added)])
+    item = session.added[0][0]
+    assert session.summary_of(item).clip_name == "b.mp4" and session.summary_of(opened).clip_name == "a.mp4"
+    assert session.summary_of(sampled("c.mp4", 99)) is None
+
+    session.open_clip("/clips/c.mp4")
+    second = len(session.port.sent)  # type: ignore[attr-defined]
+    session.handle(RequestStarted("open_clip", request_id=second))
+    *before_done, done = open_events("c.mp4", second)
+    for event in before_done:
+        session.handle(event)
+    assert session.clip.clip_name == "c.mp4" and session.summary_of(session.clip) is None, "not a's summary"
+    session.handle(done)
+    assert session.summary_of(session.clip) == done
+
+
 def test_refused_settings_change_nothing_and_say_which_field(session: Session, view: Recorder) -> None:
     wanted = AppSettings().replace("model", source="/nowhere")
     session.apply_settings(wanted)

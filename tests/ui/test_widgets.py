@@ -83,13 +83,29 @@ def test_latency_plot_paints_points_in_their_colours(qtbot):
 def test_answer_stats_and_clip_timing_are_shown(qtbot):
     panel = EncoderPanel()
     qtbot.addWidget(panel)
-    panel.set_encode_done(EncodeDone("a.mp4", 16, 4096, (0.0, 0.5), 40.0, 12.0, 30.0, 1.875, True))
+    done = EncodeDone(
+        "a.mp4", 16, 4096, (0.0, 0.5), 40.0, 12.0, 30.0, 1.875, True, video_tokens_before=1024, video_tokens_after=1024
+    )
+    panel.set_encode_done(done)
     panel.set_answer_stats(AnswerStats(85.4, 20, 42.0, False, 1536.0))
-    assert panel.clip_value.text() == "16 frames, 4,096 patches"
+    assert panel.clip_value.text() == "16 frames, 4,096 patches, 1,024 video tokens"
     assert "1.88 ms/frame" in panel.timing_value.text()
     assert panel.first_token_value.text() == "85 ms"
     assert panel.speed_value.text() == "42.0 tokens/s (20 tokens)"
     assert panel.memory_value.text() == "1,536 MiB"
+
+
+def test_the_last_clip_shows_its_video_tokens_before_and_after_pruning(qtbot):
+    panel = EncoderPanel()
+    qtbot.addWidget(panel)
+    kept = (1.0, 1.0) + (0.25,) * 14
+    done = EncodeDone(
+        "a.mp4", 16, 4096, (0.0, 0.5), 40.0, 12.0, 30.0, 1.875, True,
+        video_tokens_before=1024, video_tokens_after=352, kept_per_frame=kept,
+    )
+    panel.set_encode_done(done)
+    assert panel.clip_value.text() == "16 frames, 4,096 patches, 1,024 → 352 video tokens"
+    assert "pruning" in panel.clip_value.toolTip()
 
 
 def test_the_decoder_line_shows_graph_steps_prefill_and_the_reused_prefix(qtbot):

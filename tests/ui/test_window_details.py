@@ -203,15 +203,32 @@ def test_the_encoder_figures_keep_whole_phrases_on_a_line_at_1024_by_640(qtbot, 
     assert lines <= 4, f"{value.text()!r} takes {lines:.1f} lines at {value.width()} px"
 
 
-def test_settings_sampling_sets_fast_mode_and_says_when_auto_turns_it_on(qtbot):
-    """Settings ▸ Sampling carries ``sampling.fast_mode`` both ways, with its hint."""
+def sampling_field(qtbot, name: str, value: str):
+    """A settings dialog filled with ``sampling.<name>`` = ``value``, and that field's widget."""
     from framewise.ui.settings_dialog import SettingsDialog
 
-    dialog = SettingsDialog(AppSettings().replace("sampling", fast_mode="on"), probes.run_now)
+    dialog = SettingsDialog(AppSettings().replace("sampling", **{name: value}), probes.run_now)
     qtbot.addWidget(dialog)
-    combo = probes.field(dialog, "sampling.fast_mode")
+    return dialog, probes.field(dialog, f"sampling.{name}")
+
+
+def test_settings_sampling_sets_fast_mode_and_says_when_auto_turns_it_on(qtbot):
+    """Settings ▸ Sampling carries ``sampling.fast_mode`` both ways, with its hint."""
+    dialog, combo = sampling_field(qtbot, "fast_mode", "on")
     assert combo.currentText() == "on"
     combo.setCurrentText("off")
     assert AppSettings.from_dict(dialog.values()).sampling.fast_mode == "off"
-    hints = [label.text() for label in dialog.findChildren(QLabel)]
-    assert any("longer than 10 minutes" in text for text in hints)
+    assert "longer than 10 minutes" in probes.hint_text(dialog, "sampling.fast_mode")
+
+
+def test_settings_sampling_sets_pruning_picked_or_typed_and_refuses_a_rate_of_one_under_the_field(qtbot):
+    dialog, choice = sampling_field(qtbot, "pruning", "0.75")
+    assert choice.currentText() == "0.75"
+    choice.setCurrentText("auto")
+    assert dialog.validated_settings().sampling.pruning == "auto"
+    choice.setEditText("0.6")
+    assert dialog.validated_settings().sampling.pruning == "0.6"
+    choice.setEditText("1")
+    assert dialog.validated_settings() is None
+    assert "below 1" in probes.error_text(dialog, "sampling.pruning")
+    assert "auto: 0.5 for clips over 12,288 video tokens" in probes.hint_text(dialog, "sampling.pruning")

@@ -164,6 +164,7 @@ class Answerer:
             grids=inputs.grids,
             items=tuple(item.features for item in items),
             owner=owner,
+            unpruned=inputs.unpruned,
         )
         rule = SamplingRule(
             max_new_tokens=generation.max_new_tokens,

@@ -5,6 +5,12 @@
 a clip is sampled on a reading thread while the engine's thread preprocesses and encodes it, chunk
 by chunk (the encoder's own passes, planned by :func:`chunk_frames`) as the frames arrive, so the
 clip is ready one pass after its last frame is read. Frames given directly are encoded in one go.
+
+A clip's video tokens are then pruned where the sampling settings say
+(:meth:`~framewise.core.settings.SamplingSettings.pruning_rate`): after the encoder, over the
+whole clip, so the tower and its graphs see every patch, whatever the rate
+(:mod:`~framewise.core.encoding.pruning`). The clip keeps only its pruned features, and the model
+family's prepared clip says which tokens they are, for the prompt.
 """
 
 from __future__ import annotations
@@ -25,11 +31,12 @@ from framewise.core.backends.local.parts import ModelParts
 from framewise.core.backends.reading import FileRead, encode_done
 from framewise.core.encoding.defs import EncodedItem, VisionItem
 from framewise.core.encoding.planning import BatchLimits, PlanItem, plan_batches
+from framewise.core.encoding.pruning import Retention, prune_encoded, retained_mask
 from framewise.core.events import ChunkStats, EncodeDone, Progress
 from framewise.core.families.base import PreparedVideo
 from framewise.core.metrics import EncoderMetricsAccumulator
 from framewise.core.seam import FamilyLimits
-from framewise.core.settings import AppSettings, EncoderSettings
+from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings
 from framewise.core.video import ReadProgress, SampledClip, SampledFrames, sample_clip
 from framewise.core.video.feed import ChunkFeed, FrameChunk
 from framewise.core.video.thumbnails import clip_sampled
@@ -81,8 +88,9 @@ class ClipEncoder:
             return self._encode_picture(picture)
         return self._stream_clip(read, settings, span)
 
-    def encode_frames(self, sampled: SampledFrames) -> EncodedClip:
-        """Preprocess and encode sampled frames (T, H, W, 3) uint8 in one go, as a clip."""
+    def encode_frames(self, sampled: SampledFrames, sampling: SamplingSettings) -> EncodedClip:
+        """Preprocess and encode sampled frames (T, H, W, 3) uint8 in one go, as a clip, and prune
+        its tokens as ``sampling`` says."""
         loaded = self.parts.require_model()
         started = time.perf_counter()
         timestamps = sampled.timestamps
@@ -94,7 +102,7 @@ class ClipEncoder:
         with cancel_points(loaded.family.cancel_points(loaded.model).vision, self._cancel):
             output = self.parts.require_encoder().encode([video.item])
         encoded = _Encoded(video.without_pixels(), output.items[0], tuple(output.chunks), preprocess_ms)
-        return self._finish_clip(encoded, sampled)
+        return self._finish_clip(encoded, sampled, sampling)
 
     def _stream_clip(self, read: FileRead, settings: AppSettings, span: tuple[float, float] | None) -> EncodedClip:
         """Sample the clip ``read`` is for (its ``span`` only, when given) and encode it as it is read."""
@@ -117,7 +125,8 @@ class ClipEncoder:
 
         sampled, encoded = read.clip(sample, feed.arrivals, take, feed.end)
         video = loaded.family.join_videos(encoded.videos)
-        return self._finish_clip(_Encoded(video, encoded.features(), encoded.chunks, encoded.preprocess_ms), sampled, span)
+        encoded_clip = _Encoded(video, encoded.features(), encoded.chunks, encoded.preprocess_ms)
+        return self._finish_clip(encoded_clip, sampled, sampling, span)
 
     def _encode_chunks(self, chunks: Iterator[FrameChunk], report: Callable[[], None]) -> _EncodedParts:
         """Preprocess and encode each chunk of frames as it comes (one encoder pass each)."""
@@ -137,14 +146,36 @@ class ClipEncoder:
         return parts
 
     def _finish_clip(
-        self, encoded: _Encoded, sampled: SampledFrames, span: tuple[float, float] | None = None
+        self,
+        encoded: _Encoded,
+        sampled: SampledFrames,
+        sampling: SamplingSettings,
+        span: tuple[float, float] | None = None,
     ) -> EncodedClip:
-        """The encoded clip, reported: its frames (T, H, W, 3) uint8 for the strip, one ChunkStats
-        per pass, the metrics and the summary (of a closer look over ``span``, when given)."""
+        """The encoded clip, its tokens pruned as ``sampling`` says, reported: its frames (T, H, W, 3)
+        uint8 for the strip, one ChunkStats per pass, the metrics and the summary (of a closer look
+        over ``span``, when given)."""
         self._cancel.raise_if_cancelled()  # a cancel during the last pass still keeps the previous clip
         self._emit(clip_sampled(sampled))
-        summary = self._report_encoded(encoded.video.item, encoded.chunks, sampled, encoded.preprocess_ms, span)
+        tokens = encoded.features.embeds.shape[0]
+        rate = sampling.pruning_rate(tokens)
+        retention = None
+        if rate > 0:
+            encoded, retention = self._pruned(encoded, rate)
+        summary = self._report_encoded(
+            encoded.video.item, tokens, encoded.chunks, sampled, encoded.preprocess_ms, span, retention
+        )
         return EncodedClip(path=sampled.path, video=encoded.video, features=encoded.features, summary=summary)
+
+    def _pruned(self, encoded: _Encoded, rate: float) -> tuple[_Encoded, Retention]:
+        """``encoded`` with its features cut to the tokens pruning at ``rate`` keeps over the whole
+        clip, and its prepared clip told which; and that retention."""
+        loaded = self.parts.require_model()
+        t, h, w = encoded.video.item.grid_thw
+        merge = loaded.limits.merge_size
+        retention = retained_mask(encoded.features.embeds, (t, h // merge, w // merge), rate)
+        video = loaded.family.with_retention(encoded.video, retention)
+        return dataclasses.replace(encoded, video=video, features=prune_encoded(encoded.features, retention)), retention
 
     def _encode_picture(self, picture: SampledFrames) -> EncodedClip:
         """Preprocess and encode a still picture (one frame (1, H, W, 3) uint8) as one image item (no times)."""
@@ -159,26 +190,33 @@ class ClipEncoder:
         with cancel_points(loaded.family.cancel_points(loaded.model).vision, self._cancel):
             output = self.parts.require_encoder().encode([item])
         self._cancel.raise_if_cancelled()  # a cancel during the last pass still keeps the previous clip
-        summary = self._report_encoded(item, output.chunks, picture, preprocess_ms)
+        features = output.items[0]
+        summary = self._report_encoded(item, features.embeds.shape[0], output.chunks, picture, preprocess_ms)
         return EncodedClip(
-            path=picture.path, video=None, image=item.without_pixels(), features=output.items[0], summary=summary
+            path=picture.path, video=None, image=item.without_pixels(), features=features, summary=summary
         )
 
     def _report_encoded(
         self,
         item: VisionItem,
+        tokens: int,
         chunks: Sequence[ChunkStats],
         sampled: SampledFrames,
         preprocess_ms: float,
         span: tuple[float, float] | None = None,
+        retention: Retention | None = None,
     ) -> EncodeDone:
         """Send one ChunkStats per encoder pass of ``item`` (numbered) and the encoder metrics; the
-        item's summary."""
+        item's summary: its ``tokens`` and, after a pruning, the ``retention`` of them."""
         sent = tuple(self._emit(dataclasses.replace(chunk, chunk_index=index)) for index, chunk in enumerate(chunks))
         metrics = self._emit(self.metrics.add_item(sent))
+        kept_tokens, kept_per_frame = None, ()
+        if retention is not None:
+            per_slice = self.parts.require_model().limits.frames_per_slice
+            kept_tokens, kept_per_frame = retention.kept, retention.kept_per_frame(len(sampled.timestamps), per_slice)
         summary = encode_done(
-            sampled, patches=item.patches, preprocess_ms=preprocess_ms, kind=item.modality, span=span,
-            chunks=sent, metrics=metrics,
+            sampled, patches=item.patches, video_tokens=tokens, preprocess_ms=preprocess_ms, kind=item.modality,
+            span=span, chunks=sent, metrics=metrics, kept_tokens=kept_tokens, kept_per_frame=kept_per_frame,
         )
         return self._stamp(summary)
 

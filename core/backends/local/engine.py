@@ -176,7 +176,7 @@ class Engine(BackendBase[EncodedClip]):
         Settings changes cannot re-sample such a clip.
         """
         self.parts.require_model()
-        return self._keep(self._clips.encode_frames(sampled), "new_clip")
+        return self._keep(self._clips.encode_frames(sampled, self.settings.sampling), "new_clip")
 
     def _keep(self, clip: EncodedClip, reason: ResetReason | None) -> EncodeDone:
         """Make ``clip`` the open one and, unless ``reason`` is ``None``, start its conversation afresh."""

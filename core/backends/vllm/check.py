@@ -8,7 +8,7 @@ import httpx
 
 from framewise.core.backends.vllm.errors import raise_for_status
 from framewise.core.backends.vllm.http import auth_headers, get, http_client
-from framewise.core.backends.vllm.serve_command import vllm_serve_command
+from framewise.core.backends.vllm.serve_command import pruning_note, vllm_serve_command
 from framewise.core.errors import ServerAddressError, ServerFailedError, ServerModelError, ServerModelGoneError
 from framewise.core.events import ServerInfo
 from framewise.core.settings import BackendSettings, EncoderSettings, SamplingSettings
@@ -45,6 +45,7 @@ def check_server(backend: BackendSettings, encoder: EncoderSettings, sampling: S
         serve_command=vllm_serve_command(source or model, encoder, sampling, served_name=model),
         plain_http_warning=backend.plain_http_warning(),
         model_source=source,
+        pruning_note=pruning_note(sampling),
     )
 
 

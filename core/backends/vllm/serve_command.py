@@ -9,7 +9,7 @@ import shlex
 
 from framewise.core.backends.vllm.family import served_family
 from framewise.core.events import ServerInfo
-from framewise.core.settings import AppSettings, EncoderSettings, SamplingSettings
+from framewise.core.settings import PRUNING_WORDS, AppSettings, EncoderSettings, SamplingSettings
 
 
 def vllm_serve_command(
@@ -17,7 +17,8 @@ def vllm_serve_command(
 ) -> str:
     """A command line that starts vLLM (0.32) serving ``model`` (a folder or a hub id) for
     Framewise, under ``served_name`` where that differs, with the server's encoder CUDA graphs
-    sized like Framewise's encoder settings.
+    sized like Framewise's encoder settings, and pruning video tokens at ``sampling``'s rate when it
+    sets one (:func:`server_pruning_rate`).
 
     Framewise's budgets count patch rows; vLLM's ``encoder_cudagraph_token_budgets`` count merged
     output tokens (a merge block of patches each), so each budget is divided by the merge area. Items per batch carry over;
@@ -45,12 +46,45 @@ def vllm_serve_command(
         "--media-io-kwargs", json.dumps({"video": {"num_frames": -1}}),
         "--compilation-config", json.dumps(compilation, separators=(",", ":")),
     ]
+    rate = server_pruning_rate(sampling)
+    if rate is not None:
+        arguments += ["--video-pruning-rate", str(rate)]
     return shlex.join(arguments)
 
 
+def server_pruning_rate(sampling: SamplingSettings) -> float | None:
+    """The ``--video-pruning-rate`` a server started for ``sampling`` gets: its rate when it sets one
+    above 0, else ``None``. vLLM sets the rate once, when the server starts, for every clip: it
+    cannot prune only long clips, so ``auto`` gets none."""
+    if sampling.pruning in PRUNING_WORDS:
+        return None
+    rate = float(sampling.pruning)
+    return rate if rate > 0 else None
+
+
+def pruning_note(sampling: SamplingSettings) -> str | None:
+    """What ``sampling``'s pruning means with a vLLM server answering, for a person; ``None`` when off."""
+    rate = server_pruning_rate(sampling)
+    if rate is None and sampling.pruning != "auto":
+        return None
+    own_rate = "a vLLM server prunes every clip at the one rate it was started with (--video-pruning-rate)"
+    if sampling.pruning == "auto":
+        return (
+            f"Pruning on auto works on this machine only: {own_rate}, so the serve command sets none. "
+            "Set a rate to have the server prune."
+        )
+    return (
+        f"Pruning is the server's: {own_rate}, and Framewise sends none with a question; the serve command "
+        f"passes {rate}. vLLM's prompt may write each frame's token count from the rate rather "
+        "than from the tokens it kept (vLLM issue 30847), unlike this machine's."
+    )
+
+
 def with_serve_command(server: ServerInfo, settings: AppSettings) -> ServerInfo:
-    """``server`` with its serve command sized for ``settings`` (after the encoder or sampling changed)."""
+    """``server`` with its serve command and pruning note for ``settings`` (after the encoder or
+    sampling changed)."""
     command = vllm_serve_command(
         server.model_source or server.model, settings.encoder, settings.sampling, served_name=server.model
     )
-    return dataclasses.replace(server, serve_command=command)
+    return dataclasses.replace(server, serve_command=command, pruning_note=pruning_note(settings.sampling))
+

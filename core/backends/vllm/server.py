@@ -12,6 +12,7 @@ the request) and returns at once. Nothing is retried on its own: every failure b
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -75,6 +76,7 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         self.limits = self.family.limits
         self._server: ServerInfo | None = None
         self._client: openai.OpenAI | None = None
+        self._noted: str | None = None  # the pruning note said last
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -93,7 +95,17 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         self._server = check_server(backend, self.settings.encoder, self.settings.sampling)
         self._client = openai_client(backend)
         self._emit(Progress("load", 1, 1, f"vLLM server ready: model {self._server.model}"))
+        self._note_pruning()
         return self._emit(self.info())
+
+    def _note_pruning(self) -> None:
+        """Say once, as a warning, that the server prunes at its own rate, when the settings ask for
+        pruning and the note differs from the one said last."""
+        note = self._require_server().pruning_note
+        if note is not None and note != self._noted:
+            log.warning("%s", note)
+            self._emit(Progress("load", 1, 1, f"Warning: {note}"))
+        self._noted = note
 
     def apply_settings(self, settings: AppSettings, request_id: int | None = None) -> EngineInfo | None:
         """Take new settings; new sampling settings re-sample every clip of the conversation (a new
@@ -112,10 +124,13 @@ class VllmServerEngine(BackendBase[RemoteClip]):
             return None
         if settings.backend != old.backend:
             raise FramewiseError("A different server needs a new connection; apply the Backend settings again.")
-        if self.open_clip_path() and settings.sampling != old.sampling:
+        # Pruning is the server's: the frames sent, and so the clips, stay as they were.
+        resampled = dataclasses.replace(settings.sampling, pruning=old.sampling.pruning) != old.sampling
+        if self.open_clip_path() and resampled:
             self._sample_again(self.clips)
         if settings.encoder != old.encoder or settings.sampling != old.sampling:
             self._server = with_serve_command(self._server, settings)
+            self._note_pruning()
             return self._emit(self.info())
         return None
 
@@ -183,9 +198,11 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         started = time.perf_counter()
         url = image_data_url(picture.frames[0])
         width, height, _ = picture.size_and_duration
+        patches = width * height // self.limits.patch_pixels  # before the server resizes it
         summary = encode_done(
             picture,
-            patches=width * height // self.limits.patch_pixels,  # before the server resizes it
+            patches=patches,
+            video_tokens=patches // self.limits.merge_area,
             preprocess_ms=(time.perf_counter() - started) * 1e3,
             kind="image",
         )
@@ -214,7 +231,9 @@ class VllmServerEngine(BackendBase[RemoteClip]):
         # Patch rows as the local engine counts them: one per patch square of each slice of frames.
         slices = -(-frames.shape[0] // self.limits.frames_per_slice)
         patches = slices * int(frames.shape[1] * frames.shape[2]) // self.limits.patch_pixels
-        summary = encode_done(sampled, patches=patches, preprocess_ms=pack_ms, span=span)
+        summary = encode_done(
+            sampled, patches=patches, video_tokens=patches // self.limits.merge_area, preprocess_ms=pack_ms, span=span
+        )
         return RemoteClip(path=sampled.path, url=url, media_io_kwargs=media_io_kwargs(timestamps), summary=summary)
 
     # ----------------------------------------------------------------- questions

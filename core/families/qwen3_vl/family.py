@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import torch
 
     from framewise.core.encoding.defs import VisionItem
+    from framewise.core.encoding.pruning import Retention
     from framewise.core.families.qwen3_vl.adapter import Qwen3VLAdapter
     from framewise.core.families.qwen3_vl.processor import VideoInputs
     from framewise.core.families.qwen3_vl.prompt import ChatInputs
@@ -123,6 +124,9 @@ class Qwen3VLFamily:
         from framewise.core.families.qwen3_vl.processor import join_videos
 
         return join_videos(parts)
+
+    def with_retention(self, video: VideoInputs, retention: Retention) -> VideoInputs:
+        return dataclasses.replace(video, retention=retention)
 
     def preprocess_image(self, image: np.ndarray, limits: FamilyLimits) -> VisionItem:
         from framewise.core.families.qwen3_vl.processor import preprocess_image

@@ -307,6 +307,29 @@ def test_plain_http_to_another_host_warns_before_the_first_request() -> None:
     assert not remote_settings("https://gpu.example.org").backend.is_plain_http_to_remote_host()
 
 
+def test_pruning_is_left_to_the_server_and_said_once_per_setting() -> None:
+    """Nothing about pruning goes with a question (vLLM sets its rate when it starts); the backend
+    warns once that the server's own rate applies, again only when the pruning setting changes, and
+    the offered serve command carries the rate."""
+    events: list = []
+    behaviour = Behaviour(pieces=("red", ""))
+    with FakeVllmServer(behaviour) as server:
+        engine = VllmServerEngine(remote_settings(server.url).replace("sampling", pruning="0.5"), sink=events.append)
+        engine.load()
+        engine.open_clip(CLIP)
+        engine.ask("What color?")
+        engine.apply_settings(engine.settings.replace("sampling", pruning="0.5", max_frames=6))
+        engine.ask("What color?")
+        engine.apply_settings(engine.settings.replace("sampling", pruning="auto"))
+        assert len(engine.turns) == 1, "the frames sent are the same: the conversation goes on"
+    progress = [event.message for event in events if isinstance(event, Progress)]
+    notes = [message for message in progress if "--video-pruning-rate" in message]
+    assert len(notes) == 2 and notes[0].startswith("Warning:") and "30847" in notes[0] and "auto" in notes[1]
+    assert "prun" not in json.dumps(behaviour.chat_requests)
+    assert engine.info().server.serve_command.count("--video-pruning-rate") == 0  # auto: the server cannot
+    assert engine.clip.summary.video_tokens_before == engine.clip.summary.video_tokens_after > 0
+
+
 def test_settings_refuse_addresses_that_are_not_http() -> None:
     from framewise.core.errors import SettingsError
 

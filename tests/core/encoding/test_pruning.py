@@ -177,3 +177,12 @@ def test_embeddings_that_are_not_the_grids_rows_are_refused() -> None:
         retained_mask(torch.randn(10, 4), (2, 2, 3), 0.5)
     with pytest.raises(ValueError, match="retention covers 12"):
         prune_encoded(EncodedItem(torch.randn(10, 4), ()), Retention.keep_all((2, 2, 3)))
+
+
+def test_each_frame_reads_the_kept_share_of_its_own_slice() -> None:
+    mask = torch.tensor([1, 1, 1, 1] + [1, 0, 0, 0] + [0, 0, 1, 1], dtype=torch.bool)
+    retention = Retention(mask, (3, 2, 2))
+    assert retention.kept_per_frame(6, 2) == (1.0, 1.0, 0.25, 0.25, 0.5, 0.5)
+    assert retention.kept_per_frame(5, 2) == (1.0, 1.0, 0.25, 0.25, 0.5)  # the last slice's frame repeated
+    with pytest.raises(ValueError, match="3 slices"):
+        retention.kept_per_frame(4, 2)

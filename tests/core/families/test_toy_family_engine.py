@@ -97,6 +97,7 @@ class ToyPrompt:
     spans: tuple[VisionSpan, ...]
     grids: tuple[PieceGrid, ...]
     text: str
+    unpruned: None = None  # the toy family prunes nothing
 
 
 class EngineToyFamily:
