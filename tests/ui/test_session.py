@@ -584,3 +584,11 @@ def test_an_answer_streams_without_the_space_its_first_token_starts_with(session
     for piece in (" ", " not", " move"):
         session.handle(Token(piece, request_id=request_id))
     assert session.conversation.turns[-1].answer == "not move" and received == ["not", " move"]
+
+
+def test_a_picture_encoded_is_one_frame_not_one_frames(session: Session, view: Recorder) -> None:
+    session.open_clip("/clips/a.png")
+    request_id = len(session.port.sent)  # type: ignore[attr-defined]
+    picture = EncodeDone("a.png", 1, 64, (0.0,), 1.0, 1.0, 4.0, 4.0, False, request_id=request_id)
+    serve(session, "open_clip", request_id, [sampled("a.png", request_id), picture])
+    assert any(status.startswith("a.png: 1 frame encoded in 4 ms") for status in view.statuses), view.statuses
