@@ -400,8 +400,10 @@ class Failed:
 
 @dataclass(frozen=True)
 class DecoderInfo:
-    """The answer decoder: its KV cache's context length and memory, and whether decode steps run
-    through CUDA graphs (one per context-length bucket), with the reason when not."""
+    """The answer decoder: its KV cache's context length and memory, how the cache holds keys and
+    values (``kv_cache_dtype``, in words) and what one token of context takes in it
+    (``kv_bytes_per_token``), and whether decode steps run through CUDA graphs (one per
+    context-length bucket), with the reason when not."""
 
     graphs_enabled: bool
     graphs_reason: str
@@ -410,6 +412,12 @@ class DecoderInfo:
     kv_cache_mb: float
     capture_seconds: float | None = None
     graph_memory_mb: float | None = None
+    kv_cache_dtype: str = ""
+    kv_bytes_per_token: int = 0
+
+    def kv_cache_words(self) -> str:
+        """``"bfloat16, 144 KiB a token"``: the cache's layout and a token's share of it."""
+        return f"{self.kv_cache_dtype}, {self.kv_bytes_per_token / 1024:.4g} KiB a token"
 
 
 @dataclass(frozen=True)

@@ -37,10 +37,11 @@ from framewise.core.model_source import (  # MODEL_INFO_FILE and read_model_info
     resolve_model_source,
 )
 from framewise.core.quantization.formats import read_tensor_headers
+from framewise.core.quantization.kv_formats import kv_cache_format
 from framewise.core.quantization.registry import choose_weight_format, declared_weight_format, format_settings
 from framewise.core.quantization.weight_format import WeightFormat
 from framewise.core.seam import FamilyLimits
-from framewise.core.settings import DEMO_MODEL, DTYPES, AppSettings, ModelSettings, context_needed
+from framewise.core.settings import DEMO_MODEL, DTYPES, KV_CACHE_DTYPES, AppSettings, ModelSettings, context_needed
 
 FLOAT_DTYPES = frozenset({"F64", "F32", "F16", "BF16"})
 PICKLE_WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -134,9 +135,10 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
 
 def estimate_memory(settings: AppSettings) -> MemoryEstimate:
     """What the model ``settings`` name will take on their device, from its config.json alone:
-    linear layers in the weight format loading would choose, everything else and the KV cache of
-    the settings' context in the activations' dtype, the encoder graphs' budgets (none on the
-    CPU or with graphs off), and the features of the largest clip the sampling settings allow.
+    linear layers in the weight format loading would choose, everything else in the activations'
+    dtype, the KV cache of the settings' context in the layout ``decoding.kv_cache_dtype`` chooses,
+    the encoder graphs' budgets (none on the CPU or with graphs off), and the features of the
+    largest clip the sampling settings allow.
 
     Raises ModelLoadError for a source that cannot be read, as :func:`load_model` would."""
     model = settings.model
@@ -148,7 +150,8 @@ def estimate_memory(settings: AppSettings) -> MemoryEstimate:
     activations = pick_dtype(model.dtype, device)
     weight_format = choose_weight_format(config, model.dtype, device)
     context, clip = settings.context_tokens(family.limits), family.limits.video_tokens(settings.sampling.max_pixels)
-    return family.estimate_memory(config, weight_format, activations, context, budgets, device.type, clip)
+    cache_format = kv_cache_format(settings.decoding.kv_cache_dtype)
+    return family.estimate_memory(config, weight_format, activations, context, budgets, device.type, clip, cache_format)
 
 
 def memory_estimate_text(settings: AppSettings) -> str:
@@ -209,6 +212,10 @@ def _shortfall(settings: AppSettings, estimate: MemoryEstimate, device: torch.de
     if not weight_format.quantized:
         changes += [(f"choose dtype {choice} (Settings ▸ Model, --dtype {choice})", settings.replace("model", dtype=choice))
                     for choice in format_settings()]
+    if settings.decoding.kv_cache_dtype == "auto":
+        changes += [(f"choose KV cache {choice} (Settings ▸ Model, --kv-cache {choice})",
+                     settings.replace("decoding", kv_cache_dtype=choice))
+                    for choice in KV_CACHE_DTYPES if choice != "auto"]
     changes += _smaller_clip_or_context(settings, family_for(read_model_type(path)).limits)
     if encoder.use_graphs:
         changes.append(("turn the encoder's CUDA graphs off (encoder.use_graphs)", settings.replace("encoder", use_graphs=False)))

@@ -45,6 +45,9 @@ OPENAI_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/models")
 """Endpoints people paste from a client's configuration; the setting wants the server's root."""
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16", "fp8")
+KV_CACHE_DTYPES = ("auto", "fp8")
+"""Every choice of ``decoding.kv_cache_dtype``: ``auto`` keeps keys and values in the activations'
+dtype, the other in e4m3 with a scale per token and head, about half the bytes."""
 DEMO_MODEL = "demo"
 MAX_MIN_BUCKET = 1 << 16  # the first decode bucket; every step of a short answer reads this much cache
 # Tokens of one prefill pass: the prefill's activations grow with it, not with the prompt. At
@@ -340,14 +343,18 @@ class DecodingSettings:
     A prompt is prefilled in passes of at most ``prefill_chunk_tokens`` tokens, so that the
     prefill's activations stay bounded whatever the clip's length, and Stop is answered between
     two passes (:data:`PREFILL_CHUNK_TOKENS` says how the default was chosen).
+
+    ``kv_cache_dtype`` is how the cache holds keys and values (:data:`KV_CACHE_DTYPES`).
     """
 
     use_graphs: bool = True
     max_context_tokens: int = 0
     min_bucket: int = 256
     prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS
+    kv_cache_dtype: str = "auto"
 
     def validate(self) -> None:
+        _require_choice("decoding.kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
         if self.max_context_tokens < 0:
             raise SettingsError("decoding.max_context_tokens", "use 0 (automatic) or a positive number of tokens")
         if self.min_bucket < 16 or self.min_bucket & (self.min_bucket - 1):

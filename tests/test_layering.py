@@ -131,10 +131,11 @@ def test_the_room_rules_find_what_they_forbid() -> None:
 # ---------------------------------------------------------------- weight formats live in quantization/
 
 # Where a weight format's name may stand in core: the formats themselves, the kernels named by
-# what they compute, and the dtype choices of the settings (``DTYPES``), nowhere else.
+# what they compute, and the dtype choices of the settings (``DTYPES``, ``KV_CACHE_DTYPES``),
+# nowhere else.
 FORMAT_NAME = "fp8"
 FORMAT_ROOMS = ("quantization", "kernels")
-SETTINGS_CHOICES = ("settings.py", "DTYPES")
+SETTINGS_CHOICES = ("settings.py", ("DTYPES", "KV_CACHE_DTYPES"))
 
 
 def format_names(core: Path, word: str = FORMAT_NAME) -> dict[str, list[str]]:
@@ -146,7 +147,10 @@ def format_names(core: Path, word: str = FORMAT_NAME) -> dict[str, list[str]]:
         relative = path.relative_to(core)
         if relative.parts[0] in FORMAT_ROOMS:
             continue
-        allowed = _assignment_lines(path, SETTINGS_CHOICES[1]) if relative.as_posix() == SETTINGS_CHOICES[0] else set()
+        allowed = (
+            {line for name in SETTINGS_CHOICES[1] for line in _assignment_lines(path, name)}
+            if relative.as_posix() == SETTINGS_CHOICES[0] else set()
+        )
         hits = [f"file {relative.as_posix()}"] if word in relative.as_posix().lower() else []
         hits += [f"line {line}: {text}" for line, text in _names_and_strings(path, word) if line not in allowed]
         if hits:

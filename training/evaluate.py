@@ -30,7 +30,15 @@ from typing import Any, Sequence
 from framewise.core.backends.local.engine import Engine
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.processor import fit_video_frames
-from framewise.core.settings import AppSettings, EncoderSettings, GenerationSettings, ModelSettings, SamplingSettings
+from framewise.core.settings import (
+    KV_CACHE_DTYPES,
+    AppSettings,
+    DecodingSettings,
+    EncoderSettings,
+    GenerationSettings,
+    ModelSettings,
+    SamplingSettings,
+)
 from training.synthetic import HELD_OUT_SEEDS, QUESTION_KINDS, WORDINGS, make_scene, questions_for, sample_scene
 
 MAX_NEW_TOKENS = 8
@@ -79,12 +87,13 @@ def normalize(text: str) -> str:
 class Answerer:
     """The application's engine, asked one question at a time about each held-out clip."""
 
-    def __init__(self, model: ModelSettings, encoder: EncoderSettings, pruning: str = "off") -> None:
+    def __init__(
+        self, model: ModelSettings, encoder: EncoderSettings, pruning: str = "off",
+        decoding: DecodingSettings = DecodingSettings(),
+    ) -> None:
         settings = AppSettings(
-            model=model,
-            encoder=encoder,
-            generation=GenerationSettings(max_new_tokens=MAX_NEW_TOKENS),
-            sampling=SamplingSettings(pruning=pruning),
+            model=model, encoder=encoder, generation=GenerationSettings(max_new_tokens=MAX_NEW_TOKENS),
+            sampling=SamplingSettings(pruning=pruning), decoding=decoding,
         )
         self.engine = Engine(settings)
         self.info = self.engine.load()
@@ -127,10 +136,12 @@ def evaluate(
     seeds: Sequence[int] = HELD_OUT_SEEDS,
     sampling: SamplingSettings = SamplingSettings(),
     pruning: str = "off",
+    decoding: DecodingSettings = DecodingSettings(),
 ) -> Report:
     """Ask every question of the first ``clips`` held-out clips, their video tokens pruned as
-    ``pruning`` says; see the module docstring."""
-    answerer = Answerer(model, encoder, pruning)
+    ``pruning`` says and decoded with the ``decoding`` settings (the KV cache's dtype); see the
+    module docstring."""
+    answerer = Answerer(model, encoder, pruning, decoding)
     started = time.perf_counter()
     answers = [answer for seed in seeds[:clips] for answer in answerer.answer_all(seed, sampling)]
     seconds = time.perf_counter() - started
@@ -141,7 +152,7 @@ def evaluate(
     return Report(
         model=answerer.info.model_name,
         device=answerer.info.device,
-        dtype=answerer.info.dtype if model.dtype != "fp8" else f"fp8 weights, {answerer.info.dtype} activations",
+        dtype=_precision(answerer.info.dtype, model.dtype, decoding.kv_cache_dtype),
         encoder=answerer.info.graphs_reason,
         clips=clips,
         seconds=round(seconds, 2),
@@ -150,6 +161,13 @@ def evaluate(
         paraphrases=accuracy([a for a in answers if a.wording != 0]),
         answers=answers,
     )
+
+
+def _precision(activations: str, dtype_setting: str, kv_cache_setting: str) -> str:
+    """The dtypes in a few words: the activations', the weights' where quantized, the KV cache's
+    where it is not the activations'."""
+    words = f"fp8 weights, {activations} activations" if dtype_setting == "fp8" else activations
+    return words if kv_cache_setting == "auto" else f"{words}, {kv_cache_setting} KV cache"
 
 
 def same_answers(report: Report, earlier: dict[str, Any]) -> tuple[int, int]:
@@ -181,6 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="fp8: the language model's linear layers quantized on load")
     parser.add_argument("--graphs", action="store_true", help="encode through the CUDA-graph encoder (CUDA only)")
     parser.add_argument("--pruning", default="off", help="off, auto, or the share of video tokens to prune")
+    parser.add_argument("--kv-cache", default="auto", choices=KV_CACHE_DTYPES,
+                        help="fp8: the decoder's keys and values in e4m3 with a scale per token and head")
     parser.add_argument("--json", type=Path, default=None, help="also write the report, answers included, here")
     parser.add_argument("--same-answers-as", type=Path, default=None,
                         help="an earlier --json report: count the answers that are the same word for word")
@@ -190,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         EncoderSettings(use_graphs=args.graphs),
         clips=args.n,
         pruning=args.pruning,
+        decoding=DecodingSettings(kv_cache_dtype=args.kv_cache),
     )
     print_report(report)
     summary = {k: v for k, v in report.to_json().items() if k != "answers"}

@@ -191,7 +191,9 @@ class EncoderPanel(QWidget):
         if info.decoder is not None:
             decoder = info.decoder
             steps = f"{len(decoder.buckets)} decode graphs" if decoder.graphs_enabled else "eager decode steps"
-            self.decoder_value.setText(f"{steps}, KV cache of {decoder.context_tokens:,} tokens")
+            self.decoder_value.setText(
+                f"{steps}, KV cache of {decoder.context_tokens:,} tokens ({decoder.kv_cache_words()})"
+            )
             self.decoder_value.setToolTip(decoder.graphs_reason)
         self._update_hits()
 

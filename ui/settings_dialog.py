@@ -41,6 +41,7 @@ from framewise.core.settings import (
     FAST_MODE_AUTO_ABOVE_S,
     FAST_MODES,
     PRUNING_WORDS,
+    KV_CACHE_DTYPES,
     AppSettings,
     BackendSettings,
     EncoderSettings,
@@ -137,11 +138,16 @@ class SettingsDialog(QDialog):
             "fp8 keeps the language model's linear layers in 8 bits: about half their memory, and faster answers on a GPU. "
             "An FP8 checkpoint keeps them in 8 bits whatever is chosen here.",
         )
+        tabs.add_field(
+            form, "decoding.kv_cache_dtype", "KV cache", combo(KV_CACHE_DTYPES),
+            "fp8 keeps the answer decoder's keys and values in 8 bits with a scale per token: about half "
+            "the cache's memory, so about twice the context fits.",
+        )
         form.addRow(self.memory_estimate)
         self.held_memory = dim_label()
         self.held_memory.hide()
         form.addRow(self.held_memory)
-        for field in ("model.dtype", "model.device"):
+        for field in ("model.dtype", "model.device", "decoding.kv_cache_dtype"):
             tabs.field(field).currentIndexChanged.connect(self.update_memory_estimate)
         self.model_choice.changed.connect(self.update_memory_estimate)
 

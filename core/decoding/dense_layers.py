@@ -36,6 +36,7 @@ from transformers.integrations.sdpa_attention import repeat_kv
 
 from framewise.core.decoding.attention import prefill_attention_backends
 from framewise.core.decoding.kv_cache import StaticKVCache
+from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
 from framewise.core.quantization.registry import linear_products
 from framewise.core.quantization.weight_format import LinearProducts, Norm
 
@@ -97,6 +98,8 @@ class RowAdditions:
     features: list[torch.Tensor]
 
 
+# The compute capability whose hardware converts e4m3, which the step kernels need for a scaled cache.
+SCALED_CACHE_CAPABILITY = (8, 9)
 # Stacked weights by the first projection they hold, with that projection's data pointer then:
 # a model whose parameters were moved since gets stacked anew.
 _STACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -142,6 +145,7 @@ def dense_stack(
         value = qkv[:, (heads + kv_heads) * head_dim :].view(count, kv_heads, head_dim).transpose(0, 1)[None]
         keys, values = cache.update(key, value, index)
         attended = _attend(qk[:, :heads], keys, values, mask, layer.scaling)
+        del keys, values  # a scaled cache's entries read back: one layer's at a time
         hidden = hidden + product(attended, layer.o, layer.o_scale, layer.products)
         post_norm = (layer.post_norm, layer.eps)
         gate_up = product(hidden, layer.gate_up, layer.gate_up_scale, layer.products, norm=post_norm)
@@ -162,17 +166,19 @@ def kernel_step_stack(
     rope_position: torch.Tensor,
 ) -> torch.Tensor:
     """One decode step's decoder stack through the Triton kernels (:func:`load_step_kernels`): six
-    launches a layer, none reading more of the cache than ``cache_position`` (1,) has filled.
+    launches a layer, none reading more of the cache than ``cache_position`` (1,) has filled; a
+    scaled cache's entries and scales are read and written by the attention kernel itself.
     ``hidden`` (hidden,) is the token's embedding, ``rotary`` the model's rotary embedding (its
     ``inv_freq`` and ``attention_scaling``), ``rope_position`` (1,) its position on every axis.
     Returns the last layer's hidden state (hidden,), not normed."""
     norm_linear, linear_residual, mlp = layers[0].products.step_kernels(kernels)
     for index, layer in enumerate(layers):
         keys, values = cache.keys[index], cache.values[index]
+        key_scales, value_scales = cache.scales(index)
         qkv = norm_linear(hidden, layer.input_norm, layer.qkv, layer.qkv_scale, layer.eps)
         attended = kernels.attend_step(
             qkv, layer.qk_norms, rotary.inv_freq, rotary.attention_scaling, rope_position, cache_position,
-            keys, values, layer.heads, layer.eps, cache.view_length, layer.scaling,
+            keys, values, layer.heads, layer.eps, cache.view_length, layer.scaling, key_scales, value_scales,
         )
         hidden = linear_residual(attended, layer.o, layer.o_scale, hidden)
         hidden = mlp(hidden, layer.post_norm, layer.gate_up, layer.gate_up_scale, layer.down, layer.down_scale, layer.eps)
@@ -180,14 +186,16 @@ def kernel_step_stack(
 
 
 def load_step_kernels(
-    device: torch.device, config: Any, wanted: bool | None, layers: Sequence[DenseLayer] = ()
+    device: torch.device, config: Any, wanted: bool | None, layers: Sequence[DenseLayer] = (),
+    cache_format: KVCacheFormat = FLOAT_KV_CACHE,
 ) -> ModuleType | None:
     """The Triton decode-step kernels for a text model of ``config`` on ``device`` with the dense
-    ``layers``: where they can run when ``wanted`` is None, never when False; True where they
-    cannot run is a ValueError saying why (:func:`step_kernels_unavailable`)."""
+    ``layers`` over a cache in ``cache_format``: where they can run when ``wanted`` is None, never
+    when False; True where they cannot run is a ValueError saying why
+    (:func:`step_kernels_unavailable`)."""
     if wanted is False:
         return None
-    unavailable = step_kernels_unavailable(device, config, layers)
+    unavailable = step_kernels_unavailable(device, config, layers, cache_format)
     if unavailable and wanted:
         raise ValueError(f"the decode step kernels cannot run here: {unavailable}")
     if unavailable:
@@ -331,13 +339,17 @@ def _run_pre_hooks(module: torch.nn.Module, hidden: torch.Tensor) -> None:
             hook(module, (hidden,))
 
 
-def step_kernels_unavailable(device: torch.device, config: Any, layers: Sequence[DenseLayer] = ()) -> str:
+def step_kernels_unavailable(
+    device: torch.device, config: Any, layers: Sequence[DenseLayer] = (), cache_format: KVCacheFormat = FLOAT_KV_CACHE
+) -> str:
     """Why the Triton decode-step kernels cannot run for a text model of ``config`` on ``device``
-    with the dense ``layers`` ("" when they can)."""
+    with the dense ``layers`` over a cache in ``cache_format`` ("" when they can)."""
     if device.type != "cuda":
         return "they need a CUDA device"
     if layers and not layers[0].products.has_step_kernels:
         return "the weight format of its linear layers has no step kernels"
+    if cache_format.scaled and torch.cuda.get_device_capability(device) < SCALED_CACHE_CAPABILITY:
+        return "they convert an 8-bit KV cache's entries in hardware, which needs compute capability 8.9"
     if importlib.util.find_spec("triton") is None:
         return "Triton is not installed"
     rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")

@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import torch
 
 from framewise.core.decoding.kv_cache import StaticKVCache
+from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
 
 FULL_ATTENTION = "full_attention"
 LINEAR_ATTENTION = "linear_attention"
@@ -65,7 +66,8 @@ class HybridState:
     """The state of a model whose layer ``i`` is ``layer_kinds[i]`` (:data:`FULL_ATTENTION` or
     :data:`LINEAR_ATTENTION`), for ``max_tokens`` positions.
 
-    ``kv``: a :class:`StaticKVCache` of the full-attention layers, in their order. ``conv_states[j]``
+    ``kv``: a :class:`StaticKVCache` of the full-attention layers, in their order, its entries in
+    ``cache_format``. ``conv_states[j]``
     (1, conv_channels, conv_kernel) in ``dtype`` and ``recurrent_states[j]`` (1, heads, key_dim,
     value_dim) float32 belong to the j-th linear layer. ``kv.tokens`` and ``kv.owner`` say which
     tokens, computed for which items, the whole state holds.
@@ -80,6 +82,7 @@ class HybridState:
         max_tokens: int,
         dtype: torch.dtype,
         device: torch.device,
+        cache_format: KVCacheFormat = FLOAT_KV_CACHE,
     ) -> None:
         unknown = set(layer_kinds) - {FULL_ATTENTION, LINEAR_ATTENTION}
         if unknown:
@@ -88,7 +91,7 @@ class HybridState:
         self.layer_kinds = tuple(layer_kinds)
         self._kv_slot = _slots(layer_kinds, FULL_ATTENTION)
         self._linear_slot = _slots(layer_kinds, LINEAR_ATTENTION)
-        self.kv = StaticKVCache(len(self._kv_slot), kv_heads, head_dim, max_tokens, dtype, device)
+        self.kv = StaticKVCache(len(self._kv_slot), kv_heads, head_dim, max_tokens, dtype, device, cache_format)
         self.linear = linear
         conv_shape = (1, linear.conv_channels, linear.conv_kernel)
         recurrent_shape = (1, linear.heads, linear.key_dim, linear.value_dim)
@@ -101,13 +104,14 @@ class HybridState:
     @staticmethod
     def bytes_needed(
         layer_kinds: Sequence[str], kv_heads: int, head_dim: int, linear: LinearLayerShape, max_tokens: int,
-        dtype: torch.dtype,
+        dtype: torch.dtype, cache_format: KVCacheFormat = FLOAT_KV_CACHE,
     ) -> int:
         """Device memory a state of these sizes takes: keys and values of the full-attention layers
-        for ``max_tokens`` positions, and the linear layers' states (the same at any length)."""
+        for ``max_tokens`` positions in ``cache_format``, and the linear layers' states (the same at
+        any length)."""
         full = sum(kind == FULL_ATTENTION for kind in layer_kinds)
         linear_layers = sum(kind == LINEAR_ATTENTION for kind in layer_kinds)
-        kv = StaticKVCache.bytes_needed(full, kv_heads, head_dim, max_tokens, dtype)
+        kv = StaticKVCache.bytes_needed(full, kv_heads, head_dim, max_tokens, dtype, cache_format)
         return kv + linear_layers * linear.state_bytes(dtype)
 
     @property

@@ -6,6 +6,13 @@ before the forward: ``write_positions`` (a device tensor, so a captured graph re
 and ``view_length`` (a Python int, baked into a graph at capture). A decode step therefore reads
 ``view_length`` positions, its context-length bucket, never the whole cache.
 
+The entries are kept in a :class:`~framewise.core.quantization.kv_formats.KVCacheFormat`: in the
+activations' dtype (``update`` then hands back views of the cache), or as 8-bit values with one
+float32 scale per token and head, written with the token (``update`` then hands back the positions
+read multiplied by their scales, layer by layer: a pass holds one layer's keys and values over
+``view_length`` positions in the activations' dtype, never the whole cache's). The scales are
+static buffers beside the entries, so a captured graph reads and writes them as it does the entries.
+
 The cache also remembers which token ids its leading positions hold and what they were computed
 with (``owner``: the clip), so a follow-up question re-uses the longest common prefix.
 """
@@ -16,21 +23,33 @@ from typing import Any, Sequence
 
 import torch
 
+from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
+
 
 class StaticKVCache:
     """Keys and values of ``layers`` layers for ``max_tokens`` positions.
 
-    ``keys[layer]`` and ``values[layer]``: (1, kv_heads, max_tokens, head_dim) in ``dtype``.
-    ``tokens[i]`` is the id whose entries sit at position ``i``; positions from ``len(tokens)`` on
-    hold nothing valid.
+    ``keys[layer]`` and ``values[layer]``: (1, kv_heads, max_tokens, head_dim) in the storage dtype
+    of ``cache_format`` for activations of ``dtype``; for a scaled format ``key_scales[layer]`` and
+    ``value_scales[layer]`` (1, kv_heads, max_tokens) float32 (empty lists otherwise). ``tokens[i]``
+    is the id whose entries sit at position ``i``; positions from ``len(tokens)`` on hold nothing
+    valid.
     """
 
     def __init__(
-        self, layers: int, kv_heads: int, head_dim: int, max_tokens: int, dtype: torch.dtype, device: torch.device
+        self, layers: int, kv_heads: int, head_dim: int, max_tokens: int, dtype: torch.dtype, device: torch.device,
+        cache_format: KVCacheFormat = FLOAT_KV_CACHE,
     ) -> None:
         shape = (1, kv_heads, max_tokens, head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        stored = cache_format.storage_dtype(dtype)
+        self.keys = [torch.zeros(shape, dtype=stored, device=device) for _ in range(layers)]
+        self.values = [torch.zeros(shape, dtype=stored, device=device) for _ in range(layers)]
+        scaled_layers = layers if cache_format.scaled else 0
+        self.key_scales = [torch.zeros(shape[:3], dtype=torch.float32, device=device) for _ in range(scaled_layers)]
+        self.value_scales = [torch.zeros(shape[:3], dtype=torch.float32, device=device) for _ in range(scaled_layers)]
+        self.format = cache_format
+        self.dtype = dtype
+        self.kv_heads, self.head_dim = kv_heads, head_dim
         self.max_tokens = max_tokens
         self.device = device
         self.write_positions = torch.zeros(1, dtype=torch.long, device=device)
@@ -39,13 +58,29 @@ class StaticKVCache:
         self.owner: Any = None
 
     @staticmethod
-    def bytes_needed(layers: int, kv_heads: int, head_dim: int, max_tokens: int, dtype: torch.dtype) -> int:
-        """Device memory a cache of these sizes takes (keys and values)."""
-        return 2 * layers * kv_heads * head_dim * max_tokens * torch.empty(0, dtype=dtype).element_size()
+    def bytes_needed(
+        layers: int, kv_heads: int, head_dim: int, max_tokens: int, dtype: torch.dtype,
+        cache_format: KVCacheFormat = FLOAT_KV_CACHE,
+    ) -> int:
+        """Device memory a cache of these sizes takes (keys and values, and their scales)."""
+        return max_tokens * cache_format.bytes_per_token(layers, kv_heads, head_dim, dtype)
 
     @property
     def nbytes(self) -> int:
-        return sum(tensor.numel() * tensor.element_size() for tensor in (*self.keys, *self.values))
+        tensors = (*self.keys, *self.values, *self.key_scales, *self.value_scales)
+        return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+
+    @property
+    def bytes_per_token(self) -> int:
+        """What one more position of context takes: every layer's key and value, and their scales."""
+        return self.format.bytes_per_token(len(self.keys), self.kv_heads, self.head_dim, self.dtype)
+
+    def scales(self, layer: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Layer ``layer``'s key and value scales (1, kv_heads, max_tokens), or Nones for entries
+        in the activations' dtype."""
+        if not self.key_scales:
+            return None, None
+        return self.key_scales[layer], self.value_scales[layer]
 
     @property
     def kv(self) -> StaticKVCache:
@@ -55,10 +90,16 @@ class StaticKVCache:
 
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
         """Write ``key``/``value`` (1, kv_heads, n, head_dim) at ``write_positions`` (n,) and return the
-        layer's first ``view_length`` positions, keys then values, as views."""
-        self.keys[layer_idx].index_copy_(2, self.write_positions, key)
-        self.values[layer_idx].index_copy_(2, self.write_positions, value)
-        return self.keys[layer_idx][:, :, : self.view_length], self.values[layer_idx][:, :, : self.view_length]
+        layer's first ``view_length`` positions, keys then values, in the activations' dtype (views
+        of the cache when it holds that dtype)."""
+        key_scales, value_scales = self.scales(layer_idx)
+        write, read = self.format.write, self.format.read
+        write(self.keys[layer_idx], key_scales, self.write_positions, key)
+        write(self.values[layer_idx], value_scales, self.write_positions, value)
+        return (
+            read(self.keys[layer_idx], key_scales, self.view_length, self.dtype),
+            read(self.values[layer_idx], value_scales, self.view_length, self.dtype),
+        )
 
     def reusable_prefix(self, owner: Any, token_ids: Sequence[int]) -> int:
         """How many leading positions hold exactly the first tokens of ``token_ids`` computed for

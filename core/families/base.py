@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from framewise.core.encoding.defs import VisionItem
     from framewise.core.encoding.pruning import Retention
     from framewise.core.memory_plan import MemoryEstimate
+    from framewise.core.quantization.kv_formats import KVCacheFormat
     from framewise.core.quantization.weight_format import WeightFormat
     from framewise.core.settings import SamplingSettings
     from framewise.core.video import FrameSizing, Resize
@@ -32,7 +33,9 @@ if TYPE_CHECKING:
 class FamilyAdapter(SupportsEncoderGraphs, Protocol):
     """A loaded model's side of the encoder seam, which also gives the decoder its language model."""
 
-    def language_model(self) -> LanguageModel: ...
+    def language_model(self, cache_format: KVCacheFormat) -> LanguageModel:
+        """The language half for the decoder, whose states keep keys and values in ``cache_format``."""
+        ...
 
 
 class PromptInputs(Protocol):
@@ -107,13 +110,14 @@ class ModelFamily(Protocol):
     def estimate_memory(
         self, config: Mapping[str, Any], weight_format: WeightFormat, activations: torch.dtype, context_tokens: int,
         encoder_budgets: Sequence[int], device_type: str, clip_tokens: int = 0,
+        cache_format: KVCacheFormat | None = None,
     ) -> MemoryEstimate:
         """The memory a checkpoint with this config.json (a dict) takes on a ``device_type``
         device (``"cuda"``, ``"cpu"``, ...), before loading it: its linear layers in
         ``weight_format`` (:meth:`~framewise.core.quantization.weight_format.WeightFormat.linear_bytes`),
-        everything else and a KV cache of ``context_tokens`` positions in ``activations``, encoder
-        graphs for ``encoder_budgets``, and the features an open clip of ``clip_tokens`` video
-        tokens keeps."""
+        everything else in ``activations``, a KV cache of ``context_tokens`` positions in
+        ``cache_format`` (None: in ``activations``), encoder graphs for ``encoder_budgets``, and the
+        features an open clip of ``clip_tokens`` video tokens keeps."""
         ...
 
     def adapter(self, model: torch.nn.Module) -> FamilyAdapter:

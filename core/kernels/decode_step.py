@@ -14,7 +14,10 @@ work inside the matrix-vector products that need it:
   computed in the kernel from the position in device memory), writes k and v into the cache and
   attends the token's query heads over the cache up to that position (flash-decoding: the keys
   split across programs, each norming and rotating its own query heads, then one combining
-  pass), so a step never reads more of the cache than the conversation has filled.
+  pass), so a step never reads more of the cache than the conversation has filled. A scaled
+  cache (e4m3 entries, one float32 scale per token and head) is read and written here too: the
+  step's key and value quantized as the cache's quantizer does it, the entries multiplied by their
+  scales in registers as they are loaded.
 
 Rounding follows the model's own layers (transformers' Qwen3 text layers): every value the
 model rounds to its dtype (the normed hidden state before the norm weight, the product with the
@@ -33,8 +36,12 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from framewise.core.kernels.dependent_launch import launch_options, wait_for_previous
+from framewise.core.kernels.e4m3 import E4M3_MAX, MIN_SCALE
 from framewise.core.kernels.gemv_loads import load_chunk, load_inverse_rms, load_rows, load_silu_mul_chunk
 
+# e4m3's largest finite value and the smallest scale, as the cache's quantizer uses them.
+E4M3_LARGEST = tl.constexpr(E4M3_MAX)
+SMALLEST_SCALE = tl.constexpr(MIN_SCALE)
 # Keys one program of the attention kernel handles per loop turn.
 ATTENTION_BLOCK = 64
 # Programs the attention kernel aims for, per multiprocessor: enough to keep the memory busy.
@@ -156,12 +163,13 @@ def _norm_rope_heads(
 
 @triton.jit
 def _store_step_key_value(
-    qkv_ptr, qk_norm_ptr, key_slot_ptr, value_slot_ptr, kv_head, group, dims, cos, sin, eps,
-    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+    qkv_ptr, qk_norm_ptr, key_slot_ptr, value_slot_ptr, key_scale_slot_ptr, value_scale_slot_ptr,
+    kv_head, group, dims, cos, sin, eps,
+    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, SCALED: tl.constexpr,
 ):
     """Write the step's key (normed with row 1 of the q/k norms, rotated) and value of ``kv_head``
-    at the slots given, in row 0 of a block (the other rows masked), where the block's threads
-    see them."""
+    at the slots given (with their scales for a ``SCALED`` cache, :func:`_store_row`), in row 0 of
+    a block (the other rows masked), where the block's threads see them."""
     first = group < 1
     key = _norm_rope_heads(
         qkv_ptr + HEADS * HEAD_DIM, kv_head + group * 0, first, qk_norm_ptr + HEAD_DIM, cos, sin, eps, HEAD_DIM
@@ -170,45 +178,48 @@ def _store_step_key_value(
         qkv_ptr + (HEADS + KV_HEADS + kv_head) * HEAD_DIM + group[:, None] * 0 + dims[None, :],
         mask=first[:, None], other=0.0,
     )
-    slot = group[:, None] * 0 + dims[None, :]
-    tl.store(key_slot_ptr + slot, key, mask=first[:, None])
-    tl.store(value_slot_ptr + slot, value, mask=first[:, None])
+    _store_row(key_slot_ptr, key_scale_slot_ptr, key, group, dims, first, SCALED)
+    _store_row(value_slot_ptr, value_scale_slot_ptr, value, group, dims, first, SCALED)
     tl.debug_barrier()  # the block's threads see each other's stores
 
 
 @triton.jit
-def _attention_split_kernel(
-    qkv_ptr, qk_norm_ptr, inv_freq_ptr, rope_position_ptr, cache_position_ptr,
-    key_cache_ptr, value_cache_ptr, partial_max_ptr, partial_sum_ptr, partial_out_ptr,
-    eps, attention_scaling, scale_log2, max_tokens, split_size, splits,
-    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, GROUP: tl.constexpr, BLOCK_GROUP: tl.constexpr,
-    HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr,
+def _store_row(slot_ptr, scale_slot_ptr, rows, group, dims, first, SCALED: tl.constexpr):
+    """Store the ``first`` row of ``rows`` (BLOCK_GROUP, HEAD_DIM) at ``slot_ptr``: as it is, or
+    (``SCALED``) as the cache's quantizer stores it: divided by a float32 scale that maps its
+    largest magnitude to e4m3's largest value, rounded to e4m3, the scale at ``scale_slot_ptr``."""
+    if SCALED:
+        rows32 = rows.to(tl.float32)
+        scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(rows32), axis=1), E4M3_LARGEST), SMALLEST_SCALE)
+        rows = tl.clamp(tl.math.div_rn(rows32, scale[:, None]), -E4M3_LARGEST, E4M3_LARGEST)
+        tl.store(scale_slot_ptr + group * 0, scale, mask=first)
+    slot = group[:, None] * 0 + dims[None, :]
+    tl.store(slot_ptr + slot, rows.to(slot_ptr.dtype.element_ty), mask=first[:, None])
+
+
+@triton.jit
+def _load_entries(cache_ptr, scale_ptr, offsets, scale_offsets, valid, like, SCALED: tl.constexpr):
+    """Cached keys or values at ``offsets`` (BLOCK, HEAD_DIM), zeros where not ``valid`` (BLOCK,): as
+    stored, or (``SCALED``) times their scales at ``scale_offsets`` (BLOCK,), the product in float32
+    rounded to ``like``'s dtype."""
+    entries = tl.load(cache_ptr + offsets, mask=valid[:, None], other=0.0)
+    if SCALED:
+        scales = tl.load(scale_ptr + scale_offsets, mask=valid, other=0.0)
+        entries = (entries.to(tl.float32) * scales[:, None]).to(like.dtype)
+    return entries
+
+
+@triton.jit
+def _attend_span(
+    query, key_cache_ptr, value_cache_ptr, key_scale_ptr, value_scale_ptr, base, scale_base, start, end,
+    scale_log2, dims,
+    BLOCK_GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr, SCALED: tl.constexpr,
 ):
-    wait_for_previous(PDL)
-    kv_head = tl.program_id(0)
-    split = tl.program_id(1)
-    position = tl.load(cache_position_ptr)
-    length = position + 1
-    start = split * split_size
-    end = tl.minimum(start + split_size, length)
-    group = tl.arange(0, BLOCK_GROUP)
-    dims = tl.arange(0, HEAD_DIM)
+    """``query`` (BLOCK_GROUP, HEAD_DIM) attending over cache positions ``start`` .. ``end`` - 1 of one
+    key/value head, whose entries start at ``base`` and scales at ``scale_base``: the running
+    maximum and sum of the scores (BLOCK_GROUP,) in base 2 and the unnormalised output
+    (BLOCK_GROUP, HEAD_DIM), float32, for the combining pass."""
     keys = tl.arange(0, BLOCK)
-    angle = tl.load(rope_position_ptr).to(tl.float32) * tl.load(inv_freq_ptr + dims % (HEAD_DIM // 2))
-    # libdevice's cos and sin reduce large angles exactly, as torch's do (late positions)
-    cos = libdevice.cos(angle) * attention_scaling
-    sin = libdevice.sin(angle) * attention_scaling
-    # Every program norms and rotates its key/value head's query heads (row 0 of the q/k norms);
-    # rows past the group are zeros.
-    query = _norm_rope_heads(qkv_ptr, kv_head * GROUP + group, group < GROUP, qk_norm_ptr, cos, sin, eps, HEAD_DIM)
-    base = kv_head * max_tokens * HEAD_DIM
-    if split == position // split_size:
-        # The program whose keys end at the step's position writes the step's key and value there
-        # first, then reads them back with the rest.
-        _store_step_key_value(
-            qkv_ptr, qk_norm_ptr, key_cache_ptr + base + position * HEAD_DIM, value_cache_ptr + base + position * HEAD_DIM,
-            kv_head, group, dims, cos, sin, eps, HEADS, KV_HEADS, HEAD_DIM,
-        )
     running_max = tl.full([BLOCK_GROUP], float("-inf"), dtype=tl.float32)
     running_sum = tl.zeros([BLOCK_GROUP], dtype=tl.float32)
     acc = tl.zeros([BLOCK_GROUP, HEAD_DIM], dtype=tl.float32)
@@ -216,7 +227,7 @@ def _attention_split_kernel(
         positions = block_start + keys
         valid = positions < end
         offsets = base + positions[:, None] * HEAD_DIM + dims[None, :]
-        key = tl.load(key_cache_ptr + offsets, mask=valid[:, None], other=0.0)
+        key = _load_entries(key_cache_ptr, key_scale_ptr, offsets, scale_base + positions, valid, query, SCALED)
         if IEEE:
             scores = tl.dot(query, tl.trans(key), input_precision="ieee")
         else:
@@ -226,12 +237,52 @@ def _attention_split_kernel(
         correction = tl.exp2(running_max - new_max)
         weights = tl.exp2(scores - new_max[:, None])
         running_sum = running_sum * correction + tl.sum(weights, axis=1)
-        value = tl.load(value_cache_ptr + offsets, mask=valid[:, None], other=0.0)
+        value = _load_entries(value_cache_ptr, value_scale_ptr, offsets, scale_base + positions, valid, query, SCALED)
         if IEEE:
             acc = acc * correction[:, None] + tl.dot(weights, value, input_precision="ieee")
         else:
             acc = acc * correction[:, None] + tl.dot(weights.to(value.dtype), value)
         running_max = new_max
+    return running_max, running_sum, acc
+
+
+@triton.jit
+def _attention_split_kernel(
+    qkv_ptr, qk_norm_ptr, inv_freq_ptr, rope_position_ptr, cache_position_ptr,
+    key_cache_ptr, value_cache_ptr, key_scale_ptr, value_scale_ptr, partial_max_ptr, partial_sum_ptr, partial_out_ptr,
+    eps, attention_scaling, scale_log2, max_tokens, split_size, splits,
+    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, GROUP: tl.constexpr, BLOCK_GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr, SCALED: tl.constexpr, PDL: tl.constexpr,
+):
+    wait_for_previous(PDL)
+    kv_head = tl.program_id(0)
+    split = tl.program_id(1)
+    position = tl.load(cache_position_ptr)
+    start = split * split_size
+    end = tl.minimum(start + split_size, position + 1)
+    group = tl.arange(0, BLOCK_GROUP)
+    dims = tl.arange(0, HEAD_DIM)
+    angle = tl.load(rope_position_ptr).to(tl.float32) * tl.load(inv_freq_ptr + dims % (HEAD_DIM // 2))
+    # libdevice's cos and sin reduce large angles exactly, as torch's do (late positions)
+    cos = libdevice.cos(angle) * attention_scaling
+    sin = libdevice.sin(angle) * attention_scaling
+    # Every program norms and rotates its key/value head's query heads (row 0 of the q/k norms);
+    # rows past the group are zeros.
+    query = _norm_rope_heads(qkv_ptr, kv_head * GROUP + group, group < GROUP, qk_norm_ptr, cos, sin, eps, HEAD_DIM)
+    base = kv_head * max_tokens * HEAD_DIM
+    scale_base = kv_head * max_tokens
+    if split == position // split_size:
+        # The program whose keys end at the step's position writes the step's key and value there
+        # first, then reads them back with the rest.
+        _store_step_key_value(
+            qkv_ptr, qk_norm_ptr, key_cache_ptr + base + position * HEAD_DIM, value_cache_ptr + base + position * HEAD_DIM,
+            key_scale_ptr + scale_base + position, value_scale_ptr + scale_base + position,
+            kv_head, group, dims, cos, sin, eps, HEADS, KV_HEADS, HEAD_DIM, SCALED,
+        )
+    running_max, running_sum, acc = _attend_span(
+        query, key_cache_ptr, value_cache_ptr, key_scale_ptr, value_scale_ptr, base, scale_base, start, end,
+        scale_log2, dims, BLOCK_GROUP, HEAD_DIM, BLOCK, IEEE, SCALED,
+    )
     slot = (kv_head * splits + split) * BLOCK_GROUP + group
     tl.store(partial_max_ptr + slot, running_max)
     tl.store(partial_sum_ptr + slot, running_sum)
@@ -284,6 +335,8 @@ def attend_step(
     eps: float,
     view_length: int,
     scale: float,
+    key_scales: torch.Tensor | None = None,
+    value_scales: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One token's attention: its q and k heads normed and rotated, its k and v written into the
     cache at ``cache_position``, its query heads attending over positions 0..``cache_position``.
@@ -292,7 +345,10 @@ def attend_step(
     the q norm's weight, then the k norm's; ``inv_freq`` (head_dim/2,) float32; ``rope_position``
     and ``cache_position`` (1,) int64 on the device, read at run time; ``key_cache``/``value_cache``
     (1, kv_heads, max_tokens, head_dim), contiguous; ``view_length`` bounds the position (the
-    step's context bucket) and sizes the launch. Returns (heads * head_dim,).
+    step's context bucket) and sizes the launch. A scaled cache holds e4m3 entries with
+    ``key_scales``/``value_scales`` (1, kv_heads, max_tokens) float32: the step's key and value are
+    stored as the cache's quantizer stores them, and entries are read multiplied by their scales
+    (needs compute capability 8.9). Returns (heads * head_dim,).
     """
     _, kv_heads, max_tokens, head_dim = key_cache.shape
     group = heads // kv_heads
@@ -303,12 +359,15 @@ def attend_step(
     partial_max = torch.empty(kv_heads * splits * block_group, dtype=torch.float32, device=qkv.device)
     partial_sum = torch.empty_like(partial_max)
     partial_out = torch.empty(kv_heads * splits * block_group, head_dim, dtype=torch.float32, device=qkv.device)
+    scaled = key_scales is not None and value_scales is not None
     _attention_split_kernel[(kv_heads, splits)](
         qkv, qk_norm, inv_freq, rope_position, cache_position, key_cache, value_cache,
+        key_scales if scaled else key_cache, value_scales if scaled else value_cache,  # not read unscaled
         partial_max, partial_sum, partial_out, eps, attention_scaling, scale * math.log2(math.e),
         max_tokens, split_size, splits,
         HEADS=heads, KV_HEADS=kv_heads, GROUP=group, BLOCK_GROUP=block_group, HEAD_DIM=head_dim,
-        BLOCK=ATTENTION_BLOCK, IEEE=qkv.dtype == torch.float32, num_warps=4, **launch_options(qkv.device),
+        BLOCK=ATTENTION_BLOCK, IEEE=qkv.dtype == torch.float32, SCALED=scaled, num_warps=4,
+        **launch_options(qkv.device),
     )
     out = torch.empty(heads * head_dim, dtype=qkv.dtype, device=qkv.device)
     _attention_combine_kernel[(heads,)](

@@ -346,7 +346,7 @@ def test_help_lists_the_settings_flags(capsys: pytest.CaptureFixture[str]) -> No
     assert exit_info.value.code == 0
     shown = capsys.readouterr().out
     for flag in ("--model", "--device", "--dtype", "--attention", "--no-graphs", "--fps", "--max-frames",
-                 "--max-pixels", "--fast-mode", "--pruning", "--max-new-tokens", "--temperature", "--json"):
+                 "--max-pixels", "--fast-mode", "--pruning", "--max-new-tokens", "--temperature", "--kv-cache", "--json"):
         assert flag in shown, f"{flag} missing from framewise --help"
 
 
@@ -389,6 +389,24 @@ def test_info_shows_the_memory_estimate_of_the_chosen_dtype() -> None:
     text = framewise("info", "--device", "cpu", "--dtype", "fp8").stdout
     assert "memory estimate:    about" in text
     assert "dtype:              fp8 weights, float32 activations" in text.splitlines()
+
+
+def test_info_shows_the_kv_cache_chosen_in_its_estimate_and_its_decoder() -> None:
+    """--kv-cache fp8: e4m3 keys and values with a scale per token and head, in the estimate, in what
+    the decoder holds (--json) and in the KV cache line."""
+    payloads = {}
+    for layout in ("auto", "fp8"):
+        result = framewise("info", "--device", "cpu", "--kv-cache", layout, "--max-context", "4096", "--json")
+        assert result.returncode == 0, result.stderr
+        payloads[layout] = json.loads(result.stdout)
+    decoders = {layout: payload["decoder"] for layout, payload in payloads.items()}
+    assert decoders["auto"]["kv_cache_dtype"] == "float32" and decoders["auto"]["kv_bytes_per_token"] == 2 * 6 * 2 * 64 * 4
+    assert decoders["fp8"]["kv_cache_dtype"] == "fp8 e4m3, a scale per token and head"
+    assert decoders["fp8"]["kv_bytes_per_token"] == 2 * 6 * 2 * (64 + 4)
+    estimates = {layout: payload["memory_estimate"]["kv_cache"] for layout, payload in payloads.items()}
+    assert estimates["fp8"] == 4096 * decoders["fp8"]["kv_bytes_per_token"] < estimates["auto"]
+    text = framewise("info", "--device", "cpu", "--kv-cache", "fp8", "--max-context", "4096").stdout
+    assert "KV cache:           4096 tokens, 6.4 MiB (fp8 e4m3, a scale per token and head, 1.594 KiB a token)" in text
 
 
 def test_ask_json_says_a_picture_is_an_image(tmp_path: Path) -> None:

@@ -89,17 +89,26 @@ def test_swept_launch_shapes_fit_their_weights(rows: int, columns: int) -> None:
 @pytest.mark.parametrize("arch", [HOPPER, AMPERE])
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 @pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(32, 8, 128), (16, 8, 128), (4, 2, 64)])
-def test_attention_step_kernels_compile(arch: int, dtype: str, heads: int, kv_heads: int, head_dim: int) -> None:
+@pytest.mark.parametrize("scaled", [False, True], ids=["cache-in-dtype", "e4m3-cache"])
+def test_attention_step_kernels_compile(
+    arch: int, dtype: str, heads: int, kv_heads: int, head_dim: int, scaled: bool
+) -> None:
+    if scaled and arch < 89:
+        pytest.skip("the step kernels read an e4m3 cache only with hardware e4m3 conversion (8.9)")
+    cache = "fp8e4nv" if scaled else dtype
     split_types = {
         "qkv_ptr": f"*{dtype}", "qk_norm_ptr": f"*{dtype}", "inv_freq_ptr": "*fp32", "rope_position_ptr": "*i64",
-        "cache_position_ptr": "*i64", "key_cache_ptr": f"*{dtype}", "value_cache_ptr": f"*{dtype}",
+        "cache_position_ptr": "*i64", "key_cache_ptr": f"*{cache}", "value_cache_ptr": f"*{cache}",
+        "key_scale_ptr": "*fp32" if scaled else f"*{cache}", "value_scale_ptr": "*fp32" if scaled else f"*{cache}",
         "partial_max_ptr": "*fp32", "partial_sum_ptr": "*fp32", "partial_out_ptr": "*fp32", "eps": "fp32",
         "attention_scaling": "fp32", "scale_log2": "fp32", "max_tokens": "i32", "split_size": "i32", "splits": "i32",
     }
     split = dict(HEADS=heads, KV_HEADS=kv_heads, GROUP=heads // kv_heads, BLOCK_GROUP=16, HEAD_DIM=head_dim,
-                 BLOCK=decode_step.ATTENTION_BLOCK, IEEE=dtype == "fp32")
+                 BLOCK=decode_step.ATTENTION_BLOCK, IEEE=dtype == "fp32", SCALED=scaled)
     ptx = compile_ptx(decode_step._attention_split_kernel, split_types, split, arch, 4)
     assert count(r"bar\.sync", ptx) > 0  # the step's own key is written before the block reads it
+    if scaled:  # the step's entries rounded to e4m3 and the cache's converted back, in hardware
+        assert count(r"cvt\.rn\.satfinite\.e4m3x2\.f32", ptx) > 0 and count(r"cvt\.rn\.f16x2\.e4m3x2", ptx) > 0
     combine_types = {"partial_max_ptr": "*fp32", "partial_sum_ptr": "*fp32", "partial_out_ptr": "*fp32",
                      "cache_position_ptr": "*i64", "out_ptr": f"*{dtype}", "split_size": "i32", "splits": "i32"}
     combine = dict(GROUP=heads // kv_heads, BLOCK_GROUP=16, HEAD_DIM=head_dim, BLOCK_SPLITS=32)

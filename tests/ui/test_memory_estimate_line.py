@@ -38,6 +38,22 @@ def test_the_model_page_shows_the_estimate_of_the_chosen_dtype(qtbot) -> None:
     assert dialog.memory_estimate.text() == "Needs about 9.1 GiB on the GPU."
 
 
+def test_the_model_page_estimates_the_kv_cache_chosen_and_applies_it(qtbot) -> None:
+    asked: list[AppSettings] = []
+
+    def estimate(settings: AppSettings) -> str:
+        asked.append(settings)
+        return f"Needs what a {settings.decoding.kv_cache_dtype} cache takes."
+
+    dialog = SettingsDialog(AppSettings(), probes.run_now, memory_estimate=estimate)
+    qtbot.addWidget(dialog)
+    applied: list[AppSettings] = []
+    dialog.settings_applied.connect(applied.append)
+    probes.field(dialog, "decoding.kv_cache_dtype").setCurrentText("fp8")
+    assert dialog.memory_estimate.text() == "Needs what a fp8 cache takes." and asked[-1].decoding.kv_cache_dtype == "fp8"
+    assert dialog.apply() and applied[-1].decoding.kv_cache_dtype == "fp8"
+
+
 def test_without_an_estimator_the_line_stays_hidden(qtbot) -> None:
     dialog = SettingsDialog(AppSettings(), probes.run_now)
     qtbot.addWidget(dialog)

@@ -111,9 +111,14 @@ def test_the_last_clip_shows_its_video_tokens_before_and_after_pruning(qtbot):
 def test_the_decoder_line_shows_graph_steps_prefill_and_the_reused_prefix(qtbot):
     panel = EncoderPanel()
     qtbot.addWidget(panel)
-    decoder_info = DecoderInfo(True, "5 decode graphs captured", 2816, (256, 512, 1024, 2048, 2816), 396.0, 0.4, 12.0)
+    decoder_info = DecoderInfo(
+        True, "5 decode graphs captured", 2816, (256, 512, 1024, 2048, 2816), 204.2, 0.4, 12.0,
+        kv_cache_dtype="fp8 e4m3, a scale per token and head", kv_bytes_per_token=76032,
+    )
     panel.set_engine_info(dataclasses.replace(GPU_INFO, decoder=decoder_info))
-    assert panel.decoder_value.text() == "5 decode graphs, KV cache of 2,816 tokens"
+    assert panel.decoder_value.text() == (
+        "5 decode graphs, KV cache of 2,816 tokens (fp8 e4m3, a scale per token and head, 74.25 KiB a token)"
+    )
     decoder = DecoderStats(True, 19, 0, 1310, 1290, 20, 14.2, 210.5, 4.75, 4.9, 2816, "end of answer")
     stats = AnswerStats(16.0, 20, 198.0, False, 1536.0, decoder)
     panel.set_answer_stats(stats)

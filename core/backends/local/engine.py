@@ -215,7 +215,7 @@ def _held_memory(parts: ModelParts, loaded: LoadedModel) -> HeldMemory:
 def _decoder_info(decoder: Decoder | None) -> DecoderInfo | None:
     if decoder is None:
         return None
-    steps = decoder.steps
+    steps, cache = decoder.steps, decoder.cache
     return DecoderInfo(
         graphs_enabled=decoder.graphs_enabled,
         graphs_reason=decoder.graphs_reason,
@@ -224,6 +224,8 @@ def _decoder_info(decoder: Decoder | None) -> DecoderInfo | None:
         kv_cache_mb=decoder.state_bytes / 2**20,
         capture_seconds=steps.capture_seconds if decoder.graphs_enabled else None,
         graph_memory_mb=steps.graph_memory_bytes / 2**20 if decoder.graphs_enabled else None,
+        kv_cache_dtype=cache.format.describe(cache.dtype),
+        kv_bytes_per_token=cache.bytes_per_token,
     )
 
 

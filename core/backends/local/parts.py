@@ -20,6 +20,7 @@ from framewise.core.errors import FramewiseError
 from framewise.core.events import EventSink, ignore_events
 from framewise.core.held_memory import recording_growth
 from framewise.core.loading import LoadedModel, check_memory_fits, load_model, pick_device
+from framewise.core.quantization.kv_formats import kv_cache_format
 from framewise.core.settings import AppSettings
 
 
@@ -70,8 +71,8 @@ class ModelParts:
         loaded = self.require_model()
         self.close_decoder()
         with recording_growth(loaded.device, self.reserved_by_step, "decoder"):
-            language = loaded.adapter.language_model()
             decoding = settings.decoding
+            language = loaded.adapter.language_model(kv_cache_format(decoding.kv_cache_dtype))
             self.decoder = Decoder(
                 language,
                 context_for(settings, language, loaded.limits),

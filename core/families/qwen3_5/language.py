@@ -37,6 +37,7 @@ from framewise.core.decoding.linear_attention import (
 from framewise.core.errors import ModelLoadError
 from framewise.core.families.qwen3_5.config import TextShape
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
+from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
 
 
 class Qwen35LanguageModel:
@@ -44,11 +45,15 @@ class Qwen35LanguageModel:
 
     ``linear_kernels`` runs the linear layers' token mixing through fla-core's kernels: by default
     where they can run (:func:`~framewise.core.decoding.linear_attention.fla_unavailable`), never
-    when False; True where they cannot is a ValueError saying why.
+    when False; True where they cannot is a ValueError saying why. The states it makes keep the
+    full-attention layers' keys and values in ``cache_format``.
     """
 
-    def __init__(self, model: torch.nn.Module, linear_kernels: bool | None = None) -> None:
+    def __init__(
+        self, model: torch.nn.Module, linear_kernels: bool | None = None, cache_format: KVCacheFormat = FLOAT_KV_CACHE
+    ) -> None:
         self.model = model
+        self.cache_format = cache_format
         self.text = model.model.language_model
         self.config = model.config.text_config
         self.shape = TextShape.from_text_config(self.config.to_dict())
@@ -112,14 +117,15 @@ class Qwen35LanguageModel:
         """A zeroed decoder state for ``max_tokens`` positions on the model's device."""
         shape = self.shape
         return HybridState(
-            shape.layer_kinds, shape.kv_heads, shape.head_dim, shape.linear, max_tokens, self.dtype, self.device
+            shape.layer_kinds, shape.kv_heads, shape.head_dim, shape.linear, max_tokens, self.dtype, self.device,
+            self.cache_format,
         )
 
     def state_bytes(self, max_tokens: int) -> int:
         """Device memory :meth:`new_state` takes for ``max_tokens`` positions."""
         shape = self.shape
         return HybridState.bytes_needed(
-            shape.layer_kinds, shape.kv_heads, shape.head_dim, shape.linear, max_tokens, self.dtype
+            shape.layer_kinds, shape.kv_heads, shape.head_dim, shape.linear, max_tokens, self.dtype, self.cache_format
         )
 
     # ------------------------------------------------------------------ positions

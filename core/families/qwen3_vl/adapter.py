@@ -28,6 +28,7 @@ from framewise.core.families.qwen3_vl.fused import FusedVisionForward, compile_c
 from framewise.core.families.qwen3_vl.geometry import VisionGeometry
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.families.qwen3_vl.metadata import MetadataCache
+from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
 from framewise.core.seam import PieceGrid
 
 # The metadata inputs of the tower's forward: (trailing shape, dtype), leading dim the rows.
@@ -172,8 +173,11 @@ class Qwen3VLAdapter:
 
     # ------------------------------------------------------------------ the language model
 
-    def language_model(self, fused_steps: bool = True) -> Qwen3VLLanguageModel:
-        """The whole model's language half for the decoder (see :class:`Qwen3VLLanguageModel`)."""
+    def language_model(
+        self, cache_format: KVCacheFormat = FLOAT_KV_CACHE, fused_steps: bool = True
+    ) -> Qwen3VLLanguageModel:
+        """The whole model's language half for the decoder, its states' keys and values in
+        ``cache_format`` (see :class:`Qwen3VLLanguageModel`)."""
         if self.model is None:
             raise FramewiseError("This adapter holds a vision tower alone; it has no language model to decode with.")
-        return Qwen3VLLanguageModel(self.model, fused_steps=fused_steps)
+        return Qwen3VLLanguageModel(self.model, fused_steps=fused_steps, cache_format=cache_format)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from framewise.core.families.qwen3_vl.processor import VideoInputs
     from framewise.core.families.qwen3_vl.prompt import ChatInputs
     from framewise.core.memory_plan import MemoryEstimate
+    from framewise.core.quantization.kv_formats import KVCacheFormat
     from framewise.core.quantization.weight_format import WeightFormat
 
 # transformers' class of each model type, by name (imported when a checkpoint is loaded).
@@ -89,11 +90,13 @@ class Qwen3VLFamily:
     def estimate_memory(
         self, config: Mapping[str, Any], weight_format: WeightFormat, activations: torch.dtype, context_tokens: int,
         encoder_budgets: Sequence[int], device_type: str, clip_tokens: int = 0,
+        cache_format: KVCacheFormat | None = None,
     ) -> MemoryEstimate:
         from framewise.core.families.qwen3_vl import memory
 
         return memory.estimate_memory(
-            config, weight_format, activations, context_tokens, encoder_budgets, device_type, clip_tokens
+            config, weight_format, activations, context_tokens, encoder_budgets, device_type, clip_tokens,
+            cache_format,
         )
 
     def adapter(self, model: torch.nn.Module) -> Qwen3VLAdapter:

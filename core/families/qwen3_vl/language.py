@@ -35,6 +35,7 @@ from framewise.core.decoding.dense_layers import (
     step_weights_note,
 )
 from framewise.core.decoding.kv_cache import StaticKVCache
+from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
 from framewise.core.seam import PieceGrid
 
 
@@ -47,10 +48,14 @@ class Qwen3VLLanguageModel:
     ``False`` runs both through the model's own layers (the reference the dense passes are tested
     against).
     ``step_kernels`` runs fused steps through the Triton kernels; by default they are used where
-    they can run (:func:`~framewise.core.decoding.dense_layers.load_step_kernels`).
+    they can run (:func:`~framewise.core.decoding.dense_layers.load_step_kernels`). The states it
+    makes keep keys and values in ``cache_format``.
     """
 
-    def __init__(self, model: torch.nn.Module, fused_steps: bool = True, step_kernels: bool | None = None) -> None:
+    def __init__(
+        self, model: torch.nn.Module, fused_steps: bool = True, step_kernels: bool | None = None,
+        cache_format: KVCacheFormat = FLOAT_KV_CACHE,
+    ) -> None:
         self.model = model
         self.text = model.model.language_model
         self.config = model.config.text_config
@@ -60,8 +65,11 @@ class Qwen3VLLanguageModel:
         layer_parameters = inspect.signature(self.text.layers[0].forward).parameters
         # transformers renamed the layers' cache argument after 5.17.
         self._cache_keyword = "cache" if "cache" in layer_parameters else "past_key_values"
+        self.cache_format = cache_format
         self._dense = dense_layers(self.text, self.config) if fused_steps else None
-        self._kernels = load_step_kernels(self.device, self.config, step_kernels, self._dense) if self._dense else None
+        self._kernels = (
+            load_step_kernels(self.device, self.config, step_kernels, self._dense, cache_format) if self._dense else None
+        )
 
     @property
     def fused_steps(self) -> bool:
@@ -112,11 +120,15 @@ class Qwen3VLLanguageModel:
 
     def new_state(self, max_tokens: int) -> StaticKVCache:
         """A zeroed KV cache of every layer for ``max_tokens`` positions on the model's device."""
-        return StaticKVCache(self.layers, self.kv_heads, self.head_dim, max_tokens, self.dtype, self.device)
+        return StaticKVCache(
+            self.layers, self.kv_heads, self.head_dim, max_tokens, self.dtype, self.device, self.cache_format
+        )
 
     def state_bytes(self, max_tokens: int) -> int:
         """Device memory :meth:`new_state` takes for ``max_tokens`` positions."""
-        return StaticKVCache.bytes_needed(self.layers, self.kv_heads, self.head_dim, max_tokens, self.dtype)
+        return StaticKVCache.bytes_needed(
+            self.layers, self.kv_heads, self.head_dim, max_tokens, self.dtype, self.cache_format
+        )
 
     # ------------------------------------------------------------------ positions
 

@@ -8,7 +8,8 @@ GPU, an allowance for the caching allocator besides.
   a quantized format's stored bytes and scales); the vision tower, embeddings, norms and the
   output head are in the activations' dtype.
 - The KV cache is :meth:`~framewise.core.decoding.kv_cache.StaticKVCache.bytes_needed` for the
-  context (keys and values in the activations' dtype, whatever the weight format).
+  context, in the cache's layout whatever the weight format (keys and values in the activations'
+  dtype, or e4m3 with their scales: :class:`~framewise.core.quantization.kv_formats.KVCacheFormat`).
 - The encoder graphs share one set of static buffers, sized for the largest token budget (every
   budget's graph reads views of them): inputs (patches, interpolation taps, rotary positions)
   and outputs (merged tokens and deepstack features). Their pool is set by the largest budget's
@@ -18,7 +19,8 @@ GPU, an allowance for the caching allocator besides.
 - The decode graphs hold the float32 logits and share a pool set by the largest follow-up
   prefill bucket: one decoder layer's activations (hidden, q/k/v, gate/up, their product), the
   key/value heads repeated for every query head over the whole context (the masked attention
-  kernel does not share them) and the additive mask.
+  kernel does not share them), the additive mask and, for a scaled cache, one layer's keys and
+  values read back in the activations' dtype (:meth:`KVCacheFormat.read_bytes`).
 - Each capture (encoder, decoder) allocates cuBLAS workspaces for its warm-up stream and its
   capture stream.
 - An open clip keeps the tower's output for follow-up questions: per video token its merged row
@@ -43,6 +45,7 @@ import torch
 
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.memory_plan import MemoryEstimate
+from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
 from framewise.core.quantization.weight_format import WeightFormat
 
 # The follow-up prefill's largest token bucket (framewise.core.decoding.prefill_graphs.TOKEN_BUCKETS).
@@ -163,14 +166,19 @@ def encoder_graph_bytes(encoder: EncoderShape, budgets: Sequence[int], element: 
     return buffers + pool + CAPTURE_WORKSPACES
 
 
-def decode_graph_bytes(decoder: DecoderShape, element: int, context_tokens: int) -> int:
+def decode_graph_bytes(
+    decoder: DecoderShape, activations: torch.dtype, context_tokens: int, cache_format: KVCacheFormat = FLOAT_KV_CACHE
+) -> int:
     """The float32 logits, the pool the largest follow-up prefill bucket needs over a context of
-    ``context_tokens`` positions, and the capture's workspaces."""
+    ``context_tokens`` positions in ``cache_format``, and the capture's workspaces."""
+    element = activations.itemsize
     query_key_value = (decoder.heads + 2 * decoder.kv_heads) * decoder.head_dim
     layer_per_token = (2 * decoder.hidden + query_key_value + 3 * decoder.intermediate) * element
     repeated_keys_values = 2 * decoder.heads * context_tokens * decoder.head_dim * element
+    read_back = cache_format.read_bytes(decoder.kv_heads, decoder.head_dim, context_tokens, activations)
     mask = PREFILL_TOKENS * context_tokens * element
-    return decoder.vocab * 4 + PREFILL_TOKENS * layer_per_token + repeated_keys_values + mask + CAPTURE_WORKSPACES
+    pool = PREFILL_TOKENS * layer_per_token + repeated_keys_values + read_back + mask
+    return decoder.vocab * 4 + pool + CAPTURE_WORKSPACES
 
 
 def clip_feature_bytes(encoder: EncoderShape, clip_tokens: int, element: int) -> int:
@@ -187,21 +195,28 @@ def estimate_memory(
     encoder_budgets: Sequence[int],
     device_type: str = "cuda",
     clip_tokens: int = 0,
+    cache_format: KVCacheFormat | None = None,
 ) -> MemoryEstimate:
     """The device memory a model with this config.json (a dict with ``text_config`` and
     ``vision_config``) takes on a ``device_type`` device: its decoder layers' linear layers in
-    ``weight_format``, everything else and a KV cache of ``context_tokens`` positions in
-    ``activations``, encoder graphs for ``encoder_budgets`` (patch rows each; none when graphs
-    are off), and the features an open clip of ``clip_tokens`` video tokens keeps. On the CPU the
-    decoder captures no graphs and nothing is added for a caching allocator (it has none)."""
+    ``weight_format``, everything else in ``activations``, a KV cache of ``context_tokens``
+    positions in ``cache_format`` (None: in ``activations``), encoder graphs for
+    ``encoder_budgets`` (patch rows each; none when graphs are off), and the features an open clip
+    of ``clip_tokens`` video tokens keeps. On the CPU the decoder captures no graphs and nothing is
+    added for a caching allocator (it has none)."""
+    cache_format = cache_format or FLOAT_KV_CACHE
     decoder = DecoderShape.from_config(config["text_config"], bool(config.get("tie_word_embeddings", False)))
     encoder = EncoderShape.from_config(config["vision_config"])
     element = activations.itemsize
     parts = MemoryEstimate(
         weights=weight_bytes(decoder, encoder, weight_format, activations),
-        kv_cache=StaticKVCache.bytes_needed(decoder.layers, decoder.kv_heads, decoder.head_dim, context_tokens, activations),
+        kv_cache=StaticKVCache.bytes_needed(
+            decoder.layers, decoder.kv_heads, decoder.head_dim, context_tokens, activations, cache_format
+        ),
         encoder_graphs=encoder_graph_bytes(encoder, encoder_budgets, element),
-        decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(decoder, element, context_tokens),
+        decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(
+            decoder, activations, context_tokens, cache_format
+        ),
         clip_features=clip_feature_bytes(encoder, clip_tokens, element),
     )
     if device_type == "cpu":

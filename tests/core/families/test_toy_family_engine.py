@@ -25,6 +25,7 @@ from framewise.core.errors import SettingsError
 from framewise.core.events import ChunkStats, Event
 from framewise.core.families.base import CancelPoints
 from framewise.core.loading import DEMO_MODEL_DIR
+from framewise.core.quantization.kv_formats import KVCacheFormat
 from framewise.core.quantization.weight_format import WeightFormat
 from framewise.core.seam import DecodedAnswer, FamilyLimits, PieceGrid, VisionSpan
 from framewise.core.settings import AppSettings, SamplingSettings
@@ -77,7 +78,8 @@ class ToyEngineAdapter(ToyAdapter):
     def eager_forward(self, items: Sequence[VisionItem]) -> Sequence[torch.Tensor]:
         return (self.model(torch.cat([item.pixel_values for item in items])),)
 
-    def language_model(self) -> BagOfTokensModel:
+    def language_model(self, cache_format: KVCacheFormat) -> BagOfTokensModel:
+        """The bag of tokens, which sums its context's embeddings exactly: float32 whatever layout is asked."""
         return self.model.language
 
 
