@@ -158,9 +158,13 @@ def _answer_lines(turn: Turn) -> list[str]:
 
 
 def format_answer_stats(stats: AnswerStats) -> str:
-    """One line: tokens and speed (:meth:`AnswerStats.speed_text`), time to first token, GPU memory when
-    known, and the server's figures for an answer from a vLLM server."""
-    parts = [stats.speed_text(), f"first token {stats.time_to_first_token_ms:.0f} ms"]
+    """One line: tokens and speed (:meth:`AnswerStats.speed_text`), time to first token (for an answer
+    stopped before it, how long it ran), GPU memory when known, and the server's figures for an
+    answer from a vLLM server."""
+    if stats.new_tokens:
+        parts = [stats.speed_text(), f"first token {stats.time_to_first_token_ms:.0f} ms"]
+    else:
+        parts = [f"no token in {stats.time_to_first_token_ms:.0f} ms"]
     if stats.gpu_memory_mb is not None:
         parts.append(f"GPU memory {stats.gpu_memory_mb:.0f} MiB")
     if stats.server is not None:

@@ -29,7 +29,7 @@ from typing import Any
 
 from framewise.core.user_folders import user_folder
 from framewise.core.conversation import INTERRUPTED_TEXT, Conversation, Turn
-from framewise.core.errors import ConversationStoreError, SettingsError
+from framewise.core.errors import ConversationGoneError, ConversationStoreError, SettingsError
 from framewise.core.events import AnswerStats
 from framewise.core.settings import AppSettings
 
@@ -178,54 +178,41 @@ class ConversationStore:
 
     def create(self, conversation: Conversation, settings: AppSettings) -> int:
         """Keep a new, empty conversation about ``conversation``'s clip; returns its id."""
-        now = _now()
         with self._write() as db:
-            cursor = db.execute(
-                "INSERT INTO conversations (clip_name, clip_path, timestamps_json, settings_json, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    conversation.clip_name,
-                    conversation.clip_path,
-                    json.dumps(list(conversation.timestamps)),
-                    json.dumps(settings.to_dict(), sort_keys=True),
-                    now,
-                    now,
-                ),
-            )
-        return int(cursor.lastrowid)
+            return _insert_conversation(db, conversation, settings)
 
     def add_question(self, conversation_id: int, turn: Turn) -> int:
-        """Keep ``turn``'s question (its answer still to come); returns the turn's id."""
+        """Keep ``turn``'s question (its answer still to come); returns the turn's id. Raises
+        ConversationGoneError when the conversation is no longer kept (deleted, in another window)."""
         with self._write() as db:
-            cursor = db.execute(
-                "INSERT INTO turns (conversation_id, question, model_name, model_label, asked_at, status, saw_json)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    conversation_id,
-                    turn.question,
-                    turn.model_name,
-                    turn.model_label,
-                    turn.asked_at,
-                    turn.status,
-                    json.dumps(list(turn.saw)) if turn.saw else None,
-                ),
-            )
+            if db.execute("SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)).fetchone() is None:
+                raise ConversationGoneError(f"Kept conversation {conversation_id} was deleted.")
+            turn_id = _insert_question(db, conversation_id, turn)
             self._touch(db, conversation_id)
-        return int(cursor.lastrowid)
+        return turn_id
 
     def finish_turn(self, turn_id: int, turn: Turn) -> None:
-        """Keep ``turn``'s answer, status, error and stats (it has ended: done, stopped or failed)."""
-        stats = json.dumps(dataclasses.asdict(turn.stats)) if turn.stats else None
-        time_clips = json.dumps(list(turn.time_clips)) if turn.time_clips else None
+        """Keep ``turn``'s answer, status, error and stats (it has ended: done, stopped or failed).
+        Raises ConversationGoneError when its question is no longer kept (its conversation deleted)."""
         with self._write() as db:
             row = db.execute("SELECT conversation_id FROM turns WHERE id = ?", (turn_id,)).fetchone()
             if row is None:
-                raise ConversationStoreError(f"No kept question has id {turn_id}; it was deleted.")
-            db.execute(
-                "UPDATE turns SET answer = ?, status = ?, error = ?, stats_json = ?, time_clips_json = ? WHERE id = ?",
-                (turn.answer, turn.status, turn.error, stats, time_clips, turn_id),
-            )
+                raise ConversationGoneError(f"No kept question has id {turn_id}; its conversation was deleted.")
+            _update_answer(db, turn_id, turn)
             self._touch(db, row[0])
+
+    def keep_again(self, conversation: Conversation, settings: AppSettings) -> tuple[int, list[int]]:
+        """Keep ``conversation`` anew, as a new entry, with every turn it holds (those that ended with
+        their answers), in one write: for a conversation on screen whose kept copy was deleted.
+        Returns its new id and its turns' ids, in order."""
+        with self._write() as db:
+            conversation_id = _insert_conversation(db, conversation, settings)
+            turn_ids = []
+            for turn in conversation.turns:
+                turn_ids.append(_insert_question(db, conversation_id, turn))
+                if turn.status not in ("waiting", "streaming"):
+                    _update_answer(db, turn_ids[-1], turn)
+        return conversation_id, turn_ids
 
     def list(self, clip_path: str | None = None) -> list[ConversationSummary]:
         """Kept conversations with at least one question, the one asked most recently first; only ``clip_path``'s when given."""
@@ -431,6 +418,49 @@ def _store_error(path: Path, error: sqlite3.Error) -> ConversationStoreError:
     )
 
 
+def _insert_conversation(db: sqlite3.Connection, conversation: Conversation, settings: AppSettings) -> int:
+    now = _now()
+    cursor = db.execute(
+        "INSERT INTO conversations (clip_name, clip_path, timestamps_json, settings_json, created_at, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (
+            conversation.clip_name,
+            conversation.clip_path,
+            json.dumps(list(conversation.timestamps)),
+            json.dumps(settings.to_dict(), sort_keys=True),
+            now,
+            now,
+        ),
+    )
+    return int(cursor.lastrowid)
+
+
+def _insert_question(db: sqlite3.Connection, conversation_id: int, turn: Turn) -> int:
+    cursor = db.execute(
+        "INSERT INTO turns (conversation_id, question, model_name, model_label, asked_at, status, saw_json)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            conversation_id,
+            turn.question,
+            turn.model_name,
+            turn.model_label,
+            turn.asked_at,
+            turn.status,
+            json.dumps(list(turn.saw)) if turn.saw else None,
+        ),
+    )
+    return int(cursor.lastrowid)
+
+
+def _update_answer(db: sqlite3.Connection, turn_id: int, turn: Turn) -> None:
+    stats = json.dumps(dataclasses.asdict(turn.stats)) if turn.stats else None
+    time_clips = json.dumps(list(turn.time_clips)) if turn.time_clips else None
+    db.execute(
+        "UPDATE turns SET answer = ?, status = ?, error = ?, stats_json = ?, time_clips_json = ? WHERE id = ?",
+        (turn.answer, turn.status, turn.error, stats, time_clips, turn_id),
+    )
+
+
 def _has_table(db: sqlite3.Connection, name: str) -> bool:
     return db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
 
@@ -476,11 +506,14 @@ class ConversationRecorder:
     clip opened and never asked about leaves no entry); :meth:`asked` writes a question as it is asked,
     with the settings it is asked under (kept with the conversation at its first question), and
     :meth:`finished` its answer once it has ended. :meth:`resume` continues a kept conversation.
+    Where the kept copy was deleted meanwhile (in another window), both keep the whole conversation
+    again as a new entry and return True, so that nothing on screen is lost.
     """
 
     def __init__(self, store: ConversationStore) -> None:
         self.store = store
         self._conversation: Conversation | None = None
+        self._settings = AppSettings()
         self._id: int | None = None
         self._turn_ids: dict[int, int] = {}
 
@@ -498,14 +531,37 @@ class ConversationRecorder:
         self.start(conversation)
         self._id = conversation_id
 
-    def asked(self, turn: Turn, settings: AppSettings) -> None:
+    def asked(self, turn: Turn, settings: AppSettings) -> bool:
+        """Keep ``turn``'s question; True when the conversation had to be kept again (see the class)."""
         if self._conversation is None:
             raise ValueError("start() a conversation before recording its questions")
+        self._settings = settings
         if self._id is None:
             self._id = self.store.create(self._conversation, settings)
-        self._turn_ids[id(turn)] = self.store.add_question(self._id, turn)
+        try:
+            self._turn_ids[id(turn)] = self.store.add_question(self._id, turn)
+        except ConversationGoneError:
+            self._keep_again()
+            return True
+        return False
 
-    def finished(self, turn: Turn) -> None:
+    def finished(self, turn: Turn) -> bool:
+        """Keep ``turn``'s answer; True when the conversation had to be kept again (see the class)."""
         turn_id = self._turn_ids.pop(id(turn), None)
-        if turn_id is not None:
+        if turn_id is None:
+            return False
+        try:
             self.store.finish_turn(turn_id, turn)
+        except ConversationGoneError:
+            self._keep_again()
+            return True
+        return False
+
+    def _keep_again(self) -> None:
+        """Keep the conversation under way anew, every turn on screen in it, under the last settings asked with."""
+        assert self._conversation is not None
+        turns = self._conversation.turns
+        self._id, turn_ids = self.store.keep_again(self._conversation, self._settings)
+        self._turn_ids = {
+            id(turn): turn_id for turn, turn_id in zip(turns, turn_ids) if turn.status in ("waiting", "streaming")
+        }

@@ -113,12 +113,21 @@ class QuestionTooLongError(FramewiseError):
     """The question, or the conversation with it, does not fit the model's context."""
 
 
+class ContextFullError(FramewiseError):
+    """An item was not added: with it, the conversation's clips and pictures leave the model's
+    context no room for a question and one answer."""
+
+
 class CancelledError(FramewiseError):
     """The work was cancelled by the user."""
 
 
 class ConversationStoreError(FramewiseError):
     """The file that keeps past conversations cannot be opened, read or written."""
+
+
+class ConversationGoneError(ConversationStoreError):
+    """The kept conversation being written to is no longer kept: it was deleted (in another window)."""
 
 
 class ExportError(FramewiseError):

@@ -317,6 +317,15 @@ TOKENS_PER_SLICE_MARKER = 10
 CHAT_TEMPLATE_TOKENS = 16
 # The shortest question: what a context must hold besides the largest clip and one answer.
 SHORTEST_QUESTION_TOKENS = 1
+# A question of one sentence, about twenty words: 34 tokens in the demo model's tokenizer ("Which way
+# does the square move, and how far does it go between the first and the last frame of the clip?").
+# Where the context leaves a question less room than this, shortening it is no advice worth giving.
+SENTENCE_QUESTION_TOKENS = 32
+FEWER_ITEMS_ADVICE = (
+    "Ask about fewer items or frames (Sampling ▸ max frames or max pixels; --max-frames, --max-pixels), "
+    "or raise the context (Generation ▸ Max context; --max-context)."
+)
+"""What helps when the clips and pictures leave a question no room: fewer or smaller items, or more context."""
 # Answers the automatic context holds: a first question and three follow-ups.
 ANSWERS_IN_CONTEXT = 4
 CONTEXT_ROUNDING = 256

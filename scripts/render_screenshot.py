@@ -4,7 +4,8 @@ The sample clips are opened one after another (so the encoder plot shows each), 
 are asked about the last one. With ``--click-time`` the first time the last answer mentions is
 clicked (the preview goes there); ``--draft`` leaves a question typed but not sent.
 
-    python scripts/render_screenshot.py [--clip CLIP ...] [--question QUESTION ...] [--output docs/screenshot.png]
+    python scripts/render_screenshot.py --size 1920x1080 [--clip CLIP ...] [--question QUESTION ...] [--output docs/screenshot.png]
+    python scripts/render_screenshot.py --size 1024x640 --scheme dark --output docs/screenshot-1024x640-dark.png
     python scripts/render_screenshot.py --clip assets/clips/two_shapes_wide.mp4 \
         --question "When does the circle appear?" --click-time --draft "What happens from 1 to 3 seconds?" \
         --output docs/screenshot-time-link.png

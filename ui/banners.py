@@ -193,6 +193,12 @@ class WindowBanners(BannerArea):
             self.error_banner.action_button.setVisible(settings_can_help)
         self.post(self.error_banner)
 
+    def show_settings_problem(self, text: str) -> None:
+        """The saved settings were rejected as they were read (``text`` names the field and where the
+        file is kept): said until settings are applied, not only until the model loads."""
+        self.fallback_banner.set_text(text)
+        self.post(self.fallback_banner)
+
     def show_store_notice(self, text: str) -> None:
         """Why conversations are not being kept (their store could not be opened, or only read)."""
         self.store_banner.set_text(text)

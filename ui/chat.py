@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeyEvent, QPalette
@@ -31,11 +31,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from framewise.core.clip_times import ConversationItem, PlacedTime, place_times
 from framewise.core.conversation import INTERRUPTED_TEXT, Conversation, Turn, format_answer_stats
 from framewise.core.events import EncodeDone, EngineInfo
 from framewise.core.timecodes import TimeMention, find_times
+from framewise.core.wording import plural
 from framewise.ui.elided_label import ElidedLabel
-from framewise.ui.frames import format_timestamp
+from framewise.ui.frames import format_timestamp, timestamp_decimals
 from framewise.ui.icons import glyph_icon
 from framewise.ui.metrics import live_speed_text
 from framewise.ui.wording import family_words, model_text, model_title
@@ -205,7 +207,7 @@ class ChatPanel(QWidget):
     """Transcript plus question box. ``ask_requested(question)`` and ``stop_requested()`` go to the window;
     so do ``time_clicked(start_s, end_s)``, a time clicked in a message (``end_s`` ``None`` unless a
     range), ``item_time_clicked(item, start_s, end_s)``, such a time that belongs to the item of tab
-    ``item``, and ``question_times_changed(times)``, the list of :class:`TimeMention` in the question
+    ``item``, and ``question_times_changed(times)``, the list of :class:`PlacedTime` in the question
     being typed, whenever it changes. :attr:`title`, the Conversation section's subtitle, names the
     model that answers; :meth:`follow` connects the panel to the session's news."""
 
@@ -248,7 +250,8 @@ class ChatPanel(QWidget):
 
         self.question_edit = QuestionEdit()
         self.question_edit.submitted.connect(self.submit)
-        self._question_times: list[TimeMention] = []
+        self._question_times: list[PlacedTime] = []
+        self._items: Callable[[], Sequence[ConversationItem]] = lambda: ()  # the conversation's, once followed
         self.question_edit.textChanged.connect(self._on_question_edited)
         self.send_button = QPushButton("Ask")
         self.send_button.setToolTip("Ask the question (Enter or Ctrl+Return)")
@@ -298,10 +301,11 @@ class ChatPanel(QWidget):
 
     def follow(self, session: Session) -> None:
         """Show the session's conversation as it goes, the model that answers, and whether a question can be asked."""
+        self._items = session.conversation_items
         signals = session.signals
         signals.engine_changed.connect(self._show_model)
         signals.conversation_reset.connect(self._start_afresh)
-        signals.turn_started.connect(lambda turn: self.start_turn(turn, "Thinking…"))
+        signals.turn_started.connect(lambda turn: self.start_turn(turn, "Thinking…", session.conversation_items()))
         signals.token_received.connect(lambda turn, text: self.append_token(text))
         signals.answer_speed.connect(lambda turn, speed: self.show_speed(live_speed_text(speed)))
         signals.turn_finished.connect(
@@ -309,14 +313,18 @@ class ChatPanel(QWidget):
         )
         signals.item_added.connect(lambda clip, done: self.add_notice(added_notice(done)))
         signals.clip_encoded.connect(lambda done: self.add_notice(done.damage) if done.damage else None)
-        signals.state_changed.connect(lambda: self.show_state(session.answering, session.ask_blocker))
+        signals.state_changed.connect(
+            lambda: self.show_state(session.answering, session.ask_blocker, session.stop_target)
+        )
 
-    def show_state(self, answering: bool, blocker: str | None) -> None:
+    def show_state(self, answering: bool, blocker: str | None, stop_target: str | None) -> None:
         """Ask is enabled unless ``blocker`` says why not (its tooltip and the question box's hint say
-        it too); Stop while ``answering``."""
+        it too, but for the next question typed while ``answering``); Stop while there is something to
+        stop, which ``stop_target`` names ("reading the clip")."""
         self.send_button.setEnabled(blocker is None)
         self.send_button.setToolTip(blocker or "Ask the question (Enter or Ctrl+Return)")
-        self.stop_button.setEnabled(answering)
+        self.stop_button.setEnabled(stop_target is not None)
+        self.stop_button.setToolTip(f"Stop {stop_target or 'the answer'} (Esc)")
         self._set_question_hint(blocker if blocker and not answering else QUESTION_HINT)
 
     def _set_question_hint(self, text: str) -> None:
@@ -366,10 +374,14 @@ class ChatPanel(QWidget):
         self._append(card)
         return card
 
-    def start_turn(self, turn: Turn, waiting_text: str) -> None:
-        """Show ``turn``'s question and an empty answer that tokens will stream into."""
+    def start_turn(self, turn: Turn, waiting_text: str, items: Sequence[ConversationItem] = ()) -> None:
+        """Show ``turn``'s question and an empty answer that tokens will stream into. A time the
+        question ties to one of ``items`` (the tabs, in order: "in the second clip at 0:02") links to
+        that tab, as an answer's do."""
         self.question_edit.clear()
-        self._append(MessageCard("question", "You", turn.question, self._messages))
+        question = MessageCard("question", "You", parent=self._messages)
+        question.set_text(turn.question, items=[placed.item for placed in place_times(turn.question, items)])
+        self._append(question)
         self._answer_card = MessageCard("answer", "", parent=self._messages)
         _show_author(self._answer_card, turn)
         self._answer_card.set_footer(waiting_text)
@@ -406,7 +418,7 @@ class ChatPanel(QWidget):
             card.set_text(
                 (turn.answer + "\n\n" if turn.answer else "") + f"⚠ {turn.error}", linked_length=len(turn.answer), items=items
             )
-        footer = [seen_text(turn)] if turn.saw else []
+        footer = [seen_text(turn)] if turn.saw and turn.status != "failed" else []  # a failed answer saw nothing
         if turn.status == "done" and not turn.answer:
             footer.append("The model wrote no text (only spaces or special tokens)")
         if turn.status == "stopped":
@@ -429,7 +441,7 @@ class ChatPanel(QWidget):
         self._pending_text = ""
 
     def _on_question_edited(self) -> None:
-        times = find_times(self.question_edit.toPlainText())
+        times = place_times(self.question_edit.toPlainText(), self._items())
         if times != self._question_times:
             self._question_times = times
             self.question_times_changed.emit(times)
@@ -452,8 +464,9 @@ class ChatPanel(QWidget):
 def added_notice(done: EncodeDone) -> str:
     """What the conversation says when an item joins it: which clip, picture or span later answers see."""
     if done.span is not None:
-        start, end = (format_timestamp(t) for t in done.span)
-        return f"Looking closer at {start}–{end} ({done.frames} frames); the answers from here on see this span too."
+        decimals = timestamp_decimals(done.span)
+        start, end = (format_timestamp(t, decimals) for t in done.span)
+        return f"Looking closer at {start}–{end} ({plural(done.frames, 'frame')}); the answers from here on see this span too."
     what = "picture" if done.kind == "image" else "clip"
     return f"Added the {what} {done.clip_name}; the answers from here on see it too."
 

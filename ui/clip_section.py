@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Callable
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QWidget
 
-from framewise.core.events import ClipSampled, EncodeDone, FramesRead
+from framewise.core.clip_times import PlacedTime
+from framewise.core.events import ClipSampled, EncodeDone
+from framewise.core.wording import plural
 from framewise.ui.clip_tabs import ClipTabs
 from framewise.ui.elided_label import ElidedLabel
 from framewise.ui.frame_strip import FrameStrip
@@ -23,9 +25,13 @@ if TYPE_CHECKING:
 class ClipSection(Section):
     """:attr:`preview` (the opened clip's, the first of :attr:`tabs`), :attr:`strip` and :attr:`title`.
 
-    The strip and the title follow the tab shown; ``message(text)`` is a line for the status bar."""
+    The strip and the title follow the tab shown, and ``clip_shown(clip)`` says which clip that is
+    (``None``: none); ``message(text)`` is a line for the status bar, ``note(text)`` one about the
+    moment shown, until the next seek ("" ends it)."""
 
     message = Signal(str)
+    note = Signal(str)
+    clip_shown = Signal(object)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         title = ElidedLabel("No clip")
@@ -39,15 +45,21 @@ class ClipSection(Section):
         tabs.frame_changed.connect(strip.select_frame)
         tabs.shown_changed.connect(self._show_tab_clip)
         strip.frame_selected.connect(lambda index: tabs.current_preview().seek(index))
+        for moved in (strip.frame_selected, tabs.seeked, tabs.shown_changed):
+            moved.connect(lambda *_: self.note.emit(""))
+
+    def height_for_width(self, width: int) -> int:
+        """The height that shows a 16:9 frame ``width`` pixels across, with the header, the preview's
+        controls, the tab bar (when shown) and the strip."""
+        return self.minimumSizeHint().height() - self.preview.view.minimumHeight() + round(width * 9 / 16)
 
     def follow(self, session: Session) -> None:
         """Show the clip the session shows and the items of its conversation; a span chosen on a
         timeline is looked at closer through it."""
         signals = session.signals
         self._summary_of = session.summary_of
-        signals.clip_shown.connect(self._show_clip)
+        signals.clip_changed.connect(self._show_clip)
         signals.clip_encoded.connect(lambda done: self._show_summary(self.tabs.current_preview().clip))
-        signals.frames_read.connect(self._add_frames)
         signals.conversation_reset.connect(lambda conversation, notice: self.tabs.set_items(session.added))
         signals.item_added.connect(lambda clip, done: self.tabs.set_items(session.added))
         self.tabs.look_closer_requested.connect(
@@ -65,7 +77,15 @@ class ClipSection(Section):
         self.strip.select_frame(nearest)
         clip = preview.clip
         if clip is not None and start_s > clip.duration_s:
-            self.message.emit(f"{format_timestamp(start_s)} is past the clip's end ({format_timestamp(clip.duration_s)})")
+            self.note.emit(f"{format_timestamp(start_s)} is past the clip's end ({format_timestamp(clip.duration_s)})")
+        else:
+            self.note.emit("")
+
+    def show_question_times(self, times: list[PlacedTime]) -> None:
+        """Outline the times of the question being typed on the timelines: each on its item's tab, an
+        untied one on every tab (it would go to the tab shown)."""
+        for index, preview in enumerate((self.tabs.main, *self.tabs.added_previews)):
+            preview.timeline.set_question_times([placed.time for placed in times if placed.item in (None, index)])
 
     def show_item_moment(self, item: int, start_s: float, end_s: float | None) -> None:
         """A time the answer tied to item ``item`` (its tab) was clicked: that tab is shown and goes there."""
@@ -79,13 +99,10 @@ class ClipSection(Section):
         if self.tabs.current_preview() is self.preview:
             self._show_tab_clip(clip)
 
-    def _add_frames(self, frames: FramesRead) -> None:
-        if self.tabs.current_preview() is self.preview:
-            self.strip.add_frames(frames)
-
     def _show_tab_clip(self, clip: ClipSampled | None) -> None:
         """Another preview tab is shown: the frame strip and the title follow it."""
         self.strip.set_clip(clip)
+        self.clip_shown.emit(clip)
         self._show_summary(clip)
 
     def _show_summary(self, clip: ClipSampled | None) -> None:
@@ -101,7 +118,7 @@ class ClipSection(Section):
             details = "picture"
         else:
             fast = " · fast mode" if clip.sampling_mode == "fast" else ""
-            details = f"{format_timestamp(clip.duration_s)} · {len(clip.timestamps)} frames{fast}"
+            details = f"{format_timestamp(clip.duration_s)} · {plural(len(clip.timestamps), 'frame')}{fast}"
         tokens = summary.tokens_text() if summary is not None else ""
         words = [clip.clip_name, f"{clip.width}×{clip.height}", details, *([tokens] if tokens else [])]
         self.title.setText(" · ".join(words))

@@ -4,8 +4,8 @@ as it does with a single clip."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QTabWidget, QWidget
+from PySide6.QtCore import QSize, Signal
+from PySide6.QtWidgets import QStyle, QTabBar, QTabWidget, QWidget
 
 from framewise.core.events import ClipSampled, EncodeDone
 from framewise.ui.frames import ClipPreview
@@ -16,16 +16,19 @@ class ClipTabs(QTabWidget):
 
     ``look_closer_requested(item, start_s, end_s)``: a span of item ``item``'s timeline is to be
     looked at closer; ``frame_changed(index)``: the shown tab's preview passed another sampled frame;
-    ``shown_changed(clip)``: another tab is shown (the frame strip follows it).
+    ``shown_changed(clip)``: another tab is shown (the frame strip follows it); ``seeked()``: a person
+    moved a timeline's playhead.
     """
 
     look_closer_requested = Signal(int, float, float)
     frame_changed = Signal(int)
     shown_changed = Signal(object)
+    seeked = Signal()
 
     def __init__(self, main: ClipPreview, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.main = main
+        self.setTabBar(_TabBar())
         self.setTabBarAutoHide(True)
         self.setDocumentMode(True)
         self.addTab(main, "No clip")
@@ -43,6 +46,7 @@ class ClipTabs(QTabWidget):
         preview.frame_changed.connect(
             lambda index: self.frame_changed.emit(index) if preview is self.current_preview() else None
         )
+        preview.timeline.seek_requested.connect(lambda seconds: self.seeked.emit())
 
     @property
     def added_previews(self) -> list[ClipPreview]:
@@ -87,3 +91,13 @@ class ClipTabs(QTabWidget):
     def shutdown(self) -> None:
         for preview in (self.main, *self.added_previews):
             preview.shutdown()
+
+
+class _TabBar(QTabBar):
+    """Tabs as tall as their names with the style's shift of the tabs not shown: Fusion draws those
+    lower, which cut the underscores off file names ("red square.mp4" for "red_square.mp4")."""
+
+    def tabSizeHint(self, index: int) -> QSize:  # noqa: N802 - Qt override
+        size = super().tabSizeHint(index)
+        size.setHeight(size.height() + self.style().pixelMetric(QStyle.PixelMetric.PM_TabBarTabShiftVertical, None, self))
+        return size

@@ -29,16 +29,19 @@ class ConversationKeeper:
     ``store`` is opened at the user's default path when not given. :attr:`notice` says why new
     conversations are not kept (the store could not be opened, or only read), for the window to show
     in a banner; a failure later on (a write or read) goes to ``report_error`` and the conversation
-    goes on unkept."""
+    goes on unkept. A conversation whose kept copy was deleted while on screen (in another window) is
+    kept again as a new entry, and ``tell`` says so."""
 
     def __init__(
         self,
         history: ConversationList,
         report_error: Callable[[str], None],
         store: ConversationStore | None = None,
+        tell: Callable[[str], object] = lambda text: None,
     ) -> None:
         self.history = history
         self._report_error = report_error
+        self._tell = tell
         self.store, self.notice = _open_store(store)
         writable = self.store is not None and not self.store.read_only
         self._recorder = ConversationRecorder(self.store) if writable else None
@@ -108,15 +111,21 @@ class ConversationKeeper:
             self.history.empty_hint.setText(str(error))
         self.history.set_conversations(summaries, self.conversation_id)
 
-    def _record(self, write: Callable[[ConversationRecorder], None]) -> None:
+    def _record(self, write: Callable[[ConversationRecorder], bool]) -> None:
         """Write through the recorder; a failure is reported once and the conversation goes on unkept."""
         if self._recorder is None:
             return
         try:
-            write(self._recorder)
+            kept_again = write(self._recorder)
         except ConversationStoreError as error:
             self._report_error(f"{error} This conversation is no longer being kept.")
             self._recorder = None
+            kept_again = False
+        if kept_again:
+            self._tell(
+                "This conversation was deleted from the kept ones (in another window) while it was on screen; "
+                "it is kept again, as a new entry, with every question and answer shown here."
+            )
         self.refresh()
 
 

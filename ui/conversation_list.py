@@ -101,6 +101,13 @@ class ConversationList(QWidget):
     def ids(self) -> list[int]:
         return [self.list.item(row).data(_ID_ROLE) for row in range(self.list.count())]
 
+    def entry_text(self, conversation_id: int) -> str:
+        """What the list shows for ``conversation_id`` (clip, first question, when), "" when it is not listed."""
+        for row, item_id in enumerate(self.ids()):
+            if item_id == conversation_id:
+                return self.list.item(row).text()
+        return ""
+
     def select(self, conversation_id: int) -> None:
         for row, item_id in enumerate(self.ids()):
             if item_id == conversation_id:

@@ -10,6 +10,8 @@ answer) and the times the question being typed mentions.
 from __future__ import annotations
 
 import bisect
+import math
+from collections.abc import Sequence
 
 import numpy as np
 from PySide6.QtCore import QEvent, QPointF, QRectF, QSize, Qt, Signal
@@ -45,13 +47,27 @@ def nearest_index(timestamps: tuple[float, ...], seconds: float) -> int:
     return min(range(len(timestamps)), key=lambda index: abs(timestamps[index] - seconds))
 
 
-def format_timestamp(seconds: float) -> str:
-    """``75.25`` -> ``"1:15.2"``; hours are added when needed (``"1:02:03.0"``)."""
-    seconds = max(0.0, seconds)
-    minutes, secs = divmod(seconds, 60.0)
-    hours, minutes = divmod(int(minutes), 60)
-    text = f"{minutes}:{secs:04.1f}"
-    return f"{hours}:{minutes:02d}:{secs:04.1f}" if hours else text
+def format_timestamp(seconds: float, decimals: int = 1) -> str:
+    """``75.25`` -> ``"1:15.3"``, with ``decimals`` digits of the second; hours are added when needed
+    (``"1:02:03.0"``). Halves round up, so frames half a second apart read half a second apart
+    (0.25 and 0.75 s: "0:00.3" and "0:00.8", where Python's own rounding of 0.25 gives 0.2)."""
+    scale = 10**decimals
+    units = math.floor(max(0.0, seconds) * scale + 0.5 + 1e-6)  # the 1e-6: 1.15 is 1.1499… in binary
+    whole, fraction = divmod(units, scale)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{secs:02d}.{fraction:0{decimals}d}"
+    return f"{hours}:{minutes:02d}:{text}" if hours else f"{minutes}:{text}"
+
+
+def timestamp_decimals(times: Sequence[float]) -> int:
+    """The fewest decimals, from 1 to 3, at which neighbouring ``times`` read apart: a closer look's
+    frames can be less than a tenth of a second apart."""
+    for decimals in (1, 2):
+        labels = [format_timestamp(time, decimals) for time in times]
+        if all(first != second for first, second in zip(labels, labels[1:])):
+            return decimals
+    return 3
 
 
 class FrameView(QWidget):

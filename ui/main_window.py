@@ -21,6 +21,7 @@ from framewise.core.conversation_store import ConversationStore
 from framewise.core.settings import AppSettings
 from framewise.ui.banners import WindowBanners
 from framewise.ui.chat import ChatPanel
+from framewise.ui.clip_column import ClipColumn
 from framewise.ui.clip_files import ClipFiles
 from framewise.ui.clip_section import ClipSection
 from framewise.ui.dialogs import AboutDialog, LogDialog
@@ -40,9 +41,9 @@ from framewise.ui.worker import EngineHost
 log = logging.getLogger(__name__)
 
 DEFAULT_SIZE = (1280, 800)
-# Below this width the Past conversations list starts hidden, below this height the Encoder panel starts
-# collapsed: at 1024×640 the clip and the conversation come first.
-ROOMY_SIZE = (1280, 720)
+# Below this width the Past conversations list starts hidden: at 1024×640 the clip and the conversation
+# come first (the left column folds the Encoder panel on its own where the clip leaves it too little).
+ROOMY_WIDTH = 1280
 
 
 class MainWindow(QMainWindow):
@@ -74,7 +75,8 @@ class MainWindow(QMainWindow):
 
         host.event.connect(self.session.handle)
         if store.load_problem:
-            self.show_error(store.load_problem)
+            self.banners.show_settings_problem(store.load_problem)
+            self.status_bar.say(store.load_problem)
 
     # -- layout -----------------------------------------------------------------------------
 
@@ -102,13 +104,7 @@ class MainWindow(QMainWindow):
     def _build_layout(self) -> None:
         line = self.fontMetrics().height()
         chat_box = Section("Conversation", self.chat.title, self.chat)
-        self.left_splitter = QSplitter(Qt.Orientation.Vertical)
-        self.left_splitter.addWidget(self.clip_section)
-        self.left_splitter.addWidget(self.encoder_section)
-        self.left_splitter.setStretchFactor(0, 1)
-        self.left_splitter.setStretchFactor(1, 1)
-        self.left_splitter.setChildrenCollapsible(False)
-        self.encoder_section.collapsed_changed.connect(self._share_left_height)
+        self.left_splitter = ClipColumn(self.clip_section, self.encoder_section, self.encoder_panel)
         self.main_splitter = QSplitter(Qt.Orientation.Horizontal)
         self.main_splitter.addWidget(self.left_splitter)
         self.main_splitter.addWidget(chat_box)
@@ -126,14 +122,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
         self.clip_files.highlight.raise_()
         self.main_splitter.setSizes([11 * DEFAULT_SIZE[0] // 20, 9 * DEFAULT_SIZE[0] // 20])
-        self.left_splitter.setSizes([DEFAULT_SIZE[1] // 2, DEFAULT_SIZE[1] // 2])
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, self.history_dock)
-
-    def _share_left_height(self, encoder_collapsed: bool) -> None:
-        """Half the left side for the Encoder panel when it is shown; its header line only when collapsed."""
-        total = sum(self.left_splitter.sizes())
-        encoder = self.encoder_section.maximumHeight() if encoder_collapsed else total // 2
-        self.left_splitter.setSizes([total - encoder, encoder])
 
     def _build_menus(self) -> None:
         session, files = self.session, self.clip_files
@@ -187,16 +176,17 @@ class MainWindow(QMainWindow):
         for part in (self.status_bar, self.banners, clip, self.encoder_panel, chat):
             part.follow(session)
         session.signals.state_changed.connect(self._update_actions)
-        session.signals.clip_shown.connect(
-            lambda shown: self.setWindowTitle(f"{shown.clip_name} — Framewise" if shown else "Framewise")
-        )
+        session.signals.engine_changed.connect(lambda info: self.left_splitter.arrange())  # its figures' rows changed
+        clip.clip_shown.connect(lambda shown: self.setWindowTitle(f"{shown.clip_name} — Framewise" if shown else "Framewise"))
         _log_session(session)
         chat.ask_requested.connect(session.ask)
         chat.stop_requested.connect(session.stop)
         chat.time_clicked.connect(clip.show_moment)
         chat.item_time_clicked.connect(clip.show_item_moment)
-        chat.question_times_changed.connect(clip.preview.timeline.set_question_times)
+        chat.question_times_changed.connect(clip.show_question_times)
         clip.message.connect(self.status_bar.say)
+        clip.note.connect(self.status_bar.note)
+        session.signals.clip_opened.connect(lambda path: chat.question_edit.setFocus())  # the next thing to do is ask
         self.clip_files.message.connect(self.status_bar.say)
 
     def _update_actions(self) -> None:
@@ -205,33 +195,34 @@ class MainWindow(QMainWindow):
         self.new_conversation_action.setEnabled(self.session.can_start_new_conversation)
 
     def _restore_geometry(self) -> None:
+        """The geometry the window was closed with; at a first start, the whole screen."""
         geometry = self.store.window_geometry()
-        if geometry is None or not self.restoreGeometry(geometry):
+        first_start = geometry is None or not self.restoreGeometry(geometry)
+        if first_start:
             self.resize(*DEFAULT_SIZE)
-        self._fit_to_screen()
+        self._fit_to_screen(maximize=first_start)
         self._arrange_for_size()
 
     def _arrange_for_size(self) -> None:
-        """Decide what the window shows first at its opening size: on a small screen the clip and the
-        conversation; the Encoder panel (collapsed to its header) and the list are a click away."""
-        if self.width() < ROOMY_SIZE[0]:
+        """Decide what the window shows first at its opening size: on a narrow screen the clip and the
+        conversation; the list is a click away."""
+        if self.width() < ROOMY_WIDTH:
             self.history_dock.hide()
-        if self.height() < ROOMY_SIZE[1]:
-            self.encoder_section.set_collapsed(True)
         # The list is as wide as a clip's name and its first question read comfortably, and no wider.
         line = self.fontMetrics().height()
         width = min(max(line * 11, self.width() // 6), line * 20)
         self.resizeDocks([self.history_dock], [width], Qt.Orientation.Horizontal)
 
-    def _fit_to_screen(self) -> None:
-        """Open maximized where the window, with its title bar and frame, would not fit its screen's free
-        area (a small screen, or geometry saved on a larger one): the window manager then fits the frame too."""
+    def _fit_to_screen(self, maximize: bool) -> None:
+        """Open maximized when asked (a first start) or where the window, with its title bar and frame,
+        would not fit its screen's free area (a small screen, or geometry saved on a larger one): the
+        window manager then fits the frame too."""
         screen = self.screen()
         if screen is None:
             return
         available = screen.availableGeometry()
         frame = self._frame_allowance()
-        if self.width() + frame.width() > available.width() or self.height() + frame.height() > available.height():
+        if maximize or self.width() + frame.width() > available.width() or self.height() + frame.height() > available.height():
             self.resize(min(self.width(), available.width()), min(self.height(), available.height()))
             self.setWindowState(self.windowState() | Qt.WindowState.WindowMaximized)
 

@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from framewise.core.events import (
+    RATE_MIN_TOKENS,
     AnswerSpeed,
     AnswerStats,
     ChunkStats,
@@ -50,13 +51,22 @@ _CHUNK_COLUMNS = ("Chunk", "Frames", "Patches", "Budget", "Padding", "ms/frame",
 
 
 FIGURES_MIN_CHARACTERS = 36
+# The longest text each figure writes, in characters, as its format reads for hundreds of items, clips of
+# 768 frames and answers of thousands of tokens: what the figures' height is reckoned for, so that they
+# do not scroll once the numbers come in.
+FIGURE_CHARACTERS = {
+    "Encoder": 45, "Graph hits": 40, "Per frame": 50, "Last clip": 30, "Clip timing": 70,
+    "First token": 10, "Speed": 40, "GPU memory": 12, "Decoder": 110, "Server": 80,
+}
 CPU_ENCODER_TITLE = "eager on the CPU: no CUDA graphs"
 
 
 class EncoderPanel(QWidget):
     """The latency plot, counters for graph hits and answer speed, and the last encode's chunks.
 
-    :attr:`title` is the Encoder section's subtitle: the encoder in a few words. :meth:`follow`
+    :attr:`title` is the Encoder section's subtitle: the live figures (time per frame, graph hits,
+    first token, speed) and the encoder in a few words, so that a folded panel still shows them.
+    Short of height, the panel leaves out its chunk table before its figures scroll. :meth:`follow`
     connects the panel to the session's news."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -66,6 +76,8 @@ class EncoderPanel(QWidget):
         self._metrics: EncoderMetrics | None = None
         self._run_label = ""
         self.title = ElidedLabel("")
+        self._encoder_words = ("", "")  # the title's end, and its tooltip
+        self._live: dict[str, str] = dict.fromkeys(("frame", "hits", "first token", "speed"), "")
         self.plot = LatencyPlot()
         self.chunk_table = _chunk_table(round(self.fontMetrics().height() * 1.5))
         self.server_box = ServerCommandBox()
@@ -188,10 +200,32 @@ class EncoderPanel(QWidget):
     def _show_title(self, info: EngineInfo) -> None:
         """The encoder in a few words; on a CPU, once, that there are no CUDA graphs."""
         if info.on_cpu and not info.graphs_enabled:
-            self.title.setText(CPU_ENCODER_TITLE)
-            self.title.setToolTip(f"{CPU_ENCODER_TITLE}, so encoding is much slower than on a GPU")
+            self._encoder_words = (CPU_ENCODER_TITLE, f"{CPU_ENCODER_TITLE}, so encoding is much slower than on a GPU")
         else:
-            self.title.setText(encoder_text(info))
+            self._encoder_words = (encoder_text(info), encoder_text(info))
+        self._show_live("hits", "")
+
+    def _show_live(self, figure: str, text: str) -> None:
+        """Put ``text`` in the title as the live ``figure`` ("" leaves it out), before the encoder's words."""
+        self._live[figure] = text
+        words, tooltip = self._encoder_words
+        self.title.setText(" · ".join([*filter(None, self._live.values()), words]))
+        self.title.setToolTip(" · ".join([*filter(None, self._live.values()), tooltip]))
+
+    def figures_height(self, width: int) -> int:
+        """The height the shown figures need not to scroll in a panel ``width`` pixels wide, each at
+        the lines its longest text (:data:`FIGURE_CHARACTERS`) wraps to in the figures' column."""
+        metrics = self.fontMetrics()
+        column = max(self.figures_scroll.minimumWidth(), 2 * (width - self.layout().horizontalSpacing()) // 5)
+        characters = max(1, column // metrics.averageCharWidth())
+        shown = [name for name, (caption, _) in self._rows.items() if not caption.isHidden()]
+        lines = sum(-(-FIGURE_CHARACTERS[name] // characters) for name in shown)
+        return lines * metrics.lineSpacing() + max(len(shown) - 1, 0) * self.figures_scroll.widget().layout().verticalSpacing()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        rows = 4 * self.chunk_table.verticalHeader().defaultSectionSize()  # its header and three passes
+        self.chunk_table.setVisible(self.height() >= self.figures_height(self.width()) + rows)
 
     def _show_server(self, server: ServerInfo) -> None:
         """A vLLM server answers: encoding and decoding run there, and nothing of it is measured here."""
@@ -236,6 +270,8 @@ class EncoderPanel(QWidget):
         """Show the engine's numbers over the run: hits per item and the latency percentiles."""
         self._metrics = metrics
         self.latency_value.setText(latency_summary(metrics))
+        p50 = metrics.ms_per_frame_p50
+        self._show_live("frame", "" if p50 is None else f"{p50:.1f} ms per frame")
         self._update_hits()
 
     def set_encode_done(self, done: EncodeDone) -> None:
@@ -265,14 +301,20 @@ class EncoderPanel(QWidget):
         """A new clip opened or a new question was asked: the last answer's figures belong to the previous one."""
         for value in (self.first_token_value, self.speed_value, self.memory_value):
             value.setText("–")
+        self._show_live("first token", "")
+        self._show_live("speed", "")
 
     def set_answer_speed(self, speed: AnswerSpeed) -> None:
         """The speed of the answer being written, until :meth:`set_answer_stats` gives its final figures."""
         self.speed_value.setText(live_speed_text(speed))
+        self._show_live("speed", _tokens_per_second(speed.tokens_so_far, speed.tokens_per_second_so_far))
 
     def set_answer_stats(self, stats: AnswerStats) -> None:
-        self.first_token_value.setText(f"{stats.time_to_first_token_ms:.0f} ms")
+        self.first_token_value.setText(f"{stats.time_to_first_token_ms:.0f} ms" if stats.new_tokens else "– (none written)")
         self.speed_value.setText(stats.speed_text())
+        self._show_live("first token", f"first token {stats.time_to_first_token_ms:.0f} ms" if stats.new_tokens else "")
+        rated = stats.new_tokens >= RATE_MIN_TOKENS and stats.tokens_per_second > 0
+        self._show_live("speed", f"{stats.tokens_per_second:.1f} tokens/s" if rated else "")
         if stats.server is not None:
             self.server_value.setText(f"{stats.server.url}: {stats.server.summary()}")
             self.memory_value.setText("– (on the server)")
@@ -287,6 +329,14 @@ class EncoderPanel(QWidget):
         if self._on_server:
             return
         self.hits_value.setText(hits_summary(self._metrics, self._graphs_enabled))
+        metrics = self._metrics
+        rate = metrics.hit_rate if metrics is not None and self._graphs_enabled else None
+        self._show_live("hits", "" if rate is None else f"{rate:.0%} graph hits")
+
+
+def _tokens_per_second(tokens: int, rate: float) -> str:
+    """The decode speed for the title, once there is one (it is measured after the first token)."""
+    return f"{rate:.1f} tokens/s" if tokens >= 2 else ""
 
 
 def _chunk_table(row_height: int) -> QTableWidget:

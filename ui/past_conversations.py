@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from PySide6.QtWidgets import QDockWidget, QWidget
+from PySide6.QtWidgets import QDockWidget, QMessageBox, QWidget
 
 from framewise.core.conversation_store import ConversationStore
 from framewise.ui.chat import ChatPanel
@@ -36,7 +36,7 @@ class PastConversations(QDockWidget):
         self.history = ConversationList()
         self.setWidget(self.history)
         self.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetClosable | QDockWidget.DockWidgetFeature.DockWidgetMovable)
-        self.keeper = ConversationKeeper(self.history, warn, store)
+        self.keeper = ConversationKeeper(self.history, warn, store, tell=chat.add_notice)
         self._session = session
         self._chat = chat
         self._exporter = exporter
@@ -76,10 +76,24 @@ class PastConversations(QDockWidget):
             self._exporter.choose_and_export(kept.conversation, kept.settings)
 
     def delete_kept(self, conversation_id: int) -> None:
-        """Forget a kept conversation; the one on screen is left for a new one first."""
+        """Forget a kept conversation once the person confirms it; the one on screen is left for a new one first."""
+        if not self._confirm_delete(conversation_id):
+            return
         if conversation_id == self.keeper.conversation_id:
             if self._session.answering:
                 self._say("Wait for the answer to finish before deleting this conversation.")
                 return
             self._session.new_conversation()
         self.keeper.delete(conversation_id)
+
+    def _confirm_delete(self, conversation_id: int) -> bool:
+        """Ask before forgetting a conversation: nothing brings it back."""
+        entry = self.history.entry_text(conversation_id)
+        answer = QMessageBox.question(
+            self,
+            "Delete Conversation",
+            f"Delete this kept conversation? It cannot be brought back.\n\n{entry}",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+            QMessageBox.StandardButton.Cancel,
+        )
+        return answer == QMessageBox.StandardButton.Yes

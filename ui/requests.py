@@ -25,7 +25,6 @@ from framewise.core.events import (
     Done,
     EncodeDone,
     Failed,
-    FramesRead,
     Progress,
     RequestFinished,
     RequestKind,
@@ -49,7 +48,6 @@ _FAILURE_PREFIX: dict[RequestKind, str] = {
 _FOLLOWERS: dict[type, str] = {
     Progress: "on_progress",
     ClipSampled: "on_clip_sampled",
-    FramesRead: "on_frames_read",
     ChunkStats: "on_chunk",
     EncodeDone: "on_encode_done",
     Token: "on_token",
@@ -73,11 +71,6 @@ class Request:
         """Whether what this request only shows is still shown (an open superseded by a later one is not)."""
         return True
 
-    @property
-    def shown_clip(self) -> ClipSampled | None:
-        """The clip the window shows instead of the open one while this request runs."""
-        return None
-
     def follow(self, event: object) -> None:
         """Hand ``event`` (one of this request's) to its handler method; other events are not a request's own."""
         name = _FOLLOWERS.get(type(event))
@@ -96,11 +89,9 @@ class Request:
             self.session.signals.status_changed.emit(progress_text(progress))
 
     def on_clip_sampled(self, clip: ClipSampled) -> None:
+        """The clip is read; it is shown when the engine makes it the open one (the window shows one clip
+        at a time: the open one, until the conversation is about another)."""
         self.sampled = clip
-        self.session.refresh_shown_clip()
-
-    def on_frames_read(self, frames: FramesRead) -> None:
-        """Frames read are shown only while the clip they belong to is the one shown."""
 
     def on_chunk(self, chunk: ChunkStats) -> None:
         if self.wanted:
@@ -157,18 +148,14 @@ class LoadRequest(Request):
 
 class ApplySettingsRequest(Request):
     """New ``settings``: the session's once the engine applied them (kept unless ``keep`` is False, as
-    the fallback to the defaults at start is not). They may re-sample the open clip, shown as it is
-    read, then the added items, each added again when encoded."""
+    the fallback to the defaults at start is not). They may re-sample the open clip, shown once the
+    engine has made it the open one again, then the added items, each added again when encoded."""
 
     def __init__(self, session: Session, request_id: int, settings: AppSettings, keep: bool = True) -> None:
         super().__init__(session, request_id, "apply_settings")
         self.settings = settings
         self.keep = keep
         self.sampled_again: ClipSampled | None = None  # an added item re-sampled, until it is encoded
-
-    @property
-    def shown_clip(self) -> ClipSampled | None:
-        return self.sampled
 
     def run_label(self) -> str:
         clip = self.sampled_again or self.sampled
@@ -179,10 +166,6 @@ class ApplySettingsRequest(Request):
             super().on_clip_sampled(clip)
         else:
             self.sampled_again = clip
-
-    def on_frames_read(self, frames: FramesRead) -> None:
-        if self.sampled is None:
-            self.session.signals.frames_read.emit(frames)
 
     def added_item(self) -> ClipSampled | None:
         item, self.sampled_again = self.sampled_again, None
@@ -200,8 +183,9 @@ class ApplySettingsRequest(Request):
 
 
 class OpenClipRequest(Request):
-    """Opening ``path``: shown as it is read and encoded until a later open supersedes it; a
-    ``resuming`` open re-opens a kept conversation's clip, which stays on screen."""
+    """Opening ``path``: its progress and encoder passes shown until a later open supersedes it, the
+    clip once the engine has opened it; a ``resuming`` open re-opens a kept conversation's clip, which
+    stays on screen."""
 
     def __init__(self, session: Session, request_id: int, path: str, resuming: bool = False) -> None:
         super().__init__(session, request_id, "open_clip")
@@ -212,14 +196,6 @@ class OpenClipRequest(Request):
     @property
     def wanted(self) -> bool:
         return not self.superseded
-
-    @property
-    def shown_clip(self) -> ClipSampled | None:
-        return self.sampled if self.wanted else None
-
-    def on_frames_read(self, frames: FramesRead) -> None:
-        if self.wanted:
-            self.session.signals.frames_read.emit(frames)
 
     def failure_prefix(self) -> str:
         return f"Could not open {Path(self.path).name}"
@@ -267,10 +243,11 @@ class AskRequest(Request):
 
     def on_token(self, token: Token) -> None:
         turn = self.open_turn
-        if turn is not None:
+        text = token.text if turn is None or turn.answer else token.text.lstrip()  # the answer, as Done gives it
+        if turn is not None and text:
             turn.status = "streaming"
-            turn.answer += token.text
-            self.session.signals.token_received.emit(turn, token.text)
+            turn.answer += text
+            self.session.signals.token_received.emit(turn, text)
 
     def on_speed(self, speed: AnswerSpeed) -> None:
         if self.open_turn is not None:

@@ -58,6 +58,10 @@ class Section(QWidget):
         for widget in widgets:
             layout.addWidget(widget, 0 if widget in fixed_height else 1)
 
+    @property
+    def is_collapsed(self) -> bool:
+        return self._collapsed
+
     def set_collapsed(self, collapsed: bool) -> None:
         """Show only the header line (``collapsed``) or the whole section (a section made collapsible)."""
         if self.toggle is None or collapsed == self._collapsed:

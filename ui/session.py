@@ -33,6 +33,7 @@ from framewise.core.events import (
     RequestStarted,
 )
 from framewise.core.settings import AppSettings
+from framewise.core.wording import plural
 from framewise.ui.requests import (
     AddRequest,
     ApplySettingsRequest,
@@ -81,7 +82,6 @@ class Session:
         self.stale_clip: str | None = None  # a kept conversation's clip that is no longer there
         self._requests: dict[int, Request] = {}  # by id, from sending (or starting) until finished
         self._running: Request | None = None
-        self._shown: ClipSampled | None = None
 
     # -- state ------------------------------------------------------------------------------
 
@@ -108,14 +108,16 @@ class Session:
     @property
     def ask_blocker(self) -> str | None:
         """Why a question cannot be asked now, or ``None`` when it can."""
+        if self.answering:
+            return "Wait for the answer, or press Stop (Esc)"
+        if self.stop_target is not None:
+            return f"Wait, or press Stop (Esc) to stop {self.stop_target}"
         if self.clip is None:
             return "Open a clip first: drop one on the window or use File ▸ Open (Ctrl+O)"
         if self.stale_clip is not None:
             return f"This conversation's clip is no longer at {self.stale_clip}; open a clip to ask about it"
         if self.engine_busy:
             return "Wait for the clip to finish encoding"
-        if self.answering:
-            return "Wait for the answer, or press Stop (Esc)"
         return None
 
     @property
@@ -123,8 +125,20 @@ class Session:
         return self.ask_blocker is None
 
     @property
+    def stop_target(self) -> str | None:
+        """What Stop ends now, to follow "Stop" ("the answer", "reading the clip"), or ``None`` when
+        nothing it can end runs or waits (loading the model and applying settings run to their end)."""
+        if self.answering:
+            return "the answer"
+        if self.opening_clip or self.operation == "open_clip":
+            return "reading the clip"
+        if self.operation in ("add_clip", "look_closer"):
+            return "adding to the conversation"
+        return None
+
+    @property
     def can_stop(self) -> bool:
-        return self.answering or self.operation in ("open_clip", "add_clip", "look_closer")
+        return self.stop_target is not None
 
     @property
     def can_export(self) -> bool:
@@ -133,14 +147,6 @@ class Session:
     @property
     def can_start_new_conversation(self) -> bool:
         return not self.answering
-
-    @property
-    def shown_clip(self) -> ClipSampled | None:
-        """The clip being opened (once sampled), else the one new settings are re-sampling, else the open one."""
-        for request in self._requests.values():
-            if request.shown_clip is not None:
-                return request.shown_clip
-        return self.clip
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -208,8 +214,9 @@ class Session:
         return False
 
     def stop(self) -> None:
-        """Cancel the answer being written or the clip being opened, and what waits behind them."""
-        if self.operation in ("ask", "open_clip") or self.answering:
+        """Cancel the answer being written, the clip being read or the item being added, and what
+        waits behind them."""
+        if self.can_stop:
             self.signals.status_changed.emit("Stopping…")
             self.port.cancel()
 
@@ -252,7 +259,6 @@ class Session:
         )
         self._track(OpenClipRequest(self, request_id, path, resuming))
         self.signals.status_changed.emit(f"Opening {Path(path).name}…")
-        self.refresh_shown_clip()
         self.signals.state_changed.emit()
 
     def _add(self, kind: RequestKind, call: BackendCall, status: str) -> bool:
@@ -291,7 +297,6 @@ class Session:
         request = self._requests.pop(finished.request_id, None)
         if request is not None:
             request.finish(finished)
-        self.refresh_shown_clip()
         self.signals.state_changed.emit()
 
     def _on_failed(self, failed: Failed) -> None:
@@ -331,7 +336,6 @@ class Session:
             timestamps = self.clip.timestamps if self.clip else ()
             self.conversation = Conversation(reset.clip_name, reset.path, timestamps=timestamps)
             self.signals.conversation_reset.emit(self.conversation, _reset_notice(reset))
-        self.refresh_shown_clip()
         self.signals.state_changed.emit()
 
     def encoded(self, done: EncodeDone, item: ClipSampled | None) -> None:
@@ -343,16 +347,9 @@ class Session:
             self.clip_summary = done
         self.signals.clip_encoded.emit(done)
         self.signals.status_changed.emit(
-            f"{done.clip_name}: {done.frames} frames encoded in {done.encode_ms:.0f} ms "
+            f"{done.clip_name}: {plural(done.frames, 'frame')} encoded in {done.encode_ms:.0f} ms "
             f"({done.ms_per_frame:.2f} ms per frame). Ask away."
         )
-
-    def refresh_shown_clip(self) -> None:
-        """Tell the widgets when the clip to show (:attr:`shown_clip`) changed."""
-        shown = self.shown_clip
-        if shown is not self._shown:
-            self._shown = shown
-            self.signals.clip_shown.emit(shown)
 
     # -- helpers ----------------------------------------------------------------------------
 

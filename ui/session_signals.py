@@ -1,6 +1,6 @@
 """What the window's session tells the widgets, without Qt: one :class:`Channel` per kind of news.
 
-Each widget connects the channels it cares about (``session.signals.clip_shown.connect(...)``), so
+Each widget connects the channels it cares about (``session.signals.clip_changed.connect(...)``), so
 the window relays nothing: the session emits, every connected callable is called in the order it
 was connected, on the thread that emitted (the GUI thread, where the session follows the engine).
 """
@@ -19,7 +19,6 @@ from framewise.core.events import (
     EncoderMetrics,
     EngineInfo,
     Failed,
-    FramesRead,
 )
 from framewise.core.settings import AppSettings
 
@@ -66,15 +65,13 @@ class SessionSignals:
         """The engine could not apply these settings and is as it was; the failure says why (and which field)."""
         self.fell_back_to_defaults: Channel[[AppSettings, Failed | None]] = Channel()
         """The saved settings did not load at start; the session runs on the defaults (not to be saved)."""
-        self.clip_shown: Channel[[ClipSampled | None]] = Channel()
-        """The clip to show: one being opened, or the open one (again, after a failed open)."""
-        self.frames_read: Channel[[FramesRead]] = Channel()
-        """Frames of the clip being opened were read; they may be shown before the clip is ready
-        (:attr:`clip_shown` follows with every frame)."""
         self.clip_opened: Channel[[str]] = Channel()
         """A clip a person opened (its path) was encoded: the engine's questions are about it now."""
         self.clip_changed: Channel[[ClipSampled]] = Channel()
-        """The engine's open clip changed (opened, re-sampled by new settings, or re-opened to resume)."""
+        """The engine's open clip changed (opened, re-sampled by new settings, or re-opened to resume):
+        the clip to show. The window shows one clip at a time: a clip being read is shown only once the
+        engine has made it the open one, with :attr:`conversation_reset` right after it, so that the
+        clip and the conversation change together (its progress is the status line's meanwhile)."""
         self.conversation_reset: Channel[[Conversation, str | None]] = Channel()
         """The engine emptied its conversation; the notice says why, for the transcript."""
         self.turn_started: Channel[[Turn]] = Channel()

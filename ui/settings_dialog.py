@@ -230,6 +230,7 @@ class SettingsDialog(QDialog):
         tabs.add_field(
             form, "generation.temperature", "Temperature", double_spin(0.0, 100.0, 2, 0.1), "0 picks the likeliest token (greedy)."
         )
+        _add_context_field(tabs, form)
 
     def _build_backend_tab(self) -> None:
         tabs = self.tabs
@@ -423,6 +424,18 @@ def _budget_preview(encoder: EncoderSettings, limits: FamilyLimits) -> str:
         ", ".join(map(str, budgets[:4])) + ", …, " + ", ".join(map(str, budgets[-2:]))
     )
     return f"{len(budgets)} graphs: {shown}"
+
+
+def _add_context_field(tabs: FieldTabs, form: QFormLayout) -> None:
+    """Max context: 0 reads Automatic (the largest clip the sampling allows, some questions and four answers)."""
+    context = spin(0, INT_MAX, 1024)
+    context.setSpecialValueText("Automatic")
+    tabs.add_field(
+        form, "decoding.max_context_tokens", "Max context", context,
+        "Tokens an answer's context holds: the clips and pictures, the conversation so far and the answer. "
+        "Automatic holds the largest clip the sampling allows, some questions and four answers; more items "
+        "need more.",
+    )
 
 
 def _add_server_fields(tabs: FieldTabs, form: QFormLayout, api_key_note: str) -> None:

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
+
 from PySide6.QtCore import QByteArray, QSettings
 
 from framewise.core.backends import family_limits_for
 from framewise.core.backends.vllm.keys import desktop_server_keys
 from framewise.core.errors import SettingsError
 from framewise.core.settings import AppSettings
+from framewise.core.user_folders import user_folder
 from framewise.ui.settings_dialog import SESSION_ONLY_KEY_NOTE
 
 log = logging.getLogger(__name__)
@@ -62,7 +65,9 @@ class SettingsStore:
         """The saved settings, or the defaults when none are saved or they are no longer valid
         (checked against the model family their model names, where its config.json can be read).
 
-        When saved settings are rejected, ``load_problem`` says why (the window shows it).
+        When saved settings are rejected, ``load_problem`` says why, naming the field, and where the
+        file they were in is kept (:meth:`keep_rejected`), for the window to show until new settings
+        are applied; the rejected ones stay in the store until then.
         """
         self.load_problem = None
         raw = self._qsettings.value(_SETTINGS_KEY)
@@ -75,11 +80,34 @@ class SettingsStore:
                 return settings
             return settings.replace("backend", api_key=self._keys.key_for(settings.backend))
         except (ValueError, TypeError, AttributeError) as error:
-            self.load_problem = f"Saved settings could not be read ({error}); using the defaults."
+            problem = f"The saved settings could not be read ({error})"
         except SettingsError as error:
-            self.load_problem = f"Saved setting {error.field} is invalid ({error.message}); using the defaults."
+            problem = f"The saved setting {error.field} is invalid: {error.message}"
+        kept = self.keep_rejected(str(raw))
+        self.load_problem = (
+            f"{problem}. Framewise started with the default settings"
+            + (f"; the settings file is kept as it was in {kept}." if kept else ".")
+            + " The saved settings are replaced when you apply settings (Settings…)."
+        )
         log.warning("%s", self.load_problem)
         return AppSettings()
+
+    def keep_rejected(self, raw: str) -> Path | None:
+        """Keep rejected settings for a person to read or mend: a copy of the settings file beside it
+        (``.invalid`` added to its name) or, where the store is no file (the Windows registry), their
+        JSON (``raw``) in Framewise's data folder. Returns where, ``None`` when it could not be written."""
+        location = Path(self.location)
+        try:
+            if location.is_file():
+                return Path(shutil.copyfile(location, location.with_name(f"{location.name}.invalid")))
+            folder = user_folder("FRAMEWISE_DATA_DIR", "data")
+            folder.mkdir(parents=True, exist_ok=True)
+            target = folder / "settings.invalid.json"
+            target.write_text(raw, encoding="utf-8")
+            return target
+        except OSError as error:
+            log.warning("the rejected settings could not be kept: %s", error)
+            return None
 
     def save_settings(self, settings: AppSettings) -> None:
         """Keep ``settings`` (without the API key) and the key in the secret store when there is one."""

@@ -18,7 +18,10 @@ if TYPE_CHECKING:
 
 class StatusBar(QStatusBar):
     """:attr:`message` (one line, elided), :attr:`progress` (shown while a request reports progress)
-    and :attr:`engine_label` (the model, device, dtype and encoder; what the model holds in its tooltip)."""
+    and :attr:`engine_label` (the model, device, dtype and encoder; what the model holds in its tooltip).
+
+    The message takes most of the width: a clip's reading progress ends with the time left, which a
+    window 1,024 pixels wide must still show; the engine's line gives way first."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -31,7 +34,8 @@ class StatusBar(QStatusBar):
         self.engine_label = ElidedLabel("")
         self.engine_label.setForegroundRole(QPalette.ColorRole.PlaceholderText)
         self.setSizeGripEnabled(False)
-        self.addWidget(self.message, 1)
+        self._line = "Starting…"  # the status line, under a note (:meth:`note`)
+        self.addWidget(self.message, 3)
         self.addPermanentWidget(self.progress)
         self.addPermanentWidget(self.engine_label, 1)
 
@@ -45,7 +49,12 @@ class StatusBar(QStatusBar):
         signals.engine_changed.connect(self.show_engine)
 
     def say(self, text: str) -> None:
+        self._line = text
         self.message.setText(text)
+
+    def note(self, text: str) -> None:
+        """Show ``text`` over the status line until the next note; "" shows the line again."""
+        self.message.setText(text or self._line)
 
     def show_progress(self, current: int, total: int) -> None:
         # A single step under way (encoding a clip in one pass) shows as busy, not as a bar stuck at 0 of 1.

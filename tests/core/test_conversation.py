@@ -56,6 +56,7 @@ def test_export_to_an_unwritable_place_is_a_typed_error(tmp_path: Path):
 def test_answer_stats_words_count_right_and_skip_the_speed_of_one_token():
     assert format_answer_stats(_stats(1, tokens_per_second=0.0)).startswith("1 token · first token")
     assert format_answer_stats(_stats(8)).startswith("40.0 tokens/s (8 tokens) · first token 30 ms")
+    assert format_answer_stats(_stats(0)).startswith("no token in 30 ms"), "stopped before the first token"
     assert plural(1, "pass", "passes") == "1 pass" and plural(1200, "chunk") == "1,200 chunks" and plural(0, "frame") == "0 frames"
 
 

@@ -198,6 +198,44 @@ def test_the_recorder_writes_nothing_for_an_unasked_clip_and_each_turn_as_it_goe
     assert [turn.question for turn in store.open(first).conversation.turns] == ["What colour?", "Back to the first?"]
 
 
+def test_a_conversation_deleted_by_another_window_is_kept_again_with_every_turn(tmp_path: Path):
+    """Another store on the file deletes the conversation being written: the next question, or an answer
+    that ends meanwhile, keeps the whole conversation again as a new entry instead of failing (issue 44, item 4)."""
+    from framewise.core.conversation_store import ConversationRecorder
+    from framewise.core.errors import ConversationGoneError
+
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    other_window = ConversationStore(tmp_path / "c.sqlite3")
+    conversation = Conversation("a.mp4", "/clips/a.mp4", timestamps=(0.0, 1.0))
+    recorder = ConversationRecorder(store)
+    recorder.start(conversation)
+    first = Turn("What colour?", "demo", None)
+    conversation.turns.append(first)
+    assert recorder.asked(first, AppSettings().replace("sampling", fps=1.5)) is False
+    first.answer, first.status, first.stats = "Red.", "done", STATS
+    assert recorder.finished(first) is False
+
+    other_window.delete(recorder.conversation_id)
+    with pytest.raises(ConversationGoneError):
+        store.add_question(recorder.conversation_id, Turn("Lost?", "demo", None))
+    second = Turn("And the shape?", "demo", None)
+    conversation.turns.append(second)
+    assert recorder.asked(second, AppSettings().replace("sampling", fps=1.5)) is True
+    (entry,) = other_window.list()
+    assert entry.id == recorder.conversation_id
+    kept = other_window.open(entry.id)
+    assert [(turn.question, turn.answer, turn.status) for turn in kept.conversation.turns] == [
+        ("What colour?", "Red.", "done"), ("And the shape?", "", "interrupted")
+    ]
+    assert kept.settings.sampling.fps == 1.5 and kept.conversation.turns[0].stats == STATS
+
+    other_window.delete(entry.id)  # again, while the answer is being written
+    second.answer, second.status = "A square.", "done"
+    assert recorder.finished(second) is True
+    (entry,) = other_window.list()
+    assert [turn.answer for turn in other_window.open(entry.id).conversation.turns] == ["Red.", "A square."]
+
+
 def make_read_only(folder: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Take write permission away from ``folder`` (give it back with ``chmod(0o755)``). Root writes
     through permission bits, so for root (CI containers) creating a file in that folder is refused

@@ -16,7 +16,7 @@ from framewise.core.decoding import decoder as decoder_module
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.encoding.manager import GraphVisionEncoder
 from framewise.core.backends.local.engine import Engine
-from framewise.core.errors import CancelledError, ClipError, FramewiseError, QuestionTooLongError
+from framewise.core.errors import CancelledError, ClipError, ContextFullError, FramewiseError, QuestionTooLongError
 from framewise.core.events import (
     AnswerSpeed,
     ChunkStats,
@@ -32,7 +32,8 @@ from framewise.core.events import (
 )
 from framewise.core.encoding.attention_backends import REGISTERED_NAMES
 from framewise.core.metrics import DecodeSpeedMeter
-from framewise.core.settings import AppSettings, context_needed
+from framewise.core.model_source import family_limits_of
+from framewise.core.settings import FEWER_ITEMS_ADVICE, SENTENCE_QUESTION_TOKENS, AppSettings, context_needed
 from framewise.core.video import pyav_reader, sample_clip
 from tests.conftest import SAMPLE_CLIPS
 from tests.core.test_video_robustness import write_audio_with_cover
@@ -226,6 +227,56 @@ def _context_parts(message: str) -> list[int]:
     )
     assert found, message
     return [int(number.replace(",", "")) for number in found.groups()]
+
+
+def _one_clip_settings() -> AppSettings:
+    """Settings whose largest clip is the sample clip (4 frames of 320×240), with the smallest context
+    they accept: room for that clip, a short question and one answer, no more."""
+    settings = FAST.replace("sampling", max_pixels=4 * 320 * 240)
+    needed = context_needed(settings.sampling, settings.generation, limits=family_limits_of("demo"))
+    context = decoder_module.CONTEXT_ALIGNMENT * -(-needed.total // decoder_module.CONTEXT_ALIGNMENT)
+    return settings.replace("decoding", max_context_tokens=context, min_bucket=64)
+
+
+def test_an_item_that_leaves_no_room_for_a_question_is_refused_as_it_is_added(
+    loaded_engine: tuple[Engine, Recorder], clip: Path
+) -> None:
+    """The item that fills the context is refused when it is added, not at the next question, with advice
+    that helps: fewer items or frames, or more context (issue 44, item 3)."""
+    engine_, _ = loaded_engine
+    engine_.apply_settings(_one_clip_settings())
+    try:
+        engine_.open_clip(clip)
+        with pytest.raises(ContextFullError) as raised:
+            engine_.add_clip(clip)
+        assert engine_.added == [] and engine_.ask("?").kept, "the clip open before stays, and questions go on"
+    finally:
+        engine_.apply_settings(FAST)
+    message = str(raised.value)
+    assert message.startswith(f"With {clip.name} the items leave no room") and "with the 1 item it had" in message
+    assert message.endswith(FEWER_ITEMS_ADVICE) and "Shorten" not in message
+
+
+def test_a_question_the_items_leave_too_little_room_for_is_not_told_to_be_shorter(
+    loaded_engine: tuple[Engine, Recorder], clip: Path
+) -> None:
+    """Where the items leave a question less than a sentence's room, shortening it is no advice: fewer
+    items or frames, or more context, are (issue 44, item 3)."""
+    engine_, _ = loaded_engine
+    tight = _one_clip_settings()
+    context = tight.decoding.max_context_tokens
+    needed = context_needed(tight.sampling, tight.generation, limits=family_limits_of("demo"))
+    without_answer = needed.total - needed.answer
+    engine_.apply_settings(tight.replace("generation", max_new_tokens=context - without_answer))  # all the room spare
+    try:
+        engine_.open_clip(clip)
+        with pytest.raises(QuestionTooLongError) as raised:
+            engine_.ask("Which way does the square move, and how far does it go between the first and the last frame?")
+    finally:
+        engine_.apply_settings(FAST)
+    total, _items, question, *_rest = _context_parts(str(raised.value))
+    assert 1 <= context - (total - question) < SENTENCE_QUESTION_TOKENS, "a shorter question would fit, barely"
+    assert str(raised.value).endswith(FEWER_ITEMS_ADVICE) and "Shorten" not in str(raised.value)
 
 
 def test_a_question_the_settings_let_through_is_answered_at_the_smallest_context_they_accept(

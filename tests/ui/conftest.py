@@ -27,6 +27,7 @@ def _reset_fake_engine() -> Iterator[None]:
     FakeEngine.token_delay_s = 0.005
     FakeEngine.endless = False
     FakeEngine.load_gate = None
+    FakeEngine.read_gate = None
     FakeEngine.fail_ask_with = None
     FakeEngine.fail_load_for_source = None
 

@@ -56,13 +56,15 @@ class FakeEngine(BackendBase[FakeClip]):
     """``core.backends.local.engine.Engine``'s API without a model: frames come from the clip (OpenCV), answers are canned.
 
     Class attributes let a test slow answers down, make them run to ``max_new_tokens`` (``endless``),
-    hold ``load`` until ``load_gate`` is set, or make a call fail.
+    hold ``load`` until ``load_gate`` is set, hold reading a clip until ``read_gate`` is set (a
+    cancel ends the read meanwhile, as the engine's does), or make a call fail.
     """
 
     token_delay_s = 0.005
     answer_words = ("The", " red", " square", " moves", " to", " the", " right", ".")
     endless = False
     load_gate: threading.Event | None = None
+    read_gate: threading.Event | None = None
     fail_ask_with: Exception | None = None
     fail_load_for_source: str | None = None
     frames_per_pass = 4
@@ -126,6 +128,8 @@ class FakeEngine(BackendBase[FakeClip]):
         """Sample ``path`` and open it (``reason``: why the conversation empties) or, with ``None``, add it
         (a ``span`` is only named and marked: the fake samples the whole clip)."""
         self.calls.append((call, time.perf_counter()))
+        while self.read_gate is not None and not self.read_gate.wait(0.01):
+            self._cancel.raise_if_cancelled()
         if not path.is_file():
             raise ClipNotFoundError(f"{path} does not exist")
         frames, timestamps, duration = _sample_with_opencv(

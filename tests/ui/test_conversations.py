@@ -7,6 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
+from PySide6.QtWidgets import QMessageBox
+
 from framewise.core.conversation_store import ConversationStore, default_store_path
 from framewise.core.settings import AppSettings
 from tests.ui.test_main_window import LOAD_TIMEOUT_MS, ask_and_wait, open_and_wait, wait_ready
@@ -103,6 +105,14 @@ def test_export_and_delete_one_kept_conversation(qtbot, make_window, sample_clip
     data = json.loads(target.read_text(encoding="utf-8"))
     assert [turn["question"] for turn in data["turns"]] == ["What moves?"] and data["clip"]["timestamps"]
     window.history_dock.history.select(older)
+    asked: list[str] = []
+    answers = iter([QMessageBox.StandardButton.Cancel, QMessageBox.StandardButton.Yes])
+    monkeypatch.setattr(
+        "framewise.ui.past_conversations.QMessageBox.question", lambda parent, title, text, *args: asked.append(text) or next(answers)
+    )
+    window.history_dock.history.delete_button.click()
+    assert "“What moves?”" in asked[0] and "cannot be brought back" in asked[0], "Delete asks first, naming the entry"
+    assert kept_questions() == [["Second?"], ["What moves?"]], "cancelled: nothing is deleted"
     window.history_dock.history.delete_button.click()
     assert kept_questions() == [["Second?"]] and len(window.history_dock.history.ids()) == 1
     assert [turn.question for turn in window.session.conversation.turns] == ["Second?"], "deleting another leaves this one"

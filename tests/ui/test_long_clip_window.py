@@ -1,5 +1,6 @@
-"""The window stays responsive while a clip of 2,048 frames arrives: the strip fills as the frames
-are read, then shows the finished clip, and no turn of the event loop takes over 100 ms."""
+"""The window stays responsive while a clip of 2,048 frames arrives: its frames are read (reported
+to the window as they come), then the strip shows the finished clip, and no turn of the event loop
+takes over 100 ms."""
 
 from __future__ import annotations
 

@@ -681,7 +681,7 @@ def test_the_clip_title_says_when_fast_mode_took_the_frames(qtbot, make_window):
         clip_name="match.mp4", path="/clips/match.mp4", timestamps=(0.0, 600.0), thumbnails=(), width=1920,
         height=1080, duration_s=1200.0, sampling_mode="fast",
     )
-    window.session.signals.clip_shown.emit(clip)
+    window.session.signals.clip_changed.emit(clip)
     assert "fast mode" in window.clip_section.title.text()
-    window.session.signals.clip_shown.emit(dataclasses.replace(clip, sampling_mode="exact"))
+    window.session.signals.clip_changed.emit(dataclasses.replace(clip, sampling_mode="exact"))
     assert "fast mode" not in window.clip_section.title.text()

@@ -85,8 +85,7 @@ class Recorder:
     """Keeps what the session told the window to show, connected to its signals as a widget is."""
 
     def __init__(self) -> None:
-        self.shown: list[str | None] = []
-        self.read: list[tuple[int, tuple[int, ...]]] = []  # frames shown while a clip is read
+        self.shown: list[str] = []  # the clips shown, each when it became the open one
         self.passes: list[tuple[int, str]] = []
         self.notices: list[str | None] = []
         self.errors: list[str] = []
@@ -102,8 +101,7 @@ class Recorder:
         signals.settings_applied.connect(self.applied.append)
         signals.settings_refused.connect(lambda settings, failure: self.refused.append((settings, failure)))
         signals.fell_back_to_defaults.connect(lambda saved, failure: self.fell_back.append((saved, failure)))
-        signals.clip_shown.connect(lambda clip: self.shown.append(clip.clip_name if clip else None))
-        signals.frames_read.connect(lambda frames: self.read.append((frames.request_id, frames.indices)))
+        signals.clip_changed.connect(lambda clip: self.shown.append(clip.clip_name))
         signals.encoder_pass.connect(lambda chunk, label: self.passes.append((chunk.request_id, label)))
         signals.conversation_reset.connect(lambda conversation, notice: self.notices.append(notice))
         signals.error_raised.connect(lambda text, settings_can_help: self.errors.append(text))
@@ -203,8 +201,9 @@ def test_an_opened_clip_is_committed_when_the_engine_resets_the_conversation(ses
     assert session.opening_clip and not session.can_ask
     request_id = len(session.port.sent)  # type: ignore[attr-defined]
     session.handle(RequestStarted("open_clip", request_id=request_id))
+    session.handle(FramesRead("a.mp4", 2, (0,), (0.0,), (np.zeros((4, 4, 3), np.uint8),), request_id=request_id))
     session.handle(sampled("a.mp4", request_id))
-    assert view.shown[-1] == "a.mp4" and session.clip is None, "shown while it encodes, not yet the open clip"
+    assert view.shown == [] and session.clip is None, "not shown while it is read and encoded"
     session.handle(chunk(request_id))
     assert view.passes == [(request_id, "a.mp4")]
     session.handle(ConversationReset("new_clip", "a.mp4", "/clips/a.mp4", request_id=request_id))
@@ -238,29 +237,30 @@ def test_a_superseded_open_is_not_shown_but_its_commit_is_followed(session: Sess
     assert view.opened == ["/clips/b.mp4"] and not session.opening_clip
 
 
-def test_frames_read_reach_the_window_only_for_the_clip_being_opened(session: Session, view: Recorder) -> None:
-    session.open_clip("/clips/a.mp4")
-    session.open_clip("/clips/b.mp4")
-    first, second = 2, 3
-    thumbnail = np.zeros((4, 4, 3), np.uint8)
-    session.handle(FramesRead("a.mp4", 4, (0,), (0.5,), (thumbnail,), request_id=first))
-    session.handle(FramesRead("b.mp4", 4, (2, 0), (2.5, 0.5), (thumbnail, thumbnail), request_id=second))
-
-    assert view.read == [(second, (2, 0))], "the superseded open's frames are not shown"
-
-
-def test_new_settings_show_the_frames_they_read_of_the_opened_clip_not_of_added_items(
+def test_one_clip_at_a_time_a_clip_being_read_is_shown_when_it_is_opened_and_a_stopped_one_never(
     session: Session, view: Recorder
 ) -> None:
+    """The clip, its strip and the conversation change together, when the engine commits the new clip;
+    a read that is stopped leaves the open clip on screen, nothing of the other (issue 44, item 2)."""
     open_clip(session, "a.mp4")
-    assert session.apply_settings(AppSettings().replace("sampling", max_frames=6))
+    assert view.shown == ["a.mp4"]
+    session.open_clip("/clips/long.mp4")
     request_id = len(session.port.sent)  # type: ignore[attr-defined]
-    thumbnail = np.zeros((4, 4, 3), np.uint8)
+    session.handle(RequestStarted("open_clip", request_id=request_id))
+    session.handle(FramesRead("long.mp4", 4, (0,), (0.5,), (np.zeros((4, 4, 3), np.uint8),), request_id=request_id))
+    session.handle(sampled("long.mp4", request_id))
+    session.stop()
+    session.handle(RequestFinished("open_clip", "cancelled", request_id=request_id))
+    assert view.shown == ["a.mp4"] and session.clip.clip_name == "a.mp4"
+
+    assert session.apply_settings(AppSettings().replace("sampling", max_frames=6))  # reads a.mp4 again
+    request_id = len(session.port.sent)  # type: ignore[attr-defined]
     session.handle(RequestStarted("apply_settings", request_id=request_id))
-    session.handle(FramesRead("a.mp4", 6, (0,), (0.5,), (thumbnail,), request_id=request_id))
-    session.handle(sampled("a.mp4", request_id))  # the opened clip is sampled first, then the added items
-    session.handle(FramesRead("b.mp4", 4, (0,), (0.5,), (thumbnail,), request_id=request_id))
-    assert view.read == [(request_id, (0,))], "an added item's frames do not fill the opened clip's strip"
+    again = sampled("a.mp4", request_id)
+    session.handle(again)
+    assert view.shown == ["a.mp4"] and session.clip is not again, "shown with the conversation it starts"
+    session.handle(ConversationReset("resampled", "a.mp4", "/clips/a.mp4", request_id=request_id))
+    assert view.shown == ["a.mp4", "a.mp4"] and session.clip is again
 
 
 def test_a_failed_open_keeps_the_clip_and_the_conversation(session: Session, view: Recorder) -> None:
@@ -334,7 +334,34 @@ def test_no_question_without_a_clip_and_the_blocker_says_why(session: Session, p
     open_clip(session, "a.mp4")
     assert session.ask_blocker is None
     session.open_clip("/clips/b.mp4")
-    assert session.ask_blocker == "Wait for the clip to finish encoding"
+    assert session.ask_blocker == "Wait, or press Stop (Esc) to stop reading the clip"
+
+
+@pytest.mark.parametrize("kind", ["open_clip", "add_clip", "look_closer"])
+def test_stop_ends_a_clip_being_read_or_added_as_it_ends_an_answer(
+    session: Session, port: RecordingPort, kind: RequestKind
+) -> None:
+    """Reading a long clip can take minutes: Stop (the button and Esc) must end it, and say so (issue 44, item 1)."""
+    open_clip(session, "a.mp4")
+    assert not session.can_stop and session.stop_target is None
+    {"open_clip": lambda: session.open_clip("/clips/long.mp4"),
+     "add_clip": lambda: session.add_clip("/clips/long.mp4"),
+     "look_closer": lambda: session.look_closer(0.0, 0.5)}[kind]()
+    request_id = len(port.sent)
+    session.handle(RequestStarted(kind, request_id=request_id))
+    assert session.can_stop
+    assert session.ask_blocker == f"Wait, or press Stop (Esc) to stop {session.stop_target}"
+    session.stop()
+    assert port.cancels == 1
+    session.handle(RequestFinished(kind, "cancelled", request_id=request_id))
+    assert not session.can_stop and session.can_ask and session.clip.clip_name == "a.mp4"
+
+
+def test_an_open_waiting_behind_other_work_can_be_stopped_before_it_starts(session: Session, port: RecordingPort) -> None:
+    session.open_clip("/clips/long.mp4")
+    assert session.operation is None and session.stop_target == "reading the clip"
+    session.stop()
+    assert port.cancels == 1
 
 
 def test_a_resumed_conversation_stays_on_screen_when_its_clip_opens_again(session: Session, view: Recorder, tmp_path: Path) -> None:
@@ -544,3 +571,24 @@ def test_the_window_record_is_the_engines_through_clips_questions_and_settings(s
     assert port.engine.turns == kept() and len(kept()) == 1
     then(session.new_conversation)
     assert port.engine.turns == kept() == [] and session.clip.path == str(sample_clip)
+
+
+def test_an_answer_streams_without_the_space_its_first_token_starts_with(session: Session) -> None:
+    """A picture's answer began " not move" while it streamed (issue 44, item 8)."""
+    open_clip(session, "a.mp4")
+    received: list[str] = []
+    session.signals.token_received.connect(lambda turn, text: received.append(text))
+    assert session.ask("What color?")
+    request_id = len(session.port.sent)  # type: ignore[attr-defined]
+    session.handle(RequestStarted("ask", request_id=request_id))
+    for piece in (" ", " not", " move"):
+        session.handle(Token(piece, request_id=request_id))
+    assert session.conversation.turns[-1].answer == "not move" and received == ["not", " move"]
+
+
+def test_a_picture_encoded_is_one_frame_not_one_frames(session: Session, view: Recorder) -> None:
+    session.open_clip("/clips/a.png")
+    request_id = len(session.port.sent)  # type: ignore[attr-defined]
+    picture = EncodeDone("a.png", 1, 64, (0.0,), 1.0, 1.0, 4.0, 4.0, False, request_id=request_id)
+    serve(session, "open_clip", request_id, [sampled("a.png", request_id), picture])
+    assert any(status.startswith("a.png: 1 frame encoded in 4 ms") for status in view.statuses), view.statuses

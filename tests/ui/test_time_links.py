@@ -127,7 +127,9 @@ def test_times_in_the_question_being_typed_show_on_the_timeline(qtbot, make_wind
     open_and_wait(qtbot, window, sample_clip)
     timeline = window.clip_section.preview.timeline
     found: list[list[tuple[float, float | None]]] = []
-    window.chat.question_times_changed.connect(lambda times: found.append([(time.start_s, time.end_s) for time in times]))
+    window.chat.question_times_changed.connect(
+        lambda times: found.append([(placed.time.start_s, placed.time.end_s) for placed in times])
+    )
     window.chat.question_edit.setPlainText("What happens at 0:02, and from 1 to 2.5 seconds?")
     assert found[-1] == [(2.0, None), (1.0, 2.5)]
     assert probes.marks_question_time(timeline, 2.0) and probes.marks_question_time(timeline, 1.0, 2.5)

@@ -11,7 +11,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QColor
 
 from framewise.core.events import (
-    AnswerStats, ChunkStats, ClipSampled, DecoderInfo, DecoderStats, EncodeDone, EngineInfo, FramesRead,
+    AnswerStats, ChunkStats, ClipSampled, DecoderInfo, DecoderStats, EncodeDone, EngineInfo,
 )
 from framewise.core.metrics import EncoderMetricsAccumulator
 from framewise.core.settings import AppSettings
@@ -138,7 +138,21 @@ def test_the_model_is_named_with_its_family_unless_its_name_says_it():
 
 
 def test_format_timestamp():
-    assert [format_timestamp(t) for t in (0.0, 0.55, 75.25, 3723.0)] == ["0:00.0", "0:00.6", "1:15.2", "1:02:03.0"]
+    assert [format_timestamp(t) for t in (0.0, 0.55, 75.25, 3723.0)] == ["0:00.0", "0:00.6", "1:15.3", "1:02:03.0"]
+    assert [format_timestamp(t) for t in (0.25, 0.75, 1.25, 1.75, 1.15)] == ["0:00.3", "0:00.8", "0:01.3", "0:01.8", "0:01.2"]
+    assert format_timestamp(59.96) == "1:00.0" and format_timestamp(3599.96) == "1:00:00.0"
+    assert format_timestamp(0.755, 2) == "0:00.76"
+
+
+def test_strip_captions_of_frames_closer_than_a_tenth_read_apart(qtbot):
+    """A closer look at 0.75–0.85 s: its frames read "0:00.75, 0:00.80…", not "0:00.8, 0:00.8" (issue 44, item 8)."""
+    strip = FrameStrip()
+    qtbot.addWidget(strip)
+    frames = tuple(np.zeros((8, 8, 3), np.uint8) for _ in range(3))
+    strip.set_clip(ClipSampled("c.mp4 0.8–0.8 s", "/tmp/c.mp4", (0.75, 0.8, 0.85), frames, 64, 64, 4.0))
+    assert probes.item_texts(strip) == ["0:00.75", "0:00.80", "0:00.85"]
+    strip.set_clip(ClipSampled("c.mp4", "/tmp/c.mp4", (0.25, 0.75, 1.25), frames, 64, 64, 4.0))
+    assert probes.item_texts(strip) == ["0:00.3", "0:00.8", "0:01.3"], "halves round up: even steps"
 
 
 def test_frame_strip_shows_one_captioned_thumbnail_per_frame(qtbot):
@@ -176,25 +190,18 @@ def shown_strip(qtbot) -> FrameStrip:
     return strip
 
 
-def test_frame_strip_fills_while_a_clip_is_read_then_shows_the_finished_clip(qtbot, pictured):
+def test_a_frame_picked_in_the_strip_is_said_and_one_the_preview_reached_is_not(qtbot, pictured):
     strip = shown_strip(qtbot)
     frames = tuple(np.full((32, 56, 3), 40 * index, np.uint8) for index in range(4))
-
-    strip.add_frames(FramesRead("c.mp4", 4, (2, 0), (5.0, 1.0), (frames[2], frames[0]), request_id=7))
-    assert probes.item_texts(strip) == ["0:01.0", "", "0:05.0", ""]  # the second decoder's frame came first
-    qtbot.waitUntil(lambda: {id(frame) for frame in pictured} >= {id(frames[0]), id(frames[2])})
+    strip.set_clip(ClipSampled("c.mp4", "/tmp/c.mp4", (1.0, 3.0, 5.0, 7.0), frames, 1280, 720, 8.0))
+    assert probes.item_texts(strip) == ["0:01.0", "0:03.0", "0:05.0", "0:07.0"]
+    qtbot.waitUntil(lambda: {id(frame) for frame in pictured} >= {id(frames[2])})
     assert probes.picture_color(strip, 2).red() == 80
     picked = []
     strip.frame_selected.connect(picked.append)
-    strip.setCurrentRow(2)
-    assert picked == [], "a frame of a clip still being read cannot be picked yet"
-    strip.add_frames(FramesRead("c.mp4", 4, (1,), (3.0,), (frames[1],), request_id=7))
-    assert probes.item_texts(strip) == ["0:01.0", "0:03.0", "0:05.0", ""]
-
-    strip.set_clip(ClipSampled("c.mp4", "/tmp/c.mp4", (1.0, 3.0, 5.0, 7.0), frames, 1280, 720, 8.0))
-    assert probes.item_texts(strip) == ["0:01.0", "0:03.0", "0:05.0", "0:07.0"]
+    strip.select_frame(1)  # the preview played past frame 1: the strip follows, nothing is picked
     strip.setCurrentRow(3)
-    assert picked == [3]
+    assert picked == [3] and strip.currentRow() == 3
 
 
 def test_settings_store_round_trip_and_bad_saved_settings(tmp_path):

@@ -24,13 +24,14 @@ from framewise.core.backends.local.cancel_points import cancel_points
 from framewise.core.backends.local.clip_encoder import EncodedClip
 from framewise.core.backends.local.parts import ModelParts
 from framewise.core.decoding import Decoded, Prompt, SamplingRule
-from framewise.core.errors import CancelledError, QuestionTooLongError
+from framewise.core.errors import CancelledError, ContextFullError, QuestionTooLongError
 from framewise.core.events import AnswerStats, DecoderStats, Done, EventSink, Token
 from framewise.core.families.base import PromptInputs
 from framewise.core.loading import LoadedModel
 from framewise.core.metrics import DecodeSpeedMeter, decode_rate, percentile
 from framewise.core.seam import DecodedAnswer
-from framewise.core.settings import SHORTEST_QUESTION_TOKENS, ContextNeed, GenerationSettings
+from framewise.core.settings import FEWER_ITEMS_ADVICE, SENTENCE_QUESTION_TOKENS, ContextNeed, GenerationSettings
+from framewise.core.wording import plural
 
 
 class Answerer:
@@ -52,7 +53,7 @@ class Answerer:
         """
         loaded = self.parts.require_model()
         started = time.perf_counter()
-        items = sorted(clips, key=lambda item: item.kind == "image")  # the family's prompt order: clips, then pictures
+        items = _in_prompt_order(clips)
         inputs = self._build_prompt(question, items, turns)
         self._check_prompt_fits(inputs, question, items, generation)
         streamer = _TokenStreamer(loaded.tokenizer, self._emit)
@@ -104,14 +105,29 @@ class Answerer:
                 "Start a new conversation (File ▸ New Conversation) and ask again."
             )
         room = need.room_for_question(context)
-        advice = (
-            f"Shorten the question to at most {room:,} tokens."
-            if room >= SHORTEST_QUESTION_TOKENS
-            else "Ask about fewer items or frames, or raise max context (decoding.max_context_tokens) in the settings."
-        )
+        advice = f"Shorten the question to at most {room:,} tokens." if room >= SENTENCE_QUESTION_TOKENS else FEWER_ITEMS_ADVICE
         raise QuestionTooLongError(
             f"This question is {need.question:,} tokens, and with it the context must hold {need.describe()}, "
             f"more than its {context:,}. {advice}"
+        )
+
+    def check_items_fit(self, clips: Sequence[EncodedClip], generation: GenerationSettings) -> None:
+        """Refuse the last of ``clips`` (the open items, then the one being added) when with it they
+        leave the decoder's context no room for the shortest question and one answer: said as it is
+        added (ContextFullError, in :class:`ContextNeed`'s words), not at the next question."""
+        context = self.parts.require_decoder().max_tokens
+        items = _in_prompt_order(clips)
+        shortest = "?"
+        prompt_tokens = int(self._build_prompt(shortest, items).input_ids.shape[1])
+        if prompt_tokens + generation.max_new_tokens <= context:
+            return
+        need = dataclasses.replace(
+            self._context_need(shortest, items, prompt_tokens, generation), items_words=f"the {len(clips)} items with it"
+        )
+        raise ContextFullError(
+            f"With {clips[-1].summary.clip_name} the items leave no room for a question: even the shortest needs "
+            f"{need.describe()}, more than the context's {context:,}. The conversation goes on with the "
+            f"{plural(len(clips) - 1, 'item')} it had. {FEWER_ITEMS_ADVICE}"
         )
 
     def _context_need(
@@ -228,6 +244,11 @@ class _TokenStreamer:
         if len(text) > len(self.text):
             self.sink(Token(text[len(self.text):]))
         self.text = text
+
+
+def _in_prompt_order(clips: Sequence[EncodedClip]) -> list[EncodedClip]:
+    """``clips`` in the order the family's prompt numbers them: clips first, then pictures."""
+    return sorted(clips, key=lambda item: item.kind == "image")
 
 
 def _items_words(items: Sequence[EncodedClip]) -> str:

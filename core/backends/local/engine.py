@@ -166,6 +166,7 @@ class Engine(BackendBase[EncodedClip]):
         to the conversation (no reset); the events are :meth:`_open_clip`'s but for ConversationReset."""
         self.parts.require_model()
         clip = self._clips.read(path, self.settings, span)
+        self._answerer.check_items_fit([*self.clips, clip], self.settings.generation)
         self.added.append(clip)
         self._emit(Progress("encode", 1, 1, f"{clip.summary.clip_name} is added to the conversation"))
         return self._emit(clip.summary)
