@@ -63,6 +63,7 @@ test-vllm: setup vllm-venv
 	QT_QPA_PLATFORM=offscreen FRAMEWISE_VLLM_VENV=$(VLLM_VENV) $(PY) -m pytest -m vllm tests/remote
 
 gpu-test: setup
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,cuda]'
 	$(PY) -m pytest -m gpu tests/gpu
 
 bundle: setup
