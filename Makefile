@@ -44,16 +44,20 @@ $(OLDEST_VENV)/.installed: pyproject.toml constraints.txt .ci/lowest_in_range.py
 run: setup
 	$(VENV)/bin/framewise-studio
 
+# One worker a core (the tests run torch on one thread each); a test file stays on one worker, so
+# its module fixtures are built once.
+PARALLEL ?= -n auto --dist loadfile
+
 test: setup
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest $(PARALLEL)
 
 test-oldest: $(OLDEST_VENV)/.installed
 	cat $(OLDEST_VENV)/constraints.txt
-	QT_QPA_PLATFORM=offscreen $(OLDEST_PY) -m pytest
+	QT_QPA_PLATFORM=offscreen $(OLDEST_PY) -m pytest $(PARALLEL)
 
 test-newest: $(NEWEST_VENV)/.installed
 	$(NEWEST_PY) .ci/newest_in_range.py transformers
-	QT_QPA_PLATFORM=offscreen $(NEWEST_PY) -m pytest $(NEWEST_TESTS)
+	QT_QPA_PLATFORM=offscreen $(NEWEST_PY) -m pytest $(PARALLEL) $(NEWEST_TESTS)
 
 # A CPU vLLM server's venv (scripts/vllm_server/) and the tests that start it serving the demo model.
 vllm-venv:

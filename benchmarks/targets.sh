@@ -100,7 +100,7 @@ memory_runs() {
 old_tree() {
     [[ -d $OLD_SITE/framewise ]] || { echo "no old tree installed in $OLD_SITE"; return 1; }
     cd "$BASELINE" || return 1
-    FRAMEWISE_CACHE_DIR=$CACHE/compile-old TRITON_CACHE_DIR=$CACHE/compile-old/triton PYTHONPATH=$OLD_SITE "$PYTHON" "$@"
+    FRAMEWISE_CACHE_DIR=$CACHE/compile-old TRITON_CACHE_DIR=$CACHE/compile-old/triton PYTHONPATH=$OLD_SITE${PYTHONPATH:+:$PYTHONPATH} "$PYTHON" "$@"
 }
 export -f write_checkpoints memory_runs old_tree
 

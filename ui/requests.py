@@ -13,10 +13,10 @@ session did not send (another part of the window used the port) is followed from
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from framewise.core.clip_times import time_clip_names
-from framewise.core.conversation import Turn
+from framewise.core.clip_times import ConversationItem, time_clip_names
+from framewise.core.conversation import Conversation, Turn
 from framewise.core.events import (
     AnswerSpeed,
     ChunkStats,
@@ -24,6 +24,7 @@ from framewise.core.events import (
     ConversationReset,
     Done,
     EncodeDone,
+    EngineInfo,
     Failed,
     Progress,
     RequestFinished,
@@ -31,10 +32,29 @@ from framewise.core.events import (
     Token,
 )
 from framewise.core.settings import AppSettings
+from framewise.ui.session_signals import SessionSignals
 from framewise.ui.wording import model_text, progress_text
 
-if TYPE_CHECKING:
-    from framewise.ui.session import Session
+
+class Session(Protocol):
+    """What a request reads and hands back to the session that sent it
+    (:class:`framewise.ui.session.Session`, which imports this module)."""
+
+    settings: AppSettings
+    signals: SessionSignals
+    info: EngineInfo | None
+    conversation: Conversation
+    stale_clip: str | None
+
+    def fall_back_to_defaults(self, failure: Failed | None) -> None: ...
+
+    def follow_reset(
+        self, reset: ConversationReset, clip: ClipSampled | None, keep_conversation: bool = False
+    ) -> None: ...
+
+    def encoded(self, done: EncodeDone, item: ClipSampled | None) -> None: ...
+
+    def conversation_items(self) -> list[ConversationItem]: ...
 
 # The requests whose failure Settings may fix, and how the error banner says which failed.
 _FAILURE_PREFIX: dict[RequestKind, str] = {

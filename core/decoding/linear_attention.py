@@ -135,8 +135,10 @@ def _through_fla(
 ) -> torch.Tensor:
     """One of fla-core's gated delta rules on the arguments of :func:`gated_delta_chunked`, its
     final state copied into ``state``."""
+    # By keyword: the recurrent rule's fourth and fifth parameters are per-key and per-value gates.
     out, final = rule(
-        query, key, value, decay, beta, initial_state=state, output_final_state=True, use_qk_l2norm_in_kernel=True
+        query, key, value, g=decay, beta=beta, initial_state=state, output_final_state=True,
+        use_qk_l2norm_in_kernel=True,
     )
     state.copy_(final)
     return out

@@ -36,11 +36,12 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from framewise.core.kernels.dependent_launch import launch_options, wait_for_previous
-from framewise.core.kernels.e4m3 import E4M3_MAX, MIN_SCALE
+from framewise.core.kernels.e4m3 import E4M3_MAX, INVERSE_E4M3_MAX, MIN_SCALE
 from framewise.core.kernels.gemv_loads import load_chunk, load_inverse_rms, load_rows, load_silu_mul_chunk
 
 # e4m3's largest finite value and the smallest scale, as the cache's quantizer uses them.
 E4M3_LARGEST = tl.constexpr(E4M3_MAX)
+INVERSE_E4M3_LARGEST = tl.constexpr(INVERSE_E4M3_MAX)
 SMALLEST_SCALE = tl.constexpr(MIN_SCALE)
 # Keys one program of the attention kernel handles per loop turn.
 ATTENTION_BLOCK = 64
@@ -187,10 +188,11 @@ def _store_step_key_value(
 def _store_row(slot_ptr, scale_slot_ptr, rows, group, dims, first, SCALED: tl.constexpr):
     """Store the ``first`` row of ``rows`` (BLOCK_GROUP, HEAD_DIM) at ``slot_ptr``: as it is, or
     (``SCALED``) as the cache's quantizer stores it: divided by a float32 scale that maps its
-    largest magnitude to e4m3's largest value, rounded to e4m3, the scale at ``scale_slot_ptr``."""
+    largest magnitude to e4m3's largest value (that magnitude times :data:`INVERSE_E4M3_MAX`),
+    rounded to e4m3, the scale at ``scale_slot_ptr``."""
     if SCALED:
         rows32 = rows.to(tl.float32)
-        scale = tl.maximum(tl.math.div_rn(tl.max(tl.abs(rows32), axis=1), E4M3_LARGEST), SMALLEST_SCALE)
+        scale = tl.maximum(tl.max(tl.abs(rows32), axis=1) * INVERSE_E4M3_LARGEST, SMALLEST_SCALE)
         rows = tl.clamp(tl.math.div_rn(rows32, scale[:, None]), -E4M3_LARGEST, E4M3_LARGEST)
         tl.store(scale_slot_ptr + group * 0, scale, mask=first)
     slot = group[:, None] * 0 + dims[None, :]

@@ -40,7 +40,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from framewise.core.kernels.e4m3 import BLOCK_SIZE, E4M3, E4M3_MAX, MIN_SCALE
+from framewise.core.kernels.e4m3 import BLOCK_SIZE, E4M3, E4M3_MAX, INVERSE_E4M3_MAX, MIN_SCALE
 from framewise.core.quantization.formats import scale_shape
 
 QUANTIZE_ON_LOAD_SCHEME: Literal["block", "channel"] = "channel"
@@ -78,7 +78,7 @@ def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     Returns the e4m3 weight (N, K) and the scales (N, 1).
     """
     weight32 = weight.float()
-    scales = (weight32.abs().amax(dim=1, keepdim=True) / E4M3_MAX).clamp(min=MIN_SCALE)
+    scales = (weight32.abs().amax(dim=1, keepdim=True) * INVERSE_E4M3_MAX).clamp(min=MIN_SCALE)
     return (weight32 / scales).clamp_(-E4M3_MAX, E4M3_MAX).to(E4M3), scales
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers.models.qwen3_5 import modeling_qwen3_5 as reference
 
 from framewise.core.decoding.linear_attention import (
     causal_conv,
@@ -15,6 +14,7 @@ from framewise.core.decoding.linear_attention import (
     gated_delta_chunked,
     gated_delta_step,
 )
+from tests.core.families.qwen3_5.transformers_reference import modeling as reference
 
 KEY_HEADS, HEADS, KEY_DIM, VALUE_DIM = 2, 4, 16, 8
 CHANNELS, KERNEL = 24, 4

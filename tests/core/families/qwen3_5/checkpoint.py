@@ -21,6 +21,9 @@ from training.demo_model import (
     special_token_ids,
 )
 from tests.conftest import REPO_ROOT
+# Imported for what it does: transformers' Qwen3.5 runs its own torch code, the tests' reference,
+# also where fla-core is installed.
+from tests.core.families.qwen3_5 import transformers_reference  # noqa: F401
 
 DEMO_MODEL = REPO_ROOT / "assets" / "demo_model"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")

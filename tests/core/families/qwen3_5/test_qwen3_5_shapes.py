@@ -6,7 +6,8 @@ generate(), logits within the language model's tolerance.
 
 The tiny shape runs everywhere; the 0.8B shape (about 3.4 GB of float32 weights) on a GPU (marker
 ``gpu``), or on the CPU with FRAMEWISE_LARGE_CPU_TESTS=1; the 9B shape on a GPU only, in bf16.
-Each prefill prints its worst layer's error."""
+Each prefill prints its worst layer's error. Both sides mix tokens through their torch code (fla-core's
+kernels against it: tests/gpu/test_qwen3_5_gpu.py)."""
 
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ def test_every_layer_of_a_prefill_is_transformers_eager(model, record_property) 
     case = build_prompt(model.config, picture_and_two_clips(model.dtype, device), seed=1)
     inputs = {name: value.to(device) for name, value in reference_inputs(case).items()}
     theirs = layer_outputs(model, lambda: model(**inputs))
-    language = Qwen35LanguageModel(model)
+    language = Qwen35LanguageModel(model, linear_kernels=False)  # transformers' torch code's own arithmetic
     grids = tuple((item.modality, item.grid) for item in case.items)
 
     def ours_run() -> None:
@@ -115,7 +116,7 @@ def test_every_layer_of_a_prefill_is_transformers_eager(model, record_property) 
 def test_a_conversation_through_the_decoder_is_generates(model, monkeypatch: pytest.MonkeyPatch) -> None:
     """A first question and three follow-ups (each continuing from the live state), then a stopped
     answer and another question (from the turn-start snapshot)."""
-    decoder = make_decoder(model)
+    decoder = make_decoder(model, linear_kernels=False)
     seen = recording(decoder.language, monkeypatch)
     asked = first_question(model)
     for turn in range(4):
