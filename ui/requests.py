@@ -36,7 +36,7 @@ from framewise.ui.session_signals import SessionSignals
 from framewise.ui.wording import model_text, progress_text
 
 
-class Session(Protocol):
+class SendingSession(Protocol):
     """What a request reads and hands back to the session that sent it
     (:class:`framewise.ui.session.Session`, which imports this module)."""
 
@@ -79,7 +79,7 @@ _FOLLOWERS: dict[type, str] = {
 class Request:
     """Request ``request_id`` of ``kind``: what every kind does unless it says otherwise."""
 
-    def __init__(self, session: Session, request_id: int, kind: RequestKind) -> None:
+    def __init__(self, session: SendingSession, request_id: int, kind: RequestKind) -> None:
         self.session = session
         self.request_id = request_id
         self.kind = kind
@@ -157,7 +157,7 @@ class Request:
 class LoadRequest(Request):
     """Loading the model named by the settings at start; saved settings that fail fall back to the defaults."""
 
-    def __init__(self, session: Session, request_id: int) -> None:
+    def __init__(self, session: SendingSession, request_id: int) -> None:
         super().__init__(session, request_id, "load")
 
     def finish(self, finished: RequestFinished) -> None:
@@ -171,7 +171,7 @@ class ApplySettingsRequest(Request):
     the fallback to the defaults at start is not). They may re-sample the open clip, shown once the
     engine has made it the open one again, then the added items, each added again when encoded."""
 
-    def __init__(self, session: Session, request_id: int, settings: AppSettings, keep: bool = True) -> None:
+    def __init__(self, session: SendingSession, request_id: int, settings: AppSettings, keep: bool = True) -> None:
         super().__init__(session, request_id, "apply_settings")
         self.settings = settings
         self.keep = keep
@@ -207,7 +207,7 @@ class OpenClipRequest(Request):
     clip once the engine has opened it; a ``resuming`` open re-opens a kept conversation's clip, which
     stays on screen."""
 
-    def __init__(self, session: Session, request_id: int, path: str, resuming: bool = False) -> None:
+    def __init__(self, session: SendingSession, request_id: int, path: str, resuming: bool = False) -> None:
         super().__init__(session, request_id, "open_clip")
         self.path = path
         self.resuming = resuming
@@ -242,7 +242,7 @@ class AddRequest(Request):
 class NewConversationRequest(Request):
     """Starting afresh: the session empties its record when it sends this, so the engine's reset only confirms it."""
 
-    def __init__(self, session: Session, request_id: int) -> None:
+    def __init__(self, session: SendingSession, request_id: int) -> None:
         super().__init__(session, request_id, "new_conversation")
 
     def on_reset(self, reset: ConversationReset) -> None:
@@ -252,7 +252,7 @@ class NewConversationRequest(Request):
 class AskRequest(Request):
     """A question: its answer streams into ``turn`` until the engine is done, stops, or fails."""
 
-    def __init__(self, session: Session, request_id: int, turn: Turn) -> None:
+    def __init__(self, session: SendingSession, request_id: int, turn: Turn) -> None:
         super().__init__(session, request_id, "ask")
         self.turn = turn
 
