@@ -97,9 +97,18 @@ memory_runs() {
     wait
 }
 
+# The old tree's scripts put their repository's root first on sys.path. There its source folder
+# framewise/ (which holds no core/) would shadow the installed package, and framewise.core would then
+# come from the new tree's editable install; so they run from a copy of their benchmarks/ and tests/
+# alone, and `import framewise` finds OLD_SITE's.
 old_tree() {
     [[ -d $OLD_SITE/framewise ]] || { echo "no old tree installed in $OLD_SITE"; return 1; }
-    cd "$BASELINE" || return 1
+    local run=$OUT/old-tree-run part
+    rm -rf "$run" && mkdir -p "$run" || return 1
+    for part in benchmarks tests; do
+        [[ -d $BASELINE/$part ]] && cp -r "$BASELINE/$part" "$run/"
+    done
+    cd "$run" || return 1
     FRAMEWISE_CACHE_DIR=$CACHE/compile-old TRITON_CACHE_DIR=$CACHE/compile-old/triton PYTHONPATH=$OLD_SITE${PYTHONPATH:+:$PYTHONPATH} "$PYTHON" "$@"
 }
 export -f write_checkpoints memory_runs old_tree

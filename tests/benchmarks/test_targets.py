@@ -64,22 +64,33 @@ def test_every_step_runs_its_benchmark_and_a_failed_one_leaves_the_rest(tmp_path
 
 
 def test_the_old_tree_runs_from_its_folder_against_its_own_install(tmp_path: Path) -> None:
+    """As the real scripts do, the fake one puts its repository's root first on sys.path, where the
+    old tree's source folder framewise/ sits beside benchmarks/: the package it imports must still
+    be the old tree's install, not that folder."""
     baseline, site = tmp_path / "baseline", tmp_path / "site"
-    (baseline / "benchmarks").mkdir(parents=True)
-    (site / "framewise").mkdir(parents=True)
+    for package in (baseline / "framewise", site / "framewise"):
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text(f"WHERE = {str(package.parent)!r}\n")
+    (baseline / "tests").mkdir()
+    (baseline / "benchmarks").mkdir()
     (baseline / "benchmarks" / "decode_bench.py").write_text(
         "import json, os, sys\n"
+        "from pathlib import Path\n"
+        "sys.path.insert(0, str(Path(__file__).resolve().parents[1]))\n"
+        "import framewise\n"
         "out = sys.argv[sys.argv.index('--out') + 1]\n"
         "os.makedirs(out, exist_ok=True)\n"
         "keys = ('PYTHONPATH', 'FRAMEWISE_CACHE_DIR')\n"
-        "seen = {'cwd': os.getcwd(), 'argv': sys.argv[1:], **{key: os.environ.get(key) for key in keys}}\n"
+        "seen = {'cwd': os.getcwd(), 'argv': sys.argv[1:], 'framewise': framewise.WHERE,\n"
+        "        'tests': os.path.isdir('tests'), **{key: os.environ.get(key) for key in keys}}\n"
         "json.dump(seen, open(os.path.join(out, 'seen.json'), 'w'))\n"
     )
     out, _ = run_targets(tmp_path, "decode_old", BASELINE=str(baseline), OLD_SITE=str(site))
 
     seen = json.loads((out / "decode_old" / "seen.json").read_text())
     assert steps_table(out) == {"decode_old": "0"}
-    assert seen["cwd"] == str(baseline) and seen["PYTHONPATH"].split(":")[0] == str(site)
+    assert seen["framewise"] == str(site) and seen["PYTHONPATH"].split(":")[0] == str(site)
+    assert seen["tests"]  # the old tree's tests/ beside its benchmarks, for the helpers they import
     assert seen["FRAMEWISE_CACHE_DIR"] == str(tmp_path / "cache" / "compile-old")
     assert seen["argv"][0] == "--quick"
 
