@@ -106,7 +106,11 @@ def test_the_decoder_answers_through_graphs_in_chunks_and_from_snapshots_like_ge
         result = answer(decoder, instead)
         assert result.prefix_tokens_reused == conversation.case.input_ids.shape[1] + len(first.token_ids) - 1
         assert result.graph_steps == len(result.token_ids) - 1
-        fresh = Decoder(Qwen35LanguageModel(cuda_fp32_model), DECODER_TOKENS, 16, use_graphs=False)
+        # The reference runs the torch code: through fla-core's kernels the float32 logits lay 0.2 % of
+        # the largest from generate()'s (H100, 2026-12-07), past 1e-4; the kernels against the torch
+        # code are the test above's.
+        fresh = Decoder(Qwen35LanguageModel(cuda_fp32_model, linear_kernels=False), DECODER_TOKENS, 16,
+                        use_graphs=False)
         seen_fresh = recording(fresh.language, monkeypatch)
         assert answer_as_generate(fresh, seen_fresh, instead).token_ids == result.token_ids
     assert seen  # the first question's chunks ran as plain prefills

@@ -90,9 +90,9 @@ def first_question(model, seed: int = 0, text: int = 0) -> Conversation:
     return Conversation(model, case, (EncodedItem(embeds=torch.cat(embeds), deepstack=()),))
 
 
-def make_decoder(model, chunk: int = 2048, linear_kernels: bool | None = None) -> Decoder:
+def make_decoder(model, chunk: int = 2048, linear_kernels: bool | None = None, use_graphs: bool = True) -> Decoder:
     language = Qwen35LanguageModel(model, linear_kernels=linear_kernels)
-    return Decoder(language, MAX_TOKENS, 16, use_graphs=True, prefill_chunk_tokens=chunk)
+    return Decoder(language, MAX_TOKENS, 16, use_graphs=use_graphs, prefill_chunk_tokens=chunk)
 
 
 def rule() -> SamplingRule:
