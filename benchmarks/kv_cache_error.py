@@ -104,12 +104,15 @@ def run(
     ]
     with torch.inference_mode():
         embeds = language.text.embed_tokens(work.input_ids)
-        deepstack, vision_mask = [], None
+        deepstack, vision_mask, vision_rows = [], None, None
         if work.vision is not None:
             embeds = embeds.masked_scatter(work.vision.mask[..., None], work.vision.embeds.to(embeds.dtype))
             deepstack, vision_mask = list(work.vision.deepstack), work.vision.mask
+            vision_rows = vision_mask[0].nonzero().squeeze(1)
         cache.write_positions, cache.view_length = torch.arange(count), count
-        final = language._prefill_stack(embeds, work.rope[:, None, :], cache, None, vision_mask, deepstack)
+        final = language._prefill_stack(
+            embeds, work.rope[:, None, :], cache, None, vision_mask, vision_rows, deepstack
+        )
         for handle in handles:
             handle.remove()
         hidden.append(final[0])

@@ -6,7 +6,9 @@ transformers' own. A single query token (a decode step) attends over the keys th
 :class:`~framewise.core.decoding.kv_cache.StaticKVCache` hands back, its bucket, under an
 additive mask, in one ``scaled_dot_product_attention`` call: the query heads that share a
 key/value head attend as that head's queries, so the keys are not copied per query head. Longer
-queries (a prefill) go to transformers' ``sdpa``.
+queries (a prefill) go to transformers' ``sdpa``, except a prefill chunk after cached tokens under
+:func:`prefill_mask`'s causal bias, which attends in one ``scaled_dot_product_attention`` call
+that shares the key/value heads.
 """
 
 from __future__ import annotations
@@ -17,10 +19,14 @@ from typing import Any, Iterator
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import CausalBias, causal_lower_right
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 DECODER_ATTENTION = "framewise_decoder"
+# What the decoder's passes attend under: an additive mask tensor, a :func:`prefill_mask` bias, or
+# None for causal from an empty cache.
+AttentionMask = torch.Tensor | CausalBias | None
 
 
 def decoder_attention_forward(
@@ -28,14 +34,16 @@ def decoder_attention_forward(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
+    attention_mask: AttentionMask,
     dropout: float = 0.0,
     scaling: float | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention signature: ``query`` (1, heads, q, d), ``key``/``value``
-    (1, kv_heads, k, d), ``attention_mask`` additive, broadcastable to (1, 1, q, k), or ``None``
-    (causal). Returns ((1, q, heads, d), None)."""
+    (1, kv_heads, k, d), ``attention_mask`` additive, broadcastable to (1, 1, q, k), a
+    :func:`prefill_mask` bias, or ``None`` (causal). Returns ((1, q, heads, d), None)."""
+    if isinstance(attention_mask, CausalBias):
+        return causal_chunk_attention(query, key, value, attention_mask, scaling).transpose(1, 2), None
     if query.shape[2] != 1:
         with prefill_attention_backends():
             return sdpa_attention_forward(
@@ -83,12 +91,22 @@ def causal_mask(view_length: int, positions: torch.Tensor, dtype: torch.dtype) -
     return mask.view(1, 1, positions.shape[0], view_length)
 
 
-def prefill_mask(start: int, count: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
-    """(1, 1, count, start + count) additive causal mask of ``count`` queries after ``start`` cached
-    positions; ``None`` (sdpa's own causal path, as transformers takes) when nothing is cached."""
-    if start == 0:
-        return None
-    rows = torch.arange(count, device=device)[:, None] + start
-    columns = torch.arange(start + count, device=device)[None, :]
-    mask = torch.where(columns <= rows, 0.0, torch.finfo(dtype).min).to(dtype)
-    return mask.view(1, 1, count, start + count)
+def prefill_mask(start: int, count: int) -> CausalBias | None:
+    """The causal mask of ``count`` queries after ``start`` cached positions (query ``i`` sees the
+    keys up to ``start + i``), or ``None`` (sdpa's own causal path, as transformers takes) when
+    nothing is cached.
+
+    Not a tensor but torch's lower-right causal bias: flash attention applies it in its kernel and
+    shares the key/value heads itself, so a chunk late in a long prefill neither builds a
+    (count, start + count) mask nor copies the keys and values to every query head, transients that
+    grow with every chunk. Where flash attention cannot run (the CPU, float32) the mask is built."""
+    return None if start == 0 else causal_lower_right(count, start + count)
+
+
+def causal_chunk_attention(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: CausalBias, scaling: float | None
+) -> torch.Tensor:
+    """Attention of ``query`` (1, heads, n, d) over ``keys``/``values`` (1, kv_heads, length, d)
+    under a :func:`prefill_mask` ``bias``; returns (1, heads, n, d)."""
+    with prefill_attention_backends():
+        return F.scaled_dot_product_attention(query, keys, values, attn_mask=bias, scale=scaling, enable_gqa=True)

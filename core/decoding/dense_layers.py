@@ -32,9 +32,10 @@ from typing import Any, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.bias import CausalBias
 from transformers.integrations.sdpa_attention import repeat_kv
 
-from framewise.core.decoding.attention import prefill_attention_backends
+from framewise.core.decoding.attention import AttentionMask, causal_chunk_attention, prefill_attention_backends
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
 from framewise.core.quantization.registry import linear_products
@@ -110,7 +111,7 @@ def dense_stack(
     hidden: torch.Tensor,
     position_embeddings: tuple[torch.Tensor, torch.Tensor],
     cache: StaticKVCache,
-    mask: torch.Tensor | None,
+    mask: AttentionMask,
     product: Product,
     final_norm: Norm,
     additions: RowAdditions | None = None,
@@ -122,7 +123,8 @@ def dense_stack(
 
     ``position_embeddings``: the rotary cos and sin, (1, n, head_dim) each. The keys and values go
     to the cache at ``cache.write_positions`` (n,); ``mask`` is additive over ``cache.view_length``
-    positions, or None for a causal prefill from an empty cache. ``product`` is every linear layer
+    positions, a :func:`~framewise.core.decoding.attention.prefill_mask` bias for a chunk after
+    cached tokens, or None for a causal prefill from an empty cache. ``product`` is every linear layer
     and forms its input from the norm before it or from ``silu(gate) * up`` (:func:`project` for a
     decode step, :func:`prefill_product` for a prefill). ``additions`` are added at their rows after
     the first layers. The forward pre-hooks of ``hooked[i]`` run before layer ``i`` (the engine's
@@ -299,19 +301,23 @@ def step_weights_note(layers: Sequence[DenseLayer]) -> str:
 
 
 def _attend(
-    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scaling: float
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: AttentionMask, scaling: float
 ) -> torch.Tensor:
     """Attention of ``query`` (n, heads, head_dim) over the cached ``keys``/``values``
-    (1, kv_heads, length, head_dim) under the additive ``mask`` (1, 1, n, length), or causally when
-    ``mask`` is None (then ``length`` is n). Returns (n, heads * head_dim)."""
+    (1, kv_heads, length, head_dim) under the additive ``mask`` (1, 1, n, length) or a
+    :func:`~framewise.core.decoding.attention.prefill_mask` bias, or causally when ``mask`` is None
+    (then ``length`` is n). Returns (n, heads * head_dim)."""
     count, heads, head_dim = query.shape
     kv_heads = keys.shape[1]
-    if count == 1:
+    if count == 1 and not isinstance(mask, CausalBias):
         # The query heads of one key/value head attend as that head's queries: no copies.
         grouped = query.reshape(1, kv_heads, heads // kv_heads, head_dim)
         attended = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, scale=scaling)
         return attended.reshape(1, heads * head_dim)
     query = query.transpose(0, 1)[None]
+    if isinstance(mask, CausalBias):
+        attended = causal_chunk_attention(query, keys, values, mask, scaling)
+        return attended[0].transpose(0, 1).reshape(count, heads * head_dim)
     with prefill_attention_backends():
         if mask is None:
             # Causal from an empty cache: flash attention shares the key/value heads itself.
@@ -319,9 +325,10 @@ def _attend(
                 query, keys, values, is_causal=True, scale=scaling, enable_gqa=True
             )
         else:
-            # Only the memory-efficient and math kernels take a mask, and the memory-efficient one
-            # does not share key/value heads (enable_gqa would fall back to math): repeat them, as
-            # transformers' sdpa attention does (an expand and a copy, no host sync: graph-safe).
+            # A follow-up prefill graph's mask over the cache's bucket: only the memory-efficient and
+            # math kernels take a mask, and the memory-efficient one does not share key/value heads
+            # (enable_gqa would fall back to math): repeat them, as transformers' sdpa attention does
+            # (an expand and a copy, no host sync: graph-safe).
             group = heads // kv_heads
             keys, values = repeat_kv(keys, group), repeat_kv(values, group)
             attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scaling)

@@ -155,6 +155,22 @@ def test_prefill_paths(scheme: str, path: str, tokens: int) -> None:
         assert relative_error(out[token], expected[token]) < bound
 
 
+@pytest.mark.parametrize("scheme", ["block", "channel"])
+@pytest.mark.parametrize("fold", ["none", "norm"])
+def test_one_token_takes_the_matrix_vector_kernel(scheme: str, fold: str) -> None:
+    """A model's own FP8 layer given one token (a Qwen3.5 decode step) reads the weight through the
+    gemv kernel, not a tensor-core tile: the same numbers as the kernel called directly."""
+    weight, scales, reference = fp8_weight(8192, 4096, scheme)
+    bias = torch.randn(8192, device=DEVICE, dtype=torch.bfloat16)
+    x = torch.randn(1, 1, 4096, device=DEVICE, dtype=torch.bfloat16)
+    norm = (torch.rand(4096, device=DEVICE, dtype=torch.bfloat16) + 0.5, 1e-6) if fold == "norm" else None
+    out = fp8_linear(x, weight, scales, scheme, bias, norm=norm)
+    direct = (kernels.fp8_gemv(x[0, 0], weight, scales) if norm is None
+              else kernels.fp8_rms_norm_linear(x[0, 0], norm[0], weight, scales, norm[1]))
+    assert out.shape == (1, 1, 8192) and torch.equal(out[0, 0], direct + bias)
+    assert relative_error(out[0, 0], F.linear(product_input(x[0, 0], norm), reference, bias)) < BF16_TOLERANCE
+
+
 @pytest.mark.parametrize(("tokens", "columns"), [(1, 4096), (37, 200), (1116, 4096), (1677, 12288)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_activation_kernel_quantizes_like_the_torch_ops(tokens: int, columns: int, dtype: torch.dtype) -> None:

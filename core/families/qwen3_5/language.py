@@ -24,7 +24,7 @@ import inspect
 import torch
 import torch.nn.functional as F
 
-from framewise.core.decoding.attention import causal_mask, decoder_attention, prefill_mask
+from framewise.core.decoding.attention import AttentionMask, causal_mask, decoder_attention, prefill_mask
 from framewise.core.decoding.defs import VisionRows
 from framewise.core.decoding.hybrid_state import FULL_ATTENTION, HybridState
 from framewise.core.decoding.linear_attention import (
@@ -152,7 +152,7 @@ class Qwen35LanguageModel:
             embeds = embeds.masked_scatter(mask, vision.embeds.to(device, embeds.dtype))
         state.kv.write_positions = torch.arange(start, start + count, device=device)
         state.kv.view_length = start + count
-        mask = prefill_mask(start, count, device, embeds.dtype)
+        mask = prefill_mask(start, count)
         hidden = self._layers(embeds, rope.to(device)[:, None, :], state, mask)
         return self.model.lm_head(hidden[:, -1, :]).float()
 
@@ -192,7 +192,7 @@ class Qwen35LanguageModel:
         embeds: torch.Tensor,
         rope: torch.Tensor,
         state: HybridState,
-        mask: torch.Tensor | None,
+        mask: AttentionMask,
         *,
         one_token: bool = False,
         last: torch.Tensor | None = None,

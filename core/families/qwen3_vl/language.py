@@ -21,7 +21,7 @@ from typing import Sequence
 
 import torch
 
-from framewise.core.decoding.attention import causal_mask, decoder_attention, prefill_mask
+from framewise.core.decoding.attention import AttentionMask, causal_mask, decoder_attention, prefill_mask
 from framewise.core.decoding.defs import PromptPositions, VisionRows
 from framewise.core.decoding.dense_layers import (
     Product,
@@ -168,15 +168,21 @@ class Qwen3VLLanguageModel:
         input_ids = input_ids.to(device)
         embeds = self.text.embed_tokens(input_ids)
         vision_mask: torch.Tensor | None = None
+        vision_rows: torch.Tensor | None = None
         deepstack: list[torch.Tensor] = []
         if vision is not None:
             vision_mask = vision.mask.to(device)
+            # Found on the host's copy of the mask: nonzero() on the device's would wait for every
+            # pass queued before it, and a Stop would wait with it.
+            vision_rows = vision.mask[0].nonzero().squeeze(1).to(device)
             embeds = embeds.masked_scatter(vision_mask[..., None], vision.embeds.to(device, embeds.dtype))
             deepstack = [layer.to(device) for layer in vision.deepstack]
         cache.write_positions = torch.arange(start, start + count, device=device)
         cache.view_length = start + count
-        mask = prefill_mask(start, count, device, embeds.dtype)
-        hidden = self._prefill_stack(embeds, rope.to(device)[:, None, :], cache, mask, vision_mask, deepstack)
+        mask = prefill_mask(start, count)
+        hidden = self._prefill_stack(
+            embeds, rope.to(device)[:, None, :], cache, mask, vision_mask, vision_rows, deepstack
+        )
         return self.model.lm_head(hidden[:, -1, :]).float()
 
     def text_prefill(
@@ -194,7 +200,7 @@ class Qwen3VLLanguageModel:
         embeds = self.text.embed_tokens(input_ids)
         cache.write_positions = cache_positions
         mask = causal_mask(cache.view_length, cache_positions, embeds.dtype)
-        hidden = self._prefill_stack(embeds, rope[:, None, :], cache, mask, None, [])
+        hidden = self._prefill_stack(embeds, rope[:, None, :], cache, mask, None, None, [])
         return self.model.lm_head(hidden[0].index_select(0, last)).float()
 
     def step(self, cache: StaticKVCache, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor):
@@ -232,22 +238,23 @@ class Qwen3VLLanguageModel:
         embeds: torch.Tensor,
         rope: torch.Tensor,
         cache: StaticKVCache,
-        mask: torch.Tensor | None,
+        mask: AttentionMask,
         vision_mask: torch.Tensor | None,
+        vision_rows: torch.Tensor | None,
         deepstack: list[torch.Tensor],
     ) -> torch.Tensor:
         """The decoder stack of a prefill, :meth:`_layers`' arguments and result: through the dense
         layers where the model has them (:meth:`_dense_stack` with
         :func:`~framewise.core.decoding.dense_layers.prefill_product`), the deepstack features added
-        at the vision tokens after the first layers as ``Qwen3VLTextModel._deepstack_process``
-        does; else through the model's own layers."""
+        at the vision tokens ``vision_rows`` (the indices where ``vision_mask`` is set) after the
+        first layers as ``Qwen3VLTextModel._deepstack_process`` does; else through the model's own
+        layers."""
         if self._dense is None:
             return self._layers(embeds, rope, cache, mask, vision_mask, deepstack)
         features = None
         if deepstack:
-            assert vision_mask is not None
-            rows = vision_mask[0].nonzero().squeeze(1)
-            features = RowAdditions(rows, [layer.to(embeds.dtype) for layer in deepstack])
+            assert vision_rows is not None
+            features = RowAdditions(vision_rows, [layer.to(embeds.dtype) for layer in deepstack])
         hidden = self._dense_stack(
             embeds[0], self.text.rotary_emb(embeds, rope), cache, mask, prefill_product,
             additions=features, hooked=self.text.layers,
@@ -259,7 +266,7 @@ class Qwen3VLLanguageModel:
         hidden: torch.Tensor,
         position_embeddings: tuple[torch.Tensor, torch.Tensor],
         cache: StaticKVCache,
-        mask: torch.Tensor | None,
+        mask: AttentionMask,
         product: Product,
         additions: RowAdditions | None = None,
         hooked: Sequence[torch.nn.Module] = (),
@@ -276,7 +283,7 @@ class Qwen3VLLanguageModel:
         embeds: torch.Tensor,
         rope: torch.Tensor,
         cache: StaticKVCache,
-        mask: torch.Tensor | None,
+        mask: AttentionMask,
         vision_mask: torch.Tensor | None,
         deepstack: list[torch.Tensor],
     ) -> torch.Tensor:
