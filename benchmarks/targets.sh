@@ -12,9 +12,10 @@
 #                choice included).
 #   encoder      the 8B tower's encoder_bench (issue 41's new side), then a 2,048-frame clip's
 #                chunks through the graphs with and without pruning (graph hits).
-#   memory       four fresh processes at once through the real engine, FP8 quantized on load:
-#                768 frames at the full budget (9B, 8B), 2,048 frames in 64k tokens with the FP8
-#                KV cache (8B, 9B); peak max_memory_reserved and the steady state after load.
+#   memory       five fresh processes at once through the real engine, FP8 quantized on load:
+#                768 frames at the full budget (9B, 8B, and the 8B with the FP8 KV cache), 2,048
+#                frames in 64k tokens with the FP8 KV cache (8B, 9B); peak max_memory_reserved and
+#                the steady state after load.
 #   decode_old   the old tree's decode_bench --quick (issue 41).
 #   encoder_old  the old tree's encoder_bench, same counts as the new one's (issue 41).
 #
@@ -85,13 +86,15 @@ write_checkpoints() {
     done
 }
 
-# Four fresh processes at once: torch.cuda.max_memory_reserved is each process's own.
+# Five fresh processes at once: torch.cuda.max_memory_reserved is each process's own.
 memory_runs() {
     local long=(--dtypes fp8 --scenarios long --new-tokens 8 --cache "$CACHE" --compile-cache "$FRAMEWISE_CACHE_DIR"
                 --timeout 140)
     local wide=(--long-frames 2048 --long-pixels 134217728 --set decoding.kv_cache_dtype=fp8 --label 2048-kvfp8)
     "$PYTHON" benchmarks/memory_bench.py --size 3.5-9B "${long[@]}" --label 768 --out "$OUT/memory/9b-768" &
     "$PYTHON" benchmarks/memory_bench.py --size 8B "${long[@]}" --label 768 --out "$OUT/memory/8b-768" &
+    "$PYTHON" benchmarks/memory_bench.py --size 8B "${long[@]}" --set decoding.kv_cache_dtype=fp8 --label 768-kvfp8 \
+        --out "$OUT/memory/8b-768-kvfp8" &
     "$PYTHON" benchmarks/memory_bench.py --size 8B "${long[@]}" "${wide[@]}" --out "$OUT/memory/8b-2048" &
     "$PYTHON" benchmarks/memory_bench.py --size 3.5-9B "${long[@]}" "${wide[@]}" --out "$OUT/memory/9b-2048" &
     wait

@@ -28,10 +28,15 @@ KV_KIB = {QWEN3_5_9B: 32, QWEN3_VL_8B: 144}
 MEMORY_LIMITS = {
     (QWEN3_5_9B, "768"): (12.0, 1.05),
     (QWEN3_VL_8B, "768"): (12.5, 1.1),
+    (QWEN3_VL_8B, "768-kvfp8"): (12.5, 1.1),
     (QWEN3_VL_8B, "2048-kvfp8"): (16.0, None),
     (QWEN3_5_9B, "2048-kvfp8"): (12.0, None),
 }
-MEMORY_WORDS = {"768": "768 frames at the full pixel budget", "2048-kvfp8": "2,048 frames, 64k tokens, FP8 KV cache"}
+MEMORY_WORDS = {
+    "768": "768 frames at the full pixel budget",
+    "768-kvfp8": "768 frames at the full pixel budget, FP8 KV cache",
+    "2048-kvfp8": "2,048 frames, 64k tokens, FP8 KV cache",
+}
 SAME_AS_BEFORE = 1.03  # issue 41: new ÷ old at most
 
 

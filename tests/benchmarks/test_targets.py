@@ -53,7 +53,8 @@ def test_every_step_runs_its_benchmark_and_a_failed_one_leaves_the_rest(tmp_path
     assert "needs a CUDA GPU" in (out / "encoder" / "log.txt").read_text()
     runs = {path.name: json.loads(path.read_text()) for path in out.glob("memory/*/runs/*.json")}
     assert sorted(runs) == ["3.5-tiny-fp8-long-1-2048-kvfp8.json", "3.5-tiny-fp8-long-1-768.json",
-                            "tiny-fp8-long-1-2048-kvfp8.json", "tiny-fp8-long-1-768.json"]
+                            "tiny-fp8-long-1-2048-kvfp8.json", "tiny-fp8-long-1-768-kvfp8.json",
+                            "tiny-fp8-long-1-768.json"]
     assert "error" not in runs["tiny-fp8-long-1-768.json"]
     assert runs["tiny-fp8-long-1-768.json"]["clip"]["frames"] == 8
     # The FP8 cache's setting, where the app has it, reached the run; where it has not, the run says so.
