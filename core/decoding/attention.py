@@ -50,17 +50,30 @@ def decoder_attention_forward(
                 module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
             )
     batch, heads, _, head_dim = query.shape
-    kv_heads = key.shape[1]
-    # The query heads of one key/value head attend as that head's queries: no copies of the keys.
+    return one_token_attention(query.view(batch, heads, head_dim), key, value, attention_mask, scaling)[:, None], None
+
+
+def one_token_attention(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scaling: float | None
+) -> torch.Tensor:
+    """A decode step's attention: ``query`` (batch, heads, d) over ``keys``/``values``
+    (batch, kv_heads, length, d) under the additive ``mask`` (broadcastable to (batch, 1, 1,
+    length)); returns (batch, heads, d). The query heads of one key/value head attend as that
+    head's queries, so the keys are not copied. cuDNN's kernels are left out, as in a prefill: on an
+    H100 they took 79 us a layer for this one query (docs/benchmarks.md, the Qwen3.5-9B step)."""
+    batch, heads, head_dim = query.shape
+    kv_heads = keys.shape[1]
     grouped = query.reshape(batch, kv_heads, heads // kv_heads, head_dim)
-    output = F.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
-    return output.reshape(batch, heads, 1, head_dim).transpose(1, 2), None
+    with prefill_attention_backends():
+        output = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, scale=scaling)
+    return output.reshape(batch, heads, head_dim)
 
 
 def prefill_attention_backends():
-    """SDPA's kernels without cuDNN's, for a prefill: cuDNN builds an execution plan for every new
-    key length, and every follow-up attends over a new one, so with cuDNN each follow-up's prefill
-    took about twice as long (docs/benchmarks.md, "A follow-up's prefill")."""
+    """SDPA's kernels without cuDNN's, for a prefill and for a decode step: cuDNN builds an
+    execution plan for every new key length, and every follow-up attends over a new one, so with
+    cuDNN each follow-up's prefill took about twice as long (docs/benchmarks.md, "A follow-up's
+    prefill"); and one query is not what its kernels are built for."""
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 

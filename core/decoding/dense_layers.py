@@ -35,7 +35,12 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import CausalBias
 from transformers.integrations.sdpa_attention import repeat_kv
 
-from framewise.core.decoding.attention import AttentionMask, causal_chunk_attention, prefill_attention_backends
+from framewise.core.decoding.attention import (
+    AttentionMask,
+    causal_chunk_attention,
+    one_token_attention,
+    prefill_attention_backends,
+)
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
 from framewise.core.quantization.registry import linear_products
@@ -310,10 +315,7 @@ def _attend(
     count, heads, head_dim = query.shape
     kv_heads = keys.shape[1]
     if count == 1 and not isinstance(mask, CausalBias):
-        # The query heads of one key/value head attend as that head's queries: no copies.
-        grouped = query.reshape(1, kv_heads, heads // kv_heads, head_dim)
-        attended = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, scale=scaling)
-        return attended.reshape(1, heads * head_dim)
+        return one_token_attention(query, keys, values, mask, scaling).reshape(1, heads * head_dim)
     query = query.transpose(0, 1)[None]
     if isinstance(mask, CausalBias):
         attended = causal_chunk_attention(query, keys, values, mask, scaling)
