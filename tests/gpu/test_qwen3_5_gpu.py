@@ -1,8 +1,11 @@
 """Qwen3.5's language model on CUDA: a decode step captured as a CUDA graph replays what the same
 step computes directly, with its linear states moving on in place; fla-core's kernels, where they
-import, give the torch code's logits."""
+import, are as close to the float32 logits in bf16 as the torch code is."""
 
 from __future__ import annotations
+
+import copy
+from dataclasses import replace
 
 import pytest
 import torch
@@ -12,7 +15,6 @@ from framewise.core.graph_capture import GraphCapture
 from tests.core.families.qwen3_5.checkpoint import tiny_config, tiny_model
 from tests.core.families.qwen3_5.test_qwen3_5_language import (
     MAX_TOKENS,
-    assert_relatively_close,
     build_prompt,
     items_for,
     prefilled,
@@ -61,16 +63,29 @@ def test_a_captured_step_replays_the_direct_steps(cuda_model) -> None:
     assert not torch.equal(directly[0], directly[1])  # the state moved on between steps
 
 
-def test_the_fla_kernels_give_the_torch_codes_logits(cuda_model) -> None:
+def test_in_bf16_the_fla_kernels_are_as_close_to_float32_as_the_torch_code(cuda_model) -> None:
+    """In bf16 fla-core's chunked kernels and the torch code each round in their own order (their
+    last logits lay 1.9 % apart on an H100), so neither is the other's reference: both are measured
+    against the same weights and inputs in float32 through the torch code, and the kernels' error
+    may be at most 1.5 times the torch code's."""
     unavailable = fla_unavailable(torch.device("cuda"))
     if unavailable:
         pytest.skip(f"fla-core cannot run here: {unavailable}")
-    case = build_prompt(cuda_model.config, items_for("image and video", torch.bfloat16))
+    items = items_for("image and video", torch.bfloat16)
+    case = build_prompt(cuda_model.config, items)
+    exact_case = build_prompt(cuda_model.config, tuple(replace(item, pixels=item.pixels.float()) for item in items))
     with torch.inference_mode():
         run, with_kernels = prefilled(cuda_model, case)
         without = prefilled(cuda_model, case, linear_kernels=False)[1]
+        truth = prefilled(copy.deepcopy(cuda_model).float(), exact_case, linear_kernels=False)[1]
     assert run.language.linear_kernels
-    assert_relatively_close(with_kernels, without, 2**-6)
+    kernels_error, torch_error = relative_to(with_kernels, truth), relative_to(without, truth)
+    assert kernels_error <= 1.5 * torch_error, (kernels_error, torch_error)
+
+
+def relative_to(actual: torch.Tensor, truth: torch.Tensor) -> float:
+    """The largest difference from ``truth`` over ``truth``'s largest magnitude."""
+    return ((actual.float() - truth).abs().max() / truth.abs().max()).item()
 
 
 @pytest.fixture(scope="module")
