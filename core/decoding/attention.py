@@ -18,10 +18,11 @@ from typing import Any, Iterator
 
 import torch
 import torch.nn.functional as F
+from torch.backends.cuda import SDPAParams, can_use_flash_attention
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import CausalBias, causal_lower_right
 from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
 DECODER_ATTENTION = "framewise_decoder"
 # What the decoder's passes attend under: an additive mask tensor, a :func:`prefill_mask` bias, or
@@ -120,6 +121,27 @@ def causal_chunk_attention(
     query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: CausalBias, scaling: float | None
 ) -> torch.Tensor:
     """Attention of ``query`` (1, heads, n, d) over ``keys``/``values`` (1, kv_heads, length, d)
-    under a :func:`prefill_mask` ``bias``; returns (1, heads, n, d)."""
+    under a :func:`prefill_mask` ``bias``; returns (1, heads, n, d).
+
+    Where flash attention cannot run on a CUDA device (float32 activations, a head too wide), the
+    mask is built and the key/value heads repeated for the memory-efficient kernel, as before the
+    bias: torch's own way out for the bias there is the math kernel, whose scores over a long
+    context take gigabytes."""
     with prefill_attention_backends():
+        if query.device.type == "cuda" and not can_use_flash_attention(
+            SDPAParams(query, keys, values, None, 0.0, False, True)
+        ):
+            group = query.shape[1] // keys.shape[1]
+            keys, values = repeat_kv(keys, group), repeat_kv(values, group)
+            start, count = keys.shape[2] - query.shape[2], query.shape[2]
+            mask = _additive_causal_mask(start, count, query.device, query.dtype)
+            return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scaling)
         return F.scaled_dot_product_attention(query, keys, values, attn_mask=bias, scale=scaling, enable_gqa=True)
+
+
+def _additive_causal_mask(start: int, count: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """(1, 1, count, start + count) additive mask: query ``i`` sees the keys up to ``start + i``."""
+    rows = torch.arange(count, device=device)[:, None] + start
+    columns = torch.arange(start + count, device=device)[None, :]
+    mask = torch.where(columns <= rows, 0.0, torch.finfo(dtype).min).to(dtype)
+    return mask.view(1, 1, count, start + count)
