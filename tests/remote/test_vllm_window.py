@@ -32,7 +32,7 @@ def test_the_window_streams_an_answer_from_the_server_with_its_figures(qtbot, ma
 
     window.chat.question_edit.setPlainText("What color is the square?")
     qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: window.session.conversation.turns and window.session.conversation.current is None, timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: bool(window.session.conversation.turns) and window.session.conversation.current is None, timeout=WAIT_MS)
     turn = window.session.conversation.turns[-1]
     assert turn.status == "done" and "red" in turn.answer.lower()
     assert window.session.info.model_label in window.chat.answer_cards()[-1].header.toolTip()

@@ -63,7 +63,7 @@ def open_and_wait(qtbot, window: MainWindow, path: Path) -> None:
 def ask_and_wait(qtbot, window: MainWindow, question: str) -> None:
     window.chat.question_edit.setPlainText(question)
     qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: window.session.conversation.turns and window.session.conversation.current is None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: bool(window.session.conversation.turns) and window.session.conversation.current is None, timeout=LOAD_TIMEOUT_MS)
     qtbot.waitUntil(lambda: window.chat.send_button.isEnabled(), timeout=LOAD_TIMEOUT_MS)
 
 
