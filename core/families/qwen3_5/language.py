@@ -4,12 +4,14 @@ Three of every four layers are linear attention (Gated DeltaNet), the fourth gat
 (transformers' ``layer_types``). A pass runs the model's own modules and weights in the order
 ``Qwen3_5TextModel.forward`` runs them, with Framewise's state in place of transformers' cache:
 
-- a full-attention layer is the model's own decoder layer, called with the state as its cache
+- every layer's two norms (and the final one) run as one fused ``rms_norm`` each
+  (:func:`zero_centred_rms_norm`), its MLP as the model's module;
+- a full-attention layer's attention is the model's own module, called with the state as its cache
   (:meth:`HybridState.update` maps the layer to its slot of the KV cache) and with the decoder's
   attention function (:func:`~framewise.core.decoding.attention.decoder_attention`);
-- a linear-attention layer runs its norms, projections and MLP as modules, and its token mixing
-  through :mod:`framewise.core.decoding.linear_attention` on the layer's convolution and recurrent
-  states (the chunked rule for a prefill, the one-token rule for a decode step).
+- a linear-attention layer runs its projections as modules, and its token mixing through
+  :mod:`framewise.core.decoding.linear_attention` on the layer's convolution and recurrent states
+  (the chunked rule for a prefill, the one-token rule for a decode step).
 
 Rotary positions are Qwen3-VL's: three axes from the model's own ``get_rope_index`` over the whole
 prompt (the same code in transformers), interleaved over the rotary quarter of each head, and a
@@ -68,6 +70,10 @@ class Qwen35LanguageModel:
         if linear_kernels and unavailable:
             raise ValueError(f"the linear-attention kernels cannot run here: {unavailable}")
         self._fla = fla_kernels(self.device) if linear_kernels is not False else None
+        self._norm_scales = [
+            (norm_scale(layer.input_layernorm), norm_scale(layer.post_attention_layernorm)) for layer in self.text.layers
+        ]
+        self._final_norm_scale = norm_scale(self.text.norm)
 
     @property
     def linear_kernels(self) -> bool:
@@ -205,17 +211,18 @@ class Qwen35LanguageModel:
         hidden = embeds
         with decoder_attention(self.config):
             for index, layer in enumerate(self.text.layers):
+                input_scale, post_scale = self._norm_scales[index]
+                normed = zero_centred_rms_norm(hidden, input_scale, layer.input_layernorm.eps)
                 if self.shape.layer_kinds[index] == FULL_ATTENTION:
-                    hidden = layer(
-                        hidden, attention_mask=mask, position_embeddings=position_embeddings,
+                    mixed, _ = layer.self_attn(
+                        normed, attention_mask=mask, position_embeddings=position_embeddings,
                         **{self._cache_keyword: state},
                     )
                 else:
-                    residual = hidden
-                    mixed = self._mix(layer.linear_attn, layer.input_layernorm(hidden), state, index, one_token, last)
-                    hidden = residual + mixed
-                    hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
-        return self.text.norm(hidden)
+                    mixed = self._mix(layer.linear_attn, normed, state, index, one_token, last)
+                hidden = hidden + mixed
+                hidden = hidden + layer.mlp(zero_centred_rms_norm(hidden, post_scale, layer.post_attention_layernorm.eps))
+        return zero_centred_rms_norm(hidden, self._final_norm_scale, self.text.norm.eps)
 
     def _mix(
         self,
@@ -242,8 +249,28 @@ class Qwen35LanguageModel:
         rule = gated_delta_step if one_token else gated_delta_chunked
         out = rule(query, key, value, decay, beta, state.recurrent_state(layer), self._fla)
         gate = mixer.in_proj_z(x)
-        out = mixer.norm(out.reshape(-1, mixer.head_v_dim), gate.reshape(-1, mixer.head_v_dim))
+        out = gated_rms_norm(out.reshape(-1, mixer.head_v_dim), gate.reshape(-1, mixer.head_v_dim), mixer.norm)
         return mixer.out_proj(out.reshape(1, count, -1))
+
+
+def norm_scale(norm: torch.nn.Module) -> torch.Tensor:
+    """What a ``Qwen3_5RMSNorm`` multiplies the normed rows by: 1 + its weight, float32 (hidden,)."""
+    return norm.weight.detach().float() + 1
+
+
+def zero_centred_rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
+    """``Qwen3_5RMSNorm`` of ``x`` (..., hidden) in one fused op: normed in float32, times ``scale``
+    (:func:`norm_scale`), in ``x``'s dtype. transformers' module runs it as a string of small ops,
+    which in a decode step cost more than the layer's own attention."""
+    return F.rms_norm(x.float(), scale.shape, scale, eps).type_as(x)
+
+
+def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
+    """``Qwen3_5RMSNormGated`` of ``x`` (rows, head_v_dim) by ``gate`` (same shape), the norm fused:
+    each row normed in float32 and rounded to ``x``'s dtype, times ``norm``'s weight, times
+    silu(gate) in float32, in ``x``'s dtype."""
+    normed = F.rms_norm(x.float(), x.shape[-1:], None, norm.variance_epsilon).to(x.dtype)
+    return (norm.weight * normed * F.silu(gate.float())).to(x.dtype)
 
 
 def _split_mixed(
