@@ -74,6 +74,12 @@ class Qwen35LanguageModel:
             (norm_scale(layer.input_layernorm), norm_scale(layer.post_attention_layernorm)) for layer in self.text.layers
         ]
         self._final_norm_scale = norm_scale(self.text.norm)
+        # -exp(A_log) of each linear layer (heads,) float32, once rather than in every pass
+        self._decay_rates = {
+            index: -layer.linear_attn.A_log.detach().float().exp()
+            for index, layer in enumerate(self.text.layers)
+            if self.shape.layer_kinds[index] != FULL_ATTENTION
+        }
 
     @property
     def linear_kernels(self) -> bool:
@@ -241,7 +247,7 @@ class Qwen35LanguageModel:
         query, key, value = _split_mixed(mixed, mixer.key_dim, mixer.head_k_dim, mixer.head_v_dim)
         beta = mixer.in_proj_b(x).sigmoid()
         # In float32: in a half-precision model exp(A_log) * softplus(.) may not fit.
-        decay = -mixer.A_log.float().exp() * F.softplus(mixer.in_proj_a(x).float() + mixer.dt_bias)
+        decay = self._decay_rates[layer] * F.softplus(mixer.in_proj_a(x).float() + mixer.dt_bias)
         if last is not None:
             # Padding neither decays nor writes the recurrent state.
             real = (torch.arange(count, device=x.device) <= last)[None, :, None]
