@@ -314,12 +314,12 @@ def _attend(
     (then ``length`` is n). Returns (n, heads * head_dim)."""
     count, heads, head_dim = query.shape
     kv_heads = keys.shape[1]
-    if count == 1 and not isinstance(mask, CausalBias):
+    if isinstance(mask, CausalBias):
+        attended = causal_chunk_attention(query.transpose(0, 1)[None], keys, values, mask, scaling)
+        return attended[0].transpose(0, 1).reshape(count, heads * head_dim)
+    if count == 1:
         return one_token_attention(query, keys, values, mask, scaling).reshape(1, heads * head_dim)
     query = query.transpose(0, 1)[None]
-    if isinstance(mask, CausalBias):
-        attended = causal_chunk_attention(query, keys, values, mask, scaling)
-        return attended[0].transpose(0, 1).reshape(count, heads * head_dim)
     with prefill_attention_backends():
         if mask is None:
             # Causal from an empty cache: flash attention shares the key/value heads itself.
