@@ -6,9 +6,10 @@ Three of every four layers are linear attention (Gated DeltaNet), the fourth gat
 
 - every layer's two norms (and the final one) run as one fused ``rms_norm`` each
   (:func:`zero_centred_rms_norm`), its MLP as the model's module;
-- a full-attention layer's attention is the model's own module, called with the state as its cache
-  (:meth:`HybridState.update` maps the layer to its slot of the KV cache) and with the decoder's
-  attention function (:func:`~framewise.core.decoding.attention.decoder_attention`);
+- a full-attention layer's attention runs its module's projections and Qwen3.5's rotary code, its
+  per-head norms fused, its keys and values into the state (:meth:`HybridState.update` maps the
+  layer to its slot of the KV cache), through the decoder's attention function
+  (:func:`~framewise.core.decoding.attention.decoder_attention_forward`);
 - a linear-attention layer runs its projections as modules, and its token mixing through
   :mod:`framewise.core.decoding.linear_attention` on the layer's convolution and recurrent states
   (the chunked rule for a prefill, the one-token rule for a decode step).
@@ -21,12 +22,11 @@ There are no deepstack features.
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 import torch.nn.functional as F
+from transformers.models.qwen3_5.modeling_qwen3_5 import apply_rotary_pos_emb
 
-from framewise.core.decoding.attention import AttentionMask, causal_mask, decoder_attention, prefill_mask
+from framewise.core.decoding.attention import AttentionMask, causal_mask, decoder_attention_forward, prefill_mask
 from framewise.core.decoding.defs import VisionRows
 from framewise.core.decoding.hybrid_state import FULL_ATTENTION, HybridState
 from framewise.core.decoding.linear_attention import (
@@ -62,9 +62,6 @@ class Qwen35LanguageModel:
         parameter = next(self.text.parameters())
         self.device = parameter.device
         self.dtype = parameter.dtype
-        layer_parameters = inspect.signature(self.text.layers[0].forward).parameters
-        # transformers renamed the layers' cache argument after 5.17.
-        self._cache_keyword = "cache" if "cache" in layer_parameters else "past_key_values"
         _check_mixers(self.text.layers, self.shape)
         unavailable = fla_unavailable(self.device)
         if linear_kernels and unavailable:
@@ -74,6 +71,11 @@ class Qwen35LanguageModel:
             (norm_scale(layer.input_layernorm), norm_scale(layer.post_attention_layernorm)) for layer in self.text.layers
         ]
         self._final_norm_scale = norm_scale(self.text.norm)
+        self._head_norm_scales = {
+            index: (norm_scale(layer.self_attn.q_norm), norm_scale(layer.self_attn.k_norm))
+            for index, layer in enumerate(self.text.layers)
+            if self.shape.layer_kinds[index] == FULL_ATTENTION
+        }
         # -exp(A_log) of each linear layer (heads,) float32, once rather than in every pass
         self._decay_rates = {
             index: -layer.linear_attn.A_log.detach().float().exp()
@@ -215,20 +217,40 @@ class Qwen35LanguageModel:
         Returns the normed hidden states (1, n, hidden)."""
         position_embeddings = self.text.rotary_emb(embeds, rope)
         hidden = embeds
-        with decoder_attention(self.config):
-            for index, layer in enumerate(self.text.layers):
-                input_scale, post_scale = self._norm_scales[index]
-                normed = zero_centred_rms_norm(hidden, input_scale, layer.input_layernorm.eps)
-                if self.shape.layer_kinds[index] == FULL_ATTENTION:
-                    mixed, _ = layer.self_attn(
-                        normed, attention_mask=mask, position_embeddings=position_embeddings,
-                        **{self._cache_keyword: state},
-                    )
-                else:
-                    mixed = self._mix(layer.linear_attn, normed, state, index, one_token, last)
-                hidden = hidden + mixed
-                hidden = hidden + layer.mlp(zero_centred_rms_norm(hidden, post_scale, layer.post_attention_layernorm.eps))
+        for index, layer in enumerate(self.text.layers):
+            input_scale, post_scale = self._norm_scales[index]
+            normed = zero_centred_rms_norm(hidden, input_scale, layer.input_layernorm.eps)
+            if self.shape.layer_kinds[index] == FULL_ATTENTION:
+                mixed = self._attend(layer.self_attn, normed, position_embeddings, mask, state, index)
+            else:
+                mixed = self._mix(layer.linear_attn, normed, state, index, one_token, last)
+            hidden = hidden + mixed
+            hidden = hidden + layer.mlp(zero_centred_rms_norm(hidden, post_scale, layer.post_attention_layernorm.eps))
         return zero_centred_rms_norm(hidden, self._final_norm_scale, self.text.norm.eps)
+
+    def _attend(
+        self,
+        attention: torch.nn.Module,
+        x: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        mask: AttentionMask,
+        state: HybridState,
+        layer: int,
+    ) -> torch.Tensor:
+        """A gated full-attention layer's attention of the normed ``x`` (1, n, hidden), as
+        ``Qwen3_5Attention.forward`` computes it with the per-head norms fused, its keys and values
+        written to the state's slot for model layer ``layer``. Returns (1, n, hidden)."""
+        count, head_dim = x.shape[1], attention.head_dim
+        query, gate = attention.q_proj(x).view(1, count, -1, 2 * head_dim).chunk(2, dim=-1)
+        query_scale, key_scale = self._head_norm_scales[layer]
+        query = zero_centred_rms_norm(query, query_scale, attention.q_norm.eps).transpose(1, 2)
+        key = attention.k_proj(x).view(1, count, -1, head_dim)
+        key = zero_centred_rms_norm(key, key_scale, attention.k_norm.eps).transpose(1, 2)
+        value = attention.v_proj(x).view(1, count, -1, head_dim).transpose(1, 2)
+        query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
+        key, value = state.update(key, value, layer)
+        attended, _ = decoder_attention_forward(attention, query, key, value, mask, scaling=attention.scaling)
+        return attention.o_proj(attended.reshape(1, count, -1) * torch.sigmoid(gate.reshape(1, count, -1)))
 
     def _mix(
         self,
