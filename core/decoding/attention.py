@@ -2,13 +2,12 @@
 
 Registered with transformers' ``AttentionInterface`` and switched on only around the decoder's
 own forward passes (:func:`decoder_attention`), so ``generate()`` and every other caller keep
-transformers' own. A single query token (a decode step) attends over the keys the
-:class:`~framewise.core.decoding.kv_cache.StaticKVCache` hands back, its bucket, under an
-additive mask, in one ``scaled_dot_product_attention`` call: the query heads that share a
-key/value head attend as that head's queries, so the keys are not copied per query head. Longer
-queries (a prefill) go to transformers' ``sdpa``, except a prefill chunk after cached tokens under
-:func:`prefill_mask`'s causal bias, which attends in one ``scaled_dot_product_attention`` call
-that shares the key/value heads.
+transformers' own. Queries under an additive mask (a decode step over its cache bucket, a
+follow-up prefill graph) attend in one ``scaled_dot_product_attention`` call in which the query
+heads that share a key/value head attend as that head's queries, so the keys and values are not
+copied per query head (:func:`grouped_query_attention`). A prefill chunk after cached tokens
+attends under :func:`prefill_mask`'s causal bias through flash attention, which shares the heads
+itself; a prefill from an empty cache goes to transformers' ``sdpa``, causal.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from torch.backends.cuda import SDPAParams, can_use_flash_attention
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.bias import CausalBias, causal_lower_right
 from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 DECODER_ATTENTION = "framewise_decoder"
 # What the decoder's passes attend under: an additive mask tensor, a :func:`prefill_mask` bias, or
@@ -45,29 +44,38 @@ def decoder_attention_forward(
     :func:`prefill_mask` bias, or ``None`` (causal). Returns ((1, q, heads, d), None)."""
     if isinstance(attention_mask, CausalBias):
         return causal_chunk_attention(query, key, value, attention_mask, scaling).transpose(1, 2), None
-    if query.shape[2] != 1:
+    if attention_mask is None:
         with prefill_attention_backends():
             return sdpa_attention_forward(
                 module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
             )
-    batch, heads, _, head_dim = query.shape
-    return one_token_attention(query.view(batch, heads, head_dim), key, value, attention_mask, scaling)[:, None], None
+    return grouped_query_attention(query, key, value, attention_mask, scaling).transpose(1, 2), None
 
 
-def one_token_attention(
+def grouped_query_attention(
     query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scaling: float | None
 ) -> torch.Tensor:
-    """A decode step's attention: ``query`` (batch, heads, d) over ``keys``/``values``
-    (batch, kv_heads, length, d) under the additive ``mask`` (broadcastable to (batch, 1, 1,
-    length)); returns (batch, heads, d). The query heads of one key/value head attend as that
-    head's queries, so the keys are not copied. cuDNN's kernels are left out, as in a prefill: on an
-    H100 they took 79 us a layer for this one query (docs/benchmarks.md, the Qwen3.5-9B step)."""
-    batch, heads, head_dim = query.shape
+    """Attention of ``query`` (batch, heads, n, d) over ``keys``/``values`` (batch, kv_heads,
+    length, d) under the additive ``mask`` (broadcastable to (batch, 1, n, length)); returns
+    (batch, heads, n, d). Graph-safe.
+
+    The query heads that share a key/value head attend as that head's ``group * n`` queries, so the
+    keys and values are never copied per query head: the mask-taking kernels (memory-efficient,
+    math) do not share heads themselves, and over a long context those copies are the largest thing
+    a follow-up prefill holds. A mask of several query rows is repeated for the group instead
+    (``group * n * length`` elements, against ``2 * heads * length * d`` for the copies). cuDNN's
+    kernels are left out (:func:`prefill_attention_backends`): for a decode step's one query they
+    took 79 us a layer on an H100 (docs/benchmarks.md, the Qwen3.5-9B step)."""
+    batch, heads, count, head_dim = query.shape
     kv_heads = keys.shape[1]
-    grouped = query.reshape(batch, kv_heads, heads // kv_heads, head_dim)
+    group = heads // kv_heads
+    grouped = query.reshape(batch, kv_heads, group * count, head_dim)
+    if mask is not None and count > 1:
+        length = mask.shape[-1]
+        mask = mask.expand(batch, group, count, length).reshape(batch, 1, group * count, length)
     with prefill_attention_backends():
         output = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, scale=scaling)
-    return output.reshape(batch, heads, head_dim)
+    return output.view(batch, heads, count, head_dim)
 
 
 def prefill_attention_backends():
@@ -124,18 +132,15 @@ def causal_chunk_attention(
     under a :func:`prefill_mask` ``bias``; returns (1, heads, n, d).
 
     Where flash attention cannot run on a CUDA device (float32 activations, a head too wide), the
-    mask is built and the key/value heads repeated for the memory-efficient kernel, as before the
-    bias: torch's own way out for the bias there is the math kernel, whose scores over a long
-    context take gigabytes."""
+    mask is built for the memory-efficient kernel (:func:`grouped_query_attention`): torch's own way
+    out for the bias there is the math kernel, whose scores over a long context take gigabytes."""
     with prefill_attention_backends():
         if query.device.type == "cuda" and not can_use_flash_attention(
             SDPAParams(query, keys, values, None, 0.0, False, True)
         ):
-            group = query.shape[1] // keys.shape[1]
-            keys, values = repeat_kv(keys, group), repeat_kv(values, group)
             start, count = keys.shape[2] - query.shape[2], query.shape[2]
             mask = _additive_causal_mask(start, count, query.device, query.dtype)
-            return F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scaling)
+            return grouped_query_attention(query, keys, values, mask, scaling)
         return F.scaled_dot_product_attention(query, keys, values, attn_mask=bias, scale=scaling, enable_gqa=True)
 
 

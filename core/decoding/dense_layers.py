@@ -33,12 +33,11 @@ from typing import Any, Protocol, Sequence
 import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import CausalBias
-from transformers.integrations.sdpa_attention import repeat_kv
 
 from framewise.core.decoding.attention import (
     AttentionMask,
     causal_chunk_attention,
-    one_token_attention,
+    grouped_query_attention,
     prefill_attention_backends,
 )
 from framewise.core.decoding.kv_cache import StaticKVCache
@@ -313,27 +312,15 @@ def _attend(
     :func:`~framewise.core.decoding.attention.prefill_mask` bias, or causally when ``mask`` is None
     (then ``length`` is n). Returns (n, heads * head_dim)."""
     count, heads, head_dim = query.shape
-    kv_heads = keys.shape[1]
-    if isinstance(mask, CausalBias):
-        attended = causal_chunk_attention(query.transpose(0, 1)[None], keys, values, mask, scaling)
-        return attended[0].transpose(0, 1).reshape(count, heads * head_dim)
-    if count == 1:
-        return one_token_attention(query, keys, values, mask, scaling).reshape(1, heads * head_dim)
     query = query.transpose(0, 1)[None]
-    with prefill_attention_backends():
-        if mask is None:
-            # Causal from an empty cache: flash attention shares the key/value heads itself.
-            attended = F.scaled_dot_product_attention(
-                query, keys, values, is_causal=True, scale=scaling, enable_gqa=True
-            )
-        else:
-            # A follow-up prefill graph's mask over the cache's bucket: only the memory-efficient and
-            # math kernels take a mask, and the memory-efficient one does not share key/value heads
-            # (enable_gqa would fall back to math): repeat them, as transformers' sdpa attention does
-            # (an expand and a copy, no host sync: graph-safe).
-            group = heads // kv_heads
-            keys, values = repeat_kv(keys, group), repeat_kv(values, group)
-            attended = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scaling)
+    if isinstance(mask, CausalBias):
+        attended = causal_chunk_attention(query, keys, values, mask, scaling)
+    elif mask is None:
+        # Causal from an empty cache: flash attention shares the key/value heads itself.
+        with prefill_attention_backends():
+            attended = F.scaled_dot_product_attention(query, keys, values, is_causal=True, scale=scaling, enable_gqa=True)
+    else:
+        attended = grouped_query_attention(query, keys, values, mask, scaling)
     return attended[0].transpose(0, 1).reshape(count, heads * head_dim)
 
 

@@ -1,5 +1,6 @@
 """A prefill chunk after cached tokens on CUDA: its attention under the lower-right causal bias is
-the masked attention, and in bf16 (flash attention) it holds nothing that grows with the context."""
+the masked attention, and in bf16 (flash attention) it holds nothing that grows with the context.
+A follow-up prefill graph's masked attention over a long context copies no keys or values."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from framewise.core.decoding.attention import causal_chunk_attention, prefill_mask
+from framewise.core.decoding.attention import causal_chunk_attention, causal_mask, grouped_query_attention, prefill_mask
 
 pytestmark = pytest.mark.gpu
 
@@ -51,3 +52,27 @@ def test_in_bf16_a_chunk_late_in_a_long_prefill_holds_no_mask_or_repeated_keys()
     mask_bytes = count * (start + count) * 2
     assert extra < mask_bytes / 4, f"{extra / 2**20:.1f} MiB beyond the inputs"
     assert not out.isnan().any()
+
+
+def test_a_follow_up_prefill_over_64k_positions_copies_no_keys_or_values() -> None:
+    """256 tokens at the end of a 64k-position cache bucket under an additive mask (as in a follow-up
+    prefill graph): the keys and values repeated to every query head would be 1 GiB; the grouped
+    attention holds the mask's copy for the group and little else, and equals the repeated-heads
+    attention."""
+    count, length = 256, 65536 + 256
+    query, keys, values = chunk(length - count, count, torch.bfloat16)
+    mask = causal_mask(length, torch.arange(length - count, length, device=DEVICE), torch.bfloat16)
+    grouped_query_attention(query, keys, values, mask, HEAD_DIM**-0.5)  # warm up
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = grouped_query_attention(query, keys, values, mask, HEAD_DIM**-0.5)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - before
+    group = HEADS // KV_HEADS
+    repeated_bytes = 2 * HEADS * length * HEAD_DIM * 2
+    assert extra < group * mask.numel() * 2 + repeated_bytes / 16, f"{extra / 2**20:.1f} MiB beyond the inputs"
+    expected = F.scaled_dot_product_attention(
+        query, keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1), attn_mask=mask, scale=HEAD_DIM**-0.5
+    )
+    torch.testing.assert_close(out, expected, rtol=2e-2, atol=2e-2)

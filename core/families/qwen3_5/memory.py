@@ -16,8 +16,8 @@ is loaded:
   an open clip keeps (a merged row per video token, no deepstack rows).
 - The decode graphs hold the float32 logits and a pool set by the largest follow-up prefill
   bucket: the widest layer's activations (a Gated DeltaNet layer's projections or a full layer's
-  gated queries, keys and values, and the MLP), the full layer's keys and values repeated for every
-  query head over the context, and the additive mask. Like Qwen3-VL's, a model of what the
+  gated queries, keys and values, and the MLP), and the additive mask over the context with its
+  copy for the query heads that share a key/value head. Like Qwen3-VL's, a model of what the
   captures allocate, not a measurement.
 """
 

@@ -18,9 +18,10 @@ GPU, an allowance for the caching allocator besides.
   the deepstack features gathered so far and a merger's rows.
 - The decode graphs hold the float32 logits and share a pool set by the largest follow-up
   prefill bucket: one decoder layer's activations (hidden, q/k/v, gate/up, their product), the
-  key/value heads repeated for every query head over the whole context (the masked attention
-  kernel does not share them), the additive mask and, for a scaled cache, one layer's keys and
-  values read back in the activations' dtype (:meth:`KVCacheFormat.read_bytes`).
+  additive mask over the whole context and its copy for the query heads that share a key/value
+  head (:func:`~framewise.core.decoding.attention.grouped_query_attention`) and, for a scaled
+  cache, one layer's keys and values read back in the activations' dtype
+  (:meth:`KVCacheFormat.read_bytes`).
 - Each capture (encoder, decoder) allocates cuBLAS workspaces for its warm-up stream and its
   capture stream.
 - An open clip keeps the tower's output for follow-up questions: per video token its merged row
@@ -206,15 +207,15 @@ def decode_graph_bytes(
     language: LanguageShape, activations: torch.dtype, context_tokens: int, cache_format: KVCacheFormat = FLOAT_KV_CACHE
 ) -> int:
     """The float32 logits, the pool the largest follow-up prefill bucket needs over a context of
-    ``context_tokens`` positions in ``cache_format`` (a layer's activations, the key/value heads
-    repeated for every query head, the keys and values read back from their format, the mask), and
-    the capture's workspaces."""
+    ``context_tokens`` positions in ``cache_format`` (a layer's activations, the keys and values
+    read back from their format, the mask and its copy for each query head of a key/value head),
+    and the capture's workspaces."""
     element = activations.itemsize
     layer = PREFILL_TOKENS * language.values_per_token() * element
-    repeated_keys_values = 2 * language.heads * context_tokens * language.head_dim * element
     read_back = cache_format.read_bytes(language.kv_heads, language.head_dim, context_tokens, activations)
     mask = PREFILL_TOKENS * context_tokens * element
-    return language.vocab * 4 + layer + repeated_keys_values + read_back + mask + CAPTURE_WORKSPACES
+    grouped_mask = language.heads // language.kv_heads * mask
+    return language.vocab * 4 + layer + read_back + mask + grouped_mask + CAPTURE_WORKSPACES
 
 
 def clip_feature_bytes(encoder: EncoderShape, clip_tokens: int, element: int) -> int:

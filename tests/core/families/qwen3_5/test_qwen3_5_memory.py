@@ -107,10 +107,10 @@ def test_graph_parts_grow_with_their_settings() -> None:
     nine_b = RELEASED["Qwen3.5-9B"]
     short, long = estimate(nine_b, "fp8", 4096, [256, 1024]), estimate(nine_b, "fp8", 8192, [256, 1024, 16384])
     assert long.encoder_graphs > short.encoder_graphs > 0 and long.decode_graphs > short.decode_graphs > 0
-    # A follow-up prefill repeats the key/value heads over the context: 2 x 16 heads x 256 dims x 2
-    # bytes a position, and its mask one bf16 row of 256 a position.
+    # A follow-up prefill's mask: one bf16 row of 256 a position, and its copy for the 4 query heads
+    # of each key/value head four more.
     assert long.decode_graphs - estimate(nine_b, "fp8", 4096, [256, 1024, 16384]).decode_graphs == 4096 * (
-        2 * 16 * 256 * 2 + 256 * 2
+        256 * 2 + 4 * 256 * 2
     )
     assert long.total == long.weights + long.kv_cache + long.encoder_graphs + long.decode_graphs + long.allocator_rounding
 

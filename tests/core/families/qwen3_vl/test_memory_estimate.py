@@ -147,11 +147,11 @@ def test_encoder_graphs_share_the_largest_budgets_buffers() -> None:
 
 
 def test_decode_graphs_grow_with_the_context_the_prefill_attends_over() -> None:
-    """A follow-up prefill repeats the key/value heads over the whole context: 2 x 32 heads x
-    128 dims x 2 bytes a position at the 8B shapes, and its mask one bf16 row of 256 a position."""
+    """A follow-up prefill's mask holds one bf16 row of 256 a position, and its copy for the 4
+    query heads of each key/value head at the 8B shapes four more; no keys or values are copied."""
     short = estimate_for(EIGHT_B, "bfloat16", 4096, ())
     long = estimate_for(EIGHT_B, "bfloat16", 8192, ())
-    assert long.decode_graphs - short.decode_graphs == 4096 * (2 * 32 * 128 * 2 + 256 * 2)
+    assert long.decode_graphs - short.decode_graphs == 4096 * (256 * 2 + 4 * 256 * 2)
 
 
 def test_on_a_gpu_the_allocator_rounding_is_a_share_of_the_parts() -> None:
