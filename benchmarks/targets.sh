@@ -136,7 +136,7 @@ for name in $STEPS; do
     [[ $name == stop_prune || $name == encoder || $name == memory ]] && start_checkpoints
     case $name in
     decode)
-        step decode 150 60 "$PYTHON" benchmarks/decode_bench.py --sizes 8B,3.5-9B --dtypes bfloat16,fp8 --modes framewise \
+        step decode 200 60 "$PYTHON" benchmarks/decode_bench.py --sizes 8B,3.5-9B --dtypes bfloat16,fp8 --modes framewise \
             --follow-ups 1 --mode-budgets framewise=90 --long-frames 768 --long-repeats 1 --out "$OUT/decode" ;;
     stop_prune)
         step stop_prune 75 40 "$PYTHON" benchmarks/prefill_chunk_bench.py --size 8B --dtype fp8 --kv-cache fp8 \
