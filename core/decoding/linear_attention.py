@@ -26,7 +26,9 @@ a state (B, HV, K, V) float32, HV a multiple of H:
 - ``fla.ops.gated_delta_rule.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=...,
   output_final_state=True, use_qk_l2norm_in_kernel=True) -> (o, final_state)``
 - ``fla.ops.gated_delta_rule.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=...,
-  output_final_state=True, use_qk_l2norm_in_kernel=True) -> (o, final_state)``
+  output_final_state=True, use_qk_l2norm_in_kernel=True) -> (o, final_state)``; with
+  ``use_gate_in_kernel=True, A_log=..., dt_bias=..., use_beta_sigmoid_in_kernel=True`` it takes ``g``
+  and ``beta`` before their activations and computes the gates itself
 - ``fla.modules.causal_conv1d.causal_conv1d(x, weight, initial_state=..., output_final_state=...,
   activation="silu") -> (y, final_state)`` with ``x`` (B, T, D), ``weight`` (D, W), states (B, D, W)
 - ``fla.modules.causal_conv1d.causal_conv1d_update(x, cache, weight=..., activation="silu") ->
@@ -227,6 +229,31 @@ def gated_delta_step(
     current.add_(k[:, :, None] * correction[:, None, :])
     out = (q[:, None, :] @ current)[:, 0]
     return out.to(value.dtype)[None, None]
+
+
+def gated_delta_step_gated_in_kernel(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    decay_input: torch.Tensor,
+    beta_logits: torch.Tensor,
+    decay_log_rate: torch.Tensor,
+    decay_bias: torch.Tensor,
+    state: torch.Tensor,
+    fla: FlaKernels,
+) -> torch.Tensor:
+    """:func:`gated_delta_step` through fla-core's recurrent kernel, which also computes Gated
+    DeltaNet's gates from the layer's projections, so a decode step launches no kernels for them:
+    decay = -exp(``decay_log_rate``) * softplus(``decay_input`` + ``decay_bias``) and
+    beta = sigmoid(``beta_logits``), with ``decay_input``/``beta_logits`` (1, 1, heads) and
+    ``decay_log_rate``/``decay_bias`` (heads,). Graph-safe; ``state`` is updated in place."""
+    out, final = fla.recurrent(
+        query, key, value, g=decay_input, beta=beta_logits, initial_state=state, output_final_state=True,
+        use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, A_log=decay_log_rate, dt_bias=decay_bias,
+        use_beta_sigmoid_in_kernel=True,
+    )
+    state.copy_(final)
+    return out
 
 
 def causal_conv(

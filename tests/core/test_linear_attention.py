@@ -13,6 +13,7 @@ from framewise.core.decoding.linear_attention import (
     fla_unavailable,
     gated_delta_chunked,
     gated_delta_step,
+    gated_delta_step_gated_in_kernel,
 )
 from tests.core.families.qwen3_5.transformers_reference import modeling as reference
 
@@ -163,3 +164,27 @@ def test_the_fla_kernels_equal_the_torch_code_on_cuda() -> None:
         convs = [causal_conv(x[:, part], state, weight, fla=fla) for state, fla in zip(conv_states, (kernels, None))]
         torch.testing.assert_close(convs[0], convs[1], rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(conv_states[0], conv_states[1])
+
+
+@pytest.mark.gpu
+def test_the_kernel_that_computes_the_gates_steps_as_the_torch_code_given_the_gates() -> None:
+    """A decode step whose gates fla-core's kernel computes from the projections equals the torch
+    step given the gates computed as the Qwen3.5 layer computes them, state included."""
+    device = torch.device("cuda")
+    kernels = fla_kernels(device)
+    if kernels is None:
+        pytest.skip(f"fla-core cannot run here: {fla_unavailable(device)}")
+    inputs = rule_inputs(1, seed=11, device="cuda")
+    generator = torch.Generator().manual_seed(12)
+    decay_input, beta_logits = (torch.randn(1, 1, HEADS, generator=generator).to(device) for _ in range(2))
+    log_rate, bias = (torch.randn(HEADS, generator=generator).to(device) for _ in range(2))
+    states = [random_state(13, device="cuda") for _ in range(2)]
+    fused = gated_delta_step_gated_in_kernel(
+        inputs["query"], inputs["key"], inputs["value"], decay_input, beta_logits, log_rate, bias, states[0], kernels
+    )
+    decay = -log_rate.exp() * torch.nn.functional.softplus(decay_input + bias)
+    given = gated_delta_step(
+        inputs["query"], inputs["key"], inputs["value"], decay, beta_logits.sigmoid(), states[1], None
+    )
+    torch.testing.assert_close(fused, given, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(states[0], states[1], rtol=1e-3, atol=1e-3)

@@ -35,6 +35,7 @@ from framewise.core.decoding.linear_attention import (
     fla_unavailable,
     gated_delta_chunked,
     gated_delta_step,
+    gated_delta_step_gated_in_kernel,
 )
 from framewise.core.errors import ModelLoadError
 from framewise.core.families.qwen3_5.config import TextShape
@@ -267,15 +268,22 @@ class Qwen35LanguageModel:
         count = x.shape[1]
         mixed = causal_conv(mixer.in_proj_qkv(x), state.conv_state(layer), mixer.conv1d.weight[:, 0], last, self._fla)
         query, key, value = _split_mixed(mixed, mixer.key_dim, mixer.head_k_dim, mixer.head_v_dim)
-        beta = mixer.in_proj_b(x).sigmoid()
-        # In float32: in a half-precision model exp(A_log) * softplus(.) may not fit.
-        decay = self._decay_rates[layer] * F.softplus(mixer.in_proj_a(x).float() + mixer.dt_bias)
-        if last is not None:
-            # Padding neither decays nor writes the recurrent state.
-            real = (torch.arange(count, device=x.device) <= last)[None, :, None]
-            beta, decay = beta * real, decay * real
-        rule = gated_delta_step if one_token else gated_delta_chunked
-        out = rule(query, key, value, decay, beta, state.recurrent_state(layer), self._fla)
+        beta_logits, decay_input = mixer.in_proj_b(x), mixer.in_proj_a(x)
+        recurrent = state.recurrent_state(layer)
+        if one_token and self._fla is not None:
+            out = gated_delta_step_gated_in_kernel(
+                query, key, value, decay_input, beta_logits, mixer.A_log, mixer.dt_bias, recurrent, self._fla
+            )
+        else:
+            beta = beta_logits.sigmoid()
+            # In float32: in a half-precision model exp(A_log) * softplus(.) may not fit.
+            decay = self._decay_rates[layer] * F.softplus(decay_input.float() + mixer.dt_bias)
+            if last is not None:
+                # Padding neither decays nor writes the recurrent state.
+                real = (torch.arange(count, device=x.device) <= last)[None, :, None]
+                beta, decay = beta * real, decay * real
+            rule = gated_delta_step if one_token else gated_delta_chunked
+            out = rule(query, key, value, decay, beta, recurrent, self._fla)
         gate = mixer.in_proj_z(x)
         out = gated_rms_norm(out.reshape(-1, mixer.head_v_dim), gate.reshape(-1, mixer.head_v_dim), mixer.norm)
         return mixer.out_proj(out.reshape(1, count, -1))
