@@ -75,7 +75,7 @@ def grouped_query_attention(
         mask = mask.expand(batch, group, count, length).reshape(batch, 1, group * count, length)
     with prefill_attention_backends():
         output = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask, scale=scaling)
-    return output.view(batch, heads, count, head_dim)
+    return output.reshape(batch, heads, count, head_dim)
 
 
 def prefill_attention_backends():
