@@ -45,3 +45,24 @@ def test_a_query_head_attends_through_its_own_key_value_head() -> None:
     group = HEADS // KV_HEADS
     expected_head = torch.arange(HEADS) // group
     assert torch.equal(out[0, :, :, 0], expected_head[:, None].float().expand(HEADS, count))
+
+
+def test_the_result_does_not_depend_on_the_layout_the_kernel_returns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA the memory-efficient kernel returns its output with the query rows outermost (a
+    transposed layout, as on the GPU where regrouping it with a view failed); the same values in
+    that layout give the same result."""
+    count, length = 5, 32
+    generator = torch.Generator().manual_seed(3)
+    query = torch.randn(1, HEADS, count, HEAD_DIM, generator=generator)
+    keys, values = (torch.randn(1, KV_HEADS, length, HEAD_DIM, generator=generator) for _ in range(2))
+    mask = causal_mask(length, torch.arange(length - count, length), torch.float32)
+    want = grouped_query_attention(query, keys, values, mask, HEAD_DIM**-0.5)
+    attend = F.scaled_dot_product_attention
+
+    def rows_outermost(*args, **kwargs):
+        out = attend(*args, **kwargs)
+        return out.transpose(1, 2).contiguous().transpose(1, 2)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", rows_outermost)
+    got = grouped_query_attention(query, keys, values, mask, HEAD_DIM**-0.5)
+    assert torch.equal(got, want)
