@@ -138,15 +138,8 @@ def causal_chunk_attention(
         if query.device.type == "cuda" and not can_use_flash_attention(
             SDPAParams(query, keys, values, None, 0.0, False, True)
         ):
-            start, count = keys.shape[2] - query.shape[2], query.shape[2]
-            mask = _additive_causal_mask(start, count, query.device, query.dtype)
-            return grouped_query_attention(query, keys, values, mask, scaling)
+            length = keys.shape[2]
+            positions = torch.arange(length - query.shape[2], length, device=query.device)
+            return grouped_query_attention(query, keys, values, causal_mask(length, positions, query.dtype), scaling)
         return F.scaled_dot_product_attention(query, keys, values, attn_mask=bias, scale=scaling, enable_gqa=True)
 
-
-def _additive_causal_mask(start: int, count: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """(1, 1, count, start + count) additive mask: query ``i`` sees the keys up to ``start + i``."""
-    rows = torch.arange(count, device=device)[:, None] + start
-    columns = torch.arange(start + count, device=device)[None, :]
-    mask = torch.where(columns <= rows, 0.0, torch.finfo(dtype).min).to(dtype)
-    return mask.view(1, 1, count, start + count)

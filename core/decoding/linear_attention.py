@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -133,14 +133,14 @@ def gated_delta_chunked(
 
 def _through_fla(
     rule: Callable, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, decay: torch.Tensor,
-    beta: torch.Tensor, state: torch.Tensor,
+    beta: torch.Tensor, state: torch.Tensor, **options: Any,
 ) -> torch.Tensor:
-    """One of fla-core's gated delta rules on the arguments of :func:`gated_delta_chunked`, its
-    final state copied into ``state``."""
+    """One of fla-core's gated delta rules on the arguments of :func:`gated_delta_chunked` (and the
+    rule's further keyword ``options``), its final state copied into ``state``."""
     # By keyword: the recurrent rule's fourth and fifth parameters are per-key and per-value gates.
     out, final = rule(
         query, key, value, g=decay, beta=beta, initial_state=state, output_final_state=True,
-        use_qk_l2norm_in_kernel=True,
+        use_qk_l2norm_in_kernel=True, **options,
     )
     state.copy_(final)
     return out
@@ -247,13 +247,10 @@ def gated_delta_step_gated_in_kernel(
     decay = -exp(``decay_log_rate``) * softplus(``decay_input`` + ``decay_bias``) and
     beta = sigmoid(``beta_logits``), with ``decay_input``/``beta_logits`` (1, 1, heads) and
     ``decay_log_rate``/``decay_bias`` (heads,). Graph-safe; ``state`` is updated in place."""
-    out, final = fla.recurrent(
-        query, key, value, g=decay_input, beta=beta_logits, initial_state=state, output_final_state=True,
-        use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, A_log=decay_log_rate, dt_bias=decay_bias,
-        use_beta_sigmoid_in_kernel=True,
+    return _through_fla(
+        fla.recurrent, query, key, value, decay_input, beta_logits, state,
+        use_gate_in_kernel=True, A_log=decay_log_rate, dt_bias=decay_bias, use_beta_sigmoid_in_kernel=True,
     )
-    state.copy_(final)
-    return out
 
 
 def causal_conv(
