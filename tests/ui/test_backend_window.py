@@ -3,6 +3,10 @@ Settings ▸ Backend, without a restart, and showing the server's figures."""
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
+
+import pytest
 from PySide6.QtGui import QGuiApplication
 
 from framewise.core.backends import create_engine
@@ -75,15 +79,23 @@ def test_settings_switch_to_a_server_and_back_and_the_window_shows_its_figures(q
         assert not panel.server_box.isVisibleTo(window) and window.session.info.device == "cpu"
 
 
-def test_an_unreachable_server_keeps_the_window_on_this_machine(qtbot, make_window, sample_clip):
-    with FakeVllmServer() as server:
-        closed_url = server.url
+@pytest.fixture
+def refusing_url() -> Iterator[str]:
+    """The URL of a local port bound but not listening, held for the test: connections to it are
+    refused, and no other test's server can take the port meanwhile (a port freed by closing a
+    server could be, when the tests run in parallel)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{held.getsockname()[1]}"
+
+
+def test_an_unreachable_server_keeps_the_window_on_this_machine(qtbot, make_window, sample_clip, refusing_url):
     window = make_window(fake_local_or_server, FAST)
     wait_ready(qtbot, window)
     open_and_wait(qtbot, window, sample_clip)
     dialog = window.settings_flow.open("backend")
     dialog.server_radio.setChecked(True)
-    probes.field(dialog, "backend.server_url").setText(closed_url)
+    probes.field(dialog, "backend.server_url").setText(refusing_url)
     assert dialog.apply()
     qtbot.waitUntil(lambda: window.banners.error_banner.isVisible(), timeout=LOAD_TIMEOUT_MS)
     assert "Cannot reach a server" in window.banners.error_banner.text()
