@@ -8,9 +8,10 @@ video tokens and time markers, the turns so far; for a hybrid state only at the 
 :mod:`~framewise.core.decoding.prefix_reuse` keeps), prefills the rest, and decodes until an
 end-of-answer token, ``max_new_tokens``, a stop request, or the end of the cache.
 
-The prefill runs in chunks of at most ``prefill_chunk_tokens`` tokens, each through the same
-passes, the state carrying from one to the next, so that its activations do not grow with the
-prompt; a stop request is checked before each chunk. The cache's record of which tokens it holds
+A prompt longer than twice ``prefill_chunk_tokens`` is prefilled in chunks of at most that many
+tokens (:func:`prefill_chunks`), each through the same passes, the state carrying from one to the
+next, so that its activations do not grow with the prompt; a stop request is checked before each
+chunk. The cache's record of which tokens it holds
 grows only after a chunk or step has written them, so a stopped, cancelled or failed answer
 leaves it naming exactly what the state holds, and the next question reuses that.
 """
@@ -131,8 +132,8 @@ class Decoded:
 
 class Decoder:
     """The state of ``language`` for ``max_tokens`` positions (rounded up to
-    ``CONTEXT_ALIGNMENT``), its decode step graphs and its follow-up prefill graphs; prefills run
-    in chunks of at most ``prefill_chunk_tokens`` tokens.
+    ``CONTEXT_ALIGNMENT``), its decode step graphs and its follow-up prefill graphs; a prefill
+    longer than twice ``prefill_chunk_tokens`` tokens runs in chunks of at most that many.
 
     ``use_graphs`` asks for CUDA graphs; on a CPU, or when capture fails, steps run directly
     and :attr:`graphs_reason` says why.
@@ -291,7 +292,8 @@ class Decoder:
         text_tail = reused >= clip_end and reused > 0
         rope = self._tail_rope(prompt, reused, text_tail)
         logits = None
-        for start, stop in prefill_chunks(reused, len(ids), clip_end, self.prefill_chunk_tokens):
+        cut = clip_end if self._prefix.snapshots_clip else 0
+        for start, stop in prefill_chunks(reused, len(ids), cut, self.prefill_chunk_tokens):
             if should_stop():
                 return None
             chunk_rope = rope[:, start - reused : stop - reused]
@@ -360,19 +362,21 @@ class Decoder:
 
 
 def prefill_chunks(start: int, end: int, cut: int, size: int) -> list[tuple[int, int]]:
-    """The (start, stop) token ranges a prefill of tokens ``start .. end - 1`` runs in: at most
-    ``size`` tokens each, and none across ``cut`` (the clip prefix's end, where a hybrid state is
-    snapshotted).
+    """The (start, stop) token ranges a prefill of tokens ``start .. end - 1`` runs in, none across
+    ``cut`` (0 for none): a stretch of at most twice ``size`` tokens in one pass, a longer one in
+    ``ceil(n / size)`` passes of near-equal length, so that no pass is a small remainder.
 
-    >>> prefill_chunks(0, 10, 5, 4)
-    [(0, 4), (4, 5), (5, 9), (9, 10)]
+    >>> prefill_chunks(0, 30, 12, 4)
+    [(0, 4), (4, 8), (8, 12), (12, 15), (15, 19), (19, 22), (22, 26), (26, 30)]
     """
     bounds = [start, *([cut] if start < cut < end else []), end]
-    return [
-        (first, min(first + size, stop))
-        for begin, stop in zip(bounds, bounds[1:])
-        for first in range(begin, stop, size)
-    ]
+    ranges: list[tuple[int, int]] = []
+    for begin, stop in zip(bounds, bounds[1:]):
+        count = stop - begin
+        passes = 1 if count <= 2 * size else math.ceil(count / size)
+        edges = [begin + count * index // passes for index in range(passes + 1)]
+        ranges.extend(zip(edges, edges[1:]))
+    return ranges
 
 
 def _pick(logits: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -34,6 +34,10 @@ SNAPSHOTS = ("clip", "turn", "chunk")
 class PrefixKeeper(Protocol):
     """How a decoder state is reused from prompt to prompt and brought back after a failed pass."""
 
+    snapshots_clip: bool
+    """Whether the keeper snapshots the state at the clip prefix's end, so that a prefill pass
+    must end there."""
+
     @property
     def nbytes(self) -> int:
         """Device memory the keeper holds beside the state (its snapshots)."""
@@ -58,6 +62,7 @@ class CutBackPrefix:
     """A KV cache: the longest common prefix with what it holds, for the same owner."""
 
     nbytes = 0
+    snapshots_clip = False
 
     def __init__(self, cache: StaticKVCache) -> None:
         self.cache = cache
@@ -77,6 +82,8 @@ class CutBackPrefix:
 
 class SnapshotPrefix:
     """A hybrid state, reused from the live state or one of its snapshots (see the module docstring)."""
+
+    snapshots_clip = True
 
     def __init__(self, state: HybridState) -> None:
         self.state = state

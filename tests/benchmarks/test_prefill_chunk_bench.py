@@ -11,8 +11,8 @@ from framewise.core.encoding.pruning import kept_token_count
 
 
 def test_stops_land_inside_a_pass_and_the_pruned_clip_prefills_fewer_tokens(tmp_path: Path) -> None:
-    # One pass (chunk 0): the clip prefix is one chunk, so a Stop that waited for the next chunk
-    # would leave the state holding the whole clip; one answered inside the pass leaves it empty.
+    # One pass (chunk 0; a KV cache is not cut at the clip's end): a Stop that waited for the pass
+    # to end would leave the state holding the whole prompt; one answered inside it leaves it empty.
     arguments = ["--size", "tiny", "--device", "cpu", "--dtype", "float32", "--frames", "16", "--pixels", "2000000",
                  "--kv-cache", "fp8", "--chunks", "0", "--repeats", "1", "--stops", "2", "--seed", "4",
                  "--pruning", "0.75", "--out", str(tmp_path)]
@@ -23,7 +23,7 @@ def test_stops_land_inside_a_pass_and_the_pruned_clip_prefills_fewer_tokens(tmp_
     assert result["kv_cache"] == "fp8"
     assert result["state_gib"] * 2**30 == result["context_tokens"] * 2 * 2 * 2 * (32 + 4)
     row = result["rows"][0]
-    assert row["chunk"] == result["prompt_tokens"] and row["chunks"] == 2  # cut once, at the clip's end
+    assert row["chunk"] == result["prompt_tokens"] and row["chunks"] == 1
     stops = row["stops"]
     assert [round(stop["share"], 2) for stop in stops] == [0.12, 0.25]  # the seed's times, ascending
     first, second = stops

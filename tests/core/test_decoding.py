@@ -510,18 +510,41 @@ def recorded_prefills(
     return seen
 
 
-@pytest.mark.parametrize("chunk", [5, 7, 13])
+@pytest.mark.parametrize(("start", "end", "cut"), [(0, 1133, 0), (0, 1133, 1100), (0, 14_498, 14_460), (300, 9_000, 0)])
+def test_the_prefill_pass_plan(start: int, end: int, cut: int) -> None:
+    """Passes cover the tokens in order, end at the cut, take a stretch of at most twice the chunk
+    in one pass (a short clip's first question pays for one pass), and split a longer one into the
+    fewest passes of at most a chunk, none a small remainder."""
+    size = 1024
+    passes = prefill_chunks(start, end, cut, size)
+    assert passes[0][0] == start and passes[-1][1] == end
+    assert all(stop == following for (_, stop), (following, _) in zip(passes, passes[1:]))
+    if start < cut < end:
+        assert cut in [stop for _, stop in passes]
+    stretches = [(start, cut), (cut, end)] if start < cut < end else [(start, end)]
+    for begin, stop in stretches:
+        inside = [(a, b) for a, b in passes if begin <= a and b <= stop]
+        count = stop - begin
+        assert len(inside) == (1 if count <= 2 * size else -(-count // size))
+        if len(inside) > 1:
+            lengths = [b - a for a, b in inside]
+            assert max(lengths) <= size and max(lengths) - min(lengths) <= 1
+
+
+@pytest.mark.parametrize("chunk", [5, 7, 10])
 def test_a_prefill_in_chunks_equals_one_pass(setup: Setup, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
     """Chunk boundaries inside the clip's vision spans, so each chunk takes a part of a span's
     features and deepstack rows: the first token's logits and every cache entry are one pass's."""
     _, prompt = prompt_for(setup, "What color is the square?")
     length = prompt.input_ids.shape[1]
-    assert any(span.start < start < span.end for start in range(chunk, length, chunk) for span in prompt.spans)
+    # a KV cache is not snapshotted at the clip's end, so no pass is cut there
+    starts = [start for start, _ in prefill_chunks(0, length, 0, chunk)]
+    assert any(span.start < start < span.end for start in starts for span in prompt.spans)
     decoder = Decoder(Qwen3VLLanguageModel(setup.model), 512, 16, use_graphs=True, prefill_chunk_tokens=chunk)
     seen = recorded_prefills(decoder.language, monkeypatch)
     result = decoder.answer(prompt, rule_for(setup, max_new_tokens=1), lambda token: None, lambda: False)
-    assert result.prefill_chunks == len(seen) >= length / chunk
-    assert [start for start, _ in seen] == [start for start, _ in prefill_chunks(0, length, prompt.clip_end, chunk)]
+    assert result.prefill_chunks == len(seen) == len(starts) > 2
+    assert [start for start, _ in seen] == starts
     language = Qwen3VLLanguageModel(setup.model)
     cache = language.new_state(512)
     with torch.inference_mode():
@@ -546,11 +569,12 @@ def test_a_stop_between_prefill_chunks_keeps_exactly_the_chunks_written(
     stopped = decoder.answer(prompt, rule_for(setup), streamed.append, lambda: len(seen) >= 2)
     assert stopped.stop_reason == "cancelled" and stopped.token_ids == streamed == []
     assert len(seen) == stopped.prefill_chunks == 2
-    assert decoder.cache.tokens == ids[:16]
-    assert any(span.start < 16 < span.end for span in prompt.spans)  # the next prefill starts inside a span
+    two_chunks = prefill_chunks(0, len(ids), 0, 8)[1][1]
+    assert decoder.cache.tokens == ids[:two_chunks]
+    assert any(span.start < two_chunks < span.end for span in prompt.spans)  # the next prefill starts inside a span
     seen.clear()
     result = answer(decoder, prompt, rule_for(setup))
-    assert result.prefix_tokens_reused == 16 == seen[0][0]
+    assert result.prefix_tokens_reused == two_chunks == seen[0][0]
     assert result.token_ids == reference(setup, inputs)
 
 
@@ -566,7 +590,7 @@ def test_a_cancel_inside_a_chunk_keeps_the_chunks_before_it(setup: Setup) -> Non
     finally:
         handle.remove()
     ids = prompt.input_ids[0].tolist()
-    two_chunks = prefill_chunks(0, len(ids), prompt.clip_end, 12)[1][1]
+    two_chunks = prefill_chunks(0, len(ids), 0, 12)[1][1]
     assert decoder.cache.tokens == ids[:two_chunks]
     result = answer(decoder, prompt, rule_for(setup))
     assert result.prefix_tokens_reused == two_chunks and result.token_ids == reference(setup, inputs)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from framewise.core.decoding import Decoder
+from framewise.core.decoding.decoder import prefill_chunks
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.backends.local.engine import Engine
 from framewise.core.events import Progress
@@ -118,7 +119,7 @@ def test_prefills_in_chunks_answer_like_generate_through_the_graphs(cuda_fp32: S
         inputs, prompt = prompt_for(cuda_fp32, question, history)
         result = answer(decoder, prompt, rule)
         assert result.token_ids == reference(cuda_fp32, inputs)
-        assert result.prefill_chunks >= (result.prompt_tokens - result.prefix_tokens_reused) / 7
+        assert result.prefill_chunks == len(prefill_chunks(result.prefix_tokens_reused, result.prompt_tokens, 0, 7))
         assert result.prefill_graph == bool(history)
         history.append((question, cuda_fp32.tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()))
 

@@ -118,31 +118,16 @@ def assert_the_kernel_step_equals_the_torch_step(model: torch.nn.Module, prompt:
             our_scales,
             their_scales,
         ):
-            # a step's entries come from its own sums, in another order in each: in the first layer
-            # (the same embedding in) a value on a rounding boundary may take the neighbouring code;
-            # deeper, the layers' differences add up, bounded as a whole by e4m3's own resolution
-            if layer == 0:
-                apart = e4m3_steps_apart(ours[:, :, steps], theirs[:, :, steps])
-                assert apart.max() <= 1, f"codes {int(apart.max())} e4m3 values apart"
+            # a step's entries come from its own sums (the kernel's fused norm and product, torch's
+            # ops), rounded differently: an entry small beside its row's largest may then part from
+            # the other by many e4m3 codes (up to 92 in the first layer on an H100) while the row
+            # agrees. Each copy rounds every entry within half a spacing, so the rows agree within
+            # e4m3's coarsest spacing plus what their inputs already differed by.
             error = relative_error(
                 dequantize_heads(ours[:, :, steps], our_scale[:, :, steps], torch.float32),
                 dequantize_heads(theirs[:, :, steps], their_scale[:, :, steps], torch.float32),
             )
             assert error < E4M3_RESOLUTION, f"layer {layer}: the step entries differ by {error:.4f}"
-
-
-def e4m3_steps_apart(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """How far apart the e4m3 entries of ``a`` and ``b`` (same shape) lie, counted in representable
-    values: 0 for equal values, 1 for neighbours (the two zeros are equal)."""
-    return (e4m3_rank(a) - e4m3_rank(b)).abs()
-
-
-def e4m3_rank(codes: torch.Tensor) -> torch.Tensor:
-    """Each e4m3 value's place on the number line (int32, same shape): consecutive values differ by
-    one, and +0 and -0 share 0. The magnitude's 7 bits count up with the value."""
-    bits = codes.view(torch.uint8).to(torch.int32)
-    magnitude = bits & 0x7F
-    return torch.where(bits >= 0x80, -magnitude, magnitude)
 
 
 def test_the_demo_models_kernel_steps_over_an_e4m3_cache_equal_its_torch_steps() -> None:
