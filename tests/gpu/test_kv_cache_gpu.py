@@ -109,9 +109,11 @@ def assert_the_kernel_step_equals_the_torch_step(model: torch.nn.Module, prompt:
             # the prompt's entries come from one prefill, the same ops in both: bit for bit
             assert torch.equal(ours[:, :, :prompt_end].view(torch.uint8), theirs[:, :, :prompt_end].view(torch.uint8))
         our_scales, their_scales = kernel_decoder.cache.scales(layer), torch_decoder.cache.scales(layer)
-        for ours, theirs in zip(our_scales, their_scales):
-            torch.testing.assert_close(ours[:, :, :filled], theirs[:, :, :filled], rtol=2e-2, atol=0)
         steps = slice(prompt_end, filled)
+        for ours, theirs in zip(our_scales, their_scales):
+            assert torch.equal(ours[:, :, :prompt_end], theirs[:, :, :prompt_end])
+            # a step's scale is its largest entry's, which may part as the entries do (below)
+            torch.testing.assert_close(ours[:, :, steps], theirs[:, :, steps], rtol=E4M3_RESOLUTION, atol=0)
         for ours, theirs, our_scale, their_scale in zip(
             (kernel_decoder.cache.keys[layer], kernel_decoder.cache.values[layer]),
             (torch_decoder.cache.keys[layer], torch_decoder.cache.values[layer]),
