@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             for tensor in (*cache.keys, *cache.values):
                 tensor.normal_()
             cache.view_length = args.bucket
-            token = torch.tensor([[7]], device=device)
+            token = language.embed(torch.tensor([[7]]))
             position = torch.tensor([args.position], device=device)
             measured = profile_pass(lambda: language.step(cache, token, position, position), kernel_kind)
             measured["graph_step_ms"] = round(graph_step_ms(language, cache, args.position, args.bucket), 4)

@@ -103,7 +103,7 @@ def run(
         for layer in language.text.layers[1:]
     ]
     with torch.inference_mode():
-        embeds = language.text.embed_tokens(work.input_ids)
+        embeds = language.embed(work.input_ids)
         deepstack, vision_mask, vision_rows = [], None, None
         if work.vision is not None:
             embeds = embeds.masked_scatter(work.vision.mask[..., None], work.vision.embeds.to(embeds.dtype))
@@ -123,7 +123,7 @@ def run(
             position = count + step
             cache.view_length = position + 1
             at = torch.tensor([position])
-            logits.append(language.step(cache, torch.tensor([[taken[-1]]]), at, at))
+            logits.append(language.step(cache, language.embed(torch.tensor([[taken[-1]]])), at, at))
     return Run(hidden, torch.cat(logits), taken, cache)
 
 

@@ -23,13 +23,14 @@ def weight_shares(model: torch.nn.Module, vision_tower: torch.nn.Module) -> tupl
     """The bytes of ``model``'s weights (parameters and persistent buffers: what its checkpoint
     holds) by part and dtype, the largest share of each part first; tensors of ``vision_tower``
     are the vision tower's, the rest the language model's. A tensor held under two names (tied
-    embeddings) counts once."""
+    embeddings) counts once; one in pinned host memory (an input embedding kept on the host) does
+    not count."""
     vision = {_storage_key(tensor) for tensor in vision_tower.state_dict(keep_vars=True).values()}
     sizes: dict[tuple[str, str], int] = {}
     seen: set[tuple[int, int]] = set()
     for tensor in model.state_dict(keep_vars=True).values():
         key = _storage_key(tensor)
-        if key in seen or tensor.numel() == 0:
+        if key in seen or tensor.numel() == 0 or tensor.is_pinned():
             continue
         seen.add(key)
         share = (VISION_PART if key in vision else LANGUAGE_PART, str(tensor.dtype).removeprefix("torch."))

@@ -22,6 +22,7 @@ from safetensors import SafetensorError, safe_open
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
 
+from framewise.core.decoding.host_embedding import move_input_embedding_to_host
 from framewise.core.errors import FramewiseError, ModelLoadError, SettingsError
 from framewise.core.events import Progress
 from framewise.core.families import family_for
@@ -116,6 +117,7 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
         raise ModelLoadError(
             f"{name} does not fit in the memory of {device}; choose a smaller model, the CPU, or a smaller dtype."
         ) from error
+    move_input_embedding_to_host(model, device)
 
     adapter = family.adapter(model)
     report(Progress("load", LOAD_STEPS, LOAD_STEPS, f"Loaded {name}"))

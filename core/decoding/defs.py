@@ -127,22 +127,29 @@ class LanguageModel(Protocol):
         (1, vocab) float32. A long prompt comes in several such passes, one after the other."""
         ...
 
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """The input embeddings (1, n, hidden) on the model's device of token ``ids`` (1, n) int64,
+        on the host or the device; outside any graph (the table may be kept on the host)."""
+        ...
+
     def text_prefill(
         self,
         state: DecoderState,
-        input_ids: torch.Tensor,
+        embeds: torch.Tensor,
         cache_positions: torch.Tensor,
         rope: torch.Tensor,
         last: torch.Tensor,
     ) -> torch.Tensor:
-        """A graph-safe prefill of text tokens ``input_ids`` (1, n) at ``cache_positions`` (n,) with
-        rotary positions ``rope`` (axes, n), reading ``state.kv.view_length`` positions; the logits
-        (1, vocab) float32 of the token at index ``last`` (1,). The tokens after ``last`` are
-        padding: they must leave no trace in the state but their cache entries past the end."""
+        """A graph-safe prefill of text tokens, their embeddings ``embeds`` (1, n, hidden) (from
+        :meth:`embed`), at ``cache_positions`` (n,) with rotary positions ``rope`` (axes, n),
+        reading ``state.kv.view_length`` positions; the logits (1, vocab) float32 of the token at
+        index ``last`` (1,). The tokens after ``last`` are padding: they must leave no trace in the
+        state but their cache entries past the end."""
         ...
 
     def step(
-        self, state: DecoderState, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor
+        self, state: DecoderState, embeds: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor
     ) -> torch.Tensor:
-        """One graph-safe decode step reading ``state.kv.view_length`` positions; logits (1, vocab) float32."""
+        """One graph-safe decode step of the token whose embedding is ``embeds`` (1, 1, hidden) (from
+        :meth:`embed`), reading ``state.kv.view_length`` positions; logits (1, vocab) float32."""
         ...

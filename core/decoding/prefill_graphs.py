@@ -9,8 +9,8 @@ attention keeps it out of their results; its cache entries lie past the conversa
 where each decode step writes its own position before it reads any (and a language model with
 other layers' states leaves them as the last real token left them).
 
-Every graph reads the same static buffers (token ids, cache positions, rotary positions, the
-index of the last real token) through views of its bucket's length and writes one logits buffer.
+Every graph reads the same static buffers (the tokens' embeddings, cache positions, rotary
+positions, the index of the last real token) through views of its bucket's length and writes one logits buffer.
 ``direct`` runs the same padded pass without graphs (what a CPU test can check).
 """
 
@@ -52,7 +52,9 @@ class PrefillGraphs:
         self.direct = direct
         longest = self.token_buckets[-1] if self.token_buckets else 0
         device = state.kv.device
-        self.input_ids = torch.full((1, longest), PAD_TOKEN, dtype=torch.long, device=device)
+        # The graphs' input is the tokens' embeddings: the table may be on the host, out of their reach.
+        self.embeds = language.embed(torch.full((1, longest), PAD_TOKEN, dtype=torch.long))
+        self._padding = language.embed(torch.tensor([[PAD_TOKEN]]))
         self.cache_positions = torch.zeros(longest, dtype=torch.long, device=device)
         self.rope = torch.zeros(language.rope_axes, longest, dtype=torch.long, device=device)
         self.last = torch.zeros(1, dtype=torch.long, device=device)
@@ -77,8 +79,8 @@ class PrefillGraphs:
         count = input_ids.shape[1]
         tokens = self._token_bucket(count)
         context = self.context_buckets[bisect.bisect_left(self.context_buckets, start + tokens)]
-        self.input_ids[:, :count].copy_(input_ids)
-        self.input_ids[:, count:tokens].fill_(PAD_TOKEN)
+        self.embeds[:, :count].copy_(self.language.embed(input_ids))
+        self.embeds[:, count:tokens].copy_(self._padding.expand(1, tokens - count, -1))
         torch.arange(start, start + tokens, out=self.cache_positions[:tokens])
         self.rope[:, :count].copy_(rope)
         # The padding counts on from the last real token, as more text would.
@@ -103,7 +105,7 @@ class PrefillGraphs:
         self.state.kv.view_length = context
         self.logits.copy_(
             self.language.text_prefill(
-                self.state, self.input_ids[:, :tokens], self.cache_positions[:tokens], self.rope[:, :tokens], self.last
+                self.state, self.embeds[:, :tokens], self.cache_positions[:tokens], self.rope[:, :tokens], self.last
             )
         )
 

@@ -1,11 +1,10 @@
 """The one-token decode step, captured as one CUDA graph per context-length bucket.
 
 A bucket is the number of cache positions a step reads. Every graph reads the same three static
-input buffers (the token, its cache position and its rotary position), writes the token's keys
-and values into the cache at that position (and moves any other layers' states on by the token),
-attends over the bucket's leading positions only, and copies the logits into one static output
-buffer. Graphs are captured largest bucket first
-into one shared memory pool. ``direct`` runs the same step on the same buffers without a graph:
+input buffers (the token's embedding, its cache position and its rotary position), writes the
+token's keys and values into the cache at that position (and moves any other layers' states on by
+the token), attends over the bucket's leading positions only, and copies the logits into one
+static output buffer. Graphs are captured largest bucket first into one shared memory pool. ``direct`` runs the same step on the same buffers without a graph:
 the CPU's path, and the fallback when capture fails.
 """
 
@@ -56,7 +55,8 @@ class StepGraphs:
         self.buckets = buckets
         self.direct = direct
         device = state.kv.device
-        self.token = torch.zeros(1, 1, dtype=torch.long, device=device)
+        # The graph's input is the token's embedding: the table may be on the host, out of its reach.
+        self.embeds = language.embed(torch.zeros(1, 1, dtype=torch.long))
         self.cache_position = torch.zeros(1, dtype=torch.long, device=device)
         self.rope_position = torch.zeros(1, dtype=torch.long, device=device)
         self.logits = torch.zeros(1, language.vocab_size, dtype=torch.float32, device=device)
@@ -74,7 +74,7 @@ class StepGraphs:
     def run(self, token: torch.Tensor, position: int, rope_position: int) -> tuple[torch.Tensor, bool]:
         """Decode ``token`` (1,) at cache ``position``; return the logits buffer (1, vocab) and
         whether a graph ran. The buffer is overwritten by the next call."""
-        self.token.copy_(token.view(1, 1))
+        self.embeds.copy_(self.language.embed(token.view(1, 1)))
         self.cache_position.fill_(position)
         self.rope_position.fill_(rope_position)
         bucket = self.bucket_for(position + 1)
@@ -91,7 +91,7 @@ class StepGraphs:
 
     def _forward(self, bucket: int) -> None:
         self.state.kv.view_length = bucket
-        self.logits.copy_(self.language.step(self.state, self.token, self.cache_position, self.rope_position))
+        self.logits.copy_(self.language.step(self.state, self.embeds, self.cache_position, self.rope_position))
 
     def _capture_all(self) -> None:
         device = self.state.kv.device

@@ -4,6 +4,8 @@ with the model's own vision pass over the whole conversation."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,6 +15,7 @@ import torch
 from framewise.core.decoding import Decoder, Prompt, SamplingRule, context_for
 from framewise.core.decoding import decoder as decoder_module
 from framewise.core.decoding.decoder import prefill_chunks
+from framewise.core.decoding.host_embedding import HostEmbedding
 from framewise.core.decoding.step_graphs import context_buckets
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.encoding.eager import EagerVisionEncoder
@@ -301,8 +304,8 @@ def test_a_follow_ups_text_counts_on_from_the_cached_prefix(setup: Setup, monkey
     expected = language.positions(prompt.input_ids, prompt.token_types, prompt.grids).rope
     passed: list[tuple[int, torch.Tensor]] = []
     text_prefill = language.text_prefill
-    monkeypatch.setattr(language, "text_prefill", lambda cache, ids, positions, rope, last: (
-        passed.append((int(positions[0]), rope[:, : int(last) + 1].clone())), text_prefill(cache, ids, positions, rope, last))[1])
+    monkeypatch.setattr(language, "text_prefill", lambda cache, embeds, positions, rope, last: (
+        passed.append((int(positions[0]), rope[:, : int(last) + 1].clone())), text_prefill(cache, embeds, positions, rope, last))[1])
     monkeypatch.setattr(language, "positions", lambda *args: pytest.fail("positions recomputed for a text tail"))
     answer(decoder, prompt, rule)
     ((start, rope),) = passed
@@ -594,3 +597,22 @@ def test_a_cancel_inside_a_chunk_keeps_the_chunks_before_it(setup: Setup) -> Non
     assert decoder.cache.tokens == ids[:two_chunks]
     result = answer(decoder, prompt, rule_for(setup))
     assert result.prefix_tokens_reused == two_chunks and result.token_ids == reference(setup, inputs)
+
+
+def test_an_input_embedding_held_by_the_host_answers_as_the_models_own(setup: Setup) -> None:
+    """The model's embedding table untied from its head and held by a HostEmbedding (on the CPU its
+    device is the host): the first question, a follow-up through the padded text prefill, and
+    generate() itself answer as the model with its own embedding."""
+    model = copy.deepcopy(setup.model)
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone(), requires_grad=False)
+    model.set_input_embeddings(HostEmbedding(model.get_input_embeddings().weight, torch.device("cpu")))
+    assert isinstance(model.model.language_model.embed_tokens, HostEmbedding)
+    hosted = dataclasses.replace(setup, model=model)
+    decoder = make_decoder(hosted)
+    history: list[tuple[str, str]] = []
+    for question in ("What color is the square?", "Where does it go?"):
+        inputs, prompt = prompt_for(setup, question, history)
+        result = answer(decoder, prompt, rule_for(setup))
+        assert result.token_ids == reference(setup, inputs) == reference(hosted, inputs)
+        history.append((question, setup.tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()))
+    assert result.prefix_tokens_reused > 0  # the follow-up's text tail was prefilled on its own

@@ -163,7 +163,7 @@ def teacher_forced(language: Qwen3VLLanguageModel, prompt: Prompt, tokens: list[
         for position, token in enumerate(tokens, start=count):
             cache.view_length = position + 1
             at = torch.tensor([position])
-            logits.append(language.step(cache, torch.tensor([[token]]), at, at))
+            logits.append(language.step(cache, language.embed(torch.tensor([[token]])), at, at))
     return torch.cat(logits), hidden
 
 

@@ -37,7 +37,7 @@ def test_the_estimate_follows_the_dtype(eight_b: AppSettings, monkeypatch: pytes
     on_a_card_with(monkeypatch, 80 * GIB)
     bf16 = loading.estimate_memory(eight_b)
     fp8 = loading.estimate_memory(eight_b.replace("model", dtype="fp8"))
-    assert bf16.weights > 16 * GIB > fp8.weights > 8 * GIB
+    assert bf16.weights > 14 * GIB > fp8.weights > 7 * GIB  # the 8B, its input embedding on the host
     assert bf16.kv_cache == fp8.kv_cache == 16384 * 36 * 2 * 8 * 128 * 2
     assert "weights" in bf16.describe() and "KV cache" in bf16.describe()
     loading.check_memory_fits(eight_b)  # fits an 80 GiB card
@@ -101,7 +101,7 @@ def test_a_qwen3_5_checkpoint_is_named_with_its_layers_and_its_estimate(tmp_path
     on_a_card_with(monkeypatch, 80 * GIB)
     line = loading.memory_estimate_text(settings)
     assert line.startswith("A Qwen3.5 checkpoint: 24 linear-attention + 8 full-attention layers, 32.0 KiB of keys and "
-                           "values a token. Needs about 19.6 GiB")
+                           "values a token. Needs about 17.6 GiB")
     on_a_card_with(monkeypatch, 16 * GIB)
     with pytest.raises(ModelLoadError, match="To fit, choose dtype fp8"):
         loading.check_memory_fits(settings)

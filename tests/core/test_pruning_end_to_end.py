@@ -121,9 +121,9 @@ def test_a_follow_up_to_a_pruned_clip_counts_on_from_the_unpruned_positions(
     passed: list[tuple[int, torch.Tensor]] = []
     text_prefill = language.text_prefill  # a text tail's prefill, padded to its token bucket
 
-    def recording(cache, ids, positions, rope, last):
+    def recording(cache, embeds, positions, rope, last):
         passed.append((int(positions[0]), rope[:, : int(last) + 1].clone()))
-        return text_prefill(cache, ids, positions, rope, last)
+        return text_prefill(cache, embeds, positions, rope, last)
 
     monkeypatch.setattr(language, "text_prefill", recording)
     monkeypatch.setattr(language, "positions", lambda *args: pytest.fail("positions recomputed for a text tail"))

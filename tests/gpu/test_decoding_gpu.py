@@ -12,6 +12,7 @@ import torch
 
 from framewise.core.decoding import Decoder
 from framewise.core.decoding.decoder import prefill_chunks
+from framewise.core.decoding.host_embedding import HostEmbedding, move_input_embedding_to_host
 from framewise.core.encoding.eager import EagerVisionEncoder
 from framewise.core.backends.local.engine import Engine
 from framewise.core.events import Progress
@@ -175,3 +176,26 @@ def test_the_engine_decodes_through_graphs_and_reports_it() -> None:
     for stats in (first, second):
         assert stats.decoder.eager_steps == 0 and stats.decoder.graph_steps == stats.new_tokens - 1
     assert second.decoder.prefix_tokens_reused >= first.decoder.prompt_tokens
+
+
+def test_an_embedding_held_by_the_host_answers_through_the_graphs_like_generate(cuda_fp32: Setup) -> None:
+    """The demo model untied from its head and its input embedding moved to pinned host memory, as
+    loading moves an untied one on CUDA: the first question and follow-ups (a step graph per token, a
+    prefill graph per follow-up) answer as generate() does with the table on the device."""
+    model = copy.deepcopy(cuda_fp32.model)
+    model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone(), requires_grad=False)
+    allocated = torch.cuda.memory_allocated()
+    assert move_input_embedding_to_host(model, torch.device("cuda"))
+    embedding = model.get_input_embeddings()
+    assert isinstance(embedding, HostEmbedding) and embedding.weight.is_pinned()
+    assert allocated - torch.cuda.memory_allocated() >= embedding.weight.numel() * embedding.weight.element_size()
+    decoder = Decoder(Qwen3VLLanguageModel(model), 512, 16, use_graphs=True)
+    assert decoder.graphs_enabled, decoder.graphs_reason
+    rule = rule_for(cuda_fp32)
+    history: list[tuple[str, str]] = []
+    for question in ("What color is the square?", "Where does it go?", "And the circle?"):
+        inputs, prompt = prompt_for(cuda_fp32, question, history)
+        result = answer(decoder, prompt, rule)
+        assert result.token_ids == reference(cuda_fp32, inputs)
+        assert result.graph_steps == len(result.token_ids) - 1 and result.prefill_graph == bool(history)
+        history.append((question, cuda_fp32.tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()))

@@ -43,7 +43,7 @@ def step_logits(language: Qwen3VLLanguageModel, steps: int = STEPS) -> torch.Ten
         for position, token in zip(range(count, count + steps), STEP_TOKENS):
             at = torch.tensor([position], device=language.device)
             cache.view_length = position + 1
-            logits.append(language.step(cache, torch.tensor([[token]], device=language.device), at, at))
+            logits.append(language.step(cache, language.embed(torch.tensor([[token]])), at, at))
     return torch.cat(logits)
 
 

@@ -1,18 +1,23 @@
 """On the GPU, what the engine says a loaded model holds is what the caching allocator reserved for
 it: a random checkpoint at the 2B shapes (benchmarks/memory_bench.py writes it), bf16 and FP8
-quantized on load, default settings (encoder and decode graphs on); and the estimate made before
-loading covers it."""
+quantized on load, default settings (encoder and decode graphs on), its output head tied to the
+input embedding as released or untied (the embedding then held by the host); and the estimate made
+before loading covers it."""
 
 from __future__ import annotations
 
 import gc
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
+from safetensors.torch import save_file
+
 from benchmarks import memory_bench
 from framewise.core.backends.local.engine import Engine
+from framewise.core.decoding.host_embedding import HostEmbedding
 from framewise.core.loading import estimate_memory
 from framewise.core.settings import AppSettings
 
@@ -20,18 +25,41 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return memory_bench.ensure_checkpoint("2B", tmp_path_factory.mktemp("memory_bench"))
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tied = memory_bench.ensure_checkpoint("2B", tmp_path_factory.mktemp("memory_bench"))
+    return {"tied": tied, "untied": untied_copy(tied, tmp_path_factory.mktemp("untied"))}
 
 
+def untied_copy(folder: Path, into: Path) -> Path:
+    """Checkpoint ``folder`` (linked, not copied) with an output head of its own, random."""
+    for path in folder.iterdir():
+        if path.suffix == ".safetensors" or path.name == "complete":
+            (into / path.name).symlink_to(path)
+        elif path.is_file():
+            (into / path.name).write_bytes(path.read_bytes())
+    config = json.loads((into / "config.json").read_text())
+    config["tie_word_embeddings"] = config["text_config"]["tie_word_embeddings"] = False
+    (into / "config.json").write_text(json.dumps(config))
+    text = config["text_config"]
+    head = torch.randn(text["vocab_size"], text["hidden_size"], generator=torch.Generator().manual_seed(0)) * 0.02
+    save_file({"lm_head.weight": head.to(torch.bfloat16)}, into / "head.safetensors")
+    index = json.loads((into / "model.safetensors.index.json").read_text())
+    index["weight_map"]["lm_head.weight"] = "head.safetensors"
+    index["metadata"]["total_size"] += 2 * head.numel()
+    (into / "model.safetensors.index.json").write_text(json.dumps(index))
+    return into
+
+
+@pytest.mark.parametrize("head", ["tied", "untied"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "fp8"])
-def test_the_held_total_matches_the_memory_reserved_after_load(checkpoint: Path, dtype: str) -> None:
-    settings = AppSettings().replace("model", source=str(checkpoint), device="cuda", dtype=dtype)
+def test_the_held_total_matches_the_memory_reserved_after_load(checkpoints: dict[str, Path], head: str, dtype: str) -> None:
+    settings = AppSettings().replace("model", source=str(checkpoints[head]), device="cuda", dtype=dtype)
     gc.collect()
     torch.cuda.empty_cache()
     before = torch.cuda.memory_reserved()
     engine = Engine(settings)
     held = engine.load().held_memory
+    assert isinstance(engine.parts.loaded.model.get_input_embeddings(), HostEmbedding) == (head == "untied")
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     grown = torch.cuda.memory_reserved() - before

@@ -35,20 +35,20 @@ def test_a_captured_step_replays_the_direct_steps(cuda_model) -> None:
         run, _ = prefilled(cuda_model, case)
         language, state = run.language, run.state
         snapshot = state.snapshot()
-        token = torch.zeros(1, 1, dtype=torch.long, device="cuda")
+        embeds = language.embed(torch.zeros(1, 1, dtype=torch.long))
         position = torch.zeros(1, dtype=torch.long, device="cuda")
         rope_position = torch.zeros(1, dtype=torch.long, device="cuda")
         logits = torch.zeros(1, language.vocab_size, device="cuda")
         state.kv.view_length = MAX_TOKENS
 
         def forward() -> None:
-            logits.copy_(language.step(state, token, position, rope_position))
+            logits.copy_(language.step(state, embeds, position, rope_position))
 
         def run_steps(replay) -> list[torch.Tensor]:
             state.restore(snapshot)
             seen = []
             for offset, next_token in enumerate((5, 9, 11)):
-                token.fill_(next_token)
+                embeds.copy_(language.embed(torch.tensor([[next_token]])))
                 position.fill_(length + offset)
                 rope_position.fill_(length + offset + run.rope_offset)
                 replay()

@@ -28,6 +28,7 @@ from transformers.models.qwen3_5.modeling_qwen3_5 import apply_rotary_pos_emb
 
 from framewise.core.decoding.attention import AttentionMask, causal_mask, decoder_attention_forward, prefill_mask
 from framewise.core.decoding.defs import VisionRows
+from framewise.core.decoding.host_embedding import look_up
 from framewise.core.decoding.hybrid_state import FULL_ATTENTION, HybridState
 from framewise.core.decoding.linear_attention import (
     causal_conv,
@@ -60,7 +61,7 @@ class Qwen35LanguageModel:
         self.text = model.model.language_model
         self.config = model.config.text_config
         self.shape = TextShape.from_text_config(self.config.to_dict())
-        parameter = next(self.text.parameters())
+        parameter = self.text.norm.weight  # not the embedding's, which may be held by the host
         self.device = parameter.device
         self.dtype = parameter.dtype
         _check_mixers(self.text.layers, self.shape)
@@ -159,7 +160,7 @@ class Qwen35LanguageModel:
         embeddings of the tokens it marks. Returns the last token's logits (1, vocab) float32."""
         count = input_ids.shape[1]
         device = self.device
-        embeds = self.text.embed_tokens(input_ids.to(device))
+        embeds = self.embed(input_ids)
         if vision is not None:
             if vision.deepstack:
                 raise ValueError("Qwen3.5 takes no deepstack features; its vision tower makes none")
@@ -171,32 +172,35 @@ class Qwen35LanguageModel:
         hidden = self._layers(embeds, rope.to(device)[:, None, :], state, mask)
         return self.model.lm_head(hidden[:, -1, :]).float()
 
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """The embeddings (1, n, hidden) on the device of token ``ids`` (1, n), on the host or the device."""
+        return look_up(self.text.embed_tokens, ids, self.device)
+
     def text_prefill(
         self,
         state: HybridState,
-        input_ids: torch.Tensor,
+        embeds: torch.Tensor,
         cache_positions: torch.Tensor,
         rope: torch.Tensor,
         last: torch.Tensor,
     ) -> torch.Tensor:
-        """A prefill of text tokens, graph-safe: ``input_ids`` (1, n) at ``cache_positions`` (n,)
-        with rotary positions ``rope`` (3, n), all on the device, attending over
+        """A prefill of text tokens, graph-safe: their embeddings ``embeds`` (1, n, hidden) at
+        ``cache_positions`` (n,) with rotary positions ``rope`` (3, n), all on the device, attending over
         ``state.kv.view_length`` positions. Tokens after index ``last`` (1,) are padding: the linear
         states end after token ``last``, as if the padding had not been there. Returns the logits
         (1, vocab) float32 of token ``last``."""
-        embeds = self.text.embed_tokens(input_ids)
         state.kv.write_positions = cache_positions
         mask = causal_mask(state.kv.view_length, cache_positions, embeds.dtype)
         hidden = self._layers(embeds, rope[:, None, :], state, mask, last=last)
         return self.model.lm_head(hidden[0].index_select(0, last)).float()
 
     def step(
-        self, state: HybridState, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor
+        self, state: HybridState, embeds: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor
     ) -> torch.Tensor:
-        """One decode step, graph-safe: ``token`` (1, 1) int64 at ``cache_position`` (1,) with rotary
-        position ``rope_position`` (1,) on every axis; reads ``state.kv.view_length`` positions and
-        moves every linear state on by one token. Returns logits (1, vocab) float32."""
-        embeds = self.text.embed_tokens(token)
+        """One decode step, graph-safe: the token whose embedding is ``embeds`` (1, 1, hidden) at
+        ``cache_position`` (1,) with rotary position ``rope_position`` (1,) on every axis; reads
+        ``state.kv.view_length`` positions and moves every linear state on by one token. Returns
+        logits (1, vocab) float32."""
         state.kv.write_positions = cache_position
         mask = causal_mask(state.kv.view_length, cache_position, embeds.dtype)
         hidden = self._layers(embeds, rope_position.view(1, 1, 1).expand(3, 1, 1), state, mask, one_token=True)

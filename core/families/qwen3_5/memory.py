@@ -61,6 +61,10 @@ class HybridShape:
     def heads(self) -> int:
         return self.text.heads
 
+    def input_embedding_parameters(self) -> int:
+        """Parameters of the input embedding table."""
+        return self.text.vocab_size * self.text.hidden_size
+
     @property
     def kv_heads(self) -> int:
         return self.text.kv_heads

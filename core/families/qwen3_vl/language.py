@@ -34,6 +34,7 @@ from framewise.core.decoding.dense_layers import (
     project,
     step_weights_note,
 )
+from framewise.core.decoding.host_embedding import look_up
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
 from framewise.core.seam import PieceGrid
@@ -59,7 +60,7 @@ class Qwen3VLLanguageModel:
         self.model = model
         self.text = model.model.language_model
         self.config = model.config.text_config
-        parameter = next(self.text.parameters())
+        parameter = self.text.norm.weight  # not the embedding's, which may be held by the host
         self.device = parameter.device
         self.dtype = parameter.dtype
         layer_parameters = inspect.signature(self.text.layers[0].forward).parameters
@@ -165,8 +166,7 @@ class Qwen3VLLanguageModel:
         (1, vocab) float32. ``vision`` features replace the embeddings of the tokens it marks."""
         count = input_ids.shape[1]
         device = self.device
-        input_ids = input_ids.to(device)
-        embeds = self.text.embed_tokens(input_ids)
+        embeds = self.embed(input_ids)
         vision_mask: torch.Tensor | None = None
         vision_rows: torch.Tensor | None = None
         deepstack: list[torch.Tensor] = []
@@ -185,31 +185,33 @@ class Qwen3VLLanguageModel:
         )
         return self.model.lm_head(hidden[:, -1, :]).float()
 
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """The embeddings (1, n, hidden) on the device of token ``ids`` (1, n), on the host or the device."""
+        return look_up(self.text.embed_tokens, ids, self.device)
+
     def text_prefill(
         self,
         cache: StaticKVCache,
-        input_ids: torch.Tensor,
+        embeds: torch.Tensor,
         cache_positions: torch.Tensor,
         rope: torch.Tensor,
         last: torch.Tensor,
     ) -> torch.Tensor:
-        """A prefill of text tokens, graph-safe: ``input_ids`` (1, n) at ``cache_positions`` (n,)
-        with rotary positions ``rope`` (3, n), all on the device; attends over
-        ``cache.view_length`` positions. Returns the logits (1, vocab) float32 of the token at
+        """A prefill of text tokens, graph-safe: their embeddings ``embeds`` (1, n, hidden) at
+        ``cache_positions`` (n,) with rotary positions ``rope`` (3, n), all on the device; attends
+        over ``cache.view_length`` positions. Returns the logits (1, vocab) float32 of the token at
         index ``last`` (1,) of the n."""
-        embeds = self.text.embed_tokens(input_ids)
         cache.write_positions = cache_positions
         mask = causal_mask(cache.view_length, cache_positions, embeds.dtype)
         hidden = self._prefill_stack(embeds, rope[:, None, :], cache, mask, None, None, [])
         return self.model.lm_head(hidden[0].index_select(0, last)).float()
 
-    def step(self, cache: StaticKVCache, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor):
-        """One decode step, graph-safe: ``token`` (1, 1) int64 at ``cache_position`` (1,) with
-        rotary position ``rope_position`` (1,) on every axis. Reads ``cache.view_length`` positions;
-        returns logits (1, vocab) float32."""
+    def step(self, cache: StaticKVCache, embeds: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor):
+        """One decode step, graph-safe: the token whose embedding is ``embeds`` (1, 1, hidden) at
+        ``cache_position`` (1,) with rotary position ``rope_position`` (1,) on every axis. Reads
+        ``cache.view_length`` positions; returns logits (1, vocab) float32."""
         if self._kernels is not None:
-            return self._kernel_step(cache, token, cache_position, rope_position)
-        embeds = self.text.embed_tokens(token)
+            return self._kernel_step(cache, embeds, cache_position, rope_position)
         rope = rope_position.view(1, 1, 1).expand(3, 1, 1)
         cache.write_positions = cache_position
         mask = causal_mask(cache.view_length, cache_position, embeds.dtype)
@@ -220,12 +222,12 @@ class Qwen3VLLanguageModel:
         return self.model.lm_head(hidden).float()
 
     def _kernel_step(
-        self, cache: StaticKVCache, token: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor
+        self, cache: StaticKVCache, embeds: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor
     ) -> torch.Tensor:
         """:meth:`step` through the Triton kernels: six launches a layer, none reading more of the
         cache than ``cache_position`` has filled. Logits (1, vocab) float32."""
         kernels = self._kernels
-        hidden = self.text.embed_tokens(token).view(-1)
+        hidden = embeds.view(-1)
         hidden = kernel_step_stack(self._dense, kernels, hidden, self.text.rotary_emb, cache, cache_position, rope_position)
         norm = self.text.norm
         logits = kernels.rms_norm_linear(

@@ -48,6 +48,7 @@ from typing import Any, Protocol
 
 import torch
 
+from framewise.core.decoding.host_embedding import embedding_stays_on_host
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.memory_plan import MemoryEstimate
 from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
@@ -98,6 +99,10 @@ class DecoderShape:
             (self.intermediate, self.hidden), (self.intermediate, self.hidden), (self.hidden, self.intermediate),
         ]
 
+    def input_embedding_parameters(self) -> int:
+        """Parameters of the input embedding table."""
+        return self.vocab * self.hidden
+
     def other_parameters(self) -> int:
         """Parameters outside the layers' linear projections: embeddings, norms, the head."""
         per_layer_norms = 2 * self.hidden + 2 * self.head_dim
@@ -122,13 +127,18 @@ class DecoderShape:
 
 class LanguageShape(Protocol):
     """What the estimate asks of a language model's sizes (:class:`DecoderShape` for Qwen3-VL's dense
-    one, a family's own for another): ``vocab``, and the attention's ``heads`` over ``kv_heads`` of
-    ``head_dim``."""
+    one, a family's own for another): ``vocab``, the attention's ``heads`` over ``kv_heads`` of
+    ``head_dim``, and whether the output head is the input embedding (``tied_embeddings``)."""
 
     vocab: int
     heads: int
     kv_heads: int
     head_dim: int
+    tied_embeddings: bool
+
+    def input_embedding_parameters(self) -> int:
+        """Parameters of the input embedding table."""
+        ...
 
     def weight_bytes(self, weight_format: WeightFormat, activations: torch.dtype) -> int:
         """Bytes of the language model's weights."""
@@ -241,12 +251,15 @@ def estimate_parts(
     ``activations``), a tower of ``vision_config`` (a config.json's dict) in ``activations``,
     encoder graphs for ``encoder_budgets`` (patch rows each; none when graphs are off), decode
     graphs, and the features an open clip of ``clip_tokens`` video tokens keeps. On the CPU the
-    decoder captures no graphs and nothing is added for a caching allocator (it has none)."""
+    decoder captures no graphs and nothing is added for a caching allocator (it has none); on CUDA
+    an input embedding that is not the output head is kept on the host and not counted."""
     cache_format = cache_format or FLOAT_KV_CACHE
     encoder = EncoderShape.from_config(vision_config)
     element = activations.itemsize
+    on_host = embedding_stays_on_host(device_type, language.tied_embeddings)
+    host_embedding = element * language.input_embedding_parameters() if on_host else 0
     parts = MemoryEstimate(
-        weights=language.weight_bytes(weight_format, activations) + element * encoder.parameters(),
+        weights=language.weight_bytes(weight_format, activations) - host_embedding + element * encoder.parameters(),
         kv_cache=language.state_bytes(context_tokens, activations, cache_format),
         encoder_graphs=encoder_graph_bytes(encoder, encoder_budgets, element),
         decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(

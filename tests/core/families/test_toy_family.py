@@ -83,12 +83,14 @@ class BagOfTokensModel:
         end = start + embeds.shape[0]
         return self._write_and_read(cache, torch.arange(start, end), embeds, end - 1)
 
-    def text_prefill(self, cache: StaticKVCache, input_ids, cache_positions, rope, last) -> torch.Tensor:
-        embeds = self.embedding[input_ids[0]]
-        return self._write_and_read(cache, cache_positions, embeds, int(cache_positions[last]))
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.embedding[ids]
 
-    def step(self, cache: StaticKVCache, token, cache_position, rope_position) -> torch.Tensor:
-        return self._write_and_read(cache, cache_position, self.embedding[token.view(-1)], int(cache_position[0]))
+    def text_prefill(self, cache: StaticKVCache, embeds, cache_positions, rope, last) -> torch.Tensor:
+        return self._write_and_read(cache, cache_positions, embeds[0], int(cache_positions[last]))
+
+    def step(self, cache: StaticKVCache, embeds, cache_position, rope_position) -> torch.Tensor:
+        return self._write_and_read(cache, cache_position, embeds.view(1, -1), int(cache_position[0]))
 
     def _write_and_read(self, cache: StaticKVCache, positions, embeds, last_position: int) -> torch.Tensor:
         cache.keys[0][0, 0, positions] = embeds

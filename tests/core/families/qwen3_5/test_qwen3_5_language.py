@@ -126,7 +126,9 @@ def decode(run: Run, first: torch.Tensor, position: int, steps: int) -> tuple[li
     for offset in range(steps):
         run.state.kv.view_length = MAX_TOKENS
         at = position + offset
-        logits = run.language.step(run.state, token.view(1, 1), torch.tensor([at]), torch.tensor([at + run.rope_offset]))
+        logits = run.language.step(
+            run.state, run.language.embed(token.view(1, 1)), torch.tensor([at]), torch.tensor([at + run.rope_offset])
+        )
         logits_seen.append(logits.clone())
         token = logits.argmax(dim=-1)
         tokens.append(int(token))
@@ -227,7 +229,8 @@ def test_a_padded_text_prefill_equals_the_prefill_of_its_real_tokens(fp32_model)
         rope = torch.arange(length, length + padded).expand(3, -1) + runs[0].rope_offset
         runs[0].state.kv.view_length = MAX_TOKENS
         through_padding = runs[0].language.text_prefill(
-            runs[0].state, question, torch.arange(length, length + padded), rope, torch.tensor([real - 1])
+            runs[0].state, runs[0].language.embed(question), torch.arange(length, length + padded), rope,
+            torch.tensor([real - 1]),
         )
         real_only = runs[1].language.prefill(runs[1].state, length, question[:, :real], rope[:, :real], None)
         steps = [decode(run, torch.tensor([7]), length + real, 2)[1] for run in runs]
@@ -279,7 +282,7 @@ def test_an_e4m3_cache_keeps_the_full_attention_layers_close_to_the_float_cache(
             for at, token in enumerate((5, 9, 13, 2), start=length):
                 state.kv.view_length = at + 1
                 rope = torch.tensor([at + positions.rope_offset])
-                logits.append(language.step(state, torch.tensor([[token]]), torch.tensor([at]), rope))
+                logits.append(language.step(state, language.embed(torch.tensor([[token]])), torch.tensor([at]), rope))
         results[layout.setting] = (torch.cat(logits), state)
     (want, float_state), (got, scaled_state) = results["auto"], results["fp8"]
     assert scaled_state.kv.keys[0].dtype == torch.float8_e4m3fn

@@ -90,7 +90,7 @@ def test_fused_fp8_step_matches_the_models_own_layers() -> None:
                               torch.device("cpu"))
         tokens = torch.tensor([[5, 17, 99]])
         language.prefill(cache, 0, tokens, torch.arange(3).expand(3, 3), None)
-        logits.append(language.step(cache, torch.tensor([[42]]), torch.tensor([3]), torch.tensor([3])))
+        logits.append(language.step(cache, language.embed(torch.tensor([[42]])), torch.tensor([3]), torch.tensor([3])))
     torch.testing.assert_close(logits[0], logits[1], rtol=1e-4, atol=1e-4)
 
 

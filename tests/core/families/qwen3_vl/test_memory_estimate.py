@@ -117,6 +117,16 @@ def test_8b_shapes() -> None:
     assert fp8.total < bf16.total and fp8.encoder_graphs == bf16.encoder_graphs
 
 
+@pytest.mark.parametrize("tied", [False, True])
+def test_on_a_gpu_an_untied_input_embedding_is_held_by_the_host(tied: bool) -> None:
+    """The 8B's input embedding (151,936 x 4,096 in bf16) is not the card's when it is not the output
+    head; tied to it, the card holds the one table."""
+    config = {**EIGHT_B, "tie_word_embeddings": tied}
+    card = estimate_for(config, "fp8", 4096, (), device_type="cuda").weights
+    cpu = estimate_for(config, "fp8", 4096, (), device_type="cpu").weights  # everything is the host's
+    assert cpu - card == (0 if tied else 151936 * 4096 * 2)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "fp8"])
 def test_graph_parts_grow_with_their_settings(dtype: str) -> None:
     small = estimate_for(EIGHT_B, dtype, 8192, [256, 1024])
