@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import torch
 
-from framewise.core.decoding import Decoder
+from framewise.core.decoding import Decoded, Decoder
 from framewise.core.decoding.decoder import prefill_chunks
 from framewise.core.decoding.host_embedding import HostEmbedding, move_input_embedding_to_host
 from framewise.core.encoding.eager import EagerVisionEncoder
@@ -51,16 +51,23 @@ def test_graph_steps_answer_like_generate_on_first_question_and_follow_ups(cuda_
     assert decoder.graphs_enabled, decoder.graphs_reason
     steps, prefills = len(decoder.steps.buckets), len(decoder.prefills.shapes)
     assert [event.current for event in progress] == list(range(steps + 1)) + list(range(prefills + 1))
-    rule = rule_for(cuda_fp32)
+    assert converse_like_generate(cuda_fp32, decoder).prefix_tokens_reused > 0
+
+
+def converse_like_generate(setup: Setup, decoder: Decoder) -> Decoded:
+    """Three turns about the first clip through ``decoder``: each answer is generate()'s with
+    ``setup``'s model, every step after an answer's first replays a graph, and each follow-up's
+    prefill replays one. The last turn's result."""
+    rule = rule_for(setup)
     history: list[tuple[str, str]] = []
     for question in ("What color is the square?", "Where does it go?", "And the circle?"):
-        inputs, prompt = prompt_for(cuda_fp32, question, history)
+        inputs, prompt = prompt_for(setup, question, history)
         result = answer(decoder, prompt, rule)
-        assert result.token_ids == reference(cuda_fp32, inputs)
+        assert result.token_ids == reference(setup, inputs)
         assert result.graph_steps == len(result.token_ids) - 1 and result.eager_steps == 0
-        assert result.prefill_graph == bool(history)  # follow-ups replay a prefill graph
-        history.append((question, cuda_fp32.tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()))
-    assert result.prefix_tokens_reused > 0
+        assert result.prefill_graph == bool(history)
+        history.append((question, setup.tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()))
+    return result
 
 
 def test_graphs_replay_exactly_what_the_eager_steps_compute_in_bfloat16(cuda_bf16: Setup) -> None:
@@ -191,11 +198,4 @@ def test_an_embedding_held_by_the_host_answers_through_the_graphs_like_generate(
     assert allocated - torch.cuda.memory_allocated() >= embedding.weight.numel() * embedding.weight.element_size()
     decoder = Decoder(Qwen3VLLanguageModel(model), 512, 16, use_graphs=True)
     assert decoder.graphs_enabled, decoder.graphs_reason
-    rule = rule_for(cuda_fp32)
-    history: list[tuple[str, str]] = []
-    for question in ("What color is the square?", "Where does it go?", "And the circle?"):
-        inputs, prompt = prompt_for(cuda_fp32, question, history)
-        result = answer(decoder, prompt, rule)
-        assert result.token_ids == reference(cuda_fp32, inputs)
-        assert result.graph_steps == len(result.token_ids) - 1 and result.prefill_graph == bool(history)
-        history.append((question, cuda_fp32.tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()))
+    converse_like_generate(cuda_fp32, decoder)
