@@ -106,6 +106,9 @@ class HeldMemory:
     ``decode_graphs`` are what the caching allocator's reserved memory grew by while the graphs were
     captured (their pools, static buffers and workspaces; 0 without graphs).
 
+    ``host_weights`` are the bytes of weights kept in the host's memory instead (an untied input
+    embedding on CUDA); they are not part of :attr:`total`.
+
     ``reserved`` (on CUDA; ``None`` elsewhere) is what the reserved memory grew by over the three
     build steps (loading the weights, building the encoder, building the decoder): the process's
     share of the device for this model. :attr:`beyond` is the part of it none of the parts above
@@ -118,6 +121,7 @@ class HeldMemory:
     encoder_graphs: int
     decode_graphs: int
     reserved: int | None = None
+    host_weights: int = 0
 
     @property
     def weight_total(self) -> int:
@@ -163,6 +167,8 @@ class HeldMemory:
             lines.append(f"decode graphs {size_text(self.decode_graphs)}")
         if self.beyond is not None:
             lines.append(f"reserved beyond them {size_text(max(self.beyond, 0))}")
+        if self.host_weights:
+            lines.append(f"and in host memory the input embedding, {size_text(self.host_weights)}")
         return lines
 
     def describe(self) -> str:

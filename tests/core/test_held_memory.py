@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from framewise.core.backends.local.engine import Engine
-from framewise.core.held_memory import LANGUAGE_PART, VISION_PART, recording_growth, weight_shares
+from framewise.core.decoding.host_embedding import HostEmbedding
+from framewise.core.held_memory import LANGUAGE_PART, VISION_PART, host_weight_bytes, recording_growth, weight_shares
 from framewise.core.memory_plan import HeldMemory, WeightBytes
 from framewise.core.quantization.linear import Fp8Linear
 from framewise.core.settings import AppSettings
@@ -86,6 +87,26 @@ def test_weight_shares_count_each_tensor_once_and_views_of_one_matrix_apart() ->
         WeightBytes(LANGUAGE_PART, "bfloat16", 6 * 4 * 2),
         WeightBytes(VISION_PART, "float32", 2 * 4 * 4),
     )
+
+
+def test_an_embedding_held_by_the_host_is_not_the_devices_and_is_counted_apart() -> None:
+    model = torch.nn.Module()
+    model.tower = torch.nn.Linear(4, 2, bias=False)
+    model.embedding = HostEmbedding(torch.zeros(10, 4, dtype=torch.bfloat16), torch.device("cpu"))
+    model.head = torch.nn.Linear(4, 10, bias=False, dtype=torch.bfloat16)
+    assert weight_shares(model, model.tower) == (
+        WeightBytes(LANGUAGE_PART, "bfloat16", 10 * 4 * 2),
+        WeightBytes(VISION_PART, "float32", 2 * 4 * 4),
+    )
+    assert host_weight_bytes(model) == 10 * 4 * 2
+    assert host_weight_bytes(model.tower) == 0
+
+
+def test_the_wording_says_what_the_host_holds_apart_from_the_device() -> None:
+    held = HeldMemory(weights=(WeightBytes(LANGUAGE_PART, "bfloat16", 2**30),), kv_cache=0, encoder_graphs=0,
+                      decode_graphs=0, reserved=2**30, host_weights=2**29)
+    assert held.total == 2**30 and held.beyond == 0
+    assert held.describe().endswith(", and in host memory the input embedding, 512.0 MiB")
 
 
 def test_growth_is_recorded_on_cuda_only_and_not_for_a_step_that_fails() -> None:

@@ -42,7 +42,7 @@ from framewise.core.backends.local.parts import ModelParts
 from framewise.core.backends.local.transaction import SettingsTransaction
 from framewise.core.decoding import Decoder
 from framewise.core.events import DecoderInfo, Done, EncodeDone, EngineInfo, EventSink, Progress, ResetReason, ignore_events
-from framewise.core.held_memory import weight_shares
+from framewise.core.held_memory import host_weight_bytes, weight_shares
 from framewise.core.loading import LoadedModel
 from framewise.core.memory_plan import HeldMemory
 from framewise.core.model_source import family_limits_of
@@ -211,6 +211,7 @@ def _held_memory(parts: ModelParts, loaded: LoadedModel) -> HeldMemory:
         encoder_graphs=report.graph_memory_bytes if report else 0,
         decode_graphs=decode_graphs,
         reserved=sum(parts.reserved_by_step[step] for step in steps) if measured else None,
+        host_weights=host_weight_bytes(loaded.model),
     )
 
 
