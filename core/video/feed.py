@@ -60,6 +60,11 @@ class FrameArrivals:
             arrived, self._arrived = self._arrived, []
         return arrived
 
+    def reading(self) -> bool:
+        """Whether frames may still come: the clip's count unknown yet, or some not put."""
+        with self._lock:
+            return self._count is None or len(self._put) < self._count
+
     @property
     def frames_read(self) -> tuple[int, int | None]:
         """(frames read so far, the clip's frames; None until :meth:`start`)."""

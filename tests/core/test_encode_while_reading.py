@@ -16,7 +16,7 @@ from framewise.core.errors import CancelledError
 from framewise.core.events import ChunkStats, ClipSampled, EncodeDone, FramesRead
 from framewise.core.settings import AppSettings
 from framewise.core.video import sample_clip
-from framewise.core.video.feed import ChunkFeed
+from framewise.core.video.feed import ChunkFeed, FrameArrivals
 from tests.core.test_engine import Recorder
 from training.clip_writer import write_clip
 
@@ -157,7 +157,14 @@ def test_frames_reach_the_strip_while_the_clip_is_read_before_its_encode_ends(mo
         np.testing.assert_array_equal(thumbnail, sampled.thumbnails[index])
 
 
-def test_a_clip_read_on_the_cpu_is_encoded_on_one_torch_thread_beside_the_decoders(moving_clip):
+@pytest.mark.parametrize(("reading", "threads"), [(True, {1}), (False, {2})], ids=["while reading", "once read"])
+def test_a_clip_read_on_the_cpu_is_encoded_on_one_torch_thread_beside_the_decoders_until_every_frame_is_read(
+    moving_clip, monkeypatch: pytest.MonkeyPatch, reading: bool, threads: set[int]
+):
+    """While frames are still being read a chunk is encoded on one of torch's threads, beside the
+    decoders; once every frame is read, the chunks left take every thread (here the reading state is
+    held fixed, each way)."""
+    monkeypatch.setattr(FrameArrivals, "reading", lambda self: reading)
     engine = Engine(SEVERAL_PASSES)
     engine.load()
     suite_threads = torch.get_num_threads()  # the suite runs on one; a person's machine on every core
@@ -172,7 +179,18 @@ def test_a_clip_read_on_the_cpu_is_encoded_on_one_torch_thread_beside_the_decode
         torch.set_num_threads(suite_threads)
         for hook in hooks:
             hook.remove()
-    assert seen and set(seen) == {1}
+    assert seen and set(seen) == threads
+
+
+def test_the_arrivals_are_reading_until_every_frame_is_put() -> None:
+    arrivals = FrameArrivals()
+    assert arrivals.reading()  # the count is not known yet
+    arrivals.start(2, (8, 8))
+    arrivals.put(1, np.zeros((8, 8, 3), np.uint8), 0.5)
+    arrivals.put(1, np.zeros((8, 8, 3), np.uint8), 0.5)  # a frame put again is one frame
+    assert arrivals.reading()
+    arrivals.put(0, np.zeros((8, 8, 3), np.uint8), 0.0)
+    assert not arrivals.reading()
 
 
 def test_stop_in_the_middle_of_a_streamed_encode_ends_it_within_half_a_second_and_keeps_the_rest(tmp_path):

@@ -113,8 +113,7 @@ class ClipEncoder:
 
         def take(report: Callable[[], None]) -> _EncodedParts:
             try:
-                with _one_thread_beside_the_decoders(loaded.device):
-                    return self._encode_chunks(feed.chunks(idle=report), report)
+                return self._encode_chunks(feed.chunks(idle=report), report, reading=feed.arrivals.reading)
             finally:
                 feed.close()
 
@@ -128,19 +127,23 @@ class ClipEncoder:
         encoded_clip = _Encoded(video, encoded.features(), encoded.chunks, encoded.preprocess_ms)
         return self._finish_clip(encoded_clip, sampled, sampling, span)
 
-    def _encode_chunks(self, chunks: Iterator[FrameChunk], report: Callable[[], None]) -> _EncodedParts:
-        """Preprocess and encode each chunk of frames as it comes (one encoder pass each)."""
+    def _encode_chunks(
+        self, chunks: Iterator[FrameChunk], report: Callable[[], None], reading: Callable[[], bool]
+    ) -> _EncodedParts:
+        """Preprocess and encode each chunk of frames as it comes (one encoder pass each);
+        ``reading`` says whether frames are still being read."""
         loaded = self.parts.require_model()
         encoder = self.parts.require_encoder()
         parts = _EncodedParts()
         for chunk in chunks:
             self._cancel.raise_if_cancelled()
-            started = time.perf_counter()
-            video = loaded.family.preprocess_video(chunk.frames, chunk.times, loaded.limits)
-            parts.preprocess_ms += (time.perf_counter() - started) * 1e3
-            self._cancel.raise_if_cancelled()
-            with cancel_points(loaded.family.cancel_points(loaded.model).vision, self._cancel):
-                output = encoder.encode([video.item])
+            with _one_thread_beside_the_decoders(loaded.device, reading()):
+                started = time.perf_counter()
+                video = loaded.family.preprocess_video(chunk.frames, chunk.times, loaded.limits)
+                parts.preprocess_ms += (time.perf_counter() - started) * 1e3
+                self._cancel.raise_if_cancelled()
+                with cancel_points(loaded.family.cancel_points(loaded.model).vision, self._cancel):
+                    output = encoder.encode([video.item])
             parts.add(video.without_pixels(), output.items[0], output.chunks)
             report()
         return parts
@@ -222,12 +225,13 @@ class ClipEncoder:
 
 
 @contextmanager
-def _one_thread_beside_the_decoders(device: torch.device) -> Iterator[None]:
-    """On a CPU, preprocess and encode a clip being read on one of torch's intra-op threads (this
-    thread's own count, put back after). FFmpeg's decoders take every core meanwhile, and beside
-    them torch's OpenMP workers spin-wait: a pass of the demo tower over 64 frame pairs took 2 to 7
-    times as long on two threads as on one (the shared 2-core machine, its load average 10-12)."""
-    if device.type != "cpu":
+def _one_thread_beside_the_decoders(device: torch.device, reading: bool) -> Iterator[None]:
+    """On a CPU, while the clip is ``reading``, preprocess and encode on one of torch's intra-op
+    threads (this thread's own count, put back after). FFmpeg's decoders take every core meanwhile,
+    and beside them torch's OpenMP workers spin-wait: a pass of the demo tower over 64 frame pairs
+    took 2 to 7 times as long on two threads as on one (the shared 2-core machine, its load average
+    10-12). Once every frame is read, the chunks left take every thread."""
+    if device.type != "cpu" or not reading:
         yield
         return
     threads = torch.get_num_threads()

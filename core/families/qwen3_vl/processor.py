@@ -146,16 +146,16 @@ def patchify(
         video = torch.cat([video, video[-1:].expand(pad, -1, -1, -1)])
     grid = ((num_frames + pad) // tp, height // p, width // p)
 
-    # (x/255 - mean)/std, written as one subtraction and one division on the 0..255 scale.
-    mean = torch.tensor(geometry.image_mean, device=video.device).mul(255.0).view(3, 1, 1)
-    std = torch.tensor(geometry.image_std, device=video.device).mul(255.0).view(3, 1, 1)
-    pixels = (video.permute(0, 3, 1, 2).float() - mean) / std  # (T, 3, h, w)
-
+    # The rows are gathered while the values are still bytes (a quarter of the floats' traffic),
+    # then made (x/255 - mean)/std in place, as one subtraction and one division on the 0..255 scale.
     t, gh, gw = grid
-    pixels = pixels.view(t, tp, channels, gh // m, m, p, gw // m, m, p)
+    rows = video.reshape(t, tp, gh // m, m, p, gw // m, m, p, channels)
     # -> (t, gh/m, gw/m, m, m, channel, frame, p, p)
-    pixels = pixels.permute(0, 3, 6, 4, 7, 2, 1, 5, 8)
-    return pixels.reshape(t * gh * gw, channels * tp * p * p), grid
+    rows = rows.permute(0, 2, 5, 3, 6, 8, 1, 4, 7)
+    rows = rows.reshape(t * gh * gw, channels, tp * p * p).float()
+    mean = torch.tensor(geometry.image_mean, device=video.device).mul(255.0).view(1, channels, 1)
+    std = torch.tensor(geometry.image_std, device=video.device).mul(255.0).view(1, channels, 1)
+    return rows.sub_(mean).div_(std).view(t * gh * gw, channels * tp * p * p), grid
 
 
 def preprocess_video(
