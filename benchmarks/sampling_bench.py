@@ -15,11 +15,14 @@ See benchmarks/README.md for the options.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -157,7 +160,7 @@ def measure_open_to_ready(path: Path, frames: int, fast_mode: str, video_tokens:
 
     settings = AppSettings().replace(
         "sampling", fps=2.0, min_frames=4, max_frames=frames, max_pixels=budget_pixels(video_tokens), fast_mode=fast_mode
-    ).replace("model", device="cuda" if torch.cuda.is_available() else "cpu")
+    ).replace("model", source=str(demo_holding(video_tokens)), device="cuda" if torch.cuda.is_available() else "cpu")
     engine = Engine(settings)
     engine.load()
     rss_loaded = peak_rss_mib()
@@ -174,6 +177,25 @@ def measure_open_to_ready(path: Path, frames: int, fast_mode: str, video_tokens:
         "peak_rss_mib": peak_rss_mib(),
         "peak_rss_loaded_mib": rss_loaded,
     }
+
+
+def demo_holding(video_tokens: int | None) -> Path:
+    """The bundled demo model's folder, or, for a clip of more ``video_tokens`` than half its context,
+    a copy of it (in a temporary folder) whose context is raised to a power of two at least twice
+    that: the demo model's own 32,768 positions cannot hold an hour at 64k tokens."""
+    from framewise.core.model_source import DEMO_MODEL_DIR
+
+    config = json.loads((DEMO_MODEL_DIR / "config.json").read_text())
+    positions = config["text_config"]["max_position_embeddings"]
+    if video_tokens is None or 2 * video_tokens <= positions:
+        return DEMO_MODEL_DIR
+    folder = Path(tempfile.mkdtemp(prefix="framewise-demo-"))
+    atexit.register(shutil.rmtree, folder, True)
+    copy = folder / "demo"
+    shutil.copytree(DEMO_MODEL_DIR, copy)
+    config["text_config"]["max_position_embeddings"] = 1 << (2 * video_tokens - 1).bit_length()
+    (copy / "config.json").write_text(json.dumps(config, indent=1))
+    return copy
 
 
 def measure_full_decode(path: Path) -> dict[str, object]:
