@@ -281,6 +281,17 @@ def test_patchify_shape_and_round_trip():
     torch.testing.assert_close(unpatchify(pixel_values, grid, GEOMETRY), normalized(frames))
 
 
+def test_patchify_gathers_bytes_then_normalizes_to_the_same_bits_as_normalizing_first():
+    frames = random_frames(6, 64, 96)
+    pixel_values, (t, gh, gw) = patchify(frames, GEOMETRY)
+    tp, p, m = GEOMETRY.temporal_patch_size, GEOMETRY.patch_size, GEOMETRY.merge_size
+    mean = torch.tensor(GEOMETRY.image_mean).mul(255.0).view(3, 1, 1)
+    std = torch.tensor(GEOMETRY.image_std).mul(255.0).view(3, 1, 1)
+    first = (torch.from_numpy(frames).permute(0, 3, 1, 2).float() - mean) / std  # (T, 3, h, w)
+    first = first.view(t, tp, 3, gh // m, m, p, gw // m, m, p).permute(0, 3, 6, 4, 7, 2, 1, 5, 8)
+    assert torch.equal(pixel_values, first.reshape(t * gh * gw, 3 * tp * p * p))
+
+
 def test_patchify_puts_a_pixel_in_its_row_and_column():
     frames = np.zeros((4, 64, 96, 3), dtype=np.uint8)
     frames[3, 40, 70, 1] = 255  # frame 3 = second of pair 1; patch (2, 4) = merge block (1, 2), top-left
