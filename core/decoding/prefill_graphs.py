@@ -10,7 +10,8 @@ where each decode step writes its own position before it reads any (and a langua
 other layers' states leaves them as the last real token left them).
 
 Every graph reads the same static buffers (the tokens' embeddings, cache positions, rotary
-positions, the index of the last real token) through views of its bucket's length and writes one logits buffer.
+positions, the index of the last real token) through views of its bucket's length and writes one
+logits buffer.
 ``direct`` runs the same padded pass without graphs (what a CPU test can check).
 """
 

@@ -4,8 +4,9 @@ A bucket is the number of cache positions a step reads. Every graph reads the sa
 input buffers (the token's embedding, its cache position and its rotary position), writes the
 token's keys and values into the cache at that position (and moves any other layers' states on by
 the token), attends over the bucket's leading positions only, and copies the logits into one
-static output buffer. Graphs are captured largest bucket first into one shared memory pool. ``direct`` runs the same step on the same buffers without a graph:
-the CPU's path, and the fallback when capture fails.
+static output buffer. Graphs are captured largest bucket first into one shared memory pool.
+``direct`` runs the same step on the same buffers without a graph: the CPU's path, and the
+fallback when capture fails.
 """
 
 from __future__ import annotations

@@ -27,7 +27,8 @@ class PatchProduct(nn.Module):
 
     def forward(self, patches: torch.Tensor) -> torch.Tensor:
         if tuple(patches.shape[2:]) != self.kernel_size:
-            raise ValueError(f"patches of {tuple(patches.shape[2:])} values: this product takes {self.kernel_size} alone")
+            shape = tuple(patches.shape[2:])
+            raise ValueError(f"patches of {shape} values: this product takes {self.kernel_size} alone")
         flat_weight = self.weight.view(self.weight.shape[0], -1)
         rows = F.linear(patches.reshape(patches.shape[0], -1), flat_weight, self.bias)
         return rows.view(*rows.shape, 1, 1, 1)
