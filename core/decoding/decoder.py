@@ -22,7 +22,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -34,6 +34,7 @@ from framewise.core.decoding.pruned_positions import UnprunedPrompt, prompt_posi
 from framewise.core.decoding.step_graphs import ProgressCallback, StepGraphs, context_buckets
 from framewise.core.encoding.defs import EncodedItem
 from framewise.core.errors import FramewiseError, SettingsError
+from framewise.core.graph_capture import GraphCapture
 from framewise.core.seam import FamilyLimits, PieceGrid, VisionSpan
 from framewise.core.settings import (
     FIELD_WORDS,
@@ -72,9 +73,11 @@ class Prompt:
         any). What comes before is the same for every question about these items."""
         return max((span.end for span in self.spans), default=0)
 
-    def vision_rows(self, start: int, stop: int | None = None) -> VisionRows | None:
+    def vision_rows(self, start: int, stop: int | None = None, *, pin: bool = False) -> VisionRows | None:
         """The features of the tokens ``start .. stop - 1`` (to the prompt's end when ``stop`` is
-        None), or ``None`` when no span reaches into them.
+        None), or ``None`` when no span reaches into them. With ``pin``, rows gathered from the
+        host's memory (a long clip's features wait there) are gathered into pinned memory, which a
+        pass copies to the device without waiting for the passes queued before it.
 
         Raises ValueError when a span points outside the prompt or past its item's features.
         """
@@ -98,9 +101,19 @@ class Prompt:
             deepstack.append([layer[rows] for layer in item.deepstack])
         return VisionRows(
             mask=mask,
-            embeds=torch.cat(embeds),
-            deepstack=tuple(torch.cat(layers) for layers in zip(*deepstack)),
+            embeds=_joined(embeds, pin),
+            deepstack=tuple(_joined(layers, pin) for layers in zip(*deepstack)),
         )
+
+
+def _joined(rows: Sequence[torch.Tensor], pin: bool) -> torch.Tensor:
+    """``rows`` (k_i, hidden) joined into one (sum k_i, hidden) tensor where they lie, in pinned
+    memory when ``pin`` and they lie in the host's."""
+    first = rows[0]
+    if not (pin and first.device.type == "cpu"):
+        return torch.cat(rows)
+    joined = torch.empty((sum(part.shape[0] for part in rows), *first.shape[1:]), dtype=first.dtype, pin_memory=True)
+    return torch.cat(rows, out=joined)
 
 
 @dataclass(frozen=True)
@@ -158,6 +171,8 @@ class Decoder:
         buckets = context_buckets(min(min_bucket, max_tokens), max_tokens)
         self.graphs_reason = ""
         self._rope_offset = 0
+        # One memory pool for the step and the follow-up prefill graphs: only one runs at a time.
+        self._graph_capture = GraphCapture(language.device) if use_graphs and language.device.type == "cuda" else None
         self.steps = self._build_steps(buckets, use_graphs, progress)
         self.prefills = self._build_prefills(buckets, progress)
         self.state.reset()  # capture ran passes over the empty state
@@ -256,7 +271,9 @@ class Decoder:
         if self.graphs_enabled:
             try:
                 with torch.inference_mode():
-                    prefills = PrefillGraphs(self.language, self.state, buckets, direct=False, progress=progress)
+                    prefills = PrefillGraphs(
+                        self.language, self.state, buckets, direct=False, progress=progress, capture=self._graph_capture
+                    )
             except Exception as error:  # out of memory, an op that cannot be captured
                 torch.cuda.empty_cache()
                 self.graphs_reason += (
@@ -275,7 +292,10 @@ class Decoder:
         """The step graphs, or ``None`` and why capturing them failed."""
         try:
             with torch.inference_mode():
-                return StepGraphs(self.language, self.state, buckets, direct=False, progress=progress), ""
+                steps = StepGraphs(
+                    self.language, self.state, buckets, direct=False, progress=progress, capture=self._graph_capture
+                )
+                return steps, ""
         except Exception as error:  # out of memory, a kernel that does not compile, an op that cannot be captured
             torch.cuda.empty_cache()
             return None, f"{type(error).__name__}: {error}"
@@ -301,7 +321,7 @@ class Decoder:
             if text_tail and self.prefills.takes(start, stop - start):
                 logits, result.prefill_graph = self.prefills.run(start, tail_ids, chunk_rope)
             else:
-                vision = prompt.vision_rows(start, stop)
+                vision = prompt.vision_rows(start, stop, pin=self.language.device.type == "cuda")
                 logits = self.language.prefill(self.state, start, tail_ids, chunk_rope, vision)
             self.cache.tokens.extend(ids[start:stop])
             self._prefix.chunk_done(stop, clip_end)

@@ -45,6 +45,7 @@ class PrefillGraphs:
         direct: bool,
         token_buckets: tuple[int, ...] = TOKEN_BUCKETS,
         progress: ProgressCallback | None = None,
+        capture: GraphCapture | None = None,
     ) -> None:
         self.language = language
         self.state = state
@@ -65,7 +66,7 @@ class PrefillGraphs:
         self.capture_seconds = 0.0
         self.graph_memory_bytes = 0
         if not direct:
-            self._capture_all()
+            self._capture_all(capture or GraphCapture(device))
 
     def takes(self, start: int, count: int) -> bool:
         """Whether a prefill of ``count`` tokens from cache position ``start`` fits a token bucket."""
@@ -121,11 +122,10 @@ class PrefillGraphs:
         ]
         return sorted(shapes, reverse=True)
 
-    def _capture_all(self) -> None:
+    def _capture_all(self, capture: GraphCapture) -> None:
         device = self.state.kv.device
         memory_before = memory_reserved(device)
         started = time.perf_counter()
-        capture = GraphCapture(device)
         shapes = self.shapes
         warmed: set[int] = set()
         for done, (tokens, context) in enumerate(shapes):

@@ -4,7 +4,8 @@ A bucket is the number of cache positions a step reads. Every graph reads the sa
 input buffers (the token's embedding, its cache position and its rotary position), writes the
 token's keys and values into the cache at that position (and moves any other layers' states on by
 the token), attends over the bucket's leading positions only, and copies the logits into one
-static output buffer. Graphs are captured largest bucket first into one shared memory pool.
+static output buffer. Graphs are captured largest bucket first into one memory pool, which the
+decoder shares with its follow-up prefill graphs (a step and a prefill never run at once).
 ``direct`` runs the same step on the same buffers without a graph: the CPU's path, and the
 fallback when capture fails.
 """
@@ -50,6 +51,7 @@ class StepGraphs:
         *,
         direct: bool,
         progress: ProgressCallback | None = None,
+        capture: GraphCapture | None = None,
     ) -> None:
         self.language = language
         self.state = state
@@ -66,7 +68,7 @@ class StepGraphs:
         self.capture_seconds = 0.0
         self.graph_memory_bytes = 0
         if not direct:
-            self._capture_all()
+            self._capture_all(capture or GraphCapture(device))
 
     def bucket_for(self, length: int) -> int:
         """The smallest bucket that holds ``length`` positions (the caller keeps it within the cache)."""
@@ -94,11 +96,10 @@ class StepGraphs:
         self.state.kv.view_length = bucket
         self.logits.copy_(self.language.step(self.state, self.embeds, self.cache_position, self.rope_position))
 
-    def _capture_all(self) -> None:
+    def _capture_all(self, capture: GraphCapture) -> None:
         device = self.state.kv.device
         memory_before = memory_reserved(device)
         started = time.perf_counter()
-        capture = GraphCapture(device)
         ordered = sorted(self.buckets, reverse=True)
         for done, bucket in enumerate(ordered):
             report(self._progress, done, len(ordered), f"Capturing decode step graph for {bucket} positions")
