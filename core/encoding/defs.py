@@ -71,6 +71,17 @@ class EncodedItem:
         embeds, *layers = outputs
         return cls(embeds=embeds, deepstack=tuple(layers))
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the item's tensors."""
+        return sum(tensor.numel() * tensor.element_size() for tensor in (self.embeds, *self.deepstack))
+
+    def to_host(self) -> EncodedItem:
+        """This item with its tensors in the host's memory (itself where they already are)."""
+        if self.embeds.device.type == "cpu":
+            return self
+        return EncodedItem(embeds=self.embeds.cpu(), deepstack=tuple(layer.cpu() for layer in self.deepstack))
+
 
 @dataclass(frozen=True)
 class BufferSpec:

@@ -32,6 +32,7 @@ from framewise.core.encoding.defs import (
     VisionItem,
 )
 from framewise.core.encoding.eager import EagerVisionEncoder, piece_frames
+from framewise.core.encoding.held_features import joined, settled
 from framewise.core.encoding.planning import Batch, BatchLimits, PlanItem, plan_batches
 from framewise.core.encoding.timing import StageTimer
 from framewise.core.errors import EncoderError, FramewiseError
@@ -231,7 +232,7 @@ class GraphVisionEncoder:
         for item in items:
             self.adapter.check_item(item)
         plan = plan_batches([PlanItem(item.modality, item.grid_thw) for item in items], self.limits)
-        parts: list[list[Outputs]] = [[] for _ in items]
+        parts: list[list[EncodedItem]] = [[] for _ in items]
         timed: list[tuple[Batch, StageTimer]] = []
         stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
         with torch.inference_mode():
@@ -243,8 +244,9 @@ class GraphVisionEncoder:
                     outputs = self._replay(batch, items, timer)
                 timed.append((batch, timer))
                 self._slice_pieces(batch, outputs, parts)
+                parts = [settled(item_parts) for item_parts in parts]
         chunks = [self._chunk_stats(index, batch, timer, items) for index, (batch, timer) in enumerate(timed)]
-        return EncoderOutput(items=[_stitch(item_parts) for item_parts in parts], chunks=chunks)
+        return EncoderOutput(items=[joined(settled(item_parts)) for item_parts in parts], chunks=chunks)
 
     # ------------------------------------------------------------------ internals
 
@@ -356,13 +358,13 @@ class GraphVisionEncoder:
         self._fallback_reasons.append(batch.fallback_reason or "")
         return outputs
 
-    def _slice_pieces(self, batch: Batch, outputs: Outputs, parts: list[list[Outputs]]) -> None:
+    def _slice_pieces(self, batch: Batch, outputs: Outputs, parts: list[list[EncodedItem]]) -> None:
         """Hand each piece its rows of the pass's outputs."""
         row = 0
         for piece in batch.pieces:
             tokens = self.adapter.output_rows(piece.patches)
             rows = slice(row, row + tokens)
-            parts[piece.item].append(tuple(output[rows] for output in outputs))
+            parts[piece.item].append(EncodedItem.from_outputs([output[rows] for output in outputs]))
             row += tokens
 
     def _chunk_stats(self, index: int, batch: Batch, timer: StageTimer, items: Sequence[VisionItem]) -> ChunkStats:
@@ -480,10 +482,3 @@ class _BufferState:
             if rows < buffer.shape[0]:
                 buffer[rows:].zero_()
             self.input_sources[name] = (source, buffer.shape[0])
-
-
-def _stitch(parts: list[Outputs]) -> EncodedItem:
-    """One item's output from its pieces, in temporal order."""
-    if len(parts) == 1:
-        return EncodedItem.from_outputs(parts[0])
-    return EncodedItem.from_outputs([torch.cat(pieces) for pieces in zip(*parts, strict=True)])

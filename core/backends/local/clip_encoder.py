@@ -30,6 +30,7 @@ from framewise.core.backends.local.cancel_points import cancel_points
 from framewise.core.backends.local.parts import ModelParts
 from framewise.core.backends.reading import FileRead, encode_done
 from framewise.core.encoding.defs import EncodedItem, VisionItem
+from framewise.core.encoding.held_features import joined, settled
 from framewise.core.encoding.planning import BatchLimits, PlanItem, plan_batches
 from framewise.core.encoding.pruning import Retention, prune_encoded, retained_mask
 from framewise.core.events import ChunkStats, EncodeDone, Progress
@@ -101,7 +102,9 @@ class ClipEncoder:
         self._emit(Progress("encode", 0, 1, f"Encoding {len(timestamps)} frames"))
         with cancel_points(loaded.family.cancel_points(loaded.model).vision, self._cancel):
             output = self.parts.require_encoder().encode([video.item])
-        encoded = _Encoded(video.without_pixels(), output.items[0], tuple(output.chunks), preprocess_ms)
+        parts = _EncodedParts()
+        parts.add(video.without_pixels(), output.items[0], output.chunks)
+        encoded = _Encoded(parts.videos[0], parts.features(), parts.chunks, preprocess_ms)
         return self._finish_clip(encoded, sampled, sampling)
 
     def _stream_clip(self, read: FileRead, settings: AppSettings, span: tuple[float, float] | None) -> EncodedClip:
@@ -142,6 +145,8 @@ class ClipEncoder:
                 video = loaded.family.preprocess_video(chunk.frames, chunk.times, loaded.limits)
                 parts.preprocess_ms += (time.perf_counter() - started) * 1e3
                 self._cancel.raise_if_cancelled()
+                # Before this chunk's pass is queued, so that copying the last one waits for no other.
+                parts.settle()
                 with cancel_points(loaded.family.cancel_points(loaded.model).vision, self._cancel):
                     output = encoder.encode([video.item])
             parts.add(video.without_pixels(), output.items[0], output.chunks)
@@ -279,11 +284,10 @@ class _EncodedParts:
         self.items.append(features)
         self.chunks += tuple(chunks)
 
+    def settle(self) -> None:
+        """Keep the chunks' features where they should wait (:func:`~framewise.core.encoding.held_features.settled`)."""
+        self.items = settled(self.items)
+
     def features(self) -> EncodedItem:
-        """The clip's features: each output's rows (tokens, hidden), chunk after chunk."""
-        if len(self.items) == 1:
-            return self.items[0]
-        return EncodedItem(
-            embeds=torch.cat([item.embeds for item in self.items]),
-            deepstack=tuple(torch.cat(layers) for layers in zip(*(item.deepstack for item in self.items), strict=True)),
-        )
+        """The clip's features: each output's rows (tokens, hidden), chunk after chunk, where they wait."""
+        return joined(settled(self.items))

@@ -165,7 +165,8 @@ class Qwen35LanguageModel:
             if vision.deepstack:
                 raise ValueError("Qwen3.5 takes no deepstack features; its vision tower makes none")
             mask = vision.mask.to(device)[..., None]
-            embeds = embeds.masked_scatter(mask, vision.embeds.to(device, embeds.dtype))
+            # Non-blocking: rows gathered into pinned memory go without waiting for the queued passes.
+            embeds = embeds.masked_scatter(mask, vision.embeds.to(device, embeds.dtype, non_blocking=True))
         state.kv.write_positions = torch.arange(start, start + count, device=device)
         state.kv.view_length = start + count
         mask = prefill_mask(start, count)

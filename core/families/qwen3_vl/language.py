@@ -175,8 +175,11 @@ class Qwen3VLLanguageModel:
             # Found on the host's copy of the mask: nonzero() on the device's would wait for every
             # pass queued before it, and a Stop would wait with it.
             vision_rows = vision.mask[0].nonzero().squeeze(1).to(device)
-            embeds = embeds.masked_scatter(vision_mask[..., None], vision.embeds.to(device, embeds.dtype))
-            deepstack = [layer.to(device) for layer in vision.deepstack]
+            # Non-blocking: rows gathered into pinned memory go without waiting for the queued passes.
+            embeds = embeds.masked_scatter(
+                vision_mask[..., None], vision.embeds.to(device, embeds.dtype, non_blocking=True)
+            )
+            deepstack = [layer.to(device, non_blocking=True) for layer in vision.deepstack]
         cache.write_positions = torch.arange(start, start + count, device=device)
         cache.view_length = start + count
         mask = prefill_mask(start, count)

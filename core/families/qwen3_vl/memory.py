@@ -50,6 +50,7 @@ import torch
 
 from framewise.core.decoding.host_embedding import embedding_stays_on_host
 from framewise.core.decoding.kv_cache import StaticKVCache
+from framewise.core.encoding.held_features import device_feature_bytes
 from framewise.core.memory_plan import MemoryEstimate
 from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
 from framewise.core.quantization.weight_format import WeightFormat
@@ -234,6 +235,12 @@ def clip_feature_bytes(encoder: EncoderShape, clip_tokens: int, element: int) ->
     return clip_tokens * (1 + encoder.deepstack_layers) * encoder.out_hidden * element
 
 
+def _clip_features_held(feature_bytes: int, device_type: str) -> int:
+    """What an open clip's features take on a ``device_type`` device: a long clip's wait in the
+    host's memory beside a CUDA device (:mod:`~framewise.core.encoding.held_features`)."""
+    return feature_bytes if device_type == "cpu" else device_feature_bytes(feature_bytes)
+
+
 def estimate_parts(
     language: LanguageShape,
     vision_config: Mapping[str, Any],
@@ -250,7 +257,8 @@ def estimate_parts(
     for ``context_tokens`` positions, keys and values in ``cache_format`` (None: in
     ``activations``), a tower of ``vision_config`` (a config.json's dict) in ``activations``,
     encoder graphs for ``encoder_budgets`` (patch rows each; none when graphs are off), decode
-    graphs, and the features an open clip of ``clip_tokens`` video tokens keeps. On the CPU the
+    graphs, and the features an open clip of ``clip_tokens`` video tokens keeps on the device
+    (none on CUDA for a clip whose features wait in the host's memory). On the CPU the
     decoder captures no graphs and nothing is added for a caching allocator (it has none); on CUDA
     an input embedding that is not the output head is kept on the host and not counted."""
     cache_format = cache_format or FLOAT_KV_CACHE
@@ -265,7 +273,7 @@ def estimate_parts(
         decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(
             language, activations, context_tokens, cache_format
         ),
-        clip_features=clip_feature_bytes(encoder, clip_tokens, element),
+        clip_features=_clip_features_held(clip_feature_bytes(encoder, clip_tokens, element), device_type),
     )
     if device_type == "cpu":
         return parts

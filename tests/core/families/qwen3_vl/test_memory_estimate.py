@@ -137,14 +137,23 @@ def test_graph_parts_grow_with_their_settings(dtype: str) -> None:
 
 
 def test_an_open_clip_adds_its_features_to_the_estimate_not_to_what_loading_takes() -> None:
-    """2,048 frames at 64k video tokens on the 8B: a merged row and three deepstack rows of 4,096
-    bf16 values a token, 2 GiB."""
+    """4,096 video tokens on the 8B: a merged row and three deepstack rows of 4,096 bf16 values a
+    token, 128 MiB, which wait on the device."""
     without = estimate_for(EIGHT_B, "fp8", 80_000, [256, 16384])
-    with_clip = estimate_for(EIGHT_B, "fp8", 80_000, [256, 16384], clip_tokens=65536)
-    assert with_clip.clip_features == 65536 * 4 * 4096 * 2 == 2 * 2**30
+    with_clip = estimate_for(EIGHT_B, "fp8", 80_000, [256, 16384], clip_tokens=4096)
+    assert with_clip.clip_features == 4096 * 4 * 4096 * 2 == 128 * 2**20
     assert with_clip.at_load - with_clip.allocator_rounding == without.at_load - without.allocator_rounding
     assert with_clip.total == with_clip.at_load + with_clip.clip_features
-    assert "the largest clip's features 2.0 GiB" in with_clip.describe()
+    assert "the largest clip's features 128.0 MiB" in with_clip.describe()
+
+
+def test_a_long_clips_features_wait_in_the_host_memory_beside_a_gpu() -> None:
+    """2,048 frames at 64k video tokens on the 8B: 2 GiB of features, past what waits on a CUDA
+    device; on the CPU the host's memory is the device's."""
+    on_gpu = estimate_for(EIGHT_B, "fp8", 80_000, [256, 16384], clip_tokens=65536)
+    on_cpu = estimate_for(EIGHT_B, "fp8", 80_000, (), device_type="cpu", clip_tokens=65536)
+    assert on_gpu.clip_features == 0 and on_gpu.total == on_gpu.at_load
+    assert on_cpu.clip_features == 65536 * 4 * 4096 * 2 == 2 * 2**30
 
 
 def test_encoder_graphs_share_the_largest_budgets_buffers() -> None:
