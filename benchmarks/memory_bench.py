@@ -15,7 +15,9 @@ new process through :class:`~framewise.core.backends.local.engine.Engine` at the
 
 ``--scenarios long`` runs only the long run; ``--set section.field=value`` (repeatable) changes a
 further setting in every run (``decoding.kv_cache_dtype=fp8``, ``sampling.pruning=0.75``);
-``--label`` names such runs apart; ``--compile-cache`` shares compile caches with other processes.
+``--label`` names such runs apart; ``--compile-cache`` shares compile caches with other processes;
+``--peak-owners N`` records the allocator's history and names the N largest owners of what was
+allocated and reserved at the load's peak and at the clip's (:mod:`peak_owners`).
 
 After the load and after each clip it records ``torch.cuda.max_memory_reserved()`` (the peak so
 far), ``torch.cuda.memory_reserved()`` and the device's used memory (``torch.cuda.mem_get_info``:
@@ -52,7 +54,7 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -71,6 +73,7 @@ from transformers import (  # noqa: E402
 
 from decode_bench import QWEN3_5_SIZES, TEXT_SIZES, VOCAB, qwen3_5_text_config  # noqa: E402
 from encoder_bench import TOWERS  # noqa: E402
+from peak_owners import ALLOCATED, RESERVED, peak_owners  # noqa: E402
 from framewise.core.backends.local.engine import Engine  # noqa: E402
 from framewise.core.families.qwen3_vl.limits import QWEN3_VL_LIMITS  # noqa: E402
 from framewise.core.model_source import DEMO_MODEL_DIR, family_limits_of  # noqa: E402
@@ -95,6 +98,8 @@ SHARD_BYTES = 4 * 2**30
 RANDOM_POOL = 4_194_301
 CLIP_HEIGHT, CLIP_WIDTH, CLIP_FPS = 720, 1280, 2.0
 QUESTION = "What happens in the clip?"
+# Allocator events kept for --peak-owners: a load and a 2,048-frame clip's prefill stay within it.
+PEAK_TRACE_ENTRIES = 2_000_000
 
 
 # ----------------------------------------------------------------------------- the checkpoint
@@ -217,6 +222,7 @@ class RunSpec:
     prefill_chunk_tokens: int = PREFILL_CHUNK_TOKENS
     overrides: tuple[tuple[str, str], ...] = ()
     label: str = ""
+    peak_owners: int = 0
 
     def __post_init__(self) -> None:
         # A spec read back from JSON has lists where tuples were.
@@ -275,9 +281,32 @@ def synthetic_clip(engine: Engine, settings: AppSettings, frames: int) -> tuple[
 
 
 def run_once(spec: RunSpec) -> dict[str, Any]:
-    """Load, then one clip opened and asked about; the memory after each and the load's seconds."""
-    settings = run_settings(spec)
+    """Load, then one clip opened and asked about; the memory after each and the load's seconds;
+    with ``spec.peak_owners``, what held the memory at the load's peak and at the clip's."""
     device = torch.device(spec.device)
+    if not (spec.peak_owners and device.type == "cuda"):
+        return _run(spec, device, lambda: None)
+    torch.cuda.memory._record_memory_history(max_entries=PEAK_TRACE_ENTRIES, stacks="python")
+    marks: list[int] = []
+    result = _run(spec, device, lambda: marks.append(len(_device_trace())))
+    trace = _device_trace()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    result["peak_owners"] = {
+        f"{stretch} {kind}": peak_owners(trace[start:stop], spec.peak_owners, actions)
+        for stretch, (start, stop) in (("load", (0, marks[0])), ("clip", (marks[0], len(trace))))
+        for kind, actions in (("allocated", ALLOCATED), ("reserved", RESERVED))
+    }
+    return result
+
+
+def _device_trace() -> list[dict[str, Any]]:
+    """The recorded allocator history of the current device."""
+    return torch.cuda.memory._snapshot()["device_traces"][torch.cuda.current_device()]
+
+
+def _run(spec: RunSpec, device: torch.device, loaded: Callable[[], None]) -> dict[str, Any]:
+    """:func:`run_once`'s measurements, calling ``loaded`` once the model is loaded."""
+    settings = run_settings(spec)
     started = time.perf_counter()
     engine = Engine(settings)
     info = engine.load()
@@ -290,6 +319,7 @@ def run_once(spec: RunSpec) -> dict[str, Any]:
         "held_memory": {**asdict(info.held_memory), "total": info.held_memory.total},
         "after_load": memory_now(device),
     }
+    loaded()
     frames, timestamps = synthetic_clip(engine, settings, spec.frames)
     encoded = engine.open_frames(frames, timestamps, f"{spec.frames} synthetic frames")
     done = engine.ask(QUESTION)
@@ -325,7 +355,8 @@ def specs_for(args: argparse.Namespace, checkpoint: Path) -> list[RunSpec]:
     """Per dtype: the short run's first and second start, then the long run (those of
     ``args.scenarios``), with ``args.overrides`` and ``args.label``."""
     common = dict(checkpoint=str(checkpoint), size=args.size, device=args.device, new_tokens=args.new_tokens,
-                  prefill_chunk_tokens=args.prefill_chunk_tokens, overrides=tuple(args.overrides), label=args.label)
+                  prefill_chunk_tokens=args.prefill_chunk_tokens, overrides=tuple(args.overrides), label=args.label,
+                  peak_owners=args.peak_owners)
     long_pixels = args.long_pixels or QWEN3_VL_LIMITS.released_clip_pixels
     return [
         spec
@@ -480,6 +511,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--label", default="", help="names these runs apart from others of the same size and dtype")
     parser.add_argument("--compile-cache", default=None,
                         help="the runs' compile caches (default: --cache/compile; emptied before a first start)")
+    parser.add_argument("--peak-owners", type=int, default=0, metavar="N",
+                        help="record the allocator's history and name the N largest owners of the memory at the "
+                             "load's peak and at the clip's (slower; CUDA only)")
     parser.add_argument("--prepare", action="store_true", help="only write the checkpoint when missing")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     return parser

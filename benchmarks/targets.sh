@@ -27,7 +27,8 @@
 #
 # Environment: PYTHON (python3), BUDGET_S (280), CACHE (random checkpoints and compile caches,
 # $HOME/.cache/framewise-bench), BASELINE (the old tree, .baseline), OLD_SITE (where the old tree's
-# package is installed, /tmp/oldsite).
+# package is installed, /tmp/oldsite), PEAK_OWNERS (N: the memory runs name the N largest owners of
+# the memory at the load's peak and at the clip's, memory_bench.py --peak-owners).
 #
 # The memory step needs the random 8B and 9B checkpoints on disk (about 37 GB): the script writes
 # them in the background once the decode step is done, and the memory step waits for them;
@@ -52,11 +53,12 @@ BUDGET_S=${BUDGET_S:-280}
 CACHE=${CACHE:-$HOME/.cache/framewise-bench}
 BASELINE=$(cd "$REPO" && realpath -m "${BASELINE:-.baseline}")
 OLD_SITE=${OLD_SITE:-/tmp/oldsite}
+PEAK_OWNERS=${PEAK_OWNERS:-}
 STEPS=${*:-decode stop_prune encoder memory decode_old encoder_old}
 SUMMARY_S=10  # kept back for the summary
 CLIP_64K=(--frames 2048 --pixels 134217728)  # 2,048 frames within 64k video tokens (2,048 pixels a token)
 
-export PYTHON CACHE OUT BASELINE OLD_SITE
+export PYTHON CACHE OUT BASELINE OLD_SITE PEAK_OWNERS
 export FRAMEWISE_CACHE_DIR=$CACHE/compile-new TRITON_CACHE_DIR=$CACHE/compile-new/triton
 cd "$REPO" || exit 1
 DEADLINE=$((SECONDS + BUDGET_S - SUMMARY_S))
@@ -89,7 +91,7 @@ write_checkpoints() {
 # Five fresh processes at once: torch.cuda.max_memory_reserved is each process's own.
 memory_runs() {
     local long=(--dtypes fp8 --scenarios long --new-tokens 8 --cache "$CACHE" --compile-cache "$FRAMEWISE_CACHE_DIR"
-                --timeout 140)
+                --timeout 140 ${PEAK_OWNERS:+--peak-owners "$PEAK_OWNERS"})
     local wide=(--long-frames 2048 --long-pixels 134217728 --set decoding.kv_cache_dtype=fp8 --label 2048-kvfp8)
     "$PYTHON" benchmarks/memory_bench.py --size 3.5-9B "${long[@]}" --label 768 --out "$OUT/memory/9b-768" &
     "$PYTHON" benchmarks/memory_bench.py --size 8B "${long[@]}" --label 768 --out "$OUT/memory/8b-768" &
