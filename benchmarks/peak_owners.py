@@ -14,12 +14,15 @@ from typing import Any
 
 # Frames from these folders name an owner; the rest (torch, transformers, the standard library) do not.
 OWN_FOLDERS = ("/core/", "/benchmarks/", "/tests/")
-# The trace's actions that take memory and give it back: blocks allocated, segments reserved.
-ALLOCATED = ("alloc", "free_completed")
-RESERVED = ("segment_alloc", "segment_free")
+# The trace's actions that take memory and those that give it back: blocks allocated; segments
+# reserved (whole, or mapped piece by piece with expandable segments).
+ALLOCATED = (("alloc",), ("free_completed",))
+RESERVED = (("segment_alloc", "segment_map"), ("segment_free", "segment_unmap"))
 
 
-def peak_owners(trace: Sequence[dict[str, Any]], top: int, actions: tuple[str, str] = ALLOCATED) -> dict[str, Any]:
+def peak_owners(
+    trace: Sequence[dict[str, Any]], top: int, actions: tuple[tuple[str, ...], tuple[str, ...]] = ALLOCATED
+) -> dict[str, Any]:
     """The moment of the highest memory taken over ``trace`` (a device trace of
     ``torch.cuda.memory._snapshot()``: events with ``action``, ``addr``, ``size``, ``frames``) by
     ``actions`` (:data:`ALLOCATED` or :data:`RESERVED`: what takes, what gives back) and the
@@ -29,9 +32,9 @@ def peak_owners(trace: Sequence[dict[str, Any]], top: int, actions: tuple[str, s
     peak, peak_at = _peak(trace, take, give)
     live: dict[int, dict[str, Any]] = {}
     for event in trace[: peak_at + 1]:
-        if event["action"] == take:
+        if event["action"] in take:
             live[event["addr"]] = event
-        elif event["action"] == give:
+        elif event["action"] in give:
             live.pop(event["addr"], None)
     grouped: dict[str, list[int]] = {}
     for event in live.values():
@@ -40,17 +43,17 @@ def peak_owners(trace: Sequence[dict[str, Any]], top: int, actions: tuple[str, s
     return {"peak_bytes": peak, "owners": [{"where": where, "bytes": sum(sizes), "blocks": len(sizes)} for where, sizes in ranked]}
 
 
-def _peak(trace: Sequence[dict[str, Any]], take: str, give: str) -> tuple[int, int]:
+def _peak(trace: Sequence[dict[str, Any]], take: tuple[str, ...], give: tuple[str, ...]) -> tuple[int, int]:
     """The highest bytes the ``take`` events hold over ``trace`` from its start, and the index of
     the event that reached it."""
     total = peak = 0
     peak_at = -1
     for index, event in enumerate(trace):
-        if event["action"] == take:
+        if event["action"] in take:
             total += event["size"]
             if total > peak:
                 peak, peak_at = total, index
-        elif event["action"] == give:
+        elif event["action"] in give:
             total -= event["size"]
     return peak, peak_at
 

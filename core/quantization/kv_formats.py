@@ -100,10 +100,13 @@ def quantize_heads(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def dequantize_heads(quantized: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """e4m3 entries (1, kv_heads, n, head_dim) times their ``scales`` (1, kv_heads, n), in ``dtype``:
-    the product in float32, rounded once (as the decode-step kernel rounds it)."""
-    product = quantized.to(torch.float32)
+    the product in float32, rounded once (as the decode-step kernel rounds it). Every e4m3 value is
+    exact in bf16 and in float16, and the in-place product computes each element in float32 before
+    rounding it, so no float32 copy of the entries is made: over a long context that copy was the
+    largest thing a pass held."""
+    product = quantized.to(dtype)
     product.mul_(scales[..., None])
-    return product.to(dtype)
+    return product
 
 
 FLOAT_KV_CACHE = KVCacheFormat("auto")

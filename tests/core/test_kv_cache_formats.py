@@ -26,7 +26,13 @@ from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.families.qwen3_vl.processor import fit_video_frames, preprocess_video
 from framewise.core.families.qwen3_vl.prompt import build_chat_inputs
 from framewise.core.loading import LoadedModel, load_model
-from framewise.core.quantization.kv_formats import E4M3_KV_CACHE, FLOAT_KV_CACHE, kv_cache_format, quantize_heads
+from framewise.core.quantization.kv_formats import (
+    E4M3_KV_CACHE,
+    FLOAT_KV_CACHE,
+    dequantize_heads,
+    kv_cache_format,
+    quantize_heads,
+)
 from framewise.core.quantization.registry import choose_weight_format
 from framewise.core.settings import AppSettings, DecodingSettings, ModelSettings, SamplingSettings
 from tests.core.families.qwen3_vl.test_memory_estimate import EIGHT_B
@@ -264,3 +270,19 @@ def test_the_engine_holds_the_estimated_8bit_cache_and_fits_about_twice_the_cont
                                  demo.loaded.limits) for setting in held}
     assert fits["auto"] < 1500 < requested == fits["fp8"]
     assert fits["fp8"] > 1.8 * fits["auto"]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_entries_read_back_are_the_float32_product_rounded_once(dtype: torch.dtype) -> None:
+    """Reading back multiplies in place in the activations' dtype: each element must still be the
+    float32 product of the entry and its scale, rounded once, not the scale rounded first."""
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(1, 4, 257, 64, generator=generator) * torch.rand(1, 4, 257, 1, generator=generator) * 30
+    quantized, scales = quantize_heads(x)
+    expected = (quantized.to(torch.float32) * scales[..., None]).to(dtype)
+    read = dequantize_heads(quantized, scales, dtype)
+    assert read.dtype == dtype
+    assert torch.equal(read, expected)
+    rounded_scale_first = quantized.to(dtype) * scales[..., None].to(dtype)
+    assert not torch.equal(read, rounded_scale_first)  # the check above can tell the two apart
+
