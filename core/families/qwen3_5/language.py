@@ -38,6 +38,7 @@ from framewise.core.families.qwen3_5.mixers import (
     norm_scale,
     zero_centred_rms_norm,
 )
+from framewise.core.families.qwen3_5.step import StepModel, load_fused_step, output_head
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
 
@@ -49,10 +50,16 @@ class Qwen35LanguageModel:
     where they can run (:func:`~framewise.core.decoding.linear_attention.fla_unavailable`), never
     when False; True where they cannot is a ValueError saying why. The states it makes keep the
     full-attention layers' keys and values in ``cache_format``.
+
+    Decode steps run the fused step (:mod:`.step`: stacked projections, norms and residuals inside
+    the products) through the Triton step kernels where they can run, else the model's own layers;
+    ``fused_steps`` and ``step_kernels`` choose otherwise, as
+    :func:`~framewise.core.families.qwen3_5.step.load_fused_step` reads them.
     """
 
     def __init__(
-        self, model: torch.nn.Module, linear_kernels: bool | None = None, cache_format: KVCacheFormat = FLOAT_KV_CACHE
+        self, model: torch.nn.Module, linear_kernels: bool | None = None, cache_format: KVCacheFormat = FLOAT_KV_CACHE,
+        fused_steps: bool | None = None, step_kernels: bool | None = None,
     ) -> None:
         self.model = model
         self.cache_format = cache_format
@@ -82,6 +89,12 @@ class Qwen35LanguageModel:
             for index, layer in enumerate(self.text.layers)
             if self.shape.layer_kinds[index] != FULL_ATTENTION
         }
+        step_model = StepModel(
+            self.text, self._head_norm_scales, self._decay_rates, self._fla, self._final_norm_scale, self.text.norm.eps,
+            output_head(model.lm_head),
+        )
+        self._step, self._kernels = load_fused_step(step_model, self.shape, self.device, fused_steps, step_kernels)
+        self._fused_torch = bool(fused_steps)
 
     @property
     def linear_kernels(self) -> bool:
@@ -90,15 +103,32 @@ class Qwen35LanguageModel:
 
     @property
     def step_kernels(self) -> bool:
-        return False
+        """Whether decode steps run through the Triton step kernels."""
+        return self._kernels is not None
+
+    @property
+    def fused_steps(self) -> bool:
+        """Whether decode steps run the fused step (through the kernels or as torch ops)."""
+        return self._step is not None
 
     @property
     def step_description(self) -> str:
+        """How a decode step runs, in a few words."""
         mixing = "fla-core's kernels" if self._fla is not None else "torch ops"
-        return f"the model's own layers, Gated DeltaNet through {mixing}"
+        if self._step is None:
+            return f"the model's own layers, Gated DeltaNet through {mixing}"
+        weight_dtype = self._step.layers[0].gate_up.products.weight_dtype
+        weights = f" ({weight_dtype.upper()} weights)" if weight_dtype else ""
+        products = "Triton kernels" if self._kernels is not None else "torch ops"
+        return f"stacked products with norms and residuals fused, through {products}{weights}; Gated DeltaNet through {mixing}"
 
     def disable_step_kernels(self) -> None:
-        """Nothing to disable: no hand-written step kernels run."""
+        """Run later decode steps without the Triton step kernels (after they failed to compile or
+        capture): through the model's own layers, or the fused step as torch ops where
+        ``fused_steps=True`` asked for it."""
+        self._kernels = None
+        if not self._fused_torch:
+            self._step = None
 
     # ------------------------------------------------------------------ sizes
 
@@ -199,6 +229,8 @@ class Qwen35LanguageModel:
         ``cache_position`` (1,) with rotary position ``rope_position`` (1,) on every axis; reads
         ``state.kv.view_length`` positions and moves every linear state on by one token. Returns
         logits (1, vocab) float32."""
+        if self._step is not None:
+            return self._step(state, embeds, cache_position, rope_position, self._kernels)
         state.kv.write_positions = cache_position
         mask = causal_mask(state.kv.view_length, cache_position, embeds.dtype)
         hidden = self._layers(embeds, rope_position.view(1, 1, 1).expand(3, 1, 1), state, mask, one_token=True)
