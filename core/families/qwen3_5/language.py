@@ -14,6 +14,9 @@ Three of every four layers are linear attention (Gated DeltaNet), the fourth gat
   :mod:`framewise.core.decoding.linear_attention` on the layer's convolution and recurrent states
   (the chunked rule for a prefill, the one-token rule for a decode step).
 
+A decode step runs the fused step of :mod:`.step` instead where its Triton kernels run (the
+layers' projections stacked, norms and residuals inside the products; the same mixing).
+
 Rotary positions are Qwen3-VL's: three axes from the model's own ``get_rope_index`` over the whole
 prompt (the same code in transformers), interleaved over the rotary quarter of each head, and a
 token generated at cache position ``p`` has rotary position ``p + rope_offset`` on every axis.
