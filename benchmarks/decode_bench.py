@@ -107,7 +107,7 @@ QWEN3_5_SIZES = {
 QWEN3_5_VOCAB = 248320
 IMAGE_PAD, VIDEO_PAD, VISION_START, VISION_END = 151655, 151656, 151652, 151653
 QUESTION_TOKENS, MARKER_TOKENS, SYSTEM_TOKENS, TURN_TOKENS = 20, 6, 20, 5
-# How each Framewise mode's decode steps run (Qwen3VLLanguageModel's options).
+# How each Framewise mode's decode steps run (the language models' options).
 FRAMEWISE_STEPS = {
     "framewise": dict(fused_steps=True),
     "framewise_ops": dict(fused_steps=True, step_kernels=False),
@@ -200,16 +200,16 @@ def is_hybrid(model: torch.nn.Module) -> bool:
 
 def language_model(model: torch.nn.Module, steps: dict[str, Any], cache_format: KVCacheFormat = FLOAT_KV_CACHE):
     """The decoder's language model of ``model``, its keys and values kept in ``cache_format``;
-    ``steps`` (FRAMEWISE_STEPS' options) apply to Qwen3-VL's."""
+    ``steps`` are FRAMEWISE_STEPS' options (both families take them)."""
     if is_hybrid(model):
-        return Qwen35LanguageModel(model, cache_format=cache_format)
+        return Qwen35LanguageModel(model, cache_format=cache_format, **steps)
     return Qwen3VLLanguageModel(model, **steps, cache_format=cache_format)
 
 
 def unsupported_mode(model: torch.nn.Module, mode: str) -> str | None:
     """Why ``mode`` cannot run on ``model``, or None when it can."""
-    if is_hybrid(model) and mode != "framewise":
-        return "Qwen3.5 runs only the framewise mode (its layers have no fused steps; generate() takes no injected features here)"
+    if is_hybrid(model) and mode not in FRAMEWISE_STEPS:
+        return "Qwen3.5 runs only the framewise modes (generate() takes no injected features here)"
     return None
 
 

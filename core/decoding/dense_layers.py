@@ -230,7 +230,7 @@ def dense_layers(text: torch.nn.Module, config: Any) -> list[DenseLayer] | None:
             return None
         projections = (attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj,
                        mlp.gate_proj, mlp.up_proj, mlp.down_proj)
-        products = _common_products(projections)
+        products = common_products(projections)
         if products is None or not (
             products.stackable([linear.out_features for linear in (attention.q_proj, attention.k_proj, attention.v_proj)])
             and products.stackable([mlp.gate_proj.out_features, mlp.up_proj.out_features])
@@ -240,8 +240,8 @@ def dense_layers(text: torch.nn.Module, config: Any) -> list[DenseLayer] | None:
         kv_heads = attention.k_proj.out_features // attention.head_dim
         q_norm, k_norm = attention.q_norm.weight.detach(), attention.k_norm.weight.detach()
         qk_norm = torch.cat((q_norm.expand(heads, -1), k_norm.expand(kv_heads, -1)))
-        qkv, qkv_scale = _stacked(attention.q_proj, attention.k_proj, attention.v_proj)
-        gate_up, gate_up_scale = _stacked(mlp.gate_proj, mlp.up_proj)
+        qkv, qkv_scale = stacked_views(attention.q_proj, attention.k_proj, attention.v_proj)
+        gate_up, gate_up_scale = stacked_views(mlp.gate_proj, mlp.up_proj)
         layers.append(
             DenseLayer(
                 input_norm=layer.input_layernorm.weight.detach(),
@@ -258,9 +258,9 @@ def dense_layers(text: torch.nn.Module, config: Any) -> list[DenseLayer] | None:
                 scaling=attention.scaling,
                 products=products,
                 qkv_scale=qkv_scale,
-                o_scale=_scale_of(attention.o_proj),
+                o_scale=scale_of(attention.o_proj),
                 gate_up_scale=gate_up_scale,
-                down_scale=_scale_of(mlp.down_proj),
+                down_scale=scale_of(mlp.down_proj),
             )
         )
         if qkv.is_cuda:
@@ -268,13 +268,13 @@ def dense_layers(text: torch.nn.Module, config: Any) -> list[DenseLayer] | None:
     return layers
 
 
-def _common_products(linears: tuple[torch.nn.Module, ...]) -> LinearProducts | None:
+def common_products(linears: tuple[torch.nn.Module, ...]) -> LinearProducts | None:
     """The products of ``linears`` when all are linear layers of one weight format, else None."""
     products = {linear_products(linear) for linear in linears}
     return products.pop() if len(products) == 1 and None not in products else None
 
 
-def _scale_of(linear: torch.nn.Module) -> torch.Tensor | None:
+def scale_of(linear: torch.nn.Module) -> torch.Tensor | None:
     """A quantized linear layer's ``weight_scale``; None for a float one."""
     return getattr(linear, "weight_scale", None)
 
@@ -354,7 +354,7 @@ def step_kernels_unavailable(
     return ""
 
 
-def _stacked(*linears: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+def stacked_views(*linears: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The weights of ``linears`` stacked by rows, and their scales stacked alike (None for
     float weights); the layers' own weights and scales become views into them, once.
 
@@ -366,7 +366,7 @@ def _stacked(*linears: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | No
         return known[0], known[1]
     with torch.no_grad():
         weight = _stack_into_views(linears, "weight")
-        scale = _stack_into_views(linears, "weight_scale") if _scale_of(first) is not None else None
+        scale = _stack_into_views(linears, "weight_scale") if scale_of(first) is not None else None
     _STACKED[first] = (weight, scale, first.weight.data_ptr())
     return weight, scale
 

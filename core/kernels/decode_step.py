@@ -22,7 +22,8 @@ work inside the matrix-vector products that need it:
 Rounding follows the model's own layers (transformers' Qwen3 text layers): every value the
 model rounds to its dtype (the normed hidden state before the norm weight, the product with the
 norm weight, the rotated q and k, ``silu(gate)``, each projection's output, each residual sum) is
-rounded here too; sums run in float32. This module needs Triton and a CUDA device; the decoder's
+rounded here too; sums run in float32. A float32 norm weight is a zero-centred norm's scale
+(Qwen3.5's): the normed state times it is rounded once, as that model rounds it. This module needs Triton and a CUDA device; the decoder's
 dense layers run the same arithmetic in torch ops where it cannot run.
 """
 
@@ -37,7 +38,13 @@ from triton.language.extra import libdevice
 
 from framewise.core.kernels.dependent_launch import launch_options, wait_for_previous
 from framewise.core.kernels.e4m3 import E4M3_MAX, INVERSE_E4M3_MAX, MIN_SCALE
-from framewise.core.kernels.gemv_loads import load_chunk, load_inverse_rms, load_rows, load_silu_mul_chunk
+from framewise.core.kernels.gemv_loads import (
+    load_chunk,
+    load_inverse_rms,
+    load_rows,
+    load_silu_mul_chunk,
+    normed_chunk,
+)
 
 # e4m3's largest finite value and the smallest scale, as the cache's quantizer uses them.
 E4M3_LARGEST = tl.constexpr(E4M3_MAX)
@@ -60,8 +67,8 @@ def _gemv_config(rows: int, columns: int) -> tuple[int, int, int]:
 @triton.jit
 def _rms_norm_linear_kernel(
     x_ptr, norm_ptr, w_ptr, out_ptr, N, eps,
-    K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, EVEN_N: tl.constexpr,
-    PDL: tl.constexpr,
+    K: tl.constexpr, FLOAT_SCALE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PDL: tl.constexpr,
 ):
     wait_for_previous(PDL)
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -71,8 +78,7 @@ def _rms_norm_linear_kernel(
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
         x = load_chunk(x_ptr, start, columns, K, EVEN_K)
-        g = load_chunk(norm_ptr, start, columns, K, EVEN_K)
-        normed = (x.to(tl.float32) * inverse_rms).to(x.dtype) * g
+        normed = normed_chunk(x, norm_ptr, start, columns, inverse_rms, K, EVEN_K, FLOAT_SCALE)
         w = load_rows(w_ptr, rows, row_mask, start, columns, K, EVEN_K, EVEN_N)
         acc += w.to(tl.float32) * normed.to(tl.float32)[None, :]
     y = tl.sum(acc, axis=1).to(x_ptr.dtype.element_ty)
@@ -84,15 +90,18 @@ def rms_norm_linear(
 ) -> torch.Tensor:
     """``linear(rms_norm(x) * norm_weight, weight)`` for one token.
 
-    ``x`` (K,), ``norm_weight`` (K,), ``weight`` (N, K), all in the model's dtype; returns (N,) in
-    ``out_dtype`` (default the model's; the product is rounded to the model's dtype first).
+    ``x`` (K,) and ``weight`` (N, K) in the model's dtype; ``norm_weight`` (K,) in the model's dtype
+    (the normed ``x`` is rounded to it before the weight multiplies it, as Qwen3's norm does) or
+    float32 (a zero-centred norm's scale, multiplied in before the one rounding, as Qwen3.5's does);
+    returns (N,) in ``out_dtype`` (default the model's; the product is rounded to the model's dtype
+    first).
     """
     rows, columns = weight.shape
     out = torch.empty(rows, dtype=out_dtype or x.dtype, device=x.device)
     block_n, block_k, warps = _gemv_config(rows, columns)
     _rms_norm_linear_kernel[(triton.cdiv(rows, block_n),)](
         x, norm_weight, weight, out, rows, eps,
-        K=columns, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=columns % block_k == 0, EVEN_N=rows % block_n == 0,
+        K=columns, FLOAT_SCALE=norm_weight.dtype == torch.float32, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=columns % block_k == 0, EVEN_N=rows % block_n == 0,
         num_warps=warps, **launch_options(x.device),
     )
     return out

@@ -38,7 +38,7 @@ import triton.language as tl
 
 from framewise.core.kernels.dependent_launch import launch_options, wait_for_previous
 from framewise.core.kernels.e4m3 import BLOCK_SIZE
-from framewise.core.kernels.gemv_loads import load_chunk, load_inverse_rms, load_rows
+from framewise.core.kernels.gemv_loads import load_chunk, load_inverse_rms, load_rows, normed_chunk
 
 
 # (rows, columns) -> (BLOCK_N, BLOCK_K, num_warps) where benchmarks/gemv_sweep.py found a launch
@@ -81,15 +81,15 @@ def _e4m3_bits_to_float(bits):
 
 @triton.jit
 def _input_chunk(
-    x_ptr, norm_ptr, start, columns, inverse_rms, K: tl.constexpr, EVEN_K: tl.constexpr, NORM: tl.constexpr
+    x_ptr, norm_ptr, start, columns, inverse_rms, K: tl.constexpr, EVEN_K: tl.constexpr, NORM: tl.constexpr,
+    FLOAT_SCALE: tl.constexpr,
 ):
     """Elements ``start + columns`` of the product's input in the model's dtype: ``x``, or ``x``
     normed by ``inverse_rms`` and scaled by the norm weight (``NORM``), rounded as the model rounds
-    them."""
+    them (:func:`~framewise.core.kernels.gemv_loads.normed_chunk`)."""
     x = load_chunk(x_ptr, start, columns, K, EVEN_K)
     if NORM:
-        g = load_chunk(norm_ptr, start, columns, K, EVEN_K)
-        x = (x.to(tl.float32) * inverse_rms).to(x.dtype) * g
+        x = normed_chunk(x, norm_ptr, start, columns, inverse_rms, K, EVEN_K, FLOAT_SCALE)
     return x
 
 
@@ -118,7 +118,7 @@ def _silu_gate_times_up(y, lanes, OUTPUTS: tl.constexpr):
 def _fp8_gemv_kernel(
     x_ptr, norm_ptr, w_ptr, scale_ptr, residual_ptr, out_ptr, N, eps,
     K: tl.constexpr, SCALE_COLUMNS: tl.constexpr, BLOCK_SCALES: tl.constexpr, NORM: tl.constexpr,
-    GATE_UP: tl.constexpr, RESIDUAL: tl.constexpr, NATIVE_FP8: tl.constexpr,
+    FLOAT_SCALE: tl.constexpr, GATE_UP: tl.constexpr, RESIDUAL: tl.constexpr, NATIVE_FP8: tl.constexpr,
     BLOCK_N: tl.constexpr, OUTPUTS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PDL: tl.constexpr,
 ):
@@ -140,7 +140,8 @@ def _fp8_gemv_kernel(
         inverse_rms = load_inverse_rms(x_ptr, columns, eps, K, BLOCK_K, EVEN_K)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
-        x32 = _input_chunk(x_ptr, norm_ptr, start, columns, inverse_rms, K, EVEN_K, NORM).to(tl.float32)
+        x32 = _input_chunk(x_ptr, norm_ptr, start, columns, inverse_rms, K, EVEN_K, NORM, FLOAT_SCALE)
+        x32 = x32.to(tl.float32)
         if BLOCK_SCALES:
             scaled = _block_scaled(x32, scale_ptr, first // SCALE_BLOCK, start, columns, K, SCALE_COLUMNS, SCALE_BLOCK)
             if GATE_UP:
@@ -198,6 +199,7 @@ def _launch(
         x, x if norm_weight is None else norm_weight, weight if native_fp8 else weight.view(torch.uint8), scale,
         out if residual is None else residual, out, outputs, eps,
         K=columns, SCALE_COLUMNS=scale.shape[1], BLOCK_SCALES=block_scales, NORM=norm_weight is not None,
+        FLOAT_SCALE=norm_weight is not None and norm_weight.dtype == torch.float32,
         GATE_UP=gate_up, RESIDUAL=residual is not None, NATIVE_FP8=native_fp8,
         BLOCK_N=block_n, OUTPUTS=per_program, BLOCK_K=block_k, SCALE_BLOCK=BLOCK_SIZE,
         EVEN_K=columns % block_k == 0, EVEN_N=outputs % per_program == 0, num_warps=warps,
@@ -219,8 +221,9 @@ def fp8_rms_norm_linear(
     """``linear(rms_norm(x) * norm_weight, W)`` for one token, ``W`` = e4m3 ``weight`` (N, K) with
     ``scale`` ((N, 1) or (ceil(N/128), ceil(K/128)), float32).
 
-    ``x`` (K,) and ``norm_weight`` (K,) in the model's dtype; returns (N,) in ``out_dtype`` (default
-    the model's; the product is rounded to the model's dtype first).
+    ``x`` (K,) in the model's dtype, ``norm_weight`` (K,) in it or float32 (a zero-centred norm's
+    scale, rounded as :func:`~framewise.core.kernels.decode_step.rms_norm_linear` says); returns
+    (N,) in ``out_dtype`` (default the model's; the product is rounded to the model's dtype first).
     """
     out = torch.empty(weight.shape[0], dtype=out_dtype or x.dtype, device=x.device)
     return _launch(x, weight, scale, out, norm_weight=norm_weight, eps=eps, native_fp8=native_fp8)
@@ -238,7 +241,8 @@ def fp8_rms_norm_silu_gate_up(
     """``silu(gate) * up`` for one token, where ``[gate; up] = linear(rms_norm(x) * norm_weight, W)``:
     the MLP's input to its down projection, formed where the gate/up product is made.
 
-    ``x`` (K,) and ``norm_weight`` (K,) in the model's dtype; ``weight`` the stacked e4m3 gate/up
+    ``x`` (K,) in the model's dtype, ``norm_weight`` (K,) as in :func:`fp8_rms_norm_linear`;
+    ``weight`` the stacked e4m3 gate/up
     weight (2I, K), gate rows first, with ``scale`` as in :func:`fp8_rms_norm_linear`. Returns (I,)
     in ``x``'s dtype; gate, up, ``silu(gate)`` and the product are each rounded to it.
     """

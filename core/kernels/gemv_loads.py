@@ -1,7 +1,7 @@
 """Loads shared by the Triton matrix-vector kernels of a decode step (the model families' bf16
 step kernels and the FP8 ones, and the prefill's activation kernel): a chunk of the input vector
 (or, for the down projection, of ``silu(gate) * up`` formed from a gate/up product), its inverse
-RMS, and a block of weight rows, masked only where the block can reach past the matrix. This module needs Triton."""
+RMS and the normed chunk, and a block of weight rows, masked only where the block can reach past the matrix. This module needs Triton."""
 
 import triton
 import triton.language as tl
@@ -26,6 +26,21 @@ def load_inverse_rms(ptr, columns, eps, K: tl.constexpr, BLOCK_K: tl.constexpr, 
         x = load_chunk(ptr, start, columns, K, EVEN_K).to(tl.float32)
         squares += x * x
     return tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
+
+
+@triton.jit
+def normed_chunk(x, norm_ptr, start, columns, inverse_rms, K: tl.constexpr, EVEN_K: tl.constexpr,
+                 FLOAT_SCALE: tl.constexpr):
+    """The chunk ``x`` (BLOCK_K,) of the input at ``start + columns``, RMS-normed by ``inverse_rms``
+    and multiplied by the norm weight there, in ``x``'s dtype: rounded once before the weight
+    multiplies it (Qwen3's RMSNorm), or with ``FLOAT_SCALE`` a float32 scale multiplied in first and
+    the product rounded once (Qwen3.5's zero-centred norm, its scale 1 + weight)."""
+    g = load_chunk(norm_ptr, start, columns, K, EVEN_K)
+    if FLOAT_SCALE:
+        normed = (x.to(tl.float32) * inverse_rms * g).to(x.dtype)
+    else:
+        normed = (x.to(tl.float32) * inverse_rms).to(x.dtype) * g
+    return normed
 
 
 @triton.jit

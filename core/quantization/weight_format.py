@@ -32,7 +32,9 @@ from torch import nn
 
 from framewise.core.quantization.formats import UNQUANTIZED, CheckpointLayout, TensorHeader, quantized_weight_scales
 
-# An RMS norm folded into a product: its (K,) weight and epsilon.
+# An RMS norm folded into a product: its (K,) weight and epsilon. A weight in the activations' dtype
+# multiplies the normed input rounded to that dtype (Qwen3's RMSNorm); a float32 weight is a scale
+# multiplied in before the one rounding (Qwen3.5's zero-centred norm, whose scale is 1 + its weight).
 Norm = tuple[torch.Tensor, float]
 # How a quantized linear layer's tensors are laid out: the weight's and the scale's dtype and shape.
 Storage = tuple[tuple[torch.dtype, tuple[int, int]], tuple[torch.dtype, tuple[int, int]]]
@@ -40,11 +42,15 @@ Storage = tuple[tuple[torch.dtype, tuple[int, int]], tuple[torch.dtype, tuple[in
 
 def product_input(x: torch.Tensor, norm: Norm | None = None, silu_mul: bool = False) -> torch.Tensor:
     """The input of a product formed from ``x`` (..., K) by torch ops: ``rms_norm(x)`` with ``norm``
-    (a (K,) weight and an epsilon), ``silu(gate) * up`` (..., K/2) with ``silu_mul`` (the gate
-    first), else ``x`` itself."""
+    (a (K,) weight and an epsilon; a float32 weight scales the float32 normed rows before they are
+    rounded to ``x``'s dtype, see :data:`Norm`), ``silu(gate) * up`` (..., K/2) with ``silu_mul``
+    (the gate first), else ``x`` itself."""
     if norm is not None:
         weight, eps = norm
-        x = F.rms_norm(x, (x.shape[-1],), weight, eps)
+        if weight.dtype == torch.float32:
+            x = F.rms_norm(x.float(), (x.shape[-1],), weight, eps).to(x.dtype)
+        else:
+            x = F.rms_norm(x, (x.shape[-1],), weight, eps)
     if silu_mul:
         gate, up = x.chunk(2, dim=-1)
         x = F.silu(gate) * up
@@ -59,7 +65,8 @@ class StepProducts(NamedTuple):
     - ``mlp(hidden, post_norm, gate_up, gate_up_scale, down, down_scale, eps)``: the post-attention
       norm, the stacked gate/up product, ``silu(gate) * up``, the down product and the residual.
 
-    ``scale`` is the weight's ``weight_scale`` (None for float weights)."""
+    ``scale`` is the weight's ``weight_scale`` (None for float weights); a norm weight is rounded
+    as :data:`Norm` says (float32: a zero-centred norm's scale)."""
 
     norm_linear: Callable[..., torch.Tensor]
     linear_residual: Callable[..., torch.Tensor]
@@ -101,6 +108,24 @@ class LinearProducts(Protocol):
         """The step's fused products through Triton (``kernels`` is the dense decode step's kernel
         module); asked only where ``has_step_kernels``."""
         ...
+
+
+def torch_step_products(products: LinearProducts) -> StepProducts:
+    """The fused products of :class:`StepProducts` as torch ops over ``products.step``: the
+    arithmetic the step kernels follow, one token's vectors in and out, where the kernels cannot
+    run (or as their tests' reference)."""
+
+    def norm_linear(x, norm, weight, scale, eps):
+        return products.step(x, weight, scale, norm=(norm, eps))
+
+    def linear_residual(x, weight, scale, residual):
+        return residual + products.step(x, weight, scale)
+
+    def mlp(hidden, post_norm, gate_up, gate_up_scale, down, down_scale, eps):
+        activation = products.step(hidden, gate_up, gate_up_scale, norm=(post_norm, eps))
+        return hidden + products.step(activation, down, down_scale, silu_mul=True)
+
+    return StepProducts(norm_linear, linear_residual, mlp)
 
 
 def linear_bias(module: nn.Module) -> torch.Tensor | None:

@@ -110,6 +110,8 @@ def test_the_decoder_answers_through_graphs_in_chunks_and_from_snapshots_like_ge
     decoder = Decoder(Qwen35LanguageModel(cuda_fp32_model), DECODER_TOKENS, 16, use_graphs=True,
                       prefill_chunk_tokens=16)
     assert decoder.graphs_enabled, decoder.graphs_reason
+    if not fla_unavailable(torch.device("cuda")):  # the fused step's kernels, captured
+        assert decoder.language.step_kernels, decoder.graphs_reason
     with pytest.MonkeyPatch.context() as monkeypatch:
         seen = recording(decoder.language, monkeypatch)  # plain prefills only: replays are not recorded
         conversation = first_question(cuda_fp32_model)

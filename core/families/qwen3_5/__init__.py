@@ -4,7 +4,8 @@
 Qwen3.5's classes (frame sizing, preprocessing, prompt and chat layout are Qwen3-VL's, as
 transformers has them), and :mod:`.limits` its model types and limits (no torch); :mod:`.config`
 reads the language model's sizes, :mod:`.language` runs it over a
-:class:`~framewise.core.decoding.hybrid_state.HybridState`, :mod:`.adapter` is Qwen3-VL's encoder
+:class:`~framewise.core.decoding.hybrid_state.HybridState` (its layers' mixing in :mod:`.mixers`,
+its few-launch decode step in :mod:`.step`), :mod:`.adapter` is Qwen3-VL's encoder
 adapter giving that language model, :mod:`.weights` says which linear layers a quantized weight
 format holds (and why the others stay float) and loads them, :mod:`.memory` estimates what a
 checkpoint will take.

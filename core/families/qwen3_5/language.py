@@ -14,6 +14,9 @@ Three of every four layers are linear attention (Gated DeltaNet), the fourth gat
   :mod:`framewise.core.decoding.linear_attention` on the layer's convolution and recurrent states
   (the chunked rule for a prefill, the one-token rule for a decode step).
 
+A decode step runs the fused step of :mod:`.step` instead where its Triton kernels run (the
+layers' projections stacked, norms and residuals inside the products; the same mixing).
+
 Rotary positions are Qwen3-VL's: three axes from the model's own ``get_rope_index`` over the whole
 prompt (the same code in transformers), interleaved over the rotary quarter of each head, and a
 token generated at cache position ``p`` has rotary position ``p + rope_offset`` on every axis.
@@ -23,23 +26,22 @@ There are no deepstack features.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
-from transformers.models.qwen3_5.modeling_qwen3_5 import apply_rotary_pos_emb
 
-from framewise.core.decoding.attention import AttentionMask, causal_mask, decoder_attention_forward, prefill_mask
+from framewise.core.decoding.attention import AttentionMask, causal_mask, prefill_mask
 from framewise.core.decoding.defs import VisionRows
 from framewise.core.decoding.host_embedding import look_up
 from framewise.core.decoding.hybrid_state import FULL_ATTENTION, HybridState
-from framewise.core.decoding.linear_attention import (
-    causal_conv,
-    fla_kernels,
-    fla_unavailable,
-    gated_delta_chunked,
-    gated_delta_step,
-    gated_delta_step_gated_in_kernel,
-)
+from framewise.core.decoding.linear_attention import fla_kernels, fla_unavailable
 from framewise.core.errors import ModelLoadError
 from framewise.core.families.qwen3_5.config import TextShape
+from framewise.core.families.qwen3_5.mixers import (
+    delta_rule_mixing,
+    gated_attention,
+    gated_rms_norm,
+    norm_scale,
+    zero_centred_rms_norm,
+)
+from framewise.core.families.qwen3_5.step import StepModel, load_fused_step, output_head
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
 
@@ -51,10 +53,16 @@ class Qwen35LanguageModel:
     where they can run (:func:`~framewise.core.decoding.linear_attention.fla_unavailable`), never
     when False; True where they cannot is a ValueError saying why. The states it makes keep the
     full-attention layers' keys and values in ``cache_format``.
+
+    Decode steps run the fused step (:mod:`.step`: stacked projections, norms and residuals inside
+    the products) through the Triton step kernels where they can run, else the model's own layers;
+    ``fused_steps`` and ``step_kernels`` choose otherwise, as
+    :func:`~framewise.core.families.qwen3_5.step.load_fused_step` reads them.
     """
 
     def __init__(
-        self, model: torch.nn.Module, linear_kernels: bool | None = None, cache_format: KVCacheFormat = FLOAT_KV_CACHE
+        self, model: torch.nn.Module, linear_kernels: bool | None = None, cache_format: KVCacheFormat = FLOAT_KV_CACHE,
+        fused_steps: bool | None = None, step_kernels: bool | None = None,
     ) -> None:
         self.model = model
         self.cache_format = cache_format
@@ -84,6 +92,12 @@ class Qwen35LanguageModel:
             for index, layer in enumerate(self.text.layers)
             if self.shape.layer_kinds[index] != FULL_ATTENTION
         }
+        step_model = StepModel(
+            self.text, self._head_norm_scales, self._decay_rates, self._fla, self._final_norm_scale, self.text.norm.eps,
+            output_head(model.lm_head),
+        )
+        self._step, self._kernels = load_fused_step(step_model, self.shape, self.device, fused_steps, step_kernels)
+        self._fused_torch = bool(fused_steps)
 
     @property
     def linear_kernels(self) -> bool:
@@ -92,15 +106,32 @@ class Qwen35LanguageModel:
 
     @property
     def step_kernels(self) -> bool:
-        return False
+        """Whether decode steps run through the Triton step kernels."""
+        return self._kernels is not None
+
+    @property
+    def fused_steps(self) -> bool:
+        """Whether decode steps run the fused step (through the kernels or as torch ops)."""
+        return self._step is not None
 
     @property
     def step_description(self) -> str:
+        """How a decode step runs, in a few words."""
         mixing = "fla-core's kernels" if self._fla is not None else "torch ops"
-        return f"the model's own layers, Gated DeltaNet through {mixing}"
+        if self._step is None:
+            return f"the model's own layers, Gated DeltaNet through {mixing}"
+        weight_dtype = self._step.layers[0].gate_up.products.weight_dtype
+        weights = f" ({weight_dtype.upper()} weights)" if weight_dtype else ""
+        products = "Triton kernels" if self._kernels is not None else "torch ops"
+        return f"stacked products with norms and residuals fused, through {products}{weights}; Gated DeltaNet through {mixing}"
 
     def disable_step_kernels(self) -> None:
-        """Nothing to disable: no hand-written step kernels run."""
+        """Run later decode steps without the Triton step kernels (after they failed to compile or
+        capture): through the model's own layers, or the fused step as torch ops where
+        ``fused_steps=True`` asked for it."""
+        self._kernels = None
+        if not self._fused_torch:
+            self._step = None
 
     # ------------------------------------------------------------------ sizes
 
@@ -202,6 +233,8 @@ class Qwen35LanguageModel:
         ``cache_position`` (1,) with rotary position ``rope_position`` (1,) on every axis; reads
         ``state.kv.view_length`` positions and moves every linear state on by one token. Returns
         logits (1, vocab) float32."""
+        if self._step is not None:
+            return self._step(state, embeds, cache_position, rope_position, self._kernels)
         state.kv.write_positions = cache_position
         mask = causal_mask(state.kv.view_length, cache_position, embeds.dtype)
         hidden = self._layers(embeds, rope_position.view(1, 1, 1).expand(3, 1, 1), state, mask, one_token=True)
@@ -243,20 +276,14 @@ class Qwen35LanguageModel:
         state: HybridState,
         layer: int,
     ) -> torch.Tensor:
-        """A gated full-attention layer's attention of the normed ``x`` (1, n, hidden), as
-        ``Qwen3_5Attention.forward`` computes it with the per-head norms fused, its keys and values
-        written to the state's slot for model layer ``layer``. Returns (1, n, hidden)."""
-        count, head_dim = x.shape[1], attention.head_dim
-        query, gate = attention.q_proj(x).view(1, count, -1, 2 * head_dim).chunk(2, dim=-1)
-        query_scale, key_scale = self._head_norm_scales[layer]
-        query = zero_centred_rms_norm(query, query_scale, attention.q_norm.eps).transpose(1, 2)
-        key = attention.k_proj(x).view(1, count, -1, head_dim)
-        key = zero_centred_rms_norm(key, key_scale, attention.k_norm.eps).transpose(1, 2)
-        value = attention.v_proj(x).view(1, count, -1, head_dim).transpose(1, 2)
-        query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
-        key, value = state.update(key, value, layer)
-        attended, _ = decoder_attention_forward(attention, query, key, value, mask, scaling=attention.scaling)
-        return attention.o_proj(attended.reshape(1, count, -1) * torch.sigmoid(gate.reshape(1, count, -1)))
+        """A gated full-attention layer's attention of the normed ``x`` (1, n, hidden) through its
+        module's projections (:func:`~framewise.core.families.qwen3_5.mixers.gated_attention`), its
+        keys and values written to the state's slot for model layer ``layer``. Returns (1, n, hidden)."""
+        attended = gated_attention(
+            attention, attention.q_proj(x), attention.k_proj(x), attention.v_proj(x), self._head_norm_scales[layer],
+            position_embeddings, mask, state, layer,
+        )
+        return attention.o_proj(attended)
 
     def _mix(
         self,
@@ -267,65 +294,17 @@ class Qwen35LanguageModel:
         one_token: bool,
         last: torch.Tensor | None,
     ) -> torch.Tensor:
-        """A Gated DeltaNet layer's token mixing of the normed ``x`` (1, n, hidden), as
-        ``Qwen3_5GatedDeltaNet.forward`` computes it, over the linear states of model layer
-        ``layer``. Returns (1, n, hidden)."""
+        """A Gated DeltaNet layer's token mixing of the normed ``x`` (1, n, hidden) through its
+        module's projections (:func:`~framewise.core.families.qwen3_5.mixers.delta_rule_mixing`),
+        over the linear states of model layer ``layer``. Returns (1, n, hidden)."""
         count = x.shape[1]
-        mixed = causal_conv(mixer.in_proj_qkv(x), state.conv_state(layer), mixer.conv1d.weight[:, 0], last, self._fla)
-        query, key, value = _split_mixed(mixed, mixer.key_dim, mixer.head_k_dim, mixer.head_v_dim)
-        beta_logits, decay_input = mixer.in_proj_b(x), mixer.in_proj_a(x)
-        recurrent = state.recurrent_state(layer)
-        if one_token and self._fla is not None:
-            out = gated_delta_step_gated_in_kernel(
-                query, key, value, decay_input, beta_logits, mixer.A_log, mixer.dt_bias, recurrent, self._fla
-            )
-        else:
-            beta = beta_logits.sigmoid()
-            # In float32: in a half-precision model exp(A_log) * softplus(.) may not fit.
-            decay = self._decay_rates[layer] * F.softplus(decay_input.float() + mixer.dt_bias)
-            if last is not None:
-                # Padding neither decays nor writes the recurrent state.
-                real = (torch.arange(count, device=x.device) <= last)[None, :, None]
-                beta, decay = beta * real, decay * real
-            rule = gated_delta_step if one_token else gated_delta_chunked
-            out = rule(query, key, value, decay, beta, recurrent, self._fla)
+        out = delta_rule_mixing(
+            mixer, mixer.in_proj_qkv(x), mixer.in_proj_b(x), mixer.in_proj_a(x), self._decay_rates[layer], state,
+            layer, one_token=one_token, last=last, fla=self._fla,
+        )
         gate = mixer.in_proj_z(x)
         out = gated_rms_norm(out.reshape(-1, mixer.head_v_dim), gate.reshape(-1, mixer.head_v_dim), mixer.norm)
         return mixer.out_proj(out.reshape(1, count, -1))
-
-
-def norm_scale(norm: torch.nn.Module) -> torch.Tensor:
-    """What a ``Qwen3_5RMSNorm`` multiplies the normed rows by: 1 + its weight, float32 (hidden,)."""
-    return norm.weight.detach().float() + 1
-
-
-def zero_centred_rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
-    """``Qwen3_5RMSNorm`` of ``x`` (..., hidden) in one fused op: normed in float32, times ``scale``
-    (:func:`norm_scale`), in ``x``'s dtype. transformers' module runs it as a string of small ops,
-    which in a decode step cost more than the layer's own attention."""
-    return F.rms_norm(x.float(), scale.shape, scale, eps).type_as(x)
-
-
-def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
-    """``Qwen3_5RMSNormGated`` of ``x`` (rows, head_v_dim) by ``gate`` (same shape), the norm fused:
-    each row normed in float32 and rounded to ``x``'s dtype, times ``norm``'s weight, times
-    silu(gate) in float32, in ``x``'s dtype."""
-    normed = F.rms_norm(x.float(), x.shape[-1:], None, norm.variance_epsilon).to(x.dtype)
-    return (norm.weight * normed * F.silu(gate.float())).to(x.dtype)
-
-
-def _split_mixed(
-    mixed: torch.Tensor, key_dim: int, head_k_dim: int, head_v_dim: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Query, key (1, n, key_heads, head_k_dim) and value (1, n, heads, head_v_dim) from the
-    convolved channels ``mixed`` (1, n, 2 key_dim + value_dim), laid out in that order."""
-    count = mixed.shape[1]
-    query, key, value = mixed.split((key_dim, key_dim, mixed.shape[-1] - 2 * key_dim), dim=-1)
-    return (
-        query.reshape(1, count, -1, head_k_dim),
-        key.reshape(1, count, -1, head_k_dim),
-        value.reshape(1, count, -1, head_v_dim),
-    )
 
 
 def _check_mixers(layers: torch.nn.ModuleList, shape: TextShape) -> None:

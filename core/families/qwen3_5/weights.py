@@ -18,7 +18,10 @@ are what a decode step reads. The rest stays in the activations' dtype:
 The model is built and filled tensor by tensor as Qwen3-VL's is (:mod:`~framewise.core.families.qwen3_vl.streamed`):
 the architecture is built the same way (a vision tower, ``model.language_model``, ``lm_head``).
 Released checkpoints also hold ``mtp.*`` (multi-token prediction), which no module takes and which
-is left unread. Qwen3.5's passes call each linear layer as a module, so nothing is stacked.
+is left unread. The projections the fused decode step (:mod:`.step`) multiplies as one matrix are
+written into one stack where a quantized format holds them all (:data:`STACKED_PROJECTIONS`), so
+that laying the layers out for the step copies nothing; prefills call them as modules, views of
+the stack.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ QUANTIZED_LINEAR = re.compile(
     r"(self_attn\.(q|k|v|o)_proj|linear_attn\.(in_proj_qkv|in_proj_z|out_proj)|mlp\.(gate|up|down)_proj)"
 )
 
+# The projections stacked while loading, in row order, as the fused step stacks them (in_proj_b and
+# in_proj_a, kept float, are stacked after loading: a few dozen rows).
+STACKED_PROJECTIONS = (("q_proj", "k_proj", "v_proj"), ("in_proj_qkv", "in_proj_z"), ("gate_proj", "up_proj"))
+
 
 def stays_float(module_name: str) -> bool:
     """Whether the linear layer ``module_name`` stays in floating point (see the module docstring)."""
@@ -52,5 +59,6 @@ def load_streamed(
     :data:`QUANTIZED_LINEAR` names in ``weight_format``, the rest in ``dtype``; and the loading
     report (``missing_keys``, ``mismatched_keys``)."""
     return streamed.load_streamed(
-        model_class, path, weight_format, dtype, device, keep_float=stays_float, stacked_with=lambda name: None
+        model_class, path, weight_format, dtype, device, keep_float=stays_float,
+        stacked_with=lambda name: streamed.stacked_projections(name, STACKED_PROJECTIONS),
     )

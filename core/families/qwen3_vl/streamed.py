@@ -75,13 +75,16 @@ def stays_float(module_name: str) -> bool:
     return not module_name.startswith(LANGUAGE_LAYERS)
 
 
-def stacked_projections(module_name: str) -> tuple[str, ...] | None:
+def stacked_projections(
+    module_name: str, groups: tuple[tuple[str, ...], ...] = STACKED_PROJECTIONS
+) -> tuple[str, ...] | None:
     """The module names of the decoder-layer projections stacked with ``module_name`` (itself
-    included, in row order), or None for any other module."""
+    included, in row order) as ``groups`` (leaf names in row order) stack them, or None for any
+    other module."""
     if not module_name.startswith(LANGUAGE_LAYERS):
         return None
     parent, _, leaf = module_name.rpartition(".")
-    for group in STACKED_PROJECTIONS:
+    for group in groups:
         if leaf in group:
             return tuple(f"{parent}.{member}" for member in group)
     return None

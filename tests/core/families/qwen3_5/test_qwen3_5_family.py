@@ -98,6 +98,26 @@ def test_fp8_quantizes_the_large_projections_and_keeps_the_rest_float(checkpoint
     assert model.model.lm_head.weight.dtype == torch.float32 and not fp8_names(model.model.model.visual)
 
 
+@pytest.mark.parametrize("dtype", ["fp8", "auto"], ids=["quantized on load", "block checkpoint"])
+def test_fp8_loads_the_fused_steps_stacks_whole_and_laying_them_out_copies_nothing(
+    checkpoint: Path, tmp_path: Path, dtype: str
+) -> None:
+    model = loaded(checkpoint if dtype == "fp8" else block_fp8_checkpoint(checkpoint, tmp_path / "block"), dtype)
+    layers = model.model.model.language_model.layers
+    stacks = {0: ("linear_attn", ("in_proj_qkv", "in_proj_z")), 2: ("self_attn", ("q_proj", "k_proj", "v_proj"))}
+    before = {}
+    for index, (mixer, names) in stacks.items():
+        modules = [getattr(getattr(layers[index], mixer), name) for name in (*names,)] + [layers[index].mlp.up_proj]
+        before[index] = [module.weight.data_ptr() for module in modules]
+        for first, second in zip(modules[:-2], modules[1:-1]):  # consecutive rows of one storage
+            assert second.weight.data_ptr() == first.weight.data_ptr() + first.weight.numel()
+    language = Qwen35LanguageModel(model.model, fused_steps=True, step_kernels=False)
+    for index, (mixer, names) in stacks.items():
+        modules = [getattr(getattr(layers[index], mixer), name) for name in names] + [layers[index].mlp.up_proj]
+        assert [module.weight.data_ptr() for module in modules] == before[index]
+        assert language._step.layers[index].inputs[0].weight.data_ptr() == before[index][0]
+
+
 def assert_answers_as_its_rounded_weights(quantized, checkpoint: Path, kept: tuple[str, ...] = ()) -> None:
     """``quantized`` (a loaded model) gives the logits of the float checkpoint whose quantized layers'
     weights are rounded as ``quantized`` holds them, and whose layers ``kept`` take ``quantized``'s

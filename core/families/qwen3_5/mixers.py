@@ -1,0 +1,125 @@
+"""What Qwen3.5's two kinds of layers do with their projections, whoever made them: the gated full
+attention after its q (with the output gate), k and v projections, and the Gated DeltaNet's token
+mixing after its qkv, beta and decay projections; and the norms of both, each fused.
+
+The language model's passes (:mod:`.language`) make the projections with the model's own modules;
+a fused decode step (:mod:`.step`) makes them with stacked products. Both then call these, so the
+two compute the same attention and mixing.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from transformers.models.qwen3_5.modeling_qwen3_5 import apply_rotary_pos_emb
+
+from framewise.core.decoding.attention import AttentionMask, decoder_attention_forward
+from framewise.core.decoding.hybrid_state import HybridState
+from framewise.core.decoding.linear_attention import (
+    FlaKernels,
+    causal_conv,
+    gated_delta_chunked,
+    gated_delta_step,
+    gated_delta_step_gated_in_kernel,
+)
+
+
+def norm_scale(norm: torch.nn.Module) -> torch.Tensor:
+    """What a ``Qwen3_5RMSNorm`` multiplies the normed rows by: 1 + its weight, float32 (hidden,)."""
+    return norm.weight.detach().float() + 1
+
+
+def zero_centred_rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
+    """``Qwen3_5RMSNorm`` of ``x`` (..., hidden) in one fused op: normed in float32, times ``scale``
+    (:func:`norm_scale`), in ``x``'s dtype. transformers' module runs it as a string of small ops,
+    which in a decode step cost more than the layer's own attention."""
+    return F.rms_norm(x.float(), scale.shape, scale, eps).type_as(x)
+
+
+def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
+    """``Qwen3_5RMSNormGated`` of ``x`` (rows, head_v_dim) by ``gate`` (same shape), the norm fused:
+    each row normed in float32 and rounded to ``x``'s dtype, times ``norm``'s weight, times
+    silu(gate) in float32, in ``x``'s dtype."""
+    normed = F.rms_norm(x.float(), x.shape[-1:], None, norm.variance_epsilon).to(x.dtype)
+    return (norm.weight * normed * F.silu(gate.float())).to(x.dtype)
+
+
+def gated_attention(
+    attention: torch.nn.Module,
+    query_gate: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    head_norm_scales: tuple[torch.Tensor, torch.Tensor],
+    position_embeddings: tuple[torch.Tensor, torch.Tensor],
+    mask: AttentionMask,
+    state: HybridState,
+    layer: int,
+) -> torch.Tensor:
+    """A gated full-attention layer's attention from its projections, as ``Qwen3_5Attention.forward``
+    computes it with the per-head norms fused (``head_norm_scales``: the q and k norms'
+    :func:`norm_scale`): ``query_gate`` (1, n, heads * 2 head_dim), each head's query then its
+    output gate, as q_proj lays them out; ``key``/``value`` (1, n, kv_heads * head_dim). The keys and
+    values go to the state's slot for model layer ``layer``. Returns the gated attention
+    (1, n, heads * head_dim), o_proj's input."""
+    count, head_dim = query_gate.shape[1], attention.head_dim
+    query, gate = query_gate.view(1, count, -1, 2 * head_dim).chunk(2, dim=-1)
+    query_scale, key_scale = head_norm_scales
+    query = zero_centred_rms_norm(query, query_scale, attention.q_norm.eps).transpose(1, 2)
+    key = zero_centred_rms_norm(key.view(1, count, -1, head_dim), key_scale, attention.k_norm.eps).transpose(1, 2)
+    value = value.view(1, count, -1, head_dim).transpose(1, 2)
+    query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
+    key, value = state.update(key, value, layer)
+    attended, _ = decoder_attention_forward(attention, query, key, value, mask, scaling=attention.scaling)
+    return attended.reshape(1, count, -1) * torch.sigmoid(gate.reshape(1, count, -1))
+
+
+def delta_rule_mixing(
+    mixer: torch.nn.Module,
+    qkv: torch.Tensor,
+    beta_logits: torch.Tensor,
+    decay_input: torch.Tensor,
+    decay_rate: torch.Tensor,
+    state: HybridState,
+    layer: int,
+    *,
+    one_token: bool,
+    last: torch.Tensor | None,
+    fla: FlaKernels | None,
+) -> torch.Tensor:
+    """A Gated DeltaNet layer's token mixing from its projections, as ``Qwen3_5GatedDeltaNet.forward``
+    computes it before the gated norm, over the linear states of model layer ``layer``: ``qkv``
+    (1, n, conv channels) the in_proj_qkv product, ``beta_logits``/``decay_input`` (1, n, heads)
+    in_proj_b's and in_proj_a's, ``decay_rate`` (heads,) float32 -exp(A_log). The one-token rule
+    when ``one_token``; tokens after ``last``, where given, are padding. Through fla-core's kernels
+    where ``fla`` is given. Returns (1, n, heads, head_v_dim)."""
+    count = qkv.shape[1]
+    mixed = causal_conv(qkv, state.conv_state(layer), mixer.conv1d.weight[:, 0], last, fla)
+    query, key, value = _split_mixed(mixed, mixer.key_dim, mixer.head_k_dim, mixer.head_v_dim)
+    recurrent = state.recurrent_state(layer)
+    if one_token and fla is not None:
+        return gated_delta_step_gated_in_kernel(
+            query, key, value, decay_input, beta_logits, mixer.A_log, mixer.dt_bias, recurrent, fla
+        )
+    beta = beta_logits.sigmoid()
+    # In float32: in a half-precision model exp(A_log) * softplus(.) may not fit.
+    decay = decay_rate * F.softplus(decay_input.float() + mixer.dt_bias)
+    if last is not None:
+        # Padding neither decays nor writes the recurrent state.
+        real = (torch.arange(count, device=qkv.device) <= last)[None, :, None]
+        beta, decay = beta * real, decay * real
+    rule = gated_delta_step if one_token else gated_delta_chunked
+    return rule(query, key, value, decay, beta, recurrent, fla)
+
+
+def _split_mixed(
+    mixed: torch.Tensor, key_dim: int, head_k_dim: int, head_v_dim: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Query, key (1, n, key_heads, head_k_dim) and value (1, n, heads, head_v_dim) from the
+    convolved channels ``mixed`` (1, n, 2 key_dim + value_dim), laid out in that order."""
+    count = mixed.shape[1]
+    query, key, value = mixed.split((key_dim, key_dim, mixed.shape[-1] - 2 * key_dim), dim=-1)
+    return (
+        query.reshape(1, count, -1, head_k_dim),
+        key.reshape(1, count, -1, head_k_dim),
+        value.reshape(1, count, -1, head_v_dim),
+    )
