@@ -79,6 +79,7 @@ from framewise.core.backends.cancel import CancelScope  # noqa: E402
 from framewise.core.backends.local.cancel_points import cancel_points  # noqa: E402
 from framewise.core.decoding import Decoder, Prompt, SamplingRule  # noqa: E402
 from framewise.core.encoding.defs import VisionItem  # noqa: E402
+from framewise.core.encoding.held_features import joined, settled  # noqa: E402
 from framewise.core.encoding.pruning import prune_encoded, retained_mask  # noqa: E402
 from framewise.core.errors import CancelledError  # noqa: E402
 from framewise.core.families import family_for  # noqa: E402
@@ -103,10 +104,11 @@ def build_language(args, device: torch.device, dtype: torch.dtype):
 
 
 def make_prompt(model, frames: int, size: tuple[int, int], device: torch.device, dtype: torch.dtype) -> Prompt:
-    """The prompt about a clip of ``frames`` frames of ``size`` (height, width), random features."""
+    """The prompt about a clip of ``frames`` frames of ``size`` (height, width), random features,
+    held where the engine holds a clip's (a long clip's in the host's memory on CUDA)."""
     conversation = make_conversation(frames, *size, follow_ups=0)
     features = features_for(model, conversation.first.count(VIDEO_PAD), device, dtype)
-    return clip_prompt(conversation.first, conversation.grid_thw, features)
+    return clip_prompt(conversation.first, conversation.grid_thw, joined(settled([features])))
 
 
 def prefill_once(decoder: Decoder, prompt: Prompt, device: torch.device, should_stop=lambda: False) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 
@@ -21,15 +21,27 @@ class GraphCapture:
         self.pool = torch.cuda.graph_pool_handle()
         self._warmup_stream = torch.cuda.Stream(device)
 
+    def warm(self, forward: Callable[[], None]) -> None:
+        """Run ``forward`` once on the warm-up stream, outside any capture."""
+        current = torch.cuda.current_stream(self.device)
+        self._warmup_stream.wait_stream(current)
+        with torch.cuda.stream(self._warmup_stream):
+            forward()
+        current.wait_stream(self._warmup_stream)
+
+    def warm_before_capturing(self, forwards: Iterable[Callable[[], None]]) -> None:
+        """Run each of ``forwards`` once on the warm-up stream, then give the memory they held back
+        to the device: the graphs captured next (without warm-ups of their own) fill their pool
+        without the warm-ups' blocks still reserved beside it."""
+        for forward in forwards:
+            self.warm(forward)
+        memory_reserved(self.device)
+
     def capture(self, forward: Callable[[], None], *, warm_up: bool = True) -> torch.cuda.CUDAGraph:
         """``forward`` run once on the warm-up stream (unless ``warm_up`` is off: a forward with the
-        same kernels, libraries and input sizes ran before), then captured as a graph in the pool."""
+        same kernels and libraries ran before, :meth:`warm`), then captured as a graph in the pool."""
         if warm_up:
-            current = torch.cuda.current_stream(self.device)
-            self._warmup_stream.wait_stream(current)
-            with torch.cuda.stream(self._warmup_stream):
-                forward()
-            current.wait_stream(self._warmup_stream)
+            self.warm(forward)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             forward()

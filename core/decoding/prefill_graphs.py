@@ -111,6 +111,16 @@ class PrefillGraphs:
             )
         )
 
+    def _warm_up(self, tokens: int, context: int) -> None:
+        self._place(tokens, context)
+        self._forward(tokens, context)
+
+    def _place(self, tokens: int, context: int) -> None:
+        """Real-looking positions for a warm-up or capture of ``tokens`` over ``context``: the
+        last ``tokens`` of the context."""
+        torch.arange(context - tokens, context, out=self.cache_positions[:tokens])
+        self.last.fill_(tokens - 1)
+
     @property
     def shapes(self) -> list[tuple[int, int]]:
         """Every (token bucket, context bucket) a prefill can need, largest first."""
@@ -127,18 +137,18 @@ class PrefillGraphs:
         memory_before = memory_reserved(device)
         started = time.perf_counter()
         shapes = self.shapes
-        warmed: set[int] = set()
+        # One warm-up per token bucket, over its fewest positions (over more the same kernels run on
+        # the same activation sizes and only attention reads more of the cache), all before any
+        # capture, so that a warm-up's memory is never held beside the pool.
+        fewest = {tokens: min(context for bucket, context in shapes if bucket == tokens) for tokens, _ in shapes}
+        capture.warm_before_capturing(functools.partial(self._warm_up, tokens, context) for tokens, context in fewest.items())
         for done, (tokens, context) in enumerate(shapes):
             message = f"Capturing follow-up prefill graph for {tokens} tokens over {context} positions"
             report(self._progress, done, len(shapes), message)
-            # Warm-up and capture prefill real-looking positions: the last ``tokens`` of the context.
-            torch.arange(context - tokens, context, out=self.cache_positions[:tokens])
-            self.last.fill_(tokens - 1)
-            # One warm-up per token bucket: over a shorter context the same kernels run on the same
-            # activation sizes, and only attention reads fewer cache positions.
-            forward = functools.partial(self._forward, tokens, context)
-            self._graphs[(tokens, context)] = capture.capture(forward, warm_up=tokens not in warmed)
-            warmed.add(tokens)
+            self._place(tokens, context)
+            self._graphs[(tokens, context)] = capture.capture(
+                functools.partial(self._forward, tokens, context), warm_up=False
+            )
         torch.cuda.synchronize(device)
         self.capture_seconds = time.perf_counter() - started
         self.graph_memory_bytes = max(0, memory_reserved(device) - memory_before)

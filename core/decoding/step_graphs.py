@@ -13,6 +13,7 @@ fallback when capture fails.
 from __future__ import annotations
 
 import bisect
+import functools
 import time
 from typing import Callable
 
@@ -101,9 +102,12 @@ class StepGraphs:
         memory_before = memory_reserved(device)
         started = time.perf_counter()
         ordered = sorted(self.buckets, reverse=True)
+        # Every bucket warmed before any is captured: a warm-up's memory (over a long context in an
+        # 8-bit cache, a layer's keys and values read back in bf16) is then never held beside the pool.
+        capture.warm_before_capturing(functools.partial(self._forward, bucket) for bucket in reversed(ordered))
         for done, bucket in enumerate(ordered):
             report(self._progress, done, len(ordered), f"Capturing decode step graph for {bucket} positions")
-            self._graphs[bucket] = capture.capture(lambda: self._forward(bucket))
+            self._graphs[bucket] = capture.capture(lambda: self._forward(bucket), warm_up=False)
         torch.cuda.synchronize(device)
         self.capture_seconds = time.perf_counter() - started
         self.graph_memory_bytes = max(0, memory_reserved(device) - memory_before)

@@ -32,7 +32,7 @@ from framewise.core.encoding.defs import (
     VisionItem,
 )
 from framewise.core.encoding.eager import EagerVisionEncoder, piece_frames
-from framewise.core.encoding.held_features import joined, settled
+from framewise.core.encoding.held_features import device_feature_bytes, joined
 from framewise.core.encoding.planning import Batch, BatchLimits, PlanItem, plan_batches
 from framewise.core.encoding.timing import StageTimer
 from framewise.core.errors import EncoderError, FramewiseError
@@ -232,21 +232,19 @@ class GraphVisionEncoder:
         for item in items:
             self.adapter.check_item(item)
         plan = plan_batches([PlanItem(item.modality, item.grid_thw) for item in items], self.limits)
+        on_host = [self._waits_on_host(item) for item in items]
         parts: list[list[EncodedItem]] = [[] for _ in items]
         timed: list[tuple[Batch, StageTimer]] = []
         stream = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
         with torch.inference_mode():
             for index, batch in enumerate(plan):
                 timer = self._timer(index, stream)
-                if batch.budget is None:
-                    outputs = self._run_eager(batch, items, timer)
-                else:
-                    outputs = self._replay(batch, items, timer)
+                replayed = batch.budget is not None
+                outputs = self._replay(batch, items, timer) if replayed else self._run_eager(batch, items, timer)
                 timed.append((batch, timer))
-                self._slice_pieces(batch, outputs, parts)
-                parts = [settled(item_parts) for item_parts in parts]
+                self._slice_pieces(batch, outputs, parts, on_host, copy=replayed)
         chunks = [self._chunk_stats(index, batch, timer, items) for index, (batch, timer) in enumerate(timed)]
-        return EncoderOutput(items=[joined(settled(item_parts)) for item_parts in parts], chunks=chunks)
+        return EncoderOutput(items=[joined(item_parts) for item_parts in parts], chunks=chunks)
 
     # ------------------------------------------------------------------ internals
 
@@ -320,7 +318,18 @@ class GraphVisionEncoder:
             graph.graph = capture.capture(lambda: self._run(graph))
         return graph
 
+    def _waits_on_host(self, item: VisionItem) -> bool:
+        """Whether ``item``'s features are to wait in the host's memory: on CUDA, when the tower's
+        outputs for it are too many to wait on the device."""
+        if self.device.type != "cuda":
+            return False
+        outputs = next(iter(self._graphs.values())).outputs
+        row_bytes = sum(output.shape[1] * output.element_size() for output in outputs)
+        return not device_feature_bytes(self.adapter.output_rows(item.patches) * row_bytes)
+
     def _replay(self, batch: Batch, items: Sequence[VisionItem], timer: StageTimer) -> Outputs:
+        """One pass through its budget's graph; its outputs are views of the graph's static
+        buffers, which the next pass overwrites."""
         assert batch.budget is not None
         graph, state = self._graphs[batch.budget], self._buffer_state
         assert state is not None
@@ -342,8 +351,8 @@ class GraphVisionEncoder:
                 self._run(graph)
             else:
                 graph.graph.replay()
-            tokens = self.adapter.output_rows(batch.patches)
-            outputs = tuple(output[:tokens].clone() for output in graph.outputs)
+        tokens = self.adapter.output_rows(batch.patches)
+        outputs = tuple(output[:tokens] for output in graph.outputs)
         self._replays += 1
         self._items_replayed += sum(1 for piece in batch.pieces if piece.first == 0)
         return outputs
@@ -358,13 +367,22 @@ class GraphVisionEncoder:
         self._fallback_reasons.append(batch.fallback_reason or "")
         return outputs
 
-    def _slice_pieces(self, batch: Batch, outputs: Outputs, parts: list[list[EncodedItem]]) -> None:
-        """Hand each piece its rows of the pass's outputs."""
+    def _slice_pieces(
+        self, batch: Batch, outputs: Outputs, parts: list[list[EncodedItem]], on_host: list[bool], *, copy: bool
+    ) -> None:
+        """Hand each piece its rows of the pass's outputs: copied straight to the host's memory for
+        an item whose features wait there (:mod:`~framewise.core.encoding.held_features`), else
+        kept on the device, copied out of ``outputs`` when ``copy`` (views of buffers the next
+        pass overwrites)."""
         row = 0
         for piece in batch.pieces:
             tokens = self.adapter.output_rows(piece.patches)
-            rows = slice(row, row + tokens)
-            parts[piece.item].append(EncodedItem.from_outputs([output[rows] for output in outputs]))
+            rows = [output[row : row + tokens] for output in outputs]
+            if on_host[piece.item]:
+                rows = [part.cpu() for part in rows]
+            elif copy:
+                rows = [part.clone() for part in rows]
+            parts[piece.item].append(EncodedItem.from_outputs(rows))
             row += tokens
 
     def _chunk_stats(self, index: int, batch: Batch, timer: StageTimer, items: Sequence[VisionItem]) -> ChunkStats:

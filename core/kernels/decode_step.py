@@ -101,7 +101,8 @@ def rms_norm_linear(
     block_n, block_k, warps = _gemv_config(rows, columns)
     _rms_norm_linear_kernel[(triton.cdiv(rows, block_n),)](
         x, norm_weight, weight, out, rows, eps,
-        K=columns, FLOAT_SCALE=norm_weight.dtype == torch.float32, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=columns % block_k == 0, EVEN_N=rows % block_n == 0,
+        K=columns, FLOAT_SCALE=norm_weight.dtype == torch.float32, BLOCK_N=block_n, BLOCK_K=block_k,
+        EVEN_K=columns % block_k == 0, EVEN_N=rows % block_n == 0,
         num_warps=warps, **launch_options(x.device),
     )
     return out

@@ -63,13 +63,17 @@ def test_fp8_decode_kernels_compile(
     if native and arch < 89:
         pytest.skip("hardware e4m3 conversion needs compute capability 8.9")
     config = fp8_gemv._fp8_gemv_config(rows, columns)
+    # A normed product of the 9B-like shapes takes a zero-centred norm's float32 scale (Qwen3.5).
+    float_scale = kind != "residual" and columns == 4096
+    types = GEMV_TYPES if native else {**GEMV_TYPES, "w_ptr": "*u8"}
+    types = {**types, "norm_ptr": "*fp32"} if float_scale else types
     constexprs = dict(
         K=columns, SCALE_COLUMNS=columns // 128 if block_scales else 1, BLOCK_SCALES=block_scales,
-        NORM=kind != "residual", GATE_UP=kind == "gate_up", RESIDUAL=kind == "residual", NATIVE_FP8=native,
+        NORM=kind != "residual", FLOAT_SCALE=float_scale, GATE_UP=kind == "gate_up", RESIDUAL=kind == "residual",
+        NATIVE_FP8=native,
         BLOCK_N=config[0], OUTPUTS=config[0] // 2 if kind == "gate_up" else config[0], BLOCK_K=config[1],
         SCALE_BLOCK=128, EVEN_K=True, EVEN_N=True,
     )
-    types = GEMV_TYPES if native else {**GEMV_TYPES, "w_ptr": "*u8"}
     ptx = compile_ptx(fp8_gemv._fp8_gemv_kernel, types, constexprs, arch, config[2])
     if native:
         assert count(r"cvt\.rn\.f16x2\.e4m3x2", ptx) > 0
@@ -122,7 +126,9 @@ def test_bf16_step_products_compile(arch: int, dtype: str) -> None:
                   "N": "i32", "eps": "fp32"}
     block_n, block_k, warps = decode_step._gemv_config(6144, 4096)
     shape = dict(K=4096, BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=True, EVEN_N=True)
-    compile_ptx(decode_step._rms_norm_linear_kernel, norm_types, shape, arch, warps)
+    compile_ptx(decode_step._rms_norm_linear_kernel, norm_types, {**shape, "FLOAT_SCALE": False}, arch, warps)
+    zero_centred = {**norm_types, "norm_ptr": "*fp32"}  # Qwen3.5's norm: a float32 scale, one rounding
+    compile_ptx(decode_step._rms_norm_linear_kernel, zero_centred, {**shape, "FLOAT_SCALE": True}, arch, warps)
     residual_types = {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "residual_ptr": f"*{dtype}", "out_ptr": f"*{dtype}",
                       "N": "i32"}
     for silu_mul in (False, True):

@@ -120,8 +120,10 @@ def run_steps(language: Qwen35LanguageModel, replay: bool = False) -> tuple[torc
         def forward() -> None:
             logits.copy_(language.step(state, embeds, position, position))
 
+        # A first step compiles and tunes the kernels, as the decoder's capture does before any answer.
+        forward()
         graph = GraphCapture(DEVICE).capture(forward) if replay else None
-        state.restore(snapshot)  # the capture ran a step
+        state.restore(snapshot)  # the warm-up (and the capture's) ran a step
         for offset, token in enumerate(STEP_TOKENS):
             embeds.copy_(language.embed(torch.tensor([[token]])))
             position.fill_(PROMPT_TOKENS + offset)
