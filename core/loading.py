@@ -109,6 +109,7 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
     check_chat_template(tokenizer, path, family)
 
     report(Progress("load", 3, LOAD_STEPS, f"Moving the model to {device.type}"))
+    move_input_embedding_to_host(model, device)  # before the move, which leaves a HostEmbedding where it is
     try:
         # requires_grad alike for every checkpoint and dtype: torch.compile guards on it, and a
         # process that loads models of both kinds would otherwise compile the fused kernels anew
@@ -118,7 +119,6 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
         raise ModelLoadError(
             f"{name} does not fit in the memory of {device}; choose a smaller model, the CPU, or a smaller dtype."
         ) from error
-    move_input_embedding_to_host(model, device)
     if device.type == "cpu":
         use_cpu_forms(family.vision_tower(model))
 

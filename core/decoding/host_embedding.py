@@ -18,7 +18,7 @@ class HostEmbedding(nn.Module):
     """An input embedding whose table (vocab, hidden) is held in host memory (pinned, for a CUDA
     ``device``); called on token ids (any shape, int64, on the host or the device) it returns their
     rows (ids' shape, hidden) on ``device``. Ids on the device are read back first, which waits for
-    the device."""
+    the device. Moving or casting the model around it leaves the table where and as it is."""
 
     def __init__(self, weight: torch.Tensor, device: torch.device) -> None:
         super().__init__()
@@ -28,6 +28,11 @@ class HostEmbedding(nn.Module):
         self.num_embeddings, self.embedding_dim = self.weight.shape
         self.padding_idx = None
         self.device = device
+
+    def _apply(self, fn, recurse: bool = True):  # noqa: ANN001, ANN202 (nn.Module's signature)
+        """Keep the table where it is when the model around it is moved or cast (``.to``, ``.cuda``,
+        ``.half``): it is held by the host in the dtype it was made with."""
+        return self
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         flat = ids.reshape(-1).cpu()

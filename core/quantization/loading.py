@@ -69,6 +69,7 @@ def load_checkpoint(
     dtype: torch.dtype,
     keep_float: KeepFloat = lambda module_name: False,
     stacked_with: Callable[[str], Sequence[str] | None] = lambda module_name: None,
+    on_host: Callable[[str], bool] = lambda name: False,
 ) -> LoadReport:
     """Fill ``model`` (in place) with the tensors of the safetensors ``files`` on ``device``, its
     linear layers in ``weight_format`` (:func:`~framewise.core.quantization.registry.choose_weight_format`)
@@ -78,13 +79,15 @@ def load_checkpoint(
     ``stacked_with`` names, by module name, the linear layers stacked with it in row order
     (``None``: none); a stack whose layers all end up quantized the same way (all stored so, or
     all quantized on load) shares one weight and one scale tensor where the format's products can
-    stack them. Raises QuantizationFormatError when the checkpoint's tensors do not match the
-    format, or a quantized weight belongs to a module that is not a linear layer.
+    stack them. A float tensor ``on_host`` names stays in the host's memory (an input embedding
+    the decoder reads there), never taking the device's. Raises QuantizationFormatError when the
+    checkpoint's tensors do not match the format, or a quantized weight belongs to a module that is
+    not a linear layer.
     """
     headers = read_tensor_headers(files)
     scales = weight_format.checked_scales(headers)
     stacks = _plan_stacks(model, headers, weight_format, scales, keep_float, stacked_with)
-    streaming = _Streaming(model, weight_format, keep_float, device, dtype, headers, scales, stacks)
+    streaming = _Streaming(model, weight_format, keep_float, device, dtype, headers, scales, stacks, on_host)
     with ExitStack() as opened:
         handles = {file: opened.enter_context(safe_open(file, framework="pt", device="cpu")) for file in files}
         file_of = {name: file for file, handle in handles.items() for name in handle.keys()}
@@ -110,6 +113,7 @@ class _Streaming:
     headers: dict[str, TensorHeader]
     scales: dict[str, str]
     stacks: dict[str, _Stack]
+    on_host: Callable[[str], bool]
     report: LoadReport = field(default_factory=LoadReport)
 
     def load(self, name: str, read: Callable[[str], torch.Tensor]) -> None:
@@ -133,7 +137,8 @@ class _Streaming:
             self.report.quantized_on_load.append(module_name)
         else:
             assert module is not None
-            _set_tensor(module, leaf, _cast(read(name).to(self.device), self.dtype))
+            where = torch.device("cpu") if self.on_host(name) else self.device
+            _set_tensor(module, leaf, _cast(read(name).to(where), self.dtype))
 
     def _slot(self, module_name: str) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The views of ``module_name``'s rows in its stack, or None where it has none."""

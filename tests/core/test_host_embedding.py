@@ -36,3 +36,14 @@ def test_a_model_on_the_cpu_keeps_its_embedding() -> None:
     embedding = model.get_input_embeddings()
     assert not move_input_embedding_to_host(model, torch.device("cpu"))
     assert model.get_input_embeddings() is embedding and not isinstance(embedding, HostEmbedding)
+
+
+def test_moving_or_casting_the_model_leaves_the_table_where_and_as_it_is() -> None:
+    """The loader builds the host's table before the model goes to its device: the move must not
+    take the table along (nor a cast change its dtype)."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    table = torch.randn(10, 4, dtype=torch.bfloat16)
+    model.append(HostEmbedding(table, torch.device("cpu")))
+    model.to(torch.float64)
+    assert model[0].weight.dtype == torch.float64
+    assert model[1].weight.dtype == torch.bfloat16 and torch.equal(model[1].weight, table)

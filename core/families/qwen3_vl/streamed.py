@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from framewise.core.decoding.host_embedding import embedding_stays_on_host
 from framewise.core.quantization.loading import (
     KeepFloat,
     load_checkpoint,
@@ -29,6 +30,7 @@ from framewise.core.quantization.loading import (
 from framewise.core.quantization.weight_format import WeightFormat
 
 LANGUAGE_LAYERS = "model.language_model.layers."
+INPUT_EMBEDDING = "model.language_model.embed_tokens.weight"
 # The projections a decoder layer's fused passes multiply as one stacked matrix, in row order
 # (as :func:`~framewise.core.decoding.dense_layers.dense_layers` stacks them).
 STACKED_PROJECTIONS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
@@ -58,11 +60,15 @@ def load_streamed(
         model = model_class._from_config(config, dtype=dtype)
     move_buffers(model, device)
     files = sorted(path.glob("*.safetensors"))
+    tied = getattr(config, "tie_word_embeddings", False) or getattr(config.get_text_config(), "tie_word_embeddings", False)
+    # An input embedding the decoder reads from the host is read there, never taking the device's memory.
+    on_host = {INPUT_EMBEDDING} if embedding_stays_on_host(device.type, tied) else set()
     report = load_checkpoint(
         model, files, weight_format, device, dtype,
         keep_float=keep_float or stays_float, stacked_with=stacked_with or stacked_projections,
+        on_host=on_host.__contains__,
     )
-    if getattr(config, "tie_word_embeddings", False) or getattr(config.get_text_config(), "tie_word_embeddings", False):
+    if tied:
         model.lm_head.weight = model.model.language_model.embed_tokens.weight
     if (path / "generation_config.json").is_file():  # the answer's end tokens, as from_pretrained reads them
         model.generation_config = transformers.GenerationConfig.from_pretrained(path, local_files_only=True)
