@@ -318,10 +318,12 @@ class Decoder:
                 return None
             chunk_rope = rope[:, start - reused : stop - reused]
             tail_ids = prompt.input_ids[:, start:stop]
-            if text_tail and self.prefills.takes(start, stop - start):
+            vision = prompt.vision_rows(start, stop, pin=self.language.device.type == "cuda")
+            # A pass of text alone (a follow-up; a first question's after a clip its state is kept at)
+            # goes through a prefill graph where one holds it.
+            if vision is None and self.prefills.takes(start, stop - start):
                 logits, result.prefill_graph = self.prefills.run(start, tail_ids, chunk_rope)
             else:
-                vision = prompt.vision_rows(start, stop, pin=self.language.device.type == "cuda")
                 logits = self.language.prefill(self.state, start, tail_ids, chunk_rope, vision)
             self.cache.tokens.extend(ids[start:stop])
             self._prefix.chunk_done(stop, clip_end)

@@ -537,7 +537,8 @@ def test_the_prefill_pass_plan(start: int, end: int, cut: int) -> None:
 @pytest.mark.parametrize("chunk", [5, 7, 10])
 def test_a_prefill_in_chunks_equals_one_pass(setup: Setup, monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
     """Chunk boundaries inside the clip's vision spans, so each chunk takes a part of a span's
-    features and deepstack rows: the first token's logits and every cache entry are one pass's."""
+    features and deepstack rows: the first token's logits and every cache entry are one pass's.
+    Chunks of text alone go through the follow-up prefill passes (padded to a token bucket)."""
     _, prompt = prompt_for(setup, "What color is the square?")
     length = prompt.input_ids.shape[1]
     # a KV cache is not snapshotted at the clip's end, so no pass is cut there
@@ -546,15 +547,17 @@ def test_a_prefill_in_chunks_equals_one_pass(setup: Setup, monkeypatch: pytest.M
     decoder = Decoder(Qwen3VLLanguageModel(setup.model), 512, 16, use_graphs=True, prefill_chunk_tokens=chunk)
     seen = recorded_prefills(decoder.language, monkeypatch)
     result = decoder.answer(prompt, rule_for(setup, max_new_tokens=1), lambda token: None, lambda: False)
-    assert result.prefill_chunks == len(seen) == len(starts) > 2
-    assert [start for start, _ in seen] == starts
+    assert result.prefill_chunks == len(starts) > 2
+    with_vision = [start for start, stop in prefill_chunks(0, length, 0, chunk) if prompt.vision_rows(start, stop)]
+    # the last pass, the question's text, went through the padded prefill, whose logits it leaves
+    assert [start for start, _ in seen] == with_vision and with_vision[-1] < starts[-1]
     language = Qwen3VLLanguageModel(setup.model)
     cache = language.new_state(512)
     with torch.inference_mode():
         rope = language.positions(prompt.input_ids, prompt.token_types, prompt.grids).rope
         one_pass = language.prefill(cache, 0, prompt.input_ids, rope, prompt.vision_rows(0))
     scale = one_pass.abs().max()
-    assert (seen[-1][1] - one_pass).abs().max() <= 1e-5 * scale
+    assert (decoder.prefills.logits - one_pass).abs().max() <= 1e-5 * scale
     for ours, theirs in zip((*decoder.cache.keys, *decoder.cache.values), (*cache.keys, *cache.values)):
         assert (ours[:, :, :length] - theirs[:, :, :length]).abs().max() <= 1e-5 * theirs.abs().max()
 
@@ -569,10 +572,10 @@ def test_a_stop_between_prefill_chunks_keeps_exactly_the_chunks_written(
     inputs, prompt = prompt_for(setup, "Describe the clip.")
     ids = prompt.input_ids[0].tolist()
     streamed: list[int] = []
-    stopped = decoder.answer(prompt, rule_for(setup), streamed.append, lambda: len(seen) >= 2)
-    assert stopped.stop_reason == "cancelled" and stopped.token_ids == streamed == []
-    assert len(seen) == stopped.prefill_chunks == 2
     two_chunks = prefill_chunks(0, len(ids), 0, 8)[1][1]
+    stopped = decoder.answer(prompt, rule_for(setup), streamed.append, lambda: len(decoder.cache.tokens) >= two_chunks)
+    assert stopped.stop_reason == "cancelled" and stopped.token_ids == streamed == []
+    assert stopped.prefill_chunks == 2 and len(seen) >= 1  # the first chunk, text alone, may take the padded pass
     assert decoder.cache.tokens == ids[:two_chunks]
     assert any(span.start < two_chunks < span.end for span in prompt.spans)  # the next prefill starts inside a span
     seen.clear()
