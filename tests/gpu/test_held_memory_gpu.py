@@ -17,7 +17,8 @@ from safetensors.torch import save_file
 
 from benchmarks import memory_bench
 from framewise.core.backends.local.engine import Engine
-from framewise.core.decoding.host_embedding import HostEmbedding
+from framewise.core import loading
+from framewise.core.decoding.host_embedding import HostEmbedding, move_input_embedding_to_host
 from framewise.core.loading import estimate_memory
 from framewise.core.settings import AppSettings
 
@@ -52,14 +53,24 @@ def untied_copy(folder: Path, into: Path) -> Path:
 
 @pytest.mark.parametrize("head", ["tied", "untied"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "fp8"])
-def test_the_held_total_matches_the_memory_reserved_after_load(checkpoints: dict[str, Path], head: str, dtype: str) -> None:
+def test_the_held_total_matches_the_memory_reserved_after_load(
+    checkpoints: dict[str, Path], head: str, dtype: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     settings = AppSettings().replace("model", source=str(checkpoints[head]), device="cuda", dtype=dtype)
+    read_into: list[torch.device] = []  # where the loader left the input embedding's table
+
+    def moving(model: torch.nn.Module, device: torch.device) -> bool:
+        read_into.append(model.get_input_embeddings().weight.device)
+        return move_input_embedding_to_host(model, device)
+
+    monkeypatch.setattr(loading, "move_input_embedding_to_host", moving)
     gc.collect()
     torch.cuda.empty_cache()
     before = torch.cuda.memory_reserved()
     engine = Engine(settings)
     held = engine.load().held_memory
     assert isinstance(engine.parts.loaded.model.get_input_embeddings(), HostEmbedding) == (head == "untied")
+    assert [device.type for device in read_into] == ["cpu" if head == "untied" else "cuda"]  # never on the card
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     grown = torch.cuda.memory_reserved() - before

@@ -116,6 +116,7 @@ def test_the_decoder_answers_through_graphs_in_chunks_and_from_snapshots_like_ge
         seen = recording(decoder.language, monkeypatch)  # plain prefills only: replays are not recorded
         conversation = first_question(cuda_fp32_model)
         first = answer(decoder, conversation)
+        assert first.prefill_graph  # its last pass, text alone after the clip's snapshot, replayed a graph
         second = conversation.then(first.token_ids, question_seed=0)
         stopped = answer(decoder, second, stop_after=2)
         assert stopped.graph_steps == 1 and stopped.prefill_graph
