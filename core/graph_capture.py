@@ -35,7 +35,8 @@ class GraphCapture:
         without the warm-ups' blocks still reserved beside it."""
         for forward in forwards:
             self.warm(forward)
-        memory_reserved(self.device)
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
 
     def capture(self, forward: Callable[[], None], *, warm_up: bool = True) -> torch.cuda.CUDAGraph:
         """``forward`` run once on the warm-up stream (unless ``warm_up`` is off: a forward with the

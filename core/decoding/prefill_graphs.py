@@ -140,7 +140,7 @@ class PrefillGraphs:
         # One warm-up per token bucket, over its fewest positions (over more the same kernels run on
         # the same activation sizes and only attention reads more of the cache), all before any
         # capture, so that a warm-up's memory is never held beside the pool.
-        fewest = {tokens: min(context for bucket, context in shapes if bucket == tokens) for tokens, _ in shapes}
+        fewest = {tokens: min(context for context in self.context_buckets if context >= tokens) for tokens in self.token_buckets}
         capture.warm_before_capturing(functools.partial(self._warm_up, tokens, context) for tokens, context in fewest.items())
         for done, (tokens, context) in enumerate(shapes):
             message = f"Capturing follow-up prefill graph for {tokens} tokens over {context} positions"
