@@ -183,22 +183,26 @@ def test_smoke_run_reports_a_model_that_does_not_load(tmp_path):
 
 def test_ctrl_c_in_the_terminal_closes_the_window_cleanly(tmp_path):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", FRAMEWISE_LOG_DIR=str(tmp_path / "logs"))
-    process = subprocess.Popen(
-        [sys.executable, "-m", "framewise.app", "--settings-file", str(tmp_path / "framewise.ini")],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    # The terminal's output goes to a file: a pipe nobody reads while waiting would fill and stall the app.
+    terminal = tmp_path / "terminal.txt"
+    with terminal.open("w") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "framewise.app", "--settings-file", str(tmp_path / "framewise.ini")],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
     log_file = tmp_path / "logs" / "framewise.log"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and "engine ready" not in (log_file.read_text() if log_file.exists() else ""):
-        assert process.poll() is None, process.communicate()[0]
+    while "engine ready" not in (log_file.read_text() if log_file.exists() else ""):
+        assert process.poll() is None, terminal.read_text()
+        assert time.monotonic() < deadline, f"no 'engine ready' within 120 s:\n{terminal.read_text()[-3000:]}"
         time.sleep(0.2)
     process.send_signal(signal.SIGINT)
-    output, _ = process.communicate(timeout=60)
-    assert process.returncode == 0, output
+    process.wait(timeout=60)
+    assert process.returncode == 0, terminal.read_text()
 
 
 def test_new_sampling_settings_re_sample_the_open_clip(qtbot, make_window, sample_clip):
