@@ -41,8 +41,12 @@ class ClipColumn(QSplitter):
         total = self._total()
         if total <= 0 or self._by_hand:
             return
-        room = total - self.clip.height_for_width(self.width())
-        self.encoder.set_collapsed(room < self._encoder_open_height())  # shares the height when it changes
+        # Judged at the width the column has with the section open: its figures may widen the column,
+        # and a clip drawn wider is taller. Judged at the folded width, a window where the open section
+        # just misses would unfold and fold again without end.
+        width = max(self.width(), self._open_minimum_width())
+        room = total - self.clip.height_for_width(width)
+        self.encoder.set_collapsed(room < self._encoder_open_height(width))  # shares the height when it changes
         self.share_height()
 
     def share_height(self) -> None:
@@ -55,15 +59,20 @@ class ClipColumn(QSplitter):
             encoder = self.encoder.maximumHeight()
         else:
             left = total - self.clip.height_for_width(self.width())
-            encoder = min(max(left, self._encoder_open_height()), total - self.clip.minimumSizeHint().height())
+            encoder = min(max(left, self._encoder_open_height(self.width())), total - self.clip.minimumSizeHint().height())
         self.setSizes([total - encoder, encoder])
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt override
         super().resizeEvent(event)
         self.arrange()
 
-    def _encoder_open_height(self) -> int:
-        return self.encoder.header.sizeHint().height() + self.panel.figures_height(self.width())
+    def _encoder_open_height(self, width: int) -> int:
+        """The Encoder section's height with its figures shown whole in a column ``width`` pixels wide."""
+        return self.encoder.header.sizeHint().height() + self.panel.figures_height(width)
+
+    def _open_minimum_width(self) -> int:
+        """The least width the column takes with the Encoder section open (its panel shown)."""
+        return max(self.clip.minimumSizeHint().width(), self.panel.minimumSizeHint().width())
 
     def _total(self) -> int:
         return sum(self.sizes())

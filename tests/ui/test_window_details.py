@@ -232,3 +232,24 @@ def test_settings_sampling_sets_pruning_picked_or_typed_and_refuses_a_rate_of_on
     assert dialog.validated_settings() is None
     assert "below 1" in probes.error_text(dialog, "sampling.pruning")
     assert "auto: 0.5 for clips over 12,288 video tokens" in probes.hint_text(dialog, "sampling.pruning")
+
+
+def test_the_encoder_section_settles_at_sizes_where_opening_it_widens_the_column(qtbot, store, services, monkeypatch):
+    """Opening the Encoder section widens the left column to its figures' width, and a wider clip is
+    taller: at a size where the open section then just misses its room, the column must settle (folded)
+    rather than fold and unfold for ever."""
+    window = _window_on_screen(qtbot, store, services, monkeypatch, (800, 800))
+    changes: list[bool] = []
+    window.encoder_section.collapsed_changed.connect(changes.append)
+    try:
+        window.setWindowState(Qt.WindowState.WindowNoState)
+        window.show()
+        qtbot.waitExposed(window)
+        for height in range(700, 860, 8):
+            window.resize(796, height)
+            qtbot.wait(30)
+            changes.clear()
+            qtbot.wait(120)
+            assert len(changes) <= 1, f"at 796×{height} the section folded and unfolded {len(changes)} times"
+    finally:
+        window.shutdown()
