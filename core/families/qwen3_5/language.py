@@ -1,21 +1,25 @@
 """Qwen3.5's language model, run pass by pass over a :class:`HybridState`.
 
 Three of every four layers are linear attention (Gated DeltaNet), the fourth gated full attention
-(transformers' ``layer_types``). A pass runs the model's own modules and weights in the order
+(transformers' ``layer_types``). A pass runs the model's weights in the order
 ``Qwen3_5TextModel.forward`` runs them, with Framewise's state in place of transformers' cache:
 
 - every layer's two norms (and the final one) run as one fused ``rms_norm`` each
-  (:func:`zero_centred_rms_norm`), its MLP as the model's module;
-- a full-attention layer's attention runs its module's projections and Qwen3.5's rotary code, its
-  per-head norms fused, its keys and values into the state (:meth:`HybridState.update` maps the
-  layer to its slot of the KV cache), through the decoder's attention function
+  (:func:`zero_centred_rms_norm`);
+- a layer's projections of its normed input, and its MLP's gate and up, run as the modules' own
+  products, or, where the layers are laid out for the fused step of :mod:`.step`, as that
+  layout's stacked products (one a weight format; the MLP's SiLU-gated product formed as the down
+  product's input, inside a quantizing product's kernel);
+- a full-attention layer's attention runs Qwen3.5's rotary code, its per-head norms fused, its
+  keys and values into the state (:meth:`HybridState.update` maps the layer to its slot of the KV
+  cache), through the decoder's attention function
   (:func:`~framewise.core.decoding.attention.decoder_attention_forward`);
-- a linear-attention layer runs its projections as modules, and its token mixing through
+- a linear-attention layer's token mixing runs through
   :mod:`framewise.core.decoding.linear_attention` on the layer's convolution and recurrent states
   (the chunked rule for a prefill, the one-token rule for a decode step).
 
-A decode step runs the fused step of :mod:`.step` instead where its Triton kernels run (the
-layers' projections stacked, norms and residuals inside the products; the same mixing).
+A decode step runs the fused step of :mod:`.step` instead where it is laid out (norms and
+residuals inside the products; the same mixing).
 
 Rotary positions are Qwen3-VL's: three axes from the model's own ``get_rope_index`` over the whole
 prompt (the same code in transformers), interleaved over the rotary quarter of each head, and a
@@ -41,7 +45,7 @@ from framewise.core.families.qwen3_5.mixers import (
     norm_scale,
     zero_centred_rms_norm,
 )
-from framewise.core.families.qwen3_5.step import StepModel, load_fused_step, output_head
+from framewise.core.families.qwen3_5.step import StepLayer, StepModel, load_fused_step, output_head
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
 
@@ -255,56 +259,74 @@ class Qwen35LanguageModel:
         take the one-token rule when ``one_token``, and ignore the tokens after ``last`` where given.
         Returns the normed hidden states (1, n, hidden)."""
         position_embeddings = self.text.rotary_emb(embeds, rope)
+        stacked = self._step.layers if self._step is not None else None
         hidden = embeds
         for index, layer in enumerate(self.text.layers):
             input_scale, post_scale = self._norm_scales[index]
             normed = zero_centred_rms_norm(hidden, input_scale, layer.input_layernorm.eps)
+            parts = _input_projections(layer, normed, stacked[index] if stacked else None)
             if self.shape.layer_kinds[index] == FULL_ATTENTION:
-                mixed = self._attend(layer.self_attn, normed, position_embeddings, mask, state, index)
+                attention = layer.self_attn
+                attended = gated_attention(
+                    attention, *parts, self._head_norm_scales[index], position_embeddings, mask, state, index
+                )
+                mixed = attention.o_proj(attended)
             else:
-                mixed = self._mix(layer.linear_attn, normed, state, index, one_token, last)
+                mixed = self._mix(layer.linear_attn, parts, state, index, one_token, last)
             hidden = hidden + mixed
-            hidden = hidden + layer.mlp(zero_centred_rms_norm(hidden, post_scale, layer.post_attention_layernorm.eps))
+            normed = zero_centred_rms_norm(hidden, post_scale, layer.post_attention_layernorm.eps)
+            hidden = hidden + _mlp(layer.mlp, normed, stacked[index] if stacked else None)
         return zero_centred_rms_norm(hidden, self._final_norm_scale, self.text.norm.eps)
-
-    def _attend(
-        self,
-        attention: torch.nn.Module,
-        x: torch.Tensor,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor],
-        mask: AttentionMask,
-        state: HybridState,
-        layer: int,
-    ) -> torch.Tensor:
-        """A gated full-attention layer's attention of the normed ``x`` (1, n, hidden) through its
-        module's projections (:func:`~framewise.core.families.qwen3_5.mixers.gated_attention`), its
-        keys and values written to the state's slot for model layer ``layer``. Returns (1, n, hidden)."""
-        attended = gated_attention(
-            attention, attention.q_proj(x), attention.k_proj(x), attention.v_proj(x), self._head_norm_scales[layer],
-            position_embeddings, mask, state, layer,
-        )
-        return attention.o_proj(attended)
 
     def _mix(
         self,
         mixer: torch.nn.Module,
-        x: torch.Tensor,
+        parts: list[torch.Tensor],
         state: HybridState,
         layer: int,
         one_token: bool,
         last: torch.Tensor | None,
     ) -> torch.Tensor:
-        """A Gated DeltaNet layer's token mixing of the normed ``x`` (1, n, hidden) through its
-        module's projections (:func:`~framewise.core.families.qwen3_5.mixers.delta_rule_mixing`),
-        over the linear states of model layer ``layer``. Returns (1, n, hidden)."""
-        count = x.shape[1]
+        """A Gated DeltaNet layer's token mixing from its projections ``parts`` (in_proj_qkv's,
+        in_proj_z's, in_proj_b's and in_proj_a's, each (1, n, rows);
+        :func:`~framewise.core.families.qwen3_5.mixers.delta_rule_mixing`), over the linear states
+        of model layer ``layer``, its gated norm and out_proj. Returns (1, n, hidden)."""
+        qkv, gate, beta_logits, decay_input = parts
+        count = qkv.shape[1]
         out = delta_rule_mixing(
-            mixer, mixer.in_proj_qkv(x), mixer.in_proj_b(x), mixer.in_proj_a(x), self._decay_rates[layer], state,
+            mixer, qkv, beta_logits, decay_input, self._decay_rates[layer], state,
             layer, one_token=one_token, last=last, fla=self._fla,
         )
-        gate = mixer.in_proj_z(x)
         out = gated_rms_norm(out.reshape(-1, mixer.head_v_dim), gate.reshape(-1, mixer.head_v_dim), mixer.norm)
         return mixer.out_proj(out.reshape(1, count, -1))
+
+
+def _input_projections(layer: torch.nn.Module, normed: torch.Tensor, stacked: StepLayer | None) -> list[torch.Tensor]:
+    """The projections of a decoder layer's normed input ``normed`` (1, n, hidden), each (1, n, rows):
+    a linear layer's in_proj_qkv, in_proj_z, in_proj_b and in_proj_a, a full-attention layer's q
+    (with its output gate), k and v. Through the step's stacks (one product a weight format, as the
+    step multiplies them) where the layer is laid out for it, else the model's own modules."""
+    if stacked is not None:
+        parts: list[torch.Tensor] = []
+        for stack in stacked.inputs:
+            parts.extend(stack.products.prefill(normed, stack.weight, stack.scale).split(stack.rows, dim=-1))
+        return parts
+    if hasattr(layer, "linear_attn"):
+        mixer = layer.linear_attn
+        return [mixer.in_proj_qkv(normed), mixer.in_proj_z(normed), mixer.in_proj_b(normed), mixer.in_proj_a(normed)]
+    attention = layer.self_attn
+    return [attention.q_proj(normed), attention.k_proj(normed), attention.v_proj(normed)]
+
+
+def _mlp(mlp: torch.nn.Module, normed: torch.Tensor, stacked: StepLayer | None) -> torch.Tensor:
+    """The MLP of the post-attention normed state ``normed`` (1, n, hidden): gate and up as one
+    product and SiLU(gate) * up formed as the down product's input where the layer is laid out for
+    the step (a quantizing product forms it inside its kernel), else the model's own module."""
+    if stacked is None:
+        return mlp(normed)
+    gate_up, down = stacked.gate_up, stacked.down
+    both = gate_up.products.prefill(normed, gate_up.weight, gate_up.scale)
+    return down.products.prefill(both, down.weight, down.scale, silu_mul=True)
 
 
 def _check_mixers(layers: torch.nn.ModuleList, shape: TextShape) -> None:

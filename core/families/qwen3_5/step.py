@@ -6,7 +6,8 @@ stacked by rows (a Gated DeltaNet layer's in_proj_qkv, in_proj_z, in_proj_b and 
 full-attention layer's q with its gate, k and v), consecutive ones of one weight format in one
 matrix where the format can stack their rows (a quantized format keeps in_proj_b and in_proj_a
 in floating point: they make a second, small product); the MLP's gate and up stacked. The modules' own weights become views
-of the stacks, so the layout holds no second copy and a prefill still calls the modules.
+of the stacks, so the layout holds no second copy; a prefill multiplies by the same stacks
+(:mod:`.language`).
 
 A step (:class:`FusedStep`) runs per layer: the input norm and the stacked product as one fused
 product, the layer's mixing (:mod:`.mixers`: for a linear layer fla-core's one-token convolution

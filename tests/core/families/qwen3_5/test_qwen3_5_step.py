@@ -43,9 +43,9 @@ def quantized(model: torch.nn.Module, scheme: str = "block") -> torch.nn.Module:
 
 
 def greedy_steps(model: torch.nn.Module, fused: bool, steps: int = STEPS) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """A clip's prompt prefilled (through the modules), then ``steps`` greedy decode steps through
-    the fused step as torch ops (``fused``) or the model's own layers: each step's logits, and the
-    linear and KV states after the last."""
+    """A clip's prompt prefilled, then ``steps`` greedy decode steps, through the fused layout's
+    stacked products and step as torch ops (``fused``) or the model's own layers: each step's
+    logits, and the linear and KV states after the last."""
     language = Qwen35LanguageModel(model, fused_steps=fused, step_kernels=False)
     assert language.fused_steps == fused and not language.step_kernels
     dtype = model.model.language_model.norm.weight.dtype
@@ -65,7 +65,8 @@ def greedy_steps(model: torch.nn.Module, fused: bool, steps: int = STEPS) -> tup
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("weights", ["float", "fp8"])
-def test_the_fused_step_as_torch_ops_equals_the_model_layers_step(dtype: torch.dtype, weights: str) -> None:
+def test_the_fused_layout_as_torch_ops_prefills_and_steps_as_the_model_layers_do(dtype: torch.dtype, weights: str) -> None:
+    """The prompt prefilled through the stacked projections, then the fused steps, against the modules'."""
     model = tiny_model(tiny_config(), seed=1, dtype=dtype)
     if weights == "fp8":
         quantized(model)
