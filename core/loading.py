@@ -23,7 +23,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
 
 from framewise.core.decoding.host_embedding import move_input_embedding_to_host
-from framewise.core.encoding.cpu_forms import use_cpu_forms
+from framewise.core.encoding.cpu_forms import cpu_tower_dtype, use_cpu_forms
 from framewise.core.errors import FramewiseError, ModelLoadError, SettingsError
 from framewise.core.events import Progress
 from framewise.core.families import family_for
@@ -120,7 +120,7 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
             f"{name} does not fit in the memory of {device}; choose a smaller model, the CPU, or a smaller dtype."
         ) from error
     if device.type == "cpu":
-        use_cpu_forms(family.vision_tower(model))
+        use_cpu_forms(family.vision_tower(model), cpu_tower_dtype(settings.dtype, dtype))
 
     adapter = family.adapter(model)
     report(Progress("load", LOAD_STEPS, LOAD_STEPS, f"Loaded {name}"))
