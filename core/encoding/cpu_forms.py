@@ -49,8 +49,8 @@ class PatchProduct(nn.Module):
 def cpu_multiplies_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 in hardware: AVX512-BF16's dot products or AMX's tiles
     (every CPU with AMX tiles has their bfloat16 products). Other CPUs, ARM ones among them, are
-    not counted: torch's own ``mkldnn`` bfloat16 check also passes on AVX-512 CPUs that only
-    convert bfloat16 to float32, which are slower in bfloat16 than in float32."""
+    not counted. (torch's ``mkldnn`` bfloat16 check is not this one: it also passes on AVX-512
+    CPUs without bfloat16 products, which convert bfloat16 to float32 to multiply it.)"""
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
@@ -68,8 +68,8 @@ def cpu_tower_dtype(dtype_setting: str, activations: torch.dtype) -> torch.dtype
 
 def use_cpu_forms(tower: nn.Module, dtype: torch.dtype) -> int:
     """Replace, inside ``tower``, each patch-embedding convolution by a :class:`PatchProduct`, and
-    run it in ``dtype`` (:func:`run_in`); how many convolutions were replaced. The parameters and
-    their names stay as they were."""
+    run it in ``dtype`` (:func:`run_in`); how many convolutions were replaced. The parameters keep
+    their names and shapes."""
     run_in(tower, dtype)
     replaced = 0
     for parent in list(tower.modules()):
