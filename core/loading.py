@@ -23,7 +23,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as transformers_logging
 
 from framewise.core.decoding.host_embedding import move_input_embedding_to_host
-from framewise.core.encoding.cpu_forms import use_cpu_forms
+from framewise.core.encoding.cpu_forms import cpu_tower_dtype, use_cpu_forms
 from framewise.core.errors import FramewiseError, ModelLoadError, SettingsError
 from framewise.core.events import Progress
 from framewise.core.families import family_for
@@ -120,7 +120,7 @@ def load_model(settings: ModelSettings, progress: ProgressCallback | None = None
             f"{name} does not fit in the memory of {device}; choose a smaller model, the CPU, or a smaller dtype."
         ) from error
     if device.type == "cpu":
-        use_cpu_forms(family.vision_tower(model))
+        use_cpu_forms(family.vision_tower(model), pick_tower_dtype(settings.dtype, device, dtype))
 
     adapter = family.adapter(model)
     report(Progress("load", LOAD_STEPS, LOAD_STEPS, f"Loaded {name}"))
@@ -159,7 +159,10 @@ def estimate_memory(settings: AppSettings) -> MemoryEstimate:
     weight_format = choose_weight_format(config, model.dtype, device)
     context, clip = settings.context_tokens(family.limits), family.limits.video_tokens(settings.sampling.max_pixels)
     cache_format = kv_cache_format(settings.decoding.kv_cache_dtype)
-    return family.estimate_memory(config, weight_format, activations, context, budgets, device.type, clip, cache_format)
+    tower = pick_tower_dtype(model.dtype, device, activations)
+    return family.estimate_memory(
+        config, weight_format, activations, context, budgets, device.type, clip, cache_format, tower
+    )
 
 
 def memory_estimate_text(settings: AppSettings) -> str:
@@ -479,3 +482,11 @@ def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "bfloat16" and device.type == "cuda" and not supports_bf16:
         raise SettingsError("model.dtype", "this GPU has no bfloat16; choose float16, float32 or auto.")
     return dtypes[name]
+
+
+def pick_tower_dtype(name: str, device: torch.device, activations: torch.dtype) -> torch.dtype:
+    """The vision tower's dtype for the dtype setting ``name``, whose activations are in
+    ``activations``: on the CPU :func:`~framewise.core.encoding.cpu_forms.cpu_tower_dtype`
+    (bfloat16 where the CPU multiplies it natively and the setting leaves the choice), elsewhere
+    the activations'."""
+    return cpu_tower_dtype(name, activations) if device.type == "cpu" else activations

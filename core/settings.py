@@ -95,6 +95,11 @@ class ModelSettings:
 
     ``source`` is ``"demo"`` (the bundled demo model), a local folder, or a Hugging Face repo id
     found in the local cache.
+
+    ``dtype`` is the activations' (``auto``: bfloat16 on a GPU that has it, else float32) or a
+    weight format's. On a CPU that multiplies bfloat16 natively, ``auto`` and a weight format also
+    run the vision tower in bfloat16 (:mod:`framewise.core.encoding.cpu_forms`); ``float32`` keeps
+    every part in float32.
     """
 
     source: str = DEMO_MODEL

@@ -113,14 +113,15 @@ class ModelFamily(Protocol):
     def estimate_memory(
         self, config: Mapping[str, Any], weight_format: WeightFormat, activations: torch.dtype, context_tokens: int,
         encoder_budgets: Sequence[int], device_type: str, clip_tokens: int = 0,
-        cache_format: KVCacheFormat | None = None,
+        cache_format: KVCacheFormat | None = None, tower_dtype: torch.dtype | None = None,
     ) -> MemoryEstimate:
         """The memory a checkpoint with this config.json (a dict) takes on a ``device_type``
         device (``"cuda"``, ``"cpu"``, ...), before loading it: its linear layers in
         ``weight_format`` (:meth:`~framewise.core.quantization.weight_format.WeightFormat.linear_bytes`),
-        everything else in ``activations``, a KV cache of ``context_tokens`` positions in
-        ``cache_format`` (None: in ``activations``), encoder graphs for ``encoder_budgets``, and the
-        features an open clip of ``clip_tokens`` video tokens keeps."""
+        the vision tower in ``tower_dtype`` (None: in ``activations``), everything else in
+        ``activations``, a KV cache of ``context_tokens`` positions in ``cache_format`` (None: in
+        ``activations``), encoder graphs for ``encoder_budgets``, and the features an open clip of
+        ``clip_tokens`` video tokens keeps."""
         ...
 
     def language_layout(self, config: Mapping[str, Any]) -> LanguageLayout:

@@ -17,6 +17,7 @@ from transformers import (
     Qwen3VLMoeForConditionalGeneration,
 )
 
+from framewise.core.encoding.cpu_forms import cpu_multiplies_bf16
 from framewise.core.encoding.defs import VisionItem
 from framewise.core.errors import ModelLoadError, SettingsError
 from framewise.core.events import Progress
@@ -77,7 +78,9 @@ def test_demo_model_loads_on_the_cpu_with_its_label(demo: LoadedModel) -> None:
     assert demo.is_demo and demo.name == "demo"
     assert demo.label == read_model_info(DEMO_MODEL_DIR)["label"] and demo.label.startswith("Demo model")
     assert demo.device == torch.device("cpu") and demo.dtype == torch.float32
-    assert next(demo.model.parameters()).dtype == torch.float32
+    assert next(demo.model.model.language_model.parameters()).dtype == torch.float32
+    tower = next(demo.family.vision_tower(demo.model).parameters()).dtype
+    assert tower == (torch.bfloat16 if cpu_multiplies_bf16() else torch.float32)  # see test_cpu_forms.py
     assert (demo.limits.patch_size, demo.limits.frames_per_slice, demo.limits.merge_size) == (16, 2, 2)
     assert demo.model.config._attn_implementation == "sdpa"
 

@@ -101,13 +101,13 @@ class Qwen3VLFamily:
     def estimate_memory(
         self, config: Mapping[str, Any], weight_format: WeightFormat, activations: torch.dtype, context_tokens: int,
         encoder_budgets: Sequence[int], device_type: str, clip_tokens: int = 0,
-        cache_format: KVCacheFormat | None = None,
+        cache_format: KVCacheFormat | None = None, tower_dtype: torch.dtype | None = None,
     ) -> MemoryEstimate:
         from framewise.core.families.qwen3_vl import memory
 
         return memory.estimate_parts(
             self.language_shape(config), config["vision_config"], weight_format, activations, context_tokens,
-            encoder_budgets, device_type, clip_tokens, cache_format,
+            encoder_budgets, device_type, clip_tokens, cache_format, tower_dtype,
         )
 
     def language_shape(self, config: Mapping[str, Any]) -> LanguageShape:

@@ -5,8 +5,9 @@ GPU, an allowance for the caching allocator besides.
 
 - Weights are counted exactly from the shapes. The decoder layers' linear layers take what their
   weight format counts (:meth:`~framewise.core.quantization.weight_format.WeightFormat.linear_bytes`:
-  a quantized format's stored bytes and scales); the vision tower, embeddings, norms and the
-  output head are in the activations' dtype.
+  a quantized format's stored bytes and scales); embeddings, norms and the output head are in the
+  activations' dtype, the vision tower in its own (the activations', except bfloat16 on a CPU that
+  multiplies it natively: :mod:`~framewise.core.encoding.cpu_forms`).
 - The KV cache is :meth:`~framewise.core.decoding.kv_cache.StaticKVCache.bytes_needed` for the
   context, in the cache's layout whatever the weight format (keys and values in the activations'
   dtype, or e4m3 with their scales: :class:`~framewise.core.quantization.kv_formats.KVCacheFormat`).
@@ -251,25 +252,26 @@ def estimate_parts(
     device_type: str,
     clip_tokens: int,
     cache_format: KVCacheFormat | None,
+    tower_dtype: torch.dtype | None = None,
 ) -> MemoryEstimate:
     """The device memory a model takes on a ``device_type`` device: its ``language`` model's
     weights (linear layers in ``weight_format``, the rest in ``activations``) and its decoder state
     for ``context_tokens`` positions, keys and values in ``cache_format`` (None: in
-    ``activations``), a tower of ``vision_config`` (a config.json's dict) in ``activations``,
-    encoder graphs for ``encoder_budgets`` (patch rows each; none when graphs are off), decode
+    ``activations``), a tower of ``vision_config`` (a config.json's dict) in ``tower_dtype`` (None:
+    in ``activations``; its outputs in ``activations`` either way), encoder graphs for ``encoder_budgets`` (patch rows each; none when graphs are off), decode
     graphs, and the features an open clip of ``clip_tokens`` video tokens keeps on the device
     (none on CUDA for a clip whose features wait in the host's memory). On the CPU the
     decoder captures no graphs and nothing is added for a caching allocator (it has none); on CUDA
     an input embedding that is not the output head is kept on the host and not counted."""
     cache_format = cache_format or FLOAT_KV_CACHE
     encoder = EncoderShape.from_config(vision_config)
-    element = activations.itemsize
+    element, tower_element = activations.itemsize, (tower_dtype or activations).itemsize
     on_host = embedding_stays_on_host(device_type, language.tied_embeddings)
     host_embedding = element * language.input_embedding_parameters() if on_host else 0
     parts = MemoryEstimate(
-        weights=language.weight_bytes(weight_format, activations) - host_embedding + element * encoder.parameters(),
+        weights=language.weight_bytes(weight_format, activations) - host_embedding + tower_element * encoder.parameters(),
         kv_cache=language.state_bytes(context_tokens, activations, cache_format),
-        encoder_graphs=encoder_graph_bytes(encoder, encoder_budgets, element),
+        encoder_graphs=encoder_graph_bytes(encoder, encoder_budgets, tower_element),
         decode_graphs=0 if device_type == "cpu" else decode_graph_bytes(
             language, activations, context_tokens, cache_format
         ),

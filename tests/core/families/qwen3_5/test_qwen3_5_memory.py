@@ -13,7 +13,7 @@ import torch
 from framewise.core.decoding import Decoder
 from framewise.core.families import family_for
 from framewise.core.families.qwen3_vl.memory import EncoderShape
-from framewise.core.loading import load_model
+from framewise.core.loading import load_model, pick_tower_dtype
 from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE
 from framewise.core.quantization.registry import choose_weight_format
 from framewise.core.seam import LanguageLayout
@@ -35,7 +35,8 @@ def checkpoint(tmp_path_factory) -> Path:
 def estimate(config: dict, setting: str, context: int, budgets=(), device_type: str = "cuda",
              activations: torch.dtype = torch.bfloat16):
     weight_format = choose_weight_format(config, setting, CPU)
-    return QWEN3_5.estimate_memory(config, weight_format, activations, context, budgets, device_type)
+    tower = pick_tower_dtype(setting, torch.device(device_type), activations)
+    return QWEN3_5.estimate_memory(config, weight_format, activations, context, budgets, device_type, tower_dtype=tower)
 
 
 @pytest.mark.parametrize("setting", ["bfloat16", "fp8"])

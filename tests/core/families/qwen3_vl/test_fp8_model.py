@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 
 from framewise.core.decoding.dense_layers import step_weights_note
 from framewise.core.decoding.kv_cache import StaticKVCache
+from framewise.core.encoding.cpu_forms import cpu_multiplies_bf16
 from framewise.core.errors import QuantizationFormatError
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
 from framewise.core.loading import DEMO_MODEL_DIR, estimate_memory, load_model
@@ -61,7 +62,9 @@ def test_fp8_setting_quantizes_only_the_decoder_layers() -> None:
     layers = loaded.model.config.text_config.num_hidden_layers
     assert len(names) == 7 * layers
     assert all(name.startswith("model.language_model.layers.") for name in names)
-    assert loaded.model.model.visual.blocks[0].attn.qkv.weight.dtype == torch.float32
+    # the tower in bfloat16 on a CPU that multiplies it natively (test_cpu_forms.py), else float32
+    tower = torch.bfloat16 if cpu_multiplies_bf16() else torch.float32
+    assert loaded.model.model.visual.blocks[0].attn.qkv.weight.dtype == tower
     assert loaded.model.lm_head.weight is loaded.model.model.language_model.embed_tokens.weight
     assert loaded.model.generation_config.eos_token_id == [828, 826]  # the checkpoint's, as from_pretrained reads
 

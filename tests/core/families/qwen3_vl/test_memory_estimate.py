@@ -13,6 +13,7 @@ from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 from framewise.core.decoding.kv_cache import StaticKVCache
 from framewise.core.families import family_for
 from framewise.core.families.qwen3_vl import memory
+from framewise.core.loading import pick_tower_dtype
 from framewise.core.quantization import loading
 from framewise.core.quantization.formats import read_tensor_headers
 from framewise.core.quantization.linear import Fp8Linear
@@ -38,9 +39,10 @@ EIGHT_B = {
 
 def estimate_for(config: dict, setting: str, context_tokens: int, budgets, device_type: str = "cuda",
              activations: torch.dtype = torch.bfloat16, clip_tokens: int = 0):
-    """The family's estimate with the weight format the dtype ``setting`` chooses."""
+    """The family's estimate with the weight format and the tower's dtype the dtype ``setting`` chooses."""
+    tower = pick_tower_dtype(setting, torch.device(device_type), activations)
     return family_for("qwen3_vl").estimate_memory(
-        config, FORMATS[setting], activations, context_tokens, budgets, device_type, clip_tokens
+        config, FORMATS[setting], activations, context_tokens, budgets, device_type, clip_tokens, tower_dtype=tower
     )
 
 
