@@ -92,15 +92,18 @@ def _is_patch_embedding(conv: nn.Conv3d) -> bool:
 
 
 def run_in(tower: nn.Module, dtype: torch.dtype) -> None:
-    """Hold ``tower``'s parameters in ``dtype`` and give back its outputs' floating tensors in the
-    dtype the parameters had; nothing when they are in ``dtype`` already. Its buffers (the rotary
-    frequencies, from which the angles are computed in float32) keep their dtype, and the caller
-    casts the inputs to the parameters' dtype as it did before."""
+    """Hold ``tower``'s parameters in ``dtype``, take its inputs' floating tensors in ``dtype`` and
+    give back its outputs' in the dtype the parameters had; nothing when they are in ``dtype``
+    already. Its buffers (the rotary frequencies, from which the angles are computed in float32)
+    keep their dtype. A family's adapter need not know: what it passes and gets is as before."""
     loaded = next(tower.parameters()).dtype
     if loaded == dtype:
         return
     for parameter in tower.parameters():
         parameter.data = parameter.data.to(dtype)
+    tower.register_forward_pre_hook(
+        lambda module, args, kwargs: (_floats_in(args, dtype), _floats_in(kwargs, dtype)), with_kwargs=True
+    )
     tower.register_forward_hook(lambda module, inputs, output: _floats_in(output, loaded))
 
 

@@ -143,3 +143,15 @@ def assert_within_bf16_rounding(ours: EncodedItem, exact: EncodedItem) -> None:
         assert mine.dtype == torch.float32
         error = float((mine - reference).norm() / reference.norm())
         assert BF16_AT_LEAST < error < BF16_TOLERANCE, f"relative error {error:.2e}"
+
+
+def test_a_tower_run_in_bfloat16_takes_and_gives_what_it_did_before() -> None:
+    """A family's adapter passes float32 inputs and gets float32 outputs whatever the tower runs in."""
+    tower = torch.nn.Sequential(torch.nn.Linear(4, 3))
+    rows = torch.randn(5, 4)
+    expected = tower(rows)
+    use_cpu_forms(tower, torch.bfloat16)
+    out = tower(rows)
+    assert tower[0].weight.dtype == torch.bfloat16 and out.dtype == torch.float32
+    torch.testing.assert_close(out, expected, rtol=2 * BF16_ROUNDOFF, atol=2 * BF16_ROUNDOFF)
+    assert not torch.equal(out, expected)  # it did run in bfloat16
