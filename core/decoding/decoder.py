@@ -28,7 +28,7 @@ import torch
 
 from framewise.core.decoding.defs import LanguageModel, VisionRows
 from framewise.core.decoding.kv_cache import StaticKVCache
-from framewise.core.decoding.prefill_graphs import PrefillGraphs
+from framewise.core.decoding.prefill_graphs import CLIP_TOKEN_BUCKETS, PrefillGraphs
 from framewise.core.decoding.prefix_reuse import SNAPSHOTS, prefix_keeper
 from framewise.core.decoding.pruned_positions import UnprunedPrompt, prompt_positions
 from framewise.core.decoding.step_graphs import ProgressCallback, StepGraphs, context_buckets
@@ -129,7 +129,8 @@ class SamplingRule:
 class Decoded:
     """What one answer produced and cost. ``step_ms`` holds the wall time of every decode step;
     ``prefill_chunks`` counts the prefill's passes; ``prefill_graph`` says whether the prefill
-    replayed a follow-up prefill graph. An answer stopped during its prefill has no tokens."""
+    replayed a prefill graph, and ``graph_passes`` counts the passes that did. An answer stopped
+    during its prefill has no tokens."""
 
     token_ids: list[int] = field(default_factory=list)
     prompt_tokens: int = 0
@@ -137,6 +138,7 @@ class Decoded:
     prefill_ms: float = 0.0
     prefill_chunks: int = 0
     prefill_graph: bool = False
+    graph_passes: int = 0
     graph_steps: int = 0
     eager_steps: int = 0
     step_ms: list[float] = field(default_factory=list)
@@ -271,18 +273,20 @@ class Decoder:
         if self.graphs_enabled:
             try:
                 with torch.inference_mode():
+                    clip_buckets = CLIP_TOKEN_BUCKETS if self.language.vision_in_embeddings else ()
                     prefills = PrefillGraphs(
-                        self.language, self.state, buckets, direct=False, progress=progress, capture=self._graph_capture
+                        self.language, self.state, buckets, direct=False, clip_buckets=clip_buckets,
+                        progress=progress, capture=self._graph_capture,
                     )
             except Exception as error:  # out of memory, an op that cannot be captured
                 torch.cuda.empty_cache()
                 self.graphs_reason += (
-                    f"; capturing the follow-up prefill graphs failed ({type(error).__name__}: {error}): "
-                    "follow-ups prefill eagerly"
+                    f"; capturing the prefill graphs failed ({type(error).__name__}: {error}): "
+                    "prefills run eagerly"
                 )
             else:
                 self.graphs_reason += (
-                    f"; {len(prefills.shapes)} follow-up prefill graphs in {prefills.capture_seconds:.1f} s, "
+                    f"; {len(prefills.shapes)} prefill graphs in {prefills.capture_seconds:.1f} s, "
                     f"holding {prefills.graph_memory_bytes / 2**20:.0f} MiB"
                 )
                 return prefills
@@ -319,10 +323,13 @@ class Decoder:
             chunk_rope = rope[:, start - reused : stop - reused]
             tail_ids = prompt.input_ids[:, start:stop]
             vision = prompt.vision_rows(start, stop, pin=self.language.device.type == "cuda")
-            # A pass of text alone (a follow-up; a first question's after a clip its state is kept at)
-            # goes through a prefill graph where one holds it.
-            if vision is None and self.prefills.takes(start, stop - start):
-                logits, result.prefill_graph = self.prefills.run(start, tail_ids, chunk_rope)
+            # A pass of text (a follow-up; a first question's after a clip its state is kept at), or
+            # of a clip whose features the embeddings carry, goes through a prefill graph where one
+            # holds it.
+            graphable = vision is None or self.language.vision_in_embeddings
+            if graphable and self.prefills.takes(start, stop - start):
+                logits, result.prefill_graph = self.prefills.run(start, tail_ids, chunk_rope, vision)
+                result.graph_passes += result.prefill_graph
             else:
                 logits = self.language.prefill(self.state, start, tail_ids, chunk_rope, vision)
             self.cache.tokens.extend(ids[start:stop])

@@ -34,6 +34,14 @@ class VisionRows:
     embeds: torch.Tensor
     deepstack: tuple[torch.Tensor, ...]
 
+    def placed_in(self, embeds: torch.Tensor) -> torch.Tensor:
+        """The run's token embeddings ``embeds`` (1, n, hidden) on the device with the feature rows
+        in place of the tokens ``mask`` marks (the deepstack features aside). The rows are copied
+        without blocking: gathered into pinned memory, they go without waiting for queued passes."""
+        device = embeds.device
+        rows = self.embeds.to(device, embeds.dtype, non_blocking=True)
+        return embeds.masked_scatter(self.mask.to(device)[..., None], rows)
+
 
 class DecoderState(Protocol):
     """What a language model's passes carry from one to the next, allocated once for a maximum
@@ -91,6 +99,12 @@ class LanguageModel(Protocol):
     @property
     def step_kernels(self) -> bool:
         """Whether decode steps run through hand-written GPU kernels (which may fail to compile)."""
+        ...
+
+    @property
+    def vision_in_embeddings(self) -> bool:
+        """Whether a pass's vision features go into its input embeddings alone (none added inside
+        the layers), so that :meth:`text_prefill` can take a pass with features in its embeddings."""
         ...
 
     @property

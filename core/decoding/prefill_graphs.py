@@ -13,6 +13,13 @@ Every graph reads the same static buffers (the tokens' embeddings, cache positio
 positions, the index of the last real token) through views of its bucket's length and writes one
 logits buffer.
 ``direct`` runs the same padded pass without graphs (what a CPU test can check).
+
+A language model whose vision features go into its input embeddings alone (no features added
+inside the layers) can run a first question's clip pass the same way: its embeddings are the
+tokens' with the features in place. That pass is longer than a follow-up and starts at the
+cache's start, so for it there are larger token buckets (:data:`CLIP_TOKEN_BUCKETS`), each
+captured once, over the fewest positions that hold it. A pass that fits one replays it; any other
+runs op by op as before.
 """
 
 from __future__ import annotations
@@ -23,18 +30,24 @@ import time
 
 import torch
 
-from framewise.core.decoding.defs import DecoderState, LanguageModel
+from framewise.core.decoding.defs import DecoderState, LanguageModel, VisionRows
 from framewise.core.decoding.step_graphs import ProgressCallback, report
 from framewise.core.graph_capture import GraphCapture, memory_reserved
 
 TOKEN_BUCKETS = (32, 64, 128, 256)
+# A clip pass's buckets: multiples of 128, so a pass is padded by at most 127 tokens; up to 1,536,
+# which holds a short clip's first pass (a longer one is bound by the GPU, not the host, and a
+# larger bucket's activations would hold more of the shared pool).
+CLIP_TOKEN_BUCKETS = tuple(range(384, 1536 + 1, 128))
 # Token id the padding carries: any id computes; a fixed one keeps replays deterministic.
 PAD_TOKEN = 0
 
 
 class PrefillGraphs:
-    """Text prefills of up to ``token_buckets[-1]`` tokens over ``state``, through CUDA graphs unless
-    ``direct``. A prefill whose padded tokens would pass the cache's end is not taken (:meth:`takes`)."""
+    """Prefills of up to ``token_buckets[-1]`` tokens of text over ``state``, through CUDA graphs
+    unless ``direct``, and, with graphs, of up to ``clip_buckets[-1]`` tokens at the cache's start
+    (a clip's pass, its features in the embeddings). A prefill whose padded tokens would pass the
+    cache's end is not taken (:meth:`takes`), nor one of a clip bucket that no graph holds."""
 
     def __init__(
         self,
@@ -44,15 +57,18 @@ class PrefillGraphs:
         *,
         direct: bool,
         token_buckets: tuple[int, ...] = TOKEN_BUCKETS,
+        clip_buckets: tuple[int, ...] = (),
         progress: ProgressCallback | None = None,
         capture: GraphCapture | None = None,
     ) -> None:
         self.language = language
         self.state = state
         self.token_buckets = tuple(bucket for bucket in token_buckets if bucket <= state.kv.max_tokens)
+        largest = self.token_buckets[-1] if self.token_buckets else 0
+        self.clip_buckets = tuple(bucket for bucket in clip_buckets if largest < bucket <= state.kv.max_tokens)
         self.context_buckets = context_buckets
         self.direct = direct
-        longest = self.token_buckets[-1] if self.token_buckets else 0
+        longest = max((*self.token_buckets, *self.clip_buckets), default=0)
         device = state.kv.device
         # The graphs' input is the tokens' embeddings: the table may be on the host, out of their reach.
         self.embeds = language.embed(torch.full((1, longest), PAD_TOKEN, dtype=torch.long))
@@ -69,19 +85,29 @@ class PrefillGraphs:
             self._capture_all(capture or GraphCapture(device))
 
     def takes(self, start: int, count: int) -> bool:
-        """Whether a prefill of ``count`` tokens from cache position ``start`` fits a token bucket."""
-        if not self.token_buckets or count > self.token_buckets[-1]:
+        """Whether a prefill of ``count`` tokens from cache position ``start`` fits a token bucket
+        (and, for a clip bucket, one of its graphs)."""
+        buckets = self._buckets
+        if not buckets or count > buckets[-1]:
             return False
-        return start + self._token_bucket(count) <= self.state.kv.max_tokens
+        tokens = self._token_bucket(count)
+        if start + tokens > self.state.kv.max_tokens:
+            return False
+        return tokens not in self.clip_buckets or (tokens, self._context(start + tokens)) in self._graphs
 
-    def run(self, start: int, input_ids: torch.Tensor, rope: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    def run(
+        self, start: int, input_ids: torch.Tensor, rope: torch.Tensor, vision: VisionRows | None = None
+    ) -> tuple[torch.Tensor, bool]:
         """Prefill ``input_ids`` (1, n) from cache position ``start`` with rotary positions ``rope``
-        (axes, n), on the CPU or the device; return the last token's logits (1, vocab), a buffer the
-        next call overwrites, and whether a graph ran. Only when :meth:`takes` says so."""
+        (axes, n), on the CPU or the device, ``vision`` features in place of the embeddings of the
+        tokens it marks (a language model whose features go into its embeddings alone); return the
+        last token's logits (1, vocab), a buffer the next call overwrites, and whether a graph ran.
+        Only when :meth:`takes` says so."""
         count = input_ids.shape[1]
         tokens = self._token_bucket(count)
-        context = self.context_buckets[bisect.bisect_left(self.context_buckets, start + tokens)]
-        self.embeds[:, :count].copy_(self.language.embed(input_ids))
+        context = self._context(start + tokens)
+        embeds = self.language.embed(input_ids)
+        self.embeds[:, :count].copy_(embeds if vision is None else vision.placed_in(embeds))
         self.embeds[:, count:tokens].copy_(self._padding.expand(1, tokens - count, -1))
         torch.arange(start, start + tokens, out=self.cache_positions[:tokens])
         self.rope[:, :count].copy_(rope)
@@ -100,8 +126,17 @@ class PrefillGraphs:
         """Drop every graph (their pool memory is released when the last reference goes)."""
         self._graphs.clear()
 
+    @property
+    def _buckets(self) -> tuple[int, ...]:
+        return (*self.token_buckets, *self.clip_buckets)
+
     def _token_bucket(self, count: int) -> int:
-        return self.token_buckets[bisect.bisect_left(self.token_buckets, count)]
+        buckets = self._buckets
+        return buckets[bisect.bisect_left(buckets, count)]
+
+    def _context(self, end: int) -> int:
+        """The context bucket that holds positions up to ``end``."""
+        return self.context_buckets[bisect.bisect_left(self.context_buckets, end)]
 
     def _forward(self, tokens: int, context: int) -> None:
         self.state.kv.view_length = context
@@ -123,13 +158,15 @@ class PrefillGraphs:
 
     @property
     def shapes(self) -> list[tuple[int, int]]:
-        """Every (token bucket, context bucket) a prefill can need, largest first."""
+        """Every (token bucket, context bucket) a graph is captured for, largest first: a text
+        bucket over every context that holds it, a clip bucket over the fewest."""
         shapes = [
             (tokens, context)
             for tokens in self.token_buckets
             for context in self.context_buckets
             if context >= tokens
         ]
+        shapes += [(tokens, self._context(tokens)) for tokens in self.clip_buckets]
         return sorted(shapes, reverse=True)
 
     def _capture_all(self, capture: GraphCapture) -> None:
@@ -140,10 +177,10 @@ class PrefillGraphs:
         # One warm-up per token bucket, over its fewest positions (over more the same kernels run on
         # the same activation sizes and only attention reads more of the cache), all before any
         # capture, so that a warm-up's memory is never held beside the pool.
-        fewest = {tokens: min(context for context in self.context_buckets if context >= tokens) for tokens in self.token_buckets}
+        fewest = {tokens: self._context(tokens) for tokens in self._buckets}
         capture.warm_before_capturing(functools.partial(self._warm_up, tokens, context) for tokens, context in fewest.items())
         for done, (tokens, context) in enumerate(shapes):
-            message = f"Capturing follow-up prefill graph for {tokens} tokens over {context} positions"
+            message = f"Capturing prefill graph for {tokens} tokens over {context} positions"
             report(self._progress, done, len(shapes), message)
             self._place(tokens, context)
             self._graphs[(tokens, context)] = capture.capture(
@@ -152,4 +189,4 @@ class PrefillGraphs:
         torch.cuda.synchronize(device)
         self.capture_seconds = time.perf_counter() - started
         self.graph_memory_bytes = max(0, memory_reserved(device) - memory_before)
-        report(self._progress, len(shapes), len(shapes), f"Captured {len(shapes)} follow-up prefill graphs")
+        report(self._progress, len(shapes), len(shapes), f"Captured {len(shapes)} prefill graphs")

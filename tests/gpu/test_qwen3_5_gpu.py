@@ -94,9 +94,9 @@ def cuda_fp32_model():
 
 
 def test_the_decoder_answers_through_graphs_in_chunks_and_from_snapshots_like_generate(cuda_fp32_model) -> None:
-    """Decode steps and follow-up prefills replayed as graphs over the hybrid state, prefills in
-    chunks of 16, follow-ups, a stopped answer and another question: generate()'s tokens and
-    logits each time."""
+    """Decode steps and prefills (a clip's and a follow-up's) replayed as graphs over the hybrid
+    state, prefills in chunks of 16, follow-ups, a stopped answer and another question: the
+    eager decoder's tokens, and generate()'s logits, each time."""
     from framewise.core.decoding import Decoder
     from framewise.core.families.qwen3_5.language import Qwen35LanguageModel
     from tests.core.families.qwen3_5.test_qwen3_5_decoder import (
@@ -113,10 +113,11 @@ def test_the_decoder_answers_through_graphs_in_chunks_and_from_snapshots_like_ge
     if not fla_unavailable(torch.device("cuda")):  # the fused step's kernels, captured
         assert decoder.language.step_kernels, decoder.graphs_reason
     with pytest.MonkeyPatch.context() as monkeypatch:
-        seen = recording(decoder.language, monkeypatch)  # plain prefills only: replays are not recorded
         conversation = first_question(cuda_fp32_model)
         first = answer(decoder, conversation)
-        assert first.prefill_graph  # its last pass, text alone after the clip's snapshot, replayed a graph
+        # Every pass replayed a graph: the clip's chunks, their features in the embeddings, and the
+        # text after the clip's snapshot.
+        assert first.prefill_chunks > 1 and first.graph_passes == first.prefill_chunks
         second = conversation.then(first.token_ids, question_seed=0)
         stopped = answer(decoder, second, stop_after=2)
         assert stopped.graph_steps == 1 and stopped.prefill_graph
@@ -131,4 +132,3 @@ def test_the_decoder_answers_through_graphs_in_chunks_and_from_snapshots_like_ge
                         use_graphs=False)
         seen_fresh = recording(fresh.language, monkeypatch)
         assert answer_as_generate(fresh, seen_fresh, instead).token_ids == result.token_ids
-    assert seen  # the first question's chunks ran as plain prefills

@@ -119,6 +119,11 @@ class Qwen35LanguageModel:
         return self._step is not None
 
     @property
+    def vision_in_embeddings(self) -> bool:
+        """Always: Qwen3.5's vision features replace token embeddings, with no deepstack."""
+        return True
+
+    @property
     def step_description(self) -> str:
         """How a decode step runs, in a few words."""
         mixing = "fla-core's kernels" if self._fla is not None else "torch ops"
@@ -199,9 +204,7 @@ class Qwen35LanguageModel:
         if vision is not None:
             if vision.deepstack:
                 raise ValueError("Qwen3.5 takes no deepstack features; its vision tower makes none")
-            mask = vision.mask.to(device)[..., None]
-            # Non-blocking: rows gathered into pinned memory go without waiting for the queued passes.
-            embeds = embeds.masked_scatter(mask, vision.embeds.to(device, embeds.dtype, non_blocking=True))
+            embeds = vision.placed_in(embeds)
         state.kv.write_positions = torch.arange(start, start + count, device=device)
         state.kv.view_length = start + count
         mask = prefill_mask(start, count)

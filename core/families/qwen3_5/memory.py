@@ -14,10 +14,12 @@ is loaded:
   (:data:`~framewise.core.decoding.prefix_reuse.SNAPSHOTS`).
 - The encoder graphs are Qwen3-VL's (the same tower, no deepstack outputs), and so are the features
   an open clip keeps (a merged row per video token, no deepstack rows).
-- The decode graphs hold the float32 logits and a pool set by the largest follow-up prefill
-  bucket: the widest layer's activations (a Gated DeltaNet layer's projections or a full layer's
-  gated queries, keys and values, and the MLP), and the additive mask over the context with its
-  copy for the query heads that share a key/value head. Like Qwen3-VL's, a model of what the
+- The decode graphs hold the float32 logits and a pool set by the largest prefill graph: the
+  largest follow-up bucket over the context, or the largest clip bucket (a clip's pass is graphed,
+  its features in the embeddings) over the positions that hold it. Each needs the widest layer's
+  activations (a Gated DeltaNet layer's projections or a full layer's gated queries, keys and
+  values, and the MLP), the chunked rule's state at each chunk's start, and the additive mask with
+  its copy for the query heads that share a key/value head. Like Qwen3-VL's, a model of what the
   captures allocate, not a measurement.
 """
 
@@ -30,6 +32,7 @@ from typing import Any
 import torch
 
 from framewise.core.decoding.hybrid_state import FULL_ATTENTION, HybridState
+from framewise.core.decoding.linear_attention import CHUNK_SIZE
 from framewise.core.decoding.prefix_reuse import SNAPSHOTS
 from framewise.core.families.qwen3_5.config import TextShape
 from framewise.core.quantization.kv_formats import KVCacheFormat
@@ -124,6 +127,17 @@ class HybridShape:
             text.layer_kinds, text.kv_heads, text.head_dim, text.linear, context_tokens, activations, cache_format
         )
         return state + len(SNAPSHOTS) * text.linear_layers * text.linear.state_bytes(activations)
+
+    @property
+    def vision_in_embeddings(self) -> bool:
+        """True: the features replace token embeddings, so a clip's pass is graphed."""
+        return True
+
+    def pass_state_bytes(self, tokens: int) -> int:
+        """The chunked gated delta rule's float32 state at each chunk's start, every value head's
+        (key_dim, value_dim), for a pass of ``tokens`` tokens."""
+        linear = self.text.linear
+        return -(-tokens // CHUNK_SIZE) * linear.heads * linear.key_dim * linear.value_dim * 4
 
     def values_per_token(self) -> int:
         """Activations one token holds inside the widest layer: the hidden pair, a full layer's gated

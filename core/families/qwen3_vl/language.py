@@ -87,6 +87,11 @@ class Qwen3VLLanguageModel:
         self._kernels = None
 
     @property
+    def vision_in_embeddings(self) -> bool:
+        """Never: Qwen3-VL adds deepstack features to the hidden states of its first layers."""
+        return False
+
+    @property
     def step_description(self) -> str:
         """How a decode step runs, in a few words."""
         if self._kernels is not None:
@@ -175,10 +180,7 @@ class Qwen3VLLanguageModel:
             # Found on the host's copy of the mask: nonzero() on the device's would wait for every
             # pass queued before it, and a Stop would wait with it.
             vision_rows = vision.mask[0].nonzero().squeeze(1).to(device)
-            # Non-blocking: rows gathered into pinned memory go without waiting for the queued passes.
-            embeds = embeds.masked_scatter(
-                vision_mask[..., None], vision.embeds.to(device, embeds.dtype, non_blocking=True)
-            )
+            embeds = vision.placed_in(embeds)
             deepstack = [layer.to(device, non_blocking=True) for layer in vision.deepstack]
         cache.write_positions = torch.arange(start, start + count, device=device)
         cache.view_length = start + count

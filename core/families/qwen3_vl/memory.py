@@ -58,6 +58,8 @@ from framewise.core.quantization.weight_format import WeightFormat
 
 # The follow-up prefill's largest token bucket (framewise.core.decoding.prefill_graphs.TOKEN_BUCKETS).
 PREFILL_TOKENS = 256
+# A clip pass's largest (prefill_graphs.CLIP_TOKEN_BUCKETS), for a model whose features go into its embeddings.
+CLIP_PREFILL_TOKENS = 1536
 # cuBLAS's workspace for one stream on Hopper cards (less on older ones); a capture uses two streams.
 CUBLAS_WORKSPACE = 32 * 2**20
 CAPTURE_WORKSPACES = 2 * CUBLAS_WORKSPACE
@@ -126,6 +128,15 @@ class DecoderShape:
         """Activations one token holds inside a layer: hidden pair, q/k/v, gate/up and their product."""
         return 2 * self.hidden + (self.heads + 2 * self.kv_heads) * self.head_dim + 3 * self.intermediate
 
+    @property
+    def vision_in_embeddings(self) -> bool:
+        """False: Qwen3-VL adds deepstack features inside its first layers, so no clip pass is graphed."""
+        return False
+
+    def pass_state_bytes(self, tokens: int) -> int:
+        """Nothing beyond the layer's activations: a dense pass keeps no per-chunk states."""
+        return 0
+
 
 class LanguageShape(Protocol):
     """What the estimate asks of a language model's sizes (:class:`DecoderShape` for Qwen3-VL's dense
@@ -153,6 +164,15 @@ class LanguageShape(Protocol):
 
     def values_per_token(self) -> int:
         """Activations one token holds inside its widest layer."""
+        ...
+
+    @property
+    def vision_in_embeddings(self) -> bool:
+        """Whether vision features go into the input embeddings alone (a clip's pass is graphed)."""
+        ...
+
+    def pass_state_bytes(self, tokens: int) -> int:
+        """Bytes a pass of ``tokens`` tokens keeps besides the activations (a chunked rule's states)."""
         ...
 
 
@@ -218,16 +238,30 @@ def encoder_graph_bytes(encoder: EncoderShape, budgets: Sequence[int], element: 
 def decode_graph_bytes(
     language: LanguageShape, activations: torch.dtype, context_tokens: int, cache_format: KVCacheFormat = FLOAT_KV_CACHE
 ) -> int:
-    """The float32 logits, the pool the largest follow-up prefill bucket needs over a context of
-    ``context_tokens`` positions in ``cache_format`` (a layer's activations, the keys and values
-    read back from their format, the mask and its copy for each query head of a key/value head),
-    and the capture's workspaces."""
+    """The float32 logits, the shared pool, and the capture's workspaces. The pool is what the
+    largest prefill graph needs: the largest follow-up bucket over the whole context, or, for a
+    model whose clip passes are graphed, the largest clip bucket over the positions that hold it."""
+    pool = prefill_pool_bytes(language, activations, PREFILL_TOKENS, context_tokens, cache_format)
+    if language.vision_in_embeddings:
+        # Captured over the least context bucket that holds it: buckets double, so under twice its length.
+        clip = min(CLIP_PREFILL_TOKENS, context_tokens)
+        held = min(2 * clip, context_tokens)
+        pool = max(pool, prefill_pool_bytes(language, activations, clip, held, cache_format))
+    return language.vocab * 4 + pool + CAPTURE_WORKSPACES
+
+
+def prefill_pool_bytes(
+    language: LanguageShape, activations: torch.dtype, tokens: int, context: int, cache_format: KVCacheFormat
+) -> int:
+    """What a prefill graph of ``tokens`` tokens over ``context`` positions in ``cache_format``
+    allocates: a layer's activations and any per-chunk states, the keys and values read back from
+    their format, the mask and its copy for each query head of a key/value head."""
     element = activations.itemsize
-    layer = PREFILL_TOKENS * language.values_per_token() * element
-    read_back = cache_format.read_bytes(language.kv_heads, language.head_dim, context_tokens, activations)
-    mask = PREFILL_TOKENS * context_tokens * element
+    layer = tokens * language.values_per_token() * element + language.pass_state_bytes(tokens)
+    read_back = cache_format.read_bytes(language.kv_heads, language.head_dim, context, activations)
+    mask = tokens * context * element
     grouped_mask = language.heads // language.kv_heads * mask
-    return language.vocab * 4 + layer + read_back + mask + grouped_mask + CAPTURE_WORKSPACES
+    return layer + read_back + mask + grouped_mask
 
 
 def clip_feature_bytes(encoder: EncoderShape, clip_tokens: int, element: int) -> int:

@@ -57,6 +57,7 @@ class BagOfTokensModel:
     dtype = torch.float32
     layers, kv_heads, head_dim, vocab_size, max_positions, rope_axes = 1, 1, HIDDEN, VOCAB, 4096, 1
     step_kernels = False
+    vision_in_embeddings = True
     step_description = "torch ops"
 
     def __init__(self) -> None:

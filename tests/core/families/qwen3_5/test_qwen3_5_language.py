@@ -12,6 +12,8 @@ import torch
 
 from framewise.core.decoding.defs import VisionRows
 from framewise.core.decoding.hybrid_state import HybridState
+from framewise.core.decoding.prefill_graphs import PrefillGraphs
+from framewise.core.decoding.step_graphs import context_buckets
 from framewise.core.families.qwen3_5.language import Qwen35LanguageModel
 from framewise.core.quantization.kv_formats import E4M3_KV_CACHE, FLOAT_KV_CACHE
 from tests.core.families.qwen3_5.checkpoint import tiny_config, tiny_model
@@ -289,3 +291,26 @@ def test_an_e4m3_cache_keeps_the_full_attention_layers_close_to_the_float_cache(
     assert scaled_state.kv.nbytes == float_state.kv.nbytes * (scaled_state.kv.head_dim + 4) // (4 * float_state.kv.head_dim)
     error = float((got - want).norm() / want.norm())
     assert 0 < error < 0.05
+
+
+def test_a_clip_pass_padded_to_a_prefill_graphs_bucket_equals_the_plain_pass(fp32_model) -> None:
+    """A first question's clip pass, its features in the embeddings, through the prefill graphs'
+    padded pass (run directly here): the plain prefill's logits, and the same states after it."""
+    case = build_prompt(fp32_model.config, items_for("image and video", torch.float32))
+    length = case.input_ids.shape[1]
+    with torch.inference_mode():
+        plain, plain_logits = prefilled(fp32_model, case)
+        language = Qwen35LanguageModel(fp32_model)
+        state = language.new_state(MAX_TOKENS)
+        bucket = 32 * -(-(length + 1) // 32)  # past the pass's length: some padding
+        graphs = PrefillGraphs(language, state, context_buckets(64, MAX_TOKENS), direct=True, token_buckets=(16,),
+                               clip_buckets=(bucket,))
+        assert language.vision_in_embeddings and not graphs.takes(0, length)  # run directly, no graph holds it
+        positions = language.positions(case.input_ids, case.token_types, tuple((i.modality, i.grid) for i in case.items))
+        logits, replayed = graphs.run(0, case.input_ids, positions.rope, vision_rows(fp32_model, case))
+        steps = [decode(run, torch.tensor([7]), length, 2)[1]
+                 for run in (plain, Run(language, state, case, positions.rope_offset))]
+    assert not replayed
+    torch.testing.assert_close(logits, plain_logits, rtol=1e-4, atol=1e-4)
+    for ours, theirs in zip(*steps):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)

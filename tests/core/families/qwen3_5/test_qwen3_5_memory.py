@@ -12,7 +12,8 @@ import torch
 
 from framewise.core.decoding import Decoder
 from framewise.core.families import family_for
-from framewise.core.families.qwen3_vl.memory import EncoderShape
+from framewise.core.families.qwen3_5.memory import HybridShape
+from framewise.core.families.qwen3_vl.memory import CLIP_PREFILL_TOKENS, EncoderShape, prefill_pool_bytes
 from framewise.core.loading import load_model, pick_tower_dtype
 from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE
 from framewise.core.quantization.registry import choose_weight_format
@@ -107,12 +108,15 @@ def test_at_a_hundred_thousand_tokens_the_9b_keeps_a_quarter_of_the_8bs_cache() 
 def test_graph_parts_grow_with_their_settings() -> None:
     nine_b = RELEASED["Qwen3.5-9B"]
     short, long = estimate(nine_b, "fp8", 4096, [256, 1024]), estimate(nine_b, "fp8", 8192, [256, 1024, 16384])
-    assert long.encoder_graphs > short.encoder_graphs > 0 and long.decode_graphs > short.decode_graphs > 0
-    # A follow-up prefill's mask: one bf16 row of 256 a position, and its copy for the 4 query heads
-    # of each key/value head four more.
-    assert long.decode_graphs - estimate(nine_b, "fp8", 4096, [256, 1024, 16384]).decode_graphs == 4096 * (
-        256 * 2 + 4 * 256 * 2
-    )
+    assert long.encoder_graphs > short.encoder_graphs > 0 and long.decode_graphs >= short.decode_graphs > 0
+    # The shared pool holds at least a first question's clip pass through its largest graph.
+    clip_pass = prefill_pool_bytes(HybridShape.from_config(nine_b), torch.bfloat16, CLIP_PREFILL_TOKENS,
+                                   CLIP_PREFILL_TOKENS, FLOAT_KV_CACHE)
+    assert short.decode_graphs > clip_pass
+    # Over a long context the follow-up prefill's mask sets it: one bf16 row of 256 a position, and
+    # its copy for the 4 query heads of each key/value head four more.
+    far, farther = (estimate(nine_b, "fp8", context, [256]) for context in (200_000, 204_096))
+    assert farther.decode_graphs - far.decode_graphs == 4096 * (256 * 2 + 4 * 256 * 2)
     assert long.total == long.weights + long.kv_cache + long.encoder_graphs + long.decode_graphs + long.allocator_rounding
 
 
