@@ -65,7 +65,11 @@ def converse_like_generate(setup: Setup, decoder: Decoder) -> Decoded:
         result = answer(decoder, prompt, rule)
         assert result.token_ids == reference(setup, inputs)
         assert result.graph_steps == len(result.token_ids) - 1 and result.eager_steps == 0
-        assert result.prefill_graph == bool(history)
+        assert result.prefill_graph  # the last chunk is the question's text
+        if history:
+            assert result.graph_passes == result.prefill_chunks
+        else:
+            assert 0 < result.graph_passes < result.prefill_chunks
         history.append((question, setup.tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()))
     return result
 
@@ -119,7 +123,8 @@ def test_every_follow_up_prefill_graph_computes_what_the_direct_prefill_computes
 
 def test_prefills_in_chunks_answer_like_generate_through_the_graphs(cuda_fp32: Setup) -> None:
     """Chunks of 7 tokens, boundaries inside the clip's spans, on CUDA: generate()'s answers on the
-    first question and a follow-up, whose tail replays a prefill graph chunk by chunk."""
+    first question and a follow-up. A chunk of text alone replays a prefill graph, one that carries
+    the clip's features (with deepstack features, outside the graphs) runs op by op."""
     decoder = Decoder(Qwen3VLLanguageModel(cuda_fp32.model), 512, 16, use_graphs=True, prefill_chunk_tokens=7)
     rule = rule_for(cuda_fp32)
     history: list[tuple[str, str]] = []
@@ -128,7 +133,11 @@ def test_prefills_in_chunks_answer_like_generate_through_the_graphs(cuda_fp32: S
         result = answer(decoder, prompt, rule)
         assert result.token_ids == reference(cuda_fp32, inputs)
         assert result.prefill_chunks == len(prefill_chunks(result.prefix_tokens_reused, result.prompt_tokens, 0, 7))
-        assert result.prefill_graph == bool(history)
+        assert result.prefill_graph  # the last chunk is the question's text
+        if history:
+            assert result.graph_passes == result.prefill_chunks
+        else:
+            assert 0 < result.graph_passes < result.prefill_chunks
         history.append((question, cuda_fp32.tokenizer.decode(result.token_ids, skip_special_tokens=True).strip()))
 
 
