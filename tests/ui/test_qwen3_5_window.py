@@ -4,11 +4,13 @@ question, and a settings change mid-conversation."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
 
+from framewise.core.events import Token
 from tests.core.families.qwen3_5.checkpoint import write_tiny_checkpoint
 from tests.core.families.qwen3_5.test_qwen3_5_engine import settings_for
 from tests.core.test_images import red_square_picture
@@ -22,10 +24,37 @@ def checkpoint(tmp_path_factory) -> Path:
     return write_tiny_checkpoint(tmp_path_factory.mktemp("window") / "tiny", seed=2)
 
 
+class HeldAtFirstToken:
+    """The real engine; once :attr:`armed`, the next answer's first streamed token holds the engine's
+    thread until Stop has reached the engine, so that a random model's short answer cannot end first."""
+
+    def __init__(self) -> None:
+        self.armed = threading.Event()
+        self._cancelled = threading.Event()
+
+    def engine(self, settings, sink):
+        engine = real_engine(settings, lambda event: self._forward(event, sink))
+        cancel = engine.cancel
+
+        def cancelling(*args, **kwargs):
+            self._cancelled.set()
+            return cancel(*args, **kwargs)
+
+        engine.cancel = cancelling
+        return engine
+
+    def _forward(self, event, sink) -> None:
+        sink(event)
+        if isinstance(event, Token) and self.armed.is_set():
+            self.armed.clear()
+            self._cancelled.wait(30)
+
+
 def test_the_window_names_qwen3_5_and_keeps_a_conversation_about_a_clip_and_a_picture(
     qtbot, make_window, sample_clip: Path, checkpoint: Path, tmp_path: Path
 ) -> None:
-    window = make_window(real_engine, settings_for(checkpoint).replace("generation", max_new_tokens=200))
+    held = HeldAtFirstToken()
+    window = make_window(held.engine, settings_for(checkpoint).replace("generation", max_new_tokens=200))
     wait_ready(qtbot, window)
     assert window.chat.title.text() == "tiny · Qwen3.5"
     assert window.status_bar.engine_label.text().startswith("tiny · Qwen3.5 · cpu · float32")
@@ -37,6 +66,7 @@ def test_the_window_names_qwen3_5_and_keeps_a_conversation_about_a_clip_and_a_pi
     ask_and_wait(qtbot, window, "And what moves?")
 
     window.chat.question_edit.setPlainText("Describe every frame.")
+    held.armed.set()
     window.chat.submit()
     qtbot.waitUntil(lambda: window.session.conversation.turns[-1].status == "streaming", timeout=LOAD_TIMEOUT_MS)
     qtbot.mouseClick(window.chat.stop_button, Qt.MouseButton.LeftButton)
