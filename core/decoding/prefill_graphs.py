@@ -66,9 +66,10 @@ class PrefillGraphs:
         self.token_buckets = tuple(bucket for bucket in token_buckets if bucket <= state.kv.max_tokens)
         largest = self.token_buckets[-1] if self.token_buckets else 0
         self.clip_buckets = tuple(bucket for bucket in clip_buckets if largest < bucket <= state.kv.max_tokens)
+        self._buckets = (*self.token_buckets, *self.clip_buckets)  # ascending: the clip buckets are larger
         self.context_buckets = context_buckets
         self.direct = direct
-        longest = max((*self.token_buckets, *self.clip_buckets), default=0)
+        longest = self._buckets[-1] if self._buckets else 0
         device = state.kv.device
         # The graphs' input is the tokens' embeddings: the table may be on the host, out of their reach.
         self.embeds = language.embed(torch.full((1, longest), PAD_TOKEN, dtype=torch.long))
@@ -125,10 +126,6 @@ class PrefillGraphs:
     def clear(self) -> None:
         """Drop every graph (their pool memory is released when the last reference goes)."""
         self._graphs.clear()
-
-    @property
-    def _buckets(self) -> tuple[int, ...]:
-        return (*self.token_buckets, *self.clip_buckets)
 
     def _token_bucket(self, count: int) -> int:
         buckets = self._buckets

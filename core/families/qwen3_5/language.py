@@ -266,9 +266,11 @@ class Qwen35LanguageModel:
         hidden = embeds
         for index, layer in enumerate(self.text.layers):
             input_scale, post_scale = self._norm_scales[index]
+            layout = stacked[index] if stacked else None
+            full_attention = self.shape.layer_kinds[index] == FULL_ATTENTION
             normed = zero_centred_rms_norm(hidden, input_scale, layer.input_layernorm.eps)
-            parts = _input_projections(layer, normed, stacked[index] if stacked else None)
-            if self.shape.layer_kinds[index] == FULL_ATTENTION:
+            parts = _input_projections(layer, full_attention, normed, layout)
+            if full_attention:
                 attention = layer.self_attn
                 attended = gated_attention(
                     attention, *parts, self._head_norm_scales[index], position_embeddings, mask, state, index
@@ -278,7 +280,7 @@ class Qwen35LanguageModel:
                 mixed = self._mix(layer.linear_attn, parts, state, index, one_token, last)
             hidden = hidden + mixed
             normed = zero_centred_rms_norm(hidden, post_scale, layer.post_attention_layernorm.eps)
-            hidden = hidden + _mlp(layer.mlp, normed, stacked[index] if stacked else None)
+            hidden = hidden + _mlp(layer.mlp, normed, layout)
         return zero_centred_rms_norm(hidden, self._final_norm_scale, self.text.norm.eps)
 
     def _mix(
@@ -304,21 +306,23 @@ class Qwen35LanguageModel:
         return mixer.out_proj(out.reshape(1, count, -1))
 
 
-def _input_projections(layer: torch.nn.Module, normed: torch.Tensor, stacked: StepLayer | None) -> list[torch.Tensor]:
+def _input_projections(
+    layer: torch.nn.Module, full_attention: bool, normed: torch.Tensor, stacked: StepLayer | None
+) -> list[torch.Tensor]:
     """The projections of a decoder layer's normed input ``normed`` (1, n, hidden), each (1, n, rows):
-    a linear layer's in_proj_qkv, in_proj_z, in_proj_b and in_proj_a, a full-attention layer's q
-    (with its output gate), k and v. Through the step's stacks (one product a weight format, as the
-    step multiplies them) where the layer is laid out for it, else the model's own modules."""
+    a full-attention layer's q (with its output gate), k and v, a linear layer's in_proj_qkv,
+    in_proj_z, in_proj_b and in_proj_a. Through the step's stacks (one product a weight format, as
+    the step multiplies them) where the layer is laid out for it, else the model's own modules."""
     if stacked is not None:
         parts: list[torch.Tensor] = []
         for stack in stacked.inputs:
             parts.extend(stack.products.prefill(normed, stack.weight, stack.scale).split(stack.rows, dim=-1))
         return parts
-    if hasattr(layer, "linear_attn"):
-        mixer = layer.linear_attn
-        return [mixer.in_proj_qkv(normed), mixer.in_proj_z(normed), mixer.in_proj_b(normed), mixer.in_proj_a(normed)]
-    attention = layer.self_attn
-    return [attention.q_proj(normed), attention.k_proj(normed), attention.v_proj(normed)]
+    if full_attention:
+        attention = layer.self_attn
+        return [attention.q_proj(normed), attention.k_proj(normed), attention.v_proj(normed)]
+    mixer = layer.linear_attn
+    return [mixer.in_proj_qkv(normed), mixer.in_proj_z(normed), mixer.in_proj_b(normed), mixer.in_proj_a(normed)]
 
 
 def _mlp(mlp: torch.nn.Module, normed: torch.Tensor, stacked: StepLayer | None) -> torch.Tensor:
