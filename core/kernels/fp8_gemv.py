@@ -79,39 +79,6 @@ def _e4m3_bits_to_float(bits):
     return tl.where((wide & 0x78) == 0, subnormal, normal)
 
 
-# How the kernel turns a weight's e4m3 bytes into float32 (``_launch``'s ``decode``):
-# - "hardware": the card's own conversion (compute capability 8.9), e4m3 -> float16 -> float32;
-# - "bits": :func:`_e4m3_bits_to_float`, for cards without FP8 hardware;
-# - "shifted": the byte's sign, exponent and mantissa shifted into float32's fields with e4m3's
-#   exponent bias left in place, which is the value times 2**-120 (subnormals land on float32's,
-#   exactly); the input is multiplied by 2**64 and the sum by 2**56 to undo it, so no term leaves
-#   float32's normal range;
-# - "shifted_half": the same shift into float16's fields (the value times 2**-8, subnormals onto
-#   float16's), then one conversion to float32.
-E4M3_DECODES = ("hardware", "bits", "shifted", "shifted_half")
-# (what the input is multiplied by, what the sum is multiplied by) to undo each decode's offset
-_DECODE_FACTORS = {"hardware": (1.0, 1.0), "bits": (1.0, 1.0), "shifted": (2.0**64, 2.0**56), "shifted_half": (1.0, 2.0**8)}
-# float32's sign and the 7 bits of e4m3's exponent and mantissa shifted to float32's bits 26..20
-_SHIFTED_MASK = tl.constexpr(-0x78100000)  # 0x87F00000 as int32
-# float16's sign and those 7 bits at float16's bits 13..7
-_SHIFTED_HALF_MASK = tl.constexpr(-0x4080)  # 0xBF80 as int16
-
-
-@triton.jit
-def _decoded(w, DECODE: tl.constexpr):
-    """e4m3 weights ``w`` (as loaded for ``DECODE``: float8e4nv for "hardware", uint8 for "bits",
-    int8 for the shifted decodes) as float32, each times the decode's offset (see E4M3_DECODES)."""
-    if DECODE == "hardware":
-        out = w.to(tl.float32)
-    elif DECODE == "bits":
-        out = _e4m3_bits_to_float(w)
-    elif DECODE == "shifted":
-        out = ((w.to(tl.int32) << 20) & _SHIFTED_MASK).to(tl.float32, bitcast=True)
-    else:
-        out = ((w.to(tl.int16) << 7) & _SHIFTED_HALF_MASK).to(tl.float16, bitcast=True).to(tl.float32)
-    return out
-
-
 @triton.jit
 def _input_chunk(
     x_ptr, norm_ptr, start, columns, inverse_rms, K: tl.constexpr, EVEN_K: tl.constexpr, NORM: tl.constexpr,
@@ -151,8 +118,8 @@ def _silu_gate_times_up(y, lanes, OUTPUTS: tl.constexpr):
 def _fp8_gemv_kernel(
     x_ptr, norm_ptr, w_ptr, scale_ptr, residual_ptr, out_ptr, N, eps,
     K: tl.constexpr, SCALE_COLUMNS: tl.constexpr, BLOCK_SCALES: tl.constexpr, NORM: tl.constexpr,
-    FLOAT_SCALE: tl.constexpr, GATE_UP: tl.constexpr, RESIDUAL: tl.constexpr, DECODE: tl.constexpr,
-    INPUT_FACTOR: tl.constexpr, SUM_FACTOR: tl.constexpr, BLOCK_N: tl.constexpr, OUTPUTS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
+    FLOAT_SCALE: tl.constexpr, GATE_UP: tl.constexpr, RESIDUAL: tl.constexpr, NATIVE_FP8: tl.constexpr,
+    BLOCK_N: tl.constexpr, OUTPUTS: tl.constexpr, BLOCK_K: tl.constexpr, SCALE_BLOCK: tl.constexpr,
     EVEN_K: tl.constexpr, EVEN_N: tl.constexpr, PDL: tl.constexpr,
 ):
     # A program reads BLOCK_N weight rows for OUTPUTS of the N outputs: as many rows, or with
@@ -175,8 +142,6 @@ def _fp8_gemv_kernel(
     for start in range(0, K, BLOCK_K):
         x32 = _input_chunk(x_ptr, norm_ptr, start, columns, inverse_rms, K, EVEN_K, NORM, FLOAT_SCALE)
         x32 = x32.to(tl.float32)
-        if INPUT_FACTOR != 1.0:
-            x32 = x32 * INPUT_FACTOR
         if BLOCK_SCALES:
             scaled = _block_scaled(x32, scale_ptr, first // SCALE_BLOCK, start, columns, K, SCALE_COLUMNS, SCALE_BLOCK)
             if GATE_UP:
@@ -188,10 +153,12 @@ def _fp8_gemv_kernel(
         else:
             inputs = x32[None, :]
         w = load_rows(w_ptr, rows, row_mask, start, columns, K, EVEN_K, EVEN_N)
-        acc += _decoded(w, DECODE) * inputs
+        if NATIVE_FP8:
+            w = w.to(tl.float32)
+        else:
+            w = _e4m3_bits_to_float(w)
+        acc += w * inputs
     y = tl.sum(acc, axis=1)
-    if SUM_FACTOR != 1.0:
-        y = y * SUM_FACTOR
     if not BLOCK_SCALES:
         y = y * tl.load(scale_ptr + rows, mask=row_mask, other=0.0)
     y = y.to(x_ptr.dtype.element_ty)
@@ -216,29 +183,24 @@ def _launch(
     gate_up: bool = False,
     native_fp8: bool | None,
     config: tuple[int, int, int] | None = None,
-    decode: str | None = None,
 ) -> torch.Tensor:
     """Run the kernel on one token. ``config`` (BLOCK_N, BLOCK_K, num_warps) replaces its own
-    choice, ``decode`` (one of E4M3_DECODES) the one ``native_fp8`` makes (the benchmark's sweep
-    sets them)."""
+    choice (the benchmark's sweep sets it)."""
     rows, columns = weight.shape
     block_scales = scale.shape != (rows, 1)
-    if decode is None and native_fp8 is None and os.environ.get("FRAMEWISE_FP8_NATIVE") != "0":
-        decode = "shifted"
-    decode = decode or ("hardware" if native_fp8 else "bits")
-    input_factor, sum_factor = _DECODE_FACTORS[decode]
-    loaded = {"hardware": weight, "bits": weight.view(torch.uint8)}.get(decode, weight.view(torch.int8))
+    if native_fp8 is None:
+        native_fp8 = os.environ.get("FRAMEWISE_FP8_NATIVE") != "0" and torch.cuda.get_device_capability(weight.device) >= (8, 9)
     block_n, block_k, warps = config or _fp8_gemv_config(rows, columns)
     outputs = rows // 2 if gate_up else rows
     per_program = block_n // 2 if gate_up else block_n
     if gate_up and block_scales and outputs % per_program:
         block_n, per_program = 2, 1  # a program's up rows must lie in one row of block scales
     _fp8_gemv_kernel[(triton.cdiv(outputs, per_program),)](
-        x, x if norm_weight is None else norm_weight, loaded, scale,
+        x, x if norm_weight is None else norm_weight, weight if native_fp8 else weight.view(torch.uint8), scale,
         out if residual is None else residual, out, outputs, eps,
         K=columns, SCALE_COLUMNS=scale.shape[1], BLOCK_SCALES=block_scales, NORM=norm_weight is not None,
         FLOAT_SCALE=norm_weight is not None and norm_weight.dtype == torch.float32,
-        GATE_UP=gate_up, RESIDUAL=residual is not None, DECODE=decode, INPUT_FACTOR=input_factor, SUM_FACTOR=sum_factor,
+        GATE_UP=gate_up, RESIDUAL=residual is not None, NATIVE_FP8=native_fp8,
         BLOCK_N=block_n, OUTPUTS=per_program, BLOCK_K=block_k, SCALE_BLOCK=BLOCK_SIZE,
         EVEN_K=columns % block_k == 0, EVEN_N=outputs % per_program == 0, num_warps=warps,
         **launch_options(x.device),
