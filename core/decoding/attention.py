@@ -8,6 +8,11 @@ heads that share a key/value head attend as that head's queries, so the keys and
 copied per query head (:func:`grouped_query_attention`). A prefill chunk after cached tokens
 attends under :func:`prefill_mask`'s causal bias through flash attention, which shares the heads
 itself; a prefill from an empty cache goes to transformers' ``sdpa``, causal.
+
+Keys and values of a scaled (e4m3) cache come unread (:class:`ScaledEntries`); where they span more
+than one segment of positions, the queries attend over each segment read back on its own, and the
+segments' results are merged exactly by their log-sum-exp (:func:`segmented_attention`), so a pass
+never holds the whole context's keys and values in the activations' dtype.
 """
 
 from __future__ import annotations
@@ -23,33 +28,70 @@ from torch.nn.attention.bias import CausalBias, causal_lower_right
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from framewise.core.decoding.kv_cache import CachedEntries
+from framewise.core.quantization.kv_formats import ScaledEntries
+
 DECODER_ATTENTION = "framewise_decoder"
 # What the decoder's passes attend under: an additive mask tensor, a :func:`prefill_mask` bias, or
 # None for causal from an empty cache.
 AttentionMask = torch.Tensor | CausalBias | None
+# Head sizes flash attention takes without padding them (torch pads others before its kernel).
+FLASH_HEAD_ALIGNMENT = 8
+# The memory-efficient kernel reads an additive mask in rows of a multiple of this many elements.
+MASK_ROW_ALIGNMENT = 16
 
 
 def decoder_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
+    key: CachedEntries,
+    value: CachedEntries,
     attention_mask: AttentionMask,
     dropout: float = 0.0,
     scaling: float | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention signature: ``query`` (1, heads, q, d), ``key``/``value``
-    (1, kv_heads, k, d), ``attention_mask`` additive, broadcastable to (1, 1, q, k), a
-    :func:`prefill_mask` bias, or ``None`` (causal). Returns ((1, q, heads, d), None)."""
-    if isinstance(attention_mask, CausalBias):
-        return causal_chunk_attention(query, key, value, attention_mask, scaling).transpose(1, 2), None
+    (1, kv_heads, k, d) or a scaled cache's :class:`ScaledEntries` of k positions,
+    ``attention_mask`` additive, broadcastable to (1, 1, q, k), a :func:`prefill_mask` bias, or
+    ``None`` (causal). Returns ((1, q, heads, d), None)."""
     if attention_mask is None:
+        # From an empty cache: the keys are the pass's own, read back whole.
+        key, value = read_whole(key), read_whole(value)
         with prefill_attention_backends():
             return sdpa_attention_forward(
                 module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
             )
-    return grouped_query_attention(query, key, value, attention_mask, scaling).transpose(1, 2), None
+    return attend(query, key, value, attention_mask, scaling).transpose(1, 2), None
+
+
+def attend(
+    query: torch.Tensor, keys: CachedEntries, values: CachedEntries, mask: AttentionMask, scaling: float | None
+) -> torch.Tensor:
+    """Attention of ``query`` (1, heads, n, d) over a layer's cached ``keys``/``values``
+    ((1, kv_heads, length, d), or a scaled cache's :class:`ScaledEntries`) under the additive
+    ``mask`` (broadcastable to (1, 1, n, length)), a :func:`prefill_mask` bias, or causally when
+    ``mask`` is None (then ``length`` is n). Returns (1, heads, n, d)."""
+    if isinstance(keys, ScaledEntries):
+        assert isinstance(values, ScaledEntries)
+        # (a bias is a tensor too: asked for by its type)
+        causal = mask is None or isinstance(mask, CausalBias)
+        if len(read_segments(keys.length, query.shape[2], keys.segment, causal)) > 1:
+            return segmented_attention(query, keys, values, None if causal else mask, scaling)
+        keys, values = keys.read(), values.read()
+    if isinstance(mask, CausalBias):
+        return causal_chunk_attention(query, keys, values, mask, scaling)
+    if mask is None:
+        # Causal from an empty cache: flash attention shares the key/value heads itself.
+        with prefill_attention_backends():
+            return F.scaled_dot_product_attention(query, keys, values, is_causal=True, scale=scaling, enable_gqa=True)
+    return grouped_query_attention(query, keys, values, mask, scaling)
+
+
+def read_whole(entries: CachedEntries) -> torch.Tensor:
+    """A layer's cached keys or values as one tensor (1, kv_heads, length, d): ``entries`` itself,
+    or a scaled cache's read back whole."""
+    return entries.read() if isinstance(entries, ScaledEntries) else entries
 
 
 def grouped_query_attention(
@@ -143,3 +185,110 @@ def causal_chunk_attention(
             return grouped_query_attention(query, keys, values, causal_mask(length, positions, query.dtype), scaling)
         return F.scaled_dot_product_attention(query, keys, values, attn_mask=bias, scale=scaling, enable_gqa=True)
 
+
+def read_segments(length: int, count: int, segment: int, causal: bool) -> list[tuple[int, int]]:
+    """The (begin, end) ranges of ``length`` cached positions that ``count`` queries attend over a
+    segment at a time: ``segment`` positions each from position 0 on, the last range the rest. A
+    causal pass's queries are the last ``count`` positions, and its last range holds them whole,
+    with the cached positions from the last multiple of ``segment`` before them (so at most
+    ``segment + count - 1`` positions); under a mask every range holds at most ``segment``.
+
+    >>> read_segments(100, 10, 32, causal=True)
+    [(0, 32), (32, 64), (64, 100)]
+    >>> read_segments(100, 10, 32, causal=False)
+    [(0, 32), (32, 64), (64, 96), (96, 100)]
+    """
+    held_whole = count if causal else 1
+    last = (length - held_whole) // segment * segment
+    return [(begin, begin + segment) for begin in range(0, last, segment)] + [(last, length)]
+
+
+def segmented_attention(
+    query: torch.Tensor, keys: ScaledEntries, values: ScaledEntries, mask: torch.Tensor | None, scaling: float | None
+) -> torch.Tensor:
+    """:func:`attend` over a scaled cache's entries one segment of positions at a time
+    (:func:`read_segments`): each segment's keys and values read back on their own, the queries'
+    attention over it computed with its log-sum-exp, and the segments merged exactly,
+    ``out = sum_i exp(lse_i - lse) out_i`` with ``lse`` the log-sum-exp over all of them (in float32,
+    as each segment comes). ``query`` (1, heads, n, d); ``mask`` additive, broadcastable to
+    (1, 1, n, length), or None for a causal chunk: the queries are the last n positions, query
+    ``i`` sees the positions up to ``length - n + i``. Returns (1, heads, n, d) in ``query``'s dtype.
+
+    The segments are fixed by the lengths alone, so a captured graph replays the same ones. The
+    last segment (a chunk's own keys, the largest) is read first, so that the others fit in the
+    memory it leaves."""
+    causal = mask is None
+    merged: torch.Tensor | None = None
+    merged_lse: torch.Tensor | None = None
+    for begin, end in reversed(read_segments(keys.length, query.shape[2], keys.segment, causal)):
+        segment_mask = None if mask is None else mask[..., begin:end]
+        out, lse = partial_attention(
+            query, keys.read(begin, end), values.read(begin, end), segment_mask, causal and end == keys.length, scaling
+        )
+        if merged is None or merged_lse is None:
+            merged, merged_lse = out.float(), lse
+            continue
+        total = torch.logaddexp(merged_lse, lse)
+        merged.mul_(torch.exp(merged_lse - total).unsqueeze(-1))
+        merged.addcmul_(out, torch.exp(lse - total).unsqueeze(-1))
+        merged_lse = total
+    assert merged is not None
+    return merged.to(query.dtype)
+
+
+def partial_attention(
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor | None,
+    causal: bool,
+    scaling: float | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention of ``query`` (1, heads, n, d) over one segment's ``keys``/``values``
+    (1, kv_heads, m, d) under the additive ``mask`` (broadcastable to (1, 1, n, m)), or, without
+    one, every key visible, or with ``causal`` aligned to the lower right (query ``i`` sees keys up
+    to ``m - n + i``). Returns the output (1, heads, n, d) in ``query``'s dtype and each row's
+    log-sum-exp of its scaled, masked scores (1, heads, n) float32.
+
+    On CUDA through flash attention where it runs (no mask; it shares the key/value heads itself
+    and aligns causal to the lower right), else the memory-efficient kernel with the query heads
+    grouped by key/value head as :func:`grouped_query_attention` groups them; on the CPU through
+    its flash kernel, which shares the heads and takes the mask."""
+    on_cuda = query.device.type == "cuda"
+    if on_cuda and mask is None and query.shape[-1] % FLASH_HEAD_ALIGNMENT == 0 and can_use_flash_attention(
+        SDPAParams(query, keys, values, None, 0.0, False, True)
+    ):
+        # is_causal is flash attention's own rule here: aligned to the lower right
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention(query, keys, values, 0.0, causal, scale=scaling)[:2]
+        return out, lse.reshape(query.shape[:3])
+    if causal:
+        width, count = keys.shape[2], query.shape[2]
+        mask = causal_mask(width, torch.arange(width - count, width, device=query.device), query.dtype)
+    if on_cuda:
+        return _grouped_efficient_attention(query, keys, values, mask, scaling)
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        query, keys, values, 0.0, False, attn_mask=mask, scale=scaling
+    )
+    return out, lse
+
+
+def _grouped_efficient_attention(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scaling: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`partial_attention` through CUDA's memory-efficient kernel: the query heads that share
+    a key/value head attend as its ``group * n`` queries, the mask repeated for the group into rows
+    the kernel can read. Returns the output (1, heads, n, d) and the log-sum-exp (1, heads, n)."""
+    batch, heads, count, head_dim = query.shape
+    kv_heads, width = keys.shape[1], keys.shape[2]
+    group = heads // kv_heads
+    rows = group * count
+    grouped = query.reshape(batch, kv_heads, rows, head_dim)
+    bias = None
+    if mask is not None:
+        padded = -(-width // MASK_ROW_ALIGNMENT) * MASK_ROW_ALIGNMENT
+        bias = torch.empty(batch, 1, rows, padded, dtype=query.dtype, device=query.device)[..., :width]
+        bias.view(batch, group, count, width).copy_(mask.expand(batch, group, count, width))
+        bias = bias.expand(batch, kv_heads, rows, width)
+    out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(grouped, keys, values, bias, True, scale=scaling)[:2]
+    # the log-sum-exp comes in rows padded to the kernel's block
+    return out.reshape(batch, heads, count, head_dim), lse[..., :rows].reshape(batch, heads, count)

@@ -32,15 +32,9 @@ from typing import Any, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention.bias import CausalBias
 
-from framewise.core.decoding.attention import (
-    AttentionMask,
-    causal_chunk_attention,
-    grouped_query_attention,
-    prefill_attention_backends,
-)
-from framewise.core.decoding.kv_cache import StaticKVCache
+from framewise.core.decoding.attention import AttentionMask, attend
+from framewise.core.decoding.kv_cache import CachedEntries, StaticKVCache
 from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
 from framewise.core.quantization.registry import linear_products
 from framewise.core.quantization.weight_format import LinearProducts, Norm
@@ -151,7 +145,6 @@ def dense_stack(
         value = qkv[:, (heads + kv_heads) * head_dim :].view(count, kv_heads, head_dim).transpose(0, 1)[None]
         keys, values = cache.update(key, value, index)
         attended = _attend(qk[:, :heads], keys, values, mask, layer.scaling)
-        del keys, values  # a scaled cache's entries read back: one layer's at a time
         hidden = hidden + product(attended, layer.o, layer.o_scale, layer.products)
         post_norm = (layer.post_norm, layer.eps)
         gate_up = product(hidden, layer.gate_up, layer.gate_up_scale, layer.products, norm=post_norm)
@@ -305,22 +298,13 @@ def step_weights_note(layers: Sequence[DenseLayer]) -> str:
 
 
 def _attend(
-    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: AttentionMask, scaling: float
+    query: torch.Tensor, keys: CachedEntries, values: CachedEntries, mask: AttentionMask, scaling: float
 ) -> torch.Tensor:
     """Attention of ``query`` (n, heads, head_dim) over the cached ``keys``/``values``
-    (1, kv_heads, length, head_dim) under the additive ``mask`` (1, 1, n, length) or a
-    :func:`~framewise.core.decoding.attention.prefill_mask` bias, or causally when ``mask`` is None
-    (then ``length`` is n). Returns (n, heads * head_dim)."""
+    (:func:`~framewise.core.decoding.attention.attend`'s) under ``mask``. Returns
+    (n, heads * head_dim)."""
     count, heads, head_dim = query.shape
-    query = query.transpose(0, 1)[None]
-    if isinstance(mask, CausalBias):
-        attended = causal_chunk_attention(query, keys, values, mask, scaling)
-    elif mask is None:
-        # Causal from an empty cache: flash attention shares the key/value heads itself.
-        with prefill_attention_backends():
-            attended = F.scaled_dot_product_attention(query, keys, values, is_causal=True, scale=scaling, enable_gqa=True)
-    else:
-        attended = grouped_query_attention(query, keys, values, mask, scaling)
+    attended = attend(query.transpose(0, 1)[None], keys, values, mask, scaling)
     return attended[0].transpose(0, 1).reshape(count, heads * head_dim)
 
 

@@ -8,10 +8,12 @@ and ``view_length`` (a Python int, baked into a graph at capture). A decode step
 
 The entries are kept in a :class:`~framewise.core.quantization.kv_formats.KVCacheFormat`: in the
 activations' dtype (``update`` then hands back views of the cache), or as 8-bit values with one
-float32 scale per token and head, written with the token (``update`` then hands back the positions
-read multiplied by their scales, layer by layer: a pass holds one layer's keys and values over
-``view_length`` positions in the activations' dtype, never the whole cache's). The scales are
-static buffers beside the entries, so a captured graph reads and writes them as it does the entries.
+float32 scale per token and head, written with the token (``update`` then hands back the entries
+and scales unread, a :class:`~framewise.core.quantization.kv_formats.ScaledEntries`, which the
+attention reads back multiplied by their scales one segment of positions at a time: a pass holds
+one layer's keys and values over a segment in the activations' dtype, never the whole view's).
+The scales are static buffers beside the entries, so a captured graph reads and writes them as it
+does the entries.
 
 The cache also remembers which token ids its leading positions hold and what they were computed
 with (``owner``: the clip), so a follow-up question re-uses the longest common prefix.
@@ -23,7 +25,10 @@ from typing import Any, Sequence
 
 import torch
 
-from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
+from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat, ScaledEntries
+
+# What ``update`` hands a layer's attention for its keys or values.
+CachedEntries = torch.Tensor | ScaledEntries
 
 
 class StaticKVCache:
@@ -88,17 +93,20 @@ class StaticKVCache:
         in a hybrid one (see :class:`~framewise.core.decoding.defs.DecoderState`)."""
         return self
 
-    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
+    def update(
+        self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
+    ) -> tuple[CachedEntries, CachedEntries]:
         """Write ``key``/``value`` (1, kv_heads, n, head_dim) at ``write_positions`` (n,) and return the
-        layer's first ``view_length`` positions, keys then values, in the activations' dtype (views
-        of the cache when it holds that dtype)."""
+        layer's first ``view_length`` positions, keys then values: views of the cache when it holds
+        the activations' dtype, else :class:`~framewise.core.quantization.kv_formats.ScaledEntries`
+        for the attention to read back (:func:`~framewise.core.decoding.attention.attend`)."""
         key_scales, value_scales = self.scales(layer_idx)
-        write, read = self.format.write, self.format.read
+        write, entries = self.format.write, self.format.entries
         write(self.keys[layer_idx], key_scales, self.write_positions, key)
         write(self.values[layer_idx], value_scales, self.write_positions, value)
         return (
-            read(self.keys[layer_idx], key_scales, self.view_length, self.dtype),
-            read(self.values[layer_idx], value_scales, self.view_length, self.dtype),
+            entries(self.keys[layer_idx], key_scales, self.view_length, self.dtype),
+            entries(self.values[layer_idx], value_scales, self.view_length, self.dtype),
         )
 
     def reusable_prefix(self, owner: Any, token_ids: Sequence[int]) -> int:

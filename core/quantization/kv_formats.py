@@ -6,8 +6,9 @@ that maps the head's largest magnitude to 448 (the per-row layout of
 :func:`~framewise.core.quantization.fp8.quantize_per_channel`, a row being one head of one token),
 when the token is written: nothing is calibrated, nothing saturates, and a token written in any
 prefill chunk or decode step is stored the same way. Readers get the entries back in the
-activations' dtype (:meth:`KVCacheFormat.read`); the Triton decode step reads the e4m3 values
-and scales itself and multiplies them in registers. At Qwen3-VL-8B's shapes (36 layers, 8
+activations' dtype, a pass's attention a segment of at most :data:`READ_SEGMENT_POSITIONS`
+positions at a time (:class:`ScaledEntries`); the Triton decode step reads the e4m3 values and
+scales itself and multiplies them in registers. At Qwen3-VL-8B's shapes (36 layers, 8
 key/value heads of 128) a token takes 147,456 bytes in bf16 and 73,728 + 2,304 bytes of scales
 = 76,032 in this layout, 0.52 of it.
 
@@ -30,19 +31,29 @@ from framewise.core.quantization.fp8 import quantize_per_channel
 
 # One float32 scale per token and head, for keys and for values alike.
 SCALE_BYTES = 4
+# Positions of a scaled cache a pass reads back at a time (keys and values of one layer), its
+# attention over them merged with the other segments' by their log-sum-exp
+# (:func:`~framewise.core.decoding.attention.segmented_attention`). At 8,192 a segment of Qwen3-VL-8B
+# (8 key/value heads of 128) or Qwen3.5-9B (4 of 256) is 32 MiB in bf16, a tenth of the whole
+# context's read-back at 77,056 positions (301 MiB). Each segment adds a merge that reads and
+# writes the float32 output summed so far (16 MiB for a chunk of 1,024 queries, 32 heads of 128):
+# about 40 MiB of memory traffic beside the 137 GFLOP of that chunk's attention over the segment.
+READ_SEGMENT_POSITIONS = 8192
 
 
 @dataclass(frozen=True)
 class KVCacheFormat:
     """The layout of a KV cache's entries: ``element`` None keeps keys and values in the
     activations' dtype; an 8-bit ``element`` (e4m3) keeps them scaled, one float32 scale per token
-    and head. ``setting`` is the value of ``decoding.kv_cache_dtype`` that chooses it.
+    and head. ``setting`` is the value of ``decoding.kv_cache_dtype`` that chooses it. A scaled
+    format's entries are read back ``read_segment`` positions at a time (:class:`ScaledEntries`).
 
     A layer's keys (and values) are stored as (1, kv_heads, max_tokens, head_dim) in
     :meth:`storage_dtype`, their scales as (1, kv_heads, max_tokens) float32."""
 
     setting: str
     element: torch.dtype | None = None
+    read_segment: int = READ_SEGMENT_POSITIONS
 
     @property
     def scaled(self) -> bool:
@@ -57,13 +68,22 @@ class KVCacheFormat:
         entry = head_dim * self.storage_dtype(activations).itemsize + (SCALE_BYTES if self.scaled else 0)
         return 2 * layers * kv_heads * entry
 
+    def segment_positions(self, length: int) -> int:
+        """How many of a layer's ``length`` positions one attention call covers in a pass under a
+        mask (a decode step, a follow-up prefill graph): all of them for entries in the
+        activations' dtype, at most a segment for scaled ones, which are read back a segment at a
+        time (:func:`~framewise.core.decoding.attention.read_segments`; a prefill chunk's last
+        segment also holds the chunk's own positions)."""
+        return min(length, self.read_segment) if self.scaled else length
+
     def read_bytes(self, kv_heads: int, head_dim: int, length: int, activations: torch.dtype) -> int:
-        """Bytes a :meth:`read` of one layer's keys and values over ``length`` positions holds at
-        its peak: nothing for entries in the activations' dtype (views), else both in that dtype
-        and the float32 product of one of them."""
+        """Bytes a pass under a mask holds at its peak to read back one layer's keys and values
+        over ``length`` positions: nothing for entries in the activations' dtype (views), else a
+        segment's (:meth:`segment_positions`), both in that dtype, and the float32 product of one
+        of them."""
         if not self.scaled:
             return 0
-        elements = kv_heads * length * head_dim
+        elements = kv_heads * self.segment_positions(length) * head_dim
         return 2 * elements * activations.itemsize + elements * 4
 
     def describe(self, activations: torch.dtype) -> str:
@@ -83,12 +103,35 @@ class KVCacheFormat:
         stored.view(torch.uint8).index_copy_(2, positions, quantized.view(torch.uint8))
         scales.index_copy_(2, positions, x_scales)
 
-    def read(self, stored: torch.Tensor, scales: torch.Tensor | None, length: int, dtype: torch.dtype) -> torch.Tensor:
-        """One layer's first ``length`` positions (1, kv_heads, length, head_dim) in ``dtype``: a view
-        of ``stored`` when not :attr:`scaled`, else the entries multiplied by their scales."""
+    def entries(
+        self, stored: torch.Tensor, scales: torch.Tensor | None, length: int, dtype: torch.dtype
+    ) -> torch.Tensor | ScaledEntries:
+        """One layer's first ``length`` positions for a pass in activations of ``dtype``: a view of
+        ``stored`` (1, kv_heads, length, head_dim) when not :attr:`scaled`, else the entries and
+        their ``scales`` unread, for the attention to read back a segment at a time."""
         if scales is None:
             return stored[:, :, :length]
-        return dequantize_heads(stored[:, :, :length], scales[:, :, :length], dtype)
+        return ScaledEntries(stored, scales, length, dtype, self.read_segment)
+
+
+@dataclass(frozen=True)
+class ScaledEntries:
+    """One layer's keys (or values) in a scaled cache as a pass hands them to its attention: the
+    e4m3 ``stored`` entries (1, kv_heads, max_tokens, head_dim) and their float32 ``scales``
+    (1, kv_heads, max_tokens), of which the pass attends over the first ``length`` positions in
+    activations of ``dtype``, read back at most ``segment`` positions at a time."""
+
+    stored: torch.Tensor
+    scales: torch.Tensor
+    length: int
+    dtype: torch.dtype
+    segment: int
+
+    def read(self, begin: int = 0, end: int | None = None) -> torch.Tensor:
+        """Positions ``begin`` to ``end`` (default: :attr:`length`) multiplied by their scales,
+        (1, kv_heads, end - begin, head_dim) in :attr:`dtype`."""
+        end = self.length if end is None else end
+        return dequantize_heads(self.stored[:, :, begin:end], self.scales[:, :, begin:end], self.dtype)
 
 
 def quantize_heads(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,6 +7,7 @@ context fits in the same memory."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -14,6 +15,7 @@ import torch
 
 from framewise.core.backends.local.engine import Engine
 from framewise.core.decoding import Decoder, Prompt, SamplingRule, context_for
+from framewise.core.decoding import attention as attention_module
 from framewise.core.decoding import decoder as decoder_module
 from framewise.core.decoding.decoder import prefill_chunks
 from framewise.core.decoding.hybrid_state import FULL_ATTENTION, LINEAR_ATTENTION, HybridState, LinearLayerShape
@@ -29,6 +31,7 @@ from framewise.core.loading import LoadedModel, load_model
 from framewise.core.quantization.kv_formats import (
     E4M3_KV_CACHE,
     FLOAT_KV_CACHE,
+    ScaledEntries,
     dequantize_heads,
     kv_cache_format,
     quantize_heads,
@@ -66,7 +69,9 @@ def test_each_head_of_each_token_is_scaled_to_e4m3s_range_and_read_back_within_i
     assert torch.equal(largest, torch.full_like(largest, 448.0))  # every head uses the whole range
     cache = StaticKVCache(1, 4, 64, 16, torch.float32, CPU, E4M3_KV_CACHE)
     cache.write_positions, cache.view_length = torch.arange(3, 12), 12
-    keys, _ = cache.update(x, x, 0)
+    entries, _ = cache.update(x, x, 0)
+    assert isinstance(entries, ScaledEntries) and entries.length == 12  # handed to attention unread
+    keys = entries.read()
     back = keys[:, :, 3:]
     bound = E4M3_RELATIVE * x.abs() + E4M3_SUBNORMAL_STEP * scales[..., None] / 2
     assert keys.dtype == torch.float32 and ((back - x).abs() <= bound).all()
@@ -108,8 +113,16 @@ def test_at_the_8b_shapes_the_cache_and_its_estimate_take_about_half() -> None:
     }
     auto, scaled = estimates[FLOAT_KV_CACHE], estimates[E4M3_KV_CACHE]
     assert auto.kv_cache == 65536 * 147_456 and scaled.kv_cache == 65536 * 76_032
-    # the prefill graphs' pool also holds one layer's keys and values read back, and one float32 product
-    assert scaled.decode_graphs - auto.decode_graphs == 8 * 65536 * 128 * (2 * 2 + 4)
+    # The prefill graphs' pool (256 tokens over the context, 32 query heads over 8 key/value heads)
+    # also holds one layer's keys and values over a segment read back, and one float32 product; the
+    # mask's copy for the 4 query heads of a key/value head is a segment's, not the context's; and
+    # the segments' merge holds the float32 output and a segment's output with its regrouped copy.
+    segment = E4M3_KV_CACHE.read_segment
+    assert segment < 65536
+    read_back = kv_heads * segment * head_dim * (2 * 2 + 4)
+    smaller_mask_copy = 4 * 256 * (65536 - segment) * 2
+    merge = 256 * 32 * head_dim * (4 + 2 * 2)
+    assert scaled.decode_graphs - auto.decode_graphs == read_back - smaller_mask_copy + merge
     assert scaled.total < auto.total - 4 * 2**30
 
 
@@ -122,7 +135,7 @@ def test_a_hybrid_states_full_attention_layers_keep_the_layout() -> None:
     key = torch.randn(1, 2, 3, 8)
     state.kv.write_positions, state.kv.view_length = torch.arange(3), 3
     keys, _ = state.update(key, key, 5)  # the model's layer 5, the cache's second
-    assert torch.allclose(keys, key, rtol=E4M3_RELATIVE, atol=1e-6)
+    assert torch.allclose(keys.read(), key, rtol=E4M3_RELATIVE, atol=1e-6)
     assert state.kv.key_scales[1].abs().sum() > 0 and state.kv.key_scales[0].abs().sum() == 0
 
 
@@ -224,6 +237,45 @@ def test_the_demo_model_answers_a_question_and_a_follow_up_as_with_the_float_cac
         assert result.token_ids == fresh
         answers[layout.setting] = (first, result.token_ids)
     assert answers["fp8"] == answers["auto"] and len(answers["fp8"][0]) > 1
+
+
+def recorded_logits(language: Qwen3VLLanguageModel, monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
+    """The logits of every pass ``language`` runs from now on: plain and padded prefills, steps."""
+    seen: list[torch.Tensor] = []
+    for name in ("prefill", "text_prefill", "step"):
+
+        def recording(*args, run=getattr(language, name)):
+            seen.append(run(*args).clone())
+            return seen[-1]
+
+        monkeypatch.setattr(language, name, recording)
+    return seen
+
+
+@pytest.mark.parametrize("segment", [16, 40])
+def test_passes_reading_the_cache_back_a_segment_at_a_time_give_the_logits_of_one_read(
+    demo: DemoClip, monkeypatch: pytest.MonkeyPatch, segment: int
+) -> None:
+    """The clip's prefill in chunks after cached positions (under the causal bias), the question's
+    padded prefill and the answer's steps (under a mask over their bucket), over the 8-bit cache
+    read back ``segment`` positions at a time and merged: every pass's logits are those of reading
+    each layer's whole context at once (a segment longer than the context: the path without
+    segments), within float32 rounding."""
+    assert E4M3_KV_CACHE.read_segment >= 512  # the default reads this context whole
+    segments: list[int] = []
+    partial = attention_module.partial_attention
+    monkeypatch.setattr(attention_module, "partial_attention", lambda *args: segments.append(1) or partial(*args))
+    runs = {}
+    for layout in (E4M3_KV_CACHE, dataclasses.replace(E4M3_KV_CACHE, read_segment=segment)):
+        decoder = demo_decoder(demo, layout, chunk=64)
+        logits = recorded_logits(decoder.language, monkeypatch)
+        tokens = answer_ids(decoder, demo.prompt, eos_of(demo))
+        runs[layout.read_segment] = (tokens, logits, len(segments))
+    (whole_tokens, whole, whole_segments), (tokens, ours, all_segments) = runs.values()
+    assert whole_segments == 0 < all_segments
+    assert tokens == whole_tokens and len(ours) == len(whole) > 3
+    for got, want in zip(ours, whole):
+        assert (got - want).abs().max() <= 1e-5 * want.abs().max()
 
 
 @pytest.mark.parametrize("chunk", [7, 64])

@@ -1,9 +1,12 @@
 """The 8-bit KV cache on CUDA: the Triton attention step stores the step's key and value as the
 cache's quantizer does and reads e4m3 entries times their scales; the Triton step over an 8-bit
 cache equals the torch step over the same cache, both replayed from captured graphs (the demo
-model in bf16, and random weights at the 8B text shapes with FP8 weights)."""
+model in bf16, and random weights at the 8B text shapes with FP8 weights); passes that read the
+cache back a segment at a time give the logits of reading it whole, graphs included."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -164,3 +167,45 @@ def test_8b_shapes_with_fp8_weights_and_an_e4m3_cache_decode_as_the_torch_path()
     prompt = torch.randint(0, len(tokenizer), (1, 300), generator=generator).to(DEVICE)
     tokens = torch.randint(0, len(tokenizer), (16,), generator=generator).tolist()
     assert_the_kernel_step_equals_the_torch_step(model, prompt, tokens)
+
+
+def passes_over(language: Qwen3VLLanguageModel, prompt: torch.Tensor, tail: torch.Tensor, tokens: list[int]) -> torch.Tensor:
+    """Logits (chunks + 1 + len(tokens), vocab) of ``prompt`` (1, n) prefilled in chunks of 100
+    tokens, then of ``tail`` (1, m) through a follow-up prefill graph and of decode steps on the
+    fixed ``tokens`` replayed from their graphs."""
+    decoder = Decoder(language, 1024, 64, use_graphs=True)
+    assert decoder.graphs_enabled, decoder.graphs_reason
+    count, added = prompt.shape[1], tail.shape[1]
+    logits = []
+    with torch.inference_mode():
+        for start in range(0, count, 100):
+            stop = min(start + 100, count)
+            rope = torch.arange(start, stop).expand(3, -1)
+            logits.append(language.prefill(decoder.state, start, prompt[:, start:stop], rope, None).clone())
+        follow_up, graph_ran = decoder.prefills.run(count, tail, torch.arange(count, count + added).expand(3, -1))
+        assert graph_ran
+        logits.append(follow_up.clone())
+        for position, token in enumerate(tokens, start=count + added):
+            step, graph_ran = decoder.steps.run(torch.tensor([token], device=DEVICE), position, position)
+            assert graph_ran
+            logits.append(step.clone())
+    return torch.cat(logits)
+
+
+def test_passes_reading_an_e4m3_cache_in_segments_give_the_logits_of_one_read_and_replay_from_graphs() -> None:
+    """The demo model in bf16 over an 8-bit cache read back 64 positions at a time: prefill chunks
+    after cached positions (flash attention on each segment), a follow-up prefill and torch decode
+    steps captured in graphs over their buckets (the masked kernel on each segment, the segments
+    fixed by the bucket): the logits of reading each layer's context at once, within the tolerance
+    the kernel and torch steps over one cache are held to."""
+    model = load_model(ModelSettings(source="demo", device="cuda", dtype="bfloat16")).model
+    prompt = torch.tensor([[5, 17, 99, 3, 250, 61, 7, 401] * 40], device=DEVICE)
+    tail = torch.tensor([[42, 7, 313, 99, 5, 600, 18, 77, 9, 120, 11]], device=DEVICE)
+    tokens = [42, 7, 313, 99, 5, 600]
+    segmented = dataclasses.replace(E4M3_KV_CACHE, read_segment=64)
+    assert E4M3_KV_CACHE.read_segment >= 1024
+    want = passes_over(Qwen3VLLanguageModel(model, step_kernels=False, cache_format=E4M3_KV_CACHE), prompt, tail, tokens)
+    got = passes_over(Qwen3VLLanguageModel(model, step_kernels=False, cache_format=segmented), prompt, tail, tokens)
+    assert not got.isnan().any()
+    error = relative_error(got, want)
+    assert error < STEP_LOGITS, f"logits differ by {error:.4f}"

@@ -19,8 +19,10 @@ is loaded:
   its features in the embeddings) over the positions that hold it. Each needs the widest layer's
   activations (a Gated DeltaNet layer's projections or a full layer's gated queries, keys and
   values, and the MLP), the chunked rule's state at each chunk's start, and the additive mask with
-  its copy for the query heads that share a key/value head. Like Qwen3-VL's, a model of what the
-  captures allocate, not a measurement.
+  its copy for the query heads that share a key/value head (a segment's, with a scaled cache's
+  keys and values read back over a segment, where the context spans several: Qwen3-VL's
+  :func:`~framewise.core.families.qwen3_vl.memory.prefill_pool_bytes`). Like Qwen3-VL's, a model
+  of what the captures allocate, not a measurement.
 """
 
 from __future__ import annotations

@@ -20,9 +20,11 @@ GPU, an allowance for the caching allocator besides.
 - The decode graphs hold the float32 logits and share a pool set by the largest follow-up
   prefill bucket: one decoder layer's activations (hidden, q/k/v, gate/up, their product), the
   additive mask over the whole context and its copy for the query heads that share a key/value
-  head (:func:`~framewise.core.decoding.attention.grouped_query_attention`) and, for a scaled
-  cache, one layer's keys and values read back in the activations' dtype
-  (:meth:`KVCacheFormat.read_bytes`).
+  head (:func:`~framewise.core.decoding.attention.grouped_query_attention`). A scaled cache's
+  keys and values are attended a segment of positions at a time
+  (:func:`~framewise.core.decoding.attention.segmented_attention`): the mask's copy is then a
+  segment's, and the pool also holds one layer's keys and values over a segment read back in the
+  activations' dtype (:meth:`KVCacheFormat.read_bytes`) and the segments' merged output.
 - Each capture (encoder, decoder) allocates cuBLAS workspaces for its warm-up stream and its
   capture stream.
 - An open clip keeps the tower's output for follow-up questions: per video token its merged row
@@ -254,14 +256,20 @@ def prefill_pool_bytes(
     language: LanguageShape, activations: torch.dtype, tokens: int, context: int, cache_format: KVCacheFormat
 ) -> int:
     """What a prefill graph of ``tokens`` tokens over ``context`` positions in ``cache_format``
-    allocates: a layer's activations and any per-chunk states, the keys and values read back from
-    their format, the mask and its copy for each query head of a key/value head."""
+    allocates: a layer's activations and any per-chunk states, the mask, and for each attention
+    call over a segment of the context (the whole of it for a float cache) the mask's copy for
+    each query head of a key/value head and the keys and values read back from their format;
+    where a scaled cache's context spans several segments, their merge: the float32 output summed
+    so far, and a segment's output with its copy regrouped by query head."""
     element = activations.itemsize
     layer = tokens * language.values_per_token() * element + language.pass_state_bytes(tokens)
+    attended = cache_format.segment_positions(context)
     read_back = cache_format.read_bytes(language.kv_heads, language.head_dim, context, activations)
     mask = tokens * context * element
-    grouped_mask = language.heads // language.kv_heads * mask
-    return layer + read_back + mask + grouped_mask
+    grouped_mask = language.heads // language.kv_heads * tokens * attended * element
+    outputs = tokens * language.heads * language.head_dim
+    merge = outputs * (4 + 2 * element) if attended < context else 0
+    return layer + read_back + mask + grouped_mask + merge
 
 
 def clip_feature_bytes(encoder: EncoderShape, clip_tokens: int, element: int) -> int:

@@ -5,6 +5,7 @@ decode steps, a prefill split in two, padded text prefills and state snapshots."
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -291,6 +292,39 @@ def test_an_e4m3_cache_keeps_the_full_attention_layers_close_to_the_float_cache(
     assert scaled_state.kv.nbytes == float_state.kv.nbytes * (scaled_state.kv.head_dim + 4) // (4 * float_state.kv.head_dim)
     error = float((got - want).norm() / want.norm())
     assert 0 < error < 0.05
+
+
+def test_an_e4m3_cache_read_back_a_segment_at_a_time_gives_the_logits_of_one_read(fp32_model) -> None:
+    """The full-attention layer over an e4m3 cache read back 16 positions at a time, each segment's
+    attention merged by its log-sum-exp: a prefill in three chunks (the later two after cached
+    positions), a padded text prefill and steps over the whole bucket give the logits of reading the
+    whole context at once (a segment longer than the cache: the path without segments), within
+    float32 rounding."""
+    case = build_prompt(fp32_model.config, items_for("video", torch.float32))
+    grids = (("video", case.items[0].grid),)
+    length, question = case.input_ids.shape[1], torch.tensor([[17, 4, 99, 23, 8, 61]])
+    splits = (0, 20, 50, length)
+    assert E4M3_KV_CACHE.read_segment >= MAX_TOKENS and length > 3 * 16
+    results = []
+    for layout in (E4M3_KV_CACHE, dataclasses.replace(E4M3_KV_CACHE, read_segment=16)):
+        language = Qwen35LanguageModel(fp32_model, cache_format=layout)
+        state = language.new_state(MAX_TOKENS)
+        positions = language.positions(case.input_ids, case.token_types, grids)
+        run = Run(language, state, case, positions.rope_offset)
+        with torch.inference_mode():
+            logits = [
+                language.prefill(state, start, case.input_ids[:, start:stop], positions.rope[:, start:stop],
+                                 vision_rows(fp32_model, case, start, stop))
+                for start, stop in zip(splits, splits[1:])
+            ]
+            state.kv.view_length = MAX_TOKENS
+            rope = torch.arange(length, length + 6).expand(3, -1) + run.rope_offset
+            logits.append(language.text_prefill(state, language.embed(question), torch.arange(length, length + 6),
+                                                rope, torch.tensor([5])).clone())
+            logits += decode(run, logits[-1].argmax(dim=-1), length + 6, 3)[1]
+        results.append(torch.cat(logits))
+    whole, segmented = results
+    assert_relatively_close(segmented, whole, 1e-5)
 
 
 def test_a_clip_pass_padded_to_a_prefill_graphs_bucket_equals_the_plain_pass(fp32_model) -> None:

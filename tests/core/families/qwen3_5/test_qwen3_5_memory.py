@@ -4,6 +4,7 @@ as published, keys and values of one layer in four)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -13,9 +14,14 @@ import torch
 from framewise.core.decoding import Decoder
 from framewise.core.families import family_for
 from framewise.core.families.qwen3_5.memory import HybridShape
-from framewise.core.families.qwen3_vl.memory import CLIP_PREFILL_TOKENS, EncoderShape, prefill_pool_bytes
+from framewise.core.families.qwen3_vl.memory import (
+    CLIP_PREFILL_TOKENS,
+    PREFILL_TOKENS,
+    EncoderShape,
+    prefill_pool_bytes,
+)
 from framewise.core.loading import load_model, pick_tower_dtype
-from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE
+from framewise.core.quantization.kv_formats import E4M3_KV_CACHE, FLOAT_KV_CACHE
 from framewise.core.quantization.registry import choose_weight_format
 from framewise.core.seam import LanguageLayout
 from framewise.core.settings import ModelSettings
@@ -118,6 +124,38 @@ def test_graph_parts_grow_with_their_settings() -> None:
     far, farther = (estimate(nine_b, "fp8", context, [256]) for context in (200_000, 204_096))
     assert farther.decode_graphs - far.decode_graphs == 4096 * (256 * 2 + 4 * 256 * 2)
     assert long.total == long.weights + long.kv_cache + long.encoder_graphs + long.decode_graphs + long.allocator_rounding
+
+
+def test_with_an_e4m3_cache_a_follow_up_graph_reads_back_a_segment_however_long_the_context() -> None:
+    """The 9B's follow-up prefill graph (256 tokens; 16 query heads over 4 key/value heads of 256)
+    over an e4m3 cache attends a segment of positions at a time: past one segment its pool grows
+    only by the mask's bf16 row of 256 a position, and beside the float cache's it holds one
+    layer's keys and values read back over a segment (bf16, and one float32 product) and the
+    segments' merge (the float32 output, a segment's output and its regrouped copy) instead of the
+    mask's copy for the group beyond a segment. At 77,056 positions that leaves the first
+    question's clip graph to set the shared pool."""
+    nine_b = RELEASED["Qwen3.5-9B"]
+    shape = HybridShape.from_config(nine_b)
+
+    def follow_up(context: int, cache_format) -> int:
+        return prefill_pool_bytes(shape, torch.bfloat16, PREFILL_TOKENS, context, cache_format)
+
+    segment = E4M3_KV_CACHE.read_segment
+    assert follow_up(8 * segment + 4096, E4M3_KV_CACHE) - follow_up(8 * segment, E4M3_KV_CACHE) == 4096 * 256 * 2
+    context = 77_056
+    read_back = 4 * segment * 256 * (2 * 2 + 4)
+    smaller_mask_copy = 4 * 256 * (context - segment) * 2
+    merge = 256 * 16 * 256 * (4 + 2 * 2)
+    float_cache = follow_up(context, FLOAT_KV_CACHE)
+    assert follow_up(context, E4M3_KV_CACHE) - float_cache == read_back - smaller_mask_copy + merge
+    # the segment is the format's: a format reading back the whole context counts all of it
+    whole = dataclasses.replace(E4M3_KV_CACHE, read_segment=context)
+    assert follow_up(context, whole) - float_cache == 4 * context * 256 * (2 * 2 + 4)
+    clip_pass = prefill_pool_bytes(shape, torch.bfloat16, CLIP_PREFILL_TOKENS, 2 * CLIP_PREFILL_TOKENS, E4M3_KV_CACHE)
+    weight_format = choose_weight_format(nine_b, "fp8", CPU)
+    parts = QWEN3_5.estimate_memory(nine_b, weight_format, torch.bfloat16, context, [256], "cuda",
+                                    cache_format=E4M3_KV_CACHE)
+    assert follow_up(context, E4M3_KV_CACHE) < clip_pass < parts.decode_graphs < follow_up(context, whole)
 
 
 def test_an_open_clip_keeps_one_merged_row_a_token() -> None:
