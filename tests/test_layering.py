@@ -25,6 +25,7 @@ OPTIONAL = {
     "framewise.core.kernels.vision_attention": "triton",
     "framewise.core.kernels.fp8_gemv": "triton",
     "framewise.core.kernels.gated_rms_norm": "triton",
+    "framewise.core.kernels.scaled_rms_norm": "triton",
     "framewise.core.kernels.fp8_row_quant": "triton",
     "framewise.core.kernels.gemv_loads": "triton",
     "framewise.core.kernels.dependent_launch": "triton",

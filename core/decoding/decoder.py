@@ -327,15 +327,17 @@ class Decoder:
             # of a clip whose features the embeddings carry, goes through a prefill graph where one
             # holds it.
             graphable = vision is None or self.language.vision_in_embeddings
+            # Only the prompt's last pass gives the logits of the answer's first token.
+            read = stop == len(ids)
             if graphable and self.prefills.takes(start, stop - start):
-                logits, result.prefill_graph = self.prefills.run(start, tail_ids, chunk_rope, vision)
+                logits, result.prefill_graph = self.prefills.run(start, tail_ids, chunk_rope, vision, logits=read)
                 result.graph_passes += result.prefill_graph
             else:
-                logits = self.language.prefill(self.state, start, tail_ids, chunk_rope, vision)
+                logits = self.language.prefill(self.state, start, tail_ids, chunk_rope, vision, logits=read)
             self.cache.tokens.extend(ids[start:stop])
             self._prefix.chunk_done(stop, clip_end)
             result.prefill_chunks += 1
-        assert logits is not None  # at least one token is always left to prefill
+        assert logits is not None  # the last pass read them (at least one token is always left to prefill)
         token = _pick(logits, rule.temperature)
         token.item()  # waits for the passes
         result.prefill_ms = (time.perf_counter() - started) * 1e3

@@ -133,12 +133,15 @@ class LanguageModel(Protocol):
         ...
 
     def prefill(
-        self, state: DecoderState, start: int, input_ids: torch.Tensor, rope: torch.Tensor, vision: VisionRows | None
-    ) -> torch.Tensor:
+        self, state: DecoderState, start: int, input_ids: torch.Tensor, rope: torch.Tensor, vision: VisionRows | None,
+        *, logits: bool = True,
+    ) -> torch.Tensor | None:
         """Run the prompt tail ``input_ids`` (1, n) from cache position ``start`` at rotary
         positions ``rope`` (axes, n), ``vision`` features in place of the tokens it marks, over a
         ``state`` that holds exactly the ``start`` tokens before it; the last token's logits
-        (1, vocab) float32. A long prompt comes in several such passes, one after the other."""
+        (1, vocab) float32, or None without ``logits`` (a pass before a prompt's last, whose
+        logits nobody reads: the output head is skipped). A long prompt comes in several such
+        passes, one after the other."""
         ...
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
@@ -156,9 +159,15 @@ class LanguageModel(Protocol):
     ) -> torch.Tensor:
         """A graph-safe prefill of text tokens, their embeddings ``embeds`` (1, n, hidden) (from
         :meth:`embed`), at ``cache_positions`` (n,) with rotary positions ``rope`` (axes, n),
-        reading ``state.kv.view_length`` positions; the logits (1, vocab) float32 of the token at
-        index ``last`` (1,). The tokens after ``last`` are padding: they must leave no trace in the
-        state but their cache entries past the end."""
+        reading ``state.kv.view_length`` positions; the final hidden state (1, hidden) of the token
+        at index ``last`` (1,), which :meth:`head` turns into its logits (outside the graph, and
+        only for a pass whose logits are read). The tokens after ``last`` are padding: they must
+        leave no trace in the state but their cache entries past the end."""
+        ...
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The logits (1, vocab) float32 of a final hidden state ``hidden`` (1, hidden) from
+        :meth:`text_prefill`."""
         ...
 
     def step(

@@ -253,34 +253,70 @@ def gated_delta_step_gated_in_kernel(
     )
 
 
+@dataclass(frozen=True)
+class PaddedEnd:
+    """Where the real tokens of a pass of n end, the rest padding (a graph's fixed-length prefill),
+    in the forms the mixing reads, computed once for all the layers of the pass: ``real`` (1, n, 1)
+    bool, whether each token is real; and the ``kernel`` convolution inputs that end with the last
+    real token, column by column: ``from_input`` (kernel,) bool, whether the column is a token of
+    the pass (else a column of the state before it), ``input_tokens`` (kernel,) which token (0 where
+    not), ``state_columns`` (kernel,) which state column (the last where not). Graph-safe."""
+
+    real: torch.Tensor
+    from_input: torch.Tensor
+    input_tokens: torch.Tensor
+    state_columns: torch.Tensor
+
+    @classmethod
+    def after(cls, last: torch.Tensor, count: int, kernel: int) -> PaddedEnd:
+        """The end after token ``last`` (1,) int64 on the device, of ``count`` tokens, for a
+        convolution of ``kernel`` taps."""
+        device = last.device
+        tokens = last + torch.arange(1 - kernel, 1, device=device)  # the window's columns, as tokens of the pass
+        return cls(
+            real=(torch.arange(count, device=device) <= last)[None, :, None],
+            from_input=tokens >= 0,
+            input_tokens=tokens.clamp(min=0),
+            state_columns=(tokens + kernel).clamp(max=kernel - 1),
+        )
+
+
 def causal_conv(
     x: torch.Tensor,
     state: torch.Tensor,
     weight: torch.Tensor,
-    last: torch.Tensor | None = None,
+    end: PaddedEnd | None = None,
     fla: FlaKernels | None = None,
 ) -> torch.Tensor:
     """The depthwise causal convolution with SiLU over n tokens ``x`` (1, n, channels), continuing
     from ``state`` (1, channels, kernel), the inputs before them; ``weight`` (channels, kernel).
     Returns (1, n, channels) in ``x``'s dtype. ``state`` ends holding the last ``kernel`` inputs,
-    or, where ``last`` (1,) int64 on the device is given, the ``kernel`` inputs up to and including
-    token ``last`` (the tokens after it are padding, as in a graph's fixed-length prefill).
-    Graph-safe. Through ``fla``'s kernels where given."""
-    if fla is not None and last is None:
+    or, where ``end`` says the pass is padded, the ``kernel`` inputs up to and including its last
+    real token. Graph-safe. Through ``fla``'s kernels where given."""
+    if fla is not None and end is None:
         return _fla_conv(x, state, weight, fla)
-    kernel = weight.shape[1]
-    window = torch.cat((state, x.transpose(1, 2).to(state.dtype)), dim=-1)  # (1, channels, kernel + n)
     if fla is not None:
         out, _ = fla.conv(x, weight, initial_state=state, output_final_state=False, activation="silu")
     else:
+        window = torch.cat((state, x.transpose(1, 2).to(state.dtype)), dim=-1)  # (1, channels, kernel + n)
         # The window holds kernel + n columns: n + 1 outputs, the first of which ends before x.
         out = F.conv1d(window.to(weight.dtype), weight[:, None, :], groups=weight.shape[0])[..., 1:]
         out = F.silu(out).transpose(1, 2).to(x.dtype)
-    if last is None:
-        state.copy_(window[..., -kernel:])
-    else:
-        state.copy_(window.index_select(-1, last + 1 + torch.arange(kernel, device=last.device)))
+    state.copy_(_state_after(state, x, end))
     return out
+
+
+def _state_after(state: torch.Tensor, x: torch.Tensor, end: PaddedEnd | None) -> torch.Tensor:
+    """The ``kernel`` convolution inputs (1, channels, kernel) that end with the last real token of
+    ``x`` (1, n, channels) (its last token without ``end``), ``state`` (1, channels, kernel) holding
+    the inputs before ``x``: the last columns of ``cat(state, x^T)`` up to there, gathered from the
+    two without joining them (the pass's whole input)."""
+    if end is None:
+        count = x.shape[1]
+        kept = state[..., count:]  # the state's columns still in the window (none once n >= kernel)
+        return torch.cat((kept, x[:, max(count - state.shape[-1], 0) :].transpose(1, 2).to(state.dtype)), dim=-1)
+    from_input = x[0].index_select(0, end.input_tokens).T.to(state.dtype)  # (channels, kernel)
+    return torch.where(end.from_input, from_input, state[0].index_select(-1, end.state_columns))[None]
 
 
 def _fla_conv(x: torch.Tensor, state: torch.Tensor, weight: torch.Tensor, fla: FlaKernels) -> torch.Tensor:

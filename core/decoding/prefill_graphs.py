@@ -10,8 +10,9 @@ where each decode step writes its own position before it reads any (and a langua
 other layers' states leaves them as the last real token left them).
 
 Every graph reads the same static buffers (the tokens' embeddings, cache positions, rotary
-positions, the index of the last real token) through views of its bucket's length and writes one
-logits buffer.
+positions, the index of the last real token) through views of its bucket's length and writes the
+last real token's final hidden state into one buffer. The output head runs after the graph, only
+for a pass whose logits are read (a first question's clip pass, cut at the clip's end, has none).
 ``direct`` runs the same padded pass without graphs (what a CPU test can check).
 
 A language model whose vision features go into its input embeddings alone (no features added
@@ -77,7 +78,7 @@ class PrefillGraphs:
         self.cache_positions = torch.zeros(longest, dtype=torch.long, device=device)
         self.rope = torch.zeros(language.rope_axes, longest, dtype=torch.long, device=device)
         self.last = torch.zeros(1, dtype=torch.long, device=device)
-        self.logits = torch.zeros(1, language.vocab_size, dtype=torch.float32, device=device)
+        self.hidden = torch.zeros(1, self.embeds.shape[-1], dtype=self.embeds.dtype, device=device)
         self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self._progress = progress
         self.capture_seconds = 0.0
@@ -97,13 +98,14 @@ class PrefillGraphs:
         return tokens not in self.clip_buckets or (tokens, self._context(start + tokens)) in self._graphs
 
     def run(
-        self, start: int, input_ids: torch.Tensor, rope: torch.Tensor, vision: VisionRows | None = None
-    ) -> tuple[torch.Tensor, bool]:
+        self, start: int, input_ids: torch.Tensor, rope: torch.Tensor, vision: VisionRows | None = None,
+        *, logits: bool = True,
+    ) -> tuple[torch.Tensor | None, bool]:
         """Prefill ``input_ids`` (1, n) from cache position ``start`` with rotary positions ``rope``
         (axes, n), on the CPU or the device, ``vision`` features in place of the embeddings of the
         tokens it marks (a language model whose features go into its embeddings alone); return the
-        last token's logits (1, vocab), a buffer the next call overwrites, and whether a graph ran.
-        Only when :meth:`takes` says so."""
+        last token's logits (1, vocab) float32 (None without ``logits``: the output head is not
+        run) and whether a graph ran. Only when :meth:`takes` says so."""
         count = input_ids.shape[1]
         tokens = self._token_bucket(count)
         context = self._context(start + tokens)
@@ -121,7 +123,7 @@ class PrefillGraphs:
             self._forward(tokens, context)
         else:
             graph.replay()
-        return self.logits, graph is not None
+        return (self.language.head(self.hidden) if logits else None), graph is not None
 
     def clear(self) -> None:
         """Drop every graph (their pool memory is released when the last reference goes)."""
@@ -137,7 +139,7 @@ class PrefillGraphs:
 
     def _forward(self, tokens: int, context: int) -> None:
         self.state.kv.view_length = context
-        self.logits.copy_(
+        self.hidden.copy_(
             self.language.text_prefill(
                 self.state, self.embeds[:, :tokens], self.cache_positions[:tokens], self.rope[:, :tokens], self.last
             )

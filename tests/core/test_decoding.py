@@ -500,14 +500,16 @@ def cancelling_on_call(count: int):
 
 def recorded_prefills(
     language: Qwen3VLLanguageModel, monkeypatch: pytest.MonkeyPatch
-) -> list[tuple[int, torch.Tensor]]:
-    """(start, logits) of every plain prefill ``language`` runs from now on."""
-    seen: list[tuple[int, torch.Tensor]] = []
+) -> list[tuple[int, torch.Tensor | None]]:
+    """(start, logits) of every plain prefill ``language`` runs from now on (None: the pass's
+    logits were not asked for)."""
+    seen: list[tuple[int, torch.Tensor | None]] = []
     prefill = language.prefill
 
-    def recording(cache, start, *rest):
-        seen.append((start, prefill(cache, start, *rest).clone()))
-        return seen[-1][1]
+    def recording(cache, start, *rest, **options):
+        logits = prefill(cache, start, *rest, **options)
+        seen.append((start, logits if logits is None else logits.clone()))
+        return logits
 
     monkeypatch.setattr(language, "prefill", recording)
     return seen
@@ -549,15 +551,17 @@ def test_a_prefill_in_chunks_equals_one_pass(setup: Setup, monkeypatch: pytest.M
     result = decoder.answer(prompt, rule_for(setup, max_new_tokens=1), lambda token: None, lambda: False)
     assert result.prefill_chunks == len(starts) > 2
     with_vision = [start for start, stop in prefill_chunks(0, length, 0, chunk) if prompt.vision_rows(start, stop)]
-    # the last pass, the question's text, went through the padded prefill, whose logits it leaves
+    # the last pass, the question's text, went through the padded prefill, whose final hidden state
+    # it leaves; no earlier pass ran the output head
     assert [start for start, _ in seen] == with_vision and with_vision[-1] < starts[-1]
+    assert all(logits is None for _, logits in seen)
     language = Qwen3VLLanguageModel(setup.model)
     cache = language.new_state(512)
     with torch.inference_mode():
         rope = language.positions(prompt.input_ids, prompt.token_types, prompt.grids).rope
         one_pass = language.prefill(cache, 0, prompt.input_ids, rope, prompt.vision_rows(0))
     scale = one_pass.abs().max()
-    assert (decoder.prefills.logits - one_pass).abs().max() <= 1e-5 * scale
+    assert (decoder.language.head(decoder.prefills.hidden) - one_pass).abs().max() <= 1e-5 * scale
     for ours, theirs in zip((*decoder.cache.keys, *decoder.cache.values), (*cache.keys, *cache.values)):
         assert (ours[:, :, :length] - theirs[:, :, :length]).abs().max() <= 1e-5 * theirs.abs().max()
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from framewise.core.decoding.linear_attention import (
+    FlaKernels,
+    PaddedEnd,
     causal_conv,
     fla_kernels,
     fla_unavailable,
@@ -133,10 +136,43 @@ def test_padding_after_the_last_real_token_leaves_the_state_of_the_real_tokens(r
     x, weight = conv_inputs(8, seed=3)
     start = torch.randn(1, CHANNELS, KERNEL, generator=torch.Generator().manual_seed(4))
     padded_state, real_state = start.clone(), start.clone()
-    padded = causal_conv(x, padded_state, weight, last=torch.tensor([real - 1]))
+    padded = causal_conv(x, padded_state, weight, PaddedEnd.after(torch.tensor([real - 1]), 8, KERNEL))
     alone = causal_conv(x[:, :real], real_state, weight)
     torch.testing.assert_close(padded[:, :real], alone)
     torch.testing.assert_close(padded_state, real_state)
+
+
+class LargestMade(TorchFunctionMode):
+    """Records the most elements of any tensor a torch function returns inside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, tuple) else (out,):
+            if isinstance(tensor, torch.Tensor):
+                self.elements = max(self.elements, tensor.numel())
+        return out
+
+
+@pytest.mark.parametrize("real", [1, 3, 8])
+def test_a_padded_pass_through_the_library_gathers_its_state_without_joining_its_input(real: int) -> None:
+    """With fla-core's n-token kernel (a stand-in here: it computes no state) and padding after
+    token ``real - 1``, the state after the real tokens is gathered from the old state and the
+    input's last columns, never from the state and the pass's whole input joined."""
+    x, weight = conv_inputs(8, seed=5)
+    start = torch.randn(1, CHANNELS, KERNEL, generator=torch.Generator().manual_seed(6))
+    padded_state, real_state = start.clone(), start.clone()
+    unused = lambda *args, **kwargs: pytest.fail("only the n-token convolution runs")  # noqa: E731
+    stand_in = FlaKernels(unused, unused, lambda x, *args, **kwargs: (torch.zeros_like(x), None), unused)
+    end = PaddedEnd.after(torch.tensor([real - 1]), 8, KERNEL)  # once a pass, for all its layers
+    with LargestMade() as made:
+        causal_conv(x, padded_state, weight, end, stand_in)
+    causal_conv(x[:, :real], real_state, weight)
+    assert torch.equal(padded_state, real_state)
+    assert made.elements <= x.numel()  # the joined window holds both
 
 
 def test_the_library_kernels_are_not_used_off_cuda() -> None:
@@ -162,6 +198,11 @@ def test_the_fla_kernels_equal_the_torch_code_on_cuda() -> None:
     conv_states = [torch.zeros(1, CHANNELS, KERNEL, device=device) for _ in range(2)]
     for part in (slice(0, 5), slice(5, 8), slice(8, 9)):  # from zero, from a state, one token
         convs = [causal_conv(x[:, part], state, weight, fla=fla) for state, fla in zip(conv_states, (kernels, None))]
+        torch.testing.assert_close(convs[0], convs[1], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(conv_states[0], conv_states[1])
+    for real in (2, 9):  # padded passes, one shorter than the kernel
+        end = PaddedEnd.after(torch.tensor([real - 1], device=device), x.shape[1], KERNEL)
+        convs = [causal_conv(x, state, weight, end, fla) for state, fla in zip(conv_states, (kernels, None))]
         torch.testing.assert_close(convs[0], convs[1], rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(conv_states[0], conv_states[1])
 

@@ -199,7 +199,8 @@ def test_the_engines_answer_about_a_pruned_clip_is_prefilled_at_the_unpruned_pos
     ropes: list[torch.Tensor] = []
     prefill = language.prefill
     monkeypatch.setattr(
-        language, "prefill", lambda state, start, ids, rope, vision: ropes.append(rope) or prefill(state, start, ids, rope, vision)
+        language, "prefill",
+        lambda state, start, ids, rope, vision, **options: ropes.append(rope) or prefill(state, start, ids, rope, vision, **options),
     )
     answered = engine_.ask(question)
     monkeypatch.undo()

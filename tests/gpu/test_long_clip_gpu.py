@@ -155,14 +155,14 @@ def test_768_frames_at_the_full_pixel_budget_answer_through_the_graphs_like_eage
 
 def last_pass_logits(decoder: Decoder, prompt: Prompt) -> torch.Tensor:
     """The logits (1, vocab) float32 of the last prefill pass of ``decoder``'s first answer to ``prompt``."""
-    seen: list[torch.Tensor] = []
+    seen: list[torch.Tensor | None] = []
     prefill = decoder.language.prefill
-    decoder.language.prefill = lambda *args: seen.append(prefill(*args)) or seen[-1]
+    decoder.language.prefill = lambda *args, **options: seen.append(prefill(*args, **options)) or seen[-1]
     try:
         result = decoder.answer(prompt, SamplingRule(1), lambda token: None, lambda: False)
     finally:
         del decoder.language.prefill
-    assert result.prefill_chunks == len(seen)
+    assert result.prefill_chunks == len(seen) and seen[-1] is not None
     return seen[-1].float()
 
 

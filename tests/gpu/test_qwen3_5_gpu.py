@@ -130,5 +130,5 @@ def test_the_decoder_answers_through_graphs_in_chunks_and_from_snapshots_like_ge
         # code are the test above's.
         fresh = Decoder(Qwen35LanguageModel(cuda_fp32_model, linear_kernels=False), DECODER_TOKENS, 16,
                         use_graphs=False)
-        seen_fresh = recording(fresh.language, monkeypatch)
+        seen_fresh = recording(fresh, monkeypatch)
         assert answer_as_generate(fresh, seen_fresh, instead).token_ids == result.token_ids

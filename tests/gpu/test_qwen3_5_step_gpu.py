@@ -1,7 +1,8 @@
 """Qwen3.5's fused decode step on CUDA: its kernels (the zero-centred normed products in bf16 and
 FP8, the gated RMS norm) against the same arithmetic in torch ops, and the whole step at the
 released 9B shapes (four layers: three Gated DeltaNet, one full attention) through the kernels
-against the step as torch ops, directly and replayed from a CUDA graph."""
+against the step as torch ops, directly and replayed from a CUDA graph; and a prefill at those
+shapes with its norms through the Triton kernel against the torch norms'."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from transformers import Qwen3_5Config
 
 from framewise.core.decoding.linear_attention import fla_unavailable
 from framewise.core.families.qwen3_5.language import Qwen35LanguageModel
-from framewise.core.families.qwen3_5.mixers import gated_rms_norm, zero_centred_rms_norm
+from framewise.core.families.qwen3_5.mixers import TORCH_NORMS, gated_rms_norm, norms_for, zero_centred_rms_norm
 from framewise.core.graph_capture import GraphCapture
 from framewise.core.quantization.fp8 import dequantize, quantize
 from framewise.core.quantization.fp8_products import Fp8Products
@@ -146,6 +147,36 @@ def float32_weight_step(
     to the activations' dtype first), summed in float32 and rounded once."""
     inputs = product_input(x, norm, silu_mul)
     return F.linear(inputs.float(), dequantize(weight, scale, self.scheme, torch.float32)).to(x.dtype)
+
+
+def test_at_the_9b_shapes_a_prefill_through_the_norm_kernels_is_the_torch_norms_prefill_to_the_bit(
+    nine_b_layers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first question's two passes (a clip-sized pass of 1,133 tokens, then text padded to 32)
+    with the norms (the zero-centred ones with the residual adds before them, the gated ones)
+    through the Triton kernels and as torch ops: the same logits and states, bit for bit."""
+    from framewise.core.families.qwen3_5 import language as language_module
+
+    assert norms_for(DEVICE) != TORCH_NORMS
+    generator = torch.Generator().manual_seed(4)
+    clip, text, real = 1133, 32, 21
+    prompt, question = (torch.randint(0, 1000, (1, count), generator=generator) for count in (clip, text))
+    runs = []
+    for norms in ("kernels", "torch ops"):
+        if norms == "torch ops":
+            monkeypatch.setattr(language_module, "norms_for", lambda device: TORCH_NORMS)
+        language = Qwen35LanguageModel(nine_b_layers)
+        state = language.new_state(1280)
+        with torch.inference_mode():
+            first = language.prefill(state, 0, prompt, torch.arange(clip).expand(3, clip), None)
+            state.kv.view_length = 1280
+            positions = torch.arange(clip, clip + text, device=DEVICE)
+            hidden = language.text_prefill(state, language.embed(question), positions, positions.expand(3, text),
+                                           torch.tensor([real - 1], device=DEVICE))
+            second = language.head(hidden)
+        runs.append([first, second, *state.conv_states, *state.recurrent_states, *state.kv.keys, *state.kv.values])
+    for through_kernels, as_torch_ops in zip(*runs, strict=True):
+        assert torch.equal(through_kernels, as_torch_ops)
 
 
 @pytest.mark.parametrize("weights", ["bf16", "fp8"])

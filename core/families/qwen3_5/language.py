@@ -4,8 +4,10 @@ Three of every four layers are linear attention (Gated DeltaNet), the fourth gat
 (transformers' ``layer_types``). A pass runs the model's weights in the order
 ``Qwen3_5TextModel.forward`` runs them, with Framewise's state in place of transformers' cache:
 
-- every layer's two norms (and the final one) run as one fused ``rms_norm`` each
-  (:func:`zero_centred_rms_norm`);
+- every layer's two norms run fused, each with the residual add before it, as one Triton kernel
+  on a CUDA device, else as torch's ``rms_norm``
+  (:func:`~framewise.core.families.qwen3_5.mixers.norms_for`); the final norm, and the final
+  residual add, only for the one token a pass reads;
 - a layer's projections of its normed input, and its MLP's gate and up, run as the modules' own
   products, or, where the layers are laid out for the fused step of :mod:`.step`, as that
   layout's stacked products (one a weight format; the MLP's SiLU-gated product formed as the down
@@ -35,15 +37,14 @@ from framewise.core.decoding.attention import AttentionMask, causal_mask, prefil
 from framewise.core.decoding.defs import VisionRows
 from framewise.core.decoding.host_embedding import look_up
 from framewise.core.decoding.hybrid_state import FULL_ATTENTION, HybridState
-from framewise.core.decoding.linear_attention import fla_kernels, fla_unavailable
+from framewise.core.decoding.linear_attention import PaddedEnd, fla_kernels, fla_unavailable
 from framewise.core.errors import ModelLoadError
 from framewise.core.families.qwen3_5.config import TextShape
 from framewise.core.families.qwen3_5.mixers import (
     delta_rule_mixing,
     gated_attention,
-    gated_rms_norm,
     norm_scale,
-    zero_centred_rms_norm,
+    norms_for,
 )
 from framewise.core.families.qwen3_5.step import StepLayer, StepModel, load_fused_step, output_head
 from framewise.core.families.qwen3_vl.language import Qwen3VLLanguageModel
@@ -81,6 +82,7 @@ class Qwen35LanguageModel:
         if linear_kernels and unavailable:
             raise ValueError(f"the linear-attention kernels cannot run here: {unavailable}")
         self._fla = fla_kernels(self.device) if linear_kernels is not False else None
+        self._norms = norms_for(self.device)
         self._norm_scales = [
             (norm_scale(layer.input_layernorm), norm_scale(layer.post_attention_layernorm)) for layer in self.text.layers
         ]
@@ -98,7 +100,7 @@ class Qwen35LanguageModel:
         }
         step_model = StepModel(
             self.text, self._head_norm_scales, self._decay_rates, self._fla, self._final_norm_scale, self.text.norm.eps,
-            output_head(model.lm_head),
+            output_head(model.lm_head), self._norms,
         )
         self._step, self._kernels = load_fused_step(step_model, self.shape, self.device, fused_steps, step_kernels)
         self._fused_torch = bool(fused_steps)
@@ -192,12 +194,14 @@ class Qwen35LanguageModel:
     # ------------------------------------------------------------------ passes
 
     def prefill(
-        self, state: HybridState, start: int, input_ids: torch.Tensor, rope: torch.Tensor, vision: VisionRows | None
-    ) -> torch.Tensor:
+        self, state: HybridState, start: int, input_ids: torch.Tensor, rope: torch.Tensor, vision: VisionRows | None,
+        *, logits: bool = True,
+    ) -> torch.Tensor | None:
         """Run the prompt tail ``input_ids`` (1, n), whose first token goes to position ``start``,
         at rotary positions ``rope`` (3, n); ``state`` must hold exactly the ``start`` tokens before
         it (its linear layers cannot skip or repeat one). ``vision`` features replace the
-        embeddings of the tokens it marks. Returns the last token's logits (1, vocab) float32."""
+        embeddings of the tokens it marks. Returns the last token's logits (1, vocab) float32, or
+        None without ``logits`` (the output head skipped)."""
         count = input_ids.shape[1]
         device = self.device
         embeds = self.embed(input_ids)
@@ -208,8 +212,8 @@ class Qwen35LanguageModel:
         state.kv.write_positions = torch.arange(start, start + count, device=device)
         state.kv.view_length = start + count
         mask = prefill_mask(start, count)
-        hidden = self._layers(embeds, rope.to(device)[:, None, :], state, mask)
-        return self.model.lm_head(hidden[:, -1, :]).float()
+        final = self._layers(embeds, rope.to(device)[:, None, :], state, mask)
+        return self.head(final) if logits else None
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """The embeddings (1, n, hidden) on the device of token ``ids`` (1, n), on the host or the device."""
@@ -226,12 +230,15 @@ class Qwen35LanguageModel:
         """A prefill of text tokens, graph-safe: their embeddings ``embeds`` (1, n, hidden) at
         ``cache_positions`` (n,) with rotary positions ``rope`` (3, n), all on the device, attending over
         ``state.kv.view_length`` positions. Tokens after index ``last`` (1,) are padding: the linear
-        states end after token ``last``, as if the padding had not been there. Returns the logits
-        (1, vocab) float32 of token ``last``."""
+        states end after token ``last``, as if the padding had not been there. Returns the final
+        hidden state (1, hidden) of token ``last``, which :meth:`head` turns into its logits."""
         state.kv.write_positions = cache_positions
         mask = causal_mask(state.kv.view_length, cache_positions, embeds.dtype)
-        hidden = self._layers(embeds, rope[:, None, :], state, mask, last=last)
-        return self.model.lm_head(hidden[0].index_select(0, last)).float()
+        return self._layers(embeds, rope[:, None, :], state, mask, last=last)
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The logits (1, vocab) float32 of a final hidden state ``hidden`` (1, hidden)."""
+        return self.model.lm_head(hidden).float()
 
     def step(
         self, state: HybridState, embeds: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor
@@ -244,8 +251,7 @@ class Qwen35LanguageModel:
             return self._step(state, embeds, cache_position, rope_position, self._kernels)
         state.kv.write_positions = cache_position
         mask = causal_mask(state.kv.view_length, cache_position, embeds.dtype)
-        hidden = self._layers(embeds, rope_position.view(1, 1, 1).expand(3, 1, 1), state, mask, one_token=True)
-        return self.model.lm_head(hidden[:, -1, :]).float()
+        return self.head(self._layers(embeds, rope_position.view(1, 1, 1).expand(3, 1, 1), state, mask, one_token=True))
 
     def _layers(
         self,
@@ -260,28 +266,36 @@ class Qwen35LanguageModel:
         """The decoder stack on ``embeds`` (1, n, hidden) at rotary positions ``rope`` (3, 1, n),
         full attention under the additive ``mask`` (None: causal from an empty cache). Linear layers
         take the one-token rule when ``one_token``, and ignore the tokens after ``last`` where given.
-        Returns the normed hidden states (1, n, hidden)."""
+        Each residual add runs with the norm after it. Returns the final normed hidden state
+        (1, hidden) of the last token, or of token ``last`` (1,) where given: the one a pass reads."""
         position_embeddings = self.text.rotary_emb(embeds, rope)
+        end = None if last is None else PaddedEnd.after(last, embeds.shape[1], self.shape.linear.conv_kernel)
         stacked = self._step.layers if self._step is not None else None
+        norms = self._norms
         hidden = embeds
+        normed = norms.norm(hidden, self._norm_scales[0][0], self.text.layers[0].input_layernorm.eps)
         for index, layer in enumerate(self.text.layers):
             input_scale, post_scale = self._norm_scales[index]
+            if index:
+                hidden, normed = norms.add_norm(hidden, out, input_scale, layer.input_layernorm.eps)
             layout = stacked[index] if stacked else None
             full_attention = self.shape.layer_kinds[index] == FULL_ATTENTION
-            normed = zero_centred_rms_norm(hidden, input_scale, layer.input_layernorm.eps)
             parts = _input_projections(layer, full_attention, normed, layout)
             if full_attention:
                 attention = layer.self_attn
                 attended = gated_attention(
-                    attention, *parts, self._head_norm_scales[index], position_embeddings, mask, state, index
+                    attention, *parts, self._head_norm_scales[index], position_embeddings, mask, state, index, norms
                 )
                 mixed = attention.o_proj(attended)
             else:
-                mixed = self._mix(layer.linear_attn, parts, state, index, one_token, last)
-            hidden = hidden + mixed
-            normed = zero_centred_rms_norm(hidden, post_scale, layer.post_attention_layernorm.eps)
-            hidden = hidden + _mlp(layer.mlp, normed, layout)
-        return zero_centred_rms_norm(hidden, self._final_norm_scale, self.text.norm.eps)
+                mixed = self._mix(layer.linear_attn, parts, state, index, one_token, end)
+            hidden, normed = norms.add_norm(hidden, mixed, post_scale, layer.post_attention_layernorm.eps)
+            out = _mlp(layer.mlp, normed, layout)
+        if last is None:
+            final = hidden[0, -1:] + out[0, -1:]
+        else:
+            final = hidden[0].index_select(0, last) + out[0].index_select(0, last)
+        return norms.norm(final, self._final_norm_scale, self.text.norm.eps)
 
     def _mix(
         self,
@@ -290,7 +304,7 @@ class Qwen35LanguageModel:
         state: HybridState,
         layer: int,
         one_token: bool,
-        last: torch.Tensor | None,
+        end: PaddedEnd | None,
     ) -> torch.Tensor:
         """A Gated DeltaNet layer's token mixing from its projections ``parts`` (in_proj_qkv's,
         in_proj_z's, in_proj_b's and in_proj_a's, each (1, n, rows);
@@ -300,9 +314,11 @@ class Qwen35LanguageModel:
         count = qkv.shape[1]
         out = delta_rule_mixing(
             mixer, qkv, beta_logits, decay_input, self._decay_rates[layer], state,
-            layer, one_token=one_token, last=last, fla=self._fla,
+            layer, one_token=one_token, end=end, fla=self._fla,
         )
-        out = gated_rms_norm(out.reshape(-1, mixer.head_v_dim), gate.reshape(-1, mixer.head_v_dim), mixer.norm)
+        # As (tokens, heads, head_v_dim): the gate is read where its projection left it.
+        by_heads = (count, -1, mixer.head_v_dim)
+        out = self._norms.gated(out.reshape(by_heads), gate.view(by_heads), mixer.norm)
         return mixer.out_proj(out.reshape(1, count, -1))
 
 

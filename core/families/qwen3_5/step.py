@@ -12,7 +12,8 @@ of the stacks, so the layout holds no second copy; a prefill multiplies by the s
 A step (:class:`FusedStep`) runs per layer: the input norm and the stacked product as one fused
 product, the layer's mixing (:mod:`.mixers`: for a linear layer fla-core's one-token convolution
 and delta rule with its gates computed in the kernel; for a full-attention layer the per-head
-norms, rotary embedding and attention as torch ops), a linear layer's gated norm (one Triton
+norms as the model's norms run on the device (:func:`~.mixers.norms_for`: one Triton kernel each on
+CUDA), rotary embedding and attention as torch ops), a linear layer's gated norm (one Triton
 kernel, :mod:`framewise.core.kernels.gated_rms_norm`), the output projection with the residual
 add, and the MLP as two fused products; then the final norm with the output head. The products
 are the weight formats' :class:`~framewise.core.quantization.weight_format.StepProducts`: the
@@ -36,7 +37,7 @@ from framewise.core.decoding.dense_layers import step_kernels_unavailable as den
 from framewise.core.decoding.hybrid_state import FULL_ATTENTION, HybridState
 from framewise.core.decoding.linear_attention import FlaKernels
 from framewise.core.families.qwen3_5.config import TextShape
-from framewise.core.families.qwen3_5.mixers import delta_rule_mixing, gated_attention, gated_rms_norm, norm_scale
+from framewise.core.families.qwen3_5.mixers import Norms, delta_rule_mixing, gated_attention, gated_rms_norm, norm_scale
 from framewise.core.quantization.registry import linear_products
 from framewise.core.quantization.weight_format import LinearProducts, StepProducts, torch_step_products
 
@@ -158,7 +159,7 @@ class StepModel:
     """What a step reads of the model besides the layers: its text model ``text`` (the layers'
     mixing modules, the rotary embedding), the per-head norm scales of each full-attention layer
     and -exp(A_log) of each linear layer by index, fla-core's functions (None: the torch code), the
-    final norm's scale and epsilon and the output head."""
+    final norm's scale and epsilon, the output head, and how the per-head norms run."""
 
     text: torch.nn.Module
     head_norm_scales: dict[int, tuple[torch.Tensor, torch.Tensor]]
@@ -167,6 +168,7 @@ class StepModel:
     final_scale: torch.Tensor
     final_eps: float
     head: StackedLinear
+    norms: Norms
 
 
 class FusedStep:
@@ -191,7 +193,7 @@ class FusedStep:
         state.kv.write_positions = cache_position
         mask = causal_mask(state.kv.view_length, cache_position, embeds.dtype)
         position_embeddings = model.text.rotary_emb(embeds, rope_position.view(1, 1, 1).expand(3, 1, 1))
-        gated_norm = _gated_norm_kernel() if kernels is not None else gated_rms_norm
+        gated_norm = model.norms.gated if kernels is not None else gated_rms_norm
         hidden = embeds.view(-1)
         for layer in self.layers:
             parts = self._projections(layer, hidden, kernels)
@@ -200,7 +202,7 @@ class FusedStep:
                 attention = model.text.layers[layer.index].self_attn
                 mixed = gated_attention(
                     attention, query_gate, key, value, model.head_norm_scales[layer.index], position_embeddings, mask,
-                    state, layer.index,
+                    state, layer.index, model.norms,
                 ).view(-1)
             else:
                 mixed = self._mixing(layer, parts, state, gated_norm)
@@ -236,7 +238,7 @@ class FusedStep:
         mixer = self.model.text.layers[layer.index].linear_attn
         out = delta_rule_mixing(
             mixer, qkv.view(1, 1, -1), beta_logits.view(1, 1, -1), decay_input.view(1, 1, -1),
-            self.model.decay_rates[layer.index], state, layer.index, one_token=True, last=None, fla=self.model.fla,
+            self.model.decay_rates[layer.index], state, layer.index, one_token=True, end=None, fla=self.model.fla,
         )
         return gated_norm(out.reshape(-1, mixer.head_v_dim), gate.view(-1, mixer.head_v_dim), mixer.norm).view(-1)
 
@@ -246,16 +248,6 @@ class FusedStep:
         if key not in self._products:
             self._products[key] = products.step_kernels(kernels) if kernels is not None else torch_step_products(products)
         return self._products[key]
-
-
-def _gated_norm_kernel() -> GatedNorm:
-    """The gated norm through its Triton kernel (imported only where the step kernels run)."""
-    from framewise.core.kernels import gated_rms_norm as kernel
-
-    def gated_norm(x: torch.Tensor, gate: torch.Tensor, norm: torch.nn.Module) -> torch.Tensor:
-        return kernel.gated_rms_norm(x, gate, norm.weight, norm.variance_epsilon)
-
-    return gated_norm
 
 
 def load_fused_step(

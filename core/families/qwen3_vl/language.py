@@ -164,11 +164,13 @@ class Qwen3VLLanguageModel:
     # ------------------------------------------------------------------ passes
 
     def prefill(
-        self, cache: StaticKVCache, start: int, input_ids: torch.Tensor, rope: torch.Tensor, vision: VisionRows | None
-    ) -> torch.Tensor:
+        self, cache: StaticKVCache, start: int, input_ids: torch.Tensor, rope: torch.Tensor, vision: VisionRows | None,
+        *, logits: bool = True,
+    ) -> torch.Tensor | None:
         """Run the prompt tail ``input_ids`` (1, n), whose first token goes to cache position
         ``start``, at rotary positions ``rope`` (3, n), and return the last token's logits
-        (1, vocab) float32. ``vision`` features replace the embeddings of the tokens it marks."""
+        (1, vocab) float32, or None without ``logits`` (the output head skipped). ``vision``
+        features replace the embeddings of the tokens it marks."""
         count = input_ids.shape[1]
         device = self.device
         embeds = self.embed(input_ids)
@@ -188,7 +190,7 @@ class Qwen3VLLanguageModel:
         hidden = self._prefill_stack(
             embeds, rope.to(device)[:, None, :], cache, mask, vision_mask, vision_rows, deepstack
         )
-        return self.model.lm_head(hidden[:, -1, :]).float()
+        return self.head(hidden[:, -1, :]) if logits else None
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """The embeddings (1, n, hidden) on the device of token ``ids`` (1, n), on the host or the device."""
@@ -204,12 +206,16 @@ class Qwen3VLLanguageModel:
     ) -> torch.Tensor:
         """A prefill of text tokens, graph-safe: their embeddings ``embeds`` (1, n, hidden) at
         ``cache_positions`` (n,) with rotary positions ``rope`` (3, n), all on the device; attends
-        over ``cache.view_length`` positions. Returns the logits (1, vocab) float32 of the token at
-        index ``last`` (1,) of the n."""
+        over ``cache.view_length`` positions. Returns the final hidden state (1, hidden) of the token
+        at index ``last`` (1,) of the n, which :meth:`head` turns into its logits."""
         cache.write_positions = cache_positions
         mask = causal_mask(cache.view_length, cache_positions, embeds.dtype)
         hidden = self._prefill_stack(embeds, rope[:, None, :], cache, mask, None, None, [])
-        return self.model.lm_head(hidden[0].index_select(0, last)).float()
+        return hidden[0].index_select(0, last)
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The logits (1, vocab) float32 of a final hidden state ``hidden`` (1, hidden)."""
+        return self.model.lm_head(hidden).float()
 
     def step(self, cache: StaticKVCache, embeds: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor):
         """One decode step, graph-safe: the token whose embedding is ``embeds`` (1, 1, hidden) at
@@ -224,7 +230,7 @@ class Qwen3VLLanguageModel:
             hidden = self._layers(embeds, rope, cache, mask, None, [])[:, -1, :]
         else:
             hidden = self._dense_stack(embeds.view(1, -1), self.text.rotary_emb(embeds, rope), cache, mask, project)
-        return self.model.lm_head(hidden).float()
+        return self.head(hidden)
 
     def _kernel_step(
         self, cache: StaticKVCache, embeds: torch.Tensor, cache_position: torch.Tensor, rope_position: torch.Tensor

@@ -63,7 +63,7 @@ class BagOfTokensModel:
     def __init__(self) -> None:
         generator = torch.Generator().manual_seed(7)
         self.embedding = torch.randn(VOCAB, HIDDEN, generator=generator)
-        self.head = torch.randn(VOCAB, HIDDEN, generator=generator)
+        self.unembedding = torch.randn(VOCAB, HIDDEN, generator=generator)
 
     def disable_step_kernels(self) -> None:
         pass
@@ -77,12 +77,15 @@ class BagOfTokensModel:
     def positions(self, input_ids, token_types, grids) -> PromptPositions:
         return PromptPositions(rope=torch.arange(input_ids.shape[1])[None], rope_offset=0)
 
-    def prefill(self, cache: StaticKVCache, start: int, input_ids, rope, vision: VisionRows | None) -> torch.Tensor:
+    def prefill(
+        self, cache: StaticKVCache, start: int, input_ids, rope, vision: VisionRows | None, *, logits: bool = True
+    ) -> torch.Tensor | None:
         embeds = self.embedding[input_ids[0]]
         if vision is not None:
             embeds[vision.mask[0]] = vision.embeds
         end = start + embeds.shape[0]
-        return self._write_and_read(cache, torch.arange(start, end), embeds, end - 1)
+        hidden = self._write_and_read(cache, torch.arange(start, end), embeds, end - 1)
+        return self.head(hidden) if logits else None
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return self.embedding[ids]
@@ -90,12 +93,16 @@ class BagOfTokensModel:
     def text_prefill(self, cache: StaticKVCache, embeds, cache_positions, rope, last) -> torch.Tensor:
         return self._write_and_read(cache, cache_positions, embeds[0], int(cache_positions[last]))
 
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        return (self.unembedding @ hidden[0])[None]
+
     def step(self, cache: StaticKVCache, embeds, cache_position, rope_position) -> torch.Tensor:
-        return self._write_and_read(cache, cache_position, embeds.view(1, -1), int(cache_position[0]))
+        return self.head(self._write_and_read(cache, cache_position, embeds.view(1, -1), int(cache_position[0])))
 
     def _write_and_read(self, cache: StaticKVCache, positions, embeds, last_position: int) -> torch.Tensor:
+        """Write ``embeds`` at ``positions``; the final "hidden state" (1, hidden): the cache's sum to ``last_position``."""
         cache.keys[0][0, 0, positions] = embeds
-        return (self.head @ cache.keys[0][0, 0, : last_position + 1].sum(0))[None]
+        return cache.keys[0][0, 0, : last_position + 1].sum(0)[None]
 
 
 def reference_answer(model: BagOfTokensModel, prompt: Prompt, new_tokens: int) -> list[int]:
@@ -105,7 +112,7 @@ def reference_answer(model: BagOfTokensModel, prompt: Prompt, new_tokens: int) -
         context[span.start : span.end] = prompt.items[span.item].embeds[span.row : span.row + span.length]
     total, answer = context.sum(0), []
     for _ in range(new_tokens):
-        token = int((model.head @ total).argmax())
+        token = int((model.unembedding @ total).argmax())
         answer.append(token)
         total = total + model.embedding[token]
     return answer

@@ -127,25 +127,40 @@ def answer(decoder: Decoder, conversation: Conversation, stop_after: int | None 
     return result
 
 
-def recording(language: Qwen35LanguageModel, monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
-    """Every logits tensor ``language``'s prefills (plain or padded) and steps return from now on,
-    in order."""
-    seen: list[torch.Tensor] = []
-    for name in ("prefill", "text_prefill", "step"):
-        run = getattr(language, name)
-        monkeypatch.setattr(language, name, lambda *args, run=run: seen.append(run(*args).clone()) or seen[-1])
+def recording(decoder: Decoder, monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor | None]:
+    """The logits of every prefill pass (plain or padded) and step ``decoder`` runs from now on, in
+    order: None for a pass whose logits it did not ask for."""
+    seen: list[torch.Tensor | None] = []
+
+    def recorded(logits: torch.Tensor | None) -> torch.Tensor | None:
+        seen.append(None if logits is None else logits.clone())
+        return logits
+
+    language, prefills = decoder.language, decoder.prefills
+    prefill, padded, step = language.prefill, prefills.run, language.step
+
+    def padded_recorded(*args, **options) -> tuple[torch.Tensor | None, bool]:
+        logits, replayed = padded(*args, **options)
+        return recorded(logits), replayed
+
+    monkeypatch.setattr(language, "prefill", lambda *args, **options: recorded(prefill(*args, **options)))
+    monkeypatch.setattr(prefills, "run", padded_recorded)
+    monkeypatch.setattr(language, "step", lambda *args: recorded(step(*args)))
     return seen
 
 
-def answer_as_generate(decoder: Decoder, seen: list[torch.Tensor], conversation: Conversation):
+def answer_as_generate(decoder: Decoder, seen: list[torch.Tensor | None], conversation: Conversation):
     """Answer ``conversation`` and check the tokens and the logits (``seen``: what
-    :func:`recording` records of the decoder's language model) against generate()'s."""
+    :func:`recording` records of the decoder) against generate()'s: only the last prefill pass's
+    logits are computed, then each step's."""
     seen.clear()
     result = answer(decoder, conversation)
     tokens, logits = reference_with_logits(conversation)
     assert result.token_ids == tokens
     assert len(seen) == result.prefill_chunks + len(tokens) - 1
+    assert all(skipped is None for skipped in seen[: -len(tokens)])
     for ours, theirs in zip(seen[-len(tokens) :], logits, strict=True):  # the last chunk's, then each step's
+        assert ours is not None
         assert_relatively_close(ours, theirs, AGAINST_TRANSFORMERS)
     return result
 
@@ -161,7 +176,7 @@ def test_a_first_question_and_three_follow_ups_match_generate(
     model, monkeypatch: pytest.MonkeyPatch, chunk: int
 ) -> None:
     decoder = make_decoder(model, chunk)
-    seen = recording(decoder.language, monkeypatch)
+    seen = recording(decoder, monkeypatch)
     conversation = first_question(model)
     held = 0
     for turn in range(4):
@@ -188,10 +203,10 @@ def test_a_stopped_answer_then_a_new_question_equals_a_fresh_conversation(
     stopped = answer(decoder, second, stop_after=2)
     assert stopped.stop_reason == "cancelled" and len(stopped.token_ids) == 2
     asked_instead = first.then(first_answer, question_seed=2)
-    ours = recording(decoder.language, monkeypatch)
+    ours = recording(decoder, monkeypatch)
     result = answer(decoder, asked_instead)
     fresh = make_decoder(model)
-    theirs = recording(fresh.language, monkeypatch)
+    theirs = recording(fresh, monkeypatch)
     expected = answer(fresh, asked_instead)
     assert result.prefix_tokens_reused == first.case.input_ids.shape[1] + len(first_answer) - 1
     assert result.token_ids == expected.token_ids == reference(asked_instead)
@@ -204,7 +219,7 @@ def test_a_new_conversation_about_the_clip_starts_from_the_clip_snapshot(
     model, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     decoder = make_decoder(model)
-    seen = recording(decoder.language, monkeypatch)
+    seen = recording(decoder, monkeypatch)
     first = first_question(model)
     first_answer = answer(decoder, first).token_ids
     answer(decoder, first.then(first_answer, question_seed=1))
@@ -219,7 +234,7 @@ def test_a_stop_between_prefill_chunks_keeps_exactly_the_chunks_written(
     """A stop arriving during a chunk ends the prefill before the next one; the state holds the
     chunks written and the next question continues from them."""
     decoder = make_decoder(model, chunk=8)
-    seen = recording(decoder.language, monkeypatch)
+    seen = recording(decoder, monkeypatch)
     conversation = first_question(model, text=60)
     ids = conversation.case.input_ids[0].tolist()
     streamed: list[int] = []
@@ -237,7 +252,7 @@ def test_a_cancel_inside_a_chunk_returns_the_state_to_the_last_chunk(model, monk
     """A cancel point inside a layer (the engine's hooks) raises in the middle of a chunk, with
     the linear states of some layers moved on: they are put back as the last chunk left them."""
     decoder = make_decoder(model, chunk=8)
-    seen = recording(decoder.language, monkeypatch)
+    seen = recording(decoder, monkeypatch)
     conversation = first_question(model, text=60)
     ids = conversation.case.input_ids[0].tolist()
     # In the fifth chunk (a linear layer's MLP runs once per chunk).
@@ -263,7 +278,7 @@ def test_chunked_prefills_equal_one_pass(model, monkeypatch: pytest.MonkeyPatch,
     chunks = prefill_chunks(0, length, prompt.clip_end, chunk)
     assert any(span.start < start < span.end for start, _ in chunks for span in prompt.spans)
     decoder = make_decoder(model, chunk)
-    seen = recording(decoder.language, monkeypatch)
+    seen = recording(decoder, monkeypatch)
     result = decoder.answer(prompt, SamplingRule(1), lambda token: None, lambda: False)
     assert result.prefill_chunks == len(seen) == len(chunks) > 2
     language = Qwen35LanguageModel(model)

@@ -231,15 +231,38 @@ def test_a_padded_text_prefill_equals_the_prefill_of_its_real_tokens(fp32_model)
         runs = [prefilled(fp32_model, case)[0] for _ in range(2)]
         rope = torch.arange(length, length + padded).expand(3, -1) + runs[0].rope_offset
         runs[0].state.kv.view_length = MAX_TOKENS
-        through_padding = runs[0].language.text_prefill(
+        through_padding = runs[0].language.head(runs[0].language.text_prefill(
             runs[0].state, runs[0].language.embed(question), torch.arange(length, length + padded), rope,
             torch.tensor([real - 1]),
-        )
+        ))
         real_only = runs[1].language.prefill(runs[1].state, length, question[:, :real], rope[:, :real], None)
         steps = [decode(run, torch.tensor([7]), length + real, 2)[1] for run in runs]
     torch.testing.assert_close(through_padding, real_only, rtol=1e-4, atol=1e-4)
     for ours, theirs in zip(*steps):
         torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_a_pass_whose_logits_are_not_asked_for_skips_the_output_head(fp32_model) -> None:
+    """A pass before a prompt's last (a first question's clip pass): no logits, no output head, and
+    the state it leaves is the pass's with them, to the bit."""
+    case = build_prompt(fp32_model.config, items_for("video", torch.float32))
+    heads = []
+    handle = fp32_model.lm_head.register_forward_hook(lambda module, args, output: heads.append(output))
+    try:
+        with torch.inference_mode():
+            with_logits, logits = prefilled(fp32_model, case)
+            assert logits is not None and len(heads) == 1
+            language = Qwen35LanguageModel(fp32_model)
+            state = language.new_state(MAX_TOKENS)
+            positions = language.positions(case.input_ids, case.token_types, tuple((i.modality, i.grid) for i in case.items))
+            skipped = language.prefill(state, 0, case.input_ids, positions.rope, vision_rows(fp32_model, case), logits=False)
+    finally:
+        handle.remove()
+    assert skipped is None and len(heads) == 1
+    for ours, theirs in zip((*state.conv_states, *state.recurrent_states, *state.kv.keys, *state.kv.values),
+                            (*with_logits.state.conv_states, *with_logits.state.recurrent_states,
+                             *with_logits.state.kv.keys, *with_logits.state.kv.values), strict=True):
+        assert torch.equal(ours, theirs)
 
 
 def test_sizes_and_state_follow_the_config(fp32_model) -> None:

@@ -159,7 +159,7 @@ def test_a_conversation_through_the_decoder_is_generates(model, monkeypatch: pyt
     """A first question and three follow-ups (each continuing from the live state), then a stopped
     answer and another question (from the turn-start snapshot)."""
     decoder = make_decoder(model, linear_kernels=False, use_graphs=False)
-    seen = recording(decoder.language, monkeypatch)
+    seen = recording(decoder, monkeypatch)
     asked = first_question(model)
     for turn in range(4):
         result = answer_as_generate(decoder, seen, asked)

@@ -156,7 +156,8 @@ def test_the_graph_safe_text_prefill_matches_the_models_own_layers(demo: Demo) -
         cache.view_length = length + 8
         positions = torch.arange(split, length)
         last = torch.tensor([5])
-        return [language.text_prefill(cache, language.embed(prompt.input_ids[:, split:]), positions, rope[:, split:], last)]
+        hidden = language.text_prefill(cache, language.embed(prompt.input_ids[:, split:]), positions, rope[:, split:], last)
+        return [language.head(hidden)]
 
     assert_same_passes(demo, padded_tail, length)
 
