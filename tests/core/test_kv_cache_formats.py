@@ -240,13 +240,16 @@ def test_the_demo_model_answers_a_question_and_a_follow_up_as_with_the_float_cac
 
 
 def recorded_logits(language: Qwen3VLLanguageModel, monkeypatch: pytest.MonkeyPatch) -> list[torch.Tensor]:
-    """The logits of every pass ``language`` runs from now on: plain and padded prefills, steps."""
+    """The logits of every pass ``language`` runs from now on that makes them: plain prefills, the
+    output head after a padded prefill, steps."""
     seen: list[torch.Tensor] = []
-    for name in ("prefill", "text_prefill", "step"):
+    for name in ("prefill", "head", "step"):
 
-        def recording(*args, run=getattr(language, name)):
-            seen.append(run(*args).clone())
-            return seen[-1]
+        def recording(*args, run=getattr(language, name), **kwargs):
+            out = run(*args, **kwargs)
+            if out is not None:
+                seen.append(out.clone())
+            return out
 
         monkeypatch.setattr(language, name, recording)
     return seen
