@@ -12,6 +12,8 @@ float32 scale per token and head, written with the token (``update`` then hands 
 read multiplied by their scales, layer by layer: a pass holds one layer's keys and values over
 ``view_length`` positions in the activations' dtype, never the whole cache's). The scales are
 static buffers beside the entries, so a captured graph reads and writes them as it does the entries.
+A decode step whose attention kernel reads the stored entries and scales itself calls only
+``write``: nothing is read back.
 
 The cache also remembers which token ids its leading positions hold and what they were computed
 with (``owner``: the clip), so a follow-up question re-uses the longest common prefix.
@@ -92,14 +94,21 @@ class StaticKVCache:
         """Write ``key``/``value`` (1, kv_heads, n, head_dim) at ``write_positions`` (n,) and return the
         layer's first ``view_length`` positions, keys then values, in the activations' dtype (views
         of the cache when it holds that dtype)."""
+        self.write(key, value, layer_idx)
         key_scales, value_scales = self.scales(layer_idx)
-        write, read = self.format.write, self.format.read
-        write(self.keys[layer_idx], key_scales, self.write_positions, key)
-        write(self.values[layer_idx], value_scales, self.write_positions, value)
+        read = self.format.read
         return (
             read(self.keys[layer_idx], key_scales, self.view_length, self.dtype),
             read(self.values[layer_idx], value_scales, self.view_length, self.dtype),
         )
+
+    def write(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int) -> None:
+        """Write ``key``/``value`` (1, kv_heads, n, head_dim) in the activations' dtype at
+        ``write_positions`` (n,) of layer ``layer_idx``, in the cache's format; read nothing back
+        (for a reader of the stored entries and scales themselves, as the decode-step kernels are)."""
+        key_scales, value_scales = self.scales(layer_idx)
+        self.format.write(self.keys[layer_idx], key_scales, self.write_positions, key)
+        self.format.write(self.values[layer_idx], value_scales, self.write_positions, value)
 
     def reusable_prefix(self, owner: Any, token_ids: Sequence[int]) -> int:
         """How many leading positions hold exactly the first tokens of ``token_ids`` computed for

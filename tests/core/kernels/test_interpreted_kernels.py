@@ -15,6 +15,7 @@ from tests.core.kernels.interpreted import INTERPRETED
 
 MODULES = (
     "tests/core/kernels/test_attend_cached_interpreted.py",
+    "tests/core/families/qwen3_5/test_qwen3_5_kernel_attention.py",
 )
 
 
