@@ -328,13 +328,22 @@ def step_kernels_unavailable(
         return "they need a CUDA device"
     if layers and not layers[0].products.has_step_kernels:
         return "the weight format of its linear layers has no step kernels"
-    if cache_format.scaled and torch.cuda.get_device_capability(device) < SCALED_CACHE_CAPABILITY:
-        return "they convert an 8-bit KV cache's entries in hardware, which needs compute capability 8.9"
+    unreadable = cache_unreadable(device, cache_format)
+    if unreadable:
+        return unreadable
     if importlib.util.find_spec("triton") is None:
         return "Triton is not installed"
     rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
     if rope_type != "default":
         return f"they compute plain rotary angles, not {rope_type!r} ones"
+    return ""
+
+
+def cache_unreadable(device: torch.device, cache_format: KVCacheFormat) -> str:
+    """Why the Triton decode-step kernels cannot read a KV cache in ``cache_format`` on the CUDA
+    ``device`` ("" when they can)."""
+    if cache_format.scaled and torch.cuda.get_device_capability(device) < SCALED_CACHE_CAPABILITY:
+        return "they convert an 8-bit KV cache's entries in hardware, which needs compute capability 8.9"
     return ""
 
 

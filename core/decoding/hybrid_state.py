@@ -136,7 +136,12 @@ class HybridState:
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
         """transformers' cache call from the model's full-attention layer ``layer_idx``: see
         :meth:`StaticKVCache.update`."""
-        return self.kv.update(key, value, self._kv_slot[layer_idx])
+        return self.kv.update(key, value, self.cache_slot(layer_idx))
+
+    def cache_slot(self, layer: int) -> int:
+        """Where the model's full-attention layer ``layer`` keeps its keys and values: its layer index
+        in :attr:`kv` (``kv.keys[slot]``, ``kv.scales(slot)``)."""
+        return self._kv_slot[layer]
 
     # ------------------------------------------------------------------ whole state
 

@@ -14,6 +14,8 @@ attention reads back multiplied by their scales one segment of positions at a ti
 one layer's keys and values over a segment in the activations' dtype, never the whole view's).
 The scales are static buffers beside the entries, so a captured graph reads and writes them as it
 does the entries.
+A decode step whose attention kernel reads the stored entries and scales itself calls only
+``write``: nothing is read back.
 
 The cache also remembers which token ids its leading positions hold and what they were computed
 with (``owner``: the clip), so a follow-up question re-uses the longest common prefix.
@@ -100,14 +102,21 @@ class StaticKVCache:
         layer's first ``view_length`` positions, keys then values: views of the cache when it holds
         the activations' dtype, else :class:`~framewise.core.quantization.kv_formats.ScaledEntries`
         for the attention to read back (:func:`~framewise.core.decoding.attention.attend`)."""
+        self.write(key, value, layer_idx)
         key_scales, value_scales = self.scales(layer_idx)
-        write, entries = self.format.write, self.format.entries
-        write(self.keys[layer_idx], key_scales, self.write_positions, key)
-        write(self.values[layer_idx], value_scales, self.write_positions, value)
+        entries = self.format.entries
         return (
             entries(self.keys[layer_idx], key_scales, self.view_length, self.dtype),
             entries(self.values[layer_idx], value_scales, self.view_length, self.dtype),
         )
+
+    def write(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int) -> None:
+        """Write ``key``/``value`` (1, kv_heads, n, head_dim) in the activations' dtype at
+        ``write_positions`` (n,) of layer ``layer_idx``, in the cache's format; read nothing back
+        (for a reader of the stored entries and scales themselves, as the decode-step kernels are)."""
+        key_scales, value_scales = self.scales(layer_idx)
+        self.format.write(self.keys[layer_idx], key_scales, self.write_positions, key)
+        self.format.write(self.values[layer_idx], value_scales, self.write_positions, value)
 
     def reusable_prefix(self, owner: Any, token_ids: Sequence[int]) -> int:
         """How many leading positions hold exactly the first tokens of ``token_ids`` computed for

@@ -17,19 +17,26 @@ work inside the matrix-vector products that need it:
   pass), so a step never reads more of the cache than the conversation has filled. A scaled
   cache (e4m3 entries, one float32 scale per token and head) is read and written here too: the
   step's key and value quantized as the cache's quantizer does it, the entries multiplied by their
-  scales in registers as they are loaded.
+  scales in registers as they are loaded;
+- :func:`attend_cached` is the same attention (the same split and combining kernels) for a model
+  that norms and rotates its q and k itself and has written the step's key and value into the
+  cache (Qwen3.5, whose rotary embedding covers part of each head): the query heads attend over
+  the cache up to the step's position, a scaled cache's entries and scales read as above.
 
 Rounding follows the model's own layers (transformers' Qwen3 text layers): every value the
 model rounds to its dtype (the normed hidden state before the norm weight, the product with the
 norm weight, the rotated q and k, ``silu(gate)``, each projection's output, each residual sum) is
 rounded here too; sums run in float32. A float32 norm weight is a zero-centred norm's scale
-(Qwen3.5's): the normed state times it is rounded once, as that model rounds it. This module needs Triton and a CUDA device; the decoder's
-dense layers run the same arithmetic in torch ops where it cannot run.
+(Qwen3.5's): the normed state times it is rounded once, as that model rounds it. This module needs
+Triton and a CUDA device (the tests also run its attention on the CPU through Triton's interpreter,
+``TRITON_INTERPRET=1``); the decoder's dense layers run the same arithmetic in torch ops where it
+cannot run.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -54,6 +61,8 @@ SMALLEST_SCALE = tl.constexpr(MIN_SCALE)
 ATTENTION_BLOCK = 64
 # Programs the attention kernel aims for, per multiprocessor: enough to keep the memory busy.
 ATTENTION_PROGRAMS_PER_SM = 2
+# Warps of a program of the attention kernels.
+ATTENTION_WARPS = 4
 
 
 def _gemv_config(rows: int, columns: int) -> tuple[int, int, int]:
@@ -295,6 +304,47 @@ def _attention_split_kernel(
         query, key_cache_ptr, value_cache_ptr, key_scale_ptr, value_scale_ptr, base, scale_base, start, end,
         scale_log2, dims, BLOCK_GROUP, HEAD_DIM, BLOCK, IEEE, SCALED,
     )
+    _store_partials(
+        partial_max_ptr, partial_sum_ptr, partial_out_ptr, running_max, running_sum, acc, kv_head, split, splits,
+        group, dims, BLOCK_GROUP, HEAD_DIM,
+    )
+
+
+@triton.jit
+def _cached_attention_split_kernel(
+    query_ptr, cache_position_ptr, key_cache_ptr, value_cache_ptr, key_scale_ptr, value_scale_ptr,
+    partial_max_ptr, partial_sum_ptr, partial_out_ptr, scale_log2, max_tokens, split_size, splits,
+    GROUP: tl.constexpr, BLOCK_GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr,
+    IEEE: tl.constexpr, SCALED: tl.constexpr, PDL: tl.constexpr,
+):
+    wait_for_previous(PDL)
+    kv_head = tl.program_id(0)
+    split = tl.program_id(1)
+    position = tl.load(cache_position_ptr)
+    start = split * split_size
+    end = tl.minimum(start + split_size, position + 1)
+    group = tl.arange(0, BLOCK_GROUP)
+    dims = tl.arange(0, HEAD_DIM)
+    # The query heads of this key/value head; rows past the group are zeros.
+    rows = kv_head * GROUP + group
+    query = tl.load(query_ptr + rows[:, None] * HEAD_DIM + dims[None, :], mask=(group < GROUP)[:, None], other=0.0)
+    running_max, running_sum, acc = _attend_span(
+        query, key_cache_ptr, value_cache_ptr, key_scale_ptr, value_scale_ptr, kv_head * max_tokens * HEAD_DIM,
+        kv_head * max_tokens, start, end, scale_log2, dims, BLOCK_GROUP, HEAD_DIM, BLOCK, IEEE, SCALED,
+    )
+    _store_partials(
+        partial_max_ptr, partial_sum_ptr, partial_out_ptr, running_max, running_sum, acc, kv_head, split, splits,
+        group, dims, BLOCK_GROUP, HEAD_DIM,
+    )
+
+
+@triton.jit
+def _store_partials(
+    partial_max_ptr, partial_sum_ptr, partial_out_ptr, running_max, running_sum, acc, kv_head, split, splits, group,
+    dims, BLOCK_GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+):
+    """One split's :func:`_attend_span` results for the query heads of ``kv_head`` at their slots of
+    the partial buffers (kv_heads * splits * BLOCK_GROUP rows), where the combining pass reads them."""
     slot = (kv_head * splits + split) * BLOCK_GROUP + group
     tl.store(partial_max_ptr + slot, running_max)
     tl.store(partial_sum_ptr + slot, running_sum)
@@ -334,6 +384,56 @@ def _attention_combine_kernel(
     tl.store(out_ptr + head * HEAD_DIM + dims, (acc / total).to(out_ptr.dtype.element_ty))
 
 
+@dataclass(frozen=True)
+class _Splits:
+    """How one token's attention is split (flash-decoding): ``kv_heads`` x ``count`` programs, each
+    attending the ``group`` query heads of its key/value head (in ``block_group`` rows, at least the
+    16 that ``tl.dot`` needs) over ``size`` positions, then one combining program a query head."""
+
+    kv_heads: int
+    group: int
+    block_group: int
+    size: int
+    count: int
+
+    @classmethod
+    def of(cls, heads: int, kv_heads: int, view_length: int, device: torch.device) -> _Splits:
+        """The splits of ``heads`` query heads over ``kv_heads`` attending over up to ``view_length``
+        positions on ``device``: enough programs to keep its memory busy, whole key blocks each."""
+        group = heads // kv_heads
+        programs = ATTENTION_PROGRAMS_PER_SM * _multiprocessors(device)
+        size = ATTENTION_BLOCK * max(1, math.ceil(view_length / (ATTENTION_BLOCK * max(1, programs // kv_heads))))
+        return cls(kv_heads, group, max(16, triton.next_power_of_2(group)), size, math.ceil(view_length / size))
+
+    def partials(self, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Empty float32 buffers of the splits' running maxima and sums (rows,) and unnormalised
+        outputs (rows, head_dim), a row per key/value head, split and query row."""
+        rows = self.kv_heads * self.count * self.block_group
+        partial_max = torch.empty(rows, dtype=torch.float32, device=device)
+        partial_out = torch.empty(rows, head_dim, dtype=torch.float32, device=device)
+        return partial_max, torch.empty_like(partial_max), partial_out
+
+    def combine(
+        self, partials: tuple[torch.Tensor, ...], cache_position: torch.Tensor, dtype: torch.dtype
+    ) -> torch.Tensor:
+        """The splits' ``partials`` (:meth:`partials`, filled) over positions 0..``cache_position``
+        combined: the attention of every query head, (heads * head_dim,) in ``dtype``."""
+        partial_max, partial_sum, partial_out = partials
+        heads, head_dim = self.kv_heads * self.group, partial_out.shape[1]
+        out = torch.empty(heads * head_dim, dtype=dtype, device=partial_out.device)
+        _attention_combine_kernel[(heads,)](
+            partial_max, partial_sum, partial_out, cache_position, out, self.size, self.count,
+            GROUP=self.group, BLOCK_GROUP=self.block_group, HEAD_DIM=head_dim, BLOCK_SPLITS=32, num_warps=2,
+            **launch_options(out.device),
+        )
+        return out
+
+
+def _multiprocessors(device: torch.device) -> int:
+    """A CUDA device's multiprocessors; 1 elsewhere (Triton's interpreter runs programs one by one)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
 def attend_step(
     qkv: torch.Tensor,
     qk_norm: torch.Tensor,
@@ -363,28 +463,59 @@ def attend_step(
     (needs compute capability 8.9). Returns (heads * head_dim,).
     """
     _, kv_heads, max_tokens, head_dim = key_cache.shape
-    group = heads // kv_heads
-    block_group = max(16, triton.next_power_of_2(group))
-    programs = ATTENTION_PROGRAMS_PER_SM * torch.cuda.get_device_properties(qkv.device).multi_processor_count
-    split_size = ATTENTION_BLOCK * max(1, math.ceil(view_length / (ATTENTION_BLOCK * max(1, programs // kv_heads))))
-    splits = math.ceil(view_length / split_size)
-    partial_max = torch.empty(kv_heads * splits * block_group, dtype=torch.float32, device=qkv.device)
-    partial_sum = torch.empty_like(partial_max)
-    partial_out = torch.empty(kv_heads * splits * block_group, head_dim, dtype=torch.float32, device=qkv.device)
+    splits = _Splits.of(heads, kv_heads, view_length, qkv.device)
+    partials = splits.partials(head_dim, qkv.device)
     scaled = key_scales is not None and value_scales is not None
-    _attention_split_kernel[(kv_heads, splits)](
+    _attention_split_kernel[(kv_heads, splits.count)](
         qkv, qk_norm, inv_freq, rope_position, cache_position, key_cache, value_cache,
         key_scales if scaled else key_cache, value_scales if scaled else value_cache,  # not read unscaled
-        partial_max, partial_sum, partial_out, eps, attention_scaling, scale * math.log2(math.e),
-        max_tokens, split_size, splits,
-        HEADS=heads, KV_HEADS=kv_heads, GROUP=group, BLOCK_GROUP=block_group, HEAD_DIM=head_dim,
-        BLOCK=ATTENTION_BLOCK, IEEE=qkv.dtype == torch.float32, SCALED=scaled, num_warps=4,
+        *partials, eps, attention_scaling, scale * math.log2(math.e), max_tokens, splits.size, splits.count,
+        HEADS=heads, KV_HEADS=kv_heads, GROUP=splits.group, BLOCK_GROUP=splits.block_group, HEAD_DIM=head_dim,
+        BLOCK=ATTENTION_BLOCK, IEEE=qkv.dtype == torch.float32, SCALED=scaled, num_warps=ATTENTION_WARPS,
         **launch_options(qkv.device),
     )
-    out = torch.empty(heads * head_dim, dtype=qkv.dtype, device=qkv.device)
-    _attention_combine_kernel[(heads,)](
-        partial_max, partial_sum, partial_out, cache_position, out, split_size, splits,
-        GROUP=group, BLOCK_GROUP=block_group, HEAD_DIM=head_dim, BLOCK_SPLITS=32, num_warps=2,
-        **launch_options(qkv.device),
+    return splits.combine(partials, cache_position, qkv.dtype)
+
+
+def attend_cached(
+    query: torch.Tensor,
+    cache_position: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    view_length: int,
+    scale: float,
+    key_scales: torch.Tensor | None = None,
+    value_scales: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One token's query heads attending over positions 0..``cache_position`` of a cache that holds
+    the token's own key and value already (a model that norms and rotates q and k itself).
+
+    ``query`` (heads, head_dim), contiguous, normed, rotated; ``cache_position`` (1,) int64 on the
+    device, read at run time; ``key_cache``/``value_cache`` (1, kv_heads, max_tokens, head_dim),
+    contiguous; ``view_length`` bounds the position (the step's context bucket) and sizes the launch.
+    A scaled cache holds e4m3 entries with ``key_scales``/``value_scales`` (1, kv_heads, max_tokens)
+    float32, read multiplied by their scales in registers (needs compute capability 8.9). Returns
+    (heads * head_dim,) in ``query``'s dtype.
+    """
+    heads, head_dim = query.shape
+    _, kv_heads, max_tokens, _ = key_cache.shape
+    splits = _Splits.of(heads, kv_heads, view_length, query.device)
+    partials = splits.partials(head_dim, query.device)
+    scaled = key_scales is not None and value_scales is not None
+    _cached_attention_split_kernel[(kv_heads, splits.count)](
+        query, cache_position, key_cache, value_cache,
+        key_scales if scaled else key_cache, value_scales if scaled else value_cache,  # not read unscaled
+        *partials, scale * math.log2(math.e), max_tokens, splits.size, splits.count,
+        GROUP=splits.group, BLOCK_GROUP=splits.block_group, HEAD_DIM=head_dim, BLOCK=cached_attention_block(head_dim),
+        IEEE=query.dtype == torch.float32, SCALED=scaled, num_warps=ATTENTION_WARPS, **launch_options(query.device),
     )
-    return out
+    return splits.combine(partials, cache_position, query.dtype)
+
+
+def cached_attention_block(head_dim: int) -> int:
+    """Keys a split program of :func:`attend_cached` reads a loop turn over heads of ``head_dim``:
+    :data:`ATTENTION_BLOCK` up to 128, fewer of wider heads (Qwen3.5's 256), so that a turn's tiles
+    take the bytes they take at 128. Triton's software pipeline keeps three turns in shared memory:
+    64 keys and values of 256 in bf16 took 141 KB, one program a multiprocessor of an H100; 32 take
+    75 KB."""
+    return max(16, ATTENTION_BLOCK * 128 // max(head_dim, 128))

@@ -23,9 +23,10 @@ import triton.language as tl
 
 
 def dependent_launches(device: torch.device) -> bool:
-    """Whether kernels on ``device`` launch as dependents: a card of compute capability 9.0 or
-    newer, and not turned off by ``FRAMEWISE_PDL=0``."""
-    return os.environ.get("FRAMEWISE_PDL") != "0" and _capability(device.index) >= (9, 0)
+    """Whether kernels on ``device`` launch as dependents: a CUDA card of compute capability 9.0 or
+    newer, and not turned off by ``FRAMEWISE_PDL=0`` (never elsewhere: Triton's interpreter runs
+    kernels on the CPU one after another)."""
+    return device.type == "cuda" and os.environ.get("FRAMEWISE_PDL") != "0" and _capability(device.index) >= (9, 0)
 
 
 @functools.cache

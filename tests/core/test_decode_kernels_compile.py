@@ -9,6 +9,9 @@ machine without a GPU, install the Triton the GPU machine has (``pip install tri
 from __future__ import annotations
 
 import re
+import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +30,11 @@ GEMV_TYPES = {"x_ptr": "*bf16", "norm_ptr": "*bf16", "w_ptr": "*fp8e4nv", "scale
 
 def compile_ptx(kernel, types: dict[str, str], constexprs: dict[str, object], arch: int, num_warps: int) -> str:
     """``kernel`` compiled for compute capability ``arch`` (PDL on where it exists); its PTX."""
+    return compile_kernel(kernel, types, constexprs, arch, num_warps).asm["ptx"]
+
+
+def compile_kernel(kernel, types: dict[str, str], constexprs: dict[str, object], arch: int, num_warps: int):
+    """``kernel`` compiled for compute capability ``arch`` (PDL on where it exists), down to a cubin."""
     pdl = arch >= HOPPER
     constexprs = {**constexprs, "PDL": pdl}
     signature = {name: "constexpr" if name in constexprs else types[name] for name in kernel.arg_names}
@@ -40,7 +48,7 @@ def compile_ptx(kernel, types: dict[str, str], constexprs: dict[str, object], ar
         source, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps, "launch_pdl": pdl}
     )
     assert compiled.asm["cubin"]
-    return compiled.asm["ptx"]
+    return compiled
 
 
 def count(pattern: str, ptx: str) -> int:
@@ -133,3 +141,64 @@ def test_bf16_step_products_compile(arch: int, dtype: str) -> None:
                       "N": "i32"}
     for silu_mul in (False, True):
         compile_ptx(decode_step._linear_residual_kernel, residual_types, {**shape, "SILU_MUL": silu_mul}, arch, warps)
+
+
+def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
+    """(registers a thread, bytes spilled to local memory) of ``ptx`` as Triton's ptxas assembles it
+    for compute capability ``arch``."""
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+
+    with tempfile.TemporaryDirectory() as folder:
+        source = Path(folder) / "kernel.ptx"
+        source.write_text(ptx)
+        result = subprocess.run(
+            [get_ptxas(arch).path, "-v", f"--gpu-name={sm_arch_from_capability(arch)}", str(source),
+             "-o", str(Path(folder) / "kernel.cubin")],
+            capture_output=True, text=True, check=True,
+        )
+    registers = int(re.search(r"Used (\d+) registers", result.stderr).group(1))
+    spilled = sum(int(count) for count in re.findall(r"(\d+) bytes spill (?:stores|loads)", result.stderr))
+    return registers, spilled
+
+
+# Shared memory and registers of one multiprocessor (H100, A100).
+SHARED_BYTES = {HOPPER: 228 * 1024, AMPERE: 164 * 1024}
+REGISTERS = 65536
+
+
+@pytest.mark.parametrize("arch", [HOPPER, AMPERE])
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize(("group", "head_dim"), [(4, 256), (8, 256), (4, 128), (8, 128)])
+@pytest.mark.parametrize("scaled", [False, True], ids=["cache-in-dtype", "e4m3-cache"])
+def test_the_cached_attention_kernel_compiles_and_its_programs_fit_a_multiprocessor(
+    arch: int, dtype: str, group: int, head_dim: int, scaled: bool
+) -> None:
+    """Qwen3.5's split attention over a filled cache (heads of 256, 4 query heads a key/value head
+    in the 9B) at its launch's block and warps: in bf16 no register spilled to local memory, and
+    the programs the launch aims for a multiprocessor fit one at once, in its shared memory (the
+    software pipeline's turns of keys and values) and its registers. (float32, the exact products
+    of the tests, is not what a GPU runs a model in: its tiles take twice the shared memory, and
+    over an e4m3 cache it spills on sm_90, as the Qwen3-VL step's kernel does.)"""
+    if scaled and arch < 89:
+        pytest.skip("the step kernels read an e4m3 cache only with hardware e4m3 conversion (8.9)")
+    cache = "fp8e4nv" if scaled else dtype
+    types = {
+        "query_ptr": f"*{dtype}", "cache_position_ptr": "*i64", "key_cache_ptr": f"*{cache}",
+        "value_cache_ptr": f"*{cache}", "key_scale_ptr": "*fp32" if scaled else f"*{cache}",
+        "value_scale_ptr": "*fp32" if scaled else f"*{cache}", "partial_max_ptr": "*fp32", "partial_sum_ptr": "*fp32",
+        "partial_out_ptr": "*fp32", "scale_log2": "fp32", "max_tokens": "i32", "split_size": "i32", "splits": "i32",
+    }
+    block = decode_step.cached_attention_block(head_dim)
+    constexprs = dict(GROUP=group, BLOCK_GROUP=16, HEAD_DIM=head_dim, BLOCK=block, IEEE=dtype == "fp32", SCALED=scaled)
+    warps = decode_step.ATTENTION_WARPS
+    compiled = compile_kernel(decode_step._cached_attention_split_kernel, types, constexprs, arch, warps)
+    ptx = compiled.asm["ptx"]
+    if scaled:  # the cache's entries converted in hardware
+        assert count(r"cvt\.rn\.f16x2\.e4m3x2", ptx) > 0
+    assert count(r"griddepcontrol\.wait", ptx) == (1 if arch >= HOPPER else 0)
+    if dtype == "bf16":
+        programs = decode_step.ATTENTION_PROGRAMS_PER_SM
+        assert programs * compiled.metadata.shared <= SHARED_BYTES[arch]
+        registers, spilled = ptxas_usage(ptx, arch)
+        assert spilled == 0, f"{spilled} bytes spilled at {registers} registers a thread"
+        assert programs * registers * warps * 32 <= REGISTERS

@@ -1,8 +1,9 @@
 """Qwen3.5's fused decode step on CUDA: its kernels (the zero-centred normed products in bf16 and
 FP8, the gated RMS norm) against the same arithmetic in torch ops, and the whole step at the
-released 9B shapes (four layers: three Gated DeltaNet, one full attention) through the kernels
-against the step as torch ops, directly and replayed from a CUDA graph; and a prefill at those
-shapes with its norms through the Triton kernel against the torch norms'."""
+released 9B shapes (four layers: three Gated DeltaNet, one full attention, attending through the
+split attention kernel over a bf16 or an e4m3 cache) through the kernels against the step as torch
+ops, directly and replayed from a CUDA graph; and a prefill at those shapes with its norms through
+the Triton kernel against the torch norms'."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from framewise.core.families.qwen3_5.mixers import TORCH_NORMS, gated_rms_norm, 
 from framewise.core.graph_capture import GraphCapture
 from framewise.core.quantization.fp8 import dequantize, quantize
 from framewise.core.quantization.fp8_products import Fp8Products
+from framewise.core.quantization.kv_formats import E4M3_KV_CACHE, FLOAT_KV_CACHE
 from framewise.core.quantization.weight_format import product_input
 from tests.core.families.qwen3_5.checkpoint import tiny_model
 from tests.core.families.qwen3_5.test_qwen3_5_step import quantized
@@ -32,7 +34,9 @@ DEVICE = torch.device("cuda")
 # tests use them: float32 differs only by summation order; bf16 rounds to 8 bits of mantissa.
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
 LAYER_TYPES = ("linear_attention", "linear_attention", "linear_attention", "full_attention")
-PROMPT_TOKENS = 40
+# The steps at positions 60-65 cross position 64, where a split of the attention ends (on an
+# H100 the 9B's attention over 256 positions splits in 64s).
+PROMPT_TOKENS = 60
 STEP_TOKENS = (42, 7, 313, 99, 5, 600)
 
 
@@ -135,7 +139,9 @@ def run_steps(language: Qwen35LanguageModel, replay: bool = False) -> tuple[torc
             else:
                 forward()
             seen.append(logits.clone())
-    return torch.cat(seen), [*state.conv_states, *state.recurrent_states, *state.kv.keys, *state.kv.values]
+    kv = state.kv
+    return torch.cat(seen), [*state.conv_states, *state.recurrent_states, *kv.keys, *kv.values, *kv.key_scales,
+                             *kv.value_scales]
 
 
 def float32_weight_step(
@@ -179,15 +185,23 @@ def test_at_the_9b_shapes_a_prefill_through_the_norm_kernels_is_the_torch_norms_
         assert torch.equal(through_kernels, as_torch_ops)
 
 
-@pytest.mark.parametrize("weights", ["bf16", "fp8"])
-def test_at_the_9b_shapes_the_kernel_step_equals_the_torch_step(nine_b_layers, weights: str, monkeypatch) -> None:
+@pytest.mark.parametrize("weights", ["bf16", "fp8"])  # outermost: the bf16 cases run first
+@pytest.mark.parametrize("cache", ["bf16", "e4m3"])
+def test_at_the_9b_shapes_the_kernel_step_equals_the_torch_step(
+    nine_b_layers, weights: str, cache: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     unavailable = fla_unavailable(DEVICE)
     if unavailable:
         pytest.skip(f"the kernel step mixes tokens through fla-core's kernels, which cannot run here: {unavailable}")
-    model = quantized(nine_b_layers) if weights == "fp8" else nine_b_layers  # fp8 last: it quantizes in place
-    kernels = Qwen35LanguageModel(model, step_kernels=True)
-    torch_ops = Qwen35LanguageModel(model, fused_steps=True, step_kernels=False)
+    if cache == "e4m3" and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("the step kernels read an e4m3 cache only with hardware e4m3 conversion (8.9)")
+    cache_format = E4M3_KV_CACHE if cache == "e4m3" else FLOAT_KV_CACHE
+    # fp8 last: it quantizes in place (once: the quantized layers are no nn.Linear)
+    model = quantized(nine_b_layers) if weights == "fp8" else nine_b_layers
+    kernels = Qwen35LanguageModel(model, step_kernels=True, cache_format=cache_format)
+    torch_ops = Qwen35LanguageModel(model, fused_steps=True, step_kernels=False, cache_format=cache_format)
     assert kernels.step_kernels and "Triton kernels" in kernels.step_description
+    assert kernels._step.kernel_attention and "full attention through a Triton split kernel" in kernels.step_description
     first = kernels._step.layers[0].inputs[0]
     assert first.weight.dtype == (torch.float8_e4m3fn if weights == "fp8" else torch.bfloat16)
     got, got_states = run_steps(kernels)

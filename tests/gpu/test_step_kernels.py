@@ -105,3 +105,61 @@ def test_attend_step(dtype: torch.dtype, heads: int, kv_heads: int, head_dim: in
     expected = (weights @ filled_values).reshape(-1)
     assert not out.isnan().any()
     assert relative_error(out, expected) < TOLERANCE[dtype]
+
+
+CACHED_VIEW_LENGTH = 2368
+
+
+def cached_position(where: str, split_size: int) -> int:
+    """The step's position ``where`` in a view of CACHED_VIEW_LENGTH split in ``split_size``s."""
+    return {"first": 0, "last-of-a-split": split_size - 1, "first-of-a-split": split_size,
+            "late": CACHED_VIEW_LENGTH - 37}[where]
+
+
+@pytest.mark.parametrize("cache", ["bf16", "e4m3"])
+@pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(16, 4, 256), (32, 4, 256), (16, 4, 128), (32, 4, 128)])
+@pytest.mark.parametrize("where", ["first", "last-of-a-split", "first-of-a-split", "late"])
+def test_attend_cached_is_sdpa_over_the_filled_cache(
+    cache: str, heads: int, kv_heads: int, head_dim: int, where: str
+) -> None:
+    """Qwen3.5's step attention (4 and 8 query heads a key/value head, heads of 256 and 128) over a
+    random cache in bf16 or e4m3 with its scales, against torch's attention over the cache as
+    the torch step reads it back (``KVCacheFormat.read``): the positions after the step's hold what
+    would show if read, and the cache is left as it was."""
+    from framewise.core.quantization.kv_formats import E4M3_KV_CACHE, FLOAT_KV_CACHE
+
+    if cache == "e4m3" and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("the step kernels convert e4m3 in hardware, which needs compute capability 8.9")
+    device, max_tokens, scale = torch.device(DEVICE), CACHED_VIEW_LENGTH + 64, head_dim**-0.5
+    splits = kernels._Splits.of(heads, kv_heads, CACHED_VIEW_LENGTH, device)
+    assert splits.count > 1
+    position = cached_position(where, splits.size)
+    query = torch.randn(heads, head_dim, device=device, dtype=torch.bfloat16)
+    keys = torch.randn(1, kv_heads, max_tokens, head_dim, device=device) * 3
+    values = torch.randn(1, kv_heads, max_tokens, head_dim, device=device)
+    cache_format = E4M3_KV_CACHE if cache == "e4m3" else FLOAT_KV_CACHE
+    stored = [torch.zeros_like(keys, dtype=cache_format.storage_dtype(torch.bfloat16)) for _ in range(2)]
+    scales = [torch.zeros(keys.shape[:3], device=device) for _ in range(2)] if cache_format.scaled else [None, None]
+    every = torch.arange(max_tokens, device=device)
+    for entries, entry_scales, written in zip(stored, scales, (keys, values)):
+        cache_format.write(entries, entry_scales, every, written.to(torch.bfloat16))
+    # What a read past the step's position would show: huge keys, NaN values (or NaN value scales).
+    stored[0][:, :, position + 1 :] = 448 if cache_format.scaled else 1e4
+    if cache_format.scaled:
+        scales[1][:, :, position + 1 :] = float("nan")
+    else:
+        stored[1][:, :, position + 1 :] = float("nan")
+    before = [tensor.clone() for tensor in (*stored, *scales) if tensor is not None]
+    at = torch.tensor([position], device=device)
+    out = kernels.attend_cached(query, at, *stored, CACHED_VIEW_LENGTH, scale, *scales)
+    read_keys, read_values = (
+        cache_format.read(entries, entry_scales, position + 1, torch.bfloat16)
+        for entries, entry_scales in zip(stored, scales)
+    )
+    expected = F.scaled_dot_product_attention(
+        query[None, :, None], read_keys, read_values, scale=scale, enable_gqa=True
+    ).reshape(-1)
+    assert out.shape == (heads * head_dim,) and out.dtype == torch.bfloat16 and not out.isnan().any()
+    assert relative_error(out, expected) < TOLERANCE[torch.bfloat16]
+    for now, then in zip((tensor for tensor in (*stored, *scales) if tensor is not None), before):  # only read
+        assert torch.equal(now.view(torch.uint8), then.view(torch.uint8))

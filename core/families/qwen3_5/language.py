@@ -102,7 +102,9 @@ class Qwen35LanguageModel:
             self.text, self._head_norm_scales, self._decay_rates, self._fla, self._final_norm_scale, self.text.norm.eps,
             output_head(model.lm_head), self._norms,
         )
-        self._step, self._kernels = load_fused_step(step_model, self.shape, self.device, fused_steps, step_kernels)
+        self._step, self._kernels = load_fused_step(
+            step_model, self.shape, self.device, fused_steps, step_kernels, cache_format
+        )
         self._fused_torch = bool(fused_steps)
 
     @property
@@ -134,7 +136,10 @@ class Qwen35LanguageModel:
         weight_dtype = self._step.layers[0].gate_up.products.weight_dtype
         weights = f" ({weight_dtype.upper()} weights)" if weight_dtype else ""
         products = "Triton kernels" if self._kernels is not None else "torch ops"
-        return f"stacked products with norms and residuals fused, through {products}{weights}; Gated DeltaNet through {mixing}"
+        kernel_attention = self._kernels is not None and self._step.kernel_attention
+        attention = "a Triton split kernel" if kernel_attention else "torch ops"
+        return (f"stacked products with norms and residuals fused, through {products}{weights}; Gated DeltaNet "
+                f"through {mixing}; full attention through {attention}")
 
     def disable_step_kernels(self) -> None:
         """Run later decode steps without the Triton step kernels (after they failed to compile or

@@ -4,7 +4,9 @@ mixing after its qkv, beta and decay projections; and the norms of both, each fu
 
 The language model's passes (:mod:`.language`) make the projections with the model's own modules;
 a fused decode step (:mod:`.step`) makes them with stacked products. Both then call these, so the
-two compute the same attention and mixing.
+two compute the same attention and mixing; a fused step through the Triton step kernels attends
+through the decode step's split attention kernel instead (:func:`gated_attention_step`: the same
+heads, norms and rotary, the cache read as it is stored).
 
 The norms (the zero-centred ones, alone and after a residual add, and the gated one) run as torch
 ops or, on a CUDA device where Triton imports, as one Triton kernel each with the same arithmetic
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Callable
 
 import torch
@@ -110,6 +113,57 @@ def gated_attention(
     query then its output gate, as q_proj lays them out; ``key``/``value`` (1, n, kv_heads * head_dim).
     The keys and values go to the state's slot for model layer ``layer``. Returns the gated attention
     (1, n, heads * head_dim), o_proj's input."""
+    count = query_gate.shape[1]
+    query, gate, key, value = _attention_heads(
+        attention, query_gate, key, value, head_norm_scales, position_embeddings, norms
+    )
+    key, value = state.update(key, value, layer)
+    attended, _ = decoder_attention_forward(attention, query, key, value, mask, scaling=attention.scaling)
+    return attended.reshape(1, count, -1) * torch.sigmoid(gate.reshape(1, count, -1))
+
+
+def gated_attention_step(
+    attention: torch.nn.Module,
+    query_gate: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    head_norm_scales: tuple[torch.Tensor, torch.Tensor],
+    position_embeddings: tuple[torch.Tensor, torch.Tensor],
+    state: HybridState,
+    layer: int,
+    norms: Norms,
+    kernels: ModuleType,
+) -> torch.Tensor:
+    """:func:`gated_attention` of one token (its projections (1, 1, ...)) through the decode step's
+    split attention kernel (``kernels.attend_cached``): the token's key and value written into the
+    cache in its format, its query heads attending over the cache's entries (and scales) as they are
+    stored, up to the token's position (``state.kv.write_positions``), never reading the cache back
+    in the activations' dtype. Graph-safe. Returns the gated attention (heads * head_dim,)."""
+    query, gate, key, value = _attention_heads(
+        attention, query_gate, key, value, head_norm_scales, position_embeddings, norms
+    )
+    cache, slot = state.kv, state.cache_slot(layer)
+    cache.write(key, value, slot)
+    attended = kernels.attend_cached(
+        query.reshape(-1, attention.head_dim).contiguous(), cache.write_positions, cache.keys[slot],
+        cache.values[slot], cache.view_length, attention.scaling, *cache.scales(slot),
+    )
+    return attended * torch.sigmoid(gate.reshape(-1))
+
+
+def _attention_heads(
+    attention: torch.nn.Module,
+    query_gate: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    head_norm_scales: tuple[torch.Tensor, torch.Tensor],
+    position_embeddings: tuple[torch.Tensor, torch.Tensor],
+    norms: Norms,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A gated full-attention layer's heads from its projections (:func:`gated_attention`'s), the
+    per-head norms run by ``norms``: the query (1, heads, n, head_dim) and key (1, kv_heads, n,
+    head_dim) normed and rotated, the output
+    gate (1, n, heads, head_dim) and the value (1, kv_heads, n, head_dim)."""
     count, head_dim = query_gate.shape[1], attention.head_dim
     query, gate = query_gate.view(1, count, -1, 2 * head_dim).chunk(2, dim=-1)
     query_scale, key_scale = head_norm_scales
@@ -117,9 +171,7 @@ def gated_attention(
     key = norms.norm(key.view(1, count, -1, head_dim), key_scale, attention.k_norm.eps).transpose(1, 2)
     value = value.view(1, count, -1, head_dim).transpose(1, 2)
     query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
-    key, value = state.update(key, value, layer)
-    attended, _ = decoder_attention_forward(attention, query, key, value, mask, scaling=attention.scaling)
-    return attended.reshape(1, count, -1) * torch.sigmoid(gate.reshape(1, count, -1))
+    return query, gate, key, value
 
 
 def delta_rule_mixing(

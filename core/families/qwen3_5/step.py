@@ -13,8 +13,10 @@ A step (:class:`FusedStep`) runs per layer: the input norm and the stacked produ
 product, the layer's mixing (:mod:`.mixers`: for a linear layer fla-core's one-token convolution
 and delta rule with its gates computed in the kernel; for a full-attention layer the per-head
 norms as the model's norms run on the device (:func:`~.mixers.norms_for`: one Triton kernel each on
-CUDA), rotary embedding and attention as torch ops), a linear layer's gated norm (one Triton
-kernel, :mod:`framewise.core.kernels.gated_rms_norm`), the output projection with the residual
+CUDA) and rotary embedding, the key and value written into the cache and the attention through
+the dense decode step's split kernel, which reads only the filled positions of the cache as they
+are stored, or all as torch ops), a linear layer's gated norm (one Triton kernel,
+:mod:`framewise.core.kernels.gated_rms_norm`), the output projection with the residual
 add, and the MLP as two fused products; then the final norm with the output head. The products
 are the weight formats' :class:`~framewise.core.quantization.weight_format.StepProducts`: the
 Triton kernels where they can run, else the same arithmetic as torch ops
@@ -31,13 +33,21 @@ from typing import Callable, Sequence
 
 import torch
 
-from framewise.core.decoding.attention import causal_mask
-from framewise.core.decoding.dense_layers import common_products, scale_of, stacked_views
+from framewise.core.decoding.attention import AttentionMask, causal_mask
+from framewise.core.decoding.dense_layers import cache_unreadable, common_products, scale_of, stacked_views
 from framewise.core.decoding.dense_layers import step_kernels_unavailable as dense_step_kernels_unavailable
 from framewise.core.decoding.hybrid_state import FULL_ATTENTION, HybridState
 from framewise.core.decoding.linear_attention import FlaKernels
 from framewise.core.families.qwen3_5.config import TextShape
-from framewise.core.families.qwen3_5.mixers import Norms, delta_rule_mixing, gated_attention, gated_rms_norm, norm_scale
+from framewise.core.families.qwen3_5.mixers import (
+    Norms,
+    delta_rule_mixing,
+    gated_attention,
+    gated_attention_step,
+    gated_rms_norm,
+    norm_scale,
+)
+from framewise.core.quantization.kv_formats import FLOAT_KV_CACHE, KVCacheFormat
 from framewise.core.quantization.registry import linear_products
 from framewise.core.quantization.weight_format import LinearProducts, StepProducts, torch_step_products
 
@@ -174,11 +184,14 @@ class StepModel:
 class FusedStep:
     """Qwen3.5's decode step over :func:`step_layers`' ``layers`` of ``model``: through the step
     kernels of each product's weight format when called with ``kernels`` (the dense decode step's
-    kernel module; ``model.fla`` must be given), else the same arithmetic as torch ops."""
+    kernel module; ``model.fla`` must be given), its full attention through their split attention
+    kernel unless ``kernel_attention`` is False (a cache they cannot read there), else the same
+    arithmetic as torch ops."""
 
-    def __init__(self, layers: Sequence[StepLayer], model: StepModel) -> None:
+    def __init__(self, layers: Sequence[StepLayer], model: StepModel, kernel_attention: bool = True) -> None:
         self.layers = tuple(layers)
         self.model = model
+        self.kernel_attention = kernel_attention
         self._products: dict[tuple[LinearProducts, bool], StepProducts] = {}
 
     def __call__(
@@ -191,19 +204,15 @@ class FusedStep:
         logits (1, vocab) float32."""
         model = self.model
         state.kv.write_positions = cache_position
-        mask = causal_mask(state.kv.view_length, cache_position, embeds.dtype)
+        attention_kernels = kernels if self.kernel_attention else None
+        mask = causal_mask(state.kv.view_length, cache_position, embeds.dtype) if attention_kernels is None else None
         position_embeddings = model.text.rotary_emb(embeds, rope_position.view(1, 1, 1).expand(3, 1, 1))
         gated_norm = model.norms.gated if kernels is not None else gated_rms_norm
         hidden = embeds.view(-1)
         for layer in self.layers:
             parts = self._projections(layer, hidden, kernels)
             if layer.full_attention:
-                query_gate, key, value = (part.view(1, 1, -1) for part in parts)
-                attention = model.text.layers[layer.index].self_attn
-                mixed = gated_attention(
-                    attention, query_gate, key, value, model.head_norm_scales[layer.index], position_embeddings, mask,
-                    state, layer.index, model.norms,
-                ).view(-1)
+                mixed = self._attention(layer, parts, position_embeddings, mask, state, attention_kernels)
             else:
                 mixed = self._mixing(layer, parts, state, gated_norm)
             out = layer.out
@@ -229,6 +238,31 @@ class FusedStep:
             parts.extend(out.split(stack.rows))
         return parts
 
+    def _attention(
+        self,
+        layer: StepLayer,
+        parts: list[torch.Tensor],
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
+        mask: AttentionMask,
+        state: HybridState,
+        kernels: ModuleType | None,
+    ) -> torch.Tensor:
+        """A full-attention layer's gated attention from its projections ``parts`` (q with its gate,
+        k, v): through ``kernels``' split attention kernel, else as torch ops under ``mask``.
+        o_proj's input (heads * head_dim,)."""
+        query_gate, key, value = (part.view(1, 1, -1) for part in parts)
+        attention = self.model.text.layers[layer.index].self_attn
+        norm_scales = self.model.head_norm_scales[layer.index]
+        if kernels is not None:
+            return gated_attention_step(
+                attention, query_gate, key, value, norm_scales, position_embeddings, state, layer.index,
+                self.model.norms, kernels,
+            )
+        return gated_attention(
+            attention, query_gate, key, value, norm_scales, position_embeddings, mask, state, layer.index,
+            self.model.norms,
+        ).view(-1)
+
     def _mixing(
         self, layer: StepLayer, parts: list[torch.Tensor], state: HybridState, gated_norm: GatedNorm
     ) -> torch.Tensor:
@@ -251,9 +285,12 @@ class FusedStep:
 
 
 def load_fused_step(
-    model: StepModel, shape: TextShape, device: torch.device, fused_steps: bool | None, step_kernels: bool | None
+    model: StepModel, shape: TextShape, device: torch.device, fused_steps: bool | None, step_kernels: bool | None,
+    cache_format: KVCacheFormat = FLOAT_KV_CACHE,
 ) -> tuple[FusedStep | None, ModuleType | None]:
-    """The fused step of ``model`` (of ``shape``, on ``device``) and the kernel module it runs with.
+    """The fused step of ``model`` (of ``shape``, on ``device``, over a KV cache in ``cache_format``)
+    and the kernel module it runs with; its full attention through the kernels where they read that
+    cache (:func:`~framewise.core.decoding.dense_layers.cache_unreadable`), else as torch ops.
 
     ``step_kernels``: the Triton step kernels where they can run (:func:`step_kernels_unavailable`)
     when None, never when False; True where they cannot is a ValueError saying why. ``fused_steps``:
@@ -281,7 +318,7 @@ def load_fused_step(
         return (FusedStep(layers, model) if fused_steps else None), None
     from framewise.core.kernels import decode_step  # only where they run: it needs Triton
 
-    return FusedStep(layers, model), decode_step
+    return FusedStep(layers, model, kernel_attention=not cache_unreadable(device, cache_format)), decode_step
 
 
 def step_kernels_unavailable(device: torch.device, fla: FlaKernels | None) -> str:

@@ -62,22 +62,26 @@ TOY_IDS = {ENDOFTEXT: 294, IM_END: 295, IMAGE_PAD: 296, VIDEO_PAD: 297, VISION_S
 
 def tiny_config(
     vocab_size: int = 300, special_ids: dict[str, int] = TOY_IDS, layer_types: Sequence[str] = LAYER_TYPES,
-    linear_head_dim: int = 16,
+    linear_head_dim: int = 16, attention: tuple[int, int, int] = (4, 2, 64),
 ) -> Qwen3_5Config:
-    """Qwen3.5 at toy sizes: hidden 64, full attention 4 heads over 2 key/value heads of 64 with
-    rotary on a quarter (16 dims, interleaved mrope [3, 3, 2] in the released 11:11:10 proportion),
-    linear attention 2 key heads and 4 value heads of ``linear_head_dim`` (each key head serving
+    """Qwen3.5 at toy sizes: hidden 64, full attention of ``attention`` (query heads, key/value
+    heads, head dim: by default 4 heads over 2 of 64) with rotary on a quarter of each head
+    (interleaved mrope, [3, 3, 2] of 64-dim heads, in the released 11:11:10 proportion), linear
+    attention 2 key heads and 4 value heads of ``linear_head_dim`` (each key head serving
     two value heads, as in the released 9B), a 4-tap convolution; a one-block vision tower of patch
     16, merge 2."""
+    heads, kv_heads, head_dim = attention
+    rotary_pairs = head_dim // 8  # a quarter of the head, in pairs
+    temporal = round(rotary_pairs * 11 / 32)
     text = {
         "vocab_size": vocab_size, "hidden_size": 64, "intermediate_size": 128,
         "num_hidden_layers": len(layer_types), "layer_types": list(layer_types),
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
         "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": linear_head_dim,
         "linear_value_head_dim": linear_head_dim, "linear_conv_kernel_dim": 4, "max_position_embeddings": 4096,
         "rope_parameters": {
             "rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25,
-            "mrope_section": [3, 3, 2], "mrope_interleaved": True,
+            "mrope_section": [temporal, temporal, rotary_pairs - 2 * temporal], "mrope_interleaved": True,
         },
         "pad_token_id": special_ids[ENDOFTEXT], "eos_token_id": special_ids[IM_END],
     }
