@@ -342,8 +342,9 @@ def test_an_e4m3_cache_read_back_a_segment_at_a_time_gives_the_logits_of_one_rea
             ]
             state.kv.view_length = MAX_TOKENS
             rope = torch.arange(length, length + 6).expand(3, -1) + run.rope_offset
-            logits.append(language.text_prefill(state, language.embed(question), torch.arange(length, length + 6),
-                                                rope, torch.tensor([5])).clone())
+            hidden = language.text_prefill(state, language.embed(question), torch.arange(length, length + 6), rope,
+                                           torch.tensor([5]))
+            logits.append(language.head(hidden).clone())
             logits += decode(run, logits[-1].argmax(dim=-1), length + 6, 3)[1]
         results.append(torch.cat(logits))
     whole, segmented = results
