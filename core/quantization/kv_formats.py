@@ -7,7 +7,7 @@ that maps the head's largest magnitude to 448 (the per-row layout of
 when the token is written: nothing is calibrated, nothing saturates, and a token written in any
 prefill chunk or decode step is stored the same way. Readers get the entries back in the
 activations' dtype, a pass's attention a segment of at most :data:`READ_SEGMENT_POSITIONS`
-positions at a time (:class:`ScaledEntries`); the Triton decode step reads the e4m3 values and
+positions at a time (:class:`ScaledEntries`; for now the whole context); the Triton decode step reads the e4m3 values and
 scales itself and multiplies them in registers. At Qwen3-VL-8B's shapes (36 layers, 8
 key/value heads of 128) a token takes 147,456 bytes in bf16 and 73,728 + 2,304 bytes of scales
 = 76,032 in this layout, 0.52 of it.
@@ -33,12 +33,14 @@ from framewise.core.quantization.fp8 import quantize_per_channel
 SCALE_BYTES = 4
 # Positions of a scaled cache a pass reads back at a time (keys and values of one layer), its
 # attention over them merged with the other segments' by their log-sum-exp
-# (:func:`~framewise.core.decoding.attention.segmented_attention`). At 8,192 a segment of Qwen3-VL-8B
-# (8 key/value heads of 128) or Qwen3.5-9B (4 of 256) is 32 MiB in bf16, a tenth of the whole
-# context's read-back at 77,056 positions (301 MiB). Each segment adds a merge that reads and
-# writes the float32 output summed so far (16 MiB for a chunk of 1,024 queries, 32 heads of 128):
-# about 40 MiB of memory traffic beside the 137 GFLOP of that chunk's attention over the segment.
-READ_SEGMENT_POSITIONS = 8192
+# (:func:`~framewise.core.decoding.attention.segmented_attention`). Off for now: 262,144 is more
+# than any context the families allow, so every pass reads its context whole, as before. On the
+# CPU the segmented attention equals one read (tests/core/test_decoder_attention.py), but on an
+# H100 the demo model's passes over 64-position segments gave logits 0.114 apart from one read's
+# (tests/gpu/test_kv_cache_gpu.py, docs/benchmarks/log.md h100-2026-12-07-1909), which is not
+# diagnosed. With 8,192 a segment of Qwen3-VL-8B (8 key/value heads of 128) or Qwen3.5-9B (4 of
+# 256) would be 32 MiB in bf16, a tenth of the whole context's read-back at 77,056 positions.
+READ_SEGMENT_POSITIONS = 262_144
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ the Triton kernel against the torch norms'."""
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -185,7 +186,7 @@ def test_at_the_9b_shapes_a_prefill_through_the_norm_kernels_is_the_torch_norms_
         assert torch.equal(through_kernels, as_torch_ops)
 
 
-@pytest.mark.parametrize("weights", ["bf16", "fp8"])  # outermost: the bf16 cases run first
+@pytest.mark.parametrize("weights", ["bf16", "fp8"])
 @pytest.mark.parametrize("cache", ["bf16", "e4m3"])
 def test_at_the_9b_shapes_the_kernel_step_equals_the_torch_step(
     nine_b_layers, weights: str, cache: str, monkeypatch: pytest.MonkeyPatch
@@ -196,8 +197,8 @@ def test_at_the_9b_shapes_the_kernel_step_equals_the_torch_step(
     if cache == "e4m3" and torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("the step kernels read an e4m3 cache only with hardware e4m3 conversion (8.9)")
     cache_format = E4M3_KV_CACHE if cache == "e4m3" else FLOAT_KV_CACHE
-    # fp8 last: it quantizes in place (once: the quantized layers are no nn.Linear)
-    model = quantized(nine_b_layers) if weights == "fp8" else nine_b_layers
+    # quantized in place: a copy, so that the bf16 cases see bf16 weights whatever the order
+    model = quantized(copy.deepcopy(nine_b_layers)) if weights == "fp8" else nine_b_layers
     kernels = Qwen35LanguageModel(model, step_kernels=True, cache_format=cache_format)
     torch_ops = Qwen35LanguageModel(model, fused_steps=True, step_kernels=False, cache_format=cache_format)
     assert kernels.step_kernels and "Triton kernels" in kernels.step_description

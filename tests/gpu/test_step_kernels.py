@@ -124,8 +124,9 @@ def test_attend_cached_is_sdpa_over_the_filled_cache(
 ) -> None:
     """Qwen3.5's step attention (4 and 8 query heads a key/value head, heads of 256 and 128) over a
     random cache in bf16 or e4m3 with its scales, against torch's attention over the cache as
-    the torch step reads it back (``KVCacheFormat.read``): the positions after the step's hold what
+    the torch step reads it back (the format's entries read whole): the positions after the step's hold what
     would show if read, and the cache is left as it was."""
+    from framewise.core.decoding.attention import read_whole
     from framewise.core.quantization.kv_formats import E4M3_KV_CACHE, FLOAT_KV_CACHE
 
     if cache == "e4m3" and torch.cuda.get_device_capability() < (8, 9):
@@ -153,7 +154,7 @@ def test_attend_cached_is_sdpa_over_the_filled_cache(
     at = torch.tensor([position], device=device)
     out = kernels.attend_cached(query, at, *stored, CACHED_VIEW_LENGTH, scale, *scales)
     read_keys, read_values = (
-        cache_format.read(entries, entry_scales, position + 1, torch.bfloat16)
+        read_whole(cache_format.entries(entries, entry_scales, position + 1, torch.bfloat16))
         for entries, entry_scales in zip(stored, scales)
     )
     expected = F.scaled_dot_product_attention(

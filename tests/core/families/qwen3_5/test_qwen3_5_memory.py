@@ -140,22 +140,24 @@ def test_with_an_e4m3_cache_a_follow_up_graph_reads_back_a_segment_however_long_
     def follow_up(context: int, cache_format) -> int:
         return prefill_pool_bytes(shape, torch.bfloat16, PREFILL_TOKENS, context, cache_format)
 
-    segment = E4M3_KV_CACHE.read_segment
-    assert follow_up(8 * segment + 4096, E4M3_KV_CACHE) - follow_up(8 * segment, E4M3_KV_CACHE) == 4096 * 256 * 2
+    # a cache read back 8,192 positions at a time (the default reads the context whole for now)
+    segmented = dataclasses.replace(E4M3_KV_CACHE, read_segment=8192)
+    segment = segmented.read_segment
+    assert follow_up(8 * segment + 4096, segmented) - follow_up(8 * segment, segmented) == 4096 * 256 * 2
     context = 77_056
     read_back = 4 * segment * 256 * (2 * 2 + 4)
     smaller_mask_copy = 4 * 256 * (context - segment) * 2
     merge = 256 * 16 * 256 * (4 + 2 * 2)
     float_cache = follow_up(context, FLOAT_KV_CACHE)
-    assert follow_up(context, E4M3_KV_CACHE) - float_cache == read_back - smaller_mask_copy + merge
+    assert follow_up(context, segmented) - float_cache == read_back - smaller_mask_copy + merge
     # the segment is the format's: a format reading back the whole context counts all of it
-    whole = dataclasses.replace(E4M3_KV_CACHE, read_segment=context)
+    whole = dataclasses.replace(segmented, read_segment=context)
     assert follow_up(context, whole) - float_cache == 4 * context * 256 * (2 * 2 + 4)
-    clip_pass = prefill_pool_bytes(shape, torch.bfloat16, CLIP_PREFILL_TOKENS, 2 * CLIP_PREFILL_TOKENS, E4M3_KV_CACHE)
+    clip_pass = prefill_pool_bytes(shape, torch.bfloat16, CLIP_PREFILL_TOKENS, 2 * CLIP_PREFILL_TOKENS, segmented)
     weight_format = choose_weight_format(nine_b, "fp8", CPU)
     parts = QWEN3_5.estimate_memory(nine_b, weight_format, torch.bfloat16, context, [256], "cuda",
-                                    cache_format=E4M3_KV_CACHE)
-    assert follow_up(context, E4M3_KV_CACHE) < clip_pass < parts.decode_graphs < follow_up(context, whole)
+                                    cache_format=segmented)
+    assert follow_up(context, segmented) < clip_pass < parts.decode_graphs < follow_up(context, whole)
 
 
 def test_an_open_clip_keeps_one_merged_row_a_token() -> None:
