@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import deque
 from typing import Callable
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
 from framewise.core.backends import AnsweringBackend, BackendCall, same_backend
 from framewise.core.backends.cancel import CancelScope
@@ -45,6 +47,10 @@ log = logging.getLogger(__name__)
 
 
 EngineFactory = Callable[[AppSettings, EventSink], AnsweringBackend]
+# How long the GUI thread follows the engine's events in one turn of its event loop before it
+# lets the loop paint, take input and fire timers: a burst of events (an encode's passes, a long
+# clip's frames) is followed over several turns instead of freezing the window for all of it.
+EVENTS_TURN_S = 0.010
 
 
 def failure_from_exception(error: BaseException) -> Failed:
@@ -181,12 +187,54 @@ class EngineWorker(QObject):
             self.event.emit(RequestFinished(kind, outcome, request_id=request_id))
 
 
+class EventRelay(QObject):
+    """Carries events from any thread to the GUI thread in bounded turns: :meth:`put` queues an
+    event and posts one drain; the drain re-emits the queued events in order as :attr:`event` for
+    up to :data:`EVENTS_TURN_S`, then posts itself again if some are left.
+
+    A queued signal per event would let Qt deliver every event posted before a turn in that one
+    turn, however long they take together."""
+
+    event = Signal(object)
+    _drain_requested = Signal()
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._waiting: deque[object] = deque()
+        self._lock = threading.Lock()
+        self._drain_posted = False
+        self._drain_requested.connect(self._drain, Qt.ConnectionType.QueuedConnection)
+
+    def put(self, event: object) -> None:
+        """Queue ``event`` for the GUI thread. Any thread."""
+        with self._lock:
+            self._waiting.append(event)
+            post, self._drain_posted = not self._drain_posted, True
+        if post:
+            self._drain_requested.emit()
+
+    @Slot()
+    def _drain(self) -> None:
+        with self._lock:
+            self._drain_posted = False  # an event put from now on posts a drain (a handler may open a nested loop)
+        deadline = time.monotonic() + EVENTS_TURN_S
+        while self._waiting:
+            self.event.emit(self._waiting.popleft())
+            if time.monotonic() >= deadline:
+                break
+        with self._lock:
+            post = bool(self._waiting) and not self._drain_posted
+            self._drain_posted = self._drain_posted or post
+        if post:
+            self._drain_requested.emit()
+
+
 class EngineHost(QObject):
     """The GUI thread's handle on the worker: starts its thread, forwards requests, shuts it down.
 
     It is the window session's request port. Each request method returns the id its events will
     carry. ``event`` re-emits the worker's events in the GUI thread, ``RequestStarted`` /
-    ``RequestFinished`` included.
+    ``RequestFinished`` included, through an :class:`EventRelay`.
     """
 
     event = Signal(object)
@@ -203,7 +251,9 @@ class EngineHost(QObject):
         self._thread.setObjectName("framewise-engine")
         self._worker = EngineWorker(engine_factory, settings)
         self._worker.moveToThread(self._thread)
-        self._worker.event.connect(self.event)
+        self._relay = EventRelay(self)
+        self._worker.event.connect(self._relay.put, Qt.ConnectionType.DirectConnection)
+        self._relay.event.connect(self.event)
         self._load_requested.connect(self._worker.load)
         self._apply_requested.connect(self._worker.apply_settings)
         self._call_requested.connect(self._worker.run_call)
