@@ -475,21 +475,26 @@ class PyAVClip:
             mode, runs = self._plan(request)
         convert = self._converter(request.size, request.resize if mode == "exact" else None)
         firsts = [0]
-        for run in runs[:-1]:
+        for run in runs:
             firsts.append(firsts[-1] + sum(len(read.targets) for read in run))
+        # Each frame is written to its place as it is converted: a long clip's frames are never
+        # held as separate pictures and then copied together (2,048 frames at 64k video tokens
+        # are 377 MB, and the copies' freed pictures stayed in the allocator's arenas).
+        frames = np.empty((firsts[-1], *request.size, 3), np.uint8)
         taken = _in_parallel(
             [
-                functools.partial(self._take_run, run, convert, len(runs), index == 0, _offset(request.hand_on, first))
-                for index, (run, first) in enumerate(zip(runs, firsts, strict=True))
+                functools.partial(
+                    self._take_run, run, convert, len(runs), index == 0,
+                    _offset(request.hand_on, first), frames[first:end],
+                )
+                for index, (run, first, end) in enumerate(zip(runs, firsts, firsts[1:]))
             ],
             self._first.abandon,
             self.path.name,
         )
         decoded = sum(decoded for _, decoded in taken)
-        frames = _fill_gaps([kept for run_frames, _ in taken for kept in run_frames])
-        del taken  # the frames are held by ``frames`` alone now, which _stacked empties as it copies
-        times = tuple(time_s for _, time_s in frames)
-        return Taken(frames=_stacked(frames), times=times, mode=mode, decoded=decoded, damage=self.damage)
+        times = _fill_gaps(frames, [time_s for run_times, _ in taken for time_s in run_times])
+        return Taken(frames=frames, times=times, mode=mode, decoded=decoded, damage=self.damage)
 
     def _plan(self, request: TakeRequest) -> tuple[SamplingMode, list[list[Read]]]:
         """The mode the clip allows and the runs of reads that take ``request``'s targets by time."""
@@ -517,21 +522,22 @@ class PyAVClip:
         runs: int,
         first_run: bool,
         hand_on: Callable[[int, list[_Kept | None]], None],
-    ) -> tuple[list[_Kept | None], int]:
-        """The frames of one of ``runs`` runs (one per target) and the frames its decoder decoded;
-        ``hand_on(offset in the run, frames)`` gets each frame as soon as it is converted.
+        out: np.ndarray,
+    ) -> tuple[list[float | None], int]:
+        """Take one of ``runs`` runs into ``out`` (its targets' places, (n, h, w, 3) uint8): each
+        target's time (None where its read found no frame) and the frames its decoder decoded;
+        ``hand_on(offset in the run, frames)`` gets each frame as soon as it is in place.
         The first run goes on with the decoder that read the first frame; the others open their
         own, sharing the cores between them."""
         assert self._first is not None
         decoder = self._first if first_run else _Decoder(self, self._first.abandon, max(self.workers // runs, 1))
-        converter = _Converter(convert, hand_on, self._first.abandon)
+        converter = _Converter(convert, hand_on, self._first.abandon, out)
         try:
             offset = 0
             for read in run:
                 self._take_read(decoder, read, functools.partial(converter.put, offset))
                 offset += len(read.targets)
-            kept = converter.finish()
-            return [kept.get(index) for index in range(offset)], decoder.state.decoded
+            return converter.finish(), decoder.state.decoded
         finally:
             converter.close()
             if decoder is not self._first:
@@ -575,16 +581,21 @@ CONVERSIONS_WAITING = 4  # decoded frames a converter holds at most (each a full
 
 
 class _Converter:
-    """Converts the frames one decoder keeps on a thread of its own and hands each on, so the
-    decoder goes on feeding FFmpeg meanwhile (converting and resizing a 1080p frame costs as much
-    as decoding a few). At most :data:`CONVERSIONS_WAITING` frames wait; a decoder ahead of that
-    waits too. A frame kept for several targets in a row is converted once."""
+    """Converts the frames one decoder keeps on a thread of its own into their places in ``out``
+    ((n, h, w, 3) uint8, the run's targets) and hands each on, so the decoder goes on feeding
+    FFmpeg meanwhile (converting and resizing a 1080p frame costs as much as decoding a few). At
+    most :data:`CONVERSIONS_WAITING` frames wait; a decoder ahead of that waits too. A frame kept
+    for several targets in a row is converted once."""
 
     def __init__(
-        self, convert: Callable[[Any], np.ndarray], hand_on: Callable[[int, list[_Kept | None]], None], abandon: threading.Event
+        self,
+        convert: Callable[[Any], np.ndarray],
+        hand_on: Callable[[int, list[_Kept | None]], None],
+        abandon: threading.Event,
+        out: np.ndarray,
     ) -> None:
-        self.convert, self.hand_on, self.abandon = convert, hand_on, abandon
-        self.kept: dict[int, _Kept] = {}
+        self.convert, self.hand_on, self.abandon, self.out = convert, hand_on, abandon, out
+        self.times: list[float | None] = [None] * len(out)
         self.error: BaseException | None = None
         self._jobs: queue.Queue[tuple[int, Any, float] | None] = queue.Queue(maxsize=CONVERSIONS_WAITING)
         self._thread = threading.Thread(target=self._work, name="framewise-convert", daemon=True)
@@ -602,12 +613,12 @@ class _Converter:
                 if self.abandon.is_set():
                     raise Stopped from None
 
-    def finish(self) -> dict[int, _Kept]:
-        """Wait for every frame put to be converted; target index -> (rgb, time)."""
+    def finish(self) -> list[float | None]:
+        """Wait for every frame put to be in place; each target's time (None: no frame came)."""
         self._jobs.put(None)
         self._thread.join()
         self._raise_if_failed()
-        return self.kept
+        return self.times
 
     def close(self) -> None:
         """Stop the thread (after :meth:`finish`, or when the run failed)."""
@@ -631,9 +642,10 @@ class _Converter:
                 continue  # the run failed or stopped: drain, so a decoder waiting to put is let go
             index, frame, time_s = job
             try:
-                rgb = last[1] if last is not None and last[0] is frame else self.convert(frame)
+                rgb = self.out[index]
+                rgb[...] = last[1] if last is not None and last[0] is frame else self.convert(frame)
                 last = (frame, rgb)
-                self.kept[index] = (rgb, time_s)
+                self.times[index] = time_s
                 self.hand_on(index, [(rgb, time_s)])
             except BaseException as error:  # raised on the decoder's thread
                 self.error = error
@@ -667,32 +679,22 @@ def _in_parallel(works: list[Callable[[], Any]], abandon: threading.Event, name:
     return results
 
 
-def _stacked(frames: list[_Kept | None]) -> np.ndarray:
-    """The frames of ``frames`` as one (T, h, w, 3) array. Each entry is dropped once copied, so a
-    long clip's frames are not held twice at the end of its read (2,048 frames at 64k video
-    tokens are 377 MB)."""
-    first = frames[0]
-    assert first is not None
-    stacked = np.empty((len(frames), *first[0].shape), first[0].dtype)
-    for index, kept in enumerate(frames):
-        assert kept is not None
-        stacked[index] = kept[0]
-        frames[index] = None
-    return stacked
-
-
-def _fill_gaps(flat: list[_Kept | None]) -> list[_Kept | None]:
-    """A target whose read found no frame (a damaged group, a seek past the end) takes the frame
-    before it, or the first one found when none came before."""
-    known = [frame for frame in flat if frame is not None]
-    if not known:
+def _fill_gaps(frames: np.ndarray, times: list[float | None]) -> tuple[float, ...]:
+    """Give a target whose read found no frame (a damaged group, a seek past the end; its time
+    None) the frame before it in ``frames`` (T, h, w, 3), or the first one found when none came
+    before; every target's time."""
+    found = [index for index, time_s in enumerate(times) if time_s is not None]
+    if not found:
         raise ReaderFailed("PyAV could not decode a frame")
-    last = known[0]
-    filled = []
-    for frame in flat:
-        last = frame or last
-        filled.append(last)
-    return filled
+    last = found[0]
+    filled: list[float] = []
+    for index, time_s in enumerate(times):
+        if time_s is None:
+            frames[index] = frames[last]
+        else:
+            last = index
+        filled.append(times[last])  # type: ignore[arg-type]
+    return tuple(filled)
 
 
 class _Decoder:

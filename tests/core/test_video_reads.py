@@ -227,18 +227,13 @@ def test_a_read_waiting_for_a_slow_consumer_of_its_frames_is_not_timed_out(gop_c
     assert len(sampled.timestamps) == 20 and set(sink.handed) == set(range(20))
 
 
-def test_the_kept_frames_are_stacked_without_holding_them_twice():
-    import weakref
-
-    class Frame(np.ndarray):  # a plain array cannot be referenced weakly
-        pass
-
-    kept = [(np.full((2, 3, 3), index, np.uint8).view(Frame), index / 2) for index in range(3)]
-    kept.append(kept[-1])  # a frame taken for two targets
-    watched = [weakref.ref(rgb) for rgb, _ in kept]
-    stacked = pyav_reader._stacked(kept)
-    assert stacked[:, 0, 0, 0].tolist() == [0, 1, 2, 2] and type(stacked) is np.ndarray
-    assert kept == [None] * 4 and all(ref() is None for ref in watched)  # each freed once copied
+def test_a_target_no_read_found_takes_the_frame_before_it_in_place():
+    frames = np.zeros((5, 2, 3, 3), np.uint8)
+    frames[1], frames[3] = 1, 3
+    times = pyav_reader._fill_gaps(frames, [None, 0.5, None, 1.5, None])
+    assert frames[:, 0, 0, 0].tolist() == [1, 1, 1, 3, 3] and times == (0.5, 0.5, 0.5, 1.5, 1.5)
+    with pytest.raises(pyav_reader.ReaderFailed):
+        pyav_reader._fill_gaps(frames, [None] * 5)
 
 
 @pytest.mark.parametrize("fast_mode", ["off", "on"])
@@ -429,15 +424,19 @@ def test_the_converter_converts_a_frame_kept_twice_once_and_raises_its_errors_on
         converted.append(frame)
         return frame * 2
 
-    converter = pyav_reader._Converter(convert, lambda index, kept: handed.append(index), threading.Event())
+    out = np.zeros((13, 2, 2, 3), np.uint8)
+    converter = pyav_reader._Converter(convert, lambda index, kept: handed.append((index, kept)), threading.Event(), out)
     for index, frame in enumerate((first, first, second)):
         converter.put(10, index, frame, index / 2)
-    kept = converter.finish()
+    times = converter.finish()
     converter.close()
-    assert len(converted) == 2 and sorted(handed) == [10, 11, 12]
-    assert kept[11][1] == 0.5 and (kept[12][0] == 2).all()
+    assert len(converted) == 2 and sorted(index for index, _ in handed) == [10, 11, 12]
+    assert times[10:] == [0.0, 0.5, 1.0] and times[:10] == [None] * 10
+    assert (out[12] == 2).all() and (out[:12] == 0).all()
+    # each frame handed on is its place in ``out``, not a picture of its own
+    assert all(np.shares_memory(kept[0][0], out) for _, kept in handed)
 
-    failing = pyav_reader._Converter(lambda frame: 1 / 0, lambda index, kept: None, threading.Event())
+    failing = pyav_reader._Converter(lambda frame: 1 / 0, lambda index, kept: None, threading.Event(), np.zeros((1, 2, 2, 3), np.uint8))
     failing.put(0, 0, first, 0.0)
     with pytest.raises(ZeroDivisionError):
         failing.finish()
