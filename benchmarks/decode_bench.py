@@ -553,7 +553,7 @@ def bench_size(size: str, args, device, bandwidth: float, save: Callable[[dict],
             run["agreeing_prefix_per_answer"] = prefixes
         if args.long_frames:
             save(result)
-            run["long_clip"] = long_first_question(model, args, device, activations)
+            run["long_clip"] = long_first_question(model, args, device, activations, f"{size}_{dtype}")
         save(result)
     del model, features
     _free(device)
@@ -662,12 +662,13 @@ def framewise_details(runner: FramewiseRunner, conversation: Conversation, devic
     return details
 
 
-def long_first_question(model, args, device: torch.device, activations: torch.dtype) -> dict[str, Any]:
+def long_first_question(model, args, device: torch.device, activations: torch.dtype, label: str) -> dict[str, Any]:
     """The first question about a long clip (``args.long_frames`` frames of a 1280x720 clip within
     ``args.long_pixels``, random features), from an empty state, prefilled in the decoder's default
     chunks without graphs (a first question's prefill runs eagerly): one untimed, then
     ``args.long_repeats`` timed. Its prefill and first-token milliseconds, and the bytes the
-    decoder's state takes: keys and values per position, and a hybrid model's fixed linear states."""
+    decoder's state takes: keys and values per position, and a hybrid model's fixed linear states.
+    With ``args.profile`` the prefill once more under ``torch.profiler`` (``profile_<label>_long.txt``)."""
     height, width = app_frame_size(args.long_frames, args.long_pixels)
     conversation = make_conversation(args.long_frames, height, width, follow_ups=0)
     video_tokens = conversation.first.count(VIDEO_PAD)
@@ -690,6 +691,8 @@ def long_first_question(model, args, device: torch.device, activations: torch.dt
         "kv_bytes_per_token": decoder.cache.nbytes / decoder.max_tokens,
         "linear_state_bytes": decoder.state.nbytes - decoder.cache.nbytes,
     }
+    if args.profile:
+        result["profile"] = profile_long_prefill(decoder, prompt, device, args.out / f"profile_{label}_long.txt")
     print(f"   long clip: {json.dumps(_rounded(result))}", flush=True)
     decoder.close()
     del decoder, prompt
@@ -715,12 +718,29 @@ def profile_first_question(runner: FramewiseRunner, conversation: Conversation, 
     ``torch.profiler``: writes the table of its kernels by self GPU time (CPU time on the CPU) to
     ``path`` and returns the wall and GPU milliseconds with the ten costliest kernels. GPU time well
     under the wall time means the host launching kernels is what the prefill waits on."""
-    wall_ms, averages, kernels = _profiled(lambda: runner.ask(conversation.first, 1), runner, device)
+    wall_ms, averages, kernels = _profiled(lambda: runner.ask(conversation.first, 1), runner.decoder.state.reset, device)
     path.write_text(averages.table(sort_by=_time_key(device), row_limit=40) + "\n")
     on_gpu = device.type == "cuda"
     return {
         "wall_ms": wall_ms,
         "gpu_ms": sum(kernels.values()) / 1e3 if on_gpu else None,
+        "top": [{"name": name[:100], "ms": us / 1e3, "calls": calls} for name, (us, calls) in
+                sorted(_with_calls(kernels, averages, device).items(), key=lambda item: -item[1][0])[:10]],
+        "table": path.name,
+    }
+
+
+def profile_long_prefill(decoder: Decoder, prompt, device: torch.device, path: Path) -> dict[str, Any]:
+    """A long clip's first question once more under ``torch.profiler``, from an empty state: writes
+    its kernel table to ``path``; returns the wall and GPU milliseconds and the ten costliest kernels."""
+    def ask() -> None:
+        decoder.answer(prompt, SamplingRule(1), lambda token: None, lambda: False)
+
+    wall_ms, averages, kernels = _profiled(ask, decoder.state.reset, device)
+    path.write_text(averages.table(sort_by=_time_key(device), row_limit=40) + "\n")
+    return {
+        "wall_ms": wall_ms,
+        "gpu_ms": sum(kernels.values()) / 1e3 if device.type == "cuda" else None,
         "top": [{"name": name[:100], "ms": us / 1e3, "calls": calls} for name, (us, calls) in
                 sorted(_with_calls(kernels, averages, device).items(), key=lambda item: -item[1][0])[:10]],
         "table": path.name,
@@ -733,8 +753,8 @@ def profile_decode_steps(runner: FramewiseRunner, conversation: Conversation, de
     ``1 + steps``, each from an empty cache; each kernel's time in the second less the first, over
     ``steps``. Writes the per-token kernel list to ``path``; returns the GPU (CPU on the CPU)
     microseconds per token and the ten costliest kernels per token."""
-    _, short_averages, short = _profiled(lambda: runner.ask(conversation.first, 1), runner, device)
-    _, long_averages, long = _profiled(lambda: runner.ask(conversation.first, 1 + steps), runner, device)
+    _, short_averages, short = _profiled(lambda: runner.ask(conversation.first, 1), runner.decoder.state.reset, device)
+    _, long_averages, long = _profiled(lambda: runner.ask(conversation.first, 1 + steps), runner.decoder.state.reset, device)
     short_calls = _with_calls(short, short_averages, device)
     per_token = {
         name: ((us - short.get(name, 0.0)) / steps, (calls - short_calls.get(name, (0.0, 0))[1]) / steps)
@@ -754,14 +774,14 @@ def _time_key(device: torch.device) -> str:
     return "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
 
 
-def _profiled(ask: Callable[[], Any], runner: FramewiseRunner, device: torch.device):
-    """``ask()`` from an empty cache under ``torch.profiler``: its wall milliseconds, the profiler's
+def _profiled(ask: Callable[[], Any], reset: Callable[[], None], device: torch.device):
+    """``ask()`` after ``reset()`` (emptying the cache) under ``torch.profiler``: its wall milliseconds, the profiler's
     averages, and each kernel's self time in microseconds by name (on the CPU: every operator's
     CPU time). On the GPU only the kernels count, since an operator's row repeats its kernels' time."""
     from torch.profiler import ProfilerActivity, profile
 
     on_gpu = device.type == "cuda"
-    runner.decoder.state.reset()
+    reset()
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_gpu else [ProfilerActivity.CPU]
     _sync(device)
     started = time.perf_counter()
