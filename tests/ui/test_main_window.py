@@ -61,6 +61,9 @@ def open_and_wait(qtbot, window: MainWindow, path: Path) -> None:
 
 
 def ask_and_wait(qtbot, window: MainWindow, question: str) -> None:
+    """Ask as a person does, once the window takes a question (the engine's events may still be
+    followed a turn after what the window shows), and wait for the answer."""
+    qtbot.waitUntil(lambda: window.chat.send_button.isEnabled(), timeout=LOAD_TIMEOUT_MS)
     window.chat.question_edit.setPlainText(question)
     qtbot.keyClick(window.chat.question_edit, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: bool(window.session.conversation.turns) and window.session.conversation.current is None, timeout=LOAD_TIMEOUT_MS)
