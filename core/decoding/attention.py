@@ -39,6 +39,9 @@ AttentionMask = torch.Tensor | CausalBias | None
 FLASH_HEAD_ALIGNMENT = 8
 # The memory-efficient kernel reads an additive mask in rows of a multiple of this many elements.
 MASK_ROW_ALIGNMENT = 16
+# The log-sum-exp a query that sees no key of a segment merges with: its weight exp(this - total)
+# is 0 beside any segment it sees, and finite, so two such segments merge without a NaN.
+NO_KEY_LOG_SUM_EXP = -1e30
 
 
 def decoder_attention_forward(
@@ -264,8 +267,27 @@ def partial_attention(
     if causal:
         width, count = keys.shape[2], query.shape[2]
         mask = causal_mask(width, torch.arange(width - count, width, device=query.device), query.dtype)
-    if on_cuda:
-        return _grouped_efficient_attention(query, keys, values, mask, scaling)
+    kernel = _grouped_efficient_attention if on_cuda else _cpu_flash_attention
+    out, lse = kernel(query, keys, values, mask, scaling)
+    if mask is None:
+        return out, lse
+    # A query may see no key of this segment (a decode step's bucket past its position). CUDA's
+    # memory-efficient kernel returns a log-sum-exp of 0 for such a row, which would weigh its
+    # output (0) into the merge; its log-sum-exp is set far below any real one instead.
+    return out, lse.masked_fill(~sees_a_key(mask), NO_KEY_LOG_SUM_EXP)
+
+
+def sees_a_key(mask: torch.Tensor) -> torch.Tensor:
+    """Which queries of an additive ``mask`` (1, 1, n, m) see at least one key: (1, 1, n) bool. A
+    key under the dtype's lowest value (or -inf) is not seen: the kernels' softmax overflows it to -inf."""
+    return mask.amax(dim=-1) > torch.finfo(mask.dtype).min
+
+
+def _cpu_flash_attention(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scaling: float | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`partial_attention` through the CPU's flash kernel, which shares the key/value heads
+    and takes the mask. Returns the output (1, heads, n, d) and the log-sum-exp (1, heads, n)."""
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         query, keys, values, 0.0, False, attn_mask=mask, scale=scaling
     )

@@ -34,12 +34,14 @@ SCALE_BYTES = 4
 # Positions of a scaled cache a pass reads back at a time (keys and values of one layer), its
 # attention over them merged with the other segments' by their log-sum-exp
 # (:func:`~framewise.core.decoding.attention.segmented_attention`). Off for now: 262,144 is more
-# than any context the families allow, so every pass reads its context whole, as before. On the
-# CPU the segmented attention equals one read (tests/core/test_decoder_attention.py), but on an
+# than any context the families allow, so every pass reads its context whole, as before. On an
 # H100 the demo model's passes over 64-position segments gave logits 0.114 apart from one read's
-# (tests/gpu/test_kv_cache_gpu.py, docs/benchmarks/log.md h100-2026-12-07-1909), which is not
-# diagnosed. With 8,192 a segment of Qwen3-VL-8B (8 key/value heads of 128) or Qwen3.5-9B (4 of
-# 256) would be 32 MiB in bf16, a tenth of the whole context's read-back at 77,056 positions.
+# (tests/gpu/test_kv_cache_gpu.py, docs/benchmarks/log.md h100-2026-12-07-1909). The likely cause,
+# found since on the CPU: CUDA's memory-efficient kernel gives a query that sees no key of a
+# segment a log-sum-exp of 0, which weighed zeros into the merge; such rows now merge with none.
+# That fix has not run on a GPU yet. With 8,192 a segment of Qwen3-VL-8B (8 key/value heads of
+# 128) or Qwen3.5-9B (4 of 256) would be 32 MiB in bf16, a tenth of the whole context's read-back
+# at 77,056 positions.
 READ_SEGMENT_POSITIONS = 262_144
 
 

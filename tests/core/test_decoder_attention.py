@@ -4,6 +4,8 @@ attend a segment of positions at a time, merged by their log-sum-exp: the one-pa
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -141,15 +143,25 @@ def test_a_chunk_attending_a_segment_at_a_time_equals_one_pass(
         assert widths[0] == length - start // segment * segment and max(widths[1:]) == segment
 
 
+def kernels_as_on_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on a masked segment on the CPU takes the CUDA path: the query heads grouped for
+    the memory-efficient kernel, which :func:`efficient_kernel_as_on_cuda` stands in for."""
+    monkeypatch.setattr(torch.ops.aten, "_scaled_dot_product_efficient_attention", efficient_kernel_as_on_cuda)
+    monkeypatch.setattr(attention_module, "_cpu_flash_attention", attention_module._grouped_efficient_attention)
+
+
 @pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), HEAD_SHAPES)
 @pytest.mark.parametrize(("count", "first"), [(24, 300), (1, 330)], ids=["a follow-up prefill", "a decode step"])
+@pytest.mark.parametrize("kernel", ["cpu", "cuda"], ids=["the CPU's kernel", "CUDA's memory-efficient kernel"])
 def test_queries_under_a_mask_attending_a_segment_at_a_time_equal_one_pass(
-    monkeypatch: pytest.MonkeyPatch, heads: int, kv_heads: int, head_dim: int, count: int, first: int
+    monkeypatch: pytest.MonkeyPatch, heads: int, kv_heads: int, head_dim: int, count: int, first: int, kernel: str
 ) -> None:
     """Queries at positions inside a bucket of the cache under its additive mask (as a follow-up
     prefill graph or a decode step attends, unused positions after them): segments of the bucket
-    fixed by its length alone, whole segments no query sees among them, merged to the one-pass
-    result."""
+    fixed by its length alone, whole segments no query sees among them (which CUDA's kernel gives
+    a log-sum-exp of 0), merged to the one-pass result."""
+    if kernel == "cuda":
+        kernels_as_on_cuda(monkeypatch)
     length, segment = 448, 64
     keys, values = scaled_entries(kv_heads, head_dim, length, segment, seed=count)
     query = torch.randn(1, heads, count, head_dim, generator=torch.Generator().manual_seed(2))
@@ -179,15 +191,18 @@ def test_segments_cover_the_context_in_order_each_at_most_a_segment(length: int,
 def efficient_kernel_as_on_cuda(query, keys, values, bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *, scale=None):
     """CUDA's memory-efficient kernel as a CPU test sees it: the same attention and log-sum-exp, its
     output with the query rows outermost and the log-sum-exp in rows padded to its block of 32 (the
-    padding holding anything), and a mask it can read only in aligned rows."""
+    padding holding anything), and a mask it can read only in aligned rows. A row whose every score
+    overflows to -inf in the kernel's base-2 softmax (a mask of the dtype's lowest value throughout)
+    comes out as the kernel writes it: output 0, log-sum-exp 0 (its sum set to 1, its max to 0)."""
     assert query.shape[1] == keys.shape[1] and compute_log_sumexp and not is_causal
     if bias is not None:
         assert bias.shape == (*query.shape[:3], keys.shape[2]) and bias.stride(-2) % 16 == 0
     scores = query @ keys.transpose(-1, -2) * scale + (0 if bias is None else bias)
-    out = (scores.softmax(-1) @ values).transpose(1, 2).contiguous().transpose(1, 2)
+    sees_a_key = ~torch.isneginf(scores * math.log2(math.e)).all(-1, keepdim=True)
+    out = ((scores.softmax(-1) * sees_a_key) @ values).transpose(1, 2).contiguous().transpose(1, 2)
     rows = query.shape[2]
     lse = torch.full((*query.shape[:2], -(-rows // 32) * 32), float("nan"))
-    lse[..., :rows] = scores.logsumexp(-1)
+    lse[..., :rows] = torch.where(sees_a_key[..., 0], scores.logsumexp(-1), 0.0)
     return out, lse, torch.empty(()), torch.empty(())
 
 
