@@ -374,6 +374,21 @@ def default_workers() -> int:
     return max(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 1)
 
 
+# What one decoder holds, counted in decoded pictures (YUV 4:2:0, 1.5 bytes a pixel): those waiting
+# for its converter and FFmpeg's own. Measured on this project's 1080p and 4K test clips: about
+# 15-20 MiB and 47 MiB of resident memory a decoder (docs/long-clips.md, "Host memory").
+DECODER_PICTURES = 5
+# About what the decoders of one read may hold together: a 4K clip gets 4 of them, 1080p 16.
+DECODERS_BYTES = 256 * 2**20
+
+
+def decoders_for(workers: int, width: int, height: int) -> int:
+    """Decoders to run at once on a clip of ``width`` x ``height``: one per core (``workers``), fewer
+    where their pictures together would pass :data:`DECODERS_BYTES`."""
+    picture_bytes = width * height * 3 // 2
+    return max(1, min(workers, DECODERS_BYTES // (DECODER_PICTURES * max(picture_bytes, 1))))
+
+
 class PyAVClip:
     """An opened clip as PyAV reads it (see :class:`framewise.core.video.sampling.OpenedClip`).
 
@@ -390,6 +405,7 @@ class PyAVClip:
         with open_container(path, guard) as container:
             stream = video_stream(container, path)
             check_resolution(path, stream.codec_context.width, stream.codec_context.height)
+            self.coded_size = (stream.codec_context.width, stream.codec_context.height)
             self.stream_index = stream.index
             self.time_base = stream.time_base or Fraction(1, 1)
             self.codec = stream.codec_context.name
@@ -503,7 +519,7 @@ class PyAVClip:
         mode: SamplingMode = request.mode if self.keyframes else "exact"
         frame_s = 1.0 / self.fps if self.fps > 0 else 0.0
         reads = plan_reads(self.keyframe_times, request.targets, mode, request.interval_s, frame_s)
-        workers = self.workers if self.can_seek else 1
+        workers = decoders_for(self.workers, *self.coded_size) if self.can_seek else 1
         return mode, split_reads(reads, self.keyframe_times, self.duration_s, frame_s, workers)
 
     def _converter(

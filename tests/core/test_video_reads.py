@@ -8,6 +8,7 @@ from pathlib import Path
 
 import time
 
+import av
 import numpy as np
 import pytest
 
@@ -234,6 +235,31 @@ def test_a_target_no_read_found_takes_the_frame_before_it_in_place():
     assert frames[:, 0, 0, 0].tolist() == [1, 1, 1, 3, 3] and times == (0.5, 0.5, 0.5, 1.5, 1.5)
     with pytest.raises(pyav_reader.ReaderFailed):
         pyav_reader._fill_gaps(frames, [None] * 5)
+
+
+@pytest.mark.parametrize(("workers_allowed", "width", "height", "decoders"), [
+    (16, 1920, 1080, 16), (16, 3840, 2160, 4), (16, 7680, 4320, 1), (2, 3840, 2160, 2), (1, 640, 360, 1),
+])
+def test_a_clip_of_large_pictures_gets_fewer_decoders(workers_allowed, width, height, decoders):
+    """One decoder per core, but no more than keeps their pictures within the read's allowance."""
+    assert pyav_reader.decoders_for(workers_allowed, width, height) == decoders
+    if decoders < workers_allowed:
+        picture_bytes = width * height * 3 // 2
+        assert decoders * pyav_reader.DECODER_PICTURES * picture_bytes <= pyav_reader.DECODERS_BYTES
+
+
+def test_a_read_opens_no_more_decoders_than_the_pictures_allow(gop_clip, workers, monkeypatch):
+    sampling = SamplingSettings(fps=2.0, min_frames=4, max_frames=48, fast_mode="on")
+    workers(1)
+    serial = sample(gop_clip, sampling)
+    with av.open(str(gop_clip)) as container:
+        stream = container.streams.video[0]
+        picture_bytes = stream.codec_context.width * stream.codec_context.height * 3 // 2
+    monkeypatch.setattr(pyav_reader, "DECODERS_BYTES", 2 * pyav_reader.DECODER_PICTURES * picture_bytes)
+    opened = workers(4)
+    capped = sample(gop_clip, sampling)
+    assert len(opened) == 2  # the first frame's decoder and one more
+    np.testing.assert_array_equal(capped.frames, serial.frames)
 
 
 @pytest.mark.parametrize("fast_mode", ["off", "on"])
