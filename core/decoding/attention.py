@@ -269,7 +269,7 @@ def partial_attention(
         mask = causal_mask(width, torch.arange(width - count, width, device=query.device), query.dtype)
     kernel = _grouped_efficient_attention if on_cuda else _cpu_flash_attention
     out, lse = kernel(query, keys, values, mask, scaling)
-    if mask is None:
+    if causal or mask is None:  # every query sees a key: a causal segment holds each query's own
         return out, lse
     # A query may see no key of this segment (a decode step's bucket past its position). CUDA's
     # memory-efficient kernel returns a log-sum-exp of 0 for such a row, which would weigh its
