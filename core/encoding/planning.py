@@ -114,8 +114,8 @@ class Batch:
 def plan_batches(items: Sequence[PlanItem], limits: BatchLimits) -> list[Batch]:
     """Pack ``items`` in order into graph batches, or eager batches where no graph can hold them.
 
-    Items are packed greedily; an item that does not fit the open batch but would fit an empty
-    one starts a new batch rather than being cut. An item larger than one batch is cut between
+    Items are packed greedily, the batches in the items' order; an item that does not fit the open
+    batch but would fit an empty one starts a new batch rather than being cut. An item larger than one batch is cut between
     temporal patches, its pieces in order. Each graph batch gets the smallest budget that holds it.
     """
     batches: list[Batch] = []
@@ -130,6 +130,7 @@ def plan_batches(items: Sequence[PlanItem], limits: BatchLimits) -> list[Batch]:
     for index, item in enumerate(items):
         reason = _eager_reason(item, limits)
         if reason is not None:
+            close_open_batch()  # the batches stay in the items' order
             whole = Piece(index, 0, item.grid_thw[0], item.patches_per_slice)
             batches.append(Batch(pieces=(whole,), budget=None, fallback_reason=reason))
             continue
