@@ -51,14 +51,18 @@ def test_partial_edge_block_scale_ignores_padding() -> None:
 
 @pytest.mark.parametrize(("rows", "columns"), [(64, 256), (3, 1000)])
 def test_channel_round_trip(rows: int, columns: int) -> None:
-    weight = torch.randn(rows, columns) * torch.logspace(-3, 3, rows)[:, None]
+    generator = torch.Generator().manual_seed(rows * columns)
+    weight = torch.randn(rows, columns, generator=generator) * torch.logspace(-3, 3, rows)[:, None]
     quantized, scales = fp8.quantize_per_channel(weight)
     assert quantized.dtype == fp8.E4M3 and quantized.shape == (rows, columns)
     assert scales.shape == (rows, 1) and scales.dtype == torch.float32
-    # every row keeps its own precision, however small its magnitude
+    # Every row keeps its own precision, however small its magnitude: a value in e4m3's normal
+    # range rounds to within 2**-4 of itself, so a row's error stays under that (a row of a few
+    # hundred values can pass the whole weight's 3 %), where one scale shared by rows of 1e-3 to
+    # 1e3 would flush the small ones (an error near 1).
     for row in range(rows):
         restored = fp8.dequantize_per_channel(quantized[row : row + 1], scales[row], torch.float32)
-        assert relative_error(restored[0], weight[row]) < ROUND_TRIP_BOUND
+        assert relative_error(restored[0], weight[row]) < 2**-4
     assert torch.equal(fp8.dequantize_per_channel(quantized, scales.flatten()), fp8.dequantize_per_channel(quantized, scales))
 
 
