@@ -7,7 +7,7 @@ that maps the head's largest magnitude to 448 (the per-row layout of
 when the token is written: nothing is calibrated, nothing saturates, and a token written in any
 prefill chunk or decode step is stored the same way. Readers get the entries back in the
 activations' dtype, a pass's attention a segment of at most :data:`READ_SEGMENT_POSITIONS`
-positions at a time (:class:`ScaledEntries`); the Triton decode step reads the e4m3 values and
+positions at a time (:class:`ScaledEntries`; for now the whole context); the Triton decode step reads the e4m3 values and
 scales itself and multiplies them in registers. At Qwen3-VL-8B's shapes (36 layers, 8
 key/value heads of 128) a token takes 147,456 bytes in bf16 and 73,728 + 2,304 bytes of scales
 = 76,032 in this layout, 0.52 of it.
@@ -33,12 +33,17 @@ from framewise.core.quantization.fp8 import quantize_per_channel
 SCALE_BYTES = 4
 # Positions of a scaled cache a pass reads back at a time (keys and values of one layer), its
 # attention over them merged with the other segments' by their log-sum-exp
-# (:func:`~framewise.core.decoding.attention.segmented_attention`). A segment of Qwen3-VL-8B (8
-# key/value heads of 128) or Qwen3.5-9B (4 of 256) is 32 MiB in bf16, a tenth of the whole
-# context's read-back at 77,056 positions. A query that sees no key of a segment (a decode or
-# follow-up bucket reaching past its position) merges none of it: CUDA's memory-efficient kernel
-# gives such a row a log-sum-exp of 0, not minus infinity (docs/long-clips.md).
-READ_SEGMENT_POSITIONS = 8_192
+# (:func:`~framewise.core.decoding.attention.segmented_attention`). Off for now: 262,144 is more
+# than any context the families allow, so every pass reads its context whole, as before. On an
+# H100 the demo model's passes over 64-position segments gave logits 0.114 apart from one read's
+# (tests/gpu/test_kv_cache_gpu.py, docs/benchmarks/log.md h100-2026-12-07-1909). The likely cause,
+# found since on the CPU: CUDA's memory-efficient kernel gives a query that sees no key of a
+# segment a log-sum-exp of 0, which weighed zeros into the merge; such rows now merge with none.
+# The same passes through a CPU stand-in for that kernel were 0.114 off without the fix and
+# 0.005 with it; the fix has not run on a GPU yet. With 8,192 a segment of Qwen3-VL-8B (8 key/value heads of
+# 128) or Qwen3.5-9B (4 of 256) would be 32 MiB in bf16, a tenth of the whole context's read-back
+# at 77,056 positions.
+READ_SEGMENT_POSITIONS = 262_144
 
 
 @dataclass(frozen=True)
