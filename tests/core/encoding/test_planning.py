@@ -54,6 +54,8 @@ def test_every_patch_is_planned_once_in_order_within_the_limits(items, batch_lim
         assert batch.budget == batch_limits.smallest_budget(batch.patches)
         assert len(batch.pieces) <= batch_limits.max_items
         assert batch.sequences <= batch_limits.max_sequences
+    in_plan_order = [(piece.item, piece.first) for batch in plan for piece in batch.pieces]
+    assert in_plan_order == sorted(in_plan_order)  # the items' order, eager items included
     for index, item in enumerate(items):
         # pieces of one item, in plan order, tile its temporal patches from 0 without gaps
         expected_first = 0
