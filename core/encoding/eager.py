@@ -24,7 +24,7 @@ from framewise.core.events import ChunkStats
 
 # Rows a run of the tower takes at most on a CPU. There the elementwise work between its matrix
 # products is bound by memory traffic, so a pass runs a few thousand rows at a time, whose
-# activations stay in the processor's cache (docs/benchmarks.md, "The tower on 2 cores").
+# activations stay in the processor's cache (docs/benchmarks.md, "Reading long clips on 2 cores").
 CPU_RUN_ROWS = 4096
 
 
@@ -83,8 +83,8 @@ def runs_of_rows(items: Sequence[VisionItem], max_rows: int) -> list[list[Vision
     """``items`` in order as runs of at most ``max_rows`` patch rows each, packed as the planner
     packs a graph's passes (:func:`~framewise.core.encoding.planning.plan_batches`): an item cut
     between its slices where it fits no run whole; an item whose slices are larger than
-    ``max_rows`` a run of its own. Every slice attends within
-    itself, so the runs' outputs, joined, are the items' outputs."""
+    ``max_rows`` a run of its own. Every slice attends within itself, so the runs' outputs,
+    joined, are the items' outputs."""
     plan = [PlanItem(item.modality, item.grid_thw) for item in items]
     limits = BatchLimits((max_rows,), max_items=len(items), max_sequences=max(max_rows, len(items)), budget_multiple=1)
     return [

@@ -115,8 +115,9 @@ def plan_batches(items: Sequence[PlanItem], limits: BatchLimits) -> list[Batch]:
     """Pack ``items`` in order into graph batches, or eager batches where no graph can hold them.
 
     Items are packed greedily, the batches in the items' order; an item that does not fit the open
-    batch but would fit an empty one starts a new batch rather than being cut. An item larger than one batch is cut between
-    temporal patches, its pieces in order. Each graph batch gets the smallest budget that holds it.
+    batch but would fit an empty one starts a new batch rather than being cut. An item larger than
+    one batch is cut between temporal patches, its pieces in order. Each graph batch gets the
+    smallest budget that holds it.
     """
     batches: list[Batch] = []
     open_pieces: list[Piece] = []
